@@ -1,0 +1,46 @@
+// Command-line wiring shared by the subcommand files: the common options and how a
+// subcommand registers the action it runs after parsing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/session.h"
+
+namespace ib::app {
+
+struct CommonOptions {
+  std::string backend = "auto";
+  std::string format = "md";
+  std::string output;
+  std::vector<std::string> sets;
+  std::vector<std::string> only;
+  int64_t warmup = -1, min_samples = -1, seed = -1;
+  std::string min_time, max_noise, timeout, memory_limit;
+  bool cold_l2 = false, profile = false, quiet = false;
+};
+
+struct Cli {
+  CLI::App app;
+  CommonOptions common;
+  std::vector<std::string> argv;
+  std::function<int()> action;  // set by the subcommand that was given
+
+  // The common options as SessionOptions; throws InputError on malformed values.
+  SessionOptions session() const;
+};
+
+// Registers common options on a subcommand that runs experiments.
+void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only);
+
+void register_run(Cli& cli);
+void register_list(Cli& cli);
+void register_info(Cli& cli);
+void register_keys(Cli& cli);
+void register_pending(Cli& cli);
+
+}  // namespace ib::app

@@ -1,0 +1,89 @@
+#include "core/output.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+
+namespace ib {
+
+namespace {
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string stamp(const char* format) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+}  // namespace
+
+std::string utc_stamp_compact() { return stamp("%Y%m%dT%H%M%SZ"); }
+std::string utc_stamp_iso() { return stamp("%Y-%m-%dT%H:%M:%SZ"); }
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(tmp + ": cannot write: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw InputError(tmp + ": cannot write: " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw InputError(path + ": cannot write: " + std::strerror(e));
+  }
+}
+
+std::string choose_run_dir(const std::string& requested, const std::string& label) {
+  if (!requested.empty()) {
+    if (exists(requested + "/results.json"))
+      throw InputError("--output " + requested + ": already holds a run (results.json); runs are never overwritten, choose another directory");
+    return requested;
+  }
+  const std::string base = "results/runs/" + utc_stamp_compact() + "-" + label;
+  std::string dir = base;
+  for (int i = 2; exists(dir); ++i) dir = fmt::format("{}-{}", base, i);
+  return dir;
+}
+
+void create_run_dir(const std::string& dir) {
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw InputError("--output " + dir + ": not a directory");
+  if (::access(dir.c_str(), W_OK) != 0) throw InputError("--output " + dir + ": not writable: " + std::strerror(errno));
+}
+
+}  // namespace ib

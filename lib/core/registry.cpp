@@ -1,0 +1,51 @@
+#include "core/registry.h"
+
+#include <stdexcept>
+
+namespace ib {
+
+Registry& Registry::instance() {
+  static Registry r;
+  return r;
+}
+
+void Registry::add_kind(KindInfo kind) {
+  std::string name = kind.name;
+  if (!kinds_.emplace(name, std::move(kind)).second)
+    throw std::logic_error("experiment kind registered twice: " + name);
+}
+
+void Registry::add_variant(const std::string& kind, const std::string& name, VariantFactory make) {
+  if (!factories_.emplace(std::make_pair(kind, name), std::move(make)).second)
+    throw std::logic_error("variant registered twice: " + kind + "/" + name);
+}
+
+const KindInfo* Registry::kind(const std::string& name) const {
+  auto it = kinds_.find(name);
+  return it == kinds_.end() ? nullptr : &it->second;
+}
+
+std::vector<const KindInfo*> Registry::kinds() const {
+  std::vector<const KindInfo*> out;
+  for (const auto& [name, k] : kinds_) out.push_back(&k);
+  return out;
+}
+
+std::vector<std::string> Registry::kind_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kinds_) out.push_back(name);
+  return out;
+}
+
+std::unique_ptr<Variant> Registry::make(const std::string& kind, const std::string& name) const {
+  auto it = factories_.find({kind, name});
+  return it == factories_.end() ? nullptr : it->second();
+}
+
+const VariantDecl* find_variant(const KindInfo& kind, const std::string& name) {
+  for (const auto& v : kind.variants)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+}  // namespace ib

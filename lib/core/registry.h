@@ -1,0 +1,72 @@
+// Experiment kinds (their keys and variants) and variant factories, registered by the files
+// that implement them: adding a technique is one file plus one registration line.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/value.h"
+#include "core/variant.h"
+
+namespace ib {
+
+struct VariantDecl {
+  std::string name;
+  Backend backend = Backend::Cpu;
+  std::string doc;
+  // The kind's keys this variant reads; empty = all. An experiment's points hold only the keys
+  // some listed variant reads (values of the others are validated, then left out).
+  std::vector<std::string> uses;
+};
+
+struct KindInfo {
+  std::string name;   // the spec's `kind:`
+  std::string group;  // first part of NVTX ranges: the subcommand the kind belongs to
+  std::string doc;
+  std::vector<KeySpec> keys;
+  std::vector<VariantDecl> variants;  // every variant of the kind, built in this binary or not
+};
+
+using VariantFactory = std::function<std::unique_ptr<Variant>()>;
+
+class Registry {
+ public:
+  static Registry& instance();
+
+  void add_kind(KindInfo kind);
+  void add_variant(const std::string& kind, const std::string& name, VariantFactory make);
+
+  const KindInfo* kind(const std::string& name) const;
+  std::vector<const KindInfo*> kinds() const;
+  std::vector<std::string> kind_names() const;
+  // nullptr when the variant is declared but not built into this binary (e.g. CUDA-only).
+  std::unique_ptr<Variant> make(const std::string& kind, const std::string& name) const;
+
+ private:
+  std::map<std::string, KindInfo> kinds_;
+  std::map<std::pair<std::string, std::string>, VariantFactory> factories_;
+};
+
+const VariantDecl* find_variant(const KindInfo& kind, const std::string& name);
+
+struct KindRegistration {
+  explicit KindRegistration(KindInfo kind) { Registry::instance().add_kind(std::move(kind)); }
+};
+struct VariantRegistration {
+  VariantRegistration(const std::string& kind, const std::string& name, VariantFactory make) {
+    Registry::instance().add_variant(kind, name, std::move(make));
+  }
+};
+
+#define IB_CONCAT_INNER(a, b) a##b
+#define IB_CONCAT(a, b) IB_CONCAT_INNER(a, b)
+// IB_REGISTER_VARIANT("ceiling", "copy", CudaCopy);
+#define IB_REGISTER_VARIANT(kind, name, Type)                                                 \
+  static const ::ib::VariantRegistration IB_CONCAT(ib_variant_registration_, __LINE__)( \
+      kind, name, [] { return std::unique_ptr<::ib::Variant>(new Type()); })
+
+}  // namespace ib

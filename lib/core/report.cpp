@@ -1,0 +1,473 @@
+#include "core/report.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+
+namespace ib {
+
+namespace {
+
+std::string md_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string ms(double seconds) { return format_number(seconds * 1e3); }
+
+// Column order of the Markdown table, whatever order rows contribute their cells in.
+enum Rank { kVariant, kParam, kTime, kTflops, kPctGemm, kGbps, kPctCopy, kMetric, kPeakMem, kSpeedup, kVerdict,
+            kBook, kCheck, kSamples, kStop, kNote };
+
+struct Cell {
+  std::string header;
+  std::string text;
+  Rank rank;  // parameter columns (kParam) fold into the constants line when constant
+};
+
+std::string status_text(const Row& r) {
+  switch (r.status) {
+    case RowStatus::Ok: return "";
+    case RowStatus::Oom: return "OOM";
+    case RowStatus::Failed: return "FAILED";
+    case RowStatus::Unsupported: return "unsupported";
+  }
+  return "";
+}
+
+std::string figure_text(const nlohmann::json& v) {
+  if (v.is_number()) return format_number(v.get<double>());
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::vector<Cell> row_cells(const Row& r, const Ceilings& c) {
+  std::vector<Cell> cells;
+  cells.push_back({"variant", r.variant, kVariant});
+  for (const auto& p : r.point.params) cells.push_back({p.key, format_value(p.value, p.type), kParam});
+  if (r.status == RowStatus::Ok) cells.push_back({"ms", ms(r.stats.median) + " ± " + ms(r.stats.stdev), kTime});
+  else cells.push_back({"ms", status_text(r), kTime});
+  Roofline rf = roofline(r, c);
+  if (rf.tflops) cells.push_back({"TFLOP/s", format_number(*rf.tflops), kTflops});
+  if (rf.pct_gemm) cells.push_back({"% GEMM peak", format_number(*rf.pct_gemm), kPctGemm});
+  if (rf.gbps) cells.push_back({"GB/s", format_number(*rf.gbps), kGbps});
+  if (rf.pct_copy) cells.push_back({"% copy peak", format_number(*rf.pct_copy), kPctCopy});
+  for (const auto& m : r.metrics)
+    cells.push_back({m.unit.empty() ? m.key : m.key + " (" + m.unit + ")", format_number(m.value), kMetric});
+  if (r.peak_memory > 0 && r.status != RowStatus::Unsupported)
+    cells.push_back({"peak mem", format_bytes(static_cast<double>(r.peak_memory)), kPeakMem});
+  if (r.is_baseline) {
+    cells.push_back({"speedup (95% CI)", "baseline", kSpeedup});
+  } else if (r.speedup) {
+    cells.push_back({"speedup (95% CI)",
+                     fmt::format("{}× [{}, {}]", format_number(r.speedup->ratio), format_number(r.speedup->lo),
+                                 format_number(r.speedup->hi)),
+                     kSpeedup});
+    cells.push_back({"verdict", to_string(r.speedup->verdict), kVerdict});
+  }
+  for (const auto& [k, v] : r.book) cells.push_back({"book " + k, figure_text(v), kBook});
+  if (r.validation)
+    cells.push_back({"check", fmt::format("{} {} {}", r.validation->ok ? "ok" : "FAILED", r.validation->metric,
+                                          format_number(r.validation->value)),
+                     kCheck});
+  if (r.status == RowStatus::Ok) {
+    cells.push_back({"samples", std::to_string(r.stats.n), kSamples});
+    cells.push_back({"stop", r.stop_reason, kStop});
+  }
+  if (!r.message.empty()) cells.push_back({"note", r.message, kNote});
+  return cells;
+}
+
+}  // namespace
+
+std::string markdown_heading(const ExperimentSpec& spec, const SweepPlan& plan, Backend backend) {
+  std::string s = fmt::format("### {} ({})\n\n", spec.name, spec.kind);
+  if (!spec.description.empty()) s += spec.description + "\n\n";
+  s += fmt::format("backend: {}{} · {}\n", to_string(backend),
+                   spec.cpu_overrides_applied ? " (scaled sizes from the spec's cpu: block)" : "", describe_plan(plan));
+  return s;
+}
+
+std::string markdown_table(const ExperimentResult& result, const Ceilings& ceilings) {
+  std::string out;
+  if (result.rows.empty()) {
+    out += "\n_no rows were run_" + std::string(result.interrupted ? " (interrupted)" : "") + "\n";
+    return out;
+  }
+  std::vector<std::vector<Cell>> rows;
+  for (const auto& r : result.rows) rows.push_back(row_cells(r, ceilings));
+
+  std::vector<std::pair<Rank, std::string>> headers;  // first-seen order within a rank
+  std::set<std::string> seen;
+  for (const auto& cells : rows)
+    for (const auto& c : cells)
+      if (seen.insert(c.header).second) headers.emplace_back(c.rank, c.header);
+  std::stable_sort(headers.begin(), headers.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto text_of = [](const std::vector<Cell>& cells, const std::string& h) -> std::string {
+    for (const auto& c : cells)
+      if (c.header == h) return c.text;
+    return "";
+  };
+
+  std::vector<std::string> shown, constants;
+  for (const auto& [rank, h] : headers) {
+    bool constant = true;
+    const std::string first = text_of(rows[0], h);
+    for (const auto& cells : rows) constant = constant && text_of(cells, h) == first;
+    if (rank == kParam && constant) constants.push_back(h + " = " + first);
+    else shown.push_back(h);
+  }
+  out += "\n";
+  if (!constants.empty()) {
+    std::string line;
+    for (const auto& c : constants) line += (line.empty() ? "" : " · ") + c;
+    out += line + "\n\n";
+  }
+  out += "|";
+  for (const auto& h : shown) out += " " + md_escape(h) + " |";
+  out += "\n|";
+  for (const auto& h : shown) out += (h == "variant" || h == "note" || h == "stop" || h == "check" ? " --- |" : " ---: |");
+  out += "\n";
+  for (const auto& cells : rows) {
+    out += "|";
+    for (const auto& h : shown) out += " " + md_escape(text_of(cells, h)) + " |";
+    out += "\n";
+  }
+  if (!result.spec.book.empty())
+    out += "\nbook: " + result.spec.book.source + (result.spec.book.note.empty() ? "" : " — " + result.spec.book.note) + "\n";
+  if (result.interrupted)
+    out += fmt::format("\n_interrupted: {} of {} rows measured; the rows above are complete_\n", result.rows.size(),
+                       result.plan.rows);
+  return out;
+}
+
+std::string markdown_report(const ResultSet& rs) {
+  const RunMeta& m = rs.meta;
+  std::string s = "# infer-bench results\n\n";
+  std::string cmd;
+  for (const auto& a : m.argv) cmd += (cmd.empty() ? "" : " ") + a;
+  s += "- command: `" + cmd + "`\n";
+  s += fmt::format("- infer-bench {} (git {})\n", m.version, m.git_sha);
+  s += fmt::format("- backend: {} — {}\n", to_string(m.backend), m.device.name);
+  s += "- started: " + m.started_utc + (m.finished_utc.empty() ? " (running)" : ", finished: " + m.finished_utc) + "\n";
+  if (m.ceilings.copy_bytes_per_s > 0)
+    s += fmt::format("- peaks measured: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
+                     format_number(m.ceilings.copy_bytes_per_s / 1e9), m.ceilings.copy_label,
+                     format_number(m.ceilings.gemm_flops_per_s / 1e12), m.ceilings.gemm_label);
+  if (m.interrupted) s += "- **interrupted** (Ctrl-C): the rows below are complete, the rest were not run\n";
+  for (const auto& e : rs.experiments) {
+    s += "\n" + markdown_heading(e.spec, e.plan, m.backend);
+    s += markdown_table(e, m.ceilings);
+  }
+  return s;
+}
+
+std::string csv_field(const std::string& s) {
+  bool quote = s.find_first_of(",\"\r\n") != std::string::npos;
+  if (!quote) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += "\"\"";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+std::string csv_report(const ResultSet& rs) {
+  std::vector<std::string> params, metrics, book;
+  std::set<std::string> seen_p, seen_m, seen_b;
+  for (const auto& e : rs.experiments)
+    for (const auto& r : e.rows) {
+      for (const auto& p : r.point.params)
+        if (seen_p.insert(p.key).second) params.push_back(p.key);
+      for (const auto& m : r.metrics)
+        if (seen_m.insert(m.key).second) metrics.push_back(m.key);
+      for (const auto& b : r.book)
+        if (seen_b.insert(b.first).second) book.push_back(b.first);
+    }
+  std::vector<std::string> header = {"experiment", "kind", "backend", "variant", "status"};
+  for (const auto& p : params) header.push_back(p);
+  for (const char* h : {"samples", "median_ms", "mean_ms", "stdev_ms", "min_ms", "p10_ms", "p90_ms", "stop_reason",
+                        "work_flops", "work_bytes", "tflops", "gbps", "pct_gemm_peak", "pct_copy_peak",
+                        "peak_memory_bytes", "speedup", "speedup_lo", "speedup_hi", "verdict", "check_metric",
+                        "check_value", "check_tolerance"})
+    header.push_back(h);
+  for (const auto& m : metrics) header.push_back(m);
+  for (const auto& b : book) header.push_back("book_" + b);
+  header.push_back("message");
+
+  auto num = [](double v) { return fmt::format("{:.6g}", v); };
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& fields) {
+    for (size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + csv_field(fields[i]);
+    out += "\r\n";
+  };
+  emit(header);
+  for (const auto& e : rs.experiments)
+    for (const auto& r : e.rows) {
+      std::vector<std::string> f = {r.experiment, r.kind, to_string(r.backend), r.variant, to_string(r.status)};
+      for (const auto& p : params) {
+        const Param* q = r.point.find(p);
+        f.push_back(q ? value_to_json(q->value).dump() : "");
+        if (q && std::holds_alternative<std::string>(q->value)) f.back() = std::get<std::string>(q->value);
+      }
+      const bool ok = r.status == RowStatus::Ok;
+      f.push_back(ok ? std::to_string(r.stats.n) : "");
+      for (double v : {r.stats.median, r.stats.mean, r.stats.stdev, r.stats.min, r.stats.p10, r.stats.p90})
+        f.push_back(ok ? num(v * 1e3) : "");
+      f.push_back(r.stop_reason);
+      f.push_back(r.work.flops > 0 ? num(r.work.flops) : "");
+      f.push_back(r.work.bytes > 0 ? num(r.work.bytes) : "");
+      Roofline rf = roofline(r, rs.meta.ceilings);
+      for (const auto& o : {rf.tflops, rf.gbps, rf.pct_gemm, rf.pct_copy}) f.push_back(o ? num(*o) : "");
+      f.push_back(r.peak_memory >= 0 && r.status != RowStatus::Unsupported ? std::to_string(r.peak_memory) : "");
+      if (r.speedup) {
+        f.push_back(num(r.speedup->ratio));
+        f.push_back(num(r.speedup->lo));
+        f.push_back(num(r.speedup->hi));
+        f.push_back(to_string(r.speedup->verdict));
+      } else {
+        const bool timed_baseline = r.is_baseline && ok;
+        f.insert(f.end(), {timed_baseline ? "1" : "", "", "", r.is_baseline ? "baseline" : ""});
+      }
+      if (r.validation) {
+        f.push_back(r.validation->metric);
+        f.push_back(num(r.validation->value));
+        f.push_back(num(r.validation->tolerance));
+      } else {
+        f.insert(f.end(), {"", "", ""});
+      }
+      for (const auto& m : metrics) {
+        std::string v;
+        for (const auto& x : r.metrics)
+          if (x.key == m) v = num(x.value);
+        f.push_back(v);
+      }
+      for (const auto& b : book) {
+        std::string v;
+        for (const auto& x : r.book)
+          if (x.first == b) v = x.second.is_string() ? x.second.get<std::string>() : x.second.is_number() ? num(x.second.get<double>()) : x.second.dump();
+        f.push_back(v);
+      }
+      f.push_back(r.message);
+      emit(f);
+    }
+  return out;
+}
+
+namespace {
+
+ParamType param_type_from_string(const std::string& s) {
+  for (ParamType t : {ParamType::Int, ParamType::Float, ParamType::Bool, ParamType::String, ParamType::Enum,
+                      ParamType::Bytes, ParamType::Seconds})
+    if (s == to_string(t)) return t;
+  throw std::runtime_error("unknown parameter type '" + s + "'");
+}
+
+nlohmann::json row_json(const Row& r, const Ceilings& c) {
+  nlohmann::json j;
+  j["variant"] = r.variant;
+  j["status"] = to_string(r.status);
+  j["message"] = r.message;
+  j["backend"] = to_string(r.backend);
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& p : r.point.params) params[p.key] = value_to_json(p.value);
+  j["params"] = params;
+  j["baseline"] = r.is_baseline;
+  j["samples_s"] = r.samples;
+  j["stats_s"] = {{"n", r.stats.n},         {"median", r.stats.median}, {"mean", r.stats.mean},
+                  {"stdev", r.stats.stdev}, {"min", r.stats.min},       {"max", r.stats.max},
+                  {"p10", r.stats.p10},     {"p90", r.stats.p90}};
+  j["stop_reason"] = r.stop_reason;
+  if (r.validation)
+    j["validation"] = {{"ok", r.validation->ok},
+                       {"metric", r.validation->metric},
+                       {"value", r.validation->value},
+                       {"tolerance", r.validation->tolerance},
+                       {"detail", r.validation->detail}};
+  j["work"] = {{"flops", r.work.flops}, {"bytes", r.work.bytes}};
+  Roofline rf = roofline(r, c);
+  nlohmann::json d = nlohmann::json::object();
+  if (rf.tflops) d["tflops"] = *rf.tflops;
+  if (rf.gbps) d["gbps"] = *rf.gbps;
+  if (rf.pct_gemm) d["pct_gemm_peak"] = *rf.pct_gemm;
+  if (rf.pct_copy) d["pct_copy_peak"] = *rf.pct_copy;
+  j["derived"] = d;
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const auto& m : r.metrics) metrics.push_back({{"key", m.key}, {"value", m.value}, {"unit", m.unit}});
+  j["metrics"] = metrics;
+  if (r.speedup)
+    j["speedup"] = {{"ratio", r.speedup->ratio},
+                    {"lo", r.speedup->lo},
+                    {"hi", r.speedup->hi},
+                    {"verdict", to_string(r.speedup->verdict)}};
+  nlohmann::json book = nlohmann::json::object();
+  for (const auto& [k, v] : r.book) book[k] = v;
+  j["book"] = book;
+  j["peak_memory_bytes"] = r.peak_memory;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json json_report(const ResultSet& rs) {
+  const RunMeta& m = rs.meta;
+  nlohmann::json j;
+  j["schema"] = "infer-bench/results";
+  j["schema_version"] = kResultsSchemaVersion;
+  j["meta"] = {{"argv", m.argv},
+               {"version", m.version},
+               {"git_sha", m.git_sha},
+               {"started_utc", m.started_utc},
+               {"finished_utc", m.finished_utc},
+               {"backend", to_string(m.backend)},
+               {"device", m.device.to_json()},
+               {"ceilings", m.ceilings.to_json()},
+               {"spec_file", m.spec_file},
+               {"interrupted", m.interrupted}};
+  nlohmann::json exps = nlohmann::json::array();
+  for (const auto& e : rs.experiments) {
+    nlohmann::json ej;
+    ej["name"] = e.spec.name;
+    ej["kind"] = e.spec.kind;
+    ej["spec"] = e.spec.resolved;
+    nlohmann::json axes = nlohmann::json::array();
+    for (const auto& a : e.spec.axes) {
+      nlohmann::json vals = nlohmann::json::array();
+      for (const auto& v : a.values) vals.push_back(value_to_json(v));
+      axes.push_back({{"key", a.key}, {"type", to_string(a.type)}, {"values", vals}});
+    }
+    ej["axes"] = axes;
+    ej["plan"] = {{"configurations", e.plan.points.size()}, {"variants", e.plan.variants}, {"rows", e.plan.rows},
+                  {"skipped", e.plan.skipped}};
+    ej["interrupted"] = e.interrupted;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : e.rows) rows.push_back(row_json(r, m.ceilings));
+    ej["rows"] = rows;
+    exps.push_back(ej);
+  }
+  j["experiments"] = exps;
+  return j;
+}
+
+ResultSet results_from_json(const nlohmann::json& j) {
+  if (j.value("schema", std::string()) != "infer-bench/results")
+    throw std::runtime_error("not an infer-bench results file");
+  int version = j.value("schema_version", 0);
+  if (version != kResultsSchemaVersion)
+    throw std::runtime_error(fmt::format("results schema version {} (this build reads {})", version, kResultsSchemaVersion));
+  ResultSet rs;
+  const auto& m = j.at("meta");
+  rs.meta.argv = m.at("argv").get<std::vector<std::string>>();
+  rs.meta.version = m.at("version").get<std::string>();
+  rs.meta.git_sha = m.at("git_sha").get<std::string>();
+  rs.meta.started_utc = m.at("started_utc").get<std::string>();
+  rs.meta.finished_utc = m.at("finished_utc").get<std::string>();
+  rs.meta.backend = *backend_from_string(m.at("backend").get<std::string>());
+  const auto& dev = m.at("device");
+  rs.meta.device.backend = *backend_from_string(dev.at("backend").get<std::string>());
+  rs.meta.device.name = dev.at("name").get<std::string>();
+  for (const auto& [k, v] : dev.at("properties").items()) rs.meta.device.properties.emplace_back(k, v.get<std::string>());
+  rs.meta.ceilings = Ceilings::from_json(m.at("ceilings"));
+  rs.meta.spec_file = m.at("spec_file").get<std::string>();
+  rs.meta.interrupted = m.at("interrupted").get<bool>();
+  for (const auto& ej : j.at("experiments")) {
+    ExperimentResult e;
+    e.spec.name = ej.at("name").get<std::string>();
+    e.spec.kind = ej.at("kind").get<std::string>();
+    e.spec.resolved = ej.at("spec");
+    e.spec.variants = e.spec.resolved.value("variants", std::vector<std::string>{});
+    if (e.spec.resolved.contains("baseline") && e.spec.resolved["baseline"].is_string())
+      e.spec.baseline = e.spec.resolved["baseline"].get<std::string>();
+    e.spec.description = e.spec.resolved.value("description", std::string());
+    e.spec.cpu_overrides_applied = e.spec.resolved.value("cpu_overrides_applied", false);
+    std::map<std::string, ParamType> types;
+    for (const auto& a : ej.at("axes")) {
+      Axis axis;
+      axis.key = a.at("key").get<std::string>();
+      axis.type = param_type_from_string(a.at("type").get<std::string>());
+      for (const auto& v : a.at("values")) axis.values.push_back(value_from_json(v));
+      types[axis.key] = axis.type;
+      e.spec.axes.push_back(std::move(axis));
+    }
+    if (e.spec.resolved.contains("book")) {
+      const auto& bj = e.spec.resolved["book"];
+      e.spec.book.source = bj.value("source", std::string());
+      e.spec.book.note = bj.value("note", std::string());
+      for (const auto& rowj : bj.value("rows", nlohmann::json::array())) {
+        BookRow br;
+        for (const auto& [k, v] : rowj.items()) {
+          if (k == "variant" || types.count(k)) br.match.emplace_back(k, value_from_json(v));
+          else br.figures.emplace_back(k, v);
+        }
+        e.spec.book.rows.push_back(std::move(br));
+      }
+    }
+    const auto& plan = ej.at("plan");
+    e.plan.variants = plan.at("variants").get<size_t>();
+    e.plan.rows = plan.at("rows").get<size_t>();
+    e.plan.skipped = plan.at("skipped").get<size_t>();
+    e.plan.points.resize(plan.at("configurations").get<size_t>());
+    e.interrupted = ej.at("interrupted").get<bool>();
+    for (const auto& rj : ej.at("rows")) {
+      Row r;
+      r.experiment = e.spec.name;
+      r.kind = e.spec.kind;
+      r.variant = rj.at("variant").get<std::string>();
+      r.status = row_status_from_string(rj.at("status").get<std::string>());
+      r.message = rj.at("message").get<std::string>();
+      r.backend = *backend_from_string(rj.at("backend").get<std::string>());
+      for (const auto& a : e.spec.axes)
+        if (rj.at("params").contains(a.key))
+          r.point.params.push_back(Param{a.key, value_from_json(rj.at("params").at(a.key)), types[a.key]});
+      r.is_baseline = rj.at("baseline").get<bool>();
+      r.samples = rj.at("samples_s").get<std::vector<double>>();
+      const auto& st = rj.at("stats_s");
+      r.stats.n = st.at("n").get<size_t>();
+      r.stats.median = st.at("median").get<double>();
+      r.stats.mean = st.at("mean").get<double>();
+      r.stats.stdev = st.at("stdev").get<double>();
+      r.stats.min = st.at("min").get<double>();
+      r.stats.max = st.at("max").get<double>();
+      r.stats.p10 = st.at("p10").get<double>();
+      r.stats.p90 = st.at("p90").get<double>();
+      r.stop_reason = rj.at("stop_reason").get<std::string>();
+      if (rj.contains("validation")) {
+        const auto& v = rj["validation"];
+        r.validation = Validation{v.at("ok").get<bool>(), v.at("metric").get<std::string>(), v.at("value").get<double>(),
+                                  v.at("tolerance").get<double>(), v.at("detail").get<std::string>()};
+      }
+      r.work.flops = rj.at("work").at("flops").get<double>();
+      r.work.bytes = rj.at("work").at("bytes").get<double>();
+      for (const auto& mj : rj.at("metrics"))
+        r.metrics.push_back(Metric{mj.at("key").get<std::string>(), mj.at("value").get<double>(), mj.at("unit").get<std::string>()});
+      if (rj.contains("speedup")) {
+        const auto& s = rj["speedup"];
+        Speedup sp;
+        sp.ratio = s.at("ratio").get<double>();
+        sp.lo = s.at("lo").get<double>();
+        sp.hi = s.at("hi").get<double>();
+        std::string v = s.at("verdict").get<std::string>();
+        sp.verdict = v == "faster" ? Verdict::Faster : v == "slower" ? Verdict::Slower : Verdict::Same;
+        r.speedup = sp;
+      }
+      for (const auto& [k, v] : rj.at("book").items()) r.book.emplace_back(k, v);
+      r.peak_memory = rj.at("peak_memory_bytes").get<int64_t>();
+      e.rows.push_back(std::move(r));
+    }
+    rs.experiments.push_back(std::move(e));
+  }
+  return rs;
+}
+
+}  // namespace ib

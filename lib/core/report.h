@@ -1,0 +1,50 @@
+// Results as Markdown (stdout, report.md), CSV (RFC 4180) and versioned JSON.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/runner.h"
+#include "core/sysinfo.h"
+
+namespace ib {
+
+constexpr int kResultsSchemaVersion = 1;
+
+struct RunMeta {
+  std::vector<std::string> argv;
+  std::string version;
+  std::string git_sha;
+  std::string started_utc;
+  std::string finished_utc;  // empty while running
+  Backend backend = Backend::Cpu;
+  DeviceInfo device;
+  Ceilings ceilings;
+  std::string spec_file;
+  bool interrupted = false;
+};
+
+struct ResultSet {
+  RunMeta meta;
+  std::vector<ExperimentResult> experiments;
+};
+
+// "### name (kind)", the description and the row count: printed before an experiment runs.
+std::string markdown_heading(const ExperimentSpec& spec, const SweepPlan& plan, Backend backend);
+// The line of constant parameters and the table (columns that never vary are folded above it).
+std::string markdown_table(const ExperimentResult& result, const Ceilings& ceilings);
+// report.md: the run's metadata, then every experiment's heading and table.
+std::string markdown_report(const ResultSet& results);
+
+std::string csv_report(const ResultSet& results);
+
+nlohmann::json json_report(const ResultSet& results);
+// Reads a results.json back (checks the schema version; throws std::runtime_error).
+ResultSet results_from_json(const nlohmann::json& j);
+
+// RFC 4180 field quoting.
+std::string csv_field(const std::string& s);
+
+}  // namespace ib

@@ -1,0 +1,249 @@
+#include "core/runner.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/interrupt.h"
+#include "core/nvtx.h"
+#include "core/registry.h"
+#include "core/units.h"
+
+namespace ib {
+
+nlohmann::json Ceilings::to_json() const {
+  nlohmann::json j;
+  j["copy_bytes_per_s"] = copy_bytes_per_s;
+  j["gemm_flops_per_s"] = gemm_flops_per_s;
+  j["copy"] = copy_label;
+  j["gemm"] = gemm_label;
+  return j;
+}
+
+Ceilings Ceilings::from_json(const nlohmann::json& j) {
+  Ceilings c;
+  c.copy_bytes_per_s = j.value("copy_bytes_per_s", 0.0);
+  c.gemm_flops_per_s = j.value("gemm_flops_per_s", 0.0);
+  c.copy_label = j.value("copy", std::string());
+  c.gemm_label = j.value("gemm", std::string());
+  return c;
+}
+
+const char* to_string(RowStatus s) {
+  switch (s) {
+    case RowStatus::Ok: return "ok";
+    case RowStatus::Failed: return "FAILED";
+    case RowStatus::Oom: return "OOM";
+    case RowStatus::Unsupported: return "unsupported";
+  }
+  return "?";
+}
+
+RowStatus row_status_from_string(const std::string& s) {
+  if (s == "ok") return RowStatus::Ok;
+  if (s == "FAILED") return RowStatus::Failed;
+  if (s == "OOM") return RowStatus::Oom;
+  if (s == "unsupported") return RowStatus::Unsupported;
+  throw std::runtime_error("unknown row status '" + s + "'");
+}
+
+Roofline roofline(const Row& row, const Ceilings& c) {
+  Roofline r;
+  if (row.status != RowStatus::Ok || row.stats.n == 0 || row.stats.median <= 0) return r;
+  const double t = row.stats.median;
+  if (row.work.flops > 0) {
+    r.tflops = row.work.flops / t / 1e12;
+    if (c.gemm_flops_per_s > 0) r.pct_gemm = 100.0 * row.work.flops / t / c.gemm_flops_per_s;
+  }
+  if (row.work.bytes > 0) {
+    r.gbps = row.work.bytes / t / 1e9;
+    if (c.copy_bytes_per_s > 0) r.pct_copy = 100.0 * row.work.bytes / t / c.copy_bytes_per_s;
+  }
+  return r;
+}
+
+std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const auto& row : book.rows) {
+    bool ok = true;
+    for (const auto& [k, v] : row.match) {
+      if (k == "variant") ok = ok && std::get<std::string>(v) == variant;
+      else if (const Param* q = p.find(k)) ok = ok && values_equal(q->value, v);
+      else ok = false;
+    }
+    if (ok)
+      for (const auto& f : row.figures) out.push_back(f);
+  }
+  return out;
+}
+
+std::string config_label(const ExperimentSpec& spec, const Point& p) {
+  std::vector<std::string> varying;
+  for (const auto& a : spec.axes)
+    if (a.values.size() > 1) varying.push_back(a.key);
+  if (varying.empty()) return "default";
+  return p.label(varying);
+}
+
+std::string row_range_name(const ExperimentSpec& spec, const std::string& variant, const Point& p) {
+  const KindInfo* kind = Registry::instance().kind(spec.kind);
+  return (kind ? kind->group : spec.kind) + "/" + spec.name + "/" + variant + "/" + config_label(spec, p);
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+ExperimentResult Runner::run(const ExperimentSpec& spec) {
+  ExperimentResult result;
+  result.spec = spec;
+  result.plan = plan_sweep(spec);
+  if (observer_) observer_->experiment_started(spec, result.plan);
+
+  std::vector<std::string> order;
+  if (!spec.baseline.empty()) order.push_back(spec.baseline);
+  for (const auto& v : spec.variants)
+    if (v != spec.baseline) order.push_back(v);
+
+  size_t index = 0;
+  for (const auto& point : result.plan.points) {
+    std::optional<size_t> baseline_at;  // index in result.rows of this point's baseline row
+    for (const auto& variant : order) {
+      if (is_skipped(spec, point, variant)) continue;
+      if (interrupted()) {
+        result.interrupted = true;
+        break;
+      }
+      if (observer_) observer_->row_started(spec, index, result.plan.rows, variant + " " + config_label(spec, point));
+      Row row = run_row(spec, point, variant, index);
+      ++index;
+      if (variant == spec.baseline) {
+        row.is_baseline = true;
+        baseline_at = result.rows.size();
+      } else if (baseline_at && result.rows[*baseline_at].status == RowStatus::Ok && row.status == RowStatus::Ok) {
+        row.speedup = bootstrap_speedup(result.rows[*baseline_at].samples, row.samples,
+                                        static_cast<uint64_t>(spec.control.seed) * 7919u + index);
+      }
+      result.rows.push_back(std::move(row));
+      if (observer_) observer_->row_finished(result, result.rows.back());
+      if (interrupted()) {
+        result.interrupted = true;
+        break;
+      }
+    }
+    if (result.interrupted) break;
+  }
+  if (observer_) observer_->experiment_finished(result);
+  return result;
+}
+
+Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::string& variant, size_t row_index) {
+  const KindInfo* kind = Registry::instance().kind(spec.kind);
+  if (!kind) throw std::logic_error("unregistered kind " + spec.kind);
+  Row row;
+  row.experiment = spec.name;
+  row.kind = spec.kind;
+  row.variant = variant;
+  row.backend = rt_.backend();
+  row.point = point;
+  row.book = match_book(spec.book, point, variant);
+
+  NvtxRange range(row_range_name(spec, variant, point));
+
+  const VariantDecl* decl = find_variant(*kind, variant);
+  if (!decl) throw std::logic_error("undeclared variant " + variant);
+  if (decl->backend != rt_.backend()) {
+    row.status = RowStatus::Unsupported;
+    row.message = fmt::format("needs the {} backend", to_string(decl->backend));
+    return row;
+  }
+  std::unique_ptr<Variant> v = Registry::instance().make(spec.kind, variant);
+  if (!v) {
+    row.status = RowStatus::Unsupported;
+    row.message = "not built into this binary (built without CUDA)";
+    return row;
+  }
+  if (std::string why = v->unsupported(point); !why.empty()) {
+    row.status = RowStatus::Unsupported;
+    row.message = why;
+    return row;
+  }
+
+  MemoryTracker& mem = rt_.memory();
+  mem.set_limit(spec.control.memory_limit);
+  const int64_t start_bytes = mem.current();
+  mem.reset_peak();
+  const uint64_t seed = static_cast<uint64_t>(spec.control.seed) + 1000003ull * row_index;
+  try {
+    v->prepare(point, rt_, seed);
+    {
+      NvtxRange r("validate");
+      row.validation = v->validate(rt_);
+      rt_.check_errors();
+    }
+    if (!row.validation->ok) {
+      const Validation& val = *row.validation;
+      row.status = RowStatus::Failed;
+      row.message = fmt::format("validation failed: {} {} > {}", val.metric, format_number(val.value), format_number(val.tolerance));
+      if (!val.detail.empty()) row.message += " (" + val.detail + ")";
+    } else {
+      const int64_t warmup = options_.profile ? 1 : spec.control.warmup;
+      {
+        NvtxRange r("warmup");
+        for (int64_t i = 0; i < warmup && !interrupted(); ++i) v->run(rt_);
+        rt_.synchronize();
+        rt_.check_errors();
+      }
+      NvtxRange r("measure");
+      auto timer = rt_.make_timer();
+      if (options_.profile) {
+        rt_.profiler_start();
+        for (int i = 0; i < options_.profile_runs; ++i) {
+          timer->start();
+          v->run(rt_);
+          row.samples.push_back(timer->stop());
+        }
+        rt_.profiler_stop();
+        row.stop_reason = fmt::format("profile: {} runs", options_.profile_runs);
+      } else {
+        StoppingRule rule({spec.control.min_samples, spec.control.min_time, spec.control.max_noise, spec.control.timeout});
+        const auto t0 = std::chrono::steady_clock::now();
+        while (!rule.done()) {
+          if (spec.control.cold_l2) rt_.flush_cache();
+          timer->start();
+          v->run(rt_);
+          double s = timer->stop();
+          row.samples.push_back(s);
+          rule.add(s, seconds_since(t0));
+          if (interrupted() && !rule.done()) {
+            row.stop_reason = fmt::format("interrupted after {} samples", row.samples.size());
+            break;
+          }
+        }
+        if (row.stop_reason.empty()) row.stop_reason = rule.reason();
+      }
+      rt_.check_errors();
+      row.stats = summarize(row.samples);
+      row.work = v->work();
+      row.metrics = v->metrics();
+    }
+  } catch (const OutOfMemory& e) {
+    row.status = RowStatus::Oom;
+    row.message = e.what();
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    row.status = RowStatus::Failed;
+    row.message = e.what();
+  }
+  row.peak_memory = mem.peak() - start_bytes;
+  v.reset();
+  mem.set_limit(0);
+  return row;
+}
+
+}  // namespace ib

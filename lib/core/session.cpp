@@ -1,0 +1,266 @@
+#include "core/session.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/build_info.h"
+#include "core/ceilings.h"
+#include "core/errors.h"
+#include "core/interrupt.h"
+#include "core/nvtx.h"
+#include "core/output.h"
+#include "core/report.h"
+#include "core/runner.h"
+#include "core/sysinfo.h"
+#include "core/units.h"
+
+namespace ib {
+
+namespace {
+
+void out(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+class Notes {
+ public:
+  explicit Notes(bool quiet) : quiet_(quiet) {}
+  void say(const std::string& s) const {
+    if (!quiet_) std::fprintf(stderr, "infer-bench: %s\n", s.c_str());
+  }
+
+ private:
+  bool quiet_;
+};
+
+// One line on stderr, rewritten in place; only on a terminal.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled) {}
+  ~ProgressLine() { clear(); }
+  void show(const std::string& s) {
+    if (!enabled_) return;
+    std::fprintf(stderr, "\r\033[K%s", s.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+};
+
+void check_format(const std::string& f) {
+  if (f != "md" && f != "csv" && f != "json") throw InputError("--format '" + f + "': expected md, csv or json");
+}
+
+Spec load_selected(const std::string& path, const SessionOptions& o, Backend backend) {
+  SpecOptions so;
+  so.backend = backend;
+  so.sets = o.sets;
+  so.overrides = o.overrides;
+  Spec spec = load_spec(path, so);
+  if (!o.only.empty()) {
+    std::vector<std::string> names;
+    for (const auto& e : spec.experiments) names.push_back(e.name);
+    std::vector<ExperimentSpec> kept;
+    for (const auto& want : o.only) {
+      bool found = false;
+      for (const auto& e : spec.experiments)
+        if (e.name == want) {
+          kept.push_back(e);
+          found = true;
+        }
+      if (!found) throw InputError("--only " + want + ": no such experiment in " + path + did_you_mean(want, names));
+    }
+    spec.experiments = kept;
+  }
+  return spec;
+}
+
+std::string file_stem(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  auto dot = base.find_last_of('.');
+  return dot == std::string::npos ? base : base.substr(0, dot);
+}
+
+class SessionObserver : public RunObserver {
+ public:
+  SessionObserver(ResultSet& rs, std::string dir, const SessionOptions& o)
+      : rs_(rs), dir_(std::move(dir)), markdown_(o.format == "md"), progress_(!o.quiet && isatty(2)) {}
+
+  void experiment_started(const ExperimentSpec& spec, const SweepPlan& plan) override {
+    if (markdown_) out("\n" + markdown_heading(spec, plan, rs_.meta.backend));
+    ExperimentResult e;
+    e.spec = spec;
+    e.plan = plan;
+    rs_.experiments.push_back(std::move(e));
+    write();
+  }
+  void row_started(const ExperimentSpec& spec, size_t index, size_t total, const std::string& label) override {
+    progress_.show(fmt::format("[{}/{}] {}: {}", index + 1, total, spec.name, label));
+  }
+  void row_finished(const ExperimentResult& result, const Row&) override {
+    rs_.experiments.back() = result;
+    write();
+  }
+  void experiment_finished(const ExperimentResult& result) override {
+    progress_.clear();
+    rs_.experiments.back() = result;
+    if (markdown_) out(markdown_table(result, rs_.meta.ceilings));
+    write();
+  }
+  void write() const {
+    write_file_atomic(dir_ + "/results.json", json_report(rs_).dump(2) + "\n");
+    write_file_atomic(dir_ + "/results.csv", csv_report(rs_));
+    write_file_atomic(dir_ + "/report.md", markdown_report(rs_));
+  }
+
+ private:
+  ResultSet& rs_;
+  std::string dir_;
+  bool markdown_;
+  ProgressLine progress_;
+};
+
+RunMeta make_meta(const SessionOptions& o, Backend backend, const std::string& spec_file) {
+  RunMeta m;
+  m.argv = o.argv;
+  m.version = build_version();
+  m.git_sha = build_git_sha();
+  m.started_utc = utc_stamp_iso();
+  m.backend = backend;
+  m.device = describe(backend);
+  m.spec_file = spec_file;
+  return m;
+}
+
+}  // namespace
+
+int run_spec_file(const std::string& path, const SessionOptions& o) {
+  check_format(o.format);
+  const Backend backend = resolve_backend(o.backend);
+  Spec spec = load_selected(path, o, backend);
+  // Everything the user gave is valid from here on: only now is anything written.
+  const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
+  const std::string dir = choose_run_dir(o.output, label);
+  create_run_dir(dir);
+
+  Notes notes(o.quiet);
+  auto rt = make_runtime(backend);
+  ResultSet rs;
+  rs.meta = make_meta(o, backend, path);
+  size_t rows = 0;
+  for (const auto& e : spec.experiments) rows += plan_sweep(e).rows;
+  notes.say(fmt::format("{} experiment{} ({} rows) from {} on the {} backend ({}){}", spec.experiments.size(),
+                        spec.experiments.size() == 1 ? "" : "s", rows, path, to_string(backend), rs.meta.device.name,
+                        backend == Backend::Cpu && !cuda_unavailable_reason().empty()
+                            ? " — " + cuda_unavailable_reason() + "; the CPU backend runs the spec's scaled sizes"
+                            : ""));
+  notes.say("measuring the peaks (copy, GEMM) for the roofline columns");
+  install_interrupt_handler();
+  rs.meta.ceilings = measure_ceilings(*rt);
+  if (o.format == "md")
+    out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
+                    file_stem(path), rs.meta.device.name, to_string(backend),
+                    format_number(rs.meta.ceilings.copy_bytes_per_s / 1e9), rs.meta.ceilings.copy_label,
+                    format_number(rs.meta.ceilings.gemm_flops_per_s / 1e12), rs.meta.ceilings.gemm_label));
+
+  SessionObserver observer(rs, dir, o);
+  RunnerOptions ro;
+  ro.profile = o.profile;
+  Runner runner(*rt, ro, &observer);
+  bool failed = false;
+  for (const auto& e : spec.experiments) {
+    if (interrupted()) break;
+    ExperimentResult r = runner.run(e);
+    for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;
+  }
+  rs.meta.interrupted = interrupted();
+  rs.meta.finished_utc = utc_stamp_iso();
+  observer.write();
+  if (o.format == "csv") out(csv_report(rs));
+  if (o.format == "json") out(json_report(rs).dump(2) + "\n");
+  notes.say("results in " + dir + "/ (results.json, results.csv, report.md)");
+  if (rs.meta.interrupted) {
+    std::fprintf(stderr, "infer-bench: interrupted: the rows measured so far are in %s/\n", dir.c_str());
+    return 130;
+  }
+  return failed ? 1 : 0;
+}
+
+int list_spec_file(const std::string& path, const SessionOptions& o) {
+  const Backend backend = resolve_backend(o.backend);
+  Spec spec = load_selected(path, o, backend);
+  size_t total = 0;
+  std::string s = fmt::format("## {} — {} experiment{} for the {} backend\n", path, spec.experiments.size(),
+                              spec.experiments.size() == 1 ? "" : "s", to_string(backend));
+  if (!spec.description.empty()) s += "\n" + spec.description + "\n";
+  for (const auto& e : spec.experiments) {
+    SweepPlan plan = plan_sweep(e);
+    total += plan.rows;
+    s += "\n" + markdown_heading(e, plan, backend);
+    std::string variants;
+    for (const auto& v : e.variants) variants += (variants.empty() ? "" : ", ") + v;
+    s += fmt::format("variants: {} · baseline: {}\n", variants, e.baseline.empty() ? "none" : e.baseline);
+    std::string constants;
+    for (const auto& a : e.axes)
+      if (a.values.size() == 1) constants += (constants.empty() ? "" : " · ") + a.key + " = " + format_value(a.values[0], a.type);
+    if (!constants.empty()) s += constants + "\n";
+    s += "\n| # | variant | config | NVTX range |\n|---:|---|---|---|\n";
+    std::vector<std::string> order;
+    if (!e.baseline.empty()) order.push_back(e.baseline);
+    for (const auto& v : e.variants)
+      if (v != e.baseline) order.push_back(v);
+    size_t i = 0;
+    for (const auto& p : plan.points)
+      for (const auto& v : order) {
+        if (is_skipped(e, p, v)) continue;
+        s += fmt::format("| {} | {} | {} | `{}` |\n", ++i, v, config_label(e, p), row_range_name(e, v, p));
+      }
+  }
+  s += fmt::format("\n{} rows in all\n", total);
+  out(s);
+  return 0;
+}
+
+int show_info(const SessionOptions& o) {
+  check_format(o.format);
+  const Backend backend = resolve_backend(o.backend);
+  DeviceInfo d = describe(backend);
+  std::string s = fmt::format("## {} ({} backend)\n\n| property | value |\n|---|---|\n", d.name, to_string(backend));
+  for (const auto& [k, v] : d.properties) s += fmt::format("| {} | {} |\n", k, v);
+  s += fmt::format("| infer-bench | {} (git {}), CUDA backend {}, NVTX {} |\n", build_version(), build_git_sha(),
+                   build_has_cuda() ? "built" : "not built", nvtx_enabled() ? "on" : "off (no-op shim)");
+  if (backend == Backend::Cpu && build_has_cuda()) s += fmt::format("| GPU | {} |\n", cuda_unavailable_reason());
+  out(s);
+
+  auto rt = make_runtime(backend);
+  Spec spec = ceiling_spec(backend, false, o.overrides);
+  install_interrupt_handler();
+  Runner runner(*rt, RunnerOptions{});
+  std::vector<ExperimentResult> results;
+  for (const auto& e : spec.experiments) {
+    if (interrupted()) break;
+    results.push_back(runner.run(e));
+    out("\n" + markdown_heading(e, results.back().plan, backend) + markdown_table(results.back(), Ceilings{}));
+  }
+  Ceilings c = ceilings_from_results(results);
+  out(fmt::format("\nceilings: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", format_number(c.copy_bytes_per_s / 1e9),
+                  c.copy_label, format_number(c.gemm_flops_per_s / 1e12), c.gemm_label));
+  bool failed = false;
+  for (const auto& r : results)
+    for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;
+  return interrupted() ? 130 : failed ? 1 : 0;
+}
+
+}  // namespace ib

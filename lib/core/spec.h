@@ -1,0 +1,109 @@
+// YAML experiment specs -> validated, typed experiments with their sweep axes.
+//
+// A spec file:
+//   version: 1
+//   description: ...
+//   defaults: {warmup: 5}          # any experiment key, applied to every experiment
+//   experiments:
+//     - name: copy-bandwidth
+//       kind: ceiling
+//       variants: [copy]
+//       bytes: [256MiB, 1GiB]      # a list is an axis of the sweep
+//       skip: [{bytes: 1GiB, variant: copy}]
+//       book: {source: "...", rows: [{variant: copy, gbps: 1555}]}
+//       cpu: {variants: [memcpy], bytes: 64MiB}   # replaces keys on the CPU backend
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.h"
+#include "core/errors.h"
+#include "core/value.h"
+
+namespace ib {
+
+// How a row is measured. Precedence: built-in defaults < spec `defaults:` < the experiment <
+// its `cpu:` block (CPU backend) < --set < command-line flags.
+struct RunControl {
+  int64_t warmup = 3;          // unmeasured runs after validation
+  int64_t min_samples = 10;    // at least this many samples
+  double min_time = 0.25;      // and at least this much measured time (s)
+  double max_noise = 0.01;     // stop when relative stdev falls below this
+  double timeout = 10.0;       // wall-clock cap per row (s); the row names what was unmet
+  bool cold_l2 = false;        // flush caches before every sample
+  int64_t memory_limit = 0;    // bytes; 0 = the real card/host
+  int64_t seed = 20260101;     // inputs are fresh random data from this seed
+};
+
+// Command-line overrides of RunControl (set only when the flag was given).
+struct RunControlOverrides {
+  std::optional<int64_t> warmup, min_samples, memory_limit, seed;
+  std::optional<double> min_time, max_noise, timeout;
+  std::optional<bool> cold_l2;
+};
+
+struct Axis {
+  std::string key;
+  ParamType type = ParamType::Int;
+  std::vector<Value> values;  // one value: a constant
+};
+
+struct SkipRule {
+  // Every condition must hold: key equals one of the values ("variant" matches the variant).
+  std::vector<std::pair<std::string, std::vector<Value>>> conditions;
+};
+
+struct BookRow {
+  std::vector<std::pair<std::string, Value>> match;             // params and/or "variant"
+  std::vector<std::pair<std::string, nlohmann::json>> figures;  // the chapter's numbers
+};
+
+struct Book {
+  std::string source;  // "Chapter 8, §8.1, A100"
+  std::string note;
+  std::vector<BookRow> rows;
+  bool empty() const { return rows.empty(); }
+};
+
+struct ExperimentSpec {
+  std::string name;
+  std::string kind;
+  std::string description;
+  SourceLoc loc;
+  std::vector<std::string> variants;
+  std::string baseline;  // "" = no baseline
+  std::vector<Axis> axes;
+  std::vector<SkipRule> skip;
+  Book book;
+  RunControl control;
+  bool cpu_overrides_applied = false;  // the `cpu:` block replaced keys (scaled sizes)
+  nlohmann::json resolved;             // the experiment as run, for results.json
+};
+
+struct Spec {
+  std::string file;
+  std::string description;
+  std::vector<ExperimentSpec> experiments;
+};
+
+struct SpecOptions {
+  Backend backend = Backend::Cpu;
+  std::vector<std::string> sets;  // "key=value" or "experiment.key=value"
+  RunControlOverrides overrides;
+};
+
+// Throws InputError ("file:line:col: key.path: message") on any problem.
+Spec load_spec(const std::string& path, const SpecOptions& options);
+Spec parse_spec(const std::string& text, const std::string& file, const SpecOptions& options);
+
+// The keys every experiment accepts besides its kind's keys, for docs and suggestions.
+const std::vector<KeySpec>& common_keys();
+
+// The spec reference in Markdown: common keys, then each kind's keys and variants.
+std::string spec_reference_markdown();
+
+}  // namespace ib

@@ -1,0 +1,48 @@
+// A point of an experiment's sweep (one value per key) and the expansion of axes into points.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/value.h"
+
+namespace ib {
+
+struct ExperimentSpec;
+
+struct Param {
+  std::string key;
+  Value value;
+  ParamType type = ParamType::Int;
+};
+
+class Point {
+ public:
+  std::vector<Param> params;
+
+  const Param* find(const std::string& key) const;
+  const Value& at(const std::string& key) const;  // throws std::out_of_range naming the key
+  int64_t integer(const std::string& key) const;
+  double number(const std::string& key) const;
+  bool flag(const std::string& key) const;
+  const std::string& text(const std::string& key) const;
+  // "bytes=1GiB dtype=bf16": only the given keys, or all when `keys` is empty.
+  std::string label(const std::vector<std::string>& keys = {}) const;
+};
+
+// Cartesian product of the spec's axes, first axis slowest.
+std::vector<Point> expand_sweep(const ExperimentSpec& spec);
+// True when a `skip:` rule matches the point and variant.
+bool is_skipped(const ExperimentSpec& spec, const Point& p, const std::string& variant);
+
+struct SweepPlan {
+  std::vector<Point> points;
+  size_t variants = 0;
+  size_t rows = 0;     // points x variants, minus skipped
+  size_t skipped = 0;
+};
+SweepPlan plan_sweep(const ExperimentSpec& spec);
+// "3 configurations × 2 variants = 6 rows (1 skipped)"
+std::string describe_plan(const SweepPlan& plan);
+
+}  // namespace ib

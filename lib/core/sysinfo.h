@@ -1,0 +1,32 @@
+// What the machine is: CPU model and caches, memory, and (in CUDA builds) the GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.h"
+
+namespace ib {
+
+struct DeviceInfo {
+  Backend backend = Backend::Cpu;
+  std::string name;  // "NVIDIA H200" or the CPU model
+  std::vector<std::pair<std::string, std::string>> properties;  // in display order
+  nlohmann::json to_json() const;
+};
+
+DeviceInfo describe_cpu();
+// Throws InputError when the CUDA backend is unusable.
+DeviceInfo describe_cuda();
+DeviceInfo describe(Backend b);
+
+int64_t cpu_last_level_cache_bytes();
+int64_t host_memory_total_bytes();
+// "h200" from "NVIDIA H200": a short name for results/<gpu>/ folders.
+std::string short_device_name(const std::string& name);
+
+}  // namespace ib

@@ -1,0 +1,63 @@
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ceiling/sgemm.h"
+#include "core/ceilings.h"
+#include "core/random.h"
+#include "core/runner.h"
+
+namespace ib {
+namespace {
+
+void check_sgemm(int m, int n, int k) {
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n), c(static_cast<size_t>(m) * n, NAN);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = random_uniform(1, i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = random_uniform(2, i);
+  sgemm_blocked(m, n, k, a.data(), k, b.data(), n, c.data(), n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int p = 0; p < k; ++p) {
+        ref += double(a[size_t(i) * k + p]) * b[size_t(p) * n + j];
+        mag += std::fabs(double(a[size_t(i) * k + p]) * b[size_t(p) * n + j]);
+      }
+      ASSERT_LE(std::fabs(c[size_t(i) * n + j] - ref), 1e-5 * mag + 1e-30) << m << "x" << n << "x" << k << " at " << i << "," << j;
+    }
+}
+
+TEST(Sgemm, MatchesFloat64OnRaggedShapes) {
+  check_sgemm(1, 1, 1);
+  check_sgemm(7, 17, 5);      // tails in every dimension
+  check_sgemm(13, 33, 300);   // k crosses a KC block
+  check_sgemm(64, 64, 64);
+  check_sgemm(1, 100, 513);   // decode-like: one row
+}
+
+TEST(Ceiling, CpuVariantsPassTheGateAndYieldPeaks) {
+  RunControlOverrides quick;
+  quick.min_samples = 3;
+  quick.min_time = 0;
+  quick.timeout = 2;
+  quick.warmup = 0;
+  Spec spec = ceiling_spec(Backend::Cpu, true, quick);
+  auto rt = make_cpu_runtime();
+  Runner runner(*rt, RunnerOptions{});
+  std::vector<ExperimentResult> results;
+  for (const auto& e : spec.experiments) results.push_back(runner.run(e));
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_EQ(r.rows[0].status, RowStatus::Ok) << r.rows[0].message;
+    ASSERT_TRUE(r.rows[0].validation);
+    EXPECT_TRUE(r.rows[0].validation->ok);
+  }
+  Ceilings c = ceilings_from_results(results);
+  EXPECT_GT(c.copy_bytes_per_s, 1e8);
+  EXPECT_GT(c.gemm_flops_per_s, 1e8);
+  EXPECT_NE(c.gemm_label.find("SGEMM fp32 1024x1024x1024"), std::string::npos) << c.gemm_label;
+}
+
+}  // namespace
+}  // namespace ib

@@ -1,0 +1,197 @@
+// The runner on a kind of fake variants: ordering, the correctness gate, OOM rows, unsupported
+// rows, speedups and book figures.
+#include <atomic>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "core/memory.h"
+#include "core/registry.h"
+#include "core/runner.h"
+#include "core/spec.h"
+
+namespace ib {
+namespace {
+
+std::atomic<int> g_wrong_runs{0};
+volatile double g_sink = 0;
+
+// Spins for `work` units: time proportional to work, deterministic enough for a speedup.
+void spin(int64_t work) {
+  double x = 0;
+  for (int64_t i = 0; i < work * 20000; ++i) x += 1.0 / static_cast<double>(i + 1);
+  g_sink = x;
+}
+
+class Spinner : public Variant {
+ public:
+  explicit Spinner(int64_t factor) : factor_(factor) {}
+  void prepare(const Point& p, BackendRuntime&, uint64_t) override {
+    work_ = p.integer("work") * factor_;
+    scratch_.allocate(1024, "scratch");
+  }
+  Validation validate(BackendRuntime&) override { return {true, "abs_err", 0, 1e-6, ""}; }
+  void run(BackendRuntime&) override { spin(work_); }
+  Work work() const override { return {1e6 * static_cast<double>(work_), 0}; }
+  std::vector<Metric> metrics() const override { return {{"units", static_cast<double>(work_), "work"}}; }
+
+ private:
+  int64_t factor_, work_ = 0;
+  HostBuffer<float> scratch_;
+};
+
+struct Slow : Spinner {
+  Slow() : Spinner(3) {}
+};
+struct Fast : Spinner {
+  Fast() : Spinner(1) {}
+};
+
+class Wrong : public Variant {
+ public:
+  void prepare(const Point&, BackendRuntime&, uint64_t) override {}
+  Validation validate(BackendRuntime&) override { return {false, "rel_l2", 0.5, 1e-2, "output is garbage"}; }
+  void run(BackendRuntime&) override { ++g_wrong_runs; }
+};
+
+class Hungry : public Variant {
+ public:
+  void prepare(const Point& p, BackendRuntime&, uint64_t) override { big_.allocate(static_cast<size_t>(p.integer("alloc")), "n×n scores"); }
+  Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
+  void run(BackendRuntime&) override {}
+
+ private:
+  HostBuffer<char> big_;
+};
+
+class Picky : public Variant {
+ public:
+  std::string unsupported(const Point& p) const override { return p.integer("work") > 1 ? "work > 1 is not supported" : ""; }
+  void prepare(const Point&, BackendRuntime&, uint64_t) override {}
+  Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
+  void run(BackendRuntime&) override {}
+};
+
+class Thrower : public Variant {
+ public:
+  void prepare(const Point&, BackendRuntime&, uint64_t) override {}
+  Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
+  void run(BackendRuntime&) override { throw std::runtime_error("kernel exploded"); }
+};
+
+KindInfo test_kind() {
+  KindInfo k;
+  k.name = "unit-test";
+  k.group = "test";
+  k.doc = "fake variants for the runner's tests";
+  KeySpec work;
+  work.name = "work";
+  work.type = ParamType::Int;
+  work.default_value = Value(int64_t{1});
+  KeySpec alloc;
+  alloc.name = "alloc";
+  alloc.type = ParamType::Bytes;
+  alloc.default_value = Value(int64_t{1024});
+  k.keys = {work, alloc};
+  k.variants = {{"slow", Backend::Cpu, "3 units of work", {}}, {"fast", Backend::Cpu, "1 unit", {}},
+                {"wrong", Backend::Cpu, "fails validation", {}}, {"hungry", Backend::Cpu, "allocates alloc bytes", {}},
+                {"picky", Backend::Cpu, "only work = 1", {}},     {"gpu_only", Backend::Cuda, "a CUDA variant", {}},
+                {"thrower", Backend::Cpu, "throws while running", {}}};
+  return k;
+}
+
+const KindRegistration kind_registration(test_kind());
+IB_REGISTER_VARIANT("unit-test", "slow", Slow);
+IB_REGISTER_VARIANT("unit-test", "fast", Fast);
+IB_REGISTER_VARIANT("unit-test", "wrong", Wrong);
+IB_REGISTER_VARIANT("unit-test", "hungry", Hungry);
+IB_REGISTER_VARIANT("unit-test", "picky", Picky);
+IB_REGISTER_VARIANT("unit-test", "thrower", Thrower);
+
+ExperimentSpec spec_of(const std::string& body) {
+  SpecOptions opt;
+  std::string text = "experiments:\n  - name: e\n    kind: unit-test\n    warmup: 1\n    min_samples: 5\n"
+                     "    min_time: 0\n    max_noise: 50%\n    timeout: 5s\n" + body;
+  return parse_spec(text, "t.yaml", opt).experiments[0];
+}
+
+ExperimentResult run(const ExperimentSpec& e) {
+  auto rt = make_cpu_runtime();
+  Runner r(*rt, RunnerOptions{});
+  return r.run(e);
+}
+
+TEST(Runner, BaselineFirstAndSpeedupWithInterval) {
+  ExperimentResult res = run(spec_of("    variants: [fast, slow]\n    baseline: slow\n    work: [2, 3]\n"
+                                     "    book: {source: b, rows: [{variant: fast, work: 2, speedup: 3}]}\n"));
+  ASSERT_EQ(res.rows.size(), 4u);
+  EXPECT_EQ(res.rows[0].variant, "slow");
+  EXPECT_TRUE(res.rows[0].is_baseline);
+  EXPECT_EQ(res.rows[1].variant, "fast");
+  for (const auto& r : res.rows) {
+    EXPECT_EQ(r.status, RowStatus::Ok) << r.message;
+    EXPECT_GE(r.stats.n, 5u);
+    EXPECT_FALSE(r.stop_reason.empty());
+    EXPECT_GT(r.stats.median, 0);
+    EXPECT_GE(r.peak_memory, 4096);
+  }
+  ASSERT_TRUE(res.rows[1].speedup);
+  EXPECT_GT(res.rows[1].speedup->ratio, 1.5);
+  EXPECT_EQ(res.rows[1].speedup->verdict, Verdict::Faster);
+  EXPECT_FALSE(res.rows[0].speedup);
+  ASSERT_EQ(res.rows[1].book.size(), 1u);
+  EXPECT_EQ(res.rows[1].book[0].first, "speedup");
+  EXPECT_TRUE(res.rows[3].book.empty());  // work = 3 has no book row
+  EXPECT_EQ(res.rows[1].metrics[0].key, "units");
+}
+
+TEST(Runner, FailedValidationIsNeverTimed) {
+  g_wrong_runs = 0;
+  ExperimentResult res = run(spec_of("    variants: [wrong, fast]\n"));
+  ASSERT_EQ(res.rows.size(), 2u);
+  EXPECT_EQ(res.rows[0].status, RowStatus::Failed);
+  EXPECT_NE(res.rows[0].message.find("validation failed: rel_l2 0.5 > 0.01 (output is garbage)"), std::string::npos)
+      << res.rows[0].message;
+  EXPECT_TRUE(res.rows[0].samples.empty());
+  EXPECT_EQ(g_wrong_runs.load(), 0);
+  EXPECT_EQ(res.rows[1].status, RowStatus::Ok);  // the sweep goes on
+}
+
+TEST(Runner, MemoryLimitGivesAnOomRowAndTheSweepGoesOn) {
+  ExperimentResult res = run(spec_of("    variants: [hungry]\n    alloc: [1MiB, 64MiB, 2MiB]\n    memory_limit: 16MiB\n"));
+  ASSERT_EQ(res.rows.size(), 3u);
+  EXPECT_EQ(res.rows[0].status, RowStatus::Ok);
+  EXPECT_EQ(res.rows[1].status, RowStatus::Oom);
+  EXPECT_NE(res.rows[1].message.find("n×n scores"), std::string::npos) << res.rows[1].message;
+  EXPECT_NE(res.rows[1].message.find("memory limit of 16 MiB"), std::string::npos) << res.rows[1].message;
+  EXPECT_EQ(res.rows[2].status, RowStatus::Ok);
+  EXPECT_EQ(res.rows[2].peak_memory, 2 << 20);
+  EXPECT_EQ(host_memory().limit(), 0);  // the limit applies to the rows only
+}
+
+TEST(Runner, UnsupportedRowsSayWhy) {
+  ExperimentResult res = run(spec_of("    variants: [picky, gpu_only]\n    work: [1, 2]\n"));
+  ASSERT_EQ(res.rows.size(), 4u);
+  EXPECT_EQ(res.rows[0].status, RowStatus::Ok);
+  EXPECT_EQ(res.rows[1].status, RowStatus::Unsupported);
+  EXPECT_EQ(res.rows[1].message, "needs the cuda backend");
+  EXPECT_EQ(res.rows[2].status, RowStatus::Unsupported);
+  EXPECT_EQ(res.rows[2].message, "work > 1 is not supported");
+}
+
+TEST(Runner, ExceptionInRunIsAFailedRow) {
+  ExperimentResult res = run(spec_of("    variants: [thrower, fast]\n    baseline: thrower\n"));
+  ASSERT_EQ(res.rows.size(), 2u);
+  EXPECT_EQ(res.rows[0].status, RowStatus::Failed);
+  EXPECT_EQ(res.rows[0].message, "kernel exploded");
+  EXPECT_FALSE(res.rows[1].speedup);  // no speedup against a failed baseline
+}
+
+TEST(Runner, SkippedRowsAreNotRun) {
+  ExperimentResult res = run(spec_of("    variants: [fast, slow]\n    work: [1, 2]\n    skip: [{variant: slow, work: 2}]\n"));
+  EXPECT_EQ(res.rows.size(), 3u);
+  EXPECT_EQ(res.plan.skipped, 1u);
+}
+
+}  // namespace
+}  // namespace ib

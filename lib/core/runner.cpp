@@ -84,7 +84,10 @@ std::string config_label(const ExperimentSpec& spec, const Point& p) {
   for (const auto& a : spec.axes)
     if (a.values.size() > 1) varying.push_back(a.key);
   if (varying.empty()) return "default";
-  return p.label(varying);
+  std::string label = p.label(varying);
+  for (auto& c : label)
+    if (c == ' ') c = ',';
+  return label;
 }
 
 std::string row_range_name(const ExperimentSpec& spec, const std::string& variant, const Point& p) {
@@ -99,6 +102,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 ExperimentResult Runner::run(const ExperimentSpec& spec) {
+  const KindInfo* kind = Registry::instance().kind(spec.kind);
+  if (!kind) throw std::logic_error("unregistered kind " + spec.kind);
+  // Nested NVTX ranges group > experiment > variant > config > validate|warmup|measure, so that
+  // `ncu --nvtx-include "infer-bench@group/experiment/variant/"` selects by any prefix.
+  NvtxRange group_range(kind->group);
+  NvtxRange experiment_range(spec.name);
   ExperimentResult result;
   result.spec = spec;
   result.plan = plan_sweep(spec);
@@ -152,7 +161,8 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
   row.point = point;
   row.book = match_book(spec.book, point, variant);
 
-  NvtxRange range(row_range_name(spec, variant, point));
+  NvtxRange variant_range(variant);
+  NvtxRange config_range(config_label(spec, point));
 
   const VariantDecl* decl = find_variant(*kind, variant);
   if (!decl) throw std::logic_error("undeclared variant " + variant);

@@ -91,9 +91,10 @@ class Runner {
   RunObserver* observer_;
 };
 
-// "bytes=1GiB dtype=bf16": the keys that vary in the experiment's sweep ("default" if none).
+// "bytes=1GiB,dtype=bf16": the keys that vary in the experiment's sweep ("default" if none).
 std::string config_label(const ExperimentSpec& spec, const Point& p);
-// The NVTX range of a row: "<group>/<experiment>/<variant>/<config>".
+// The NVTX path of a row, "<group>/<experiment>/<variant>/<config>": nested push/pop ranges in
+// the "infer-bench" domain, as Nsight Compute's --nvtx-include expects them.
 std::string row_range_name(const ExperimentSpec& spec, const std::string& variant, const Point& p);
 
 // Book figures whose match keys all equal the row's point/variant.

@@ -1,0 +1,106 @@
+#include "process.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ib::test {
+
+std::string make_temp_dir() {
+  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) + "/ib-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+  return buf.data();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+namespace {
+void walk(const std::string& root, const std::string& rel, std::vector<std::string>* out) {
+  DIR* d = opendir((root + "/" + rel).c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string r = rel.empty() ? name : rel + "/" + name;
+    struct stat st {};
+    if (::stat((root + "/" + r).c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) walk(root, r, out);
+    else out->push_back(r);
+  }
+  closedir(d);
+}
+}  // namespace
+
+std::vector<std::string> list_files(const std::string& dir) {
+  std::vector<std::string> out;
+  walk(dir, "", &out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& o) {
+  std::string dir = make_temp_dir();
+  std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int fo = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fi = ::open("/dev/null", O_RDONLY);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    dup2(fi, 0);
+    if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) _exit(126);
+    for (const auto& [k, v] : o.env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (o.sigint_after_ms >= 0) {
+    usleep(static_cast<useconds_t>(o.sigint_after_ms) * 1000);
+    kill(pid, SIGINT);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ProcessResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_text(out_path);
+  r.err = read_text(err_path);
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  ::rmdir(dir.c_str());
+  return r;
+}
+
+}  // namespace ib::test

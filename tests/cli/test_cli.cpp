@@ -1,0 +1,267 @@
+// End to end through the real binary: exit codes, one-line errors that write nothing, and
+// CPU runs that print a table and write the three result files.
+#include <algorithm>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "process.h"
+
+namespace ib::test {
+namespace {
+
+const std::string kBinary = IB_BINARY;
+const std::string kSource = IB_SOURCE_DIR;
+
+ProcessResult ib(std::vector<std::string> args, const ProcessOptions& o = {}) {
+  args.insert(args.begin(), kBinary);
+  return run_process(args, o);
+}
+
+size_t lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// A spec that runs in well under a second on the CPU backend.
+const char* kQuickSpec = R"(version: 1
+defaults: {warmup: 1, min_samples: 3, min_time: 0, timeout: 1s}
+experiments:
+  - name: tiny-copy
+    kind: ceiling
+    variants: [memcpy]
+    bytes: [1MiB, 2MiB]
+  - name: tiny-gemm
+    kind: ceiling
+    variants: [sgemm]
+    m: 64
+    n: 64
+    k: 64
+    dtype: fp32
+)";
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir();
+    write_text(dir_ + "/quick.yaml", kQuickSpec);
+  }
+  ProcessOptions in_dir() const {
+    ProcessOptions o;
+    o.cwd = dir_;
+    return o;
+  }
+  std::string dir_;
+};
+
+TEST_F(Cli, HelpAndVersionExitZero) {
+  auto h = ib({"--help"});
+  EXPECT_EQ(h.exit_code, 0);
+  for (const char* s : {"run", "list", "info", "keys", "attention", "Exit codes"}) EXPECT_NE(h.out.find(s), std::string::npos) << s;
+  auto rh = ib({"run", "--help"});
+  EXPECT_EQ(rh.exit_code, 0);
+  for (const char* s : {"--backend", "--format", "--output", "--set", "--warmup", "--min-samples", "--min-time",
+                        "--max-noise", "--timeout", "--cold-l2", "--memory-limit", "--seed", "--profile", "--quiet"})
+    EXPECT_NE(rh.out.find(s), std::string::npos) << s;
+  auto v = ib({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.out.rfind("infer-bench ", 0), 0u) << v.out;
+}
+
+TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{}, {"frobnicate"}, {"run"}, {"run", "x.yaml", "--bogus"}}) {
+    auto r = ib(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+}
+
+TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
+  for (const char* sub : {"attention", "specdec", "kvcache", "prefix", "constrain", "decode"}) {
+    auto r = ib({sub, "--seq", "8192"});
+    EXPECT_EQ(r.exit_code, 2) << sub;
+    EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << sub;
+  }
+}
+
+TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
+  auto r = ib({"list", kSource + "/experiments/chapter8.yaml", "--backend", "cpu"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("copy-bandwidth"), std::string::npos);
+  EXPECT_NE(r.out.find("`ceiling/copy-bandwidth/memcpy/default`"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rows in all"), std::string::npos);
+  auto q = ib({"list", "quick.yaml", "--backend", "cpu"}, in_dir());
+  EXPECT_NE(q.out.find("2 configurations × 1 variant = 2 rows"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("`ceiling/tiny-copy/memcpy/bytes=2MiB`"), std::string::npos) << q.out;
+  EXPECT_EQ(list_files(dir_), std::vector<std::string>{"quick.yaml"});  // list writes nothing
+}
+
+TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("### tiny-copy (ceiling)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 configurations × 1 variant = 2 rows"), std::string::npos);
+  EXPECT_NE(r.out.find("| variant | bytes | ms | GB/s |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| sgemm |"), std::string::npos);
+  EXPECT_EQ(list_files(dir_ + "/out"), (std::vector<std::string>{"report.md", "results.csv", "results.json"}));
+
+  auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["meta"]["backend"], "cpu");
+  EXPECT_FALSE(j["meta"]["interrupted"].get<bool>());
+  EXPECT_GT(j["meta"]["ceilings"]["copy_bytes_per_s"].get<double>(), 0);
+  ASSERT_EQ(j["experiments"].size(), 2u);
+  for (const auto& e : j["experiments"])
+    for (const auto& row : e["rows"]) {
+      EXPECT_EQ(row["status"], "ok");
+      EXPECT_TRUE(row["validation"]["ok"].get<bool>());
+      EXPECT_GE(row["samples_s"].size(), 3u);
+    }
+  std::string csv = read_text(dir_ + "/out/results.csv");
+  EXPECT_EQ(csv.rfind("experiment,kind,backend,variant,status,", 0), 0u);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + 3 rows
+  EXPECT_NE(read_text(dir_ + "/out/report.md").find("- command: `"), std::string::npos);
+
+  // A run is never overwritten.
+  std::string before = read_text(dir_ + "/out/results.json");
+  auto again = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("already holds a run"), std::string::npos) << again.err;
+  EXPECT_EQ(read_text(dir_ + "/out/results.json"), before);
+}
+
+TEST_F(Cli, DefaultOutputIsATimestampedRunDirectory) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "-q"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;  // --quiet
+  auto files = list_files(dir_);
+  ASSERT_EQ(files.size(), 4u);
+  EXPECT_EQ(files[0], "quick.yaml");
+  EXPECT_EQ(files[1].rfind("results/runs/", 0), 0u);
+  EXPECT_NE(files[1].find("Z-tiny-gemm/"), std::string::npos) << files[1];
+}
+
+TEST_F(Cli, MemoryLimitMakesAnOomRowNotAFailure) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-copy", "--set", "bytes=[1MiB, 64MiB]",
+               "--memory-limit", "32MiB", "-o", "out", "--format", "json"},
+              in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);  // --format json: stdout is the results document
+  const auto& rows = j["experiments"][0]["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["status"], "ok");
+  EXPECT_EQ(rows[1]["status"], "OOM");
+  EXPECT_NE(rows[1]["message"].get<std::string>().find("memory limit of 32 MiB"), std::string::npos);
+}
+
+TEST_F(Cli, CsvFormatOnStdout) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "-o", "out", "--format", "csv"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(dir_ + "/out/results.csv"));
+}
+
+TEST_F(Cli, ProfileModeRunsAFixedFewTimes) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "-o", "out", "--profile"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));
+  const auto& row = j["experiments"][0]["rows"][0];
+  EXPECT_EQ(row["samples_s"].size(), 3u);
+  EXPECT_EQ(row["stop_reason"], "profile: 3 runs");
+}
+
+TEST_F(Cli, CtrlCKeepsTheRowsMeasuredSoFar) {
+  write_text(dir_ + "/long.yaml",
+             "experiments:\n  - name: long\n    kind: ceiling\n    variants: [memcpy]\n"
+             "    bytes: [1MiB, 2MiB, 3MiB, 4MiB, 5MiB, 6MiB, 7MiB, 8MiB]\n"
+             "    min_time: 1s\n    min_samples: 5\n    max_noise: 0.0001%\n    timeout: 1s\n");
+  ProcessOptions o = in_dir();
+  o.sigint_after_ms = 4500;  // start-up peaks take ~1-3 s, then rows of 1 s each
+  auto r = ib({"run", "long.yaml", "--backend", "cpu", "-o", "out"}, o);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
+  auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));
+  EXPECT_TRUE(j["meta"]["interrupted"].get<bool>());
+  const auto& rows = j["experiments"][0]["rows"];
+  EXPECT_LT(rows.size(), 8u);
+  for (const auto& row : rows) EXPECT_EQ(row["status"], "ok");
+  EXPECT_FALSE(path_exists(dir_ + "/out/results.json.tmp"));
+}
+
+struct Malformed {
+  const char* name;
+  std::string spec;                 // written to bad.yaml ("" = do not write)
+  std::vector<std::string> extra;   // more arguments
+  std::string expected;             // in the one-line error
+};
+
+class CliMalformed : public ::testing::TestWithParam<Malformed> {};
+
+const std::string kHead = "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcpy]\n";
+
+TEST_P(CliMalformed, OneLineErrorExitTwoAndNothingWritten) {
+  const Malformed& c = GetParam();
+  std::string dir = make_temp_dir();
+  if (!c.spec.empty()) write_text(dir + "/bad.yaml", c.spec);
+  write_text(dir + "/file.txt", "not a directory");
+  std::vector<std::string> args = {kBinary, "run", "bad.yaml", "--backend", "cpu"};
+  args.insert(args.end(), c.extra.begin(), c.extra.end());
+  ProcessOptions o;
+  o.cwd = dir;
+  auto r = run_process(args, o);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(c.expected), std::string::npos) << "stderr: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  std::vector<std::string> expected_files = {"file.txt"};
+  if (!c.spec.empty()) expected_files.insert(expected_files.begin(), "bad.yaml");
+  EXPECT_EQ(list_files(dir), expected_files);  // no results/, no run directory, no partial files
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliMalformed,
+    ::testing::Values(
+        Malformed{"yaml_syntax", "experiments: [\n  - {name: a\n", {}, "bad.yaml:2:3: YAML syntax error"},
+        Malformed{"unknown_key", kHead + "    byts: 1MiB\n", {}, "bad.yaml:5:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)"},
+        Malformed{"wrong_type", kHead + "    bytes: lots\n", {}, "bad.yaml:5:12: experiments[0].bytes: expected a size like 4096, 64MiB or 80GB, got 'lots'"},
+        Malformed{"negative_size", kHead + "    bytes: -64MiB\n", {}, "bad.yaml:5:12: experiments[0].bytes: must be at least 4 KiB, got -64 MiB"},
+        Malformed{"empty_axis", kHead + "    bytes: []\n", {}, "bad.yaml:5:12: experiments[0].bytes: empty list: an axis needs at least one value"},
+        Malformed{"unknown_kind", "experiments:\n  - name: a\n    kind: attentoin\n", {}, "bad.yaml:3:11: experiments[0].kind: unknown kind 'attentoin'"},
+        Malformed{"unknown_variant", "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcopy]\n", {},
+                  "bad.yaml:4:16: experiments[0].variants: unknown variant 'memcopy' of kind ceiling (did you mean 'memcpy'?)"},
+        Malformed{"missing_required_key", "experiments:\n  - kind: ceiling\n", {}, "bad.yaml:2:5: experiments[0]: missing required key 'name'"},
+        Malformed{"duplicate_name", kHead + "  - name: a\n    kind: ceiling\n", {}, "bad.yaml:5:11: experiments[1].name: duplicate experiment name 'a' (first at line 2)"},
+        Malformed{"bad_set", kHead, {"--set", "bites=1MiB"}, "--set 'bites=1MiB': no experiment in bad.yaml has a key 'bites' (did you mean 'bytes'?)"},
+        Malformed{"unreadable_file", "", {}, "bad.yaml: cannot read: No such file or directory"},
+        Malformed{"unwritable_output", kHead, {"--output", "file.txt/run"}, "--output file.txt/run: cannot create file.txt/run: Not a directory"},
+        Malformed{"bad_memory_limit", kHead, {"--memory-limit", "lots"}, "--memory-limit 'lots': expected a size like 80GiB"},
+        Malformed{"bad_format", kHead, {"--format", "xml"}, "--format 'xml': expected md, csv or json"},
+        Malformed{"bad_only", kHead, {"--only", "b"}, "--only b: no such experiment in bad.yaml"},
+        Malformed{"bad_max_noise", kHead, {"--max-noise", "2"}, "--max-noise '2': expected a fraction in (0, 1]"}),
+    [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
+
+TEST(CliBackend, CudaWithoutAUsableGpuIsBadInput) {
+  if (path_exists("/dev/nvidiactl")) GTEST_SKIP() << "a GPU driver is present";
+  auto r = ib({"info", "--backend", "cuda"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("infer-bench: --backend cuda: ", 0), 0u) << r.err;
+  EXPECT_EQ(lines(r.err), 1u);
+}
+
+TEST(CliKeys, ReadmeSpecReferenceIsInSync) {
+  auto r = ib({"keys"});
+  ASSERT_EQ(r.exit_code, 0);
+  std::string readme = read_text(kSource + "/README.md");
+  const std::string begin = "<!-- spec-reference:begin (generated by `infer-bench keys`; a test keeps it in sync) -->\n";
+  const std::string end = "<!-- spec-reference:end -->";
+  auto b = readme.find(begin), e = readme.find(end);
+  ASSERT_NE(b, std::string::npos) << "README.md lacks the spec-reference markers";
+  ASSERT_NE(e, std::string::npos);
+  EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), r.out)
+      << "README.md's spec reference is stale: replace it with the output of `infer-bench keys`";
+}
+
+}  // namespace
+}  // namespace ib::test

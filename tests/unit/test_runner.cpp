@@ -7,8 +7,11 @@
 
 #include "core/memory.h"
 #include "core/registry.h"
+#include "core/output.h"
 #include "core/runner.h"
+#include "core/session.h"
 #include "core/spec.h"
+#include "../cli/process.h"
 
 namespace ib {
 namespace {
@@ -191,6 +194,23 @@ TEST(Runner, SkippedRowsAreNotRun) {
   ExperimentResult res = run(spec_of("    variants: [fast, slow]\n    work: [1, 2]\n    skip: [{variant: slow, work: 2}]\n"));
   EXPECT_EQ(res.rows.size(), 3u);
   EXPECT_EQ(res.plan.skipped, 1u);
+}
+
+TEST(Session, ExitCodeOneWhenARowFailedAndTheRunIsStillWritten) {
+  std::string dir = test::make_temp_dir();
+  test::write_text(dir + "/s.yaml",
+                   "experiments:\n  - {name: e, kind: unit-test, variants: [fast, wrong], min_samples: 2, min_time: 0}\n");
+  SessionOptions o;
+  o.backend = "cpu";
+  o.quiet = true;
+  o.output = dir + "/out";
+  o.format = "json";  // keeps the test's stdout short
+  EXPECT_EQ(run_spec_file(dir + "/s.yaml", o), 1);
+  auto j = nlohmann::json::parse(test::read_text(dir + "/out/results.json"));
+  EXPECT_EQ(j["experiments"][0]["rows"][1]["status"], "FAILED");
+  o.output = dir + "/out2";
+  test::write_text(dir + "/ok.yaml", "experiments:\n  - {name: e, kind: unit-test, variants: [fast], min_samples: 2, min_time: 0}\n");
+  EXPECT_EQ(run_spec_file(dir + "/ok.yaml", o), 0);
 }
 
 }  // namespace

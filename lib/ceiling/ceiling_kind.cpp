@@ -5,16 +5,6 @@
 namespace ib {
 namespace {
 
-KeySpec param(std::string name, ParamType type, std::string doc, Value def, std::optional<double> min = std::nullopt) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = type;
-  k.doc = std::move(doc);
-  k.default_value = std::move(def);
-  k.min = min;
-  return k;
-}
-
 KindInfo ceiling_kind() {
   KindInfo k;
   k.name = "ceiling";
@@ -22,12 +12,12 @@ KindInfo ceiling_kind() {
   k.doc = "Peak rates of the machine: copy bandwidth (bytes read + written per second) and dense GEMM "
           "throughput (2·m·n·k FLOP per run). `copy`/`memcpy` use `bytes`; `gemm`/`sgemm` use `m`, `n`, `k`, `dtype`.";
   k.keys = {
-      param("bytes", ParamType::Bytes, "size of the copied buffer", Value(int64_t{1} << 30), 4096.0),
-      param("m", ParamType::Int, "GEMM rows of A and C", Value(int64_t{8192}), 1.0),
-      param("n", ParamType::Int, "GEMM columns of B and C", Value(int64_t{8192}), 1.0),
-      param("k", ParamType::Int, "GEMM inner dimension", Value(int64_t{8192}), 1.0),
+      key_spec("bytes", ParamType::Bytes, "size of the copied buffer", Value(int64_t{1} << 30), 4096.0),
+      key_spec("m", ParamType::Int, "GEMM rows of A and C", Value(int64_t{8192}), 1.0),
+      key_spec("n", ParamType::Int, "GEMM columns of B and C", Value(int64_t{8192}), 1.0),
+      key_spec("k", ParamType::Int, "GEMM inner dimension", Value(int64_t{8192}), 1.0),
   };
-  KeySpec dtype = param("dtype", ParamType::Enum, "GEMM element type (fp32 accumulation)", Value(std::string("bf16")));
+  KeySpec dtype = key_spec("dtype", ParamType::Enum, "GEMM element type (fp32 accumulation)", Value(std::string("bf16")));
   dtype.choices = {"bf16", "fp16", "fp32"};
   k.keys.push_back(dtype);
   k.variants = {

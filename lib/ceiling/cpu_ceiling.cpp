@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ceiling/gemm_check.h"
 #include "ceiling/sgemm.h"
 #include "core/memory.h"
 #include "core/parallel.h"
@@ -47,9 +48,9 @@ class CpuSgemm : public Variant {
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    m_ = static_cast<int>(p.integer("m"));
-    n_ = static_cast<int>(p.integer("n"));
-    k_ = static_cast<int>(p.integer("k"));
+    m_ = p.integer("m");
+    n_ = p.integer("n");
+    k_ = p.integer("k");
     seed_ = seed;
     a_.allocate(static_cast<size_t>(m_) * k_, "sgemm A");
     b_.allocate(static_cast<size_t>(k_) * n_, "sgemm B");
@@ -57,43 +58,27 @@ class CpuSgemm : public Variant {
     for (size_t i = 0; i < a_.size(); ++i) a_[i] = random_uniform(seed, i);
     for (size_t i = 0; i < b_.size(); ++i) b_[i] = random_uniform(seed + 1, i);
   }
-  // Spot-checks 256 entries (and the four corners) against a float64 dot product; the error
-  // is normalised by sum |a·b| so that near-zero results do not inflate it.
   Validation validate(BackendRuntime& rt) override {
     std::fill(c_.begin(), c_.end(), std::nanf(""));
     run(rt);
-    double worst = 0;
-    auto check = [&](int i, int j) {
-      double ref = 0, mag = 0;
-      for (int p = 0; p < k_; ++p) {
-        double x = static_cast<double>(a_[static_cast<size_t>(i) * k_ + p]) * b_[static_cast<size_t>(p) * n_ + j];
-        ref += x;
-        mag += std::fabs(x);
-      }
-      double got = c_[static_cast<size_t>(i) * n_ + j];
-      double err = std::isfinite(got) ? std::fabs(got - ref) / (mag > 0 ? mag : 1) : INFINITY;
-      worst = std::max(worst, err);
-    };
-    check(0, 0);
-    check(0, n_ - 1);
-    check(m_ - 1, 0);
-    check(m_ - 1, n_ - 1);
-    for (uint64_t s = 0; s < 256; ++s) {
-      int i = static_cast<int>(random_bits(seed_ + 7, 2 * s) % static_cast<uint64_t>(m_));
-      int j = static_cast<int>(random_bits(seed_ + 7, 2 * s + 1) % static_cast<uint64_t>(n_));
-      check(i, j);
-    }
+    const double worst = gemm_spot_check(
+        m_, n_, k_, [&](int64_t i, int64_t p) { return a_[static_cast<size_t>(i * k_ + p)]; },
+        [&](int64_t p, int64_t j) { return b_[static_cast<size_t>(p * n_ + j)]; },
+        [&](int64_t i, int64_t j) { return c_[static_cast<size_t>(i * n_ + j)]; }, seed_ + 7, 256);
     const double tol = 1e-5;
     return {worst <= tol, "max_err/sum|ab|", worst, tol, "260 entries vs float64 dot products"};
   }
-  void run(BackendRuntime&) override { sgemm_blocked(m_, n_, k_, a_.data(), k_, b_.data(), n_, c_.data(), n_); }
+  void run(BackendRuntime&) override {
+    const int m = static_cast<int>(m_), n = static_cast<int>(n_), k = static_cast<int>(k_);
+    sgemm_blocked(m, n, k, a_.data(), k, b_.data(), n, c_.data(), n);
+  }
   Work work() const override {
-    const double m = m_, n = n_, k = k_;
+    const double m = static_cast<double>(m_), n = static_cast<double>(n_), k = static_cast<double>(k_);
     return {2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)};
   }
 
  private:
-  int m_ = 0, n_ = 0, k_ = 0;
+  int64_t m_ = 0, n_ = 0, k_ = 0;
   uint64_t seed_ = 0;
   HostBuffer<float> a_, b_, c_;
 };

@@ -39,15 +39,16 @@ MemoryTracker& device_memory();
 void* tracked_host_allocate(size_t bytes, const std::string& what);
 void tracked_host_free(void* p, size_t bytes);
 
-// Tracked, 64-byte aligned, uninitialised host array. A failed allocation is OutOfMemory.
-template <class T>
-class HostBuffer {
+// An owning, uninitialised array whose bytes are accounted in a memory space's tracker
+// (Space::allocate / Space::release), so limits and real failures become OutOfMemory.
+template <class T, class Space>
+class TrackedBuffer {
  public:
-  HostBuffer() = default;
-  explicit HostBuffer(size_t count, const std::string& what = "host buffer") { allocate(count, what); }
-  ~HostBuffer() { reset(); }
-  HostBuffer(HostBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
+  TrackedBuffer() = default;
+  explicit TrackedBuffer(size_t count, const std::string& what = "buffer") { allocate(count, what); }
+  ~TrackedBuffer() { reset(); }
+  TrackedBuffer(TrackedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  TrackedBuffer& operator=(TrackedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -55,16 +56,16 @@ class HostBuffer {
     }
     return *this;
   }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
 
   void allocate(size_t count, const std::string& what) {
     reset();
-    ptr_ = static_cast<T*>(tracked_host_allocate(count * sizeof(T), what));
+    ptr_ = static_cast<T*>(Space::allocate(count * sizeof(T), what));
     count_ = count;
   }
   void reset() {
-    if (ptr_) tracked_host_free(ptr_, count_ * sizeof(T));
+    if (ptr_) Space::release(ptr_, count_ * sizeof(T));
     ptr_ = nullptr;
     count_ = 0;
   }
@@ -72,6 +73,7 @@ class HostBuffer {
   const T* data() const { return ptr_; }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
+  // Element access and iteration: host memory only.
   T& operator[](size_t i) { return ptr_[i]; }
   const T& operator[](size_t i) const { return ptr_[i]; }
   T* begin() { return ptr_; }
@@ -81,5 +83,14 @@ class HostBuffer {
   T* ptr_ = nullptr;
   size_t count_ = 0;
 };
+
+struct HostSpace {
+  static void* allocate(size_t bytes, const std::string& what) { return tracked_host_allocate(bytes, what); }
+  static void release(void* p, size_t bytes) { tracked_host_free(p, bytes); }
+};
+
+// Tracked, 64-byte aligned host array.
+template <class T>
+using HostBuffer = TrackedBuffer<T, HostSpace>;
 
 }  // namespace ib

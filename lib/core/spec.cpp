@@ -26,15 +26,10 @@ namespace {
 const std::set<std::string> kStructuralKeys = {"name", "kind", "description", "variants", "baseline",
                                                "skip", "book", "cpu"};
 
+// Run-control and structural keys are never axes.
 KeySpec key(std::string name, ParamType type, std::string doc, std::optional<Value> def = std::nullopt,
             std::optional<double> min = std::nullopt, std::optional<double> max = std::nullopt) {
-  KeySpec k;
-  k.name = std::move(name);
-  k.type = type;
-  k.doc = std::move(doc);
-  k.default_value = std::move(def);
-  k.min = min;
-  k.max = max;
+  KeySpec k = key_spec(std::move(name), type, std::move(doc), std::move(def), min, max);
   k.sweepable = false;
   return k;
 }

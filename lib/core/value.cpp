@@ -19,6 +19,18 @@ const char* to_string(ParamType t) {
   return "?";
 }
 
+KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value,
+                 std::optional<double> min, std::optional<double> max) {
+  KeySpec k;
+  k.name = std::move(name);
+  k.type = type;
+  k.doc = std::move(doc);
+  k.default_value = std::move(default_value);
+  k.min = min;
+  k.max = max;
+  return k;
+}
+
 std::string format_value(const Value& v, ParamType t) {
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* s = std::get_if<std::string>(&v)) return *s;

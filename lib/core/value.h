@@ -36,6 +36,9 @@ struct KeySpec {
   bool sweepable = true;               // may be given as a list (an axis)
 };
 
+KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value = std::nullopt,
+                 std::optional<double> min = std::nullopt, std::optional<double> max = std::nullopt);
+
 // Human form of a value, with the type's units ("1 GiB", "500 ms", "true").
 std::string format_value(const Value& v, ParamType t);
 // Machine form: the raw value (bytes as an integer, seconds as a number).

@@ -197,6 +197,9 @@ struct Malformed {
   std::string expected;             // in the one-line error
 };
 
+// Shown by gtest and ctest instead of the struct's bytes.
+void PrintTo(const Malformed& m, std::ostream* os) { *os << m.name; }
+
 class CliMalformed : public ::testing::TestWithParam<Malformed> {};
 
 const std::string kHead = "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcpy]\n";

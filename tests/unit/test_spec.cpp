@@ -120,6 +120,8 @@ struct BadCase {
   std::vector<std::string> sets;
 };
 
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 class MalformedSpec : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(MalformedSpec, NamesFileLineColumnAndKey) {

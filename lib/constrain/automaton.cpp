@@ -1,0 +1,429 @@
+#include "constrain/automaton.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace ib::constrain {
+
+int Dfa::forced_byte(int32_t s) const {
+  if (accepting[static_cast<size_t>(s)]) return -1;
+  int found = -1;
+  for (int b = 0; b < 256; ++b) {
+    if (step(s, static_cast<uint8_t>(b)) < 0) continue;
+    if (found >= 0) return -1;
+    found = b;
+  }
+  return found;
+}
+
+namespace {
+
+// Thompson NFA: each state has epsilon edges and at most one byte-set edge.
+struct Nfa {
+  struct State {
+    std::vector<int32_t> eps;
+    ByteSet on;
+    int32_t to = -1;
+  };
+  std::vector<State> states;
+  int64_t limit = 0;
+
+  int32_t add() {
+    if (static_cast<int64_t>(states.size()) >= limit)
+      throw RegexError("the automaton needs more than " + std::to_string(limit) +
+                       " NFA states (bounds such as maxLength or maxItems are too large)");
+    states.emplace_back();
+    return static_cast<int32_t>(states.size() - 1);
+  }
+
+  struct Frag {
+    int32_t in, out;
+  };
+
+  Frag build(const Re& r) {
+    switch (r->kind) {
+      case RegexNode::Kind::Empty: {
+        int32_t s = add();
+        return {s, s};
+      }
+      case RegexNode::Kind::Never: {
+        int32_t a = add(), b = add();  // no edge between them
+        return {a, b};
+      }
+      case RegexNode::Kind::Bytes: {
+        int32_t a = add(), b = add();
+        states[static_cast<size_t>(a)].on = r->bytes;
+        states[static_cast<size_t>(a)].to = b;
+        return {a, b};
+      }
+      case RegexNode::Kind::Concat: {
+        Frag f = build(r->kids[0]);
+        for (size_t i = 1; i < r->kids.size(); ++i) {
+          Frag g = build(r->kids[i]);
+          states[static_cast<size_t>(f.out)].eps.push_back(g.in);
+          f.out = g.out;
+        }
+        return f;
+      }
+      case RegexNode::Kind::Alt: {
+        int32_t a = add(), b = add();
+        for (const auto& k : r->kids) {
+          Frag g = build(k);
+          states[static_cast<size_t>(a)].eps.push_back(g.in);
+          states[static_cast<size_t>(g.out)].eps.push_back(b);
+        }
+        return {a, b};
+      }
+      case RegexNode::Kind::Repeat: {
+        const Re& x = r->kids[0];
+        int32_t start = add();
+        int32_t cur = start;
+        for (int i = 0; i < r->min; ++i) {
+          Frag g = build(x);
+          states[static_cast<size_t>(cur)].eps.push_back(g.in);
+          cur = g.out;
+        }
+        if (r->max < 0) {  // x*: loop
+          Frag g = build(x);
+          int32_t end = add();
+          states[static_cast<size_t>(cur)].eps.push_back(g.in);
+          states[static_cast<size_t>(cur)].eps.push_back(end);
+          states[static_cast<size_t>(g.out)].eps.push_back(cur);
+          return {start, end};
+        }
+        // (x(x(x)?)?)? for the optional copies: every exit goes to one end state.
+        int32_t end = add();
+        for (int i = r->min; i < r->max; ++i) {
+          states[static_cast<size_t>(cur)].eps.push_back(end);
+          Frag g = build(x);
+          states[static_cast<size_t>(cur)].eps.push_back(g.in);
+          cur = g.out;
+        }
+        states[static_cast<size_t>(cur)].eps.push_back(end);
+        return {start, end};
+      }
+    }
+    return {0, 0};
+  }
+};
+
+struct VecHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    size_t h = v.size() * 0x9E3779B97F4A7C15ull;
+    for (int32_t x : v) h = (h ^ static_cast<size_t>(x)) * 0x100000001B3ull;
+    return h;
+  }
+};
+
+// Byte classes: bytes that no byte-set in `sets` tells apart.
+std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count) {
+  std::array<int, 256> cls{};
+  int n = 1;
+  for (const auto& s : sets) {
+    std::map<std::pair<int, bool>, int> renumber;
+    std::array<int, 256> next{};
+    for (int b = 0; b < 256; ++b) {
+      auto key = std::make_pair(cls[static_cast<size_t>(b)], s.test(static_cast<size_t>(b)));
+      auto it = renumber.find(key);
+      if (it == renumber.end()) it = renumber.emplace(key, static_cast<int>(renumber.size())).first;
+      next[static_cast<size_t>(b)] = it->second;
+    }
+    cls = next;
+    n = static_cast<int>(renumber.size());
+  }
+  std::array<uint8_t, 256> out{};
+  for (int b = 0; b < 256; ++b) out[static_cast<size_t>(b)] = static_cast<uint8_t>(cls[static_cast<size_t>(b)]);
+  *count = n;
+  return out;
+}
+
+}  // namespace
+
+Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
+  Nfa nfa;
+  nfa.limit = limits.max_nfa_states;
+  Nfa::Frag top = nfa.build(re);
+  const int32_t accept = top.out;
+
+  // Byte classes of the NFA's edges.
+  std::vector<ByteSet> sets;
+  {
+    std::unordered_map<ByteSet, int> seen;
+    for (const auto& st : nfa.states)
+      if (st.to >= 0 && seen.emplace(st.on, 0).second) sets.push_back(st.on);
+  }
+  int nclass = 0;
+  const std::array<uint8_t, 256> nfa_class = classes_of(sets, &nclass);
+  std::vector<uint8_t> rep(static_cast<size_t>(nclass));  // a representative byte per class
+  for (int b = 255; b >= 0; --b) rep[nfa_class[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
+
+  // The byte classes each NFA edge accepts (edges usually cover one or two classes).
+  std::unordered_map<ByteSet, std::vector<uint16_t>> classes_by_set;
+  std::vector<const std::vector<uint16_t>*> edge_classes(nfa.states.size(), nullptr);
+  for (size_t i = 0; i < nfa.states.size(); ++i) {
+    const auto& st = nfa.states[i];
+    if (st.to < 0) continue;
+    auto [it, fresh] = classes_by_set.emplace(st.on, std::vector<uint16_t>{});
+    if (fresh)
+      for (int c = 0; c < nclass; ++c)
+        if (st.on.test(rep[static_cast<size_t>(c)])) it->second.push_back(static_cast<uint16_t>(c));
+    edge_classes[i] = &it->second;
+  }
+
+  // Subset construction. A DFA state is the sorted set of NFA states with a byte edge, plus
+  // the accept state when it is reachable.
+  std::vector<uint32_t> mark(nfa.states.size(), 0);
+  uint32_t epoch = 0;
+  std::vector<int32_t> stack;
+  auto closure = [&](const std::vector<int32_t>& seeds, std::vector<int32_t>* out) {
+    ++epoch;
+    out->clear();
+    stack.assign(seeds.begin(), seeds.end());
+    for (int32_t s : stack) mark[static_cast<size_t>(s)] = epoch;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      const auto& st = nfa.states[static_cast<size_t>(s)];
+      if (st.to >= 0 || s == accept) out->push_back(s);
+      for (int32_t e : st.eps)
+        if (mark[static_cast<size_t>(e)] != epoch) {
+          mark[static_cast<size_t>(e)] = epoch;
+          stack.push_back(e);
+        }
+    }
+    std::sort(out->begin(), out->end());
+  };
+
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+  std::vector<std::vector<int32_t>> sets_of;
+  std::vector<int32_t> raw_next;  // states × nclass
+  std::vector<uint8_t> raw_accept;
+  auto intern = [&](const std::vector<int32_t>& set) {
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (static_cast<int64_t>(sets_of.size()) >= limits.max_dfa_states)
+      throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
+    int32_t id = static_cast<int32_t>(sets_of.size());
+    raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
+    ids.emplace(set, id);
+    sets_of.push_back(set);
+    return id;
+  };
+  std::vector<int32_t> scratch;
+  closure({top.in}, &scratch);
+  intern(scratch);
+  std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
+  std::vector<int> used;
+  for (size_t d = 0; d < sets_of.size(); ++d) {
+    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
+    for (int32_t s : sets_of[d]) {
+      const auto* cls = edge_classes[static_cast<size_t>(s)];
+      if (!cls) continue;
+      for (uint16_t c : *cls) {
+        if (moved[c].empty()) used.push_back(c);
+        moved[c].push_back(nfa.states[static_cast<size_t>(s)].to);
+      }
+    }
+    for (int c : used) {
+      closure(moved[static_cast<size_t>(c)], &scratch);
+      moved[static_cast<size_t>(c)].clear();
+      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = intern(scratch);
+    }
+    used.clear();
+  }
+  const int32_t n = static_cast<int32_t>(sets_of.size());
+  sets_of.clear();
+
+  // Live states: those that can reach acceptance.
+  std::vector<std::vector<int32_t>> rev(static_cast<size_t>(n));
+  for (int32_t s = 0; s < n; ++s)
+    for (int c = 0; c < nclass; ++c) {
+      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
+      if (t >= 0) rev[static_cast<size_t>(t)].push_back(s);
+    }
+  std::vector<uint8_t> live(static_cast<size_t>(n), 0);
+  std::vector<int32_t> work;
+  for (int32_t s = 0; s < n; ++s)
+    if (raw_accept[static_cast<size_t>(s)]) {
+      live[static_cast<size_t>(s)] = 1;
+      work.push_back(s);
+    }
+  while (!work.empty()) {
+    int32_t s = work.back();
+    work.pop_back();
+    for (int32_t p : rev[static_cast<size_t>(s)])
+      if (!live[static_cast<size_t>(p)]) {
+        live[static_cast<size_t>(p)] = 1;
+        work.push_back(p);
+      }
+  }
+
+  Dfa out;
+  if (!live[0]) {  // the language is empty: one non-accepting state with no way out
+    out.num_states = 1;
+    out.num_classes = 1;
+    out.next = {-1};
+    out.accepting = {0};
+    return out;
+  }
+
+  // Hopcroft minimisation over the live states plus one sink that stands for "dead".
+  const int32_t sink = n;
+  const int32_t m = n + 1;
+  auto target = [&](int32_t s, int c) -> int32_t {
+    if (s == sink) return sink;
+    int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
+    return t >= 0 && live[static_cast<size_t>(t)] ? t : sink;
+  };
+  // Inverse transitions per class, as CSR arrays.
+  std::vector<std::vector<int32_t>> inv_start(static_cast<size_t>(nclass)), inv(static_cast<size_t>(nclass));
+  for (int c = 0; c < nclass; ++c) {
+    auto& start = inv_start[static_cast<size_t>(c)];
+    auto& list = inv[static_cast<size_t>(c)];
+    start.assign(static_cast<size_t>(m) + 1, 0);
+    for (int32_t s = 0; s < m; ++s)
+      if (s == sink || live[static_cast<size_t>(s)]) ++start[static_cast<size_t>(target(s, c)) + 1];
+    for (int32_t t = 0; t < m; ++t) start[static_cast<size_t>(t) + 1] += start[static_cast<size_t>(t)];
+    list.resize(static_cast<size_t>(start[static_cast<size_t>(m)]));
+    std::vector<int32_t> fill(start.begin(), start.end() - 1);
+    for (int32_t s = 0; s < m; ++s)
+      if (s == sink || live[static_cast<size_t>(s)]) list[static_cast<size_t>(fill[static_cast<size_t>(target(s, c))]++)] = s;
+  }
+  // The partition: elements grouped by block, each block a range [first, last) of `elems`.
+  std::vector<int32_t> elems, pos(static_cast<size_t>(m)), block(static_cast<size_t>(m), -1);
+  std::vector<int32_t> first, last, marked;
+  auto new_block = [&](int32_t f, int32_t l) {
+    first.push_back(f);
+    last.push_back(l);
+    marked.push_back(0);
+    return static_cast<int32_t>(first.size() - 1);
+  };
+  for (int pass = 0; pass < 3; ++pass) {  // accepting, live non-accepting, sink
+    const int32_t f = static_cast<int32_t>(elems.size());
+    for (int32_t s = 0; s < m; ++s) {
+      const int kind = s == sink ? 2 : !live[static_cast<size_t>(s)] ? -1 : raw_accept[static_cast<size_t>(s)] ? 0 : 1;
+      if (kind != pass) continue;
+      pos[static_cast<size_t>(s)] = static_cast<int32_t>(elems.size());
+      elems.push_back(s);
+    }
+    if (static_cast<int32_t>(elems.size()) > f) {
+      const int32_t b = new_block(f, static_cast<int32_t>(elems.size()));
+      for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = b;
+    }
+  }
+  std::vector<std::pair<int32_t, int>> pending;  // (block, class) splitters still to apply
+  std::vector<std::vector<uint8_t>> in_work;
+  auto push_work = [&](int32_t b, int c) {
+    if (static_cast<size_t>(b) >= in_work.size()) in_work.resize(static_cast<size_t>(b) + 1, std::vector<uint8_t>(static_cast<size_t>(nclass), 0));
+    if (!in_work[static_cast<size_t>(b)][static_cast<size_t>(c)]) {
+      in_work[static_cast<size_t>(b)][static_cast<size_t>(c)] = 1;
+      pending.emplace_back(b, c);
+    }
+  };
+  for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
+    for (int c = 0; c < nclass; ++c) push_work(b, c);
+  std::vector<int32_t> touched;
+  while (!pending.empty()) {
+    auto [a, c] = pending.back();
+    pending.pop_back();
+    in_work[static_cast<size_t>(a)][static_cast<size_t>(c)] = 0;
+    // Mark every state with a c-transition into block a, moving it to the front of its block.
+    const auto& start = inv_start[static_cast<size_t>(c)];
+    const auto& list = inv[static_cast<size_t>(c)];
+    std::vector<int32_t> members(elems.begin() + first[static_cast<size_t>(a)], elems.begin() + last[static_cast<size_t>(a)]);
+    for (int32_t t : members)
+      for (int32_t k = start[static_cast<size_t>(t)]; k < start[static_cast<size_t>(t) + 1]; ++k) {
+        const int32_t q = list[static_cast<size_t>(k)];
+        const int32_t y = block[static_cast<size_t>(q)];
+        const int32_t slot = first[static_cast<size_t>(y)] + marked[static_cast<size_t>(y)];
+        if (pos[static_cast<size_t>(q)] < slot) continue;  // already marked
+        if (marked[static_cast<size_t>(y)] == 0) touched.push_back(y);
+        const int32_t other = elems[static_cast<size_t>(slot)];
+        std::swap(elems[static_cast<size_t>(slot)], elems[static_cast<size_t>(pos[static_cast<size_t>(q)])]);
+        pos[static_cast<size_t>(other)] = pos[static_cast<size_t>(q)];
+        pos[static_cast<size_t>(q)] = slot;
+        ++marked[static_cast<size_t>(y)];
+      }
+    for (int32_t y : touched) {
+      const int32_t size = last[static_cast<size_t>(y)] - first[static_cast<size_t>(y)], mk = marked[static_cast<size_t>(y)];
+      marked[static_cast<size_t>(y)] = 0;
+      if (mk == size) continue;
+      // Split: the marked front part becomes a new block.
+      const int32_t z = new_block(first[static_cast<size_t>(y)], first[static_cast<size_t>(y)] + mk);
+      first[static_cast<size_t>(y)] += mk;
+      for (int32_t i = first[static_cast<size_t>(z)]; i < last[static_cast<size_t>(z)]; ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = z;
+      for (int d = 0; d < nclass; ++d) {
+        const bool y_pending = static_cast<size_t>(y) < in_work.size() && in_work[static_cast<size_t>(y)][static_cast<size_t>(d)];
+        if (y_pending) push_work(z, d);
+        else push_work(mk <= size - mk ? z : y, d);
+      }
+    }
+    touched.clear();
+  }
+  // Live blocks only (the sink's block is "dead").
+  const int32_t sink_block = block[static_cast<size_t>(sink)];
+  int32_t blocks = 0;
+  std::vector<int32_t> compact(first.size(), -1);
+  for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
+    if (b != sink_block) compact[static_cast<size_t>(b)] = blocks++;
+  for (int32_t s = 0; s < n; ++s) block[static_cast<size_t>(s)] = live[static_cast<size_t>(s)] ? compact[static_cast<size_t>(block[static_cast<size_t>(s)])] : -1;
+  block.resize(static_cast<size_t>(n));
+
+  // Renumber blocks so the start state is 0 and states appear in BFS order (stable output).
+  std::vector<int32_t> order(static_cast<size_t>(blocks), -1);
+  std::vector<int32_t> member(static_cast<size_t>(blocks), -1);
+  for (int32_t s = 0; s < n; ++s)
+    if (live[static_cast<size_t>(s)] && member[static_cast<size_t>(block[static_cast<size_t>(s)])] < 0)
+      member[static_cast<size_t>(block[static_cast<size_t>(s)])] = s;
+  std::vector<int32_t> queue = {block[0]};
+  order[static_cast<size_t>(block[0])] = 0;
+  int32_t assigned = 1;
+  for (size_t qi = 0; qi < queue.size(); ++qi) {
+    int32_t s = member[static_cast<size_t>(queue[qi])];
+    for (int c = 0; c < nclass; ++c) {
+      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
+      if (t < 0 || !live[static_cast<size_t>(t)]) continue;
+      int32_t b = block[static_cast<size_t>(t)];
+      if (order[static_cast<size_t>(b)] < 0) {
+        order[static_cast<size_t>(b)] = assigned++;
+        queue.push_back(b);
+      }
+    }
+  }
+
+  // Merge the NFA's byte classes that the minimal DFA does not tell apart.
+  std::vector<std::vector<int32_t>> column(static_cast<size_t>(nclass), std::vector<int32_t>(static_cast<size_t>(blocks)));
+  for (int32_t b = 0; b < blocks; ++b) {
+    int32_t s = member[static_cast<size_t>(b)];
+    for (int c = 0; c < nclass; ++c) {
+      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
+      column[static_cast<size_t>(c)][static_cast<size_t>(order[static_cast<size_t>(b)])] =
+          t >= 0 && live[static_cast<size_t>(t)] ? order[static_cast<size_t>(block[static_cast<size_t>(t)])] : -1;
+    }
+  }
+  std::map<std::vector<int32_t>, int> merged;
+  std::vector<int> class_map(static_cast<size_t>(nclass));
+  for (int c = 0; c < nclass; ++c) {
+    auto it = merged.find(column[static_cast<size_t>(c)]);
+    if (it == merged.end()) it = merged.emplace(column[static_cast<size_t>(c)], static_cast<int>(merged.size())).first;
+    class_map[static_cast<size_t>(c)] = it->second;
+  }
+  out.num_states = blocks;
+  out.num_classes = static_cast<int32_t>(merged.size());
+  for (int b = 0; b < 256; ++b)
+    out.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(class_map[nfa_class[static_cast<size_t>(b)]]);
+  out.next.assign(static_cast<size_t>(blocks) * static_cast<size_t>(out.num_classes), -1);
+  out.accepting.assign(static_cast<size_t>(blocks), 0);
+  for (int c = 0; c < nclass; ++c) {
+    const int mc = class_map[static_cast<size_t>(c)];
+    for (int32_t s = 0; s < blocks; ++s)
+      out.next[static_cast<size_t>(s) * out.num_classes + static_cast<size_t>(mc)] = column[static_cast<size_t>(c)][static_cast<size_t>(s)];
+  }
+  for (int32_t b = 0; b < blocks; ++b)
+    out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] = raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
+  out.start = 0;
+  return out;
+}
+
+}  // namespace ib::constrain

@@ -1,0 +1,245 @@
+#include "constrain/token_index.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "core/parallel.h"
+#include "core/random.h"
+
+namespace ib::constrain {
+
+std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabulary>& vocab) {
+  static std::mutex mu;
+  static std::map<const Vocabulary*, std::weak_ptr<const VocabTrie>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(vocab.get()); it != cache.end())
+    if (auto t = it->second.lock()) return t;
+
+  // Tokens in byte order: a trie built along them comes out in depth-first pre-order.
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < vocab->size(); ++id)
+    if (!vocab->special[static_cast<size_t>(id)]) order.push_back(id);
+  const auto& tb = vocab->token_bytes;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)] < tb[static_cast<size_t>(b)]; });
+
+  auto trie = std::make_shared<VocabTrie>();
+  auto add_node = [&](uint8_t b, uint16_t d) {
+    trie->byte.push_back(b);
+    trie->depth.push_back(d);
+    trie->subtree_end.push_back(-1);
+    trie->token_begin.push_back(static_cast<int32_t>(trie->tokens.size()));
+    return static_cast<int32_t>(trie->byte.size() - 1);
+  };
+  std::vector<int32_t> stack = {add_node(0, 0)};  // path from the root to the current node
+  const std::string* prev = nullptr;
+  for (int32_t id : order) {
+    const std::string& t = tb[static_cast<size_t>(id)];
+    size_t lcp = 0;
+    if (prev)
+      while (lcp < prev->size() && lcp < t.size() && (*prev)[lcp] == t[lcp]) ++lcp;
+    while (stack.size() > lcp + 1) {  // close the subtrees that end here
+      trie->subtree_end[static_cast<size_t>(stack.back())] = static_cast<int32_t>(trie->byte.size());
+      stack.pop_back();
+    }
+    for (size_t k = lcp; k < t.size(); ++k) stack.push_back(add_node(static_cast<uint8_t>(t[k]), static_cast<uint16_t>(k + 1)));
+    trie->tokens.push_back(id);  // ends at the newest node (or at an identical earlier token's)
+    trie->max_depth = std::max(trie->max_depth, t.size());
+    prev = &t;
+  }
+  while (!stack.empty()) {
+    trie->subtree_end[static_cast<size_t>(stack.back())] = static_cast<int32_t>(trie->byte.size());
+    stack.pop_back();
+  }
+  trie->token_begin.push_back(static_cast<int32_t>(trie->tokens.size()));
+  cache[vocab.get()] = trie;
+  return trie;
+}
+
+namespace {
+struct PairHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& p) const { return static_cast<size_t>(p.first ^ (p.second >> 1)); }
+};
+using Sig = std::pair<uint64_t, uint64_t>;
+}  // namespace
+
+// Moore refinement limited to `max_token_bytes` rounds, done incrementally: after a round only
+// the predecessors of states that changed block need a new signature, and within a block only
+// those states can leave it (the others keep the block's old signature).
+MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
+  const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
+  // Predecessors, as CSR.
+  std::vector<int32_t> pred_start(n + 1, 0), preds;
+  for (size_t e = 0; e < n * k; ++e)
+    if (dfa.next[e] >= 0) ++pred_start[static_cast<size_t>(dfa.next[e]) + 1];
+  for (size_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
+  preds.resize(static_cast<size_t>(pred_start[n]));
+  {
+    std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
+    for (size_t s = 0; s < n; ++s)
+      for (size_t c = 0; c < k; ++c)
+        if (int32_t t = dfa.next[s * k + c]; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+  }
+  std::vector<int32_t> id(n, 0);
+  // Signature of a state: the map class -> block of its successor, hashed linearly,
+  //   sig = Σ_c R[c] · F(block(next(s, c)))   (two independent 64-bit lanes),
+  // so it can be summed per distinct successor (with R summed over the classes leading there).
+  std::vector<uint64_t> r1(k), r2(k);
+  for (size_t c = 0; c < k; ++c) {
+    r1[c] = mix64(0x1234567ull + c) | 1;
+    r2[c] = mix64(0x7654321ull + 3 * c) | 1;
+  }
+  struct Edge {
+    int32_t to;  // -1: dead
+    uint64_t w1, w2;
+  };
+  std::vector<int32_t> edge_start(n + 1, 0);
+  std::vector<Edge> edges;
+  for (size_t s = 0; s < n; ++s) {
+    const size_t first = edges.size();
+    for (size_t c = 0; c < k; ++c) {
+      const int32_t t = dfa.next[s * k + c];
+      size_t e = first;
+      while (e < edges.size() && edges[e].to != t) ++e;
+      if (e == edges.size()) edges.push_back({t, 0, 0});
+      edges[e].w1 += r1[c];
+      edges[e].w2 += r2[c];
+    }
+    edge_start[s + 1] = static_cast<int32_t>(edges.size());
+  }
+  auto signature = [&](size_t s) {
+    uint64_t h1 = 0, h2 = 0;
+    for (int32_t e = edge_start[s]; e < edge_start[s + 1]; ++e) {
+      const Edge& ed = edges[static_cast<size_t>(e)];
+      const uint64_t b = ed.to < 0 ? 0xFFFFFFFFull : static_cast<uint64_t>(id[static_cast<size_t>(ed.to)]);
+      h1 += ed.w1 * mix64(b + 0x9E3779B97F4A7C15ull);
+      h2 += ed.w2 * mix64(b ^ 0xC2B2AE3D27D4EB4Full);
+    }
+    return Sig{h1, h2};
+  };
+  std::vector<Sig> sig(n), block_sig;
+  std::vector<int32_t> block_size;
+  std::vector<int32_t> changed, affected;
+  std::vector<uint32_t> seen(n, 0);
+  uint32_t epoch = 0;
+  MaskClasses mc;
+  // Round 1 over every state (all in one block before it).
+  {
+    std::unordered_map<Sig, int32_t, PairHash> groups;
+    for (size_t s = 0; s < n; ++s) {
+      sig[s] = signature(s);
+      auto [it, fresh] = groups.emplace(sig[s], static_cast<int32_t>(groups.size()));
+      if (fresh) {
+        block_sig.push_back(sig[s]);
+        block_size.push_back(0);
+      }
+      ++block_size[static_cast<size_t>(it->second)];
+    }
+    for (size_t s = 0; s < n; ++s) {
+      id[s] = groups[sig[s]];
+      if (id[s] != 0) changed.push_back(static_cast<int32_t>(s));
+    }
+    mc.rounds = 1;
+  }
+  for (size_t round = 2; round <= max_token_bytes && !changed.empty(); ++round) {
+    ++epoch;
+    affected.clear();
+    for (int32_t t : changed)
+      for (int32_t j = pred_start[static_cast<size_t>(t)]; j < pred_start[static_cast<size_t>(t) + 1]; ++j) {
+        const int32_t p = preds[static_cast<size_t>(j)];
+        if (seen[static_cast<size_t>(p)] != epoch) {
+          seen[static_cast<size_t>(p)] = epoch;
+          affected.push_back(p);
+        }
+      }
+    for (int32_t s : affected) sig[static_cast<size_t>(s)] = signature(static_cast<size_t>(s));
+    // Affected states whose signature left their block's: grouped per (block, signature).
+    std::unordered_map<int32_t, std::unordered_map<Sig, std::vector<int32_t>, PairHash>> movers;
+    for (int32_t s : affected)
+      if (sig[static_cast<size_t>(s)] != block_sig[static_cast<size_t>(id[static_cast<size_t>(s)])])
+        movers[id[static_cast<size_t>(s)]][sig[static_cast<size_t>(s)]].push_back(s);
+    changed.clear();
+    for (auto& [b, groups] : movers) {
+      size_t moving = 0;
+      for (const auto& [sg, members] : groups) moving += members.size();
+      auto it = groups.begin();
+      if (moving == static_cast<size_t>(block_size[static_cast<size_t>(b)]) ) {
+        // The whole block moves: one group keeps the block (no split for it).
+        block_sig[static_cast<size_t>(b)] = it->first;
+        ++it;
+      }
+      for (; it != groups.end(); ++it) {
+        const int32_t nb = static_cast<int32_t>(block_sig.size());
+        block_sig.push_back(it->first);
+        block_size.push_back(static_cast<int32_t>(it->second.size()));
+        block_size[static_cast<size_t>(b)] -= static_cast<int32_t>(it->second.size());
+        for (int32_t s : it->second) {
+          id[static_cast<size_t>(s)] = nb;
+          changed.push_back(s);
+        }
+      }
+    }
+    mc.rounds = static_cast<int>(round);
+  }
+  // A mask also depends on whether the state accepts (EOS).
+  std::map<std::pair<int32_t, int>, int32_t> final_id;
+  mc.class_of.resize(n);
+  for (size_t s = 0; s < n; ++s) {
+    auto [it, fresh] = final_id.emplace(std::make_pair(id[s], static_cast<int>(dfa.accepting[s])), static_cast<int32_t>(final_id.size()));
+    if (fresh) mc.representative.push_back(static_cast<int32_t>(s));
+    mc.class_of[s] = it->second;
+  }
+  return mc;
+}
+
+void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words) {
+  std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
+  std::vector<int32_t> at(trie.max_depth + 1);
+  at[0] = state;
+  const int32_t n = static_cast<int32_t>(trie.nodes());
+  for (int32_t i = 1; i < n;) {
+    const uint16_t d = trie.depth[static_cast<size_t>(i)];
+    const int32_t t = dfa.step(at[d - 1u], trie.byte[static_cast<size_t>(i)]);
+    if (t < 0) {  // no token below this node can be completed
+      i = trie.subtree_end[static_cast<size_t>(i)];
+      continue;
+    }
+    at[d] = t;
+    for (int32_t j = trie.token_begin[static_cast<size_t>(i)]; j < trie.token_begin[static_cast<size_t>(i) + 1]; ++j) {
+      const uint32_t tok = static_cast<uint32_t>(trie.tokens[static_cast<size_t>(j)]);
+      words[tok >> 5] |= 1u << (tok & 31);
+    }
+    ++i;
+  }
+  if (vocab.eos >= 0 && dfa.accepting[static_cast<size_t>(state)]) {
+    const uint32_t e = static_cast<uint32_t>(vocab.eos);
+    words[e >> 5] |= 1u << (e & 31);
+  }
+}
+
+TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
+      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
+  masks_.resize(classes_.representative.size() * words_);
+  parallel_for(classes_.representative.size(), [&](size_t b, size_t e) {
+    for (size_t c = b; c < e; ++c) compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[c], masks_.data() + c * words_);
+  });
+}
+
+LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
+      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+
+const uint32_t* LazyTokenMasker::mask(int32_t state) {
+  const int32_t c = classes_.class_of[static_cast<size_t>(state)];
+  auto it = cache_.find(c);
+  if (it == cache_.end()) {
+    std::vector<uint32_t> m(words_);
+    compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(c)], m.data());
+    it = cache_.emplace(c, std::move(m)).first;
+  }
+  return it->second.data();
+}
+
+}  // namespace ib::constrain

@@ -1,0 +1,97 @@
+// Token masks: for a DFA state, the bitmask of vocabulary tokens whose bytes keep the DFA on a
+// path to acceptance (EOS where the state accepts). Two strategies share one machinery:
+//
+// - TokenMaskIndex (outlines-style, precomputed): every state's mask built ahead of generation;
+// - LazyTokenMasker (XGrammar-style adaptive): a state's mask built on first use, then cached.
+//
+// Both walk a byte trie of the vocabulary through the DFA, pruning a subtree as soon as the DFA
+// dies. Both compute one mask per *mask class*: states that no token (at most L bytes, L the
+// longest token) can tell apart share a mask, which collapses counting states (maxLength,
+// maxItems) from thousands to a handful.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "constrain/automaton.h"
+#include "constrain/vocab.h"
+
+namespace ib::constrain {
+
+// The vocabulary's token bytes as a trie in depth-first pre-order (built once per vocabulary).
+struct VocabTrie {
+  std::vector<uint8_t> byte;          // the byte leading into node i (node 0 is the root)
+  std::vector<uint16_t> depth;        // bytes from the root
+  std::vector<int32_t> subtree_end;   // one past the last node of i's subtree
+  std::vector<int32_t> token_begin;   // tokens ending exactly at node i: tokens[token_begin[i]..token_begin[i+1])
+  std::vector<int32_t> tokens;
+  size_t max_depth = 0;
+  size_t nodes() const { return byte.size(); }
+};
+std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabulary>& vocab);
+
+// States grouped so that states in one group allow exactly the same tokens.
+struct MaskClasses {
+  std::vector<int32_t> class_of;  // per DFA state
+  std::vector<int32_t> representative;  // one state per class
+  int rounds = 0;                 // refinement rounds until stable (at most the longest token)
+};
+MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
+
+// The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words).
+void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words);
+
+class TokenMaskIndex {
+ public:
+  // Builds every class's mask, split over the CPU threads (parallel_for).
+  TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
+  const uint32_t* mask(int32_t state) const {
+    return masks_.data() + static_cast<size_t>(classes_.class_of[static_cast<size_t>(state)]) * words_;
+  }
+  size_t words() const { return words_; }
+  size_t num_classes() const { return classes_.representative.size(); }
+  size_t bytes() const { return masks_.size() * sizeof(uint32_t) + classes_.class_of.size() * sizeof(int32_t); }
+  const Dfa& dfa() const { return *dfa_; }
+  const Vocabulary& vocab() const { return *vocab_; }
+
+ private:
+  std::shared_ptr<const Dfa> dfa_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  std::shared_ptr<const VocabTrie> trie_;
+  MaskClasses classes_;
+  size_t words_;
+  std::vector<uint32_t> masks_;
+};
+
+class LazyTokenMasker {
+ public:
+  LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
+  // Computes the state's class mask on first use.
+  const uint32_t* mask(int32_t state);
+  size_t words() const { return words_; }
+  size_t cached() const { return cache_.size(); }
+  size_t num_classes() const { return classes_.representative.size(); }
+  const Dfa& dfa() const { return *dfa_; }
+  const Vocabulary& vocab() const { return *vocab_; }
+
+ private:
+  std::shared_ptr<const Dfa> dfa_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  std::shared_ptr<const VocabTrie> trie_;
+  MaskClasses classes_;
+  size_t words_;
+  std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
+};
+
+// After emitting `token` from `state`: the next state (-1 if the token was not allowed).
+inline int32_t advance(const Dfa& dfa, const Vocabulary& vocab, int32_t state, int32_t token) {
+  return dfa.walk(state, vocab.token_bytes[static_cast<size_t>(token)]);
+}
+
+inline bool mask_allows(const uint32_t* words, int32_t token) {
+  return (words[static_cast<size_t>(token) >> 5] >> (static_cast<uint32_t>(token) & 31)) & 1u;
+}
+
+}  // namespace ib::constrain

@@ -1,0 +1,200 @@
+#include "constrain/vocab.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+// The GPT-2 vocabulary, compiled in (vocab_embed.S) so the default needs no data folder.
+extern "C" const unsigned char ib_gpt2_tokenizer_gz[];
+extern "C" const unsigned char ib_gpt2_tokenizer_gz_end[];
+
+namespace ib::constrain {
+
+namespace {
+
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::vector<uint32_t> code_points(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < n && i + static_cast<size_t>(k) < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3F);
+    out.push_back(cp);
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// GPT-2's byte <-> printable-character table: bytes 33-126, 161-172 and 174-255 stand for
+// themselves; the other 68 bytes map to 256, 257, ... in byte order.
+std::map<uint32_t, uint8_t> byte_level_decoder() {
+  std::map<uint32_t, uint8_t> m;
+  uint32_t extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    m[printable ? static_cast<uint32_t>(b) : 256 + extra++] = static_cast<uint8_t>(b);
+  }
+  return m;
+}
+
+bool uses(const nlohmann::json& node, const std::string& type) {
+  if (node.is_object()) {
+    if (node.value("type", std::string()) == type) return true;
+    for (const auto& [k, v] : node.items())
+      if (uses(v, type)) return true;
+  } else if (node.is_array()) {
+    for (const auto& v : node)
+      if (uses(v, type)) return true;
+  }
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string gunzip(const std::string& in) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("gunzip: zlib init failed");
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  std::string out;
+  char buf[1 << 16];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof buf;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&zs);
+      throw std::runtime_error("gunzip: corrupt data");
+    }
+    out.append(buf, sizeof buf - zs.avail_out);
+  }
+  inflateEnd(&zs);
+  return out;
+}
+
+Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(name + ": not JSON: " + e.what());
+  }
+  if (!j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
+    throw std::runtime_error(name + ": no model.vocab (not a tokenizer.json?)");
+  const bool byte_level = uses(j.value("decoder", nlohmann::json()), "ByteLevel") || uses(j.value("pre_tokenizer", nlohmann::json()), "ByteLevel");
+  const bool byte_fallback = j["model"].value("byte_fallback", false) || uses(j.value("decoder", nlohmann::json()), "ByteFallback");
+  Vocabulary v;
+  v.name = name;
+  int64_t max_id = -1;
+  for (const auto& [tok, id] : j["model"]["vocab"].items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  std::map<std::string, bool> added;  // content -> special
+  for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+    max_id = std::max<int64_t>(max_id, a.value("id", int64_t{-1}));
+    added[a.value("content", std::string())] = a.value("special", true);
+  }
+  v.token_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
+  v.special.assign(static_cast<size_t>(max_id + 1), 1);  // ids without an entry are never produced
+  static const std::map<uint32_t, uint8_t> table = byte_level_decoder();
+  for (const auto& [tok, idj] : j["model"]["vocab"].items()) {
+    const size_t id = static_cast<size_t>(idj.get<int64_t>());
+    if (added.count(tok) && added[tok]) continue;  // special: stays special
+    std::string bytes;
+    if (byte_level) {
+      bool ok = true;
+      for (uint32_t cp : code_points(tok)) {
+        auto it = table.find(cp);
+        if (it == table.end()) {
+          ok = false;
+          break;
+        }
+        bytes += static_cast<char>(it->second);
+      }
+      if (!ok) throw std::runtime_error(name + ": token '" + tok + "' is not byte-level encoded");
+    } else {
+      if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>') {
+        bytes += static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16));
+      } else {
+        for (uint32_t cp : code_points(tok)) {
+          if (cp == 0x2581) bytes += ' ';  // SentencePiece's word-boundary marker
+          else append_utf8(cp, &bytes);
+        }
+      }
+    }
+    v.token_bytes[id] = bytes;
+    v.special[id] = bytes.empty() ? 1 : 0;
+    v.max_token_bytes = std::max(v.max_token_bytes, bytes.size());
+  }
+  for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+    const std::string content = a.value("content", std::string());
+    static const char* eos_names[] = {"<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>",
+                                      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
+    for (const char* e : eos_names)
+      if (content == e && v.eos < 0) v.eos = static_cast<int32_t>(a.value("id", int64_t{-1}));
+  }
+  return v;
+}
+
+std::string data_directory() {
+  if (const char* env = std::getenv("INFER_BENCH_DATA")) return env;
+#ifdef INFER_BENCH_SOURCE_DATA_DIR
+  return INFER_BENCH_SOURCE_DATA_DIR;
+#else
+  return "data";
+#endif
+}
+
+std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Vocabulary>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(what); it != cache.end()) return it->second;
+  std::string text;
+  if (what == "gpt2") {
+    text = gunzip(std::string(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
+                              static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz)));
+  } else {
+    std::string path = what;
+    if (what == "llama2" || what == "deepseek-llm") path = data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
+    std::string raw = read_file(path);
+    text = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b ? gunzip(raw) : raw;
+  }
+  auto v = std::make_shared<const Vocabulary>(parse_tokenizer_json(text, what));
+  cache[what] = v;
+  return v;
+}
+
+}  // namespace ib::constrain

@@ -1,0 +1,32 @@
+// Tokenizer vocabularies as the bytes each token stands for: Hugging Face tokenizer.json
+// (byte-level BPE, and SentencePiece with `▁` and <0xNN> byte fallback), gzip-compressed or not.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ib::constrain {
+
+struct Vocabulary {
+  std::string name;
+  std::vector<std::string> token_bytes;  // what each id decodes to ("" for special tokens)
+  std::vector<uint8_t> special;          // added/control tokens: masks never allow them, but EOS
+  int32_t eos = -1;                      // end of sequence: allowed where the constraint accepts
+  size_t max_token_bytes = 0;
+  int32_t size() const { return static_cast<int32_t>(token_bytes.size()); }
+};
+
+// "gpt2" (compiled in), "llama2", "deepseek-llm" (from the data folder), or a path to a
+// tokenizer.json or tokenizer.json.gz. Throws std::runtime_error naming the file and problem.
+// Named vocabularies are loaded once per process and shared.
+std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& name_or_path);
+
+Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name);
+std::string gunzip(const std::string& compressed);
+
+// Where named vocabularies live: $INFER_BENCH_DATA/tokenizers, else the source tree's data/.
+std::string data_directory();
+
+}  // namespace ib::constrain

@@ -1,0 +1,281 @@
+// JSON Schema -> DFA: per-keyword accept/reject tables, refusals with pointers, random walks
+// checked by an independent validator, and the JSON-Schema-Test-Suite (soundness/completeness).
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "constrain/automaton.h"
+#include "constrain/json_schema.h"
+#include "schema_validator.h"
+
+namespace ib::constrain {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+Dfa compile(const std::string& schema, SchemaOptions o = {}) { return compile_dfa(schema_to_regex(json::parse(schema), o)); }
+
+struct KeywordCase {
+  const char* schema;
+  std::vector<std::string> valid, invalid;  // compact documents
+};
+
+TEST(JsonSchema, KeywordTable) {
+  const std::vector<KeywordCase> cases = {
+      {R"({"type":"null"})", {"null"}, {"nul", "0", "\"null\""}},
+      {R"({"type":"boolean"})", {"true", "false"}, {"True", "1"}},
+      {R"({"type":"integer"})", {"0", "-7", "1234567890123"}, {"01", "-0", "1.5", "+1", "1e3"}},
+      {R"({"type":"number"})", {"0", "-0.5", "3.25e-7", "1E+9", "-0"}, {".5", "1.", "01", "1e", "NaN"}},
+      {R"({"type":"string"})", {"\"\"", "\"a b\"", "\"\\\"\\\\\\n\\u00e9\"", "\"\xc3\xa9\xe2\x82\xac\""},
+       {"\"a", "\"\\x\"", "\"\\ud800\"", "\"\x01\"", "'a'", "\"\xc3\""}},
+      {R"({"type":"string","minLength":2,"maxLength":3})", {"\"ab\"", "\"\\n\\t\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""}, {"\"a\"", "\"abcd\""}},
+      {R"({"type":"string","pattern":"^[a-z]+[0-9]?$"})", {"\"abc\"", "\"ab7\""}, {"\"\"", "\"7\"", "\"ab77\""}},
+      {R"({"type":"string","pattern":"ab"})", {"\"ab\"", "\"xxabyy\""}, {"\"a b\""}},
+      {R"({"type":"string","format":"date"})", {"\"2026-11-30\""}, {"\"2026-13-01\"", "\"2026-1-01\""}},
+      {R"({"type":"string","format":"date-time"})", {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:60.5+05:30\""},
+       {"\"2026-11-30 12:30:00Z\"", "\"2026-11-30T24:00:00Z\""}},
+      {R"({"type":"string","format":"uuid"})", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567e89b12d3a456426614174000\""}},
+      {R"({"type":"string","format":"email"})", {"\"a.b+c@example.co.uk\""}, {"\"@example.com\"", "\"a@b\""}},
+      {R"({"type":"integer","minimum":-15,"maximum":123})", {"-15", "-1", "0", "9", "99", "123"}, {"-16", "124", "1000", "-100"}},
+      {R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10})", {"1", "9"}, {"0", "10"}},
+      {R"({"type":"integer","minimum":1000})", {"1000", "99999999"}, {"999", "0", "-1000"}},
+      {R"({"type":"integer","maximum":-5})", {"-5", "-123456"}, {"-4", "0", "5"}},
+      {R"({"type":"number","minimum":0})", {"0", "2.5", "0.001"}, {"-1", "-0.5", "2e3"}},
+      {R"({"type":"number","minimum":-2,"exclusiveMaximum":3})", {"-2", "-1.5", "0", "2.999", "-0.25"}, {"-2.5", "3", "3.0", "7", "-3"}},
+      {R"({"type":"number","exclusiveMinimum":1,"maximum":2})", {"1.5", "2", "2.00"}, {"1", "1.0", "2.1"}},
+      {R"({"type":"number","maximum":-1})", {"-1", "-1.0", "-7.5"}, {"-0.5", "0", "1"}},
+      {R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]})",
+       {"{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1}", "{\"b\":\"x\"}"}},
+      {R"({"allOf":[{"type":["integer","string"]},{"type":"integer","minimum":3}]})", {"3", "10"}, {"\"s\"", "2"}},
+      {R"({"type":"integer","anyOf":[{"maximum":2},{"minimum":10}]})", {"1", "11"}, {"5", "\"a\""}},
+      {R"({"$defs":{"p":{"type":"integer"}},"$ref":"#/$defs/p","maximum":5})", {"5", "-1"}, {"6", "1.5"}},
+      {R"({"type":"object","required":["q"]})", {"{\"q\":[1]}"}, {"{}"}},
+      {R"({"enum":["a",1,null,{"k":[true]}]})", {"\"a\"", "1", "null", "{\"k\":[true]}"}, {"\"b\"", "2", "{\"k\":[]}"}},
+      {R"({"const":"x"})", {"\"x\""}, {"\"y\""}},
+      {R"({"type":["string","null"]})", {"\"s\"", "null"}, {"1"}},
+      {R"({"anyOf":[{"type":"integer"},{"type":"boolean"}]})", {"3", "true"}, {"\"3\""}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["b"]})",
+       {"{\"a\":1,\"b\":\"x\"}", "{\"b\":\"x\"}"}, {"{}", "{\"a\":1}", "{\"b\":\"x\",\"a\":1}", "{\"b\":\"x\",\"c\":1}", "{,\"b\":\"x\"}"}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})",
+       {"{}", "{\"a\":1}", "{\"a\":1,\"zz\":true}", "{\"q\":false,\"r\":true}"}, {"{\"q\":1}"}},
+      {R"({"type":"object","properties":{"x":{},"y":{},"z":{}}})", {"{}", "{\"y\":1}", "{\"x\":1,\"z\":2}", "{\"x\":1,\"y\":2,\"z\":3}"},
+       {"{\"x\":1,}", "{\"y\":1\"z\":2}"}},
+      {R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})", {"[1]", "[1,2,3]"}, {"[]", "[1,2,3,4]", "[1,]"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+       {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",1,2]"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"integer"},"minItems":2})",
+       {"[\"a\",1]", "[\"a\",1,2,3]"}, {"[\"a\"]", "[1,2]"}},
+      {R"({"$defs":{"p":{"type":"integer","minimum":0}},"type":"array","items":{"$ref":"#/$defs/p"}})", {"[]", "[0,5]"}, {"[-1]"}},
+      {R"(true)", {"1", "\"s\"", "[1,{\"a\":null}]", "{}"}, {"", "[1,"}},
+      {R"(false)", {}, {"1", "null"}},
+      {R"({"type":"object","properties":{"n":{"type":"integer"}},"nullable":true})", {"null", "{\"n\":1}"}, {"1"}},
+  };
+  for (const auto& c : cases) {
+    Dfa d = compile(c.schema);
+    for (const auto& v : c.valid) EXPECT_TRUE(d.matches(v)) << c.schema << " should accept " << v;
+    for (const auto& v : c.invalid) EXPECT_FALSE(d.matches(v)) << c.schema << " should reject " << v;
+  }
+}
+
+TEST(JsonSchema, FlexibleWhitespace) {
+  SchemaOptions o;
+  o.whitespace = SchemaOptions::Whitespace::Flexible;
+  Dfa d = compile(R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"]})", o);
+  EXPECT_TRUE(d.matches("{ \"a\" : [ 1, 2 ] }"));
+  EXPECT_TRUE(d.matches("{\n \"a\": [1,2]\n}"));
+  EXPECT_FALSE(d.matches("{ \"a\"   : [1] }"));  // more than max_whitespace
+  EXPECT_FALSE(compile(R"({"type":"array"})").matches("[ ]"));  // compact by default
+}
+
+TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {R"({"type":"object","patternProperties":{"^x":{}}})", "patternProperties", "/patternProperties"},
+      {R"({"properties":{"a":{"type":"array","contains":{}}}})", "contains", "/properties/a/contains"},
+      {R"({"type":"array","uniqueItems":true})", "uniqueItems", "/uniqueItems"},
+      {R"({"type":"number","maximum":3.5})", "maximum", "/maximum"},
+      {R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "pattern", "/pattern"},
+      {R"({"type":"string","format":"hostname"})", "format", "/format"},
+      {R"js({"type":"string","pattern":"(?=x)"})js", "pattern", "/pattern"},
+      {R"({"$ref":"http://example.com/s.json"})", "$ref", "/$ref"},
+      {R"({"$ref":"#/$defs/missing"})", "$ref", "/$ref"},
+      {R"({"type":"object","required":["x"],"additionalProperties":false})", "required", "/required"},
+      {R"({"type":"integer","minimum":5,"maximum":1})", "minimum", ""},
+      {R"({"type":"number","exclusiveMinimum":1,"maximum":1})", "minimum", ""},
+      {R"({"allOf":[{"properties":{"a":{}}}],"additionalProperties":false})", "additionalProperties", ""},
+      {R"({"type":"object","properties":{"a~b/c":{"if":{}}}})", "if", "/properties/a~0b~1c/if"},
+      {R"({"type":"strin"})", "type", "/type"},
+  };
+  for (const auto& [schema, keyword, pointer] : cases) {
+    try {
+      schema_to_regex(json::parse(schema));
+      ADD_FAILURE() << schema << " compiled";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword(), keyword) << schema << ": " << e.what();
+      EXPECT_EQ(e.pointer(), pointer) << schema << ": " << e.what();
+    }
+  }
+}
+
+TEST(JsonSchema, RecursionIsBounded) {
+  const char* tree = R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"c":{"type":"array","items":{"$ref":"#/$defs/n"}}}}}})";
+  SchemaOptions o;
+  o.max_recursion = 2;
+  Dfa d = compile(tree, o);
+  EXPECT_TRUE(d.matches("{\"c\":[{\"c\":[{}]}]}"));
+  EXPECT_FALSE(d.matches("{\"c\":[{\"c\":[{\"c\":[{\"c\":[{}]}]}]}]}"));
+}
+
+// Bytes to the nearest accepting state, per state.
+std::vector<int> distances(const Dfa& d) {
+  std::vector<int> dist(static_cast<size_t>(d.num_states), 1 << 30);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int s = 0; s < d.num_states; ++s) {
+      int best = d.accepting[static_cast<size_t>(s)] ? 0 : 1 << 30;
+      for (int b = 0; b < 256; ++b) {
+        int t = d.step(s, static_cast<uint8_t>(b));
+        if (t >= 0) best = std::min(best, dist[static_cast<size_t>(t)] + 1);
+      }
+      if (best < dist[static_cast<size_t>(s)]) {
+        dist[static_cast<size_t>(s)] = best;
+        changed = true;
+      }
+    }
+  }
+  return dist;
+}
+
+// Random walk: uniform over live bytes, steering to the nearest accepting state after `soft` bytes.
+std::string random_walk(const Dfa& d, const std::vector<int>& dist, std::mt19937_64& rng, size_t soft = 120) {
+  std::string out;
+  int s = d.start;
+  for (;;) {
+    if (d.accepting[static_cast<size_t>(s)] && (out.size() > soft || rng() % 4 == 0)) return out;
+    std::vector<int> bytes;
+    for (int b = 0; b < 256; ++b) {
+      int t = d.step(s, static_cast<uint8_t>(b));
+      if (t < 0) continue;
+      if (out.size() > soft && dist[static_cast<size_t>(t)] >= dist[static_cast<size_t>(s)]) continue;
+      bytes.push_back(b);
+    }
+    if (bytes.empty()) return out;
+    int b = bytes[rng() % bytes.size()];
+    out += static_cast<char>(b);
+    s = d.step(s, static_cast<uint8_t>(b));
+  }
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(JsonSchema, RandomWalksOfBundledSchemasAreValidDocuments) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/experiments/schemas/";
+  std::mt19937_64 rng(2026);
+  for (const char* name : {"tool_call", "tool_union", "person", "order", "calendar_event", "tree", "extraction"}) {
+    json schema = json::parse(read(dir + name + ".json"));
+    Dfa d = compile_dfa(schema_to_regex(schema));
+    const std::vector<int> dist = distances(d);
+    test::SchemaValidator validator(schema);
+    for (int i = 0; i < 200; ++i) {
+      std::string doc = random_walk(d, dist, rng);
+      json parsed;
+      try {
+        parsed = json::parse(doc);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << ": walk is not JSON: " << doc << " (" << e.what() << ")";
+        continue;
+      }
+      EXPECT_TRUE(validator.valid(parsed)) << name << ": walk violates the schema: " << doc;
+    }
+  }
+}
+
+// --- JSON-Schema-Test-Suite (tests/data/json-schema-test-suite, MIT; see its README) ---
+
+// Serialises `v` compactly with object keys in the order the schema lists its properties.
+json reorder(const json& v, const json& s) {
+  if (v.is_object() && s.is_object() && s.contains("properties")) {
+    json out = json::object();
+    for (const auto& [k, sub] : s["properties"].items())
+      if (v.contains(k)) out[k] = reorder(v[k], sub);
+    for (const auto& [k, x] : v.items())
+      if (!out.contains(k)) out[k] = x;
+    return out;
+  }
+  if (v.is_array() && s.is_object() && s.contains("items")) {
+    json out = json::array();
+    for (const auto& x : v) out.push_back(reorder(x, s["items"]));
+    return out;
+  }
+  return v;
+}
+
+TEST(JsonSchema, TestSuiteSoundness) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/tests/data/json-schema-test-suite/draft2020-12/";
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") files.push_back(n);
+    }
+    closedir(d);
+  }
+  ASSERT_GE(files.size(), 20u);
+  std::sort(files.begin(), files.end());
+  int total_schemas = 0, compiled = 0, sound = 0, invalid_cases = 0, complete = 0, valid_cases = 0;
+  std::ostringstream table;
+  table << "file | schemas compiled | invalid rejected | valid accepted\n";
+  for (const auto& f : files) {
+    json groups = json::parse(read(dir + f));
+    int fs = 0, fc = 0, fi = 0, fis = 0, fv = 0, fva = 0;
+    for (const auto& g : groups) {
+      ++fs;
+      Dfa d;
+      try {
+        d = compile_dfa(schema_to_regex(g["schema"]));
+      } catch (const SchemaError&) {
+        continue;  // refused with an error: counted as not compiled
+      }
+      ++fc;
+      for (const auto& t : g["tests"]) {
+        const std::string doc = reorder(t["data"], g["schema"]).dump();
+        const bool accepted = d.matches(doc);
+        if (t["valid"].get<bool>()) {
+          ++fv;
+          fva += accepted;
+        } else {
+          ++fi;
+          fis += !accepted;
+          // oneOf is compiled as anyOf (documented): a document matching two branches is the one
+          // way an invalid document can be accepted.
+          if (accepted && f != "oneOf.json")
+            ADD_FAILURE() << f << ": \"" << g["description"].get<std::string>() << "\" accepts invalid " << doc;
+        }
+      }
+    }
+    table << f << " | " << fc << "/" << fs << " | " << fis << "/" << fi << " | " << fva << "/" << fv << "\n";
+    total_schemas += fs;
+    compiled += fc;
+    sound += fis;
+    invalid_cases += fi;
+    complete += fva;
+    valid_cases += fv;
+  }
+  table << "all | " << compiled << "/" << total_schemas << " | " << sound << "/" << invalid_cases << " | " << complete << "/"
+        << valid_cases << "\n";
+  std::cout << table.str();
+  EXPECT_GE(compiled, total_schemas * 7 / 10);
+}
+
+}  // namespace
+}  // namespace ib::constrain

@@ -1,0 +1,133 @@
+// The regex engine: patterns against accept/reject tables, UTF-8 ranges, DFA minimality.
+#include <gtest/gtest.h>
+
+#include "constrain/automaton.h"
+#include "constrain/regex.h"
+
+namespace ib::constrain {
+namespace {
+
+Dfa dfa(const std::string& pattern) {
+  ParsedRegex p = parse_regex(pattern);
+  return compile_dfa(p.re);
+}
+
+struct Case {
+  const char* pattern;
+  std::vector<std::string> accept, reject;
+};
+
+TEST(Regex, PatternTable) {
+  const std::vector<Case> cases = {
+      {"abc", {"abc"}, {"", "ab", "abcd", "abd"}},
+      {"a|bc|", {"a", "bc", ""}, {"b", "abc"}},
+      {"a*", {"", "a", "aaaa"}, {"b", "ab"}},
+      {"(ab)+", {"ab", "abab"}, {"", "a", "aba"}},
+      {"colou?r", {"color", "colour"}, {"colouur"}},
+      {"a{3}", {"aaa"}, {"aa", "aaaa"}},
+      {"a{2,}", {"aa", "aaaaaa"}, {"a"}},
+      {"a{1,3}b", {"ab", "aaab"}, {"b", "aaaab"}},
+      {"a{,3}", {"a{,3}"}, {"a"}},  // not a quantifier: literal braces (ECMAScript Annex B)
+      {"[a-cx]+", {"abcx", "x"}, {"d", ""}},
+      {"[^0-9]", {"a", "é", "\xe2\x82\xac"}, {"5", "", "ab"}},
+      {"\\d{3}-\\d{4}", {"555-1234"}, {"5551234", "55-1234"}},
+      {"\\w+@\\w+\\.com", {"me@example.com"}, {"me@ex-ample.com"}},
+      {"\\s", {" ", "\t", "\xc2\xa0"}, {"a"}},
+      {"\\D\\W\\S", {"a!b"}, {"1!b", "a_b", "a! "}},
+      {".", {"a", "\xe2\x82\xac", "\xf0\x9f\x98\x80"}, {"\n", "", "\xff", "\xed\xa0\x80"}},  // no surrogates, no bad bytes
+      {"[\\u00e0-\\u00ff]", {"\xc3\xa0", "\xc3\xbf"}, {"\xc3\x9f", "a"}},
+      {"\\u{1F600}", {"\xf0\x9f\x98\x80"}, {"\xf0\x9f\x98\x81"}},
+      {"(?:x|y)z", {"xz", "yz"}, {"z"}},
+      {"(?<year>\\d{4})", {"2026"}, {"26"}},
+      {"a+?b", {"ab", "aab"}, {"b"}},
+      {"\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\\\\\/", {".*+?()[]{}|\\/"}, {}},
+      {"[]", {}, {"", "a"}},
+      {"[^]", {"a", "\n"}, {""}},
+      {"[\\]a-]", {"]", "a", "-"}, {"b"}},
+      {"\\x41\\t", {"A\t"}, {"A "}},
+  };
+  for (const auto& c : cases) {
+    Dfa d = dfa(c.pattern);
+    for (const auto& s : c.accept) EXPECT_TRUE(d.matches(s)) << "/" << c.pattern << "/ should accept '" << s << "'";
+    for (const auto& s : c.reject) EXPECT_FALSE(d.matches(s)) << "/" << c.pattern << "/ should reject '" << s << "'";
+  }
+}
+
+TEST(Regex, AnchorsAreReportedNotMatched) {
+  ParsedRegex p = parse_regex("^ab$");
+  EXPECT_TRUE(p.anchored_start);
+  EXPECT_TRUE(p.anchored_end);
+  EXPECT_TRUE(compile_dfa(p.re).matches("ab"));
+  ParsedRegex q = parse_regex("a\\$");
+  EXPECT_FALSE(q.anchored_end);
+  EXPECT_TRUE(compile_dfa(q.re).matches("a$"));
+}
+
+TEST(Regex, UnsupportedConstructsNameTheOffset) {
+  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{
+           {"a(?=b)", "lookaround"}, {"(a)\\1", "backreferences"}, {"\\bword", "word boundaries"},
+           {"a^b", "anchors"}, {"(ab", "missing ')'"}, {"ab)", "unexpected ')'"}, {"[ab", "missing ']'"},
+           {"*a", "nothing to repeat"}, {"a{3,1}", "m < n"}, {"[z-a]", "out of order"}, {"\\q", "unknown escape"}}) {
+    try {
+      parse_regex(pattern);
+      ADD_FAILURE() << pattern << " parsed";
+    } catch (const RegexError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << pattern << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("at offset"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Regex, Utf8RangesMatchExactlyTheirCodePoints) {
+  // Every code point of a range crossing all four encoding lengths, and its neighbours.
+  Re r = re_code_points({{0x70, 0x10400}});
+  Dfa d = compile_dfa(r);
+  auto enc = [](uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else if (cp < 0x800) {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (cp >> 18));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return s;
+  };
+  for (uint32_t cp = 0; cp < 0x10500; ++cp) {
+    bool surrogate = cp >= 0xD800 && cp <= 0xDFFF;
+    bool want = cp >= 0x70 && cp <= 0x10400 && !surrogate;
+    ASSERT_EQ(d.matches(enc(cp)), want) << std::hex << cp;
+  }
+  EXPECT_FALSE(d.matches("\xc0\xaf"));  // overlong
+}
+
+TEST(Automaton, MinimalAndDeterministic) {
+  // (a|b)*abb has a 4-state minimal DFA; the dead state is not stored.
+  Dfa d = dfa("(a|b)*abb");
+  EXPECT_EQ(d.num_states, 4);
+  EXPECT_TRUE(d.matches("abb"));
+  EXPECT_TRUE(d.matches("babaabb"));
+  EXPECT_FALSE(d.matches("abba"));
+  // Equivalent patterns give the same state count.
+  EXPECT_EQ(dfa("(a|b)*abb").num_states, dfa("(b|a)*(a)(b)(b)").num_states);
+  EXPECT_EQ(dfa("x").forced_byte(0), 'x');
+  EXPECT_EQ(dfa("x|y").forced_byte(0), -1);
+}
+
+TEST(Automaton, LimitsAreErrors) {
+  CompileLimits tight;
+  tight.max_dfa_states = 10;
+  EXPECT_THROW(compile_dfa(parse_regex("a{20}").re, tight), RegexError);
+  EXPECT_EQ(compile_dfa(re_never()).num_states, 1);
+  EXPECT_FALSE(compile_dfa(re_never()).matches(""));
+}
+
+}  // namespace
+}  // namespace ib::constrain

@@ -1,0 +1,128 @@
+// Vocabularies (byte decoding against known ids) and token masks (brute-force soundness and
+// completeness on every state of a real schema).
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "constrain/automaton.h"
+#include "constrain/json_schema.h"
+#include "constrain/token_index.h"
+#include "constrain/vocab.h"
+
+namespace ib::constrain {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(Vocabulary, Gpt2DecodesTheEncodeCases) {
+  auto v = load_vocabulary("gpt2");
+  EXPECT_EQ(v->size(), 50257);
+  EXPECT_EQ(v->eos, 50256);
+  EXPECT_TRUE(v->special[50256]);
+  EXPECT_EQ(v->token_bytes[220], " ");
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/tokenizers/";
+  std::string inputs = read(dir + "gpt2.encode-cases.inp"), outputs = read(dir + "gpt2.encode-cases.out");
+  std::vector<std::string> cases;
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  size_t pos = 0;
+  while (true) {
+    size_t next = inputs.find(sep, pos);
+    if (next == std::string::npos) break;
+    cases.push_back(inputs.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::istringstream out(outputs);
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(out, line) && i < cases.size(); ++i) {
+    std::istringstream ids(line);
+    std::string decoded;
+    int id;
+    while (ids >> id) decoded += v->token_bytes[static_cast<size_t>(id)];
+    EXPECT_EQ(decoded, cases[i]) << "case " << i;
+  }
+  EXPECT_EQ(cases.size(), 46u);  // every input ends with a separator line
+  EXPECT_EQ(i, cases.size());
+}
+
+TEST(Vocabulary, Llama2AndDeepSeekDecodeBytes) {
+  auto l = load_vocabulary("llama2");
+  EXPECT_EQ(l->size(), 32000);
+  EXPECT_EQ(l->eos, 2);
+  EXPECT_TRUE(l->special[0] && l->special[1] && l->special[2]);
+  EXPECT_EQ(l->token_bytes[3], std::string(1, '\0'));  // <0x00>
+  EXPECT_EQ(l->token_bytes[3 + 0x41], "A");             // <0x41>
+  int the = -1;
+  for (int32_t id = 0; id < l->size(); ++id)
+    if (l->token_bytes[static_cast<size_t>(id)] == " the") the = id;
+  EXPECT_GT(the, 0) << "'▁the' should decode to ' the'";
+  auto d = load_vocabulary("deepseek-llm");
+  EXPECT_EQ(d->size(), 102400);
+  EXPECT_EQ(d->eos, 100001);
+  EXPECT_EQ(d->token_bytes[254], " the");  // 'Ġthe'
+  EXPECT_TRUE(d->special[100015]);          // [PAD...]
+}
+
+TEST(Vocabulary, BadFilesAreClearErrors) {
+  EXPECT_THROW(load_vocabulary("/nonexistent/tokenizer.json"), std::runtime_error);
+  EXPECT_THROW(parse_tokenizer_json("{\"model\":{}}", "t"), std::runtime_error);
+  EXPECT_THROW(parse_tokenizer_json("not json", "t"), std::runtime_error);
+}
+
+TEST(VocabTrie, HoldsEveryNonSpecialTokenOnce) {
+  auto v = load_vocabulary("gpt2");
+  auto t = vocab_trie(v);
+  EXPECT_EQ(t->tokens.size(), 50256u);
+  EXPECT_EQ(t->token_begin.size(), t->nodes() + 1);
+  EXPECT_EQ(t->subtree_end[0], static_cast<int32_t>(t->nodes()));
+  // Every token's path spells its bytes.
+  for (int32_t i = 1; i < static_cast<int32_t>(t->nodes()); ++i) {
+    EXPECT_GT(t->subtree_end[static_cast<size_t>(i)], i);
+    EXPECT_EQ(t->depth[static_cast<size_t>(i)] > 0, true);
+  }
+}
+
+// Brute force: token t allowed at state s iff its bytes keep the DFA alive; EOS iff s accepts.
+void expect_masks_exact(const Dfa& d, const Vocabulary& v, const std::function<const uint32_t*(int32_t)>& mask) {
+  for (int32_t s = 0; s < d.num_states; ++s) {
+    const uint32_t* m = mask(s);
+    for (int32_t t = 0; t < v.size(); ++t) {
+      bool want;
+      if (t == v.eos) want = d.accepting[static_cast<size_t>(s)];
+      else if (v.special[static_cast<size_t>(t)]) want = false;
+      else want = d.walk(s, v.token_bytes[static_cast<size_t>(t)]) >= 0;
+      ASSERT_EQ(mask_allows(m, t), want) << "state " << s << " token " << t << " '" << v.token_bytes[static_cast<size_t>(t)] << "'";
+    }
+  }
+}
+
+TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
+  auto v = load_vocabulary("gpt2");
+  auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_call.json"));
+  auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
+  TokenMaskIndex index(d, v);
+  EXPECT_LE(index.num_classes(), static_cast<size_t>(d->num_states));
+  expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
+  LazyTokenMasker lazy(d, v);
+  expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
+  EXPECT_EQ(lazy.cached(), index.num_classes());
+}
+
+TEST(TokenMasks, MaskClassesSeparateWhatTokensCanTellApart) {
+  // "a{0,40}b": the 41 counting states differ only near the end; with tokens of at most 3
+  // bytes, states with 3+ a's left are indistinguishable.
+  Dfa d = compile_dfa(parse_regex("a{0,40}b").re);
+  MaskClasses mc = mask_classes(d, 3);
+  EXPECT_LT(mc.representative.size(), 8u);
+  MaskClasses exact = mask_classes(d, 100);
+  EXPECT_EQ(exact.representative.size(), static_cast<size_t>(d.num_states));
+}
+
+}  // namespace
+}  // namespace ib::constrain

@@ -15,7 +15,6 @@ void register_pending(Cli& cli) {
       {"attention", "standard attention vs FlashAttention v1/v2/v3", "#3"},
       {"decode", "the transformer engine: TTFT, TPOT, TPS and CUDA Graphs", "#4"},
       {"kvcache", "KV memory, FP8/INT8 KV, PagedAttention, sliding window, StreamingLLM, H2O", "#5"},
-      {"constrain", "JSON Schema -> regex -> DFA -> token masks", "#6"},
       {"specdec", "speculative decoding with a draft model and n-gram lookup", "#7"},
       {"prefix", "prefix caching with block hashes and a radix tree", "#8"},
   };

@@ -70,6 +70,7 @@ class LazyTokenMasker {
   LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
   // Computes the state's class mask on first use.
   const uint32_t* mask(int32_t state);
+  void clear() { cache_.clear(); }  // forget computed masks (a cold start)
   size_t words() const { return words_; }
   size_t cached() const { return cache_.size(); }
   size_t num_classes() const { return classes_.representative.size(); }

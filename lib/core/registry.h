@@ -21,6 +21,9 @@ struct VariantDecl {
   // The kind's keys this variant reads; empty = all. An experiment's points hold only the keys
   // some listed variant reads (values of the others are validated, then left out).
   std::vector<std::string> uses;
+  // Host work (token masks, compilers): runs on the CPU, timed with steady_clock, whichever
+  // backend the run uses. Declared with backend Cpu.
+  bool host = false;
 };
 
 struct KindInfo {

@@ -118,8 +118,9 @@ ExperimentResult Runner::run(const ExperimentSpec& spec) {
   for (const auto& v : spec.variants)
     if (v != spec.baseline) order.push_back(v);
 
-  size_t index = 0;
+  size_t index = 0, point_index = 0;
   for (const auto& point : result.plan.points) {
+    ++point_index;
     std::optional<size_t> baseline_at;  // index in result.rows of this point's baseline row
     for (const auto& variant : order) {
       if (is_skipped(spec, point, variant)) continue;
@@ -128,7 +129,7 @@ ExperimentResult Runner::run(const ExperimentSpec& spec) {
         break;
       }
       if (observer_) observer_->row_started(spec, index, result.plan.rows, variant + " " + config_label(spec, point));
-      Row row = run_row(spec, point, variant, index);
+      Row row = run_row(spec, point, variant, point_index);
       ++index;
       if (variant == spec.baseline) {
         row.is_baseline = true;
@@ -150,25 +151,36 @@ ExperimentResult Runner::run(const ExperimentSpec& spec) {
   return result;
 }
 
-Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::string& variant, size_t row_index) {
+Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::string& variant, size_t point_index) {
   const KindInfo* kind = Registry::instance().kind(spec.kind);
   if (!kind) throw std::logic_error("unregistered kind " + spec.kind);
+  const VariantDecl* decl = find_variant(*kind, variant);
+  if (!decl) throw std::logic_error("undeclared variant " + variant);
+  BackendRuntime* target = &rt_;
+  if (decl->host && rt_.backend() != Backend::Cpu) {
+    if (!host_rt_) host_rt_ = make_cpu_runtime();
+    target = host_rt_.get();
+  }
+  return run_row_on(*target, spec, *decl, point, point_index);
+}
+
+Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const VariantDecl& decl, const Point& point,
+                       size_t point_index) {
+  const std::string& variant = decl.name;
   Row row;
   row.experiment = spec.name;
   row.kind = spec.kind;
   row.variant = variant;
-  row.backend = rt_.backend();
+  row.backend = rt.backend();
   row.point = point;
   row.book = match_book(spec.book, point, variant);
 
   NvtxRange variant_range(variant);
   NvtxRange config_range(config_label(spec, point));
 
-  const VariantDecl* decl = find_variant(*kind, variant);
-  if (!decl) throw std::logic_error("undeclared variant " + variant);
-  if (decl->backend != rt_.backend()) {
+  if (decl.backend != rt.backend()) {
     row.status = RowStatus::Unsupported;
-    row.message = fmt::format("needs the {} backend", to_string(decl->backend));
+    row.message = fmt::format("needs the {} backend", to_string(decl.backend));
     return row;
   }
   std::unique_ptr<Variant> v = Registry::instance().make(spec.kind, variant);
@@ -183,17 +195,18 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
     return row;
   }
 
-  MemoryTracker& mem = rt_.memory();
+  MemoryTracker& mem = rt.memory();
   mem.set_limit(spec.control.memory_limit);
   const int64_t start_bytes = mem.current();
   mem.reset_peak();
-  const uint64_t seed = static_cast<uint64_t>(spec.control.seed) + 1000003ull * row_index;
+  // Every variant at a point sees the same inputs (a fair comparison); each point fresh ones.
+  const uint64_t seed = static_cast<uint64_t>(spec.control.seed) + 1000003ull * point_index;
   try {
-    v->prepare(point, rt_, seed);
+    v->prepare(point, rt, seed);
     {
       NvtxRange r("validate");
-      row.validation = v->validate(rt_);
-      rt_.check_errors();
+      row.validation = v->validate(rt);
+      rt.check_errors();
     }
     if (!row.validation->ok) {
       const Validation& val = *row.validation;
@@ -204,28 +217,28 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
       const int64_t warmup = options_.profile ? 1 : spec.control.warmup;
       {
         NvtxRange r("warmup");
-        for (int64_t i = 0; i < warmup && !interrupted(); ++i) v->run(rt_);
-        rt_.synchronize();
-        rt_.check_errors();
+        for (int64_t i = 0; i < warmup && !interrupted(); ++i) v->run(rt);
+        rt.synchronize();
+        rt.check_errors();
       }
       NvtxRange r("measure");
-      auto timer = rt_.make_timer();
+      auto timer = rt.make_timer();
       if (options_.profile) {
-        rt_.profiler_start();
+        rt.profiler_start();
         for (int i = 0; i < options_.profile_runs; ++i) {
           timer->start();
-          v->run(rt_);
+          v->run(rt);
           row.samples.push_back(timer->stop());
         }
-        rt_.profiler_stop();
+        rt.profiler_stop();
         row.stop_reason = fmt::format("profile: {} runs", options_.profile_runs);
       } else {
         StoppingRule rule({spec.control.min_samples, spec.control.min_time, spec.control.max_noise, spec.control.timeout});
         const auto t0 = std::chrono::steady_clock::now();
         while (!rule.done()) {
-          if (spec.control.cold_l2) rt_.flush_cache();
+          if (spec.control.cold_l2) rt.flush_cache();
           timer->start();
-          v->run(rt_);
+          v->run(rt);
           double s = timer->stop();
           row.samples.push_back(s);
           rule.add(s, seconds_since(t0));
@@ -236,7 +249,7 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
         }
         if (row.stop_reason.empty()) row.stop_reason = rule.reason();
       }
-      rt_.check_errors();
+      rt.check_errors();
       row.stats = summarize(row.samples);
       row.work = v->work();
       row.metrics = v->metrics();

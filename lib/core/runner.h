@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/backend.h"
+#include "core/registry.h"
 #include "core/spec.h"
 #include "core/stats.h"
 #include "core/sweep.h"
@@ -85,10 +86,12 @@ class Runner {
   ExperimentResult run(const ExperimentSpec& spec);
 
  private:
-  Row run_row(const ExperimentSpec& spec, const Point& point, const std::string& variant, size_t row_index);
+  Row run_row(const ExperimentSpec& spec, const Point& point, const std::string& variant, size_t point_index);
+  Row run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const VariantDecl& decl, const Point& point, size_t point_index);
   BackendRuntime& rt_;
   RunnerOptions options_;
   RunObserver* observer_;
+  std::unique_ptr<BackendRuntime> host_rt_;  // for host variants when rt_ is a GPU runtime
 };
 
 // "bytes=1GiB,dtype=bf16": the keys that vary in the experiment's sweep ("default" if none).

@@ -531,7 +531,7 @@ class SpecParser {
       }
     } else {
       for (const auto& d : kind.variants)
-        if (d.backend == backend) ex->variants.push_back(d.name);
+        if (d.backend == backend || d.host) ex->variants.push_back(d.name);
       if (ex->variants.empty())
         throw spec_error(ex->loc, path, std::string("kind ") + kind.name + " has no variant for the " + to_string(backend) +
                                             " backend; list 'variants' explicitly");
@@ -840,7 +840,7 @@ std::string spec_reference_markdown() {
     for (const auto& v : kind->variants) {
       std::string uses;
       for (const auto& u : v.uses) uses += (uses.empty() ? "" : ", ") + u;
-      out += fmt::format("| `{}` | {} | {} | {} |\n", v.name, to_string(v.backend), uses.empty() ? "all" : uses, v.doc);
+      out += fmt::format("| `{}` | {} | {} | {} |\n", v.name, v.host ? "host (any)" : to_string(v.backend), uses.empty() ? "all" : uses, v.doc);
     }
   }
   return out;

@@ -111,3 +111,55 @@ TEST(Gpu, EveryGemmTypeValidates) {
 
 }  // namespace
 }  // namespace ib
+
+#include "constrain/masked_argmax.h"
+#include "constrain_mask.h"
+
+namespace ib {
+namespace {
+
+TEST(GpuConstrain, MaskedArgmaxMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  for (int32_t vocab : {1, 31, 32, 33, 1000, 50257, 151936}) {
+    const int32_t rows = 3, words = (vocab + 31) / 32;
+    std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+    std::vector<uint32_t> mask(static_cast<size_t>(rows) * words, 0);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = random_uniform(9, i) * 10.0f;
+    for (int32_t r = 0; r < rows; ++r)
+      for (int32_t t = 0; t < vocab; ++t)
+        if (random_bits(10 + static_cast<uint64_t>(r), static_cast<uint64_t>(t)) % (r + 2) == 0)  // row 0: half, row 2: a quarter
+          mask[static_cast<size_t>(r) * words + (t >> 5)] |= 1u << (t & 31);
+    if (vocab > 1) logits[5 % vocab] = logits[(5 % vocab) + 0];  // keep a tie candidate
+    DeviceBuffer<float> dl(logits.size(), "logits");
+    DeviceBuffer<uint32_t> dm(mask.size(), "mask");
+    DeviceBuffer<int32_t> out(rows, "out");
+    IB_CUDA_CHECK(cudaMemcpy(dl.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    IB_CUDA_CHECK(cudaMemcpy(dm.data(), mask.data(), mask.size() * 4, cudaMemcpyHostToDevice));
+    for (bool masked : {false, true}) {
+      launch_masked_argmax(dl.data(), masked ? dm.data() : nullptr, vocab, rows, out.data(), nullptr);
+      std::vector<int32_t> got(rows);
+      IB_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), rows * 4, cudaMemcpyDeviceToHost));
+      for (int32_t r = 0; r < rows; ++r)
+        EXPECT_EQ(got[static_cast<size_t>(r)],
+                  constrain::masked_argmax(logits.data() + static_cast<size_t>(r) * vocab,
+                                           masked ? mask.data() + static_cast<size_t>(r) * words : nullptr, vocab))
+            << "vocab " << vocab << " row " << r << " masked " << masked;
+    }
+  }
+}
+
+TEST(GpuConstrain, OverheadVariantsPassTheGate) {
+  REQUIRE_GPU();
+  SpecOptions opt;
+  opt.backend = Backend::Cuda;
+  Spec spec = parse_spec("experiments:\n  - {name: o, kind: constrain-overhead, variants: [lm_head_argmax, lm_head_masked_argmax],"
+                         " model: [llama2-7b, qwen2-0.5b], min_samples: 3, min_time: 0, timeout: 2s}\n", "gpu-test", opt);
+  auto rt = make_cuda_runtime();
+  Runner runner(*rt, RunnerOptions{});
+  ExperimentResult r = runner.run(spec.experiments[0]);
+  ASSERT_EQ(r.rows.size(), 4u);
+  for (const auto& row : r.rows) EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << ": " << row.message;
+}
+
+}  // namespace
+}  // namespace ib

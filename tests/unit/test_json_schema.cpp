@@ -12,7 +12,7 @@
 
 #include "constrain/automaton.h"
 #include "constrain/json_schema.h"
-#include "schema_validator.h"
+#include "constrain/validator.h"
 
 namespace ib::constrain {
 namespace {
@@ -185,7 +185,7 @@ TEST(JsonSchema, RandomWalksOfBundledSchemasAreValidDocuments) {
     json schema = json::parse(read(dir + name + ".json"));
     Dfa d = compile_dfa(schema_to_regex(schema));
     const std::vector<int> dist = distances(d);
-    test::SchemaValidator validator(schema);
+    SchemaValidator validator(schema);
     for (int i = 0; i < 200; ++i) {
       std::string doc = random_walk(d, dist, rng);
       json parsed;

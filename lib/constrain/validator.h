@@ -1,6 +1,7 @@
-// An independent, test-only JSON Schema validator for the keywords the compiler supports: the
-// oracle random DFA walks are checked against. Written from the specification, not from the
-// compiler, so the two can disagree when one is wrong.
+// An independent JSON Schema validator for the keywords the compiler supports: the oracle that
+// generated documents are checked against (tests and the validity experiment). Written from the
+// specification, not from the compiler, so the two can disagree when one is wrong. Patterns use
+// std::regex (ECMAScript) on the UTF-8 bytes.
 #pragma once
 
 #include <cmath>
@@ -9,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace ib::test {
+namespace ib::constrain {
 
 class SchemaValidator {
  public:
@@ -147,4 +148,4 @@ class SchemaValidator {
   }
 };
 
-}  // namespace ib::test
+}  // namespace ib::constrain

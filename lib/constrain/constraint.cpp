@@ -1,0 +1,75 @@
+#include "constrain/constraint.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace ib::constrain {
+
+namespace {
+bool is_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+std::string schema_directory() {
+  if (const char* env = std::getenv("INFER_BENCH_SCHEMAS")) return env;
+#ifdef INFER_BENCH_SOURCE_SCHEMA_DIR
+  return INFER_BENCH_SOURCE_SCHEMA_DIR;
+#else
+  return "experiments/schemas";
+#endif
+}
+
+std::string constraint_source(const std::string& c) {
+  if (c.rfind("regex:", 0) == 0 || c.rfind("choice:", 0) == 0) return c;
+  std::string path = c;
+  if (!is_file(path)) path = schema_directory() + "/" + c + ".json";
+  if (!is_file(path)) throw std::runtime_error("constraint '" + c + "': no schema file " + c + " nor " + path);
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+CompiledConstraint compile_constraint(const std::string& c, const std::string& source, const SchemaOptions& options) {
+  CompiledConstraint out;
+  auto t0 = std::chrono::steady_clock::now();
+  Re re;
+  if (c.rfind("regex:", 0) == 0) {
+    re = parse_regex(c.substr(6)).re;  // generation: the whole output matches (anchors implied)
+  } else if (c.rfind("choice:", 0) == 0) {
+    std::vector<Re> alts;
+    std::string rest = c.substr(7);
+    size_t pos = 0;
+    while (true) {
+      size_t bar = rest.find('|', pos);
+      alts.push_back(re_literal(rest.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos)));
+      if (bar == std::string::npos) break;
+      pos = bar + 1;
+    }
+    re = re_alt(std::move(alts));
+  } else {
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(source);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error("constraint '" + c + "': the schema is not JSON: " + e.what());
+    }
+    out.schema = std::make_shared<const nlohmann::ordered_json>(schema);
+    re = schema_to_regex(schema, options);
+  }
+  out.regex_seconds = since(t0);
+  auto t1 = std::chrono::steady_clock::now();
+  out.dfa = std::make_shared<const Dfa>(compile_dfa(re));
+  out.dfa_seconds = since(t1);
+  return out;
+}
+
+}  // namespace ib::constrain

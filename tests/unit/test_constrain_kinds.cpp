@@ -1,0 +1,77 @@
+// Every constrain kind's CPU variants through the runner at small sizes: each passes its gate.
+#include <gtest/gtest.h>
+
+#include "core/runner.h"
+#include "core/spec.h"
+
+namespace ib {
+namespace {
+
+ExperimentResult run_spec_text(const std::string& body) {
+  SpecOptions opt;
+  Spec spec = parse_spec("defaults: {warmup: 0, min_samples: 2, min_time: 0, timeout: 2s}\nexperiments:\n" + body, "t.yaml", opt);
+  auto rt = make_cpu_runtime();
+  Runner runner(*rt, RunnerOptions{});
+  return runner.run(spec.experiments[0]);
+}
+
+void expect_all_ok(const ExperimentResult& r, size_t rows) {
+  ASSERT_EQ(r.rows.size(), rows);
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
+    ASSERT_TRUE(row.validation);
+    EXPECT_TRUE(row.validation->ok);
+  }
+}
+
+double metric(const Row& r, const std::string& key) {
+  for (const auto& m : r.metrics)
+    if (m.key == key) return m.value;
+  ADD_FAILURE() << "no metric " << key;
+  return 0;
+}
+
+TEST(ConstrainKinds, CompileBothVariantsOnRegexChoiceAndSchema) {
+  auto r = run_spec_text("  - {name: c, kind: constrain-compile, variants: [precomputed, lazy],"
+                         " constraint: [tool_call, 'regex:[a-z]{1,8}@[a-z]+\\.com', 'choice:yes|no|maybe'], vocab: llama2}\n");
+  expect_all_ok(r, 6);
+  EXPECT_GT(metric(r.rows[0], "dfa_states"), 100);
+}
+
+TEST(ConstrainKinds, MaskStepsAreAllowedAndTimed) {
+  auto r = run_spec_text("  - {name: m, kind: constrain-mask, variants: [precomputed, lazy], constraint: extraction, documents: 3}\n");
+  expect_all_ok(r, 2);
+  EXPECT_GT(metric(r.rows[0], "steps_per_run"), 3);
+  EXPECT_GT(metric(r.rows[0], "step_p99"), 0);
+}
+
+TEST(ConstrainKinds, ConstrainedOutputIsAlwaysValidUnconstrainedIsNot) {
+  auto r = run_spec_text("  - {name: v, kind: constrain-validity, variants: [unconstrained_retry, constrained],"
+                         " constraint: tool_call, epsilon: 0.2, retries: 1, documents: 20}\n");
+  expect_all_ok(r, 2);
+  EXPECT_LT(metric(r.rows[0], "valid"), 60);  // 20% errors per token: few documents survive
+  EXPECT_EQ(metric(r.rows[1], "valid"), 100);
+}
+
+TEST(ConstrainKinds, JumpForwardSavesCallsOnTheSameDocuments) {
+  auto r = run_spec_text("  - {name: j, kind: constrain-jump-forward, variants: [no_jump, jump_forward], constraint: tool_union, documents: 5}\n");
+  expect_all_ok(r, 2);
+  EXPECT_LT(metric(r.rows[1], "model_calls_per_doc"), metric(r.rows[0], "model_calls_per_doc"));
+  EXPECT_GT(metric(r.rows[1], "calls_saved"), 10);
+}
+
+TEST(ConstrainKinds, CpuOverheadPicksTheMaskedArgmax) {
+  auto r = run_spec_text("  - {name: o, kind: constrain-overhead, variants: [cpu_lm_head_argmax, cpu_lm_head_masked_argmax],"
+                         " baseline: cpu_lm_head_argmax, model: tiny, mask_density: 0.01}\n");
+  expect_all_ok(r, 2);
+}
+
+TEST(ConstrainKinds, UnknownSchemaIsAFailedRowWithTheReason) {
+  auto r = run_spec_text("  - {name: x, kind: constrain-compile, variants: [lazy], constraint: no_such_schema}\n");
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].status, RowStatus::Failed);
+  EXPECT_NE(r.rows[0].message.find("no_such_schema"), std::string::npos) << r.rows[0].message;
+}
+
+}  // namespace
+}  // namespace ib

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <functional>
+#include <stdexcept>
 
 namespace ib::constrain {
 
@@ -129,19 +130,21 @@ EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, 
     for (int steps = 0; steps < 4096; ++steps) {
       const uint32_t* mask = masker.mask(s);
       int32_t tok;
+      bool from_target = false;
       if (next >= target.size()) {
         tok = vocab.eos;  // the target is complete: end (EOS is allowed: the state accepts)
       } else if (coin(rng) < epsilon) {
         tok = random_allowed(mask, masker.words(), vocab.eos, rng);
       } else {
         tok = target[next++];
+        from_target = true;
       }
       ++st.tokens;
       if (tok == vocab.eos) break;
-      const bool followed = next > 0 && target[next - 1] == tok;
       text += vocab.token_bytes[static_cast<size_t>(tok)];
       s = advance(dfa, vocab, s, tok);
-      if (!followed) {  // a deviation: continue with a fresh valid target from here
+      if (s < 0) throw std::logic_error("emit_constrained: token " + std::to_string(tok) + " left the language");
+      if (!from_target) {  // a deviation: continue with a fresh valid target from here
         target = tokenize_greedy(random_document(dfa, dist, s, rng), dfa, s, vocab, trie);
         next = 0;
       }

@@ -75,3 +75,29 @@ TEST(ConstrainKinds, UnknownSchemaIsAFailedRowWithTheReason) {
 
 }  // namespace
 }  // namespace ib
+
+#include "constrain/constraint.h"
+#include "constrain/generate.h"
+#include "constrain/validator.h"
+
+namespace ib::constrain {
+namespace {
+
+// Regression: a deviation that happened to repeat the previous target token left a stale
+// target, and the emitter walked out of the language (found by constrain.yaml, order, 5%).
+TEST(Emitter, ConstrainedStaysValidAfterDeviationsThatRepeatATargetToken) {
+  auto c = compile_constraint("order", constraint_source("order"), SchemaOptions{});
+  auto v = load_vocabulary("gpt2");
+  LazyTokenMasker masker(c.dfa, v);
+  SchemaValidator validator(*c.schema);
+  std::mt19937_64 rng(20260101ull + 1000003ull * 6);
+  EmitterStats st = emit_constrained(*c.dfa, distance_to_accept(*c.dfa), *v, *vocab_trie(v), masker, 0.05, 50, rng,
+                                     [&](const std::string& t) {
+                                       auto d = nlohmann::ordered_json::parse(t, nullptr, false);
+                                       return !d.is_discarded() && validator.valid(d);
+                                     });
+  EXPECT_EQ(st.valid, 50);
+}
+
+}  // namespace
+}  // namespace ib::constrain

@@ -218,25 +218,31 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
   }
 }
 
-TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
+MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
-  masks_.resize(classes_.representative.size() * words_);
-  parallel_for(classes_.representative.size(), [&](size_t b, size_t e) {
-    for (size_t c = b; c < e; ++c) compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[c], masks_.data() + c * words_);
+      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+
+void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
+  compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words);
+}
+
+TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
+    : MaskSource(std::move(dfa), std::move(vocab)) {
+  masks_.resize(num_classes() * words_);
+  parallel_for(num_classes(), [&](size_t b, size_t e) {
+    for (size_t c = b; c < e; ++c) compute_class_mask(static_cast<int32_t>(c), masks_.data() + c * words_);
   });
 }
 
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+    : MaskSource(std::move(dfa), std::move(vocab)) {}
 
 const uint32_t* LazyTokenMasker::mask(int32_t state) {
-  const int32_t c = classes_.class_of[static_cast<size_t>(state)];
+  const int32_t c = class_of(state);
   auto it = cache_.find(c);
   if (it == cache_.end()) {
     std::vector<uint32_t> m(words_);
-    compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(c)], m.data());
+    compute_class_mask(c, m.data());
     it = cache_.emplace(c, std::move(m)).first;
   }
   return it->second.data();

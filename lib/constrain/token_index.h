@@ -43,46 +43,46 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 // The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words).
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words);
 
-class TokenMaskIndex {
+// What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes.
+class MaskSource {
  public:
-  // Builds every class's mask, split over the CPU threads (parallel_for).
-  TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
-  const uint32_t* mask(int32_t state) const {
-    return masks_.data() + static_cast<size_t>(classes_.class_of[static_cast<size_t>(state)]) * words_;
-  }
+  MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
   size_t words() const { return words_; }
   size_t num_classes() const { return classes_.representative.size(); }
-  size_t bytes() const { return masks_.size() * sizeof(uint32_t) + classes_.class_of.size() * sizeof(int32_t); }
   const Dfa& dfa() const { return *dfa_; }
   const Vocabulary& vocab() const { return *vocab_; }
 
- private:
+ protected:
+  int32_t class_of(int32_t state) const { return classes_.class_of[static_cast<size_t>(state)]; }
+  void compute_class_mask(int32_t cls, uint32_t* words) const;
+
   std::shared_ptr<const Dfa> dfa_;
   std::shared_ptr<const Vocabulary> vocab_;
   std::shared_ptr<const VocabTrie> trie_;
   MaskClasses classes_;
   size_t words_;
+};
+
+class TokenMaskIndex : public MaskSource {
+ public:
+  // Builds every class's mask, split over the CPU threads (parallel_for).
+  TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
+  const uint32_t* mask(int32_t state) const { return masks_.data() + static_cast<size_t>(class_of(state)) * words_; }
+  size_t bytes() const { return masks_.size() * sizeof(uint32_t) + classes_.class_of.size() * sizeof(int32_t); }
+
+ private:
   std::vector<uint32_t> masks_;
 };
 
-class LazyTokenMasker {
+class LazyTokenMasker : public MaskSource {
  public:
   LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
   // Computes the state's class mask on first use.
   const uint32_t* mask(int32_t state);
   void clear() { cache_.clear(); }  // forget computed masks (a cold start)
-  size_t words() const { return words_; }
   size_t cached() const { return cache_.size(); }
-  size_t num_classes() const { return classes_.representative.size(); }
-  const Dfa& dfa() const { return *dfa_; }
-  const Vocabulary& vocab() const { return *vocab_; }
 
  private:
-  std::shared_ptr<const Dfa> dfa_;
-  std::shared_ptr<const Vocabulary> vocab_;
-  std::shared_ptr<const VocabTrie> trie_;
-  MaskClasses classes_;
-  size_t words_;
   std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
 };
 

@@ -154,7 +154,7 @@ class MaskVariant : public Variant {
     std::mt19937_64 rng(seed);
     const auto dist = distance_to_accept(*dfa_);
     for (int64_t d = 0; d < p.integer("documents"); ++d)
-      docs_.push_back(tokenize_greedy(random_document(*dfa_, dist, dfa_->start, rng), *dfa_, dfa_->start, *setup_.vocab, *setup_.trie));
+      docs_.push_back(tokenize_greedy(random_document(*dfa_, dist, dfa_->start, rng), *dfa_, dfa_->start, *setup_.trie));
     words_ = (static_cast<size_t>(setup_.vocab->size()) + 31) / 32;
     staging_.allocate(words_, "step bitmask");
   }
@@ -335,7 +335,7 @@ class JumpVariant : public Variant {
             f = dfa_->step(f, static_cast<uint8_t>(forced.back()));
           }
         if (!forced.empty()) {
-          const auto toks = tokenize_greedy(forced, *dfa_, s, *setup_.vocab, *setup_.trie);
+          const auto toks = tokenize_greedy(forced, *dfa_, s, *setup_.trie);
           tokens_ += static_cast<int64_t>(toks.size());
           for (int32_t t : toks) outputs_[d] += setup_.vocab->token_bytes[static_cast<size_t>(t)];
           s = dfa_->walk(s, forced);
@@ -344,7 +344,7 @@ class JumpVariant : public Variant {
         }
         // A model call: the model writes the next token of the document.
         const auto toks = tokenize_greedy(doc.substr(pos, std::min<size_t>(doc.size() - pos, setup_.vocab->max_token_bytes)),
-                                          *dfa_, s, *setup_.vocab, *setup_.trie);
+                                          *dfa_, s, *setup_.trie);
         const int32_t t = toks.empty() ? -1 : toks[0];
         if (t < 0) break;
         ++calls_;

@@ -56,9 +56,7 @@ std::string random_document(const Dfa& dfa, const std::vector<int32_t>& dist, in
   }
 }
 
-std::vector<int32_t> tokenize_greedy(const std::string& text, const Dfa& dfa, int32_t state, const Vocabulary& vocab,
-                                     const VocabTrie& trie) {
-  (void)vocab;
+std::vector<int32_t> tokenize_greedy(const std::string& text, const Dfa& dfa, int32_t state, const VocabTrie& trie) {
   std::vector<int32_t> out;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -125,7 +123,7 @@ EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, 
     ++st.attempts;
     int32_t s = dfa.start;
     std::string text;
-    std::vector<int32_t> target = tokenize_greedy(random_document(dfa, dist, s, rng), dfa, s, vocab, trie);
+    std::vector<int32_t> target = tokenize_greedy(random_document(dfa, dist, s, rng), dfa, s, trie);
     size_t next = 0;
     for (int steps = 0; steps < 4096; ++steps) {
       const uint32_t* mask = masker.mask(s);
@@ -145,7 +143,7 @@ EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, 
       s = advance(dfa, vocab, s, tok);
       if (s < 0) throw std::logic_error("emit_constrained: token " + std::to_string(tok) + " left the language");
       if (!from_target) {  // a deviation: continue with a fresh valid target from here
-        target = tokenize_greedy(random_document(dfa, dist, s, rng), dfa, s, vocab, trie);
+        target = tokenize_greedy(random_document(dfa, dist, s, rng), dfa, s, trie);
         next = 0;
       }
     }
@@ -166,7 +164,7 @@ EmitterStats emit_unconstrained(const Dfa& dfa, const std::vector<int32_t>& dist
     ++st.documents;
     for (int attempt = 0; attempt < retries; ++attempt) {
       ++st.attempts;
-      std::vector<int32_t> target = tokenize_greedy(random_document(dfa, dist, dfa.start, rng), dfa, dfa.start, vocab, trie);
+      std::vector<int32_t> target = tokenize_greedy(random_document(dfa, dist, dfa.start, rng), dfa, dfa.start, trie);
       std::string text;
       int64_t produced = 0;
       for (int32_t tok : target) {

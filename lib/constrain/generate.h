@@ -28,8 +28,7 @@ std::string random_document(const Dfa& dfa, const std::vector<int32_t>& dist, in
 // Greedy longest-match tokenisation of `text` starting in DFA state `state`: at each position
 // the longest token that is a prefix of the rest and keeps the DFA alive. Every single byte is
 // a token in the bundled vocabularies, so this succeeds on any text the DFA accepts.
-std::vector<int32_t> tokenize_greedy(const std::string& text, const Dfa& dfa, int32_t state, const Vocabulary& vocab,
-                                     const VocabTrie& trie);
+std::vector<int32_t> tokenize_greedy(const std::string& text, const Dfa& dfa, int32_t state, const VocabTrie& trie);
 
 // The byte each state forces (its only live byte, when it does not accept), or -1.
 std::vector<int16_t> forced_bytes(const Dfa& dfa);

@@ -38,7 +38,7 @@ void BM_MaskStepPrecomputed(benchmark::State& state) {
   TokenMaskIndex index(c.dfa, vocab);
   std::mt19937_64 rng(1);
   auto doc = tokenize_greedy(random_document(*c.dfa, distance_to_accept(*c.dfa), c.dfa->start, rng), *c.dfa, c.dfa->start,
-                             *vocab, *vocab_trie(vocab));
+                             *vocab_trie(vocab));
   std::vector<uint32_t> staging(index.words());
   size_t i = 0;
   int32_t s = c.dfa->start;

@@ -108,4 +108,35 @@ void sgemm_blocked(int m, int n, int k, const float* A, int lda, const float* B,
   }
 }
 
+void sgemm_accumulate_serial(int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+  const int panels = (n + NR - 1) / NR;
+  thread_local std::vector<float> Bp, Ap;
+  Bp.resize(static_cast<size_t>(panels) * NR * KC);
+  Ap.resize(static_cast<size_t>(MR) * KC);
+  for (int k0 = 0; k0 < k; k0 += KC) {
+    const int kc = std::min(KC, k - k0);
+    for (int pnl = 0; pnl < panels; ++pnl) {
+      float* dst = Bp.data() + static_cast<size_t>(pnl) * NR * KC;
+      const int j0 = pnl * NR, nr = std::min(NR, n - j0);
+      for (int p = 0; p < kc; ++p) {
+        const float* src = B + static_cast<size_t>(k0 + p) * ldb + j0;
+        int j = 0;
+        for (; j < nr; ++j) dst[p * NR + j] = src[j];
+        for (; j < NR; ++j) dst[p * NR + j] = 0.0f;
+      }
+    }
+    for (int i0 = 0; i0 < m; i0 += MR) {
+      const int mr = std::min(MR, m - i0);
+      for (int p = 0; p < kc; ++p)
+        for (int i = 0; i < MR; ++i)
+          Ap[static_cast<size_t>(p) * MR + i] = i < mr ? A[static_cast<size_t>(i0 + i) * lda + k0 + p] : 0.0f;
+      for (int pnl = 0; pnl < panels; ++pnl) {
+        const int j0 = pnl * NR;
+        micro_kernel(kc, Ap.data(), Bp.data() + static_cast<size_t>(pnl) * NR * KC, C + static_cast<size_t>(i0) * ldc + j0, ldc, mr,
+                     std::min(NR, n - j0));
+      }
+    }
+  }
+}
+
 }  // namespace ib

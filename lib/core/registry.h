@@ -32,6 +32,9 @@ struct KindInfo {
   std::string doc;
   std::vector<KeySpec> keys;
   std::vector<VariantDecl> variants;  // every variant of the kind, built in this binary or not
+  // Rows also report `mem saving (×)`: the baseline's peak memory over the row's (both measured
+  // by the tracker at the same point).
+  bool memory_saving = false;
 };
 
 using VariantFactory = std::function<std::unique_ptr<Variant>()>;

@@ -137,6 +137,9 @@ ExperimentResult Runner::run(const ExperimentSpec& spec) {
       } else if (baseline_at && result.rows[*baseline_at].status == RowStatus::Ok && row.status == RowStatus::Ok) {
         row.speedup = bootstrap_speedup(result.rows[*baseline_at].samples, row.samples,
                                         static_cast<uint64_t>(spec.control.seed) * 7919u + index);
+        const int64_t base_peak = result.rows[*baseline_at].peak_memory;
+        if (kind->memory_saving && base_peak > 0 && row.peak_memory > 0)
+          row.metrics.push_back({"mem saving", static_cast<double>(base_peak) / static_cast<double>(row.peak_memory), "×"});
       }
       result.rows.push_back(std::move(row));
       if (observer_) observer_->row_finished(result, result.rows.back());

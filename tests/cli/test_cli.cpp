@@ -79,12 +79,20 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 }
 
 TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
-  for (const char* sub : {"attention", "specdec", "kvcache", "prefix", "decode"}) {
+  for (const char* sub : {"specdec", "kvcache", "prefix", "decode"}) {
     auto r = ib({sub, "--seq", "8192"});
     EXPECT_EQ(r.exit_code, 2) << sub;
     EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << sub;
   }
+}
+
+TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
+  auto r = ib({"attention", kSource + "/experiments/attention.yaml", "--backend", "cpu", "--only", "flash-vs-standard", "--set",
+               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {

@@ -1,0 +1,47 @@
+// Attention on the GPU: the softmax pass of standard (materialized) attention, and the fused
+// FlashAttention kernels. Tensors are contiguous [batch][heads][seq][head_dim] in bf16 or fp16;
+// with grouped-query attention head h reads kv head h / (heads / kv_heads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+namespace ib {
+
+struct AttentionParams {
+  const void* q = nullptr;  // [batch][heads][seq_q][head_dim]
+  const void* k = nullptr;  // [batch][kv_heads][seq_k][head_dim]
+  const void* v = nullptr;  // [batch][kv_heads][seq_k][head_dim]
+  void* o = nullptr;        // [batch][heads][seq_q][head_dim], same dtype as q
+  int batch = 1, heads = 1, kv_heads = 1, head_dim = 128, seq_q = 1, seq_k = 1;
+  // Causal, aligned bottom-right as in FlashAttention-2: query i sees keys j <= i + seq_k - seq_q.
+  bool causal = false;
+  float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
+  bool fp16 = false;   // element type of q, k, v, o: fp16 when true, bf16 otherwise
+};
+
+// --- standard attention, pass 2 of 3 (passes 1 and 3 are cuBLAS GEMMs) ---
+// Row softmax of S (already scaled) into P, both `rows` × seq_k in the element type. Row r is
+// query r % seq_q (rows of one [batch, kv head] hold its heads' queries one after the other); with
+// `causal` the keys after the query's diagonal get probability 0. Reads in fp32, writes P.
+void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, int seq_k, bool causal, bool fp16,
+                              cudaStream_t stream);
+
+// --- FlashAttention-1 structure: grid over batch × heads; K/V tiles in the outer loop, Q tiles in
+// the inner loop; the running output (fp32), row max and row sum live in HBM and are re-read and
+// re-written for every K/V tile, then normalised into o at the end. ---
+// Workspace: o_accum = batch·heads·seq_q·head_dim floats, row_max and row_sum = batch·heads·seq_q.
+std::string flash1_unsupported(const AttentionParams& p);  // "" when supported
+size_t flash1_workspace_floats(const AttentionParams& p);
+void launch_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream);
+
+// --- FlashAttention-2 structure: grid over query tiles × heads × batch, Q tile held in registers,
+// K/V tiles streamed through shared memory, tensor cores (mma.sync m16n8k16), online softmax with
+// the rescale deferred to the end, fully masked causal tiles skipped. No workspace. ---
+std::string flash2_unsupported(const AttentionParams& p);  // "" when supported
+void launch_flash2(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace ib

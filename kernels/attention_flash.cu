@@ -1,0 +1,714 @@
+// The fused attention kernels: FlashAttention-1 (kept faithful to the paper's loop order, so its
+// HBM traffic for the running output is visible) and FlashAttention-2 (tensor cores, Q in
+// registers, K/V streamed through shared memory).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "attention.h"
+#include "attention/online_softmax.h"
+#include "core/cuda_check.h"
+
+namespace ib {
+
+namespace {
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// Shapes that neither kernel handles, whatever the head_dim.
+std::string common_problem(const AttentionParams& p, const char* kernel) {
+  const std::string k = kernel;
+  if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.seq_q < 1 || p.seq_k < 1)
+    return k + " needs batch, heads, kv_heads, seq_q and seq_k >= 1";
+  if (p.heads % p.kv_heads != 0) return k + " needs heads to be a multiple of kv_heads";
+  if (p.head_dim != 64 && p.head_dim != 128) return k + " supports head_dim 64 and 128";
+  return {};
+}
+
+// =====================================================================================
+// FlashAttention-1
+// =====================================================================================
+//
+// v1: Algorithm 1 of the FlashAttention paper, one block of 256 threads per (batch, head).
+// The outer loop walks K/V tiles of kF1Bc keys (loaded once into shared memory), the inner loop
+// walks Q tiles of kF1Br rows; for each pair the block re-reads the running output O_i (fp32),
+// row max m_i and row sum l_i from the HBM workspace, merges the tile's softmax summary into
+// them with softmax_merge and writes them back. That round trip per (K/V tile, Q tile) is the
+// point of the kernel: it is what FlashAttention-2 removes by swapping the loops. The output is
+// kept unnormalised (O = Σ exp(s − m)·v) and divided by l once at the end, after a block
+// barrier, so no second kernel is needed. Math is plain fp32 FMA on shared memory (no tensor
+// cores): this kernel is the structural baseline, correctness first.
+//
+// Shared memory (floats): Q tile [Br][D+1], K tile [Bc][D+1] (the +1 pad makes the column
+// walks of S = Q·Kᵀ conflict-free), V tile [Bc][D], S/P tile [Br][Bc+1], two per-row factors.
+constexpr int kF1Threads = 256;
+constexpr int kF1Br = 64;
+constexpr int kF1Bc = 64;
+
+template <int D>
+constexpr size_t flash1_smem_floats() {
+  return size_t{kF1Br} * (D + 1) + size_t{kF1Bc} * (D + 1) + size_t{kF1Bc} * D + size_t{kF1Br} * (kF1Bc + 1) + 2 * kF1Br;
+}
+
+struct Flash1Args {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* o_acc;    // [batch·heads][seq_q][D]
+  float* row_max;  // [batch·heads][seq_q]
+  float* row_sum;  // [batch·heads][seq_q]
+  int heads, group, seq_q, seq_k;
+  float scale;
+  bool causal;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kF1Threads) flash1_kernel(const Flash1Args a) {
+  static_assert(kF1Threads == 256 && kF1Br == 64 && kF1Bc == 64, "the thread mappings below assume 256 threads, 64×64 tiles");
+  static_assert(D % 16 == 0, "D is a multiple of 16");
+  extern __shared__ float4 f1_smem4[];
+  float* const sQ = reinterpret_cast<float*>(f1_smem4);  // [Br][D+1]
+  float* const sK = sQ + kF1Br * (D + 1);                 // [Bc][D+1]
+  float* const sV = sK + kF1Bc * (D + 1);                 // [Bc][D]
+  float* const sS = sV + kF1Bc * D;                       // [Br][Bc+1]: scores, then probabilities
+  float* const sScaleO = sS + kF1Br * (kF1Bc + 1);        // [Br] factor on the old O_i
+  float* const sScaleP = sScaleO + kF1Br;                 // [Br] factor on this tile's P̃·V
+
+  const int tid = threadIdx.x;
+  const int64_t bh = blockIdx.x;  // b·heads + h
+  const int h = static_cast<int>(bh % a.heads);
+  const int64_t b = bh / a.heads;
+  const int64_t kvh = b * (a.heads / a.group) + h / a.group;  // (b, kv head) index
+  const int seq_q = a.seq_q, seq_k = a.seq_k;
+  const int shift = seq_k - seq_q;  // query i sees keys j <= i + shift when causal
+  const T* q = static_cast<const T*>(a.q) + bh * seq_q * D;
+  const T* k = static_cast<const T*>(a.k) + kvh * seq_k * D;
+  const T* v = static_cast<const T*>(a.v) + kvh * seq_k * D;
+  T* o = static_cast<T*>(a.o) + bh * seq_q * D;
+  float* O = a.o_acc + bh * seq_q * D;
+  float* M = a.row_max + bh * seq_q;
+  float* L = a.row_sum + bh * seq_q;
+
+  // The workspace arrives uninitialised: every (m, l, O) starts as the empty summary.
+  for (int64_t i = tid; i < int64_t{seq_q} * D; i += kF1Threads) O[i] = 0.0f;
+  for (int i = tid; i < seq_q; i += kF1Threads) {
+    M[i] = -INFINITY;
+    L[i] = 0.0f;
+  }
+  __syncthreads();  // also orders these global writes before the other threads' reads below
+
+  // S and O mappings: thread (tr, tc) owns rows 4·tr..4·tr+3 of the Q tile and columns tc + 16·j.
+  const int tr = tid >> 4, tc = tid & 15;
+  // Every K/V tile is visited: with the bottom-right causal alignment the last query row sees
+  // every key (seq_q − 1 + shift = seq_k − 1); the Q tiles a K/V tile cannot reach are skipped.
+  for (int n0 = 0; n0 < seq_k; n0 += kF1Bc) {
+    // Load K_j and V_j (fp32), zero past seq_k.
+    for (int i = tid; i < kF1Bc * D; i += kF1Threads) {
+      const int r = i / D, d = i % D;
+      const bool ok = n0 + r < seq_k;
+      sK[r * (D + 1) + d] = ok ? to_float(k[int64_t{n0 + r} * D + d]) : 0.0f;
+      sV[r * D + d] = ok ? to_float(v[int64_t{n0 + r} * D + d]) : 0.0f;
+    }
+    __syncthreads();
+
+    for (int q0 = 0; q0 < seq_q; q0 += kF1Br) {
+      // Causal: the tile's last valid row sees keys up to last_row + shift; a K/V tile starting
+      // after that is fully masked for this Q tile (uniform over the block).
+      const int last_row = min(q0 + kF1Br, seq_q) - 1;
+      if (a.causal && n0 > last_row + shift) continue;
+
+      for (int i = tid; i < kF1Br * D; i += kF1Threads) {
+        const int r = i / D, d = i % D;
+        sQ[r * (D + 1) + d] = q0 + r < seq_q ? to_float(q[int64_t{q0 + r} * D + d]) : 0.0f;
+      }
+      __syncthreads();
+
+      // S = scale·Q_i·K_jᵀ, -inf where the key is past seq_k or causally masked.
+      {
+        float acc[4][4] = {};
+        for (int d = 0; d < D; ++d) {
+          float qv[4], kv[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qv[i] = sQ[(4 * tr + i) * (D + 1) + d];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) kv[j] = sK[(tc + 16 * j) * (D + 1) + d];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(qv[i], kv[j], acc[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 4 * tr + i;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int c = tc + 16 * j, key = n0 + c;
+            const bool masked = key >= seq_k || (a.causal && key > q0 + r + shift);
+            sS[r * (kF1Bc + 1) + c] = masked ? -INFINITY : acc[i][j] * a.scale;
+          }
+        }
+      }
+      __syncthreads();
+
+      // One thread per row: the tile's summary (m̃, l̃), P̃ = exp(S − m̃) in place, and the merge
+      // with the running (m_i, l_i) read from and written back to HBM.
+      if (tid < kF1Br) {
+        const int r = tid, row = q0 + r;
+        float* srow = sS + r * (kF1Bc + 1);
+        const SoftmaxSummary<float> tile = softmax_summarize(srow, kF1Bc);
+        for (int c = 0; c < kF1Bc; ++c)
+          srow[c] = tile.max == -INFINITY ? 0.0f : softmax_exp(srow[c] - tile.max);  // a fully masked row has no P̃
+        float sa = 0.0f, sb = 0.0f;
+        if (row < seq_q) {
+          const SoftmaxSummary<float> merged = softmax_merge(SoftmaxSummary<float>{M[row], L[row]}, tile, &sa, &sb);
+          M[row] = merged.max;
+          L[row] = merged.sum;
+        }
+        sScaleO[r] = sa;
+        sScaleP[r] = sb;
+      }
+      __syncthreads();
+
+      // O_i = scale_a·O_i + scale_b·P̃·V_j, read from and written back to HBM.
+      {
+        float acc[4][D / 16] = {};
+        for (int c = 0; c < kF1Bc; ++c) {
+          float pv[4], vv[D / 16];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) pv[i] = sS[(4 * tr + i) * (kF1Bc + 1) + c];
+#pragma unroll
+          for (int j = 0; j < D / 16; ++j) vv[j] = sV[c * D + tc + 16 * j];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < D / 16; ++j) acc[i][j] = fmaf(pv[i], vv[j], acc[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = 4 * tr + i, row = q0 + r;
+          if (row >= seq_q) continue;
+          const float sa = sScaleO[r], sb = sScaleP[r];
+#pragma unroll
+          for (int j = 0; j < D / 16; ++j) {
+            const int64_t idx = int64_t{row} * D + tc + 16 * j;
+            O[idx] = sa * O[idx] + sb * acc[i][j];
+          }
+        }
+      }
+      __syncthreads();  // before the next Q tile overwrites sQ, sS and the factors
+    }
+    __syncthreads();  // before the next K/V tile overwrites sK, sV (also when every Q tile was skipped)
+  }
+
+  // Normalise: o = O / l, 0 for a row that saw no key (l == 0). The barrier above ordered every
+  // thread's O, l writes before these reads.
+  for (int64_t i = tid; i < int64_t{seq_q} * D; i += kF1Threads) {
+    const float l = L[i / D];
+    o[i] = from_float<T>(l > 0.0f ? O[i] / l : 0.0f);
+  }
+}
+
+template <class T, int D>
+void run_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream) {
+  Flash1Args a;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.o = p.o;
+  const int64_t rows = int64_t{p.batch} * p.heads * p.seq_q;
+  a.o_acc = workspace;
+  a.row_max = workspace + rows * D;
+  a.row_sum = a.row_max + rows;
+  a.heads = p.heads;
+  a.group = p.heads / p.kv_heads;
+  a.seq_q = p.seq_q;
+  a.seq_k = p.seq_k;
+  a.scale = p.scale;
+  a.causal = p.causal;
+  const size_t smem = flash1_smem_floats<D>() * sizeof(float);
+  IB_CUDA_CHECK(cudaFuncSetAttribute(flash1_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  flash1_kernel<T, D><<<static_cast<unsigned>(int64_t{p.batch} * p.heads), kF1Threads, smem, stream>>>(a);
+  IB_CUDA_CHECK(cudaGetLastError());
+}
+
+// =====================================================================================
+// FlashAttention-2
+// =====================================================================================
+//
+// v1: FlashAttention-2's forward pass with mma.sync tensor cores (sm_80+).
+//   - Grid (query tiles, heads, batch); blockIdx.x is the query tile, reversed when causal so
+//     the longest tiles (the last rows see the most keys) start first and the short ones fill in
+//     the tail. Consecutive blocks share a head, so its K/V stay hot in L2.
+//   - 8 warps, Br = 128 query rows (16 per warp), Bc = 64 keys per tile. Each warp owns its 16
+//     rows outright: Q as mma A-fragments in registers (loaded once through shared memory), the
+//     output accumulator O (16 × D fp32) and the row max/sum in registers, so the only block-wide
+//     sharing is the K/V tile. Br = 128 rather than 64 halves the K/V bytes per FLOP, both from
+//     L2 (a 64-row version needs ~5 TB/s of L2 bandwidth at 330 TFLOP/s, d = 128) and written
+//     into shared memory, whose bandwidth is the real limit of this design: with 16 rows per warp
+//     every mma reads a 256-byte B fragment through ldmatrix, ~1.3× what the tensor cores of an
+//     H100/H200 SM can consume at 128 B/clock. The price is one block per SM (~230 registers
+//     per thread), so the block barrier keeps all 8 warps in step; hence the pipelining below.
+//     kF2Warps = 4 (Br = 64, two independent blocks per SM) is the alternative to measure.
+//   - K/V tiles stream through shared memory with 16-byte cp.async (zero-filled past seq_k),
+//     two slots each, one block barrier per tile; see the pipeline comment in the kernel.
+//   - Software pipelining inside each warp: iteration j issues the mma for S_{j+1} = Q·K_{j+1}ᵀ
+//     and the softmax of S_j in one basic block, so the tensor-core and ldmatrix work of one
+//     hides the exponentials and shuffles of the other (there is no other block on the SM to
+//     fill that gap). Costs a second 16×64 score tile in registers.
+//   - Shared memory rows are D·2 bytes (8 or 16 chunks of 16 bytes); chunk c of row r lives at
+//     chunk c ^ (r & 7). An ldmatrix phase reads one chunk column from 8 consecutive rows, which
+//     the XOR spreads over the 8 distinct 16-byte bank groups (conflict-free), and a cp.async
+//     phase writes 8 consecutive chunks of one row, which the XOR permutes within the row.
+//   - S = Q·Kᵀ and O += P·V with mma.m16n8k16 (fp32 accumulate). P is the S accumulator converted
+//     to bf16/fp16 pairs in place: the C layout of n8 tiles 2kk and 2kk+1 is exactly the A layout
+//     of the k16 slice kk.
+//   - Online softmax in registers, base 2: scores stay raw (unscaled) dot products, the max is
+//     taken on raw scores (valid because scale > 0) and p = 2^(s·scale·log2e − m·scale·log2e) is
+//     one FMA and one ex2.approx. The row max is reduced across the quad every tile (all four
+//     lanes must agree on it); the row sum is kept per lane and reduced once at the end, since
+//     rescaling by the max-change factor is linear. O is divided by l once, at the end. This is
+//     softmax_merge (attention/online_softmax.h) specialised to registers: the running summary
+//     merged with a tile's, the factor exp(m_old − m_new) on the old side, the empty summary
+//     (-inf, 0) handled so that two empty sides give zeros, never NaN.
+//   - Causal: K/V tiles past the diagonal of the block's last row are never loaded. Masking
+//     (-inf) runs only on tiles that need it, decided per warp: the tile reaching past seq_k and
+//     the tiles crossing the warp's diagonal.
+//   - Epilogue: O/l in the element type, staged through the warp's own 16 rows of the (now
+//     unused) Q buffer and written as coalesced 16-byte stores, rows >= seq_q dropped.
+constexpr int kF2Warps = 8;  // 4 also works (Br = 64, two blocks per SM); see the note above
+constexpr int kF2Threads = kF2Warps * 32;
+constexpr int kF2MinBlocks = 8 / kF2Warps;  // blocks per SM that __launch_bounds__ asks registers for
+constexpr int kF2Br = 16 * kF2Warps;  // 128 query rows
+constexpr int kF2Bc = 64;             // keys per K/V tile
+
+template <int D>
+constexpr int flash2_smem_bytes() {
+  return kF2Br * D * 2 + 2 /*stages*/ * 2 /*K, V*/ * kF2Bc * D * 2;  // d=128: 32 KiB + 64 KiB; d=64: 16 + 32 KiB
+}
+
+struct Flash2Args {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  int heads, kv_heads, group, seq_q, seq_k;
+  float scale_log2;  // scale · log2(e)
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16-byte global→shared copies (L2 only: each K/V tile is read once per block). With
+// ok == false the source size is 0 and the 16 bytes are zero-filled (the source is then not
+// read, but callers still pass a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a·b for one m16n8k16 tile (a: 4 registers of element pairs, b: 2, c: 4 fp32).
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one register of element pairs: lo in bits 0..15 (the lower column index).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 v = __floats2half2_rn(lo, hi);  // .x = lo is the low half
+    memcpy(&r, &v, sizeof r);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, sizeof r);
+  }
+  return r;
+}
+
+// 2^x; ex2.approx.ftz gives exactly 0 for x = -inf.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of 16-byte chunk c of row r in a swizzled tile with D-element rows.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return static_cast<uint32_t>(r * (D * 2) + ((c ^ (r & 7)) << 4));
+}
+
+// Issues the cp.async copies of ROWS rows starting at global row row0 (of a [rows][D] matrix at
+// g) into the swizzled tile at s; rows >= limit are zero-filled. Thread tid copies chunk
+// tid % (D/8) of rows tid / (D/8) + i·(threads / (D/8)): a warp covers 512 contiguous bytes of
+// global memory, and since the row step is a multiple of 8 the swizzle term (r & 7) is the same
+// for all of a thread's rows. A tile wholly inside the matrix (all but the last) takes the
+// unpredicated path, whose addresses are one base plus immediates.
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(uint32_t s, const uint16_t* __restrict__ g, int row0, int limit, int tid) {
+  constexpr int kChunks = D / 8;
+  constexpr int kRowStep = kF2Threads / kChunks;
+  static_assert(kRowStep % 8 == 0 && ROWS % kRowStep == 0, "row step must keep r & 7 fixed and tile the rows");
+  const int r = tid / kChunks, c = tid % kChunks;
+  const uint32_t s0 = s + swz<D>(r, c);
+  const uint16_t* src = g + (int64_t{row0 + r} * D + c * 8);
+  if (row0 + ROWS <= limit) {
+#pragma unroll
+    for (int i = 0; i < ROWS / kRowStep; ++i) cp_async16(s0 + i * kRowStep * (D * 2), src + i * kRowStep * D);
+  } else {
+#pragma unroll
+    for (int i = 0; i < ROWS / kRowStep; ++i) {
+      const bool ok = row0 + r + i * kRowStep < limit;
+      cp_async16_zfill(s0 + i * kRowStep * (D * 2), ok ? src + i * kRowStep * D : g, ok);
+    }
+  }
+}
+
+template <class T, int D, bool kCausal>
+__global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const Flash2Args a) {
+  constexpr int kRowBytes = D * 2;
+  constexpr int kTileBytes = kF2Bc * kRowBytes;  // one K or V tile
+  constexpr int kKSlices = D / 16;               // k16 slices of Q·Kᵀ
+  constexpr int kNTiles = kF2Bc / 8;             // n8 tiles of S
+  constexpr int kDTiles = D / 8;                 // n8 tiles of O
+  extern __shared__ uint4 f2_smem[];
+  const uint32_t sQ = smem_addr(f2_smem);       // [Br][D], swizzled; reused to stage O
+  const uint32_t sK = sQ + kF2Br * kRowBytes;   // K slots 0, 1
+  const uint32_t sV = sK + 2 * kTileBytes;      // V slots 0, 1
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;  // mma groupID and thread-in-group
+  const int mtile = kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int seq_q = a.seq_q, seq_k = a.seq_k;
+  const int shift = seq_k - seq_q;   // causal: query i sees key j iff j <= i + shift
+  const int m0 = mtile * kF2Br;      // first query row of the block
+  const int wrow0 = m0 + warp * 16;  // first query row of the warp
+  const int64_t qo_off = (int64_t{b} * a.heads + h) * seq_q * D;
+  const int64_t kv_off = (int64_t{b} * a.kv_heads + h / a.group) * seq_k * D;
+  const uint16_t* q = static_cast<const uint16_t*>(a.q) + qo_off;
+  const uint16_t* k = static_cast<const uint16_t*>(a.k) + kv_off;
+  const uint16_t* v = static_cast<const uint16_t*>(a.v) + kv_off;
+  uint16_t* o = static_cast<uint16_t*>(a.o) + qo_off;
+
+  // K/V tiles to visit: all of them, or (causal) up to the one holding the last key seen by the
+  // block's last valid row, last_row + shift. That key may be < 0 (seq_q > seq_k: the first rows
+  // see nothing): then no tile, and the block writes zeros.
+  int n_tiles = (seq_k + kF2Bc - 1) / kF2Bc;
+  if (kCausal) {
+    const int last_key = min(m0 + kF2Br, seq_q) - 1 + shift;
+    n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / kF2Bc + 1);
+  }
+  if (n_tiles == 0) {
+    for (int i = tid; i < kF2Br * (D / 8); i += kF2Threads) {
+      const int r = i / (D / 8), c = i % (D / 8);
+      if (m0 + r < seq_q) *reinterpret_cast<uint4*>(o + int64_t{m0 + r} * D + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;  // uniform over the block, before any barrier
+  }
+
+  // Per-lane ldmatrix offsets. For chunk 2·x + bit of a row r with r & 7 == lane & 7:
+  // (2x + bit) ^ (r & 7) = 2x ^ (bit ^ (lane & 7)) = 8·(x >> 2) + ((2·(x & 3)) ^ (bit ^ (lane & 7))),
+  // because 2x has no bit 0 and bit ^ (lane & 7) < 8. So four per-lane offsets (x & 3) plus
+  // compile-time constants (x >> 2, the tile row) cover every fragment.
+  //  K (non-transposed, B of S = Q·Kᵀ, B[k][n] = K[n][k]) for keys 16·np.. and k16 slice kk:
+  //    matrix i = lane >> 3: keys 16np + (lane & 7) + 8·(i >> 1), chunk 2kk + (i & 1), giving
+  //    r0 = b0b1 and r1 = b2b3 of n8 tile 2np, r2, r3 those of n8 tile 2np+1 (thread holds
+  //    row g = key, cols 2t, 2t+1 = k: b0b1 = B[2t..2t+1][g]).
+  //  V (transposed, B of O = P·V, B[k][n] = V[k][n]) for keys 16·kk.. and d columns 16·dp..:
+  //    matrix i: keys 16kk + (lane & 7) + 8·(i & 1) = 16kk + (lane & 15), chunk 2dp + (i >> 1),
+  //    giving r0 = b0b1, r1 = b2b3 of d8 tile 2dp, r2, r3 those of d8 tile 2dp+1 (.trans: thread
+  //    holds rows 2t, 2t+1 = keys, col g = d).
+  uint32_t koff[4], voff[4];
+  {
+    const int kbit = ((lane >> 3) & 1) ^ (lane & 7);
+    const int vbit = (lane >> 4) ^ (lane & 7);
+    const int krow = (lane & 7) + ((lane >> 4) << 3);
+    const int vrow = lane & 15;
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      koff[x] = static_cast<uint32_t>(krow * kRowBytes + (((2 * x) ^ kbit) << 4));
+      voff[x] = static_cast<uint32_t>(vrow * kRowBytes + (((2 * x) ^ vbit) << 4));
+    }
+  }
+
+  uint32_t qf[kKSlices][4];  // Q A-fragments of the warp's 16 rows
+  // C fragment of n8 tile n: c0, c1 = (row g, cols 8n + 2t, +1), c2, c3 = (row g + 8, same cols).
+  float acc_o[kDTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDTiles; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores, rows g and g + 8; quad-uniform
+  float row_sum[2] = {0.0f, 0.0f};            // this lane's share, reduced at the end
+  const float sl2 = a.scale_log2;
+
+  // s = Q·K_slotᵀ, raw dot products.
+  auto qk = [&](float (&s)[kNTiles][4], uint32_t k_slot) {
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKSlices; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_slot + koff[kk & 3] + (kk >> 2) * 128 + np * 16 * kRowBytes);
+        mma16816<T>(s[2 * np], qf[kk], kb[0], kb[1]);
+        mma16816<T>(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+      }
+    }
+  };
+
+  // -inf on keys past seq_k and, when causal, past each row's diagonal; only on the tiles where
+  // some key is invalid for some row of this warp: the tile reaching past seq_k, and causal
+  // tiles whose last key n0 + Bc − 1 passes the limit of the warp's first row (warp-uniform).
+  // Element e of n8 tile n: key n0 + 8n + 2t + (e & 1), row wrow0 + g + 8·(e >> 1).
+  auto mask = [&](float (&s)[kNTiles][4], int n0) {
+    if (n0 + kF2Bc > seq_k || (kCausal && n0 + kF2Bc - 1 > wrow0 + shift)) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + 8 * n + 2 * t + (e & 1);
+          const int row = wrow0 + g + 8 * (e >> 1);
+          if (key >= seq_k || (kCausal && key > row + shift)) s[n][e] = -INFINITY;
+        }
+    }
+  };
+
+  // Online softmax of one (masked) score tile, then acc_o += P·V_slot.
+  auto softmax_pv = [&](float (&s)[kNTiles][4], uint32_t v_slot) {
+    float mx[2] = {row_max[0], row_max[1]};
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+    }
+    float ms[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      // A row with no visible key so far keeps max -inf: use 0 as its offset so that
+      // exp2(-inf − offset) is 0, never exp2(-inf + inf) = NaN. The old max is -inf exactly
+      // when nothing was accumulated (alpha = 0 then multiplies zeros).
+      ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * sl2;
+      const float alpha = exp2_approx(fmaf(row_max[r], sl2, -ms[r]));
+      row_max[r] = mx[r];
+      row_sum[r] *= alpha;
+#pragma unroll
+      for (int n = 0; n < kDTiles; ++n) {
+        acc_o[n][2 * r] *= alpha;
+        acc_o[n][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2_approx(fmaf(s[n][e], sl2, -ms[e >> 1]));
+        row_sum[e >> 1] += s[n][e];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kF2Bc / 16; ++kk) {
+      // A fragment of key slice kk: a0a1 = (row g, keys 2t..) = tile 2kk c0c1, a2a3 = (row g+8)
+      // = tile 2kk c2c3, a4a5 = (row g, keys 2t+8..) = tile 2kk+1 c0c1, a6a7 = tile 2kk+1 c2c3.
+      uint32_t pa[4];
+      pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_slot + voff[dp & 3] + (dp >> 2) * 128 + kk * 16 * kRowBytes);
+        mma16816<T>(acc_o[2 * dp], pa, vb[0], vb[1]);
+        mma16816<T>(acc_o[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+  };
+
+  // Pipeline. Iteration j computes S_{j+1} = Q·K_{j+1}ᵀ while it runs the softmax of S_j and
+  // O += P_j·V_j: the two are independent, so the tensor-core and shared-memory work of one
+  // overlaps the exponentials and shuffles of the other inside each warp (the block barrier
+  // keeps all 8 warps in step, so no other warp would fill that gap). Hence K runs two tiles
+  // ahead of V in the loads. Tile i lives in K slot i & 1 and V slot i & 1. At the top of
+  // iteration j (after the barrier) the block issues K_{j+2} into K slot j & 1, whose K_j was
+  // last read for S_j before that barrier, and V_{j+1} into V slot (j+1) & 1, whose V_{j−1} was
+  // last read in iteration j − 1; both are waited for at the top of iteration j + 1.
+  load_tile<D, kF2Br>(sQ, q, m0, seq_q, tid);
+  load_tile<D, kF2Bc>(sK, k, 0, seq_k, tid);
+  cp_async_commit();  // group: Q, K_0
+  load_tile<D, kF2Bc>(sV, v, 0, seq_k, tid);
+  if (n_tiles > 1) load_tile<D, kF2Bc>(sK + kTileBytes, k, kF2Bc, seq_k, tid);
+  cp_async_commit();  // group: V_0, K_1
+  cp_async_wait<1>();
+  __syncthreads();
+
+  // A fragment of k16 slice kk: ldmatrix.x4 matrix i (addresses from lanes 8i..8i+7) must be
+  // a0a1 = rows 0-7 / cols 0-7, a2a3 = rows 8-15 / cols 0-7, a4a5 = rows 0-7 / cols 8-15,
+  // a6a7 = rows 8-15 / cols 8-15 of the slice: lane l gives row l & 15, chunk 2·kk + (l >> 4).
+#pragma unroll
+  for (int kk = 0; kk < kKSlices; ++kk) ldmatrix_x4(qf[kk], sQ + swz<D>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+
+  float s_cur[kNTiles][4];
+  qk(s_cur, sK);
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 2 < n_tiles) load_tile<D, kF2Bc>(sK + (j & 1) * kTileBytes, k, (j + 2) * kF2Bc, seq_k, tid);
+    load_tile<D, kF2Bc>(sV + ((j + 1) & 1) * kTileBytes, v, (j + 1) * kF2Bc, seq_k, tid);
+    cp_async_commit();
+    mask(s_cur, j * kF2Bc);
+    float s_next[kNTiles][4];
+    qk(s_next, sK + ((j + 1) & 1) * kTileBytes);
+    softmax_pv(s_cur, sV + (j & 1) * kTileBytes);
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_cur[n][e] = s_next[n][e];
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  mask(s_cur, (n_tiles - 1) * kF2Bc);
+  softmax_pv(s_cur, sV + ((n_tiles - 1) & 1) * kTileBytes);
+
+  // ---- epilogue: O / l, staged through the warp's own 16 rows of sQ ----
+  // Only this warp ever read those rows (its Q fragments), so a warp barrier is enough.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: the row saw no key, output 0
+  }
+  unsigned char* stage = reinterpret_cast<unsigned char*>(f2_smem);
+  const int ra = warp * 16 + g, rb = ra + 8;  // block-relative rows of c0c1 and c2c3
+#pragma unroll
+  for (int n = 0; n < kDTiles; ++n) {
+    // Columns 8n + 2t, +1 are bytes 4t..4t+3 of chunk n. Per store instruction the 32 lanes
+    // hit 8 rows × 4 words with chunks n ^ g: all 32 banks distinct.
+    *reinterpret_cast<uint32_t*>(stage + swz<D>(ra, n) + 4 * t) = pack2<T>(acc_o[n][0] * inv[0], acc_o[n][1] * inv[0]);
+    *reinterpret_cast<uint32_t*>(stage + swz<D>(rb, n) + 4 * t) = pack2<T>(acc_o[n][2] * inv[1], acc_o[n][3] * inv[1]);
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int id = lane + 32 * i;
+    const int r = warp * 16 + id / kChunks, c = id % kChunks;
+    const uint4 val = *reinterpret_cast<const uint4*>(stage + swz<D>(r, c));
+    if (m0 + r < seq_q) *reinterpret_cast<uint4*>(o + int64_t{m0 + r} * D + c * 8) = val;
+  }
+}
+
+template <class T, int D, bool kCausal>
+void run_flash2(const AttentionParams& p, cudaStream_t stream) {
+  Flash2Args a;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.o = p.o;
+  a.heads = p.heads;
+  a.kv_heads = p.kv_heads;
+  a.group = p.heads / p.kv_heads;
+  a.seq_q = p.seq_q;
+  a.seq_k = p.seq_k;
+  a.scale_log2 = p.scale * 1.4426950408889634f;
+  constexpr int smem = flash2_smem_bytes<D>();
+  if constexpr (smem > 48 * 1024)
+    IB_CUDA_CHECK(cudaFuncSetAttribute(flash2_kernel<T, D, kCausal>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>((p.seq_q + kF2Br - 1) / kF2Br), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.batch));
+  flash2_kernel<T, D, kCausal><<<grid, kF2Threads, smem, stream>>>(a);
+  IB_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, int D>
+void run_flash2_causal(const AttentionParams& p, cudaStream_t stream) {
+  if (p.causal) run_flash2<T, D, true>(p, stream);
+  else run_flash2<T, D, false>(p, stream);
+}
+
+}  // namespace
+
+std::string flash1_unsupported(const AttentionParams& p) { return common_problem(p, "flash1"); }
+
+size_t flash1_workspace_floats(const AttentionParams& p) {
+  const size_t rows = static_cast<size_t>(p.batch) * static_cast<size_t>(p.heads) * static_cast<size_t>(p.seq_q);
+  return rows * static_cast<size_t>(p.head_dim) + 2 * rows;  // o_accum, row_max, row_sum
+}
+
+void launch_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream) {
+  if (std::string why = flash1_unsupported(p); !why.empty()) throw std::invalid_argument(why);
+  if (p.head_dim == 64) {
+    if (p.fp16) run_flash1<__half, 64>(p, workspace, stream);
+    else run_flash1<__nv_bfloat16, 64>(p, workspace, stream);
+  } else {
+    if (p.fp16) run_flash1<__half, 128>(p, workspace, stream);
+    else run_flash1<__nv_bfloat16, 128>(p, workspace, stream);
+  }
+}
+
+std::string flash2_unsupported(const AttentionParams& p) {
+  if (std::string why = common_problem(p, "flash2"); !why.empty()) return why;
+  // The max is taken on raw scores and masked scores are -inf·scale: both need scale > 0.
+  if (!(p.scale > 0.0f)) return "flash2 needs a positive softmax scale";
+  if (p.heads > 65535 || p.batch > 65535) return "flash2 supports heads and batch up to 65535 (grid y, z)";
+  // 16-byte cp.async and stores (cudaMalloc'd buffers always qualify; null = not allocated yet).
+  for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "flash2 needs 16-byte aligned q, k, v and o";
+  return {};
+}
+
+void launch_flash2(const AttentionParams& p, cudaStream_t stream) {
+  if (std::string why = flash2_unsupported(p); !why.empty()) throw std::invalid_argument(why);
+  if (p.head_dim == 64) {
+    if (p.fp16) run_flash2_causal<__half, 64>(p, stream);
+    else run_flash2_causal<__nv_bfloat16, 64>(p, stream);
+  } else {
+    if (p.fp16) run_flash2_causal<__half, 128>(p, stream);
+    else run_flash2_causal<__nv_bfloat16, 128>(p, stream);
+  }
+}
+
+}  // namespace ib

@@ -12,7 +12,6 @@ void register_pending(Cli& cli) {
     const char* issue;
   };
   static const Pending pending[] = {
-      {"decode", "the transformer engine: TTFT, TPOT, TPS and CUDA Graphs", "#4"},
       {"kvcache", "KV memory, FP8/INT8 KV, PagedAttention, sliding window, StreamingLLM, H2O", "#5"},
       {"specdec", "speculative decoding with a draft model and n-gram lookup", "#7"},
       {"prefix", "prefix caching with block hashes and a radix tree", "#8"},

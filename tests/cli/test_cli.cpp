@@ -79,7 +79,7 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 }
 
 TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
-  for (const char* sub : {"specdec", "kvcache", "prefix", "decode"}) {
+  for (const char* sub : {"specdec", "kvcache", "prefix"}) {
     auto r = ib({sub, "--seq", "8192"});
     EXPECT_EQ(r.exit_code, 2) << sub;
     EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
@@ -93,6 +93,18 @@ TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
+  auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "decode-metrics", "--set",
+               "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama3-8b", "-o",
+                 dir_ + "/dec2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("llama2-7b"), std::string::npos) << bad.err;  // the known presets are listed
+  EXPECT_TRUE(bad.out.empty());
 }
 
 TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {

@@ -1,0 +1,324 @@
+// The CPU engine: the model in float32 on bf16-rounded weights, the reference the CUDA engine is
+// tested against and the backend of every model-driven experiment on a machine without a GPU.
+// Weights are kept transposed ([in][out]) so that both the GEMM of a prefill (our SGEMM) and the
+// GEMV of a decode step (an axpy over contiguous rows) stream them in order.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ceiling/sgemm.h"
+#include "core/errors.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "model/model.h"
+
+namespace ib::model {
+namespace {
+
+using Buf = HostBuffer<float>;
+
+template <class F>
+void run_chunks(bool parallel, size_t n, F&& body) {
+  if (parallel) parallel_for(n, body);
+  else if (n) body(0, n);
+}
+
+// Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
+  if (rows >= 16) {
+    sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
+  } else {
+    // Memory-bound: each thread streams its column slice of Wt once for all rows. Threads are
+    // started per call, so small matrices stay on the calling thread.
+    const size_t chunks = static_cast<size_t>((out + 63) / 64);
+    const bool big = static_cast<double>(in) * out * rows >= (1 << 20);
+    run_chunks(big, chunks, [&](size_t lo, size_t hi) {
+      const int o0 = static_cast<int>(lo) * 64, o1 = std::min(out, static_cast<int>(hi) * 64);
+      for (int r = 0; r < rows; ++r) std::fill(y + static_cast<size_t>(r) * out + o0, y + static_cast<size_t>(r) * out + o1, 0.0f);
+      for (int i = 0; i < in; ++i) {
+        const float* w = wt + static_cast<size_t>(i) * out;
+        for (int r = 0; r < rows; ++r) {
+          const float a = x[static_cast<size_t>(r) * in + i];
+          float* yr = y + static_cast<size_t>(r) * out;
+          for (int o = o0; o < o1; ++o) yr[o] += a * w[o];
+        }
+      }
+    });
+  }
+  if (bias)
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
+}
+
+void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+    for (int i = 0; i < n; ++i) y[static_cast<size_t>(r) * n + i] = xr[i] * inv * w[i];
+  }
+}
+
+// Hugging Face Llama's rotate-half RoPE on one head vector at position `pos`.
+void rope(float* v, int d, int pos, float theta) {
+  const int half = d / 2;
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / d);
+    const double angle = pos * inv_freq;
+    const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+struct Layer {
+  Buf in_norm, post_norm, wq, wk, wv, bq, bk, bv, wo, wg, wu, wd;
+};
+
+struct Sequence {
+  bool live = false;
+  int capacity = 0, length = 0;
+  Buf cache;  // [layers][2][kv_heads][capacity][head_dim]
+};
+
+class CpuModel : public Model {
+ public:
+  CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c) {
+    const auto specs = tensor_specs(c);
+    auto load = [&](const std::string& name, Buf& dst, bool transpose) {
+      for (const auto& s : specs)
+        if (s.name == name) {
+          dst.allocate(static_cast<size_t>(s.elems()), name);
+          if (!transpose || s.shape.size() != 2) {
+            w.read(s, dst.data());
+          } else {
+            std::vector<float> tmp(static_cast<size_t>(s.elems()));
+            w.read(s, tmp.data());
+            const int64_t out = s.shape[0], in = s.shape[1];
+            parallel_for(static_cast<size_t>(in), [&](size_t lo, size_t hi) {
+              for (size_t i = lo; i < hi; ++i)
+                for (int64_t o = 0; o < out; ++o) dst[i * static_cast<size_t>(out) + static_cast<size_t>(o)] = tmp[static_cast<size_t>(o * in) + i];
+            });
+          }
+          weight_bytes_ += static_cast<int64_t>(dst.bytes());
+          return;
+        }
+      throw std::logic_error("no tensor " + name);
+    };
+    load("model.embed_tokens.weight", embed_, false);
+    layers_.resize(static_cast<size_t>(c.layers));
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = fmt::format("model.layers.{}.", l);
+      Layer& L = layers_[static_cast<size_t>(l)];
+      load(p + "input_layernorm.weight", L.in_norm, false);
+      load(p + "post_attention_layernorm.weight", L.post_norm, false);
+      load(p + "self_attn.q_proj.weight", L.wq, true);
+      load(p + "self_attn.k_proj.weight", L.wk, true);
+      load(p + "self_attn.v_proj.weight", L.wv, true);
+      if (c.qkv_bias) {
+        load(p + "self_attn.q_proj.bias", L.bq, false);
+        load(p + "self_attn.k_proj.bias", L.bk, false);
+        load(p + "self_attn.v_proj.bias", L.bv, false);
+      }
+      load(p + "self_attn.o_proj.weight", L.wo, true);
+      load(p + "mlp.gate_proj.weight", L.wg, true);
+      load(p + "mlp.up_proj.weight", L.wu, true);
+      load(p + "mlp.down_proj.weight", L.wd, true);
+    }
+    load("model.norm.weight", final_norm_, false);
+    load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
+  }
+
+  const ModelConfig& config() const override { return c_; }
+
+  int new_sequence(int capacity) override {
+    if (capacity <= 0) throw std::invalid_argument("sequence capacity must be positive");
+    int id = 0;
+    while (id < static_cast<int>(seqs_.size()) && seqs_[static_cast<size_t>(id)].live) ++id;
+    if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
+    Sequence& s = seqs_[static_cast<size_t>(id)];
+    s.cache.allocate(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");
+    s.capacity = capacity;
+    s.length = 0;
+    s.live = true;
+    return id;
+  }
+  void release(int seq) override {
+    Sequence& s = at(seq);
+    s.cache.reset();
+    s.live = false;
+  }
+  int fork(int seq) override {
+    const int src_capacity = at(seq).capacity;
+    const int id = new_sequence(src_capacity);
+    Sequence& src = at(seq);  // new_sequence may have grown seqs_
+    Sequence& dst = at(id);
+    std::memcpy(dst.cache.data(), src.cache.data(), src.cache.bytes());
+    dst.length = src.length;
+    return id;
+  }
+  void truncate(int seq, int length) override {
+    Sequence& s = at(seq);
+    if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
+    s.length = length;
+  }
+  int length(int seq) const override { return at(seq).length; }
+  int capacity(int seq) const override { return at(seq).capacity; }
+
+  void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override {
+    if (n <= 0) throw std::invalid_argument("prefill of no tokens");
+    n_logits = std::clamp(n_logits, 1, n);
+    std::vector<int> seq_of(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
+    const int start = at(seq).length;
+    for (int r = 0; r < n; ++r) pos[static_cast<size_t>(r)] = start + r;
+    forward(tokens, n, seq_of, pos, n - n_logits, out);
+  }
+
+  void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override {
+    std::vector<int> seq_of(seqs, seqs + batch), pos(static_cast<size_t>(batch));
+    for (int r = 0; r < batch; ++r) pos[static_cast<size_t>(r)] = at(seqs[r]).length;
+    for (int r = 0; r < batch; ++r)
+      for (int r2 = 0; r2 < r; ++r2)
+        if (seqs[r] == seqs[r2]) throw std::invalid_argument("a decode batch holds each sequence once");
+    forward(tokens, batch, seq_of, pos, 0, out);
+  }
+
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t kv_bytes() const override {
+    int64_t b = 0;
+    for (const auto& s : seqs_)
+      if (s.live) b += static_cast<int64_t>(s.cache.bytes());
+    return b;
+  }
+
+ private:
+  Sequence& at(int seq) {
+    if (seq < 0 || seq >= static_cast<int>(seqs_.size()) || !seqs_[static_cast<size_t>(seq)].live)
+      throw std::invalid_argument(fmt::format("no live sequence {}", seq));
+    return seqs_[static_cast<size_t>(seq)];
+  }
+  const Sequence& at(int seq) const { return const_cast<CpuModel*>(this)->at(seq); }
+
+  float* cache_k(Sequence& s, int layer, int kvh) {
+    return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
+  }
+  float* cache_v(Sequence& s, int layer, int kvh) {
+    return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
+  }
+
+  // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
+  // there, and it attends to that sequence's keys up to its own position (within the window).
+  // Outputs the rows from `first_out` on.
+  void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
+               const StepOutput& out) {
+    const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
+    for (int r = 0; r < rows; ++r) {
+      if (tokens[r] < 0 || tokens[r] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[r]));
+      if (pos[static_cast<size_t>(r)] >= at(seq_of[static_cast<size_t>(r)]).capacity)
+        throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
+    }
+    const size_t R = static_cast<size_t>(rows);
+    std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
+    std::vector<float> gate(R * c_.mlp), up(R * c_.mlp);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(&x[static_cast<size_t>(r) * h], embed_.data() + static_cast<size_t>(tokens[r]) * h, sizeof(float) * h);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int l = 0; l < c_.layers; ++l) {
+      Layer& L = layers_[static_cast<size_t>(l)];
+      rmsnorm(x.data(), rows, h, L.in_norm.data(), c_.rms_eps, xn.data());
+      matmul(xn.data(), rows, h, L.wq.data(), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
+      matmul(xn.data(), rows, h, L.wk.data(), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
+      matmul(xn.data(), rows, h, L.wv.data(), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+      for (int r = 0; r < rows; ++r) {
+        const int p = pos[static_cast<size_t>(r)];
+        for (int hh = 0; hh < c_.heads; ++hh) rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, c_.rope_theta);
+        Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+        for (int kh = 0; kh < c_.kv_heads; ++kh) {
+          float* kr = &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d];
+          rope(kr, d, p, c_.rope_theta);
+          std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, kr, sizeof(float) * d);
+          std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d, &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+        }
+      }
+      double attn_work = 0;
+      for (int r = 0; r < rows; ++r) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
+      run_chunks(attn_work >= (1 << 18), R * static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
+        std::vector<float> score;
+        for (size_t t = lo; t < hi; ++t) {
+          const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
+          const int p = pos[static_cast<size_t>(r)];
+          Sequence& s = seqs_[static_cast<size_t>(seq_of[static_cast<size_t>(r)])];
+          const int first = c_.sliding_window > 0 ? std::max(0, p - c_.sliding_window + 1) : 0;
+          const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
+          const float* kc = cache_k(s, l, hh / g);
+          const float* vc = cache_v(s, l, hh / g);
+          score.assign(static_cast<size_t>(p - first + 1), 0.0f);
+          float mx = -INFINITY;
+          for (int j = first; j <= p; ++j) {
+            float acc = 0;
+            for (int e = 0; e < d; ++e) acc += qv[e] * kc[static_cast<size_t>(j) * d + e];
+            score[static_cast<size_t>(j - first)] = acc * scale;
+            mx = std::max(mx, acc * scale);
+          }
+          float sum = 0;
+          for (auto& sc : score) sum += sc = std::exp(sc - mx);
+          float* o = &att[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
+          std::fill(o, o + d, 0.0f);
+          for (int j = first; j <= p; ++j) {
+            const float w = score[static_cast<size_t>(j - first)] / sum;
+            for (int e = 0; e < d; ++e) o[e] += w * vc[static_cast<size_t>(j) * d + e];
+          }
+        }
+      });
+      matmul(att.data(), rows, qd, L.wo.data(), h, nullptr, tmp.data());
+      for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
+      rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
+      matmul(xn.data(), rows, h, L.wg.data(), c_.mlp, nullptr, gate.data());
+      matmul(xn.data(), rows, h, L.wu.data(), c_.mlp, nullptr, up.data());
+      for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      matmul(gate.data(), rows, c_.mlp, L.wd.data(), h, nullptr, tmp.data());
+      for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
+    }
+    for (int r = 0; r < rows; ++r) {
+      Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+      s.length = std::max(s.length, pos[static_cast<size_t>(r)] + 1);
+    }
+    const int n_out = rows - first_out;
+    if (!out.logits && !out.next) return;
+    rmsnorm(&x[static_cast<size_t>(first_out) * h], n_out, h, final_norm_.data(), c_.rms_eps, xn.data());
+    std::vector<float> own;
+    float* logits = out.logits;
+    if (!logits) {
+      own.resize(static_cast<size_t>(n_out) * static_cast<size_t>(c_.vocab));
+      logits = own.data();
+    }
+    matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits);
+    if (out.next)
+      for (int r = 0; r < n_out; ++r)
+        out.next[r] = sample_token(logits + static_cast<size_t>(r) * c_.vocab, c_.vocab, out.sampling,
+                                   sample_uniform(out.sampling.seed, out.step, r));
+  }
+
+  ModelConfig c_;
+  Buf embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::vector<Sequence> seqs_;
+  int64_t weight_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) { return std::make_unique<CpuModel>(c, w); }
+
+#if !defined(INFER_BENCH_HAVE_CUDA_MODEL)
+std::unique_ptr<Model> make_cuda_model(const ModelConfig&, const WeightSource&, const EngineOptions&, void*) {
+  throw InputError("this infer-bench was built without the CUDA engine");
+}
+#endif
+
+}  // namespace ib::model

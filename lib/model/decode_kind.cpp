@@ -1,0 +1,62 @@
+// Kind `decode` (the chapter's metrics section): TTFT, TPOT, TPS, the decode step with and
+// without CUDA Graphs, and prefill cost, on the transformer engine (lib/model).
+#include "core/registry.h"
+#include "model/config.h"
+#include "model/decode_variants.h"
+
+namespace ib::model {
+namespace {
+
+const std::vector<std::string> kStepKeys = {"model", "weights", "batch", "prompt", "temperature"};
+const std::vector<std::string> kPrefillKeys = {"model", "weights", "prompt", "temperature"};
+
+KindInfo decode_kind() {
+  KindInfo k;
+  k.name = "decode";
+  k.group = "decode";
+  k.doc = "The transformer engine measured as a server sees it: TTFT = prefill to the first token on the host, TPOT = "
+          "(end-to-end − TTFT)/(n − 1), TPS = all output tokens / wall time (vLLM's definitions). Every variant is first "
+          "checked against a recomputation without the KV cache (the cached steps' logits vs one prefill of the whole "
+          "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
+  KeySpec model = key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
+                           Value(std::string("tiny")));
+  model.choices = preset_names();
+  model.choices.push_back("checkpoint");
+  k.keys = {
+      model,
+      key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+               Value(std::string("random"))),
+      key_spec("batch", ParamType::Int, "sequences decoded together", Value(int64_t{1}), 1.0, 4096.0),
+      key_spec("prompt", ParamType::Int, "prompt tokens (the context of a decode step)", Value(int64_t{512}), 1.0),
+      key_spec("new_tokens", ParamType::Int, "tokens generated per sequence (generate)", Value(int64_t{128}), 1.0),
+      key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend", Value(0.0), 0.0),
+  };
+  k.variants = {
+      {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS"},
+      {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", kStepKeys},
+      {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save", kStepKeys},
+      {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", kPrefillKeys},
+      {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)"},
+      {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys},
+      {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
+  };
+  return k;
+}
+
+const KindRegistration registration(decode_kind());
+
+struct CpuGenerate : DecodeVariant {
+  CpuGenerate() : DecodeVariant(Backend::Cpu, DecodeMeasure::Generate, false) {}
+};
+struct CpuDecodeStep : DecodeVariant {
+  CpuDecodeStep() : DecodeVariant(Backend::Cpu, DecodeMeasure::Step, false) {}
+};
+struct CpuPrefill : DecodeVariant {
+  CpuPrefill() : DecodeVariant(Backend::Cpu, DecodeMeasure::Prefill, false) {}
+};
+IB_REGISTER_VARIANT("decode", "cpu_generate", CpuGenerate);
+IB_REGISTER_VARIANT("decode", "cpu_decode_step", CpuDecodeStep);
+IB_REGISTER_VARIANT("decode", "cpu_prefill", CpuPrefill);
+
+}  // namespace
+}  // namespace ib::model

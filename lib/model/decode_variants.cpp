@@ -1,0 +1,239 @@
+#include "model/decode_variants.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/random.h"
+#include "core/stats.h"
+
+namespace ib::model {
+
+ModelChoice choose_model(const Point& p, uint64_t seed) {
+  const std::string& name = p.text("model");
+  const std::string& weights = p.text("weights");
+  ModelChoice m;
+  if (name == "checkpoint") {
+    if (weights == "random") throw InputError("model: checkpoint needs weights: DIR (a Hugging Face checkpoint directory)");
+    m.config = config_from_hf(weights);
+    m.weights = safetensors_weights(m.config, weights);
+    return m;
+  }
+  auto c = preset(name);
+  if (!c) throw InputError("model: unknown preset '" + name + "'");
+  m.config = *c;
+  m.weights = weights == "random" ? random_weights(m.config, seed) : safetensors_weights(m.config, weights);
+  return m;
+}
+
+std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    e += d * d;
+    r += static_cast<double>(b[i]) * b[i];
+  }
+  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
+}
+}  // namespace
+
+std::string DecodeVariant::unsupported(const Point& p) const {
+  if (what_ == DecodeMeasure::Generate && p.integer("new_tokens") < 2) return "generation needs new_tokens >= 2 (TPOT)";
+  return {};
+}
+
+void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
+  ModelChoice m = choose_model(p, seed);
+  config_ = m.config;
+  // Points hold only the keys the variant declares it uses (a prefill has no batch).
+  batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
+  prompt_ = static_cast<int>(p.integer("prompt"));
+  new_tokens_ = p.find("new_tokens") ? static_cast<int>(p.integer("new_tokens")) : 0;
+  sampling_.temperature = static_cast<float>(p.number("temperature"));
+  sampling_.seed = seed;
+  if (backend_ == Backend::Cuda) {
+    EngineOptions o;
+    o.cuda_graph = cuda_graph_;
+    o.max_batch = std::max(batch_, 1);
+    o.max_prefill = std::min(std::max(prompt_ + new_tokens_, 16), 8192);
+    model_ = make_cuda_model(config_, *m.weights, o, rt.stream());
+  } else {
+    model_ = make_cpu_model(config_, *m.weights);
+  }
+  const int capacity = prompt_ + (what_ == DecodeMeasure::Generate ? new_tokens_ : 1);
+  prompts_.clear();
+  seqs_.clear();
+  for (int b = 0; b < batch_; ++b) {
+    prompts_.push_back(random_prompt(config_.vocab, prompt_, seed + 17 + static_cast<uint64_t>(b)));
+    seqs_.push_back(model_->new_sequence(capacity));
+  }
+  // A decode step runs at a fixed context: the prompts are prefilled once here.
+  if (what_ == DecodeMeasure::Step)
+    for (int b = 0; b < batch_; ++b) model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), prompt_, 1, {});
+}
+
+// The cached path (decode steps) against a recomputation without a cache: one prefill of the
+// whole sequence, whose per-position logits must match the step logits.
+Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
+                                                  int prompt_len, double tolerance) {
+  const int n = static_cast<int>(step_logits.size());
+  const int fresh = model_->new_sequence(static_cast<int>(tokens.size()));
+  std::vector<float> all(static_cast<size_t>(n) * static_cast<size_t>(config_.vocab));
+  StepOutput out;
+  out.logits = all.data();
+  model_->prefill(fresh, tokens.data(), static_cast<int>(tokens.size()), n, out);
+  model_->release(fresh);
+  std::vector<float> steps;
+  for (const auto& s : step_logits) steps.insert(steps.end(), s.begin(), s.end());
+  for (float x : steps)
+    if (!std::isfinite(x)) return {false, "nan_logits", 1, 0, "a decode step produced NaN/inf logits"};
+  const double err = rel_l2(steps, all);
+  int agree = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* a = &steps[static_cast<size_t>(i) * config_.vocab];
+    const float* b = &all[static_cast<size_t>(i) * config_.vocab];
+    agree += std::max_element(a, a + config_.vocab) - a == std::max_element(b, b + config_.vocab) - b;
+  }
+  return {err <= tolerance, "rel_l2", err, tolerance,
+          fmt::format("{} cached steps after a {}-token prompt vs one uncached prefill; argmax agrees at {}/{}", n, prompt_len, agree, n)};
+}
+
+Validation DecodeVariant::validate(BackendRuntime& rt) {
+  const double tol = backend_ == Backend::Cpu ? 1e-3 : 2e-2;
+  const int seq = seqs_[0];
+  const std::vector<int32_t>& prompt = prompts_[0];
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> tokens = prompt;
+  if (what_ == DecodeMeasure::Step) {
+    // The prompt is cached already: one step with logits.
+    std::vector<float> l(static_cast<size_t>(config_.vocab) * static_cast<size_t>(batch_));
+    std::vector<int32_t> in(static_cast<size_t>(batch_), 1), next(static_cast<size_t>(batch_));
+    StepOutput out;
+    out.logits = l.data();
+    out.next = next.data();
+    model_->decode(seqs_.data(), in.data(), batch_, out);
+    for (int s : seqs_) model_->truncate(s, prompt_);
+    logits.emplace_back(l.begin(), l.begin() + config_.vocab);
+    tokens.push_back(1);
+  } else if (what_ == DecodeMeasure::Prefill) {
+    // The prompt in two chunks (the second attends to the cached first) vs in one piece.
+    std::vector<float> l(static_cast<size_t>(config_.vocab));
+    StepOutput out;
+    out.logits = l.data();
+    model_->truncate(seq, 0);
+    const int half = prompt_ / 2;
+    if (half > 0) model_->prefill(seq, prompt.data(), half, 1, {});
+    model_->prefill(seq, prompt.data() + half, prompt_ - half, 1, out);
+    model_->truncate(seq, 0);
+    logits.push_back(l);
+  } else {
+    // A short greedy generation on sequence 0, keeping each step's logits.
+    model_->truncate(seq, 0);
+    const int steps = std::min(new_tokens_ > 0 ? new_tokens_ : 4, 8);
+    std::vector<float> l(static_cast<size_t>(config_.vocab));
+    int32_t next = 0;
+    StepOutput out;
+    out.logits = l.data();
+    out.next = &next;
+    const int cap = model_->capacity(seq);
+    model_->prefill(seq, prompt.data(), prompt_, 1, out);
+    logits.push_back(l);
+    for (int i = 1; i < steps && prompt_ + i < cap; ++i) {
+      tokens.push_back(next);
+      model_->decode(&seq, &tokens.back(), 1, out);
+      logits.push_back(l);
+    }
+    model_->truncate(seq, 0);
+  }
+  rt.synchronize();
+  // Sequence 0 from its prompt: the last len(logits) positions of `tokens` produced them.
+  return check_against_recompute(logits, tokens, prompt_, tol);
+}
+
+void DecodeVariant::run(BackendRuntime&) {
+  StepOutput out;
+  std::vector<int32_t> next(static_cast<size_t>(batch_));
+  out.next = next.data();
+  out.sampling = sampling_;
+  if (what_ == DecodeMeasure::Step) {
+    // The next tokens come back to the host, so the wall time is the step's (TPS = batch / it).
+    std::vector<int32_t> in(static_cast<size_t>(batch_), 1);
+    out.step = step_++;
+    const auto t0 = std::chrono::steady_clock::now();
+    model_->decode(seqs_.data(), in.data(), batch_, out);
+    tps_.push_back(batch_ / seconds_since(t0));
+    for (int s : seqs_) model_->truncate(s, prompt_);
+    return;
+  }
+  if (what_ == DecodeMeasure::Prefill) {
+    model_->truncate(seqs_[0], 0);
+    out.step = step_++;
+    model_->prefill(seqs_[0], prompts_[0].data(), prompt_, 1, out);
+    return;
+  }
+  // Generation: every prompt prefilled (first tokens on the host = TTFT), then new_tokens − 1
+  // decode steps of the whole batch. Token ids come back to the host every step, as a server's do.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int b = 0; b < batch_; ++b) {
+    model_->truncate(seqs_[static_cast<size_t>(b)], 0);
+    out.step = step_++;
+    model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), prompt_, 1, {nullptr, &next[static_cast<size_t>(b)], sampling_, out.step});
+  }
+  const double ttft = seconds_since(t0);
+  std::vector<int32_t> cur = next;
+  for (int i = 1; i < new_tokens_; ++i) {
+    out.step = step_++;
+    model_->decode(seqs_.data(), cur.data(), batch_, out);
+    cur = next;
+  }
+  const double total = seconds_since(t0);
+  ttft_.push_back(ttft);
+  tpot_.push_back((total - ttft) / (new_tokens_ - 1));
+  tps_.push_back(static_cast<double>(batch_) * new_tokens_ / total);
+}
+
+Work DecodeVariant::work() const {
+  const double kv_token = static_cast<double>(config_.kv_elems_per_token()) * (backend_ == Backend::Cuda ? 2.0 : 4.0);
+  const double wbytes = static_cast<double>(model_->weight_bytes());
+  switch (what_) {
+    case DecodeMeasure::Step:
+      // Every weight read once, each sequence's cache read once (+ one token written).
+      return {batch_ * config_.flops_per_token(prompt_), wbytes + batch_ * (prompt_ + 1.0) * kv_token};
+    case DecodeMeasure::Prefill: {
+      double f = 0;
+      for (int i = 0; i < prompt_; ++i) f += config_.flops_per_token(i);
+      return {f - (prompt_ - 1.0) * 2.0 * config_.vocab * config_.hidden, wbytes + prompt_ * kv_token};  // LM head on the last token only
+    }
+    case DecodeMeasure::Generate:
+      break;
+  }
+  return {};
+}
+
+std::vector<Metric> DecodeVariant::metrics() const {
+  std::vector<Metric> m;
+  if (what_ == DecodeMeasure::Generate && !ttft_.empty()) {
+    m.push_back({"TTFT", summarize(ttft_).median * 1e3, "ms"});
+    m.push_back({"TPOT", summarize(tpot_).median * 1e3, "ms"});
+    m.push_back({"TPS", summarize(tps_).median, "tok/s"});
+  }
+  if (what_ == DecodeMeasure::Step && !tps_.empty()) m.push_back({"TPS", summarize(tps_).median, "tok/s"});
+  m.push_back({"weights", static_cast<double>(model_->weight_bytes()) / (1 << 30), "GiB"});
+  m.push_back({"KV", static_cast<double>(model_->kv_bytes()) / (1 << 20), "MiB"});
+  return m;
+}
+
+}  // namespace ib::model

@@ -1,0 +1,55 @@
+// The `decode` kind's measurements, written once for both backends: end-to-end generation
+// (TTFT, TPOT, TPS), one decode step at a fixed context, and one prefill.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/variant.h"
+#include "model/model.h"
+
+namespace ib::model {
+
+// The model of a point: a preset with random weights, or `checkpoint` with weights: DIR.
+struct ModelChoice {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+};
+ModelChoice choose_model(const Point& p, uint64_t seed);
+// Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
+std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
+
+enum class DecodeMeasure { Generate, Step, Prefill };
+
+class DecodeVariant : public Variant {
+ public:
+  DecodeVariant(Backend backend, DecodeMeasure what, bool cuda_graph) : backend_(backend), what_(what), cuda_graph_(cuda_graph) {}
+  std::string unsupported(const Point& p) const override;
+  void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override;
+  Validation validate(BackendRuntime& rt) override;
+  void run(BackendRuntime& rt) override;
+  Work work() const override;
+  std::vector<Metric> metrics() const override;
+
+ private:
+  Validation check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
+                                     int prompt_len, double tolerance);
+
+  Backend backend_;
+  DecodeMeasure what_;
+  bool cuda_graph_;
+  ModelConfig config_;
+  std::unique_ptr<Model> model_;
+  int batch_ = 1, prompt_ = 0, new_tokens_ = 0;
+  SamplingParams sampling_;
+  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<int> seqs_;
+  uint64_t step_ = 0;
+  // Per-run phase times and rates: medians reported as metrics (the runner's warmup runs are
+  // among them; the median keeps them from mattering).
+  std::vector<double> ttft_, tpot_, tps_;
+};
+
+}  // namespace ib::model

@@ -1,0 +1,238 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/errors.h"
+#include "core/half.h"
+#include "core/output.h"
+#include "core/parallel.h"
+#include "core/random.h"
+
+namespace ib::model {
+
+int64_t TensorSpec::elems() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool TensorSpec::is_norm() const { return name.find("norm.weight") != std::string::npos; }
+
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
+  const int64_t h = c.hidden, q = c.q_dim(), kv = c.kv_dim(), m = c.mlp;
+  std::vector<TensorSpec> t;
+  t.push_back({"model.embed_tokens.weight", {c.vocab, h}});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    t.push_back({p + "input_layernorm.weight", {h}});
+    t.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    t.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    t.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    if (c.qkv_bias) {
+      t.push_back({p + "self_attn.q_proj.bias", {q}});
+      t.push_back({p + "self_attn.k_proj.bias", {kv}});
+      t.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    t.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    t.push_back({p + "post_attention_layernorm.weight", {h}});
+    t.push_back({p + "mlp.gate_proj.weight", {m, h}});
+    t.push_back({p + "mlp.up_proj.weight", {m, h}});
+    t.push_back({p + "mlp.down_proj.weight", {h, m}});
+  }
+  t.push_back({"model.norm.weight", {h}});
+  if (!c.tied_embeddings) t.push_back({"lm_head.weight", {c.vocab, h}});
+  return t;
+}
+
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t x = 1469598103934665603ull;
+  for (unsigned char ch : s) x = (x ^ ch) * 1099511628211ull;
+  return x;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class RandomWeights : public WeightSource {
+ public:
+  RandomWeights(const ModelConfig& c, uint64_t seed) : c_(c), seed_(seed) {}
+  void read(const TensorSpec& spec, float* dst) const override {
+    if (spec.is_norm()) {
+      std::fill(dst, dst + spec.elems(), 1.0f);
+      return;
+    }
+    const uint64_t s = tensor_seed(spec);
+    const float scale = tensor_scale(spec);
+    parallel_for(static_cast<size_t>(spec.elems()), [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) dst[i] = round_to(DType::BF16, scale * random_uniform(s, i));
+    });
+  }
+  std::string describe() const override { return fmt::format("random weights (seed {})", seed_); }
+  bool is_random() const override { return true; }
+  uint64_t tensor_seed(const TensorSpec& spec) const override { return mix64(seed_ ^ fnv1a(spec.name)); }
+  float tensor_scale(const TensorSpec& spec) const override {
+    if (spec.is_norm()) return 1.0f;
+    const double residual = 1.0 / std::sqrt(2.0 * c_.layers);  // branch outputs added to the stream
+    const double fan_in = spec.shape.size() == 2 ? static_cast<double>(spec.shape[1]) : 1.0;
+    const double unit = std::sqrt(3.0 / fan_in);  // uniform(±a) has variance a²/3: unit-variance outputs
+    const std::string& n = spec.name;
+    // Logits of standard deviation ~3: peaked next-token distributions that are not one-hot.
+    if (n == "lm_head.weight") return static_cast<float>(3.0 * std::sqrt(3.0 / static_cast<double>(c_.hidden)));
+    if (n == "model.embed_tokens.weight")
+      return c_.tied_embeddings ? static_cast<float>(3.0 * std::sqrt(3.0 / static_cast<double>(c_.hidden))) : 1.0f;
+    if (ends_with(n, ".bias")) return 0.1f;
+    if (ends_with(n, "o_proj.weight") || ends_with(n, "down_proj.weight")) return static_cast<float>(unit * residual);
+    return static_cast<float>(unit);
+  }
+
+ private:
+  ModelConfig c_;
+  uint64_t seed_;
+};
+
+// One safetensors file: the JSON header (tensor -> dtype, shape, byte range) and its path.
+struct SafetensorsFile {
+  std::string path;
+  nlohmann::json header;
+  uint64_t data_start = 0;
+
+  explicit SafetensorsFile(std::string p) : path(std::move(p)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot open");
+    unsigned char len_bytes[8];
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) throw InputError(path + ": not a safetensors file (shorter than 8 bytes)");
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+    if (len == 0 || len > (uint64_t{1} << 30)) throw InputError(path + ": not a safetensors file (header length " + std::to_string(len) + ")");
+    std::string text(len, '\0');
+    if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw InputError(path + ": truncated header");
+    try {
+      header = nlohmann::json::parse(text);
+    } catch (const std::exception& e) {
+      throw InputError(path + ": header is not JSON: " + e.what());
+    }
+    data_start = 8 + len;
+  }
+};
+
+class SafetensorsWeights : public WeightSource {
+ public:
+  SafetensorsWeights(const ModelConfig& c, std::string dir) : dir_(std::move(dir)) {
+    namespace fs = std::filesystem;
+    const std::string single = dir_ + "/model.safetensors", index = dir_ + "/model.safetensors.index.json";
+    if (fs::exists(index)) {
+      std::ifstream in(index);
+      nlohmann::json j;
+      try {
+        in >> j;
+      } catch (const std::exception& e) {
+        throw InputError(index + ": not JSON: " + e.what());
+      }
+      if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw InputError(index + ": weight_map: missing");
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        const std::string file = it.value().get<std::string>();
+        if (!files_.count(file)) files_.emplace(file, SafetensorsFile(dir_ + "/" + file));
+        where_[it.key()] = file;
+      }
+    } else if (fs::exists(single)) {
+      files_.emplace("model.safetensors", SafetensorsFile(single));
+      for (auto it = files_.at("model.safetensors").header.begin(); it != files_.at("model.safetensors").header.end(); ++it)
+        if (it.key() != "__metadata__") where_[it.key()] = "model.safetensors";
+    } else {
+      throw InputError(dir_ + ": no model.safetensors or model.safetensors.index.json");
+    }
+    // Check every tensor up front: a missing or mis-shaped one is an error before any work.
+    for (const auto& spec : tensor_specs(c)) entry(spec);
+  }
+
+  void read(const TensorSpec& spec, float* dst) const override {
+    const auto [file, info] = entry(spec);
+    const std::string dtype = info.at("dtype").get<std::string>();
+    const uint64_t begin = info.at("data_offsets")[0].get<uint64_t>();
+    const size_t es = dtype == "F32" ? 4 : 2;
+    const size_t n = static_cast<size_t>(spec.elems());
+    std::vector<unsigned char> raw(n * es);
+    std::ifstream in(file->path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(file->data_start + begin));
+    if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
+      throw InputError(fmt::format("{}: tensor '{}': data past the end of the file", file->path, spec.name));
+    for (size_t i = 0; i < n; ++i) {
+      if (es == 4) {
+        std::memcpy(&dst[i], &raw[i * 4], 4);
+      } else {
+        const uint16_t bits = static_cast<uint16_t>(raw[i * 2] | (raw[i * 2 + 1] << 8));
+        dst[i] = dtype == "BF16" ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
+      }
+    }
+  }
+  std::string describe() const override { return "safetensors checkpoint " + dir_; }
+
+ private:
+  std::pair<const SafetensorsFile*, const nlohmann::json&> entry(const TensorSpec& spec) const {
+    auto w = where_.find(spec.name);
+    if (w == where_.end()) throw InputError(fmt::format("{}: tensor '{}' is missing from the checkpoint", dir_, spec.name));
+    const SafetensorsFile& f = files_.at(w->second);
+    if (!f.header.contains(spec.name))
+      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but not in the file", f.path, spec.name));
+    const nlohmann::json& info = f.header.at(spec.name);
+    const std::string dtype = info.value("dtype", std::string());
+    if (dtype != "BF16" && dtype != "F16" && dtype != "F32")
+      throw InputError(fmt::format("{}: tensor '{}': dtype {} (BF16, F16 or F32 expected)", f.path, spec.name, dtype));
+    const auto shape = info.at("shape").get<std::vector<int64_t>>();
+    if (shape != spec.shape)
+      throw InputError(fmt::format("{}: tensor '{}': shape [{}], the config needs [{}]", f.path, spec.name, fmt::join(shape, ", "),
+                                   fmt::join(spec.shape, ", ")));
+    const auto off = info.at("data_offsets").get<std::vector<uint64_t>>();
+    const uint64_t es = dtype == "F32" ? 4 : 2;
+    if (off.size() != 2 || off[1] - off[0] != static_cast<uint64_t>(spec.elems()) * es)
+      throw InputError(fmt::format("{}: tensor '{}': data_offsets do not match its shape", f.path, spec.name));
+    return {&f, info};
+  }
+
+  std::string dir_;
+  std::map<std::string, SafetensorsFile> files_;
+  std::map<std::string, std::string> where_;  // tensor -> file
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> random_weights(const ModelConfig& c, uint64_t seed) { return std::make_unique<RandomWeights>(c, seed); }
+
+std::unique_ptr<WeightSource> safetensors_weights(const ModelConfig& c, const std::string& dir) {
+  return std::make_unique<SafetensorsWeights>(c, dir);
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<TensorSpec, std::vector<float>>>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [spec, values] : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(values.size()) * 2;
+    header[spec.name] = {{"dtype", "BF16"}, {"shape", spec.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  const std::string text = header.dump();
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xFF));
+  out += text;
+  for (const auto& [spec, values] : tensors)
+    for (float v : values) {
+      const uint16_t b = float_to_bf16_bits(v);
+      out.push_back(static_cast<char>(b & 0xFF));
+      out.push_back(static_cast<char>(b >> 8));
+    }
+  std::ofstream f(path, std::ios::binary);
+  if (!f.write(out.data(), static_cast<std::streamsize>(out.size()))) throw std::runtime_error(path + ": cannot write");
+}
+
+}  // namespace ib::model

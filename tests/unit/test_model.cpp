@@ -1,0 +1,237 @@
+// The CPU transformer engine: published shapes, the KV cache against recomputation, batching,
+// fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "core/errors.h"
+#include "model/decode_variants.h"
+#include "model/model.h"
+
+namespace ib::model {
+namespace {
+
+ModelConfig P(const std::string& name) {
+  auto c = preset(name);
+  EXPECT_TRUE(c.has_value()) << name;
+  return *c;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    r += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(e / r);
+}
+
+// Logits of the last position after prefilling `tokens` into a fresh sequence.
+std::vector<float> last_logits(Model& m, const std::vector<int32_t>& tokens) {
+  std::vector<float> l(static_cast<size_t>(m.config().vocab));
+  const int s = m.new_sequence(static_cast<int>(tokens.size()) + 1);
+  StepOutput out;
+  out.logits = l.data();
+  m.prefill(s, tokens.data(), static_cast<int>(tokens.size()), 1, out);
+  m.release(s);
+  return l;
+}
+
+TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(P("llama2-7b").parameters(), 6738415616);
+  EXPECT_EQ(P("qwen2-0.5b").parameters(), 494032768);
+  EXPECT_EQ(P("qwen2-7b").parameters(), 7615616512);
+  EXPECT_EQ(P("mistral-7b").parameters(), 7241732096);
+  EXPECT_EQ(P("llama2-7b").kv_elems_per_token() * 2, 524288);  // 0.5 MiB per token in bf16
+  EXPECT_FALSE(preset("llama3-8b").has_value());
+}
+
+TEST(CpuModel, DecodeStepsMatchARecomputationWithoutTheCache) {
+  for (const char* name : {"tiny", "tiny-gqa"}) {
+    const ModelConfig c = P(name);
+    auto m = make_cpu_model(c, *random_weights(c, 3));
+    std::vector<int32_t> tokens = random_prompt(c.vocab, 20, 9);
+    const int s = m->new_sequence(40);
+    std::vector<float> l(static_cast<size_t>(c.vocab));
+    int32_t next = 0;
+    StepOutput out;
+    out.logits = l.data();
+    out.next = &next;
+    m->prefill(s, tokens.data(), 20, 1, out);
+    for (int step = 0; step < 10; ++step) {
+      tokens.push_back(next);
+      m->decode(&s, &tokens.back(), 1, out);
+      EXPECT_LT(rel_l2(l, last_logits(*m, tokens)), 1e-4) << name << " step " << step;
+    }
+    EXPECT_EQ(m->length(s), 30);
+  }
+}
+
+TEST(CpuModel, ABatchOfDifferentLengthsDecodesLikeEachAlone) {
+  const ModelConfig c = P("tiny-gqa");
+  auto m = make_cpu_model(c, *random_weights(c, 4));
+  std::vector<std::vector<int32_t>> prompts = {random_prompt(c.vocab, 5, 1), random_prompt(c.vocab, 33, 2), random_prompt(c.vocab, 70, 3)};
+  std::vector<int> seqs;
+  for (auto& p : prompts) {
+    seqs.push_back(m->new_sequence(80));
+    m->prefill(seqs.back(), p.data(), static_cast<int>(p.size()), 1, {});
+  }
+  const std::vector<int32_t> in = {7, 8, 9};
+  std::vector<float> batched(3 * static_cast<size_t>(c.vocab));
+  StepOutput out;
+  out.logits = batched.data();
+  m->decode(seqs.data(), in.data(), 3, out);
+  for (int b = 0; b < 3; ++b) {
+    auto full = prompts[static_cast<size_t>(b)];
+    full.push_back(in[static_cast<size_t>(b)]);
+    std::vector<float> row(batched.begin() + b * c.vocab, batched.begin() + (b + 1) * c.vocab);
+    EXPECT_LT(rel_l2(row, last_logits(*m, full)), 1e-4) << "row " << b;
+  }
+}
+
+TEST(CpuModel, ForkAndTruncate) {
+  const ModelConfig c = P("tiny");
+  auto m = make_cpu_model(c, *random_weights(c, 5));
+  const auto prompt = random_prompt(c.vocab, 12, 5);
+  const int a = m->new_sequence(32);
+  m->prefill(a, prompt.data(), 12, 1, {});
+  const int b = m->fork(a);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(m->length(b), 12);
+  std::vector<float> la(static_cast<size_t>(c.vocab)), lb(la.size());
+  const int32_t x = 3, y = 4;
+  m->decode(&a, &x, 1, {la.data()});
+  m->decode(&b, &y, 1, {lb.data()});  // the fork diverges
+  auto pa = prompt, pb = prompt;
+  pa.push_back(x);
+  pb.push_back(y);
+  EXPECT_LT(rel_l2(la, last_logits(*m, pa)), 1e-4);
+  EXPECT_LT(rel_l2(lb, last_logits(*m, pb)), 1e-4);
+  // Roll a back (a rejected draft) and decode y instead: the same as b.
+  m->truncate(a, 12);
+  m->decode(&a, &y, 1, {la.data()});
+  EXPECT_LT(rel_l2(la, lb), 1e-6);
+  EXPECT_THROW(m->truncate(a, 14), std::invalid_argument);
+  m->release(b);
+  EXPECT_THROW(m->length(b), std::invalid_argument);
+  EXPECT_EQ(m->fork(a), b);  // ids are reused
+}
+
+TEST(CpuModel, SlidingWindowBoundsHowFarBackATokenIsSeen) {
+  const ModelConfig c = P("tiny-gqa");  // window 48, 2 layers: a token reaches 2 × 47 positions ahead
+  ASSERT_EQ(c.sliding_window, 48);
+  auto m = make_cpu_model(c, *random_weights(c, 6));
+  auto t = random_prompt(c.vocab, 120, 6);
+  auto u = t;
+  u[0] = (u[0] + 1) % c.vocab;
+  auto prefix = [](const std::vector<int32_t>& v, size_t n) { return std::vector<int32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n)); };
+  EXPECT_GT(rel_l2(last_logits(*m, prefix(t, 30)), last_logits(*m, prefix(u, 30))), 1e-3);   // within reach
+  EXPECT_EQ(last_logits(*m, prefix(t, 110)), last_logits(*m, prefix(u, 110)));                 // out of reach: bit-identical
+}
+
+TEST(CpuModel, ThirtyTwoLayersOfRandomWeightsGivePeakedButNotOneHotDistributions) {
+  const ModelConfig c = P("deep-narrow");
+  auto m = make_cpu_model(c, *random_weights(c, 7));
+  for (uint64_t seed : {1, 2, 3}) {
+    const auto l = last_logits(*m, random_prompt(c.vocab, 48, seed));
+    const float mx = *std::max_element(l.begin(), l.end());
+    double z = 0, ent = 0;
+    for (float x : l) {
+      ASSERT_TRUE(std::isfinite(x));
+      z += std::exp(static_cast<double>(x - mx));
+    }
+    double pmax = 0;
+    for (float x : l) {
+      const double p = std::exp(static_cast<double>(x - mx)) / z;
+      pmax = std::max(pmax, p);
+      if (p > 0) ent -= p * std::log(p);
+    }
+    EXPECT_GT(ent, 1.0) << "near one-hot";                                  // ln 32000 = 10.4
+    EXPECT_LT(ent, 0.9 * std::log(static_cast<double>(c.vocab))) << "flat";
+    EXPECT_LT(pmax, 0.9);
+  }
+}
+
+TEST(Sampling, GreedyTopKTopPAndTheDistribution) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  SamplingParams g;
+  EXPECT_EQ(sample_token(logits.data(), 5, g, 0.7f), 1);  // ties: the smaller index
+  SamplingParams t;
+  t.temperature = 1.0f;
+  t.top_k = 1;
+  EXPECT_EQ(sample_token(logits.data(), 5, t, 0.99f), 1);
+  std::vector<float> p(5);
+  t.top_k = 0;
+  sampling_distribution(logits.data(), 5, t, p.data());
+  EXPECT_NEAR(std::accumulate(p.begin(), p.end(), 0.0), 1.0, 1e-6);
+  EXPECT_FLOAT_EQ(p[1], p[3]);
+  EXPECT_NEAR(p[2] / p[1], std::exp(-1.0), 1e-6);
+  t.top_p = 0.5f;  // tokens 1 and 3 hold 2·e³/Σ ≈ 0.67 ≥ 0.5; token 1 alone holds 0.33
+  sampling_distribution(logits.data(), 5, t, p.data());
+  EXPECT_FLOAT_EQ(p[1], 0.5f);
+  EXPECT_FLOAT_EQ(p[3], 0.5f);
+  EXPECT_EQ(p[0] + p[2] + p[4], 0.0f);
+  // Draws follow the distribution.
+  t.top_p = 1.0f;
+  t.temperature = 2.0f;
+  sampling_distribution(logits.data(), 5, t, p.data());
+  std::vector<int> count(5);
+  for (int i = 0; i < 20000; ++i) ++count[static_cast<size_t>(sample_token(logits.data(), 5, t, sample_uniform(11, static_cast<uint64_t>(i), 0)))];
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(count[static_cast<size_t>(k)] / 20000.0, p[static_cast<size_t>(k)], 0.015) << k;
+}
+
+TEST(Safetensors, ACheckpointOfTheRandomWeightsGivesTheSameModel) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ib_ckpt_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const ModelConfig c = P("tiny-gqa");
+  auto rw = random_weights(c, 8);
+  std::vector<std::pair<TensorSpec, std::vector<float>>> tensors;
+  for (const auto& s : tensor_specs(c)) {
+    std::vector<float> v(static_cast<size_t>(s.elems()));
+    rw->read(s, v.data());
+    tensors.emplace_back(s, std::move(v));
+  }
+  write_safetensors((dir / "model.safetensors").string(), tensors);
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 600,
+    "tie_word_embeddings": true, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "use_sliding_window": true,
+    "sliding_window": 48, "max_position_embeddings": 2048, "hidden_act": "silu"})";
+  ModelConfig hc = config_from_hf(dir.string());
+  EXPECT_EQ(hc.parameters(), c.parameters());
+  EXPECT_TRUE(hc.qkv_bias);
+  EXPECT_EQ(hc.sliding_window, 48);
+  auto a = make_cpu_model(c, *rw);
+  auto b = make_cpu_model(hc, *safetensors_weights(hc, dir.string()));
+  const auto prompt = random_prompt(c.vocab, 9, 1);
+  EXPECT_EQ(last_logits(*a, prompt), last_logits(*b, prompt));
+
+  // A config whose shapes the file does not have: the error names the tensor and both shapes.
+  ModelConfig wrong = hc;
+  wrong.mlp = 128;
+  try {
+    safetensors_weights(wrong, dir.string());
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[160, 64]"), std::string::npos) << e.what();
+  }
+  ModelConfig untied = hc;
+  untied.tied_embeddings = false;
+  try {
+    safetensors_weights(untied, dir.string());
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'lm_head.weight' is missing"), std::string::npos) << e.what();
+  }
+  fs::remove(dir / "config.json");
+  EXPECT_THROW(config_from_hf(dir.string()), InputError);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ib::model

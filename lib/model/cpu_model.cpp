@@ -168,6 +168,22 @@ class CpuModel : public Model {
     s.length = length;
   }
   int length(int seq) const override { return at(seq).length; }
+  void copy_cache(int src, int dst, int begin, int n) override {
+    Sequence& s = at(src);
+    Sequence& d = at(dst);
+    if (begin < 0 || n < 0 || d.length < begin || s.length < begin + n || begin + n > d.capacity)
+      throw std::invalid_argument(fmt::format("copy_cache [{}, {}) from a {}-token into a {}-token sequence (capacity {})", begin,
+                                              begin + n, s.length, d.length, d.capacity));
+    const size_t hd = static_cast<size_t>(c_.head_dim);
+    for (int l = 0; l < c_.layers; ++l)
+      for (int kh = 0; kh < c_.kv_heads; ++kh) {
+        std::memcpy(cache_k(d, l, kh) + static_cast<size_t>(begin) * hd, cache_k(s, l, kh) + static_cast<size_t>(begin) * hd,
+                    sizeof(float) * hd * static_cast<size_t>(n));
+        std::memcpy(cache_v(d, l, kh) + static_cast<size_t>(begin) * hd, cache_v(s, l, kh) + static_cast<size_t>(begin) * hd,
+                    sizeof(float) * hd * static_cast<size_t>(n));
+      }
+    d.length = begin + n;
+  }
   int capacity(int seq) const override { return at(seq).capacity; }
 
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override {
@@ -312,6 +328,8 @@ class CpuModel : public Model {
 };
 
 }  // namespace
+
+void Model::copy_cache(int, int, int, int) { throw std::runtime_error("copy_cache is not implemented by this backend"); }
 
 std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) { return std::make_unique<CpuModel>(c, w); }
 

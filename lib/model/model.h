@@ -36,6 +36,10 @@ class Model {
   // Drops cached tokens past `length` (speculative decoding's rollback).
   virtual void truncate(int seq, int length) = 0;
   virtual int length(int seq) const = 0;
+  // Prefix reuse: positions [begin, begin + n) of `dst`'s cache become those of `src` (the same
+  // tokens at the same positions give the same K/V), and dst's length becomes begin + n.
+  // Needs length(dst) >= begin and length(src) >= begin + n.
+  virtual void copy_cache(int src, int dst, int begin, int n);
   virtual int capacity(int seq) const = 0;
 
   // Runs `n` tokens after the sequence's cached ones (causal among themselves), appends their

@@ -121,6 +121,24 @@ TEST(CpuModel, ForkAndTruncate) {
   EXPECT_EQ(m->fork(a), b);  // ids are reused
 }
 
+TEST(CpuModel, CopyCacheReusesAPrefixComputedByAnotherSequence) {
+  const ModelConfig c = P("tiny-gqa");
+  auto m = make_cpu_model(c, *random_weights(c, 9));
+  const auto shared = random_prompt(c.vocab, 32, 1);
+  const int a = m->new_sequence(64);
+  m->prefill(a, shared.data(), 32, 1, {});
+  auto full = shared;
+  for (int32_t t : {5, 6, 7}) full.push_back(t);
+  const int b = m->new_sequence(64);
+  m->copy_cache(a, b, 0, 16);   // two blocks of 8 ...
+  m->copy_cache(a, b, 16, 16);  // ... from the same holder, in order
+  EXPECT_EQ(m->length(b), 32);
+  std::vector<float> l(static_cast<size_t>(c.vocab));
+  m->prefill(b, full.data() + 32, 3, 1, {l.data()});  // only the suffix is computed
+  EXPECT_LT(rel_l2(l, last_logits(*m, full)), 1e-4);
+  EXPECT_THROW(m->copy_cache(a, b, 40, 4), std::invalid_argument);  // past a's length
+}
+
 TEST(CpuModel, SlidingWindowBoundsHowFarBackATokenIsSeen) {
   const ModelConfig c = P("tiny-gqa");  // window 48, 2 layers: a token reaches 2 × 47 positions ahead
   ASSERT_EQ(c.sliding_window, 48);

@@ -13,7 +13,6 @@ void register_pending(Cli& cli) {
   };
   static const Pending pending[] = {
       {"kvcache", "KV memory, FP8/INT8 KV, PagedAttention, sliding window, StreamingLLM, H2O", "#5"},
-      {"specdec", "speculative decoding with a draft model and n-gram lookup", "#7"},
       {"prefix", "prefix caching with block hashes and a radix tree", "#8"},
   };
   for (const auto& p : pending) {

@@ -79,7 +79,7 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 }
 
 TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
-  for (const char* sub : {"specdec", "kvcache", "prefix"}) {
+  for (const char* sub : {"kvcache", "prefix"}) {
     auto r = ib({sub, "--seq", "8192"});
     EXPECT_EQ(r.exit_code, 2) << sub;
     EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
@@ -105,6 +105,14 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("llama2-7b"), std::string::npos) << bad.err;  // the known presets are listed
   EXPECT_TRUE(bad.out.empty());
+}
+
+TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
+  auto r = ib({"specdec", kSource + "/experiments/specdec.yaml", "--backend", "cpu", "--only", "specdec-ngram", "--set",
+               "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",
+               dir_ + "/spec", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 
 TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {

@@ -1,0 +1,87 @@
+// Speculative decoding (§8.2): a drafter proposes K tokens, the target scores them all in one
+// verify pass, the longest agreeing prefix is kept plus one token of the target's own, so every
+// step yields at least one token and the output is exactly the target's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ib::specdec {
+
+// Expected tokens per step with K drafted tokens each accepted with probability α independently
+// (Leviathan et al.): E = (1 − α^(K+1)) / (1 − α); K + 1 when α = 1.
+double expected_tokens(double alpha, int k);
+// Predicted speedup over autoregressive decoding: E / (K·c + v), with c = draft step / target
+// step and v = verify pass / target step, all measured.
+double predicted_speedup(double alpha, int k, double c, double v);
+
+// Prompt lookup (n-gram) drafting: the continuation of the most recent earlier occurrence of the
+// last n tokens of `history`, n from ngram_max down to ngram_min; at most k tokens, maybe none.
+std::vector<int32_t> ngram_propose(const std::vector<int32_t>& history, int k, int ngram_min, int ngram_max);
+
+// Greedy verification: target[i] is the target's choice after the i-th prefix (i = 0..K, so
+// target.size() = drafts.size() + 1). Returns the accepted count j; `emitted` gets the drafts'
+// first j tokens and then target[j] (the correction, or the bonus token when all were accepted).
+int verify_greedy(const std::vector<int32_t>& drafts, const std::vector<int32_t>& target, std::vector<int32_t>& emitted);
+
+// Rejection sampling (Leviathan et al. 2023; Chen et al. 2023): draft i is accepted with
+// probability min(1, p_i(d_i)/q_i(d_i)) using uniform u_accept[i]; at the first rejection the token
+// is drawn from norm(max(0, p_i − q_i)) with u_resample[i]; when all are accepted, the bonus token
+// is drawn from p_K. p holds K+1 rows, q holds K rows, each `vocab` wide. The emitted tokens are
+// distributed exactly as sampling the target alone.
+int verify_sampled(const std::vector<int32_t>& drafts, const std::vector<float>& p, const std::vector<float>& q, int vocab,
+                   const std::vector<float>& u_accept, const std::vector<float>& u_resample, std::vector<int32_t>& emitted);
+
+// Draws a token from a probability row with uniform u (cumulative in index order).
+int32_t draw(const float* probs, int vocab, float u);
+
+// Where a step's drafted tokens come from.
+enum class DraftSource {
+  Model,       // the draft model's own choices (greedy or sampled)
+  Controlled,  // the draft model runs, but each drafted token is the target's next token with probability α
+  Ngram,       // prompt lookup over the history, no draft model
+};
+
+struct SpecConfig {
+  int k = 5;
+  DraftSource source = DraftSource::Model;
+  double alpha = 0.8;           // Controlled
+  int ngram_min = 1, ngram_max = 3;
+  model::SamplingParams sampling;  // temperature 0: greedy verification
+  uint64_t seed = 1;
+};
+
+struct SpecStats {
+  int64_t steps = 0;            // verify passes
+  int64_t drafted = 0, accepted = 0;
+  int64_t tested = 0;           // drafted tokens the verification reached (up to the first rejection)
+  int64_t emitted = 0;
+  double draft_seconds = 0, verify_seconds = 0;
+  int64_t draft_forward = 0;    // draft model forward calls
+  // Per-token acceptance α̂: accepted among the drafted tokens verification reached (the tokens
+  // after a rejection are never tested). The α of the analytic model.
+  double acceptance() const { return tested ? static_cast<double>(accepted) / static_cast<double>(tested) : 0; }
+  double drafts_kept() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0; }
+  double tokens_per_step() const { return steps ? static_cast<double>(emitted) / static_cast<double>(steps) : 0; }
+};
+
+// Generates `n` tokens after the target sequence `target_seq` (its prompt prefilled, its last
+// prompt token `last` not yet in the cache). `draft`/`draft_seq` as for the target (nullptr for
+// n-gram drafting). `truth(i)` is the target's i-th next token for Controlled drafting (its
+// autoregressive trajectory) and the forced trajectory for n-gram on a text (where the target's
+// own choice is replaced by the text: `force_truth`). `history` holds the prompt and receives the
+// generated tokens.
+std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
+                                          int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
+                                          bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
+
+// The target alone: n tokens by decode steps (greedy or sampled with the same uniforms).
+std::vector<int32_t> autoregressive_generate(model::Model& target, int target_seq, int32_t last, int n,
+                                             const model::SamplingParams& sampling, const std::function<int32_t(int64_t)>& truth,
+                                             bool force_truth);
+
+}  // namespace ib::specdec

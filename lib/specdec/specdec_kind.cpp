@@ -1,0 +1,221 @@
+// Kind `specdec` (§8.2): autoregressive decoding against speculative decoding with a draft model
+// (acceptance controlled or real) and with n-gram prompt lookup, on the transformer engine.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/registry.h"
+#include "core/stats.h"
+#include "model/decode_variants.h"
+#include "specdec/specdec.h"
+#include "specdec/texts.h"
+
+namespace ib::specdec {
+namespace {
+
+KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
+  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
+  k.choices = std::move(choices);
+  return k;
+}
+
+KindInfo specdec_kind() {
+  KindInfo k;
+  k.name = "specdec";
+  k.group = "specdec";
+  k.doc = "Speculative decoding on the engine: one run generates new_tokens greedily; every variant's output is first "
+          "checked token for token against the target decoding alone (or the forced text). Acceptance comes from a named "
+          "source: controlled(alpha) (the draft model really runs, its token is the target's next with probability alpha), "
+          "model (the draft's own choices), or a real text (n-gram).";
+  std::vector<std::string> texts = text_names();
+  texts.insert(texts.begin(), "none");
+  k.keys = {
+      enum_key("target", "target model preset (random weights)", "qwen2-7b", model::preset_names()),
+      enum_key("draft", "draft model preset (random weights)", "qwen2-0.5b", model::preset_names()),
+      key_spec("k", ParamType::Int, "tokens drafted per step", Value(int64_t{5}), 1.0, 16.0),
+      enum_key("acceptance", "draft_model: controlled (alpha) or model (the draft's own agreement)", "controlled", {"controlled", "model"}),
+      key_spec("alpha", ParamType::Float, "controlled acceptance: probability a drafted token is the target's", Value(0.8), 0.0, 1.0),
+      key_spec("prompt", ParamType::Int, "prompt tokens (random; a text brings its own)", Value(int64_t{128}), 2.0),
+      key_spec("new_tokens", ParamType::Int, "tokens generated per run", Value(int64_t{64}), 2.0),
+      enum_key("text", "none, or a bundled text whose continuation is the target trajectory (n-gram drafting)", "none", texts),
+      key_spec("ngram_min", ParamType::Int, "shortest n-gram looked up", Value(int64_t{1}), 1.0),
+      key_spec("ngram_max", ParamType::Int, "longest n-gram looked up", Value(int64_t{3}), 1.0),
+  };
+  const std::vector<std::string> ar = {"target", "prompt", "new_tokens", "text"};
+  const std::vector<std::string> dm = {"target", "draft", "k", "acceptance", "alpha", "prompt", "new_tokens", "text"};
+  const std::vector<std::string> ng = {"target", "k", "prompt", "new_tokens", "text", "ngram_min", "ngram_max"};
+  k.variants = {
+      {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
+      {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", dm},
+      {"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", ng},
+      {"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", ar},
+      {"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", dm},
+      {"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", ng},
+  };
+  return k;
+}
+
+const KindRegistration registration(specdec_kind());
+
+enum class Mode { Autoregressive, DraftModel, Ngram };
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class SpecVariant : public Variant {
+ public:
+  SpecVariant(Backend b, Mode m) : backend_(b), mode_(m) {}
+
+  std::string unsupported(const Point& p) const override {
+    if (mode_ == Mode::DraftModel && p.text("draft") == p.text("target")) return "draft and target are the same preset";
+    if (mode_ == Mode::Ngram && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
+    return {};
+  }
+
+  void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
+    auto tc = model::preset(p.text("target"));
+    target_ = make(*tc, seed, rt);
+    if (mode_ == Mode::DraftModel) {
+      draft_ = make(*model::preset(p.text("draft")), seed + 1, rt);
+      cfg_.source = p.text("acceptance") == "model" ? DraftSource::Model : DraftSource::Controlled;
+      cfg_.alpha = p.number("alpha");
+    } else if (mode_ == Mode::Ngram) {
+      cfg_.source = DraftSource::Ngram;
+      cfg_.ngram_min = static_cast<int>(p.integer("ngram_min"));
+      cfg_.ngram_max = static_cast<int>(p.integer("ngram_max"));
+    }
+    if (mode_ != Mode::Autoregressive) cfg_.k = static_cast<int>(p.integer("k"));
+    cfg_.seed = seed;
+    n_ = static_cast<int>(p.integer("new_tokens"));
+    const std::string text = p.text("text");
+    forced_ = text != "none";
+    if (forced_) {
+      TokenizedText t = load_text(text);
+      prompt_ = t.prompt;
+      truth_ = t.output;
+      n_ = std::min<int>(n_, static_cast<int>(truth_.size()));
+    } else {
+      prompt_ = model::random_prompt(tc->vocab, static_cast<int>(p.integer("prompt")), seed + 5);
+    }
+    const int cap = static_cast<int>(prompt_.size()) + n_ + cfg_.k + 2;
+    tseq_ = target_->new_sequence(cap);
+    if (draft_) dseq_ = draft_->new_sequence(cap);
+    reset();
+    // The target's own greedy trajectory: the reference of the gate and Controlled's truth.
+    if (!forced_) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
+    // Calibration: the target's decode step at this context (c and v are relative to it).
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      reset();
+      const auto t0 = std::chrono::steady_clock::now();
+      autoregressive_generate(*target_, tseq_, prompt_.back(), 1, {}, {}, false);
+      t.push_back(since(t0));
+    }
+    target_step_ = summarize(t).median;
+    reset();
+  }
+
+  Validation validate(BackendRuntime&) override {
+    const std::vector<int32_t> out = generate();
+    int64_t wrong = 0;
+    for (int i = 0; i < n_; ++i) wrong += out[static_cast<size_t>(i)] != truth_[static_cast<size_t>(i)];
+    const int cached = target_->length(tseq_), want = static_cast<int>(prompt_.size()) - 1 + n_;
+    if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
+    runs_ = 0;
+    stats_ = {};
+    return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
+            fmt::format("{} tokens vs {}", n_, forced_ ? "the text" : "the target decoding alone (greedy)")};
+  }
+
+  void run(BackendRuntime&) override {
+    generate();
+    ++runs_;
+  }
+
+  std::vector<Metric> metrics() const override {
+    std::vector<Metric> m;
+    m.push_back({"target step", target_step_ * 1e3, "ms"});
+    if (mode_ == Mode::Autoregressive) return m;
+    const double steps = static_cast<double>(stats_.steps);
+    const double verify = steps > 0 ? stats_.verify_seconds / steps : 0;
+    m.push_back({"acceptance α̂", 100.0 * stats_.acceptance(), "%"});
+    m.push_back({"drafts kept", 100.0 * stats_.drafts_kept(), "%"});
+    m.push_back({"tokens/step", stats_.tokens_per_step(), ""});
+    m.push_back({"verify", verify * 1e3, "ms"});
+    const double v = verify / target_step_;
+    double c = 0;
+    if (mode_ == Mode::DraftModel && stats_.draft_forward > 0) {
+      const double draft_step = stats_.draft_seconds / static_cast<double>(stats_.draft_forward);
+      c = draft_step / target_step_;
+      m.push_back({"draft step", draft_step * 1e3, "ms"});
+      m.push_back({"c", c, ""});
+    }
+    m.push_back({"v", v, ""});
+    // The analytic model at the measured acceptance and cost ratios.
+    const double a = std::min(stats_.acceptance(), 0.999999);
+    m.push_back({"E (analytic)", expected_tokens(a, cfg_.k), ""});
+    if (mode_ == Mode::DraftModel) m.push_back({"predicted speedup", predicted_speedup(a, cfg_.k, c, v), "×"});
+    return m;
+  }
+
+ private:
+  std::unique_ptr<model::Model> make(const model::ModelConfig& c, uint64_t seed, BackendRuntime& rt) {
+    auto w = model::random_weights(c, seed);
+    if (backend_ == Backend::Cuda) return model::make_cuda_model(c, *w, model::EngineOptions{}, rt.stream());
+    return model::make_cpu_model(c, *w);
+  }
+  // Both caches back to the prompt minus its last token (the first token fed at generation).
+  void reset() {
+    const int keep = static_cast<int>(prompt_.size()) - 1;
+    auto fill = [&](model::Model& m, int seq) {
+      if (m.length(seq) > keep) m.truncate(seq, keep);
+      if (m.length(seq) < keep) {
+        std::vector<int32_t> in(prompt_.begin() + m.length(seq), prompt_.begin() + keep);
+        for (auto& t : in) t %= m.config().vocab;
+        m.prefill(seq, in.data(), static_cast<int>(in.size()), 1, {});
+      }
+    };
+    fill(*target_, tseq_);
+    if (draft_) fill(*draft_, dseq_);
+  }
+  std::vector<int32_t> generate() {
+    reset();
+    auto truth = [this](int64_t i) { return truth_[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(truth_.size()) - 1))]; };
+    if (mode_ == Mode::Autoregressive) return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, truth, forced_);
+    std::vector<int32_t> history = prompt_;
+    return speculative_generate(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
+  }
+
+  Backend backend_;
+  Mode mode_;
+  SpecConfig cfg_;
+  std::unique_ptr<model::Model> target_, draft_;
+  int tseq_ = -1, dseq_ = -1, n_ = 0;
+  bool forced_ = false;
+  std::vector<int32_t> prompt_, truth_;
+  double target_step_ = 0;
+  SpecStats stats_;
+  int64_t runs_ = 0;
+};
+
+#define IB_SPEC_VARIANT(Name, backend, mode, name) \
+  struct Name : SpecVariant {                      \
+    Name() : SpecVariant(backend, mode) {}         \
+  };                                               \
+  IB_REGISTER_VARIANT("specdec", name, Name)
+
+IB_SPEC_VARIANT(CpuAutoregressive, Backend::Cpu, Mode::Autoregressive, "cpu_autoregressive");
+IB_SPEC_VARIANT(CpuDraftModel, Backend::Cpu, Mode::DraftModel, "cpu_draft_model");
+IB_SPEC_VARIANT(CpuNgram, Backend::Cpu, Mode::Ngram, "cpu_ngram");
+#if defined(INFER_BENCH_HAVE_CUDA_MODEL)
+IB_SPEC_VARIANT(CudaAutoregressive, Backend::Cuda, Mode::Autoregressive, "autoregressive");
+IB_SPEC_VARIANT(CudaDraftModel, Backend::Cuda, Mode::DraftModel, "draft_model");
+IB_SPEC_VARIANT(CudaNgram, Backend::Cuda, Mode::Ngram, "ngram");
+#endif
+
+}  // namespace
+}  // namespace ib::specdec

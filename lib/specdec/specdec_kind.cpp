@@ -89,7 +89,7 @@ class SpecVariant : public Variant {
       cfg_.ngram_max = static_cast<int>(p.integer("ngram_max"));
     }
     if (mode_ != Mode::Autoregressive) cfg_.k = static_cast<int>(p.integer("k"));
-    cfg_.seed = seed;
+    cfg_.seed = base_seed_ = seed;
     n_ = static_cast<int>(p.integer("new_tokens"));
     const std::string text = p.text("text");
     forced_ = text != "none";
@@ -127,13 +127,16 @@ class SpecVariant : public Variant {
     if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
     runs_ = 0;
     stats_ = {};
+    cfg_.seed = base_seed_;
     return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
             fmt::format("{} tokens vs {}", n_, forced_ ? "the text" : "the target decoding alone (greedy)")};
   }
 
+  // Each measured run draws its own controlled decisions (seed + run), so α̂ and tokens/step
+  // average over runs instead of repeating one realisation.
   void run(BackendRuntime&) override {
+    cfg_.seed = base_seed_ + static_cast<uint64_t>(++runs_);
     generate();
-    ++runs_;
   }
 
   std::vector<Metric> metrics() const override {
@@ -200,6 +203,7 @@ class SpecVariant : public Variant {
   double target_step_ = 0;
   SpecStats stats_;
   int64_t runs_ = 0;
+  uint64_t base_seed_ = 0;
 };
 
 #define IB_SPEC_VARIANT(Name, backend, mode, name) \

@@ -28,7 +28,9 @@ void run_chunks(bool parallel, size_t n, F&& body) {
 
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
 void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
-  if (rows >= 16) {
+  // Up to 32 rows (decode batches, verify passes) the weights' streaming dominates: one pass of
+  // the axpy form serves every row. Past that (prefill) the packed SGEMM wins.
+  if (rows > 32) {
     sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
   } else {
     // Memory-bound: each thread streams its column slice of Wt once for all rows. Threads are

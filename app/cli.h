@@ -44,6 +44,7 @@ void register_keys(Cli& cli);
 void register_attention(Cli& cli);
 void register_constrain(Cli& cli);
 void register_decode(Cli& cli);
+void register_prefix(Cli& cli);
 void register_specdec(Cli& cli);
 void register_pending(Cli& cli);
 

@@ -13,7 +13,6 @@ void register_pending(Cli& cli) {
   };
   static const Pending pending[] = {
       {"kvcache", "KV memory, FP8/INT8 KV, PagedAttention, sliding window, StreamingLLM, H2O", "#5"},
-      {"prefix", "prefix caching with block hashes and a radix tree", "#8"},
   };
   for (const auto& p : pending) {
     auto* sub = cli.app.add_subcommand(p.name, std::string(p.what) + " (not implemented yet)");

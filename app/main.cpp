@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   ib::app::register_attention(cli);
   ib::app::register_constrain(cli);
   ib::app::register_decode(cli);
+  ib::app::register_prefix(cli);
   ib::app::register_specdec(cli);
   ib::app::register_pending(cli);
 

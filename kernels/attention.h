@@ -21,6 +21,11 @@ struct AttentionParams {
   bool causal = false;
   float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
   bool fp16 = false;   // element type of q, k, v, o: fp16 when true, bf16 otherwise
+  // FlashAttention-2 only: elements between consecutive kv heads and batch entries of k and v
+  // (rows within a head stay contiguous, head_dim apart), so k and v can be views into a KV cache
+  // of larger capacity. 0 means contiguous: seq_k·head_dim and kv_heads·seq_k·head_dim.
+  int64_t k_head_stride = 0, v_head_stride = 0;
+  int64_t k_batch_stride = 0, v_batch_stride = 0;
 };
 
 // --- standard attention, pass 2 of 3 (passes 1 and 3 are cuBLAS GEMMs) ---

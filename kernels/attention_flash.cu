@@ -265,6 +265,9 @@ void run_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream)
 //     kF2Warps = 4 (Br = 64, two independent blocks per SM) is the alternative to measure.
 //   - K/V tiles stream through shared memory with 16-byte cp.async (zero-filled past seq_k),
 //     two slots each, one block barrier per tile; see the pipeline comment in the kernel.
+//   - K and V may be strided views (AttentionParams k/v head and batch strides): rows stay
+//     contiguous within a head, only the head's base moves, so the transformer engine's prefill
+//     reads its KV cache ([kv_heads][capacity][head_dim] per layer) in place.
 //   - Software pipelining inside each warp: iteration j issues the mma for S_{j+1} = Q·K_{j+1}ᵀ
 //     and the softmax of S_j in one basic block, so the tensor-core and ldmatrix work of one
 //     hides the exponentials and shuffles of the other (there is no other block on the SM to
@@ -307,6 +310,7 @@ struct Flash2Args {
   void* o;
   int heads, kv_heads, group, seq_q, seq_k;
   float scale_log2;  // scale · log2(e)
+  int64_t k_head_stride, v_head_stride, k_batch_stride, v_batch_stride;  // elements, resolved (never 0)
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -425,10 +429,10 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   const int m0 = mtile * kF2Br;      // first query row of the block
   const int wrow0 = m0 + warp * 16;  // first query row of the warp
   const int64_t qo_off = (int64_t{b} * a.heads + h) * seq_q * D;
-  const int64_t kv_off = (int64_t{b} * a.kv_heads + h / a.group) * seq_k * D;
+  const int kvh = h / a.group;
   const uint16_t* q = static_cast<const uint16_t*>(a.q) + qo_off;
-  const uint16_t* k = static_cast<const uint16_t*>(a.k) + kv_off;
-  const uint16_t* v = static_cast<const uint16_t*>(a.v) + kv_off;
+  const uint16_t* k = static_cast<const uint16_t*>(a.k) + (b * a.k_batch_stride + kvh * a.k_head_stride);
+  const uint16_t* v = static_cast<const uint16_t*>(a.v) + (b * a.v_batch_stride + kvh * a.v_head_stride);
   uint16_t* o = static_cast<uint16_t*>(a.o) + qo_off;
 
   // K/V tiles to visit: all of them, or (causal) up to the one holding the last key seen by the
@@ -654,6 +658,11 @@ void run_flash2(const AttentionParams& p, cudaStream_t stream) {
   a.seq_q = p.seq_q;
   a.seq_k = p.seq_k;
   a.scale_log2 = p.scale * 1.4426950408889634f;
+  const int64_t head = int64_t{p.seq_k} * D;
+  a.k_head_stride = p.k_head_stride ? p.k_head_stride : head;
+  a.v_head_stride = p.v_head_stride ? p.v_head_stride : head;
+  a.k_batch_stride = p.k_batch_stride ? p.k_batch_stride : head * p.kv_heads;
+  a.v_batch_stride = p.v_batch_stride ? p.v_batch_stride : head * p.kv_heads;
   constexpr int smem = flash2_smem_bytes<D>();
   if constexpr (smem > 48 * 1024)
     IB_CUDA_CHECK(cudaFuncSetAttribute(flash2_kernel<T, D, kCausal>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -671,7 +680,10 @@ void run_flash2_causal(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-std::string flash1_unsupported(const AttentionParams& p) { return common_problem(p, "flash1"); }
+std::string flash1_unsupported(const AttentionParams& p) {
+  if (p.k_head_stride || p.v_head_stride || p.k_batch_stride || p.v_batch_stride) return "flash1 needs contiguous k and v (no strides)";
+  return common_problem(p, "flash1");
+}
 
 size_t flash1_workspace_floats(const AttentionParams& p) {
   const size_t rows = static_cast<size_t>(p.batch) * static_cast<size_t>(p.heads) * static_cast<size_t>(p.seq_q);
@@ -697,6 +709,12 @@ std::string flash2_unsupported(const AttentionParams& p) {
   // 16-byte cp.async and stores (cudaMalloc'd buffers always qualify; null = not allocated yet).
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "flash2 needs 16-byte aligned q, k, v and o";
+  // Every head's rows must start 16-byte aligned too, and the strides must not overlap a head's rows.
+  for (int64_t s : {p.k_head_stride, p.v_head_stride, p.k_batch_stride, p.v_batch_stride})
+    if (s < 0 || s % 8 != 0) return "flash2 needs k/v strides that are non-negative multiples of 8 elements";
+  const int64_t head = int64_t{p.seq_k} * p.head_dim;
+  if ((p.k_head_stride && p.k_head_stride < head) || (p.v_head_stride && p.v_head_stride < head))
+    return "flash2 needs k/v head strides of at least seq_k·head_dim";
   return {};
 }
 

@@ -79,7 +79,7 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 }
 
 TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
-  for (const char* sub : {"kvcache", "prefix"}) {
+  for (const char* sub : {"kvcache"}) {
     auto r = ib({sub, "--seq", "8192"});
     EXPECT_EQ(r.exit_code, 2) << sub;
     EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;

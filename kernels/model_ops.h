@@ -1,0 +1,94 @@
+// The element-wise and small kernels of the CUDA transformer engine (lib/model/cuda_model.cpp):
+// everything of a Llama-family decoder step except the matmuls (cuBLAS) and prefill attention
+// (FlashAttention-2, kernels/attention.h). Activations are bf16 (stored as uint16_t bits), the
+// residual stream and logits fp32; every launcher enqueues on `stream` and checks the launch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace ib {
+
+// One query row of attention over a sequence's KV cache. The cache of a sequence is one buffer
+// [layers][2 (K, V)][kv_heads][capacity][head_dim] bf16, so a row needs only its base, its
+// capacity and the position of its query token: the row's own K/V are written at `pos`, and it
+// attends to keys max(0, pos + 1 − window) .. pos (all of 0 .. pos without a window). Decode has
+// one row per sequence; the split-K prefill path one row per token, all sharing a cache.
+struct AttnRow {
+  uint16_t* cache = nullptr;
+  int32_t capacity = 0;
+  int32_t pos = 0;
+};
+static_assert(sizeof(AttnRow) == 16, "AttnRow is uploaded as raw bytes");
+
+// dst[i] = bits for i < count (e.g. 0x3F80 = 1.0 in bf16: the RMSNorm weights of random models).
+void launch_fill_u16(uint16_t* dst, size_t count, uint16_t bits, cudaStream_t stream);
+
+// x[r][:] = float(table[tokens[r]][:]) for r < rows (the residual stream starts as the embedding).
+// Tokens outside [0, vocab) give a zero row (callers validate tokens on the host).
+void launch_embed(const uint16_t* table, const int32_t* tokens, int rows, int hidden, int vocab, float* x,
+                  cudaStream_t stream);
+
+// Residual add + RMSNorm: if delta != nullptr, x[r] += delta[r] (bf16) first and the sum is
+// written back to x; then out[r] = bf16(x[r] / sqrt(mean(x[r]²) + eps) · w), all in fp32.
+// Rows of x and out are contiguous with `hidden` elements.
+void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, float eps, int rows, int hidden,
+                        uint16_t* out, cudaStream_t stream);
+
+// What follows the fused QKV GEMM, in one kernel per row: qkv[r] = [q (heads·D) | k (kv·D) |
+// v (kv·D)] bf16, optionally + bias (same layout), RoPE on q and k (Hugging Face rotate-half:
+// pairs (i, i + D/2), angle pos·theta^(−2i/D), pos = rows[r].pos), then
+//   - q: back into qkv in place (q_heads_major == nullptr), or into q_heads_major laid out
+//     [heads][n_rows][D] (the layout FlashAttention-2 reads);
+//   - k, v: into the cache of rows[r] at position pos (layer `layer`).
+void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* rows, int n_rows, int layer, int heads,
+                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream);
+
+// rows[i] = {cache, capacity, first_pos + i} for i < n (the rows of one prefill chunk).
+void launch_fill_attn_rows(AttnRow* rows, int n, uint16_t* cache, int capacity, int first_pos, cudaStream_t stream);
+
+// Split-K ("flash-decoding") attention of one query per row over its cache, GQA, optional
+// sliding window (0 = none). q: row r's head h at q[r·q_row_stride + h·D]; out: [n_rows][heads·D]
+// bf16. `splits` blocks share each (row, kv head) and write partial (max, sum, output) to
+// `workspace`, merged by a second kernel; splits == 1 writes out directly and needs no workspace.
+struct DecodeAttentionArgs {
+  const uint16_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  const AttnRow* rows = nullptr;
+  int n_rows = 0;
+  int layer = 0;
+  int heads = 1, kv_heads = 1, head_dim = 128;
+  int window = 0;
+  float scale = 1.0f;
+  int splits = 1;
+  float* workspace = nullptr;  // decode_attention_workspace_floats(n_rows, heads, head_dim, splits)
+  uint16_t* out = nullptr;
+};
+bool decode_attention_supports(int head_dim, int heads, int kv_heads);
+size_t decode_attention_workspace_floats(int n_rows, int heads, int head_dim, int splits);
+// Blocks of one split: n_rows · kv_heads · ceil(group / heads per block); callers pick `splits`
+// so that blocks · splits fills the GPU.
+int64_t decode_attention_blocks_per_split(int n_rows, int heads, int kv_heads);
+void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
+
+// dst[r][h·D + d] = src[h][r][d]: FlashAttention-2's output back to token-major rows.
+void launch_heads_to_rows(const uint16_t* src, int n_rows, int heads, int head_dim, uint16_t* dst, cudaStream_t stream);
+
+// SwiGLU on the fused gate/up GEMM output gate_up[r] = [gate (mlp) | up (mlp)]:
+// out[r][i] = bf16(silu(gate) · up), silu(g) = g / (1 + e^−g).
+void launch_swiglu(const uint16_t* gate_up, int rows, int mlp, uint16_t* out, cudaStream_t stream);
+
+// Token choice for `rows` rows of fp32 logits ([rows][vocab]), out[r] an int32 token id.
+// Greedy (temperature <= 0): argmax, smallest index on ties, NaN ignored. Otherwise the
+// definition of model/sample.h: p = softmax(logits / T), kept = the top_k most likely (ties by
+// index), then the smallest prefix (descending p, ties by index) of the kept tokens whose mass
+// reaches top_p of the kept mass; the token is where u · (mass of the final set) falls in the
+// cumulative distribution taken in that order, u = sample_uniform(seed, step, row_base + r).
+// Same order (logit, then index) and formulas as the CPU sampler (model/sample.cpp), so the same
+// logits give the same token barring rounding right at a boundary.
+void launch_sample(const float* logits, int rows, int vocab, float temperature, int top_k, float top_p, uint64_t seed,
+                   uint64_t step, int row_base, int32_t* out, cudaStream_t stream);
+
+}  // namespace ib

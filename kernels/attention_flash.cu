@@ -12,21 +12,13 @@
 #include <type_traits>
 
 #include "attention.h"
+#include "element.cuh"
 #include "attention/online_softmax.h"
 #include "core/cuda_check.h"
 
 namespace ib {
 
 namespace {
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // Shapes that neither kernel handles, whatever the head_dim.
 std::string common_problem(const AttentionParams& p, const char* kernel) {

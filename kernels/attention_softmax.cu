@@ -3,20 +3,12 @@
 #include <cuda_fp16.h>
 
 #include "attention.h"
+#include "element.cuh"
 #include "attention/online_softmax.h"
 #include "core/cuda_check.h"
 
 namespace ib {
 namespace {
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // Adds x to a running (max, sum) summary with one exponential.
 __device__ __forceinline__ void online_add(SoftmaxSummary<float>& a, float x) {

@@ -4,12 +4,6 @@
 namespace ib::attention {
 namespace {
 
-KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
-  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
-  k.choices = std::move(choices);
-  return k;
-}
-
 KindInfo attention_kind() {
   KindInfo k;
   k.name = "attention";

@@ -24,12 +24,6 @@ namespace {
 
 // ---- keys shared by the kinds ----
 
-KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
-  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
-  k.choices = std::move(choices);
-  return k;
-}
-
 std::vector<KeySpec> constraint_keys() {
   return {
       key_spec("constraint", ParamType::String,

@@ -19,6 +19,16 @@ double percentile_sorted(const std::vector<double>& s, double q) {
   return s[lo] + (s[hi] - s[lo]) * frac;
 }
 
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    e += d * d;
+    r += static_cast<double>(want[i]) * want[i];
+  }
+  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
+}
+
 Stats summarize(const std::vector<double>& samples) {
   Stats st;
   st.n = samples.size();

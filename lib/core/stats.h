@@ -19,6 +19,10 @@ double percentile_sorted(const std::vector<double>& sorted, double q);
 // stdev is the sample standard deviation (n - 1); zeros for an empty input.
 Stats summarize(const std::vector<double>& samples);
 
+// ‖got − want‖₂ / ‖want‖₂ (the absolute norm when want is all zeros): the error metric of the
+// correctness gates.
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want);
+
 enum class Verdict { Faster, Same, Slower };
 const char* to_string(Verdict v);
 

@@ -19,6 +19,12 @@ const char* to_string(ParamType t) {
   return "?";
 }
 
+KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
+  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
+  k.choices = std::move(choices);
+  return k;
+}
+
 KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value,
                  std::optional<double> min, std::optional<double> max) {
   KeySpec k;

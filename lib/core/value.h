@@ -39,6 +39,9 @@ struct KeySpec {
 KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value = std::nullopt,
                  std::optional<double> min = std::nullopt, std::optional<double> max = std::nullopt);
 
+// An Enum key: one of `choices`, default `def`.
+KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices);
+
 // Human form of a value, with the type's units ("1 GiB", "500 ms", "true").
 std::string format_value(const Value& v, ParamType t);
 // Machine form: the raw value (bytes as an integer, seconds as a number).

@@ -39,15 +39,6 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    e += d * d;
-    r += static_cast<double>(b[i]) * b[i];
-  }
-  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
-}
 }  // namespace
 
 std::string DecodeVariant::unsupported(const Point& p) const {
@@ -100,7 +91,7 @@ Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<
   for (const auto& s : step_logits) steps.insert(steps.end(), s.begin(), s.end());
   for (float x : steps)
     if (!std::isfinite(x)) return {false, "nan_logits", 1, 0, "a decode step produced NaN/inf logits"};
-  const double err = rel_l2(steps, all);
+  const double err = relative_l2(steps, all);
   int agree = 0;
   for (int i = 0; i < n; ++i) {
     const float* a = &steps[static_cast<size_t>(i) * config_.vocab];

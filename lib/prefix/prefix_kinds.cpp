@@ -26,15 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    e += d * d;
-    r += static_cast<double>(b[i]) * b[i];
-  }
-  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
-}
 
 double median_of(const std::vector<double>& v) { return v.empty() ? 0.0 : summarize(v).median; }
 double percentile_of(std::vector<double> v, double q) {
@@ -46,12 +37,6 @@ double percentile_of(std::vector<double> v, double q) {
 constexpr int64_t kUnbounded = int64_t{1} << 40;
 
 // ---- keys ----
-
-KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
-  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
-  k.choices = std::move(choices);
-  return k;
-}
 
 std::vector<KeySpec> model_keys() {
   std::vector<std::string> models = model::preset_names();
@@ -236,7 +221,7 @@ class SystemPromptVariant : public Variant {
       return {false, "hit_tokens", static_cast<double>(hit), static_cast<double>(expect),
               fmt::format("the second request reused {} tokens of the {}-token system prompt", hit, sp)};
     if (std::string e = server_->check(); !e.empty()) return {false, "invariants", 1, 0, e};
-    const double err = rel_l2(cached, full);
+    const double err = relative_l2(cached, full);
     return {err <= tol, "rel_l2", err, tol,
             fmt::format("a {}-token request served with {} cached tokens vs a full prefill ({}); cache invariants hold", n, hit,
                         argmax_note(cached, full))};
@@ -346,7 +331,7 @@ class MixedVariant : public Variant {
       }
       if ((hit > 0 || kind_ == CacheKind::None) && i >= next_check && compared < 8) {
         rt.synchronize();
-        worst = std::max(worst, rel_l2(l, engine_.full_prefill_logits(r.tokens)));
+        worst = std::max(worst, relative_l2(l, engine_.full_prefill_logits(r.tokens)));
         ++compared;
         next_check = i + std::max<size_t>(1, n / 8);
       }

@@ -16,12 +16,6 @@
 namespace ib::specdec {
 namespace {
 
-KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector<std::string> choices) {
-  KeySpec k = key_spec(std::move(name), ParamType::Enum, std::move(doc), Value(std::move(def)));
-  k.choices = std::move(choices);
-  return k;
-}
-
 KindInfo specdec_kind() {
   KindInfo k;
   k.name = "specdec";

@@ -3,17 +3,14 @@
 // q ≠ k both ways, GQA, head_dim 64/128, causal or not, bf16 and fp16.
 #include <gtest/gtest.h>
 
+#include "require_gpu.h"
+
 #include "core/backend.h"
 #include "core/runner.h"
 #include "core/spec.h"
 
 namespace ib {
 namespace {
-
-#define REQUIRE_GPU()                                                                    \
-  do {                                                                                   \
-    if (!cuda_unavailable_reason().empty()) GTEST_SKIP() << cuda_unavailable_reason(); \
-  } while (0)
 
 ExperimentResult run_gpu(const std::string& variants, const std::string& axes) {
   SpecOptions opt;

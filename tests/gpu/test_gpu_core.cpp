@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "require_gpu.h"
+
 #include "core/backend.h"
 #include "core/ceilings.h"
 #include "core/cuda_check.h"
@@ -19,11 +21,6 @@
 
 namespace ib {
 namespace {
-
-#define REQUIRE_GPU()                                                         \
-  do {                                                                        \
-    if (!cuda_unavailable_reason().empty()) GTEST_SKIP() << cuda_unavailable_reason(); \
-  } while (0)
 
 TEST(Gpu, FillMatchesTheHostGenerator) {
   REQUIRE_GPU();

@@ -14,6 +14,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "require_gpu.h"
+
 #include "core/backend.h"
 #include "core/cuda_check.h"
 #include "core/cuda_memory.h"
@@ -25,11 +27,6 @@
 
 namespace ib::model {
 namespace {
-
-#define REQUIRE_GPU()                                                                    \
-  do {                                                                                   \
-    if (!cuda_unavailable_reason().empty()) GTEST_SKIP() << cuda_unavailable_reason(); \
-  } while (0)
 
 class TestStream {
  public:

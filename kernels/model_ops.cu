@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attention/online_softmax.h"
+#include "constrain_mask.h"
 #include "core/cuda_check.h"
 #include "core/half.h"
 #include "model/sample.h"
@@ -445,50 +446,9 @@ unsigned grid_for(size_t total, int threads) {
 // sampling
 // =====================================================================================
 
-// v1 greedy: one block of 1024 threads per row, strided scan keeping (value, index), then a
-// shuffle reduction and one across warps (as constrain_mask.cu's masked argmax).
+// Greedy choice is constrain_mask.cu's masked argmax without a mask (smallest index on ties,
+// NaN ignored).
 constexpr int kSampleThreads = 1024;
-
-__device__ __forceinline__ void better(float& v, int32_t& i, float ov, int32_t oi) {
-  if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) {
-    v = ov;
-    i = oi;
-  }
-}
-
-__global__ void __launch_bounds__(kSampleThreads) argmax_kernel(const float* __restrict__ logits, int vocab, int32_t* __restrict__ out) {
-  const float* l = logits + static_cast<size_t>(blockIdx.x) * vocab;
-  float best = -FLT_MAX;
-  int32_t idx = -1;
-  for (int t = threadIdx.x; t < vocab; t += kSampleThreads) {
-    const float v = l[t];
-    if (v != v) continue;  // NaN
-    better(best, idx, v, t);
-  }
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_down_sync(0xffffffffu, best, off);
-    const int32_t oi = __shfl_down_sync(0xffffffffu, idx, off);
-    better(best, idx, ov, oi);
-  }
-  __shared__ float wb[32];
-  __shared__ int32_t wi[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    wb[warp] = best;
-    wi[warp] = idx;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    best = wb[lane];
-    idx = wi[lane];
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_down_sync(0xffffffffu, best, off);
-      const int32_t oi = __shfl_down_sync(0xffffffffu, idx, off);
-      better(best, idx, ov, oi);
-    }
-    if (lane == 0) out[blockIdx.x] = idx < 0 ? 0 : idx;  // all NaN: token 0
-  }
-}
 
 // v1 sampling: one block of 1024 threads per row, exact selection by radix search instead of a
 // sort. Each token gets a unique 64-bit key: the order-preserving bits of its logit above
@@ -893,11 +853,11 @@ void launch_sample(const float* logits, int rows, int vocab, float temperature, 
   if (rows <= 0) return;
   if (vocab <= 0 || vocab >= (1 << 24)) throw std::invalid_argument("sample: vocab must be in 1 .. 2^24");
   if (temperature <= 0.0f) {
-    argmax_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(logits, vocab, out);
-  } else {
-    sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(logits, vocab, temperature, top_k, top_p, seed, step,
-                                                                             row_base, out);
+    launch_masked_argmax(logits, nullptr, vocab, rows, out, stream);  // checks its own launch
+    return;
   }
+  sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(logits, vocab, temperature, top_k, top_p, seed, step,
+                                                                           row_base, out);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -81,7 +81,8 @@ void launch_heads_to_rows(const uint16_t* src, int n_rows, int heads, int head_d
 void launch_swiglu(const uint16_t* gate_up, int rows, int mlp, uint16_t* out, cudaStream_t stream);
 
 // Token choice for `rows` rows of fp32 logits ([rows][vocab]), out[r] an int32 token id.
-// Greedy (temperature <= 0): argmax, smallest index on ties, NaN ignored. Otherwise the
+// Greedy (temperature <= 0): argmax, smallest index on ties, NaN ignored (-1 for a row of NaN;
+// the masked argmax of constrain_mask.h without a mask). Otherwise the
 // definition of model/sample.h: p = softmax(logits / T), kept = the top_k most likely (ties by
 // index), then the smallest prefix (descending p, ties by index) of the kept tokens whose mass
 // reaches top_p of the kept mass; the token is where u · (mass of the final set) falls in the

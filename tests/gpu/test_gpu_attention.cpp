@@ -3,6 +3,7 @@
 // q ≠ k both ways, GQA, head_dim 64/128, causal or not, bf16 and fp16.
 #include <gtest/gtest.h>
 
+#include "../common/run_kind.h"
 #include "require_gpu.h"
 
 #include "core/backend.h"
@@ -12,24 +13,11 @@
 namespace ib {
 namespace {
 
-ExperimentResult run_gpu(const std::string& variants, const std::string& axes) {
-  SpecOptions opt;
-  Spec spec = parse_spec("defaults: {warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}\nexperiments:\n"
-                         "  - {name: a, kind: attention, variants: [" + variants + "], " + axes + "}\n",
-                         "t.yaml", opt);
-  auto rt = make_cuda_runtime();
-  Runner runner(*rt, RunnerOptions{});
-  return runner.run(spec.experiments[0]);
-}
+using testing::expect_all_ok;
 
-void expect_all_ok(const ExperimentResult& r) {
-  ASSERT_FALSE(r.rows.empty());
-  for (const auto& row : r.rows) {
-    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
-    ASSERT_TRUE(row.validation) << row.variant << " " << row.point.label();
-    EXPECT_TRUE(row.validation->ok) << row.variant << " " << row.point.label() << ": " << row.validation->metric << " "
-                                    << row.validation->value << " " << row.validation->detail;
-  }
+ExperimentResult run_gpu(const std::string& variants, const std::string& axes) {
+  return testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
+                                "  - {name: a, kind: attention, variants: [" + variants + "], " + axes + "}\n", Backend::Cuda);
 }
 
 const char* kGpuVariants = "standard, flash1, flash2";

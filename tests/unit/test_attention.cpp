@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/run_kind.h"
+
 #include "attention/online_softmax.h"
 #include "attention/problem.h"
 #include "core/runner.h"
@@ -136,23 +138,11 @@ TEST(AttentionGate, CatchesAWrongOrUnwrittenOutput) {
   EXPECT_FALSE(check_output(s, in, 1, swapped, 1e-2).ok);
 }
 
-ExperimentResult run_attention(const std::string& axes, const std::string& variants = "cpu_standard, cpu_flash, reference") {
-  SpecOptions opt;
-  Spec spec = parse_spec("defaults: {warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}\nexperiments:\n"
-                         "  - {name: a, kind: attention, variants: [" + variants + "], " + axes + "}\n",
-                         "t.yaml", opt);
-  auto rt = make_cpu_runtime();
-  Runner runner(*rt, RunnerOptions{});
-  return runner.run(spec.experiments[0]);
-}
+using ib::testing::expect_all_ok;
 
-void expect_all_ok(const ExperimentResult& r, size_t rows) {
-  ASSERT_EQ(r.rows.size(), rows);
-  for (const auto& row : r.rows) {
-    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
-    ASSERT_TRUE(row.validation) << row.variant << " " << row.point.label();
-    EXPECT_TRUE(row.validation->ok) << row.variant << " " << row.point.label() << ": " << row.validation->detail;
-  }
+ExperimentResult run_attention(const std::string& axes, const std::string& variants = "cpu_standard, cpu_flash, reference") {
+  return ib::testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
+                                    "  - {name: a, kind: attention, variants: [" + variants + "], " + axes + "}\n");
 }
 
 TEST(CpuAttention, EveryVariantMatchesTheReferenceOnAwkwardShapes) {

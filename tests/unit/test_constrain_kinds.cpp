@@ -1,27 +1,18 @@
 // Every constrain kind's CPU variants through the runner at small sizes: each passes its gate.
 #include <gtest/gtest.h>
 
+#include "../common/run_kind.h"
+
 #include "core/runner.h"
 #include "core/spec.h"
 
 namespace ib {
 namespace {
 
-ExperimentResult run_spec_text(const std::string& body) {
-  SpecOptions opt;
-  Spec spec = parse_spec("defaults: {warmup: 0, min_samples: 2, min_time: 0, timeout: 2s}\nexperiments:\n" + body, "t.yaml", opt);
-  auto rt = make_cpu_runtime();
-  Runner runner(*rt, RunnerOptions{});
-  return runner.run(spec.experiments[0]);
-}
+using testing::expect_all_ok;
 
-void expect_all_ok(const ExperimentResult& r, size_t rows) {
-  ASSERT_EQ(r.rows.size(), rows);
-  for (const auto& row : r.rows) {
-    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
-    ASSERT_TRUE(row.validation);
-    EXPECT_TRUE(row.validation->ok);
-  }
+ExperimentResult run_spec_text(const std::string& body) {
+  return testing::run_spec_text("{warmup: 0, min_samples: 2, min_time: 0, timeout: 2s}", body);
 }
 
 double metric(const Row& r, const std::string& key) {

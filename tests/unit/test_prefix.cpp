@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/run_kind.h"
+
 #include "core/runner.h"
 #include "core/spec.h"
 #include "model/decode_variants.h"
@@ -636,21 +638,10 @@ TEST(PrefixWorkload, MixedTracesShareTenantPrefixesAndChatsGrow) {
 
 // ---- the kinds through the runner ----
 
-ExperimentResult run_spec_text(const std::string& body) {
-  SpecOptions opt;
-  Spec spec = parse_spec("defaults: {warmup: 1, min_samples: 2, min_time: 0, max_noise: 1, timeout: 5s}\nexperiments:\n" + body, "t.yaml", opt);
-  auto rt = make_cpu_runtime();
-  Runner runner(*rt, RunnerOptions{});
-  return runner.run(spec.experiments[0]);
-}
+using testing::expect_all_ok;
 
-void expect_all_ok(const ExperimentResult& r, size_t rows) {
-  ASSERT_EQ(r.rows.size(), rows);
-  for (const auto& row : r.rows) {
-    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
-    ASSERT_TRUE(row.validation);
-    EXPECT_TRUE(row.validation->ok) << row.validation->detail;
-  }
+ExperimentResult run_spec_text(const std::string& body) {
+  return testing::run_spec_text("{warmup: 1, min_samples: 2, min_time: 0, max_noise: 1, timeout: 5s}", body);
 }
 
 double metric(const Row& r, const std::string& key) {

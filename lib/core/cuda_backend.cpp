@@ -147,6 +147,13 @@ std::unique_ptr<BackendRuntime> make_cuda_runtime() {
   return std::make_unique<CudaRuntime>();
 }
 
+int64_t cuda_memory_total_bytes() {
+  if (!cuda_unavailable_reason().empty()) return 0;
+  size_t free_b = 0, total_b = 0;
+  IB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(total_b);
+}
+
 DeviceInfo describe_cuda() {
   std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw InputError("--backend cuda: " + why);

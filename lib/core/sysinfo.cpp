@@ -123,6 +123,7 @@ std::string short_device_name(const std::string& name) {
 
 #ifndef INFER_BENCH_HAVE_CUDA
 DeviceInfo describe_cuda() { throw InputError("--backend cuda: " + cuda_unavailable_reason()); }
+int64_t cuda_memory_total_bytes() { return 0; }
 #endif
 
 }  // namespace ib

@@ -26,6 +26,8 @@ DeviceInfo describe(Backend b);
 
 int64_t cpu_last_level_cache_bytes();
 int64_t host_memory_total_bytes();
+// Total memory of GPU 0; 0 when the CUDA backend is unusable.
+int64_t cuda_memory_total_bytes();
 // "h200" from "NVIDIA H200": a short name for results/<gpu>/ folders.
 std::string short_device_name(const std::string& name);
 

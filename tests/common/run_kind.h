@@ -38,4 +38,12 @@ inline void expect_all_ok(const ExperimentResult& r, size_t rows = 0) {
   }
 }
 
+// The value of a row's metric `key` (a test failure, and 0, when the row lacks it).
+inline double metric(const Row& r, const std::string& key) {
+  for (const auto& m : r.metrics)
+    if (m.key == key) return m.value;
+  ADD_FAILURE() << "no metric " << key << " in " << r.variant;
+  return 0;
+}
+
 }  // namespace ib::testing

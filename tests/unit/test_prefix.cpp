@@ -644,12 +644,7 @@ ExperimentResult run_spec_text(const std::string& body) {
   return testing::run_spec_text("{warmup: 1, min_samples: 2, min_time: 0, max_noise: 1, timeout: 5s}", body);
 }
 
-double metric(const Row& r, const std::string& key) {
-  for (const auto& m : r.metrics)
-    if (m.key == key) return m.value;
-  ADD_FAILURE() << "no metric " << key << " in " << r.variant;
-  return 0;
-}
+using testing::metric;
 
 TEST(PrefixKinds, SystemPromptRowsPassTheirGateAndHitThePrompt) {
   auto r = run_spec_text("  - {name: s, kind: prefix-system-prompt, variants: [cpu_none, cpu_block_hash, cpu_radix], baseline: cpu_none,"

@@ -1,0 +1,342 @@
+// CPU variants of `kv-quant` and `kv-paged`: decode attention over a bf16 / FP8 / INT8 cache,
+// contiguous or paged, with the layouts of decode_problem.h. The cache is written by the host
+// quantizer; the attention reads the stored bytes and dequantizes a row at a time (FP8 by moving
+// its bits into a float's, its per-head scales folded into the query and the output; INT8's per-token
+// scales applied to the score and the probability). Threads take (sequence, kv head, split)
+// tasks; each split keeps its own online-softmax state and the splits are merged at the end, as
+// the CUDA kernel does.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/backend.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "core/registry.h"
+#include "kvcache/decode_problem.h"
+
+namespace ib::kvcache {
+namespace {
+
+constexpr int kTile = 32;           // tokens scored before their values are accumulated
+constexpr int kMinSplitTokens = 256;
+constexpr float kFp8Unbias = 1.329227995784916e+36f;  // 2^120
+
+enum class Layout { FromPoint, Contiguous, Paged };
+
+class CpuKvDecode : public Variant {
+ public:
+  CpuKvDecode(std::optional<KvFormat> format, Layout layout) : format_(format), layout_(layout) {}
+
+  std::string unsupported(const Point& p) const override { return decode_shape_problem(shape_of(p)); }
+
+  void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
+    s_ = shape_of(p);
+    in_ = decode_inputs(s_, seed);
+    seed_ = seed;
+    const int d = s_.head_dim;
+    elem_ = s_.format == KvFormat::BF16 ? 2 : 1;
+    int64_t slots = int64_t{s_.batch} * s_.context;
+    if (s_.paged()) {
+      tables_ = build_block_tables(s_, seed);
+      slots = int64_t{tables_.num_blocks} * s_.block_size;
+    }
+    const size_t token_heads = static_cast<size_t>(slots) * static_cast<size_t>(s_.kv_heads);
+    k_.allocate(token_heads * static_cast<size_t>(d) * elem_, "K cache");
+    v_.allocate(token_heads * static_cast<size_t>(d) * elem_, "V cache");
+    if (s_.format == KvFormat::FP8) {
+      k_scale_.allocate(static_cast<size_t>(s_.batch) * s_.kv_heads, "K scales (per sequence, head)");
+      v_scale_.allocate(k_scale_.size(), "V scales (per sequence, head)");
+    } else if (s_.format == KvFormat::INT8) {
+      k_scale_.allocate(token_heads, "K scales (per token, head)");
+      v_scale_.allocate(token_heads, "V scales (per token, head)");
+    }
+    q_.allocate(static_cast<size_t>(s_.batch) * s_.heads * d, "q");
+    out_.allocate(q_.size(), "out");
+    for (int b = 0; b < s_.batch; ++b)
+      for (int h = 0; h < s_.heads; ++h)
+        for (int c = 0; c < d; ++c) q_[(static_cast<size_t>(b) * s_.heads + h) * d + c] = in_.q(b, h, c);
+    // Quantize-on-append by the host quantizer, one (sequence, kv head) per task.
+    const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
+    parallel_for(pairs, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) store(static_cast<int>(i / s_.kv_heads), static_cast<int>(i % s_.kv_heads));
+    });
+    // Splits: enough tasks for every thread several times over, each split a few hundred tokens.
+    const int threads = static_cast<int>(std::max(1u, cpu_threads()));
+    const int want = (4 * threads + static_cast<int>(pairs) - 1) / static_cast<int>(pairs);
+    splits_ = std::clamp(want, 1, std::max(1, s_.context / kMinSplitTokens));
+    const size_t g = static_cast<size_t>(s_.group());
+    partial_.allocate(pairs * static_cast<size_t>(splits_) * g * (static_cast<size_t>(d) + 2), "split partials");
+  }
+
+  Validation validate(BackendRuntime& rt) override {
+    std::fill(out_.begin(), out_.end(), std::numeric_limits<float>::quiet_NaN());
+    run(rt);
+    const int d = s_.head_dim;
+    check_ = check_decode(
+        s_, in_, seed_, [&](int b, int kvh) { return fetch(b, kvh); },
+        [&](int b, int h, int c) { return out_[(static_cast<size_t>(b) * s_.heads + h) * d + c]; }, 1e-2);
+    return check_.gate;
+  }
+
+  void run(BackendRuntime&) override {
+    const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
+    parallel_for(pairs * static_cast<size_t>(splits_), [&](size_t lo, size_t hi) {
+      std::vector<float> ws(static_cast<size_t>(s_.group()) * (kTile + static_cast<size_t>(s_.head_dim)) + static_cast<size_t>(s_.head_dim));
+      for (size_t t = lo; t < hi; ++t) split_task(t / splits_, static_cast<int>(t % splits_), ws.data());
+    });
+    merge();
+  }
+
+  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
+  std::vector<Metric> metrics() const override {
+    auto m = decode_metrics(s_, check_);
+    m.push_back({"splits", static_cast<double>(splits_), ""});
+    return m;
+  }
+
+ private:
+  DecodeShape shape_of(const Point& p) const {
+    DecodeShape s = decode_shape(p);
+    if (format_) s.format = *format_;
+    if (layout_ == Layout::Contiguous) s.block_size = 0;
+    return s;
+  }
+
+  // Index of (sequence b, kv head, token t) in units of token-heads: × head_dim for elements,
+  // as is for INT8 scales.
+  size_t slot(int b, int kvh, int t) const {
+    if (!s_.paged())
+      return (static_cast<size_t>(b) * s_.kv_heads + kvh) * static_cast<size_t>(s_.context) + static_cast<size_t>(t);
+    const int32_t block = tables_.table[static_cast<size_t>(b) * tables_.max_blocks + static_cast<size_t>(t / s_.block_size)];
+    return (static_cast<size_t>(block) * s_.kv_heads + kvh) * static_cast<size_t>(s_.block_size) + static_cast<size_t>(t % s_.block_size);
+  }
+
+  // slot(b, kvh, t) for tokens visited in increasing order: consecutive tokens of one block (all
+  // of a contiguous cache) are consecutive slots, so the block table is read once per block.
+  // run_at is the slot of token run_end - 1; run_end = -1 starts a new walk.
+  size_t slot_in_run(int b, int kvh, int t, size_t& run_at, int& run_end) const {
+    if (t == run_end && (!s_.paged() || t % s_.block_size != 0)) {
+      ++run_end;
+      return ++run_at;
+    }
+    run_at = slot(b, kvh, t);
+    run_end = t + 1;
+    return run_at;
+  }
+
+  void store(int b, int kvh) {
+    const StoredHead h = quantize_head(s_, in_, b, kvh);
+    const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
+    for (int t = 0; t < s_.length(b); ++t) {
+      const size_t at = slot(b, kvh, t);
+      std::memcpy(k_.data() + at * row, h.k.data() + static_cast<size_t>(t) * row, row);
+      std::memcpy(v_.data() + at * row, h.v.data() + static_cast<size_t>(t) * row, row);
+      if (s_.format == KvFormat::INT8) {
+        k_scale_[at] = h.k_scale[static_cast<size_t>(t)];
+        v_scale_[at] = h.v_scale[static_cast<size_t>(t)];
+      }
+    }
+    if (s_.format == KvFormat::FP8) {
+      k_scale_[static_cast<size_t>(b) * s_.kv_heads + kvh] = h.k_scale.at(0);
+      v_scale_[static_cast<size_t>(b) * s_.kv_heads + kvh] = h.v_scale.at(0);
+    }
+  }
+
+  StoredHead fetch(int b, int kvh) const {
+    StoredHead h;
+    const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
+    const int n = s_.length(b);
+    h.k.resize(static_cast<size_t>(n) * row);
+    h.v.resize(h.k.size());
+    for (int t = 0; t < n; ++t) {
+      const size_t at = slot(b, kvh, t);
+      std::memcpy(h.k.data() + static_cast<size_t>(t) * row, k_.data() + at * row, row);
+      std::memcpy(h.v.data() + static_cast<size_t>(t) * row, v_.data() + at * row, row);
+      if (s_.format == KvFormat::INT8) {
+        h.k_scale.push_back(k_scale_[at]);
+        h.v_scale.push_back(v_scale_[at]);
+      }
+    }
+    if (s_.format == KvFormat::FP8) {
+      h.k_scale.push_back(k_scale_[static_cast<size_t>(b) * s_.kv_heads + kvh]);
+      h.v_scale.push_back(v_scale_[static_cast<size_t>(b) * s_.kv_heads + kvh]);
+    }
+    return h;
+  }
+
+  // Row t of K or V, dequantized up to a per-token (INT8) or per-head (FP8) scale.
+  void load_row(const uint8_t* base, size_t at, float* dst) const {
+    const int d = s_.head_dim;
+    const uint8_t* src = base + at * static_cast<size_t>(d) * elem_;
+    switch (s_.format) {
+      case KvFormat::BF16:
+        for (int c = 0; c < d; ++c) {
+          uint16_t h;
+          std::memcpy(&h, src + 2 * c, 2);
+          dst[c] = bits_float(static_cast<uint32_t>(h) << 16);
+        }
+        break;
+      case KvFormat::FP8:
+        // e4m3 bits moved into a float's sign, exponent and mantissa fields read as 2^-120 × the
+        // value (subnormals included); kFp8Unbias, folded into the head's scale, restores it.
+        for (int c = 0; c < d; ++c)
+          dst[c] = bits_float((static_cast<uint32_t>(src[c] & 0x7fu) << 20) | (static_cast<uint32_t>(src[c] & 0x80u) << 24));
+        break;
+      default:
+        for (int c = 0; c < d; ++c) dst[c] = static_cast<float>(static_cast<int8_t>(src[c]));
+        break;
+    }
+  }
+
+  static float dot(const float* a, const float* b, int d) {
+    float acc[8] = {};
+    int c = 0;
+    for (; c + 8 <= d; c += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += a[c + j] * b[c + j];
+    float s = 0;
+    for (; c < d; ++c) s += a[c] * b[c];
+    for (float x : acc) s += x;
+    return s;
+  }
+
+  float* partial(size_t pair, int split, int i) {
+    const size_t g = static_cast<size_t>(s_.group()), stride = static_cast<size_t>(s_.head_dim) + 2;
+    return partial_.data() + ((pair * static_cast<size_t>(splits_) + static_cast<size_t>(split)) * g + static_cast<size_t>(i)) * stride;
+  }
+
+  // Online softmax of the group's queries over tokens [t0, t1) of one split; state (m, l, acc[d])
+  // per query head in the partials.
+  void split_task(size_t pair, int split, float* ws) {
+    const int b = static_cast<int>(pair / s_.kv_heads), kvh = static_cast<int>(pair % s_.kv_heads);
+    const int d = s_.head_dim, g = s_.group(), n = s_.length(b);
+    const int per = (n + splits_ - 1) / splits_;
+    const int t0 = std::min(n, split * per), t1 = std::min(n, t0 + per);
+    float k_head_scale = 1, v_head_scale = 1;
+    if (s_.format == KvFormat::FP8) {
+      k_head_scale = k_scale_[pair] * kFp8Unbias;
+      v_head_scale = v_scale_[pair] * kFp8Unbias;
+    }
+    const float qs = static_cast<float>(s_.scale()) * k_head_scale;
+    float* scores = ws;                                  // [g][kTile]
+    float* row = ws + static_cast<size_t>(g) * kTile;    // one K or V row
+    float* qs_rows = row + d;  // [g][d]: the group's queries × softmax scale × K's head scale
+    for (int i = 0; i < g; ++i) {
+      const float* q = q_.data() + (static_cast<size_t>(b) * s_.heads + static_cast<size_t>(kvh * g + i)) * d;
+      for (int c = 0; c < d; ++c) qs_rows[static_cast<size_t>(i) * d + c] = q[c] * qs;
+    }
+    for (int i = 0; i < g; ++i) {
+      float* st = partial(pair, split, i);
+      st[0] = -INFINITY;
+      st[1] = 0;
+      std::fill(st + 2, st + 2 + d, 0.0f);
+    }
+    size_t run_at = 0;
+    int run_end = -1;
+    for (int base = t0; base < t1; base += kTile) {
+      const int m = std::min(kTile, t1 - base);
+      run_end = -1;
+      for (int j = 0; j < m; ++j) {
+        const size_t at = slot_in_run(b, kvh, base + j, run_at, run_end);
+        load_row(k_.data(), at, row);
+        const float ts = s_.format == KvFormat::INT8 ? k_scale_[at] : 1.0f;
+        for (int i = 0; i < g; ++i) scores[i * kTile + j] = dot(qs_rows + static_cast<size_t>(i) * d, row, d) * ts;
+      }
+      for (int i = 0; i < g; ++i) {
+        float* st = partial(pair, split, i);
+        float mx = st[0];
+        for (int j = 0; j < m; ++j) mx = std::max(mx, scores[i * kTile + j]);
+        const float corr = std::exp(st[0] - mx);
+        st[0] = mx;
+        st[1] *= corr;
+        for (int c = 0; c < d; ++c) st[2 + c] *= corr;
+        for (int j = 0; j < m; ++j) {
+          const float p = std::exp(scores[i * kTile + j] - mx);
+          scores[i * kTile + j] = p;
+          st[1] += p;
+        }
+      }
+      run_end = -1;
+      for (int j = 0; j < m; ++j) {
+        const size_t at = slot_in_run(b, kvh, base + j, run_at, run_end);
+        load_row(v_.data(), at, row);
+        const float ts = s_.format == KvFormat::INT8 ? v_scale_[at] : 1.0f;
+        for (int i = 0; i < g; ++i) {
+          const float p = scores[i * kTile + j] * ts;
+          float* acc = partial(pair, split, i) + 2;
+          for (int c = 0; c < d; ++c) acc[c] += p * row[c];
+        }
+      }
+    }
+    if (v_head_scale != 1.0f)
+      for (int i = 0; i < g; ++i) {
+        float* acc = partial(pair, split, i) + 2;
+        for (int c = 0; c < d; ++c) acc[c] *= v_head_scale;
+      }
+  }
+
+  // Log-sum-exp merge of the splits into out.
+  void merge() {
+    const int d = s_.head_dim, g = s_.group();
+    const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
+    for (size_t pair = 0; pair < pairs; ++pair) {
+      const int b = static_cast<int>(pair / s_.kv_heads), kvh = static_cast<int>(pair % s_.kv_heads);
+      for (int i = 0; i < g; ++i) {
+        float mx = -INFINITY;
+        for (int sp = 0; sp < splits_; ++sp) mx = std::max(mx, partial(pair, sp, i)[0]);
+        float* o = out_.data() + (static_cast<size_t>(b) * s_.heads + static_cast<size_t>(kvh * g + i)) * d;
+        std::fill(o, o + d, 0.0f);
+        float l = 0;
+        if (mx == -INFINITY) continue;  // an empty sequence attends to nothing: zeros
+        for (int sp = 0; sp < splits_; ++sp) {
+          const float* st = partial(pair, sp, i);
+          if (st[0] == -INFINITY) continue;
+          const float w = std::exp(st[0] - mx);
+          l += st[1] * w;
+          for (int c = 0; c < d; ++c) o[c] += st[2 + c] * w;
+        }
+        for (int c = 0; c < d; ++c) o[c] /= l;
+      }
+    }
+  }
+
+  std::optional<KvFormat> format_;
+  Layout layout_;
+  DecodeShape s_;
+  DecodeInputs in_;
+  uint64_t seed_ = 0;
+  size_t elem_ = 2;
+  BlockTables tables_;
+  HostBuffer<uint8_t> k_, v_;
+  HostBuffer<float> k_scale_, v_scale_, q_, out_, partial_;
+  int splits_ = 1;
+  DecodeCheck check_;
+};
+
+struct CpuBf16 : CpuKvDecode {
+  CpuBf16() : CpuKvDecode(KvFormat::BF16, Layout::FromPoint) {}
+};
+struct CpuFp8 : CpuKvDecode {
+  CpuFp8() : CpuKvDecode(KvFormat::FP8, Layout::FromPoint) {}
+};
+struct CpuInt8 : CpuKvDecode {
+  CpuInt8() : CpuKvDecode(KvFormat::INT8, Layout::FromPoint) {}
+};
+struct CpuContiguous : CpuKvDecode {
+  CpuContiguous() : CpuKvDecode(std::nullopt, Layout::Contiguous) {}
+};
+struct CpuPaged : CpuKvDecode {
+  CpuPaged() : CpuKvDecode(std::nullopt, Layout::Paged) {}
+};
+
+IB_REGISTER_VARIANT("kv-quant", "cpu_bf16", CpuBf16);
+IB_REGISTER_VARIANT("kv-quant", "cpu_fp8", CpuFp8);
+IB_REGISTER_VARIANT("kv-quant", "cpu_int8", CpuInt8);
+IB_REGISTER_VARIANT("kv-paged", "cpu_contiguous", CpuContiguous);
+IB_REGISTER_VARIANT("kv-paged", "cpu_paged", CpuPaged);
+
+}  // namespace
+}  // namespace ib::kvcache

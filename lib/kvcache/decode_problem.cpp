@@ -1,0 +1,315 @@
+#include "kvcache/decode_problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "kvcache/block_manager.h"
+
+namespace ib::kvcache {
+
+int DecodeShape::length(int b) const {
+  if (!ragged || b == 0 || context < 2) return context;
+  const int half = context / 2;
+  return context - static_cast<int>(mix64(0x5EED0000ull + static_cast<uint64_t>(b)) % static_cast<uint64_t>(context - half));
+}
+
+int64_t DecodeShape::total_tokens() const {
+  int64_t n = 0;
+  for (int b = 0; b < batch; ++b) n += length(b);
+  return n;
+}
+
+int DecodeShape::blocks_per_seq() const { return paged() ? (context + block_size - 1) / block_size : 0; }
+
+double DecodeShape::kv_bytes() const {
+  const double per_token_head = head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim);
+  double bytes = 2.0 * static_cast<double>(total_tokens()) * kv_heads * per_token_head;
+  if (format == KvFormat::FP8) bytes += 2.0 * batch * kv_heads * sizeof(float);
+  return bytes;
+}
+
+double DecodeShape::io_bytes() const { return kv_bytes() + 2.0 * 2.0 * batch * heads * head_dim; }
+
+double DecodeShape::flops() const { return 4.0 * head_dim * static_cast<double>(total_tokens()) * heads; }
+
+double DecodeShape::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+std::string DecodeShape::label() const {
+  return fmt::format("batch {} × {} heads ({} kv) × d {}, context {}{}, {} {}", batch, heads, kv_heads, head_dim, context,
+                     ragged ? " ragged" : "", to_string(format), paged() ? fmt::format("paged/{}", block_size) : "contiguous");
+}
+
+DecodeShape decode_shape(const Point& p) {
+  DecodeShape s;
+  s.batch = static_cast<int>(p.integer("batch"));
+  s.heads = static_cast<int>(p.integer("heads"));
+  const int64_t kv = p.integer("kv_heads");
+  s.kv_heads = kv == 0 ? s.heads : static_cast<int>(kv);
+  s.head_dim = static_cast<int>(p.integer("head_dim"));
+  s.context = static_cast<int>(p.integer("context"));
+  s.ragged = p.flag("ragged");
+  if (p.find("kv_dtype")) s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
+  if (p.find("block_size")) s.block_size = static_cast<int>(p.integer("block_size"));
+  return s;
+}
+
+std::string decode_shape_problem(const DecodeShape& s) {
+  if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
+    return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);
+  if (s.format == KvFormat::INT4) return "int4 KV is in the memory calculator only: no int4 decode kernel";
+  return {};
+}
+
+DecodeInputs decode_inputs(const DecodeShape& s, uint64_t seed) {
+  DecodeInputs in;
+  in.seed = seed;
+  in.heads = s.heads;
+  in.kv_heads = s.kv_heads;
+  in.head_dim = s.head_dim;
+  in.context = s.context;
+  return in;
+}
+
+BlockTables build_block_tables(const DecodeShape& s, uint64_t seed) {
+  BlockTables t;
+  t.max_blocks = s.blocks_per_seq();
+  std::vector<int> need(static_cast<size_t>(s.batch));
+  for (int b = 0; b < s.batch; ++b) {
+    need[static_cast<size_t>(b)] = (s.length(b) + s.block_size - 1) / s.block_size;
+    t.num_blocks += need[static_cast<size_t>(b)];
+  }
+  BlockManager m(std::max(t.num_blocks, 1), s.block_size);
+  std::vector<BlockManager::SeqId> ids;
+  for (int b = 0; b < s.batch; ++b) ids.push_back(m.create());
+  // Grow the sequences one block at a time in a seeded random interleaving.
+  std::vector<int> order;
+  for (int b = 0; b < s.batch; ++b) order.insert(order.end(), static_cast<size_t>(need[static_cast<size_t>(b)]), b);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[random_bits(seed ^ 0xB10C, i) % i]);
+  std::vector<int> grown(static_cast<size_t>(s.batch), 0);
+  for (int b : order) {
+    const int len = s.length(b), have = grown[static_cast<size_t>(b)];
+    const int add = std::min(s.block_size, len - have);
+    if (!m.append(ids[static_cast<size_t>(b)], add)) throw std::logic_error("build_block_tables: pool too small");
+    grown[static_cast<size_t>(b)] += add;
+  }
+  t.table.assign(static_cast<size_t>(s.batch) * static_cast<size_t>(t.max_blocks), -1);
+  for (int b = 0; b < s.batch; ++b) {
+    const auto& tab = m.table(ids[static_cast<size_t>(b)]);
+    std::copy(tab.begin(), tab.end(), t.table.begin() + static_cast<std::ptrdiff_t>(b) * t.max_blocks);
+  }
+  return t;
+}
+
+void original_head(const DecodeShape& s, const DecodeInputs& in, int b, int kvh, std::vector<float>& k, std::vector<float>& v) {
+  const int n = s.length(b), d = s.head_dim;
+  k.resize(static_cast<size_t>(n) * d);
+  v.resize(k.size());
+  for (int t = 0; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      k[static_cast<size_t>(t) * d + c] = in.k(b, kvh, t, c);
+      v[static_cast<size_t>(t) * d + c] = in.v(b, kvh, t, c);
+    }
+}
+
+namespace {
+
+// One tensor (K or V) of a head in the format: bytes and scales.
+void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std::vector<uint8_t>& bytes, std::vector<float>& scales) {
+  const size_t elems = static_cast<size_t>(n) * d;
+  scales.clear();
+  switch (f) {
+    case KvFormat::BF16:
+      bytes.resize(elems * 2);
+      for (size_t i = 0; i < elems; ++i) {
+        const uint16_t h = float_to_bf16_bits(x[i]);
+        std::memcpy(&bytes[2 * i], &h, 2);
+      }
+      break;
+    case KvFormat::FP8: {
+      float amax = 0;
+      for (float e : x) amax = std::max(amax, std::fabs(e));
+      const float scale = fp8_scale(amax);
+      scales.push_back(scale);
+      bytes.resize(elems);
+      for (size_t i = 0; i < elems; ++i) bytes[i] = fp8_quantize(x[i], scale);
+      break;
+    }
+    case KvFormat::INT8:
+      bytes.resize(elems);
+      for (int t = 0; t < n; ++t) {
+        float amax = 0;
+        for (int c = 0; c < d; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(t) * d + c]));
+        const float scale = int8_scale(amax);
+        scales.push_back(scale);
+        for (int c = 0; c < d; ++c) {
+          const size_t i = static_cast<size_t>(t) * d + c;
+          bytes[i] = static_cast<uint8_t>(int8_quantize(x[i], scale));
+        }
+      }
+      break;
+    case KvFormat::INT4: throw std::logic_error("int4 has no stored form");
+  }
+}
+
+void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& bytes, const std::vector<float>& scales, std::vector<float>& x) {
+  const size_t elems = static_cast<size_t>(n) * d;
+  x.resize(elems);
+  for (size_t i = 0; i < elems; ++i) {
+    switch (f) {
+      case KvFormat::BF16: {
+        uint16_t h;
+        std::memcpy(&h, &bytes[2 * i], 2);
+        x[i] = bf16_bits_to_float(h);
+        break;
+      }
+      case KvFormat::FP8: x[i] = fp8_dequantize(bytes[i], scales.at(0)); break;
+      case KvFormat::INT8: x[i] = int8_dequantize(static_cast<int8_t>(bytes[i]), scales.at(i / static_cast<size_t>(d))); break;
+      case KvFormat::INT4: throw std::logic_error("int4 has no stored form");
+    }
+  }
+}
+
+}  // namespace
+
+StoredHead quantize_head(const DecodeShape& s, const DecodeInputs& in, int b, int kvh) {
+  std::vector<float> k, v;
+  original_head(s, in, b, kvh, k, v);
+  StoredHead h;
+  const int n = s.length(b);
+  quantize_tensor(s.format, n, s.head_dim, k, h.k, h.k_scale);
+  quantize_tensor(s.format, n, s.head_dim, v, h.v, h.v_scale);
+  return h;
+}
+
+void dequantize_head(const DecodeShape& s, const StoredHead& h, int n, std::vector<float>& k, std::vector<float>& v) {
+  dequantize_tensor(s.format, n, s.head_dim, h.k, h.k_scale, k);
+  dequantize_tensor(s.format, n, s.head_dim, h.v, h.v_scale, v);
+}
+
+void attend(int n, int d, const float* q, const float* k, const float* v, double scale, double* out) {
+  std::fill(out, out + d, 0.0);
+  if (n <= 0) return;
+  std::vector<double> w(static_cast<size_t>(n));
+  double mx = -INFINITY;
+  for (int t = 0; t < n; ++t) {
+    double dot = 0;
+    for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[static_cast<size_t>(t) * d + c];
+    w[static_cast<size_t>(t)] = dot * scale;
+    mx = std::max(mx, w[static_cast<size_t>(t)]);
+  }
+  double sum = 0;
+  for (auto& e : w) sum += (e = std::exp(e - mx));
+  for (int t = 0; t < n; ++t) {
+    const double p = w[static_cast<size_t>(t)] / sum;
+    for (int c = 0; c < d; ++c) out[c] += p * v[static_cast<size_t>(t) * d + c];
+  }
+}
+
+DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch,
+                         const ReadOut& out, double tolerance) {
+  DecodeCheck r;
+  const int d = s.head_dim, g = s.group();
+  // Output written everywhere and finite.
+  int64_t bad = 0;
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads; ++h)
+      for (int c = 0; c < d; ++c)
+        if (!std::isfinite(out(b, h, c))) {
+          ++bad;
+          break;
+        }
+  if (bad > 0) {
+    r.gate = {false, "nan_rows", static_cast<double>(bad), 0,
+              fmt::format("{} of {} (sequence, head) outputs hold NaN/inf or were not written", bad, int64_t{s.batch} * s.heads)};
+    return r;
+  }
+  // Which (sequence, kv head) pairs to check.
+  std::vector<std::pair<int, int>> picked;
+  const int64_t pairs = int64_t{s.batch} * s.kv_heads;
+  if (static_cast<double>(s.total_tokens()) * s.kv_heads * d <= 2e7) {
+    for (int b = 0; b < s.batch; ++b)
+      for (int kvh = 0; kvh < s.kv_heads; ++kvh) picked.emplace_back(b, kvh);
+  } else {
+    picked = {{0, 0}, {s.batch - 1, s.kv_heads - 1}};
+    for (uint64_t t = 0; picked.size() < 8; ++t) {
+      const int64_t i = static_cast<int64_t>(random_bits(seed ^ 0xDEC0, t) % static_cast<uint64_t>(pairs));
+      picked.emplace_back(static_cast<int>(i / s.kv_heads), static_cast<int>(i % s.kv_heads));
+    }
+  }
+  double err2 = 0, ref2 = 0, ferr2 = 0, fref2 = 0, fmax = 0;
+  int64_t byte_mismatch = 0, scale_mismatch = 0;
+  std::string first_mismatch;
+  std::vector<float> kq, vq, ko, vo, q(static_cast<size_t>(d));
+  std::vector<double> ref(static_cast<size_t>(d)), orig(static_cast<size_t>(d));
+  for (auto [b, kvh] : picked) {
+    const int n = s.length(b);
+    const StoredHead got = fetch(b, kvh);
+    const StoredHead want = quantize_head(s, in, b, kvh);
+    auto count_bytes = [&](const std::vector<uint8_t>& x, const std::vector<uint8_t>& y, const char* what) {
+      if (x.size() != y.size()) {
+        byte_mismatch += static_cast<int64_t>(std::max(x.size(), y.size()));
+        if (first_mismatch.empty()) first_mismatch = fmt::format("{} of ({}, {}): {} bytes, want {}", what, b, kvh, x.size(), y.size());
+        return;
+      }
+      for (size_t i = 0; i < x.size(); ++i)
+        if (x[i] != y[i] && byte_mismatch++ == 0)
+          first_mismatch = fmt::format("{} of ({}, {}) byte {}: {} want {}", what, b, kvh, i, x[i], y[i]);
+    };
+    auto count_scales = [&](const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+      if (x.size() != y.size()) {
+        scale_mismatch += static_cast<int64_t>(std::max(x.size(), y.size()));
+        return;
+      }
+      for (size_t i = 0; i < x.size(); ++i)
+        if (float_bits(x[i]) != float_bits(y[i]) && scale_mismatch++ == 0 && first_mismatch.empty())
+          first_mismatch = fmt::format("{} scale of ({}, {}) [{}]: {} want {}", what, b, kvh, i, x[i], y[i]);
+    };
+    count_bytes(got.k, want.k, "K");
+    count_bytes(got.v, want.v, "V");
+    count_scales(got.k_scale, want.k_scale, "K");
+    count_scales(got.v_scale, want.v_scale, "V");
+    if (byte_mismatch || scale_mismatch) continue;
+    dequantize_head(s, got, n, kq, vq);
+    original_head(s, in, b, kvh, ko, vo);
+    for (int h = kvh * g; h < (kvh + 1) * g; ++h) {
+      for (int c = 0; c < d; ++c) q[static_cast<size_t>(c)] = in.q(b, h, c);
+      attend(n, d, q.data(), kq.data(), vq.data(), s.scale(), ref.data());
+      attend(n, d, q.data(), ko.data(), vo.data(), s.scale(), orig.data());
+      for (int c = 0; c < d; ++c) {
+        const double o = out(b, h, c);
+        const double e = o - ref[static_cast<size_t>(c)], fe = o - orig[static_cast<size_t>(c)];
+        err2 += e * e;
+        ref2 += ref[static_cast<size_t>(c)] * ref[static_cast<size_t>(c)];
+        ferr2 += fe * fe;
+        fref2 += orig[static_cast<size_t>(c)] * orig[static_cast<size_t>(c)];
+        fmax = std::max(fmax, std::fabs(fe));
+      }
+    }
+  }
+  if (byte_mismatch || scale_mismatch) {
+    r.gate = {false, "cache_mismatch", static_cast<double>(byte_mismatch + scale_mismatch), 0,
+              fmt::format("the stored cache differs from the host quantizer: {} bytes, {} scales (first: {})", byte_mismatch,
+                          scale_mismatch, first_mismatch)};
+    return r;
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  r.format_rel_l2 = fref2 > 0 ? std::sqrt(ferr2 / fref2) : std::sqrt(ferr2);
+  r.format_max_err = fmax;
+  r.gate = {rel <= tolerance, "rel_l2", rel, tolerance,
+            fmt::format("{} of {} (sequence, kv head) caches equal the host quantizer; output vs float64 over the dequantized "
+                        "cache",
+                        picked.size(), pairs)};
+  return r;
+}
+
+std::vector<Metric> decode_metrics(const DecodeShape& s, const DecodeCheck& c) {
+  return {{"KV bytes", s.kv_bytes() / (1 << 20), "MiB"},
+          {"rel L2 vs bf16 KV", c.format_rel_l2, ""},
+          {"max err vs bf16 KV", c.format_max_err, ""}};
+}
+
+}  // namespace ib::kvcache

@@ -1,0 +1,117 @@
+// Decode attention over a KV cache (one query token per sequence, a batch of sequences of their
+// own lengths): the shape read from a sweep point, the counter-based inputs, the storage layouts
+// the CPU and CUDA variants share, and the correctness gate.
+//
+// Layouts (E = the stored element: bf16 bits, e4m3 bits or int8):
+//   q, out         [batch][heads][head_dim] bf16
+//   contiguous K/V [batch][kv_heads][context][head_dim] E   (capacity = context for every sequence)
+//   paged K/V      [num_blocks][kv_heads][block_size][head_dim] E, sequence b's token t in block
+//                  table[b][t / block_size], slot t % block_size
+//   fp8 scales     [batch][kv_heads] floats for K and for V (per sequence and head)
+//   int8 scales    per token: contiguous [batch][kv_heads][context], paged [num_blocks][kv_heads][block_size]
+// Query head h reads kv head h / (heads / kv_heads).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/half.h"
+#include "core/sweep.h"
+#include "core/variant.h"
+#include "kvcache/kv_format.h"
+
+namespace ib::kvcache {
+
+struct DecodeShape {
+  int batch = 1, heads = 32, kv_heads = 32, head_dim = 128, context = 4096;
+  bool ragged = false;       // sequence lengths vary in (context/2, context]; sequence 0 has context
+  KvFormat format = KvFormat::BF16;
+  int block_size = 0;        // 0: contiguous cache
+
+  bool paged() const { return block_size > 0; }
+  int group() const { return heads / kv_heads; }
+  int length(int b) const;
+  int64_t total_tokens() const;                 // Σ lengths
+  int blocks_per_seq() const;                   // paged: ceil(context / block_size)
+  double kv_bytes() const;                      // K and V bytes a step reads: elements + scales
+  double io_bytes() const;                      // kv_bytes + q read + out written
+  double flops() const;                         // 4·head_dim per (query head, key)
+  double scale() const;                         // 1/sqrt(head_dim)
+  std::string label() const;
+};
+
+// Reads batch, heads, kv_heads (0 = heads), head_dim, context, ragged, and kv_dtype / block_size
+// where the point has them (else bf16 / contiguous).
+DecodeShape decode_shape(const Point& p);
+// Why the shape is not a decode-attention problem ("" when it is).
+std::string decode_shape_problem(const DecodeShape& s);
+
+// The block tables of a paged cache for the shape, made by a BlockManager with a pool of exactly
+// the blocks the sequences need, appending tokens to the sequences in seeded random order so that
+// a sequence's blocks are scattered over the pool as after real churn. table: [batch][max_blocks],
+// -1 past a sequence's last block.
+struct BlockTables {
+  int num_blocks = 0, max_blocks = 0;
+  std::vector<int32_t> table;
+};
+BlockTables build_block_tables(const DecodeShape& s, uint64_t seed);
+
+// Inputs: q(b,h,c) = bf16(2·u), k(b,kvh,t,c) = bf16(u), v = bf16(u) with u uniform in [-1, 1)
+// drawn from counters of the logical position (independent of the layout), seeds seed, +1, +2.
+struct DecodeInputs {
+  uint64_t seed = 0;
+  int heads = 32, kv_heads = 32, head_dim = 128, context = 4096;
+  static constexpr float kQScale = 2.0f;
+  uint64_t q_index(int b, int h, int c) const { return (static_cast<uint64_t>(b) * heads + h) * head_dim + c; }
+  uint64_t kv_index(int b, int kvh, int t, int c) const {
+    return ((static_cast<uint64_t>(b) * kv_heads + kvh) * context + t) * head_dim + c;
+  }
+  float q(int b, int h, int c) const { return round_bf16(kQScale * random_uniform(seed, q_index(b, h, c))); }
+  float k(int b, int kvh, int t, int c) const { return round_bf16(random_uniform(seed + 1, kv_index(b, kvh, t, c))); }
+  float v(int b, int kvh, int t, int c) const { return round_bf16(random_uniform(seed + 2, kv_index(b, kvh, t, c))); }
+  static float round_bf16(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+};
+DecodeInputs decode_inputs(const DecodeShape& s, uint64_t seed);
+
+// One (sequence, kv head) of a cache as stored: n tokens × head_dim elements of the format
+// (bf16: 2 little-endian bytes each) and its scales (fp8: 1 per head; int8: 1 per token; bf16: none).
+struct StoredHead {
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_scale, v_scale;
+};
+
+// The host quantizer (the rules of kv_format.h): what a correct cache holds for (b, kvh).
+StoredHead quantize_head(const DecodeShape& s, const DecodeInputs& in, int b, int kvh);
+// Element t·head_dim + c of a stored head, dequantized (float).
+void dequantize_head(const DecodeShape& s, const StoredHead& h, int n, std::vector<float>& k, std::vector<float>& v);
+// The original (bf16) values of (b, kvh): n × head_dim each.
+void original_head(const DecodeShape& s, const DecodeInputs& in, int b, int kvh, std::vector<float>& k, std::vector<float>& v);
+
+// Float64 attention of one query q[d] over n keys/values [n][d] into out[d].
+void attend(int n, int d, const float* q, const float* k, const float* v, double scale, double* out);
+
+// The gate and the accuracy of a decode-attention variant, over every (sequence, kv head) when
+// the problem is small, else 8 sampled ones (the first, the last, random):
+//  * the stored cache equals the host quantizer's bytes and scales (a wrong quantize-on-append
+//    kernel fails here, before any attention runs);
+//  * the output is finite everywhere (it is poisoned with NaN before the checked run);
+//  * the output vs float64 attention over the *dequantized* stored values: relative L2 within
+//    `tolerance` (the gate: the kernel computes the attention its cache holds);
+//  * the output vs float64 attention over the original bf16 values: relative L2 and max abs
+//    error – what the format costs in accuracy (reported, not gated).
+struct DecodeCheck {
+  Validation gate;
+  double format_rel_l2 = 0, format_max_err = 0;
+};
+using FetchHead = std::function<StoredHead(int b, int kvh)>;
+using ReadOut = std::function<float(int b, int h, int c)>;
+DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch,
+                         const ReadOut& out, double tolerance);
+
+// The metrics every decode-attention row reports from its check.
+std::vector<Metric> decode_metrics(const DecodeShape& s, const DecodeCheck& c);
+
+}  // namespace ib::kvcache

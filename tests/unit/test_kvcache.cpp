@@ -1,0 +1,295 @@
+// KV cache formats (FP8 e4m3 and INT8 rules), the block manager under random alloc/fork/append/
+// free with copy-on-write checked against a model of every sequence's tokens, the decode-attention
+// gate (it catches a corrupted cache), the CPU decode variants of kv-quant and kv-paged through
+// the runner, the memory calculator and the waste replay.
+#include <cmath>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "../common/run_kind.h"
+
+#include "kvcache/block_manager.h"
+#include "kvcache/decode_problem.h"
+#include "kvcache/kv_format.h"
+
+namespace ib::kvcache {
+namespace {
+
+using testing::expect_all_ok;
+using testing::metric;
+
+TEST(KvFormat, E4m3RoundTripsEveryFiniteCode) {
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;  // NaN
+    const float x = e4m3_bits_to_float(static_cast<uint8_t>(b));
+    if (x == 0.0f && b == 0x80) continue;  // -0 and +0 both decode to zero; -0 re-encodes as 0x80
+    EXPECT_EQ(float_to_e4m3_bits(x), b) << "code " << b << " value " << x;
+  }
+  EXPECT_EQ(e4m3_bits_to_float(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_bits_to_float(0x01), 0.001953125f);  // smallest subnormal 2^-9
+  EXPECT_EQ(e4m3_bits_to_float(0x08), 0.015625f);     // smallest normal 2^-6
+  EXPECT_TRUE(std::isnan(e4m3_bits_to_float(0x7f)));
+}
+
+TEST(KvFormat, E4m3RoundsToNearestEvenAndSaturates) {
+  // 1.0625 lies halfway between 1.0 (mantissa 0, even) and 1.125: ties to even.
+  EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1.0625f)), 1.0f);
+  EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1.1875f)), 1.25f);  // halfway 1.125/1.25 -> even 1.25
+  EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(1.07f)), 1.125f);
+  EXPECT_EQ(float_to_e4m3_bits(1e6f), 0x7e);
+  EXPECT_EQ(float_to_e4m3_bits(-INFINITY), 0xfe);
+  EXPECT_EQ(float_to_e4m3_bits(460.0f), 0x7e);
+  EXPECT_EQ(e4m3_bits_to_float(float_to_e4m3_bits(0.0029296875f)), 0.00390625f);  // 1.5·2^-9 ties to 2·2^-9
+  // Relative error of a normal value is at most 2^-4.
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0.02f, 440.0f);
+  for (int i = 0; i < 10000; ++i) {
+    const float x = u(rng);
+    EXPECT_LE(std::fabs(e4m3_bits_to_float(float_to_e4m3_bits(x)) - x), x * 0.0625f + 1e-7f) << x;
+  }
+}
+
+TEST(KvFormat, Int8ErrorIsWithinHalfAStep) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> x(128);
+  for (auto& e : x) e = u(rng);
+  float amax = 0;
+  for (float e : x) amax = std::max(amax, std::fabs(e));
+  const float scale = int8_scale(amax);
+  for (float e : x) {
+    const int8_t q = int8_quantize(e, scale);
+    EXPECT_LE(std::abs(static_cast<int>(q)), 127);
+    EXPECT_LE(std::fabs(int8_dequantize(q, scale) - e), scale * 0.5f + 1e-6f);
+  }
+  EXPECT_EQ(int8_quantize(amax, scale), 127);
+  EXPECT_EQ(int8_quantize(1.0f, 0.0f), 0);  // an all-zero token
+}
+
+// ---- block manager ----
+
+// Every sequence's tokens, written through its block table into a simulated pool, read back.
+TEST(BlockManager, RandomOperationsKeepInvariantsAndCopyOnWriteKeepsContents) {
+  constexpr int kBlocks = 64, kBs = 4;
+  BlockManager m(kBlocks, kBs);
+  std::vector<int> pool(kBlocks * kBs, -1);
+  std::map<int, std::vector<int>> want;  // sequence -> its tokens
+  std::mt19937 rng(3);
+  int next_token = 0;
+  auto write = [&](int s, int from) {
+    for (auto [src, dst] : m.take_copies())
+      std::copy(pool.begin() + src * kBs, pool.begin() + (src + 1) * kBs, pool.begin() + dst * kBs);
+    const auto& t = m.table(s);
+    for (int i = from; i < m.length(s); ++i) pool[static_cast<size_t>(t[static_cast<size_t>(i / kBs)] * kBs + i % kBs)] = want[s][static_cast<size_t>(i)];
+  };
+  int copies_seen = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const int op = static_cast<int>(rng() % 10);
+    std::vector<int> live = m.sequences();
+    if (live.empty() || op < 2) {
+      want[m.create()] = {};
+    } else {
+      const int s = live[rng() % live.size()];
+      if (op < 6) {
+        const int n = 1 + static_cast<int>(rng() % 6);
+        const int before = m.length(s);
+        const int free_before = m.free_blocks(), need = m.blocks_needed(s, n);
+        if (m.append(s, n)) {
+          for (int i = 0; i < n; ++i) want[s].push_back(next_token++);
+          copies_seen += static_cast<int>(m.copies_made() > 0);
+          write(s, before);
+          EXPECT_EQ(m.free_blocks(), free_before - need);
+        } else {
+          EXPECT_GT(need, free_before);
+          EXPECT_EQ(m.length(s), before);
+        }
+      } else if (op < 8) {
+        want[m.fork(s)] = want[s];
+      } else if (op < 9) {
+        m.free(s);
+        want.erase(s);
+      } else {
+        const int len = static_cast<int>(rng() % static_cast<unsigned>(m.length(s) + 1));
+        m.truncate(s, len);
+        want[s].resize(static_cast<size_t>(len));
+      }
+    }
+    ASSERT_NO_THROW(m.check_invariants()) << "step " << step;
+    for (int s : m.sequences()) {
+      ASSERT_EQ(m.length(s), static_cast<int>(want[s].size()));
+      const auto& t = m.table(s);
+      for (int i = 0; i < m.length(s); ++i)
+        ASSERT_EQ(pool[static_cast<size_t>(t[static_cast<size_t>(i / kBs)] * kBs + i % kBs)], want[s][static_cast<size_t>(i)])
+            << "step " << step << " sequence " << s << " token " << i;
+    }
+  }
+  EXPECT_GT(m.copies_made(), 0);
+  for (int s : m.sequences()) m.free(s);
+  EXPECT_EQ(m.free_blocks(), kBlocks);
+}
+
+TEST(BlockManager, ForkSharesBlocksAndCopiesOnlyAPartialLastBlock) {
+  BlockManager m(8, 4);
+  const int a = m.create();
+  ASSERT_TRUE(m.append(a, 6));  // blocks: [full, 2/4]
+  const int b = m.fork(a);
+  EXPECT_EQ(m.table(a), m.table(b));
+  EXPECT_EQ(m.ref_count(m.table(a)[0]), 2);
+  EXPECT_EQ(m.used_blocks(), 2);
+  ASSERT_TRUE(m.append(b, 1));  // b writes into the shared partial block: copy-on-write
+  const auto copies = m.take_copies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].first, m.table(a)[1]);
+  EXPECT_EQ(copies[0].second, m.table(b)[1]);
+  EXPECT_EQ(m.table(a)[0], m.table(b)[0]);  // the full block stays shared
+  EXPECT_EQ(m.ref_count(m.table(a)[1]), 1);
+  ASSERT_TRUE(m.append(a, 1));  // a now owns its block alone: no copy
+  EXPECT_TRUE(m.take_copies().empty());
+  m.free(a);
+  EXPECT_EQ(m.ref_count(m.table(b)[0]), 1);
+  m.free(b);
+  EXPECT_EQ(m.free_blocks(), 8);
+  m.check_invariants();
+}
+
+TEST(BlockManager, AppendPastThePoolChangesNothing) {
+  BlockManager m(2, 4);
+  const int a = m.create();
+  EXPECT_FALSE(m.append(a, 9));
+  EXPECT_EQ(m.length(a), 0);
+  EXPECT_EQ(m.free_blocks(), 2);
+  EXPECT_TRUE(m.append(a, 8));
+  EXPECT_FALSE(m.append(a, 1));
+  m.check_invariants();
+}
+
+TEST(BlockTables, ScatterEverySequencesBlocksOverAPoolOfExactlyTheNeededBlocks) {
+  DecodeShape s;
+  s.batch = 5;
+  s.context = 1000;
+  s.ragged = true;
+  s.block_size = 16;
+  const BlockTables t = build_block_tables(s, 7);
+  int need = 0;
+  for (int b = 0; b < s.batch; ++b) need += (s.length(b) + 15) / 16;
+  EXPECT_EQ(t.num_blocks, need);
+  std::vector<int> seen(static_cast<size_t>(need), 0);
+  bool scattered = false;
+  for (int b = 0; b < s.batch; ++b)
+    for (int i = 0; i < t.max_blocks; ++i) {
+      const int32_t blk = t.table[static_cast<size_t>(b * t.max_blocks + i)];
+      if (i < (s.length(b) + 15) / 16) {
+        ASSERT_GE(blk, 0);
+        ++seen[static_cast<size_t>(blk)];
+        if (i > 0 && blk != t.table[static_cast<size_t>(b * t.max_blocks + i - 1)] + 1) scattered = true;
+      } else {
+        EXPECT_EQ(blk, -1);
+      }
+    }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  EXPECT_TRUE(scattered);
+  EXPECT_NE(s.length(1), s.context);  // ragged
+}
+
+// ---- the decode-attention gate ----
+
+TEST(DecodeCheck, FailsOnACorruptedCacheAndOnAWrongOutput) {
+  DecodeShape s;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.context = 100;
+  s.format = KvFormat::INT8;
+  const DecodeInputs in = decode_inputs(s, 11);
+  // A correct output: float64 attention over the quantized cache.
+  std::vector<double> out(static_cast<size_t>(s.heads * s.head_dim));
+  std::vector<float> k, v, q(static_cast<size_t>(s.head_dim));
+  for (int kvh = 0; kvh < s.kv_heads; ++kvh) {
+    dequantize_head(s, quantize_head(s, in, 0, kvh), s.context, k, v);
+    for (int h = kvh * 2; h < kvh * 2 + 2; ++h) {
+      for (int c = 0; c < s.head_dim; ++c) q[static_cast<size_t>(c)] = in.q(0, h, c);
+      attend(s.context, s.head_dim, q.data(), k.data(), v.data(), s.scale(), out.data() + h * s.head_dim);
+    }
+  }
+  auto read = [&](int, int h, int c) { return static_cast<float>(out[static_cast<size_t>(h * s.head_dim + c)]); };
+  auto good = [&](int b, int kvh) { return quantize_head(s, in, b, kvh); };
+  const DecodeCheck ok = check_decode(s, in, 11, good, read, 1e-2);
+  EXPECT_TRUE(ok.gate.ok) << ok.gate.detail;
+  EXPECT_GT(ok.format_rel_l2, 1e-4);  // int8 costs something
+  EXPECT_LT(ok.format_rel_l2, 2e-2);
+  auto corrupt = [&](int b, int kvh) {
+    StoredHead h = quantize_head(s, in, b, kvh);
+    h.k[37] ^= 1;
+    return h;
+  };
+  const DecodeCheck bad_cache = check_decode(s, in, 11, corrupt, read, 1e-2);
+  EXPECT_FALSE(bad_cache.gate.ok);
+  EXPECT_EQ(bad_cache.gate.metric, "cache_mismatch");
+  out[5] += 0.5;
+  EXPECT_FALSE(check_decode(s, in, 11, good, read, 1e-2).gate.ok);
+  out[5] = NAN;
+  EXPECT_EQ(check_decode(s, in, 11, good, read, 1e-2).gate.metric, "nan_rows");
+}
+
+// ---- the kinds through the runner ----
+
+ExperimentResult run_kv(const std::string& body) {
+  return testing::run_spec_text("{warmup: 0, min_samples: 2, min_time: 0, max_noise: 1, timeout: 5s}", body);
+}
+
+TEST(KvKinds, QuantVariantsPassTheGateOnEveryLayoutWithRaggedGqaSequences) {
+  auto r = run_kv(
+      "  - {name: q, kind: kv-quant, variants: [cpu_bf16, cpu_fp8, cpu_int8], baseline: cpu_bf16, batch: 3, heads: 8,"
+      " kv_heads: [8, 2], head_dim: [64, 128], context: 1000, ragged: true, block_size: [0, 16, 7]}\n");
+  expect_all_ok(r, 3 * 2 * 2 * 3);
+  for (const auto& row : r.rows) {
+    const double err = metric(row, "rel L2 vs bf16 KV");
+    // bf16: only the output's float rounding; the quantized formats cost something, int8 less.
+    const double most = row.variant == "cpu_bf16" ? 1e-3 : row.variant == "cpu_int8" ? 1e-2 : 5e-2;
+    EXPECT_LT(err, most) << row.variant << " " << row.point.label();
+    EXPECT_EQ(err > 1e-3, row.variant != "cpu_bf16") << row.variant << " " << row.point.label();
+  }
+}
+
+TEST(KvKinds, PagedAndContiguousAgreeAndHoldTheSameBytes) {
+  auto r = run_kv(
+      "  - {name: p, kind: kv-paged, variants: [cpu_contiguous, cpu_paged], baseline: cpu_contiguous, batch: 2, heads: 4,"
+      " context: 333, ragged: true, kv_dtype: [bf16, fp8, int8], block_size: 16}\n");
+  expect_all_ok(r, 6);
+  for (size_t i = 0; i + 1 < r.rows.size(); i += 2) {
+    EXPECT_DOUBLE_EQ(metric(r.rows[i], "KV bytes"), metric(r.rows[i + 1], "KV bytes"));
+    EXPECT_NEAR(metric(r.rows[i], "rel L2 vs bf16 KV"), metric(r.rows[i + 1], "rel L2 vs bf16 KV"), 1e-5);
+  }
+}
+
+TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
+  auto r = run_kv(
+      "  - {name: m, kind: kv-memory, variants: [formula], model: [llama2-7b, qwen2-0.5b], kv_dtype: [bf16, fp8, int8],"
+      " seq: 4096, batch: 32, card_memory: 80GiB}\n");
+  expect_all_ok(r, 6);
+  EXPECT_DOUBLE_EQ(metric(r.rows[0], "KV batch (formula)"), 64.0);  // 2·32·32·128·2 B × 4096 × 32
+  EXPECT_DOUBLE_EQ(metric(r.rows[0], "KV/token (formula)"), 512.0);
+  EXPECT_NEAR(metric(r.rows[1], "vs bf16 (×)"), 2.0, 1e-4);  // less the per-head scales
+  EXPECT_LT(metric(r.rows[2], "vs bf16 (×)"), 2.0);  // int8's per-token scales
+  // 80 GiB − 12.55 GiB of weights = 67.45 GiB: 33 sequences of 2 GiB.
+  EXPECT_EQ(metric(r.rows[0], "max batch at seq"), 33);
+  // Qwen2-0.5B: 24 layers × 2 kv heads × 64 × 2 × 2 B = 12 KiB per token.
+  EXPECT_DOUBLE_EQ(metric(r.rows[3], "KV/token (formula)"), 12.0);
+}
+
+TEST(KvKinds, PagedAllocationWastesLittleAndMaxReservationMuch) {
+  auto r = run_kv(
+      "  - {name: w, kind: kv-paged-waste, variants: [contiguous_max, contiguous_exact, paged], requests: 200,"
+      " concurrent: 16}\n");
+  expect_all_ok(r, 3);
+  EXPECT_GT(metric(r.rows[0], "waste"), 50);
+  EXPECT_LT(metric(r.rows[2], "waste"), 4);
+  EXPECT_LT(metric(r.rows[2], "waste"), metric(r.rows[1], "waste"));
+  EXPECT_DOUBLE_EQ(metric(r.rows[0], "mean stored"), metric(r.rows[2], "mean stored"));
+  EXPECT_GT(metric(r.rows[2], "batch in same memory"), 2 * metric(r.rows[0], "batch in same memory"));
+}
+
+}  // namespace
+}  // namespace ib::kvcache

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -86,6 +87,15 @@ struct Sequence {
   bool live = false;
   int capacity = 0, length = 0;
   Buf cache;  // [layers][2][kv_heads][capacity][head_dim]
+  // Eviction studies: evicted[p] != 0 hides position p from attention (empty until a position is
+  // marked, so the common path pays nothing); the recorded attention of the last token.
+  std::vector<uint8_t> evicted;
+  bool recording = false;
+  AttentionRecord record;
+  std::vector<float> head_weights;  // [heads][positions]: one layer's weights while recording
+  // Format studies: K/V rounded through kv_format on write; fp8 scales [layers][2][kv_heads].
+  std::optional<kvcache::KvFormat> kv_format;
+  std::vector<float> fp8_scale;
 };
 
 class CpuModel : public Model {
@@ -148,6 +158,11 @@ class CpuModel : public Model {
     s.capacity = capacity;
     s.length = 0;
     s.live = true;
+    s.evicted.clear();
+    s.recording = false;
+    s.record = {};
+    s.kv_format.reset();
+    s.fp8_scale.clear();
     return id;
   }
   void release(int seq) override {
@@ -162,6 +177,9 @@ class CpuModel : public Model {
     Sequence& dst = at(id);
     std::memcpy(dst.cache.data(), src.cache.data(), src.cache.bytes());
     dst.length = src.length;
+    dst.evicted = src.evicted;
+    dst.kv_format = src.kv_format;
+    dst.fp8_scale = src.fp8_scale;
     return id;
   }
   void truncate(int seq, int length) override {
@@ -184,6 +202,7 @@ class CpuModel : public Model {
         std::memcpy(cache_v(d, l, kh) + static_cast<size_t>(begin) * hd, cache_v(s, l, kh) + static_cast<size_t>(begin) * hd,
                     sizeof(float) * hd * static_cast<size_t>(n));
       }
+    if (!d.evicted.empty()) std::fill(d.evicted.begin() + begin, d.evicted.begin() + begin + n, uint8_t{0});
     d.length = begin + n;
   }
   int capacity(int seq) const override { return at(seq).capacity; }
@@ -205,6 +224,34 @@ class CpuModel : public Model {
         if (seqs[r] == seqs[r2]) throw std::invalid_argument("a decode batch holds each sequence once");
     forward(tokens, batch, seq_of, pos, 0, out);
   }
+
+  void set_kept(int seq, int pos, bool kept) override {
+    Sequence& s = at(seq);
+    if (pos < 0 || pos >= s.capacity) throw std::invalid_argument(fmt::format("position {} of a {}-token sequence", pos, s.capacity));
+    if (!kept && s.evicted.empty()) s.evicted.assign(static_cast<size_t>(s.capacity), 0);
+    if (!s.evicted.empty()) s.evicted[static_cast<size_t>(pos)] = kept ? 0 : 1;
+  }
+  void record_attention(int seq, bool on) override { at(seq).recording = on; }
+  void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) override {
+    Sequence& s = at(seq);
+    if (s.length > 0) throw std::logic_error("set_kv_format: the sequence already holds tokens");
+    if (format == kvcache::KvFormat::INT4) throw std::invalid_argument("set_kv_format: int4 is not a stored format");
+    const size_t n = static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads);
+    if (format == kvcache::KvFormat::FP8 && fp8_scales.size() != n)
+      throw std::invalid_argument(fmt::format("set_kv_format: fp8 needs {} scales, got {}", n, fp8_scales.size()));
+    s.kv_format = format;
+    s.fp8_scale = fp8_scales;
+  }
+  std::vector<float> kv_amax(int seq) const override {
+    const Sequence& s = at(seq);
+    const size_t per = static_cast<size_t>(s.capacity) * static_cast<size_t>(c_.head_dim);
+    const size_t used = static_cast<size_t>(s.length) * static_cast<size_t>(c_.head_dim);
+    std::vector<float> amax(static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads), 0.0f);
+    for (size_t i = 0; i < amax.size(); ++i)  // the cache is [layers][K, V][kv_heads][capacity][head_dim]
+      for (size_t e = 0; e < used; ++e) amax[i] = std::max(amax[i], std::fabs(s.cache[i * per + e]));
+    return amax;
+  }
+  const AttentionRecord& attention_record(int seq) const override { return at(seq).record; }
 
   int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t kv_bytes() const override {
@@ -229,6 +276,34 @@ class CpuModel : public Model {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
   }
 
+  // Rounds the K and V rows ([rows][kv_dim], after RoPE) of sequences with a KV format through
+  // it, in place, before they are written to the cache.
+  void round_kv(int l, int rows, const std::vector<int>& seq_of, float* k, float* v) {
+    const int d = c_.head_dim, kvd = c_.kv_dim(), kvh = c_.kv_heads;
+    for (int r = 0; r < rows; ++r) {
+      Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+      if (!s.kv_format) continue;
+      const float* scales = s.fp8_scale.empty() ? nullptr : s.fp8_scale.data() + static_cast<size_t>(l) * 2 * static_cast<size_t>(kvh);
+      for (int kh = 0; kh < kvh; ++kh) {
+        round_row(*s.kv_format, k + static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d, d, scales ? scales[kh] : 0.0f);
+        round_row(*s.kv_format, v + static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d, d, scales ? scales[kvh + kh] : 0.0f);
+      }
+    }
+  }
+  static void round_row(kvcache::KvFormat f, float* x, int d, float fp8_scale) {
+    using kvcache::KvFormat;
+    if (f == KvFormat::BF16) {
+      for (int e = 0; e < d; ++e) x[e] = bf16_bits_to_float(float_to_bf16_bits(x[e]));
+    } else if (f == KvFormat::FP8) {
+      for (int e = 0; e < d; ++e) x[e] = kvcache::fp8_dequantize(kvcache::fp8_quantize(x[e], fp8_scale), fp8_scale);
+    } else {
+      float amax = 0;
+      for (int e = 0; e < d; ++e) amax = std::max(amax, std::fabs(x[e]));
+      const float scale = kvcache::int8_scale(amax);
+      for (int e = 0; e < d; ++e) x[e] = kvcache::int8_dequantize(kvcache::int8_quantize(x[e], scale), scale);
+    }
+  }
+
   // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
   // there, and it attends to that sequence's keys up to its own position (within the window).
   // Outputs the rows from `first_out` on.
@@ -241,6 +316,21 @@ class CpuModel : public Model {
         throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
     }
     const size_t R = static_cast<size_t>(rows);
+    // A position written now is in the cache again. A recording sequence records its last row.
+    std::vector<uint8_t> recorded(R, 0);
+    std::vector<int> found;  // recording sequences whose last row is known
+    for (int r = rows - 1; r >= 0; --r) {
+      const int id = seq_of[static_cast<size_t>(r)];
+      Sequence& s = at(id);
+      const int p = pos[static_cast<size_t>(r)];
+      if (!s.evicted.empty()) s.evicted[static_cast<size_t>(p)] = 0;
+      if (!s.recording || std::find(found.begin(), found.end(), id) != found.end()) continue;
+      found.push_back(id);
+      recorded[static_cast<size_t>(r)] = 1;
+      s.record.weights.assign(static_cast<size_t>(p) + 1, 0.0f);
+      s.record.output.assign(static_cast<size_t>(c_.layers) * qd, 0.0f);
+      s.head_weights.assign(static_cast<size_t>(c_.heads) * (static_cast<size_t>(p) + 1), 0.0f);
+    }
     std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
     std::vector<float> gate(R * c_.mlp), up(R * c_.mlp);
     for (int r = 0; r < rows; ++r)
@@ -255,11 +345,14 @@ class CpuModel : public Model {
       for (int r = 0; r < rows; ++r) {
         const int p = pos[static_cast<size_t>(r)];
         for (int hh = 0; hh < c_.heads; ++hh) rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, c_.rope_theta);
+        for (int kh = 0; kh < c_.kv_heads; ++kh) rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, p, c_.rope_theta);
+      }
+      round_kv(l, rows, seq_of, k.data(), v.data());
+      for (int r = 0; r < rows; ++r) {
+        const int p = pos[static_cast<size_t>(r)];
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         for (int kh = 0; kh < c_.kv_heads; ++kh) {
-          float* kr = &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d];
-          rope(kr, d, p, c_.rope_theta);
-          std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, kr, sizeof(float) * d);
+          std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
           std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d, &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
         }
       }
@@ -275,9 +368,14 @@ class CpuModel : public Model {
           const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
           const float* kc = cache_k(s, l, hh / g);
           const float* vc = cache_v(s, l, hh / g);
+          const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
           score.assign(static_cast<size_t>(p - first + 1), 0.0f);
           float mx = -INFINITY;
           for (int j = first; j <= p; ++j) {
+            if (evicted && evicted[j]) {
+              score[static_cast<size_t>(j - first)] = -INFINITY;  // exp() gives it weight 0
+              continue;
+            }
             float acc = 0;
             for (int e = 0; e < d; ++e) acc += qv[e] * kc[static_cast<size_t>(j) * d + e];
             score[static_cast<size_t>(j - first)] = acc * scale;
@@ -291,8 +389,21 @@ class CpuModel : public Model {
             const float w = score[static_cast<size_t>(j - first)] / sum;
             for (int e = 0; e < d; ++e) o[e] += w * vc[static_cast<size_t>(j) * d + e];
           }
+          if (recorded[static_cast<size_t>(r)]) {
+            float* hw = s.head_weights.data() + static_cast<size_t>(hh) * (static_cast<size_t>(p) + 1);
+            for (int j = first; j <= p; ++j) hw[j] = score[static_cast<size_t>(j - first)] / sum;
+            std::memcpy(s.record.output.data() + static_cast<size_t>(l) * qd + static_cast<size_t>(hh) * d, o, sizeof(float) * d);
+          }
         }
       });
+      // Sum the recorded rows' weights over heads (the tasks above wrote disjoint head rows).
+      for (int r = 0; r < rows; ++r) {
+        if (!recorded[static_cast<size_t>(r)]) continue;
+        Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+        const size_t n = s.record.weights.size();
+        for (int hh = 0; hh < c_.heads; ++hh)
+          for (size_t j = 0; j < n; ++j) s.record.weights[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+      }
       matmul(att.data(), rows, qd, L.wo.data(), h, nullptr, tmp.data());
       for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
@@ -332,6 +443,15 @@ class CpuModel : public Model {
 }  // namespace
 
 void Model::copy_cache(int, int, int, int) { throw std::runtime_error("copy_cache is not implemented by this backend"); }
+void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
+  throw std::runtime_error("set_kv_format is not supported by this engine");
+}
+std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
+void Model::set_kept(int, int, bool) { throw std::runtime_error("set_kept (KV eviction) is not supported by this engine"); }
+void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
+const AttentionRecord& Model::attention_record(int) const {
+  throw std::runtime_error("attention_record is not supported by this engine");
+}
 
 std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) { return std::make_unique<CpuModel>(c, w); }
 

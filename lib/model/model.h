@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "kvcache/kv_format.h"
 #include "model/config.h"
 #include "model/sample.h"
 #include "model/weights.h"
@@ -20,6 +22,12 @@ struct StepOutput {
   int32_t* next = nullptr;
   SamplingParams sampling;  // temperature 0 = greedy
   uint64_t step = 0;        // which random numbers the sampler uses (sample_uniform)
+};
+
+// What Model::record_attention keeps of a sequence's latest forward pass (its last token).
+struct AttentionRecord {
+  std::vector<float> weights;  // [positions up to the token]: softmax weights summed over layers and heads
+  std::vector<float> output;   // [layers][q_dim]: each layer's attention output (before o_proj)
 };
 
 class Model {
@@ -47,6 +55,24 @@ class Model {
   virtual void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) = 0;
   // One token for each of `batch` sequences (lengths may differ); outputs [batch] rows.
   virtual void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) = 0;
+
+  // KV-cache eviction studies (kv-evict-model). Attention in `seq` skips the cached positions
+  // marked not kept; a position is kept again when a forward pass writes it, so a token always
+  // sees itself. The K/V stay allocated: this emulates a cache that dropped them. The default
+  // implementations throw std::runtime_error (the engine does not support it).
+  virtual void set_kept(int seq, int pos, bool kept);
+  // While on, each forward pass of `seq` records its last token's attention (attention_record).
+  virtual void record_attention(int seq, bool on);
+  virtual const AttentionRecord& attention_record(int seq) const;
+
+  // KV-cache format studies (kv-quant-model): the K/V that `seq`'s forward passes write from now
+  // on are rounded through `format` – the values a cache stored in it returns: bf16; fp8 e4m3
+  // with the static scales `fp8_scales` [layers][K, V][kv_heads] (values past 448·scale
+  // saturate); int8 with per-token, per-head scales. Call before the first forward pass.
+  // kv_amax gives the largest |K| and |V| a sequence's cache holds per [layers][K, V][kv_heads]:
+  // the calibration of fp8 scales. The default implementations throw std::runtime_error.
+  virtual void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales = {});
+  virtual std::vector<float> kv_amax(int seq) const;
 
   // Bytes of weights, and of the KV caches of live sequences.
   virtual int64_t weight_bytes() const = 0;

@@ -12,7 +12,10 @@
 
 #include "kvcache/block_manager.h"
 #include "kvcache/decode_problem.h"
+#include "core/stats.h"
 #include "kvcache/kv_format.h"
+#include "model/decode_variants.h"
+#include "model/model.h"
 
 namespace ib::kvcache {
 namespace {
@@ -233,6 +236,49 @@ TEST(DecodeCheck, FailsOnACorruptedCacheAndOnAWrongOutput) {
   EXPECT_EQ(check_decode(s, in, 11, good, read, 1e-2).gate.metric, "nan_rows");
 }
 
+// ---- the engine's KV formats ----
+
+TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
+  const auto c = model::preset("tiny").value();
+  auto m = model::make_cpu_model(c, *model::random_weights(c, 5));
+  const std::vector<int32_t> prompt = model::random_prompt(c.vocab, 40, 9);
+  auto logits_with = [&](std::optional<KvFormat> f, const std::vector<float>& scales) {
+    std::vector<float> l(static_cast<size_t>(c.vocab));
+    const int s = m->new_sequence(64);
+    if (f) m->set_kv_format(s, *f, scales);
+    model::StepOutput out;
+    out.logits = l.data();
+    m->prefill(s, prompt.data(), static_cast<int>(prompt.size()), 1, out);
+    m->release(s);
+    return l;
+  };
+  const auto f32 = logits_with(std::nullopt, {});
+  const int s = m->new_sequence(64);
+  m->prefill(s, prompt.data(), static_cast<int>(prompt.size()), 1, model::StepOutput{});
+  std::vector<float> scales = m->kv_amax(s);
+  ASSERT_EQ(scales.size(), static_cast<size_t>(c.layers * 2 * c.kv_heads));
+  for (float& x : scales) {
+    EXPECT_GT(x, 0);
+    x = fp8_scale(x);
+  }
+  EXPECT_THROW(m->set_kv_format(s, KvFormat::INT8), std::logic_error);  // the sequence holds tokens
+  m->release(s);
+  double prev = 0;
+  for (KvFormat f : {KvFormat::BF16, KvFormat::INT8, KvFormat::FP8}) {
+    const auto l = logits_with(f, scales);
+    const double err = relative_l2(l, f32);
+    EXPECT_GT(err, 0) << to_string(f);     // the rounding took effect
+    EXPECT_LT(err, 0.05) << to_string(f);  // and stayed small
+    if (f == KvFormat::FP8) {
+      EXPECT_GT(err, prev);  // fp8's 3 mantissa bits cost more than int8's per-token scale here
+    }
+    prev = err;
+  }
+  const int t = m->new_sequence(8);
+  EXPECT_THROW(m->set_kv_format(t, KvFormat::FP8), std::invalid_argument);  // fp8 needs its scales
+  EXPECT_THROW(m->set_kv_format(t, KvFormat::INT4), std::invalid_argument);
+}
+
 // ---- the kinds through the runner ----
 
 ExperimentResult run_kv(const std::string& body) {
@@ -277,6 +323,17 @@ TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
   EXPECT_EQ(metric(r.rows[0], "max batch at seq"), 33);
   // Qwen2-0.5B: 24 layers × 2 kv heads × 64 × 2 × 2 B = 12 KiB per token.
   EXPECT_DOUBLE_EQ(metric(r.rows[3], "KV/token (formula)"), 12.0);
+}
+
+TEST(KvKinds, EngineDecodeCostsLittleWithInt8AndBf16MoreWithFp8) {
+  auto r = run_kv("  - {name: e, kind: kv-quant-model, variants: [cpu_bf16, cpu_int8, cpu_fp8], model: tiny, prompt: 64, new_tokens: 16}\n");
+  expect_all_ok(r, 3);
+  for (const auto& row : r.rows) {
+    EXPECT_GE(metric(row, "top-1 agree"), 75) << row.variant;
+    EXPECT_LT(metric(row, "KL mean"), 0.05) << row.variant;
+  }
+  EXPECT_LT(metric(r.rows[0], "attn err"), metric(r.rows[2], "attn err"));
+  EXPECT_LT(metric(r.rows[1], "attn err"), metric(r.rows[2], "attn err"));
 }
 
 TEST(KvKinds, PagedAllocationWastesLittleAndMaxReservationMuch) {

@@ -1,0 +1,55 @@
+// Comparing a modified KV cache with the full-precision one on the transformer engine: the
+// reference decode (a random prompt, then the float32 cache's greedy continuation, one token at a
+// time), a teacher-forced decode of the same tokens on a sequence with the modification, and
+// what the modification costs: KL(reference ‖ modified) of the next-token distribution, top-1
+// agreement, and the relative L2 error of every layer's attention output.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/sweep.h"
+#include "core/value.h"
+#include "core/variant.h"
+#include "model/model.h"
+
+namespace ib::kvcache {
+
+// model, weights, prompt, new_tokens.
+std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_tokens);
+// Why the point's decode does not fit the preset's positions ("" when it does).
+std::string engine_decode_unsupported(const Point& p);
+
+struct ReferenceDecode {
+  model::ModelConfig config;
+  std::unique_ptr<model::Model> model;  // the CPU engine, reused by the modified decodes
+  int prompt = 0, new_tokens = 0;
+  std::vector<int32_t> tokens;  // prompt + new_tokens: the prompt, then the reference's greedy tokens
+  std::vector<float> logits;    // [new_tokens][vocab] of the measured steps
+  std::vector<float> attn;      // [new_tokens][layers·q_dim]
+  int context() const { return prompt + new_tokens; }
+  size_t vocab() const { return static_cast<size_t>(config.vocab); }
+  size_t attn_size() const { return static_cast<size_t>(config.layers) * static_cast<size_t>(config.q_dim()); }
+};
+ReferenceDecode reference_decode(const Point& p, uint64_t seed);
+
+// One teacher-forced decode of ref.tokens on a new sequence of ref.model: `before(seq, t)` runs
+// before token t is decoded, `after(seq, t, record)` after it (the attention record of that
+// step). The measured steps' logits and attention outputs go to `logits` / `attn` (resized).
+void teacher_forced_decode(ReferenceDecode& ref, std::vector<float>& logits, std::vector<float>& attn,
+                           const std::function<void(int seq, int t)>& before,
+                           const std::function<void(int seq, int t, const model::AttentionRecord&)>& after);
+
+// KL(p ‖ q) of the softmax distributions of two logit rows.
+double kl_divergence(const float* p_logits, const float* q_logits, int n);
+
+struct DecodeComparison {
+  double kl_mean = 0, kl_worst = 0, top1_agree = 0, attn_err = 0;
+};
+DecodeComparison compare_decode(const ReferenceDecode& ref, const std::vector<float>& logits, const std::vector<float>& attn);
+// KL mean, KL worst, top-1 agree, attn err.
+void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m);
+
+}  // namespace ib::kvcache

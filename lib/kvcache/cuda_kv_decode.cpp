@@ -1,0 +1,306 @@
+// CUDA variants of `kv-quant` (bf16, fp8, int8) and `kv-paged` (contiguous, paged): split-K decode
+// attention (kernels/kv_decode.cu) over a cache that the variant fills through its own
+// quantize-on-append path from the counter-based inputs of decode_problem.h, so the gate checks
+// the append kernels (stored bytes and scales) before it checks the attention.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_check.h"
+#include "core/cuda_memory.h"
+#include "core/dtype.h"
+#include "core/half.h"
+#include "core/registry.h"
+#include "fill.h"
+#include "kv_decode.h"
+#include "kvcache/decode_problem.h"
+
+namespace ib::kvcache {
+namespace {
+
+cudaStream_t stream_of(BackendRuntime& rt) { return static_cast<cudaStream_t>(rt.stream()); }
+
+// Staging for the bf16 K and V chunks the cache is appended from (both together).
+constexpr size_t kStagingBytes = size_t{256} << 20;
+
+KvElem elem_of(KvFormat f) {
+  switch (f) {
+    case KvFormat::BF16: return KvElem::BF16;
+    case KvFormat::FP8: return KvElem::FP8;
+    case KvFormat::INT8: return KvElem::INT8;
+    case KvFormat::INT4: break;
+  }
+  throw std::logic_error("kv decode: int4 has no CUDA cache");  // decode_shape_problem rejects it first
+}
+
+size_t elem_bytes(KvFormat f) { return f == KvFormat::BF16 ? 2 : 1; }
+
+// The kernel parameters of a shape, without buffers: enough for kv_decode_unsupported.
+KvDecodeParams params_of(const DecodeShape& s, int splits) {
+  KvDecodeParams p;
+  p.cache.elem = elem_of(s.format);
+  p.cache.batch = s.batch;
+  p.cache.kv_heads = s.kv_heads;
+  p.cache.head_dim = s.head_dim;
+  p.cache.capacity = s.paged() ? 0 : s.context;
+  p.cache.block_size = s.paged() ? s.block_size : 0;
+  p.cache.max_blocks = s.blocks_per_seq();
+  p.heads = s.heads;
+  p.max_length = s.context;  // sequence 0 always has the full context
+  p.scale = static_cast<float>(s.scale());
+  p.splits = splits;
+  return p;
+}
+
+int requested_splits(const Point& p) { return p.find("splits") ? static_cast<int>(p.integer("splits")) : 0; }
+
+template <class T>
+void upload(DeviceBuffer<T>& dst, const std::vector<T>& src, cudaStream_t st) {
+  IB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, st));
+}
+
+class CudaKvDecode : public Variant {
+ public:
+  std::string unsupported(const Point& p) const override {
+    const DecodeShape s = shape_of(p);
+    if (std::string why = decode_shape_problem(s); !why.empty()) return why;
+    return kv_decode_unsupported(params_of(s, requested_splits(p)));
+  }
+
+  void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
+    s_ = shape_of(p);
+    seed_ = seed;
+    in_ = decode_inputs(s_, seed);
+    cudaStream_t st = stream_of(rt);
+    params_ = params_of(s_, requested_splits(p));
+    KvCacheView& c = params_.cache;
+    const size_t d = static_cast<size_t>(s_.head_dim), kvh = static_cast<size_t>(s_.kv_heads);
+    const size_t batch = static_cast<size_t>(s_.batch);
+
+    // The cache: rows of head_dim elements, one per (sequence or block slot, kv head, token).
+    size_t rows = batch * kvh * static_cast<size_t>(s_.context);
+    if (s_.paged()) {
+      tables_ = build_block_tables(s_, seed);
+      rows = static_cast<size_t>(tables_.num_blocks) * kvh * static_cast<size_t>(s_.block_size);
+      table_.allocate(tables_.table.size(), "block tables");
+      upload(table_, tables_.table, st);
+      c.block_table = table_.data();
+    }
+    k_.allocate(rows * d * elem_bytes(s_.format), "K cache");
+    v_.allocate(rows * d * elem_bytes(s_.format), "V cache");
+    c.k = k_.data();
+    c.v = v_.data();
+    if (s_.format != KvFormat::BF16) {
+      const size_t scales = s_.format == KvFormat::FP8 ? batch * kvh : rows;
+      k_scale_.allocate(scales, "K scales");
+      v_scale_.allocate(scales, "V scales");
+      c.k_scale = k_scale_.data();
+      c.v_scale = v_scale_.data();
+    }
+
+    const size_t q_elems = batch * static_cast<size_t>(s_.heads) * d;
+    q_.allocate(q_elems, "q");
+    out_.allocate(q_elems, "out");
+    launch_fill_random(q_.data(), q_elems, DType::BF16, seed, DecodeInputs::kQScale, st);
+    std::vector<int32_t> lengths(batch);
+    for (int b = 0; b < s_.batch; ++b) lengths[static_cast<size_t>(b)] = s_.length(b);
+    lengths_.allocate(batch, "sequence lengths");
+    upload(lengths_, lengths, st);
+    params_.q = q_.data();
+    params_.out = out_.data();
+    params_.lengths = lengths_.data();
+
+    fill_cache(rt);
+    rt.memory().reset_peak();  // the staging is gone: the row's peak is the cache, q, out and the workspace
+
+    if (params_.splits == 0) {
+      int dev = 0, sms = 0;
+      IB_CUDA_CHECK(cudaGetDevice(&dev));
+      IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      params_.splits = kv_decode_splits(params_, sms);
+    }
+    if (const size_t ws = kv_decode_workspace_floats(params_, params_.splits); ws > 0) {
+      workspace_.allocate(ws, "split-K partials (o, max, sum per split)");
+      params_.workspace = workspace_.data();
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  Validation validate(BackendRuntime& rt) override {
+    cudaStream_t st = stream_of(rt);
+    // 0xFFFF is a bf16 NaN: an output the kernels do not write stays NaN and fails the gate.
+    IB_CUDA_CHECK(cudaMemsetAsync(out_.data(), 0xFF, out_.bytes(), st));
+    run(rt);
+    rt.synchronize();
+    rt.check_errors();
+    std::vector<uint16_t> out(out_.size());
+    IB_CUDA_CHECK(cudaMemcpy(out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
+    const size_t d = static_cast<size_t>(s_.head_dim);
+    check_ = check_decode(
+        s_, in_, seed_, [&](int b, int kvh) { return fetch_head(b, kvh); },
+        [&](int b, int h, int c) { return bf16_bits_to_float(out[(static_cast<size_t>(b) * s_.heads + h) * d + c]); }, 1e-2);
+    return check_.gate;
+  }
+
+  void run(BackendRuntime& rt) override { launch_kv_decode(params_, stream_of(rt)); }
+  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
+  std::vector<Metric> metrics() const override {
+    std::vector<Metric> m = decode_metrics(s_, check_);
+    m.push_back({"splits", static_cast<double>(params_.splits), ""});
+    return m;
+  }
+
+ protected:
+  // The shape with the format and layout this variant implies.
+  virtual DecodeShape shape_of(const Point& p) const = 0;
+
+ private:
+  // Fills the cache the way a serving engine does: bf16 K/V of a chunk of tokens of every
+  // sequence are staged, then appended (quantized). fp8 first runs a calibration pass over all
+  // chunks for the per-(sequence, head) amax, whose scale the append then uses. The staging is
+  // released on return, before timing.
+  void fill_cache(BackendRuntime& rt) {
+    cudaStream_t st = stream_of(rt);
+    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim, context = s_.context;
+    const size_t per_token = size_t{2} * batch * kvh * d * sizeof(uint16_t);  // K and V of one token position
+    const int chunk = static_cast<int>(std::clamp<size_t>(kStagingBytes / per_token, 1, static_cast<size_t>(context)));
+    const int chunks = (context + chunk - 1) / chunk;
+    // first/count of every chunk, uploaded once: chunk i appends tokens [i·chunk, i·chunk + count).
+    std::vector<int32_t> first(static_cast<size_t>(chunks) * batch), count(first.size());
+    for (int i = 0; i < chunks; ++i)
+      for (int b = 0; b < batch; ++b) {
+        const size_t at = static_cast<size_t>(i) * batch + b;
+        first[at] = i * chunk;
+        count[at] = std::clamp(s_.length(b) - i * chunk, 0, chunk);
+      }
+    DeviceBuffer<int32_t> first_d(first.size(), "append positions"), count_d(count.size(), "append counts");
+    upload(first_d, first, st);
+    upload(count_d, count, st);
+    const size_t staged = static_cast<size_t>(batch) * kvh * chunk * d;
+    DeviceBuffer<uint16_t> k_new(staged, "staged K (bf16)"), v_new(staged, "staged V (bf16)");
+    auto stage = [&](int i) {
+      launch_kv_fill_chunk(k_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 1, st);
+      launch_kv_fill_chunk(v_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 2, st);
+    };
+
+    if (s_.format == KvFormat::FP8) {
+      const size_t heads = static_cast<size_t>(batch) * kvh;
+      DeviceBuffer<float> k_amax(heads, "K amax"), v_amax(heads, "V amax");
+      IB_CUDA_CHECK(cudaMemsetAsync(k_amax.data(), 0, k_amax.bytes(), st));
+      IB_CUDA_CHECK(cudaMemsetAsync(v_amax.data(), 0, v_amax.bytes(), st));
+      for (int i = 0; i < chunks; ++i) {
+        stage(i);
+        launch_kv_amax(k_amax.data(), v_amax.data(), k_new.data(), v_new.data(), batch, kvh, d, chunk,
+                       count_d.data() + static_cast<size_t>(i) * batch, st);
+      }
+      std::vector<float> ks(heads), vs(heads);
+      IB_CUDA_CHECK(cudaMemcpyAsync(ks.data(), k_amax.data(), k_amax.bytes(), cudaMemcpyDeviceToHost, st));
+      IB_CUDA_CHECK(cudaMemcpyAsync(vs.data(), v_amax.data(), v_amax.bytes(), cudaMemcpyDeviceToHost, st));
+      IB_CUDA_CHECK(cudaStreamSynchronize(st));
+      for (size_t h = 0; h < heads; ++h) {
+        ks[h] = fp8_scale(ks[h]);
+        vs[h] = fp8_scale(vs[h]);
+      }
+      upload(k_scale_, ks, st);
+      upload(v_scale_, vs, st);
+    }
+    for (int i = 0; i < chunks; ++i) {
+      stage(i);
+      launch_kv_append(params_.cache, k_new.data(), v_new.data(), chunk, first_d.data() + static_cast<size_t>(i) * batch,
+                       count_d.data() + static_cast<size_t>(i) * batch, st);
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(st));  // the staging buffers are freed on return
+  }
+
+  // One (sequence, kv head) of the cache as stored, for check_decode: n = length(b) tokens of
+  // elements and their scales; paged caches are gathered block by block through the table.
+  StoredHead fetch_head(int b, int kvh) const {
+    const int n = s_.length(b);
+    const size_t row_bytes = static_cast<size_t>(s_.head_dim) * elem_bytes(s_.format);
+    const size_t seq_head = static_cast<size_t>(b) * s_.kv_heads + kvh;
+    StoredHead h;
+    h.k.resize(static_cast<size_t>(n) * row_bytes);
+    h.v.resize(h.k.size());
+    const bool int8 = s_.format == KvFormat::INT8;
+    if (int8) {
+      h.k_scale.resize(static_cast<size_t>(n));
+      h.v_scale.resize(static_cast<size_t>(n));
+    }
+    // Copies `tokens` rows starting at cache row `row` into the head's token t.
+    auto copy_rows = [&](size_t row, int t, int tokens) {
+      const size_t bytes = static_cast<size_t>(tokens) * row_bytes, at = static_cast<size_t>(t) * row_bytes;
+      IB_CUDA_CHECK(cudaMemcpy(h.k.data() + at, k_.data() + row * row_bytes, bytes, cudaMemcpyDeviceToHost));
+      IB_CUDA_CHECK(cudaMemcpy(h.v.data() + at, v_.data() + row * row_bytes, bytes, cudaMemcpyDeviceToHost));
+      if (int8) {
+        IB_CUDA_CHECK(cudaMemcpy(h.k_scale.data() + t, k_scale_.data() + row, tokens * sizeof(float), cudaMemcpyDeviceToHost));
+        IB_CUDA_CHECK(cudaMemcpy(h.v_scale.data() + t, v_scale_.data() + row, tokens * sizeof(float), cudaMemcpyDeviceToHost));
+      }
+    };
+    if (s_.paged()) {
+      const int bs = s_.block_size;
+      for (int t = 0; t < n; t += bs) {
+        const int32_t page = tables_.table[static_cast<size_t>(b) * tables_.max_blocks + t / bs];
+        copy_rows((static_cast<size_t>(page) * s_.kv_heads + kvh) * bs, t, std::min(bs, n - t));
+      }
+    } else {
+      copy_rows(seq_head * static_cast<size_t>(s_.context), 0, n);
+    }
+    if (s_.format == KvFormat::FP8) {
+      h.k_scale.resize(1);
+      h.v_scale.resize(1);
+      IB_CUDA_CHECK(cudaMemcpy(h.k_scale.data(), k_scale_.data() + seq_head, sizeof(float), cudaMemcpyDeviceToHost));
+      IB_CUDA_CHECK(cudaMemcpy(h.v_scale.data(), v_scale_.data() + seq_head, sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return h;
+  }
+
+  DecodeShape s_;
+  DecodeInputs in_;
+  uint64_t seed_ = 0;
+  BlockTables tables_;
+  KvDecodeParams params_;
+  DeviceBuffer<uint8_t> k_, v_;
+  DeviceBuffer<float> k_scale_, v_scale_, workspace_;
+  DeviceBuffer<uint16_t> q_, out_;
+  DeviceBuffer<int32_t> lengths_, table_;
+  DecodeCheck check_;
+};
+
+// kv-quant: the format is the variant; block_size (0 = contiguous) comes from the point.
+template <KvFormat F>
+class QuantDecode : public CudaKvDecode {
+ protected:
+  DecodeShape shape_of(const Point& p) const override {
+    DecodeShape s = decode_shape(p);
+    s.format = F;
+    return s;
+  }
+};
+
+// kv-paged: the format is kv_dtype; the variant is the layout.
+class ContiguousDecode : public CudaKvDecode {
+ protected:
+  DecodeShape shape_of(const Point& p) const override {
+    DecodeShape s = decode_shape(p);
+    s.block_size = 0;
+    return s;
+  }
+};
+
+class PagedDecode : public CudaKvDecode {
+ protected:
+  DecodeShape shape_of(const Point& p) const override { return decode_shape(p); }
+};
+
+IB_REGISTER_VARIANT("kv-quant", "bf16", QuantDecode<KvFormat::BF16>);
+IB_REGISTER_VARIANT("kv-quant", "fp8", QuantDecode<KvFormat::FP8>);
+IB_REGISTER_VARIANT("kv-quant", "int8", QuantDecode<KvFormat::INT8>);
+IB_REGISTER_VARIANT("kv-paged", "contiguous", ContiguousDecode);
+IB_REGISTER_VARIANT("kv-paged", "paged", PagedDecode);
+
+}  // namespace
+}  // namespace ib::kvcache

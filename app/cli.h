@@ -46,6 +46,6 @@ void register_constrain(Cli& cli);
 void register_decode(Cli& cli);
 void register_prefix(Cli& cli);
 void register_specdec(Cli& cli);
-void register_pending(Cli& cli);
+void register_kvcache(Cli& cli);
 
 }  // namespace ib::app

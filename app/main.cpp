@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   ib::app::register_decode(cli);
   ib::app::register_prefix(cli);
   ib::app::register_specdec(cli);
-  ib::app::register_pending(cli);
+  ib::app::register_kvcache(cli);
 
   try {
     cli.app.parse(argc, argv);

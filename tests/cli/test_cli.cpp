@@ -78,13 +78,13 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
   }
 }
 
-TEST_F(Cli, PendingSubcommandsSaySoAndPrintNothing) {
-  for (const char* sub : {"kvcache"}) {
-    auto r = ib({sub, "--seq", "8192"});
-    EXPECT_EQ(r.exit_code, 2) << sub;
-    EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
-    EXPECT_TRUE(r.out.empty()) << sub;
-  }
+TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
+  auto r = ib({"kvcache", kSource + "/experiments/kvcache.yaml", "--backend", "cpu", "--only", "kv-memory", "--only",
+               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"cpu_fp8", "cpu_int8", "rel L2 vs bf16 KV", "KV batch (formula)", "book: Chapter 8"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {

@@ -238,6 +238,7 @@ class CpuKvDecode : public Variant {
     int run_end = -1;
     for (int base = t0; base < t1; base += kTile) {
       const int m = std::min(kTile, t1 - base);
+      if (s_.paged()) prefetch_tile(b, kvh, base + kTile, std::min(kTile, t1 - base - kTile));
       run_end = -1;
       for (int j = 0; j < m; ++j) {
         const size_t at = slot_in_run(b, kvh, base + j, run_at, run_end);
@@ -276,6 +277,19 @@ class CpuKvDecode : public Variant {
         float* acc = partial(pair, split, i) + 2;
         for (int c = 0; c < d; ++c) acc[c] *= v_head_scale;
       }
+  }
+
+  // A paged cache's blocks are scattered 4 KB runs (16 tokens of a head): too short for the
+  // hardware prefetchers to follow, so the next tile's K and V rows are requested ahead.
+  void prefetch_tile(int b, int kvh, int t0, int n) const {
+    const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
+    for (int t = 0; t < n; ++t) {
+      const size_t at = slot(b, kvh, t0 + t) * row;
+      for (size_t off = 0; off < row; off += 64) {
+        __builtin_prefetch(k_.data() + at + off);
+        __builtin_prefetch(v_.data() + at + off);
+      }
+    }
   }
 
   // Log-sum-exp merge of the splits into out.

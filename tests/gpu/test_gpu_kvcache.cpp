@@ -16,6 +16,7 @@
 
 #include "../common/run_kind.h"
 #include "require_gpu.h"
+#include "test_stream.h"
 
 #include "core/cuda_check.h"
 #include "core/cuda_memory.h"
@@ -91,17 +92,7 @@ TEST(GpuKvDecode, UnsupportedHeadDimIsSaidSo) {
 
 // ---- the kernels directly ----
 
-class TestStream {
- public:
-  TestStream() { IB_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~TestStream() { (void)cudaStreamDestroy(s_); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using ib::testing::TestStream;
 
 template <class T>
 DeviceBuffer<T> to_device(const std::vector<T>& v) {

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "require_gpu.h"
+#include "test_stream.h"
 
 #include "core/backend.h"
 #include "core/cuda_check.h"
@@ -28,17 +29,7 @@
 namespace ib::model {
 namespace {
 
-class TestStream {
- public:
-  TestStream() { IB_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~TestStream() { (void)cudaStreamDestroy(s_); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using ib::testing::TestStream;
 
 ModelConfig P(const std::string& name) {
   auto c = preset(name);

@@ -15,6 +15,7 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "model/model.h"
+#include "model/sequence_table.h"
 
 namespace ib::model {
 namespace {
@@ -150,10 +151,8 @@ class CpuModel : public Model {
 
   int new_sequence(int capacity) override {
     if (capacity <= 0) throw std::invalid_argument("sequence capacity must be positive");
-    int id = 0;
-    while (id < static_cast<int>(seqs_.size()) && seqs_[static_cast<size_t>(id)].live) ++id;
-    if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
-    Sequence& s = seqs_[static_cast<size_t>(id)];
+    const int id = seqs_.free_id();
+    Sequence& s = seqs_.slot(id);
     s.cache.allocate(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");
     s.capacity = capacity;
     s.length = 0;
@@ -254,20 +253,11 @@ class CpuModel : public Model {
   const AttentionRecord& attention_record(int seq) const override { return at(seq).record; }
 
   int64_t weight_bytes() const override { return weight_bytes_; }
-  int64_t kv_bytes() const override {
-    int64_t b = 0;
-    for (const auto& s : seqs_)
-      if (s.live) b += static_cast<int64_t>(s.cache.bytes());
-    return b;
-  }
+  int64_t kv_bytes() const override { return seqs_.cache_bytes(); }
 
  private:
-  Sequence& at(int seq) {
-    if (seq < 0 || seq >= static_cast<int>(seqs_.size()) || !seqs_[static_cast<size_t>(seq)].live)
-      throw std::invalid_argument(fmt::format("no live sequence {}", seq));
-    return seqs_[static_cast<size_t>(seq)];
-  }
-  const Sequence& at(int seq) const { return const_cast<CpuModel*>(this)->at(seq); }
+  Sequence& at(int seq) { return seqs_.at(seq); }
+  const Sequence& at(int seq) const { return seqs_.at(seq); }
 
   float* cache_k(Sequence& s, int layer, int kvh) {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
@@ -363,7 +353,7 @@ class CpuModel : public Model {
         for (size_t t = lo; t < hi; ++t) {
           const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
           const int p = pos[static_cast<size_t>(r)];
-          Sequence& s = seqs_[static_cast<size_t>(seq_of[static_cast<size_t>(r)])];
+          Sequence& s = at(seq_of[static_cast<size_t>(r)]);
           const int first = c_.sliding_window > 0 ? std::max(0, p - c_.sliding_window + 1) : 0;
           const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
           const float* kc = cache_k(s, l, hh / g);
@@ -436,7 +426,7 @@ class CpuModel : public Model {
   ModelConfig c_;
   Buf embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  std::vector<Sequence> seqs_;
+  SequenceTable<Sequence> seqs_;
   int64_t weight_bytes_ = 0;
 };
 

@@ -27,6 +27,7 @@
 #include "core/half.h"
 #include "fill.h"
 #include "model/model.h"
+#include "model/sequence_table.h"
 #include "model_ops.h"
 
 namespace ib::model {
@@ -179,10 +180,8 @@ class CudaModel final : public Model {
   int new_sequence(int capacity) override {
     if (capacity <= 0) throw std::invalid_argument("sequence capacity must be positive");
     Bf16Buffer cache(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");  // may be OutOfMemory
-    int id = 0;
-    while (id < static_cast<int>(seqs_.size()) && seqs_[static_cast<size_t>(id)].live) ++id;
-    if (id == static_cast<int>(seqs_.size())) seqs_.emplace_back();
-    Sequence& s = seqs_[static_cast<size_t>(id)];
+    const int id = seqs_.free_id();
+    Sequence& s = seqs_.slot(id);
     s.cache = std::move(cache);
     s.capacity = capacity;
     s.length = 0;
@@ -326,12 +325,7 @@ class CudaModel final : public Model {
   }
 
   int64_t weight_bytes() const override { return weight_bytes_; }
-  int64_t kv_bytes() const override {
-    int64_t b = 0;
-    for (const auto& s : seqs_)
-      if (s.live) b += static_cast<int64_t>(s.cache.bytes());
-    return b;
-  }
+  int64_t kv_bytes() const override { return seqs_.cache_bytes(); }
 
  private:
   struct PrefillCache {
@@ -340,12 +334,8 @@ class CudaModel final : public Model {
     int start;  // cached tokens before this chunk
   };
 
-  Sequence& at(int seq) {
-    if (seq < 0 || seq >= static_cast<int>(seqs_.size()) || !seqs_[static_cast<size_t>(seq)].live)
-      throw std::invalid_argument(fmt::format("no live sequence {}", seq));
-    return seqs_[static_cast<size_t>(seq)];
-  }
-  const Sequence& at(int seq) const { return const_cast<CudaModel*>(this)->at(seq); }
+  Sequence& at(int seq) { return seqs_.at(seq); }
+  const Sequence& at(int seq) const { return seqs_.at(seq); }
 
   void check_tokens(const int32_t* tokens, int n) const {
     for (int i = 0; i < n; ++i)
@@ -625,7 +615,7 @@ class CudaModel final : public Model {
   size_t step_rows_offset_ = 0;
   std::unique_ptr<PinnedBytes> step_host_;
 
-  std::vector<Sequence> seqs_;
+  SequenceTable<Sequence> seqs_;
   std::map<int, std::unique_ptr<OwnedGraphExec>> graphs_;  // last: destroyed before the buffers they use
 };
 

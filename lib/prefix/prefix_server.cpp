@@ -30,15 +30,24 @@ const char* to_string(CacheKind k) {
   return "?";
 }
 
-PrefixServer::PrefixServer(model::Model& m, ServerOptions o) : model_(m), opt_(o) {
-  if (opt_.kind == CacheKind::BlockHash) {
+namespace {
+
+// The cache `o` asks for (none for CacheKind::None).
+void make_cache(const ServerOptions& o, std::unique_ptr<BlockHashCache>& blocks, std::unique_ptr<RadixCache>& radix) {
+  if (o.kind == CacheKind::BlockHash) {
     BlockHashCache::Options bo;
-    bo.block_size = opt_.block_size;
-    bo.capacity_blocks = opt_.capacity_tokens / std::max(opt_.block_size, 1);
-    blocks_ = std::make_unique<BlockHashCache>(bo);
-  } else if (opt_.kind == CacheKind::Radix) {
-    radix_ = std::make_unique<RadixCache>(opt_.capacity_tokens);
+    bo.block_size = o.block_size;
+    bo.capacity_blocks = o.capacity_tokens / std::max(o.block_size, 1);
+    blocks = std::make_unique<BlockHashCache>(bo);
+  } else if (o.kind == CacheKind::Radix) {
+    radix = std::make_unique<RadixCache>(o.capacity_tokens);
   }
+}
+
+}  // namespace
+
+PrefixServer::PrefixServer(model::Model& m, ServerOptions o) : model_(m), opt_(o) {
+  make_cache(opt_, blocks_, radix_);
 }
 
 PrefixServer::~PrefixServer() {
@@ -188,14 +197,7 @@ std::string PrefixServer::check() const {
 }
 
 CacheReplay::CacheReplay(ServerOptions o) : opt_(o) {
-  if (opt_.kind == CacheKind::BlockHash) {
-    BlockHashCache::Options bo;
-    bo.block_size = opt_.block_size;
-    bo.capacity_blocks = opt_.capacity_tokens / std::max(opt_.block_size, 1);
-    blocks_ = std::make_unique<BlockHashCache>(bo);
-  } else if (opt_.kind == CacheKind::Radix) {
-    radix_ = std::make_unique<RadixCache>(opt_.capacity_tokens);
-  }
+  make_cache(opt_, blocks_, radix_);
 }
 
 CacheReplay::Step CacheReplay::step(const int32_t* tokens, int n, uint64_t extra_key) {

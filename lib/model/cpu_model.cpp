@@ -97,6 +97,17 @@ struct Sequence {
   // Format studies: K/V rounded through kv_format on write; fp8 scales [layers][2][kv_heads].
   std::optional<kvcache::KvFormat> kv_format;
   std::vector<float> fp8_scale;
+  // An open token tree (prefill_tree): the committed tokens before it (-1: no tree) and, per
+  // node, its ancestors' node indices root first, itself last.
+  int tree_base = -1;
+  std::vector<std::vector<int>> tree_nodes;
+};
+
+// The rows of a tree pass: row r is node nodes[r] (its ancestor list) at cache slot slot[r].
+struct TreeRows {
+  int base = 0;
+  std::vector<int> slot;
+  std::vector<const std::vector<int>*> nodes;
 };
 
 class CpuModel : public Model {
@@ -162,14 +173,19 @@ class CpuModel : public Model {
     s.record = {};
     s.kv_format.reset();
     s.fp8_scale.clear();
+    s.tree_base = -1;
+    s.tree_nodes.clear();
     return id;
   }
   void release(int seq) override {
     Sequence& s = at(seq);
     s.cache.reset();
     s.live = false;
+    s.tree_base = -1;
+    s.tree_nodes.clear();
   }
   int fork(int seq) override {
+    no_tree(seq, "fork");
     const int src_capacity = at(seq).capacity;
     const int id = new_sequence(src_capacity);
     Sequence& src = at(seq);  // new_sequence may have grown seqs_
@@ -184,10 +200,18 @@ class CpuModel : public Model {
   void truncate(int seq, int length) override {
     Sequence& s = at(seq);
     if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
+    if (s.tree_base >= 0) {
+      if (length > s.tree_base)
+        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree_base));
+      s.tree_base = -1;
+      s.tree_nodes.clear();
+    }
     s.length = length;
   }
   int length(int seq) const override { return at(seq).length; }
   void copy_cache(int src, int dst, int begin, int n) override {
+    no_tree(src, "copy_cache");
+    no_tree(dst, "copy_cache");
     Sequence& s = at(src);
     Sequence& d = at(dst);
     if (begin < 0 || n < 0 || d.length < begin || s.length < begin + n || begin + n > d.capacity)
@@ -209,6 +233,7 @@ class CpuModel : public Model {
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override {
     if (n <= 0) throw std::invalid_argument("prefill of no tokens");
     n_logits = std::clamp(n_logits, 1, n);
+    no_tree(seq, "prefill");
     std::vector<int> seq_of(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
     const int start = at(seq).length;
     for (int r = 0; r < n; ++r) pos[static_cast<size_t>(r)] = start + r;
@@ -217,11 +242,80 @@ class CpuModel : public Model {
 
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override {
     std::vector<int> seq_of(seqs, seqs + batch), pos(static_cast<size_t>(batch));
-    for (int r = 0; r < batch; ++r) pos[static_cast<size_t>(r)] = at(seqs[r]).length;
+    for (int r = 0; r < batch; ++r) {
+      no_tree(seqs[r], "decode");
+      pos[static_cast<size_t>(r)] = at(seqs[r]).length;
+    }
     for (int r = 0; r < batch; ++r)
       for (int r2 = 0; r2 < r; ++r2)
         if (seqs[r] == seqs[r2]) throw std::invalid_argument("a decode batch holds each sequence once");
     forward(tokens, batch, seq_of, pos, 0, out);
+  }
+
+  void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override {
+    if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
+    Sequence& s = at(seq);
+    if (s.recording) throw std::invalid_argument("prefill_tree while recording attention");
+    for (int i = 0; i < n; ++i)
+      if (tokens[i] < 0 || tokens[i] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[i]));
+    const bool opened = s.tree_base < 0;
+    if (opened) s.tree_base = s.length;
+    const int base = s.tree_base, first_node = static_cast<int>(s.tree_nodes.size());
+    if (base + first_node + n > s.capacity) {
+      if (opened) s.tree_base = -1;
+      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+    }
+    std::vector<std::vector<int>> nodes;
+    for (int i = 0; i < n; ++i) {
+      const int self = first_node + i, parent = parents[i];
+      if (parent < -1 || parent >= self) {
+        if (opened) s.tree_base = -1;
+        throw std::invalid_argument(fmt::format("prefill_tree: node {} has parent {} (want -1 .. {})", self, parent, self - 1));
+      }
+      std::vector<int> anc;
+      if (parent >= 0) anc = parent < first_node ? s.tree_nodes[static_cast<size_t>(parent)] : nodes[static_cast<size_t>(parent - first_node)];
+      anc.push_back(self);
+      nodes.push_back(std::move(anc));
+    }
+    for (auto& a : nodes) s.tree_nodes.push_back(std::move(a));
+    TreeRows tree;
+    tree.base = base;
+    std::vector<int> seq_of(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const std::vector<int>& anc = s.tree_nodes[static_cast<size_t>(first_node + i)];
+      pos[static_cast<size_t>(i)] = base + static_cast<int>(anc.size()) - 1;
+      tree.slot.push_back(base + first_node + i);
+      tree.nodes.push_back(&anc);
+    }
+    forward(tokens, n, seq_of, pos, 0, out, &tree);
+  }
+
+  void keep_tree_path(int seq, const std::vector<int>& path) override {
+    Sequence& s = at(seq);
+    if (s.tree_base < 0) throw std::logic_error("keep_tree_path without an open token tree");
+    const int base = s.tree_base, nodes = static_cast<int>(s.tree_nodes.size());
+    for (size_t i = 0; i < path.size(); ++i) {
+      const int node = path[i];
+      const std::vector<int>* anc = node >= 0 && node < nodes ? &s.tree_nodes[static_cast<size_t>(node)] : nullptr;
+      // The node at depth i + 1 whose ancestors are exactly path[0..i].
+      if (!anc || anc->size() != i + 1 || !std::equal(anc->begin(), anc->end(), path.begin()))
+        throw std::invalid_argument(fmt::format("keep_tree_path: node {} at depth {} does not continue the path", node, i + 1));
+    }
+    const size_t hd = static_cast<size_t>(c_.head_dim);
+    // path is increasing and path[i] >= i, so no slot is overwritten before it is read.
+    for (size_t i = 0; i < path.size(); ++i) {
+      const size_t from = static_cast<size_t>(base + path[i]), to = static_cast<size_t>(base) + i;
+      if (from == to) continue;
+      for (int l = 0; l < c_.layers; ++l)
+        for (int kh = 0; kh < c_.kv_heads; ++kh) {
+          std::memmove(cache_k(s, l, kh) + to * hd, cache_k(s, l, kh) + from * hd, sizeof(float) * hd);
+          std::memmove(cache_v(s, l, kh) + to * hd, cache_v(s, l, kh) + from * hd, sizeof(float) * hd);
+        }
+      if (!s.evicted.empty()) s.evicted[to] = s.evicted[from];
+    }
+    s.length = base + static_cast<int>(path.size());
+    s.tree_base = -1;
+    s.tree_nodes.clear();
   }
 
   void set_kept(int seq, int pos, bool kept) override {
@@ -258,6 +352,9 @@ class CpuModel : public Model {
  private:
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
+  void no_tree(int seq, const char* what) const {
+    if (at(seq).tree_base >= 0) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+  }
 
   float* cache_k(Sequence& s, int layer, int kvh) {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
@@ -296,13 +393,16 @@ class CpuModel : public Model {
 
   // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
   // there, and it attends to that sequence's keys up to its own position (within the window).
+  // With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
+  // positions before tree->base (within the window) and to its ancestors' slots.
   // Outputs the rows from `first_out` on.
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
-               const StepOutput& out) {
+               const StepOutput& out, const TreeRows* tree = nullptr) {
+    auto slot = [&](int r) { return tree ? tree->slot[static_cast<size_t>(r)] : pos[static_cast<size_t>(r)]; };
     const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
     for (int r = 0; r < rows; ++r) {
       if (tokens[r] < 0 || tokens[r] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[r]));
-      if (pos[static_cast<size_t>(r)] >= at(seq_of[static_cast<size_t>(r)]).capacity)
+      if (slot(r) >= at(seq_of[static_cast<size_t>(r)]).capacity)
         throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
     }
     const size_t R = static_cast<size_t>(rows);
@@ -313,7 +413,7 @@ class CpuModel : public Model {
       const int id = seq_of[static_cast<size_t>(r)];
       Sequence& s = at(id);
       const int p = pos[static_cast<size_t>(r)];
-      if (!s.evicted.empty()) s.evicted[static_cast<size_t>(p)] = 0;
+      if (!s.evicted.empty()) s.evicted[static_cast<size_t>(slot(r))] = 0;
       if (!s.recording || std::find(found.begin(), found.end(), id) != found.end()) continue;
       found.push_back(id);
       recorded[static_cast<size_t>(r)] = 1;
@@ -339,7 +439,7 @@ class CpuModel : public Model {
       }
       round_kv(l, rows, seq_of, k.data(), v.data());
       for (int r = 0; r < rows; ++r) {
-        const int p = pos[static_cast<size_t>(r)];
+        const int p = slot(r);
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         for (int kh = 0; kh < c_.kv_heads; ++kh) {
           std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
@@ -359,24 +459,31 @@ class CpuModel : public Model {
           const float* kc = cache_k(s, l, hh / g);
           const float* vc = cache_v(s, l, hh / g);
           const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
-          score.assign(static_cast<size_t>(p - first + 1), 0.0f);
+          // Keys: positions first..p, or in a tree the committed ones then the ancestors' slots.
+          const std::vector<int>* anc = tree ? tree->nodes[static_cast<size_t>(r)] : nullptr;
+          const int cached = anc ? std::max(0, tree->base - first) : p - first + 1;
+          const int n_keys = cached + (anc ? static_cast<int>(anc->size()) : 0);
+          auto key = [&](int jj) { return jj < cached ? first + jj : tree->base + (*anc)[static_cast<size_t>(jj - cached)]; };
+          score.assign(static_cast<size_t>(n_keys), 0.0f);
           float mx = -INFINITY;
-          for (int j = first; j <= p; ++j) {
+          for (int jj = 0; jj < n_keys; ++jj) {
+            const int j = key(jj);
             if (evicted && evicted[j]) {
-              score[static_cast<size_t>(j - first)] = -INFINITY;  // exp() gives it weight 0
+              score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
               continue;
             }
             float acc = 0;
             for (int e = 0; e < d; ++e) acc += qv[e] * kc[static_cast<size_t>(j) * d + e];
-            score[static_cast<size_t>(j - first)] = acc * scale;
+            score[static_cast<size_t>(jj)] = acc * scale;
             mx = std::max(mx, acc * scale);
           }
           float sum = 0;
           for (auto& sc : score) sum += sc = std::exp(sc - mx);
           float* o = &att[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
           std::fill(o, o + d, 0.0f);
-          for (int j = first; j <= p; ++j) {
-            const float w = score[static_cast<size_t>(j - first)] / sum;
+          for (int jj = 0; jj < n_keys; ++jj) {
+            const float w = score[static_cast<size_t>(jj)] / sum;
+            const int j = key(jj);
             for (int e = 0; e < d; ++e) o[e] += w * vc[static_cast<size_t>(j) * d + e];
           }
           if (recorded[static_cast<size_t>(r)]) {
@@ -405,7 +512,7 @@ class CpuModel : public Model {
     }
     for (int r = 0; r < rows; ++r) {
       Sequence& s = at(seq_of[static_cast<size_t>(r)]);
-      s.length = std::max(s.length, pos[static_cast<size_t>(r)] + 1);
+      s.length = std::max(s.length, slot(r) + 1);
     }
     const int n_out = rows - first_out;
     if (!out.logits && !out.next) return;
@@ -437,6 +544,12 @@ void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
   throw std::runtime_error("set_kv_format is not supported by this engine");
 }
 std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
+void Model::prefill_tree(int, const int32_t*, const int32_t*, int, const StepOutput&) {
+  throw std::runtime_error("prefill_tree (tree verification) is not supported by this engine");
+}
+void Model::keep_tree_path(int, const std::vector<int>&) {
+  throw std::runtime_error("keep_tree_path (tree verification) is not supported by this engine");
+}
 void Model::set_kept(int, int, bool) { throw std::runtime_error("set_kept (KV eviction) is not supported by this engine"); }
 void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
 const AttentionRecord& Model::attention_record(int) const {

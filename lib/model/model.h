@@ -56,6 +56,20 @@ class Model {
   // One token for each of `batch` sequences (lengths may differ); outputs [batch] rows.
   virtual void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) = 0;
 
+  // Tree verification (SpecInfer, Medusa, EAGLE): several candidate continuations scored in one
+  // pass. Opens a token tree on `seq` after its cached tokens (or extends the open one): new token
+  // i gets tree node index nodes + i (`nodes` = the tree's nodes so far) and its parent is
+  // parents[i], a node index below its own, or -1 for the last committed token. A node sits at
+  // position committed + depth - 1 (depth 1 for a child of -1), attends to the committed tokens,
+  // its ancestors and itself, and its K/V go to the cache slot committed + node index. Outputs
+  // logits for all n rows. While a tree is open only prefill_tree, keep_tree_path, truncate (which
+  // closes it), length (committed + nodes) and release are allowed.
+  virtual void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out);
+  // Closes the open tree keeping one root-to-node path: path[i] is the node at depth i + 1 (each
+  // the child of the one before, path[0] a child of -1); their K/V move to positions committed,
+  // committed + 1, ... and the sequence's length becomes committed + path.size().
+  virtual void keep_tree_path(int seq, const std::vector<int>& path);
+
   // KV-cache eviction studies (kv-evict-model). Attention in `seq` skips the cached positions
   // marked not kept; a position is kept again when a forward pass writes it, so a token always
   // sees itself. The K/V stay allocated: this emulates a cache that dropped them. The default

@@ -121,6 +121,56 @@ TEST(CpuModel, ForkAndTruncate) {
   EXPECT_EQ(m->fork(a), b);  // ids are reused
 }
 
+// A token tree scores every branch as the chain along it would: the logits of each node equal
+// those of prefilling its root-to-node path, and keeping one path leaves the cache that path's
+// prefill would have left.
+TEST(CpuModel, TreeVerificationScoresEachBranchLikeItsChain) {
+  const ModelConfig c = P("tiny");
+  auto m = make_cpu_model(c, *random_weights(c, 8));
+  const auto prompt = random_prompt(c.vocab, 10, 8);
+  const size_t V = static_cast<size_t>(c.vocab);
+  // Nodes 0..6 with parents -1, 0, 0, 1, 1, 2, 3: root 0; 1 and 2 under it; 3 and 4 under 1; 5
+  // under 2; 6 under 3. One call adds nodes 0-4, a second extends the tree with 5 and 6.
+  const std::vector<int32_t> tok = {5, 9, 11, 20, 21, 9, 33};
+  const std::vector<int32_t> parent = {-1, 0, 0, 1, 1, 2, 3};
+  const int t = m->new_sequence(40);
+  m->prefill(t, prompt.data(), 10, 1, {});
+  std::vector<float> logits(7 * V);
+  m->prefill_tree(t, tok.data(), parent.data(), 5, {logits.data()});
+  m->prefill_tree(t, tok.data() + 5, parent.data() + 5, 2, {logits.data() + 5 * V});
+  EXPECT_EQ(m->length(t), 17);
+  for (int node = 0; node < 7; ++node) {
+    std::vector<int32_t> path;
+    for (int x = node; x >= 0; x = parent[static_cast<size_t>(x)]) path.insert(path.begin(), tok[static_cast<size_t>(x)]);
+    auto chain = prompt;
+    chain.insert(chain.end(), path.begin(), path.end());
+    const std::vector<float> want = last_logits(*m, chain);
+    const std::vector<float> got(logits.begin() + static_cast<std::ptrdiff_t>(node * V), logits.begin() + static_cast<std::ptrdiff_t>((node + 1) * V));
+    EXPECT_LT(rel_l2(got, want), 1e-5) << "node " << node;
+  }
+  // While the tree is open the sequence refuses ordinary passes.
+  const int32_t x = 3;
+  EXPECT_THROW(m->decode(&t, &x, 1, {}), std::logic_error);
+  EXPECT_THROW(m->fork(t), std::logic_error);
+  EXPECT_THROW(m->keep_tree_path(t, {0, 2, 3}), std::invalid_argument);  // 3 is not a child of 2
+  EXPECT_THROW(m->keep_tree_path(t, {1}), std::invalid_argument);        // 1 is not at depth 1
+  // Keep 0 -> 1 -> 3 -> 6: the cache is the chain's, so the next decode step matches it.
+  m->keep_tree_path(t, {0, 1, 3, 6});
+  EXPECT_EQ(m->length(t), 14);
+  std::vector<float> next(V);
+  m->decode(&t, &x, 1, {next.data()});
+  auto chain = prompt;
+  for (int32_t y : {5, 9, 20, 33, 3}) chain.push_back(y);
+  EXPECT_LT(rel_l2(next, last_logits(*m, chain)), 1e-5);
+  // Truncating closes a tree; truncating into it is refused.
+  const int32_t one[] = {7}, root[] = {-1};
+  m->prefill_tree(t, one, root, 1, {});
+  EXPECT_THROW(m->truncate(t, 16), std::invalid_argument);
+  m->truncate(t, 15);
+  m->decode(&t, &x, 1, {});
+  EXPECT_EQ(m->length(t), 16);
+}
+
 TEST(CpuModel, CopyCacheReusesAPrefixComputedByAnotherSequence) {
   const ModelConfig c = P("tiny-gqa");
   auto m = make_cpu_model(c, *random_weights(c, 9));

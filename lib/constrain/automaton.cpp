@@ -37,74 +37,63 @@ struct Nfa {
     return static_cast<int32_t>(states.size() - 1);
   }
 
-  struct Frag {
-    int32_t in, out;
+  // Continuation-passing Thompson construction: build(r, next) returns a state whose language is
+  // L(r)·L(next), adding no edge to any state that existed before the call. So a sub-expression the
+  // AST shares (the schema compiler's memoized object tails, x in x{2,}) and that is followed by
+  // the same continuation is built once: one NFA fragment instead of one copy per path to it.
+  struct PairHash {
+    size_t operator()(const std::pair<const RegexNode*, int32_t>& p) const {
+      return std::hash<const void*>()(p.first) * 0x9E3779B97F4A7C15ull ^ static_cast<size_t>(p.second);
+    }
   };
+  std::unordered_map<std::pair<const RegexNode*, int32_t>, int32_t, PairHash> built;
 
-  Frag build(const Re& r) {
+  int32_t eps_to(std::vector<int32_t> targets) {
+    const int32_t a = add();
+    states[static_cast<size_t>(a)].eps = std::move(targets);
+    return a;
+  }
+
+  int32_t build(const Re& r, int32_t next) {
+    const auto key = std::make_pair(r.get(), next);
+    if (auto it = built.find(key); it != built.end()) return it->second;
+    int32_t in = next;
     switch (r->kind) {
-      case RegexNode::Kind::Empty: {
-        int32_t s = add();
-        return {s, s};
-      }
-      case RegexNode::Kind::Never: {
-        int32_t a = add(), b = add();  // no edge between them
-        return {a, b};
-      }
-      case RegexNode::Kind::Bytes: {
-        int32_t a = add(), b = add();
-        states[static_cast<size_t>(a)].on = r->bytes;
-        states[static_cast<size_t>(a)].to = b;
-        return {a, b};
-      }
-      case RegexNode::Kind::Concat: {
-        Frag f = build(r->kids[0]);
-        for (size_t i = 1; i < r->kids.size(); ++i) {
-          Frag g = build(r->kids[i]);
-          states[static_cast<size_t>(f.out)].eps.push_back(g.in);
-          f.out = g.out;
-        }
-        return f;
-      }
+      case RegexNode::Kind::Empty:
+        break;
+      case RegexNode::Kind::Never:
+        in = add();  // no edge out
+        break;
+      case RegexNode::Kind::Bytes:
+        in = add();
+        states[static_cast<size_t>(in)].on = r->bytes;
+        states[static_cast<size_t>(in)].to = next;
+        break;
+      case RegexNode::Kind::Concat:
+        for (size_t i = r->kids.size(); i-- > 0;) in = build(r->kids[i], in);
+        break;
       case RegexNode::Kind::Alt: {
-        int32_t a = add(), b = add();
-        for (const auto& k : r->kids) {
-          Frag g = build(k);
-          states[static_cast<size_t>(a)].eps.push_back(g.in);
-          states[static_cast<size_t>(g.out)].eps.push_back(b);
-        }
-        return {a, b};
+        std::vector<int32_t> ins;
+        for (const auto& k : r->kids) ins.push_back(build(k, next));
+        in = eps_to(std::move(ins));
+        break;
       }
       case RegexNode::Kind::Repeat: {
         const Re& x = r->kids[0];
-        int32_t start = add();
-        int32_t cur = start;
-        for (int i = 0; i < r->min; ++i) {
-          Frag g = build(x);
-          states[static_cast<size_t>(cur)].eps.push_back(g.in);
-          cur = g.out;
+        if (r->max < 0) {  // x{min,}: min copies, then a loop state that re-enters x or leaves
+          const int32_t loop = add();
+          const int32_t body = build(x, loop);
+          states[static_cast<size_t>(loop)].eps = {body, next};
+          in = loop;
+        } else {  // x{0,k} then next = next | x x{0,k-1} next
+          for (int i = r->min; i < r->max; ++i) in = eps_to({build(x, in), next});
         }
-        if (r->max < 0) {  // x*: loop
-          Frag g = build(x);
-          int32_t end = add();
-          states[static_cast<size_t>(cur)].eps.push_back(g.in);
-          states[static_cast<size_t>(cur)].eps.push_back(end);
-          states[static_cast<size_t>(g.out)].eps.push_back(cur);
-          return {start, end};
-        }
-        // (x(x(x)?)?)? for the optional copies: every exit goes to one end state.
-        int32_t end = add();
-        for (int i = r->min; i < r->max; ++i) {
-          states[static_cast<size_t>(cur)].eps.push_back(end);
-          Frag g = build(x);
-          states[static_cast<size_t>(cur)].eps.push_back(g.in);
-          cur = g.out;
-        }
-        states[static_cast<size_t>(cur)].eps.push_back(end);
-        return {start, end};
+        for (int i = 0; i < r->min; ++i) in = build(x, in);
+        break;
       }
     }
-    return {0, 0};
+    built.emplace(key, in);
+    return in;
   }
 };
 
@@ -143,8 +132,8 @@ std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count
 Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   Nfa nfa;
   nfa.limit = limits.max_nfa_states;
-  Nfa::Frag top = nfa.build(re);
-  const int32_t accept = top.out;
+  const int32_t accept = nfa.add();  // no edge out: reaching it means the input matched
+  const int32_t top_in = nfa.build(re, accept);
 
   // Byte classes of the NFA's edges.
   std::vector<ByteSet> sets;
@@ -211,7 +200,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     return id;
   };
   std::vector<int32_t> scratch;
-  closure({top.in}, &scratch);
+  closure({top_in}, &scratch);
   intern(scratch);
   std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
   std::vector<int> used;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "constrain/automaton.h"
+#include "constrain/constraint.h"
+#include "constrain/json_schema.h"
 #include "constrain/regex.h"
 
 namespace ib::constrain {
@@ -127,6 +129,50 @@ TEST(Automaton, LimitsAreErrors) {
   EXPECT_THROW(compile_dfa(parse_regex("a{20}").re, tight), RegexError);
   EXPECT_EQ(compile_dfa(re_never()).num_states, 1);
   EXPECT_FALSE(compile_dfa(re_never()).matches(""));
+}
+
+// A copy of the AST in which no node is shared: the NFA builder finds no fragment to reuse, as
+// when every path to a sub-expression got its own copy.
+Re unshared(const Re& r) {
+  auto n = std::make_shared<RegexNode>(*r);
+  for (auto& k : n->kids) k = unshared(k);
+  return n;
+}
+
+void expect_same_dfa(const Dfa& a, const Dfa& b, const std::string& what) {
+  EXPECT_EQ(a.start, b.start) << what;
+  EXPECT_EQ(a.num_states, b.num_states) << what;
+  EXPECT_EQ(a.num_classes, b.num_classes) << what;
+  EXPECT_EQ(a.byte_class, b.byte_class) << what;
+  EXPECT_TRUE(a.next == b.next) << what;
+  EXPECT_TRUE(a.accepting == b.accepting) << what;
+}
+
+// The builder reuses the NFA fragment of a sub-expression the AST shares when its continuation is
+// the same; the minimal DFA (unique, numbered canonically) must not change.
+TEST(Automaton, SharedSubexpressionsGiveTheDfaOfSeparateCopies) {
+  const Re x = parse_regex("a|bc?").re;
+  const Re nullable = parse_regex("(ab)?").re;
+  const Re never = re_never();
+  const std::vector<std::pair<const char*, Re>> cases = {
+      {"x x x", re_concat({x, x, x})},
+      {"x y | y x", re_alt({re_concat({x, nullable}), re_concat({nullable, x})})},
+      {"x{2,}", re_repeat(x, 2, -1)},
+      {"x{1,4} x", re_concat({re_repeat(x, 1, 4), x})},
+      {"(y)* y", re_concat({re_star(nullable), nullable})},
+      {"(x x{0,3}){0,2} x", re_concat({re_repeat(re_concat({x, re_repeat(x, 0, 3)}), 0, 2), x})},
+      {"(x | never x) x*", re_concat({re_alt({x, re_concat({never, x})}), re_star(x)})},
+      {"((x|y)*)*", re_star(re_star(re_alt({x, nullable})))},
+  };
+  for (const auto& [what, r] : cases) expect_same_dfa(compile_dfa(r), compile_dfa(unshared(r)), what);
+
+  // The bundled schemas: the compiler memoizes object tails, which share every later member.
+  for (const char* name : {"tool_call", "tool_union", "person", "order", "calendar_event", "extraction", "tree"}) {
+    SchemaOptions o;
+    if (std::string(name) == "tree") o.max_recursion = 2;  // unshared, depth 3 needs 420k NFA states
+    const Re r = schema_to_regex(nlohmann::ordered_json::parse(constraint_source(name)), o);
+    expect_same_dfa(compile_dfa(r), compile_dfa(unshared(r)), name);
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include "ceiling/sgemm.h"
 #include "core/errors.h"
@@ -28,28 +29,87 @@ void run_chunks(bool parallel, size_t n, F&& body) {
   else if (n) body(0, n);
 }
 
+// The GEMV-class product of decode steps and verify passes: y[r][o] for o in [o0, o1) as one
+// fused multiply-add per input in input order, so a row's result is the same bit for bit whatever
+// the other rows of the batch (a verify pass of K tokens scores each exactly as a decode step
+// would, and greedy speculative decoding reproduces the target's own tokens). Rows go in blocks
+// of up to 4 against 16 output columns held in registers; each weight slice is read once per
+// block of rows.
+template <int NR>
+__attribute__((target("avx2,fma"))) void gemv_tile_avx2(const float* x, int in, const float* wt, int out, int o, float* y) {
+  __m256 acc[NR][2];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int i = 0; i < in; ++i) {
+    const float* w = wt + static_cast<size_t>(i) * out + o;
+    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + static_cast<size_t>(r) * in + i);
+      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * out + o, acc[r][0]);
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * out + o + 8, acc[r][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const int nr = std::min(4, rows - r0);
+    const float* xr = x + static_cast<size_t>(r0) * in;
+    float* yr = y + static_cast<size_t>(r0) * out;
+    int o = o0;
+    for (; o + 16 <= o1; o += 16) {
+      switch (nr) {
+        case 1: gemv_tile_avx2<1>(xr, in, wt, out, o, yr); break;
+        case 2: gemv_tile_avx2<2>(xr, in, wt, out, o, yr); break;
+        case 3: gemv_tile_avx2<3>(xr, in, wt, out, o, yr); break;
+        default: gemv_tile_avx2<4>(xr, in, wt, out, o, yr); break;
+      }
+    }
+    for (; o < o1; ++o)  // the last columns: the same fused operations, one at a time
+      for (int r = 0; r < nr; ++r) {
+        float acc = 0;
+        for (int i = 0; i < in; ++i) acc = std::fma(xr[static_cast<size_t>(r) * in + i], wt[static_cast<size_t>(i) * out + o], acc);
+        yr[static_cast<size_t>(r) * out + o] = acc;
+      }
+  }
+}
+
+// Without AVX2/FMA: the same order of operations, one column at a time.
+void gemv_generic(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + static_cast<size_t>(r) * out;
+    std::fill(yr + o0, yr + o1, 0.0f);
+    for (int i = 0; i < in; ++i) {
+      const float a = x[static_cast<size_t>(r) * in + i];
+      const float* w = wt + static_cast<size_t>(i) * out;
+      for (int o = o0; o < o1; ++o) yr[o] = std::fma(a, w[o], yr[o]);
+    }
+  }
+}
+
+using GemvFn = void (*)(const float*, int, int, const float*, int, int, int, float*);
+GemvFn pick_gemv() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gemv_avx2 : gemv_generic;
+}
+
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
 void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
-  // Up to 32 rows (decode batches, verify passes) the weights' streaming dominates: one pass of
-  // the axpy form serves every row. Past that (prefill) the packed SGEMM wins.
+  // Up to 32 rows (decode batches, verify passes) the GEMV kernel: row-independent results, the
+  // weights read once per 4 rows. Past that (prefill) the packed SGEMM.
   if (rows > 32) {
     sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
   } else {
-    // Memory-bound: each thread streams its column slice of Wt once for all rows. Threads are
-    // started per call, so small matrices stay on the calling thread.
+    static const GemvFn gemv = pick_gemv();
+    // Threads take 64-column slices; they are started per call, so small products stay on the
+    // calling thread.
     const size_t chunks = static_cast<size_t>((out + 63) / 64);
     const bool big = static_cast<double>(in) * out * rows >= (1 << 20);
     run_chunks(big, chunks, [&](size_t lo, size_t hi) {
-      const int o0 = static_cast<int>(lo) * 64, o1 = std::min(out, static_cast<int>(hi) * 64);
-      for (int r = 0; r < rows; ++r) std::fill(y + static_cast<size_t>(r) * out + o0, y + static_cast<size_t>(r) * out + o1, 0.0f);
-      for (int i = 0; i < in; ++i) {
-        const float* w = wt + static_cast<size_t>(i) * out;
-        for (int r = 0; r < rows; ++r) {
-          const float a = x[static_cast<size_t>(r) * in + i];
-          float* yr = y + static_cast<size_t>(r) * out;
-          for (int o = o0; o < o1; ++o) yr[o] += a * w[o];
-        }
-      }
+      gemv(x, rows, in, wt, out, static_cast<int>(lo) * 64, std::min(out, static_cast<int>(hi) * 64), y);
     });
   }
   if (bias)

@@ -16,6 +16,12 @@ double expected_tokens(double alpha, int k) {
 
 double predicted_speedup(double alpha, int k, double c, double v) { return expected_tokens(alpha, k) / (k * c + v); }
 
+double expected_tokens_tree(double alpha, const std::vector<int>& shape) {
+  double e = 1, reach = 1;
+  for (int b : shape) e += reach *= 1.0 - std::pow(1.0 - alpha, b);
+  return e;
+}
+
 std::vector<int32_t> ngram_propose(const std::vector<int32_t>& h, int k, int ngram_min, int ngram_max) {
   const int len = static_cast<int>(h.size());
   for (int n = std::min(ngram_max, len - 1); n >= std::max(ngram_min, 1); --n) {
@@ -29,6 +35,83 @@ std::vector<int32_t> ngram_propose(const std::vector<int32_t>& h, int k, int ngr
     }
   }
   return {};
+}
+
+int DraftTree::depth(int node) const {
+  int d = 0;
+  for (int x = node; x >= 0; x = parents[static_cast<size_t>(x)]) ++d;
+  return d;
+}
+
+int DraftTree::max_depth() const {
+  int m = 0;
+  for (int i = 0; i < size(); ++i) m = std::max(m, depth(i));
+  return m;
+}
+
+void DraftTree::add_path(const std::vector<int32_t>& path) {
+  int at = -1;
+  for (int32_t t : path) {
+    int child = -1;
+    for (int i = 0; i < size() && child < 0; ++i)
+      if (parents[static_cast<size_t>(i)] == at && tokens[static_cast<size_t>(i)] == t) child = i;
+    if (child < 0) {
+      tokens.push_back(t);
+      parents.push_back(at);
+      child = size() - 1;
+    }
+    at = child;
+  }
+}
+
+DraftTree ngram_propose_tree(const std::vector<int32_t>& h, int k, int branches, int ngram_min, int ngram_max) {
+  DraftTree tree;
+  const int len = static_cast<int>(h.size());
+  int found = 0;
+  for (int n = std::min(ngram_max, len - 1); n >= std::max(ngram_min, 1) && found < branches; --n)
+    for (int start = len - n - 1; start >= 0 && found < branches; --start) {
+      if (!std::equal(h.begin() + start, h.begin() + start + n, h.end() - n)) continue;
+      const int from = start + n;
+      const int take = std::min(k, len - from);
+      if (take <= 0) continue;
+      const int before = tree.size();
+      tree.add_path(std::vector<int32_t>(h.begin() + from, h.begin() + from + take));
+      if (tree.size() > before) ++found;  // a continuation already in the tree adds nothing
+    }
+  return tree;
+}
+
+int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path) {
+  if (choice.size() != static_cast<size_t>(tree.size()) + 1) throw std::invalid_argument("verify_tree_greedy needs 1 + nodes target choices");
+  int at = -1;
+  for (;;) {
+    const int32_t want = choice[static_cast<size_t>(at + 1)];
+    int next = -1;
+    for (int i = 0; i < tree.size() && next < 0; ++i)
+      if (tree.parents[static_cast<size_t>(i)] == at && tree.tokens[static_cast<size_t>(i)] == want) next = i;
+    emitted.push_back(want);
+    if (next < 0) break;
+    path.push_back(next);
+    at = next;
+  }
+  return static_cast<int>(path.size());
+}
+
+std::vector<int> parse_tree_shape(const std::string& shape) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < shape.size()) {
+    size_t j = i;
+    while (j < shape.size() && shape[j] >= '0' && shape[j] <= '9') ++j;
+    if (j == i || j - i > 2) return {};
+    const int b = std::stoi(shape.substr(i, j - i));
+    if (b < 1 || b > 16) return {};
+    out.push_back(b);
+    if (j == shape.size()) break;
+    if (shape[j] != 'x' || j + 1 == shape.size()) return {};
+    i = j + 1;
+  }
+  return out;
 }
 
 int verify_greedy(const std::vector<int32_t>& drafts, const std::vector<int32_t>& target, std::vector<int32_t>& emitted) {
@@ -182,6 +265,142 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
       if (j == kk) pending.push_back(drafts.back());
       pending.push_back(emitted.back());
     } else if (draft && cfg.source != DraftSource::Ngram) {
+      pending.push_back(emitted.back());
+    }
+    for (int32_t t : emitted) {
+      out.push_back(t);
+      history.push_back(t);
+    }
+    last = emitted.back();
+  }
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
+                                               int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
+                                               bool force_truth, std::vector<int32_t>& history, SpecStats& stats) {
+  if (!cfg.sampling.greedy()) throw std::invalid_argument("tree verification is greedy only");
+  const bool ngram = cfg.source == DraftSource::Ngram;
+  if (!ngram && (cfg.tree.empty() || !draft)) throw std::invalid_argument("tree drafting needs a draft model and a tree shape");
+  const int tv = target.config().vocab;
+  std::vector<int32_t> out;
+  std::vector<int32_t> pending = {last};  // accepted tokens the draft model has not seen yet
+  std::vector<float> logits, dl;
+  uint64_t step = 0;
+  while (static_cast<int>(out.size()) < n) {
+    const int depth_cap = n - static_cast<int>(out.size()) - 1;
+    DraftTree tree;
+    int draft_depth = 0;  // depths of the tree the draft model has cached
+    bool drafted = false;
+    // ---- draft ----
+    const auto t0 = std::chrono::steady_clock::now();
+    if (ngram) {
+      tree = ngram_propose_tree(history, std::min(cfg.k, depth_cap), std::max(1, cfg.branches), cfg.ngram_min, cfg.ngram_max);
+    } else if (depth_cap > 0) {
+      drafted = true;
+      const int dv = draft->config().vocab;
+      const int depth = std::min(static_cast<int>(cfg.tree.size()), depth_cap);
+      std::vector<int32_t> in(pending.size());
+      for (size_t i = 0; i < pending.size(); ++i) in[i] = fit(pending[i], dv);
+      dl.resize(static_cast<size_t>(dv));
+      model::StepOutput o;
+      o.logits = dl.data();
+      draft->prefill(draft_seq, in.data(), static_cast<int>(in.size()), 1, o);
+      ++stats.draft_forward;
+      std::vector<int> frontier = {-1};  // nodes whose children come next; row f of dl is frontier[f]'s
+      std::vector<uint8_t> on_truth;     // Controlled: the node's path is the target's trajectory
+      for (int t = 0; t < depth; ++t) {
+        const int b = cfg.tree[static_cast<size_t>(t)];
+        const int64_t pos = static_cast<int64_t>(out.size()) + t;
+        std::vector<int> next;
+        for (size_t f = 0; f < frontier.size(); ++f) {
+          const int parent = frontier[f];
+          std::vector<int32_t> cand;
+          int hit = b;  // Controlled: the rank holding the target's token (b: none)
+          if (cfg.source == DraftSource::Controlled) {
+            const int32_t want = truth(pos);
+            const uint64_t ctr = (static_cast<uint64_t>(pos) * 131u + step * 7u) * 4099u + static_cast<uint64_t>(parent + 1);
+            if (parent < 0 || on_truth[static_cast<size_t>(parent)])
+              for (int r = 0; r < b && hit == b; ++r)
+                if (static_cast<double>(random_bits(cfg.seed ^ 0x7EEull, ctr * 17u + static_cast<uint64_t>(r)) >> 11) * (1.0 / 9007199254740992.0) <
+                    cfg.alpha)
+                  hit = r;
+            // Distinct other tokens: want + 1 + off + r (mod vocab) never equals want for r < b.
+            const uint64_t off = (random_bits(cfg.seed ^ 0x0FFull, ctr) >> 3) % static_cast<uint64_t>(std::max(1, tv - 1 - b));
+            for (int r = 0; r < b; ++r)
+              cand.push_back(r == hit ? want : static_cast<int32_t>((want + 1 + static_cast<int64_t>(off) + r) % tv));
+          } else {
+            const float* row = &dl[f * static_cast<size_t>(dv)];
+            std::vector<int32_t> idx(static_cast<size_t>(dv));
+            for (int i = 0; i < dv; ++i) idx[static_cast<size_t>(i)] = i;
+            const int take = std::min(b, dv);
+            std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+            cand.assign(idx.begin(), idx.begin() + take);
+          }
+          for (size_t r = 0; r < cand.size(); ++r) {
+            tree.tokens.push_back(cand[r]);
+            tree.parents.push_back(parent);
+            on_truth.push_back(static_cast<int>(r) == hit ? 1 : 0);
+            next.push_back(tree.size() - 1);
+          }
+        }
+        frontier = std::move(next);
+        if (t + 1 == depth) break;
+        // The new depth through the draft model in one tree pass: the next depth's logits. The
+        // draft's tree holds the nodes of depths 1..depth-1 in our order, so indices agree.
+        std::vector<int32_t> tok, par;
+        for (int node : frontier) {
+          tok.push_back(fit(tree.tokens[static_cast<size_t>(node)], dv));
+          par.push_back(tree.parents[static_cast<size_t>(node)]);
+        }
+        dl.resize(frontier.size() * static_cast<size_t>(dv));
+        o.logits = dl.data();
+        draft->prefill_tree(draft_seq, tok.data(), par.data(), static_cast<int>(tok.size()), o);
+        ++stats.draft_forward;
+        draft_depth = t + 1;
+      }
+    }
+    stats.draft_seconds += since(t0);
+    // ---- verify: the root (last) and every node in one target pass ----
+    const int nodes = tree.size();
+    std::vector<int32_t> in = {fit(last, tv)}, par = {-1};
+    for (int i = 0; i < nodes; ++i) {
+      in.push_back(fit(tree.tokens[static_cast<size_t>(i)], tv));
+      par.push_back(tree.parents[static_cast<size_t>(i)] + 1);
+    }
+    logits.resize(static_cast<size_t>(nodes + 1) * static_cast<size_t>(tv));
+    const auto t1 = std::chrono::steady_clock::now();
+    model::StepOutput o;
+    o.logits = logits.data();
+    target.prefill_tree(target_seq, in.data(), par.data(), nodes + 1, o);
+    stats.verify_seconds += since(t1);
+    std::vector<int32_t> choice(static_cast<size_t>(nodes + 1));
+    for (int i = 0; i <= nodes; ++i)
+      choice[static_cast<size_t>(i)] = force_truth ? truth(static_cast<int64_t>(out.size()) + (i == 0 ? 0 : tree.depth(i - 1)))
+                                                   : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
+    std::vector<int32_t> emitted;
+    std::vector<int> path;
+    const int j = verify_tree_greedy(tree, choice, emitted, path);
+    const int stop = path.empty() ? -1 : path.back();
+    const bool rejected = std::find(tree.parents.begin(), tree.parents.end(), stop) != tree.parents.end();
+    ++stats.steps;
+    ++step;
+    stats.drafted += nodes;
+    stats.tree_nodes += nodes;
+    stats.accepted += j;
+    stats.tested += j + (rejected ? 1 : 0);
+    stats.emitted += static_cast<int64_t>(emitted.size());
+    // The target keeps the root and the accepted path; the new last token is not cached yet.
+    std::vector<int> keep = {0};
+    for (int node : path) keep.push_back(node + 1);
+    target.keep_tree_path(target_seq, keep);
+    if (draft && !ngram) {
+      if (drafted) {
+        if (draft_depth > 0) draft->keep_tree_path(draft_seq, std::vector<int>(path.begin(), path.begin() + std::min(j, draft_depth)));
+        pending.clear();
+        if (j > draft_depth) pending.push_back(tree.tokens[static_cast<size_t>(path.back())]);
+      }
       pending.push_back(emitted.back());
     }
     for (int32_t t : emitted) {

@@ -19,9 +19,37 @@ double expected_tokens(double alpha, int k);
 // step and v = verify pass / target step, all measured.
 double predicted_speedup(double alpha, int k, double c, double v);
 
+// The same for a static draft tree under controlled acceptance (speculative_generate_tree):
+// depth t is reached when one of its b_t candidates is the target's token, each in rank order with
+// probability α: E = 1 + Σ_t Π_{s<=t} (1 − (1 − α)^{b_s}). A chain (all b = 1) gives expected_tokens.
+double expected_tokens_tree(double alpha, const std::vector<int>& shape);
+
 // Prompt lookup (n-gram) drafting: the continuation of the most recent earlier occurrence of the
 // last n tokens of `history`, n from ngram_max down to ngram_min; at most k tokens, maybe none.
 std::vector<int32_t> ngram_propose(const std::vector<int32_t>& history, int k, int ngram_min, int ngram_max);
+
+// Drafted candidates as a token tree: node i holds tokens[i] and hangs under node parents[i]
+// (-1: under the step's root, the last accepted token). Parents come before their children.
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+  int size() const { return static_cast<int>(tokens.size()); }
+  int depth(int node) const;
+  int max_depth() const;
+  // Adds `path` under the root, sharing the nodes of an equal prefix already in the tree.
+  void add_path(const std::vector<int32_t>& path);
+};
+
+// Prompt lookup with several candidates: the continuations (up to k tokens) of up to `branches`
+// earlier occurrences of the last n tokens, most recent first, n from ngram_max down to
+// ngram_min, distinct ones only, merged into a tree. branches = 1 gives ngram_propose's chain.
+DraftTree ngram_propose_tree(const std::vector<int32_t>& history, int k, int branches, int ngram_min, int ngram_max);
+
+// Greedy tree verification: choice[0] is the target's choice after the root, choice[1 + i] after
+// node i's path. Walks down from the root while a child holds the target's choice; `path` gets
+// the accepted nodes, `emitted` their tokens and then the target's choice where the walk stopped.
+// Returns the accepted count.
+int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path);
 
 // Greedy verification: target[i] is the target's choice after the i-th prefix (i = 0..K, so
 // target.size() = drafts.size() + 1). Returns the accepted count j; `emitted` gets the drafts'
@@ -48,6 +76,11 @@ enum class DraftSource {
 
 struct SpecConfig {
   int k = 5;
+  // Tree drafting (tree verification in one pass): children per node at each depth (the draft
+  // model's top choices; `k` is then ignored), or for n-gram drafting the candidates looked up.
+  // Empty / 0: a chain of k tokens.
+  std::vector<int> tree;
+  int branches = 0;
   DraftSource source = DraftSource::Model;
   double alpha = 0.8;           // Controlled
   int ngram_min = 1, ngram_max = 3;
@@ -62,6 +95,7 @@ struct SpecStats {
   int64_t emitted = 0;
   double draft_seconds = 0, verify_seconds = 0;
   int64_t draft_forward = 0;    // draft model forward calls
+  int64_t tree_nodes = 0;       // tree drafting: candidate tokens verified (all branches)
   // Per-token acceptance α̂: accepted among the drafted tokens verification reached (the tokens
   // after a rejection are never tested). The α of the analytic model.
   double acceptance() const { return tested ? static_cast<double>(accepted) / static_cast<double>(tested) : 0; }
@@ -78,6 +112,18 @@ struct SpecStats {
 std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
                                           int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                           bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
+
+// As speculative_generate with a draft tree verified in one target pass (greedy only; the
+// models must implement prefill_tree). Controlled drafting: at each depth on the target's
+// trajectory the candidates, in rank order, are the target's token with probability α each until
+// one is (a chain's α for one child); the others, and all children off the trajectory, are
+// distinct other tokens.
+std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
+                                               int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
+                                               bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
+
+// Parses a tree shape "3x2x1" (children per node at each depth, 1..16 each); empty when malformed.
+std::vector<int> parse_tree_shape(const std::string& shape);
 
 // The target alone: n tokens by decode steps (greedy or sampled with the same uniforms).
 std::vector<int32_t> autoregressive_generate(model::Model& target, int target_seq, int32_t last, int n,

@@ -16,6 +16,11 @@
 namespace ib::specdec {
 namespace {
 
+std::vector<std::string> tree_shapes() {
+  return {"1x1x1",     "3x2x1",     "1x1x1x1x1", "2x1x1x1x1", "3x1x1x1x1",       "2x2x1x1x1",
+          "3x2x1x1x1", "4x2x1x1x1", "3x3x1x1x1", "4x3x2x1x1", "1x1x1x1x1x1x1x1", "3x2x1x1x1x1x1x1"};
+}
+
 KindInfo specdec_kind() {
   KindInfo k;
   k.name = "specdec";
@@ -37,10 +42,16 @@ KindInfo specdec_kind() {
       enum_key("text", "none, or a bundled text whose continuation is the target trajectory (n-gram drafting)", "none", texts),
       key_spec("ngram_min", ParamType::Int, "shortest n-gram looked up", Value(int64_t{1}), 1.0),
       key_spec("ngram_max", ParamType::Int, "longest n-gram looked up", Value(int64_t{3}), 1.0),
+      enum_key("tree", "draft_tree: children per node at each depth (the draft's top choices); 1x1x1x1x1 is a chain of 5",
+               "3x2x1x1x1", tree_shapes()),
+      key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
+               1.0, 16.0),
   };
   const std::vector<std::string> ar = {"target", "prompt", "new_tokens", "text"};
   const std::vector<std::string> dm = {"target", "draft", "k", "acceptance", "alpha", "prompt", "new_tokens", "text"};
   const std::vector<std::string> ng = {"target", "k", "prompt", "new_tokens", "text", "ngram_min", "ngram_max"};
+  const std::vector<std::string> dt = {"target", "draft", "tree", "acceptance", "alpha", "prompt", "new_tokens", "text"};
+  const std::vector<std::string> nt = {"target", "k", "branches", "prompt", "new_tokens", "text", "ngram_min", "ngram_max"};
   k.variants = {
       {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
       {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", dm},
@@ -48,13 +59,20 @@ KindInfo specdec_kind() {
       {"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", ar},
       {"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", dm},
       {"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", ng},
+      {"draft_tree", Backend::Cuda,
+       "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
+       "mechanism); needs the engine's prefill_tree, which the CUDA engine does not have yet",
+       dt},
+      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass; CPU engine only so far", nt},
+      {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
+      {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
   };
   return k;
 }
 
 const KindRegistration registration(specdec_kind());
 
-enum class Mode { Autoregressive, DraftModel, Ngram };
+enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree };
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -65,24 +83,31 @@ class SpecVariant : public Variant {
   SpecVariant(Backend b, Mode m) : backend_(b), mode_(m) {}
 
   std::string unsupported(const Point& p) const override {
-    if (mode_ == Mode::DraftModel && p.text("draft") == p.text("target")) return "draft and target are the same preset";
-    if (mode_ == Mode::Ngram && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
+    if (tree() && backend_ == Backend::Cuda) return "tree verification needs the engine's prefill_tree: the CUDA engine does not have it yet";
+    if (drafts() && p.text("draft") == p.text("target")) return "draft and target are the same preset";
+    if (lookup() && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
     return {};
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     auto tc = model::preset(p.text("target"));
     target_ = make(*tc, seed, rt);
-    if (mode_ == Mode::DraftModel) {
+    if (drafts()) {
       draft_ = make(*model::preset(p.text("draft")), seed + 1, rt);
       cfg_.source = p.text("acceptance") == "model" ? DraftSource::Model : DraftSource::Controlled;
       cfg_.alpha = p.number("alpha");
-    } else if (mode_ == Mode::Ngram) {
+    } else if (lookup()) {
       cfg_.source = DraftSource::Ngram;
       cfg_.ngram_min = static_cast<int>(p.integer("ngram_min"));
       cfg_.ngram_max = static_cast<int>(p.integer("ngram_max"));
     }
-    if (mode_ != Mode::Autoregressive) cfg_.k = static_cast<int>(p.integer("k"));
+    if (mode_ == Mode::DraftTree) {
+      cfg_.tree = parse_tree_shape(p.text("tree"));
+      cfg_.k = static_cast<int>(cfg_.tree.size());
+    } else if (mode_ != Mode::Autoregressive) {
+      cfg_.k = static_cast<int>(p.integer("k"));
+    }
+    if (mode_ == Mode::NgramTree) cfg_.branches = static_cast<int>(p.integer("branches"));
     cfg_.seed = base_seed_ = seed;
     n_ = static_cast<int>(p.integer("new_tokens"));
     const std::string text = p.text("text");
@@ -95,7 +120,12 @@ class SpecVariant : public Variant {
     } else {
       prompt_ = model::random_prompt(tc->vocab, static_cast<int>(p.integer("prompt")), seed + 5);
     }
-    const int cap = static_cast<int>(prompt_.size()) + n_ + cfg_.k + 2;
+    // A tree's nodes all sit in the cache during its verify pass.
+    int tree_nodes = cfg_.k;
+    if (mode_ == Mode::NgramTree) tree_nodes = cfg_.k * cfg_.branches;
+    if (mode_ == Mode::DraftTree)
+      for (int w = 1, t = 0; t < static_cast<int>(cfg_.tree.size()); ++t) tree_nodes += w *= cfg_.tree[static_cast<size_t>(t)];
+    const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
     reset();
@@ -145,7 +175,8 @@ class SpecVariant : public Variant {
     m.push_back({"verify", verify * 1e3, "ms"});
     const double v = verify / target_step_;
     double c = 0;
-    if (mode_ == Mode::DraftModel && stats_.draft_forward > 0) {
+    if (tree()) m.push_back({"tree nodes", steps > 0 ? static_cast<double>(stats_.tree_nodes) / steps : 0, ""});
+    if (drafts() && stats_.draft_forward > 0) {
       const double draft_step = stats_.draft_seconds / static_cast<double>(stats_.draft_forward);
       c = draft_step / target_step_;
       m.push_back({"draft step", draft_step * 1e3, "ms"});
@@ -154,12 +185,27 @@ class SpecVariant : public Variant {
     m.push_back({"v", v, ""});
     // The analytic model at the measured acceptance and cost ratios.
     const double a = std::min(stats_.acceptance(), 0.999999);
+    if (mode_ == Mode::DraftTree) {
+      // The tree's analytic model at the α the spec sets (controlled) – per-depth α̂ is not the α
+      // of a tree – and the draft forwards per step as measured.
+      if (cfg_.source == DraftSource::Controlled) {
+        const double e = expected_tokens_tree(cfg_.alpha, cfg_.tree);
+        const double forwards = steps > 0 ? static_cast<double>(stats_.draft_forward) / steps : 0;
+        m.push_back({"E (analytic)", e, ""});
+        m.push_back({"predicted speedup", e / (forwards * c + v), "×"});
+      }
+      return m;
+    }
+    if (mode_ == Mode::NgramTree) return m;
     m.push_back({"E (analytic)", expected_tokens(a, cfg_.k), ""});
     if (mode_ == Mode::DraftModel) m.push_back({"predicted speedup", predicted_speedup(a, cfg_.k, c, v), "×"});
     return m;
   }
 
  private:
+  bool tree() const { return mode_ == Mode::DraftTree || mode_ == Mode::NgramTree; }
+  bool drafts() const { return mode_ == Mode::DraftModel || mode_ == Mode::DraftTree; }
+  bool lookup() const { return mode_ == Mode::Ngram || mode_ == Mode::NgramTree; }
   std::unique_ptr<model::Model> make(const model::ModelConfig& c, uint64_t seed, BackendRuntime& rt) {
     auto w = model::random_weights(c, seed);
     if (backend_ == Backend::Cuda) return model::make_cuda_model(c, *w, model::EngineOptions{}, rt.stream());
@@ -184,6 +230,8 @@ class SpecVariant : public Variant {
     auto truth = [this](int64_t i) { return truth_[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(truth_.size()) - 1))]; };
     if (mode_ == Mode::Autoregressive) return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, truth, forced_);
     std::vector<int32_t> history = prompt_;
+    if (tree())
+      return speculative_generate_tree(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
     return speculative_generate(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
   }
 
@@ -209,10 +257,14 @@ class SpecVariant : public Variant {
 IB_SPEC_VARIANT(CpuAutoregressive, Backend::Cpu, Mode::Autoregressive, "cpu_autoregressive");
 IB_SPEC_VARIANT(CpuDraftModel, Backend::Cpu, Mode::DraftModel, "cpu_draft_model");
 IB_SPEC_VARIANT(CpuNgram, Backend::Cpu, Mode::Ngram, "cpu_ngram");
+IB_SPEC_VARIANT(CpuDraftTree, Backend::Cpu, Mode::DraftTree, "cpu_draft_tree");
+IB_SPEC_VARIANT(CpuNgramTree, Backend::Cpu, Mode::NgramTree, "cpu_ngram_tree");
 #if defined(INFER_BENCH_HAVE_CUDA_MODEL)
 IB_SPEC_VARIANT(CudaAutoregressive, Backend::Cuda, Mode::Autoregressive, "autoregressive");
 IB_SPEC_VARIANT(CudaDraftModel, Backend::Cuda, Mode::DraftModel, "draft_model");
 IB_SPEC_VARIANT(CudaNgram, Backend::Cuda, Mode::Ngram, "ngram");
+IB_SPEC_VARIANT(CudaDraftTree, Backend::Cuda, Mode::DraftTree, "draft_tree");
+IB_SPEC_VARIANT(CudaNgramTree, Backend::Cuda, Mode::NgramTree, "ngram_tree");
 #endif
 
 }  // namespace

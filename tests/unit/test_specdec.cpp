@@ -30,6 +30,57 @@ TEST(SpecdecNgram, ProposesTheContinuationOfTheMostRecentMatch) {
   EXPECT_TRUE(ngram_propose({4, 4}, 4, 2, 3).empty());  // no earlier bigram
 }
 
+TEST(SpecdecTree, AnalyticTokensPerStep) {
+  EXPECT_NEAR(expected_tokens_tree(0.7, {1, 1, 1, 1, 1}), expected_tokens(0.7, 5), 1e-12);
+  // Three candidates at depth 1: reached with 1 - 0.3^3.
+  EXPECT_NEAR(expected_tokens_tree(0.7, {3, 1}), 1 + 0.973 + 0.973 * 0.7, 1e-12);
+  EXPECT_DOUBLE_EQ(expected_tokens_tree(0.0, {4, 4}), 1.0);
+}
+
+TEST(SpecdecTree, ParsesShapes) {
+  EXPECT_EQ(parse_tree_shape("3x2x1"), (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(parse_tree_shape("16"), (std::vector<int>{16}));
+  for (const char* bad : {"", "x", "3x", "3xx2", "0x1", "17", "3,2", "a"}) EXPECT_TRUE(parse_tree_shape(bad).empty()) << bad;
+}
+
+TEST(SpecdecTree, NgramTreeMergesTheContinuationsOfSeveralOccurrences) {
+  // The bigram (1, 2) occurred three times, followed by 3 4, by 3 5 and by 6 7.
+  const std::vector<int32_t> h = {1, 2, 6, 7, 0, 1, 2, 3, 5, 0, 1, 2, 3, 4, 0, 1, 2};
+  DraftTree t = ngram_propose_tree(h, 2, 3, 2, 2);
+  // Most recent first: 3 4, then 3 5 shares the 3, then 6 7.
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 0, -1, 3}));
+  EXPECT_EQ(t.max_depth(), 2);
+  // One branch is prompt lookup's chain.
+  DraftTree chain = ngram_propose_tree(h, 2, 1, 2, 2);
+  EXPECT_EQ(chain.tokens, ngram_propose(h, 2, 2, 2));
+  // A repeated continuation does not count as a new branch.
+  DraftTree rep = ngram_propose_tree({9, 1, 0, 9, 1, 0, 9}, 1, 2, 1, 1);
+  EXPECT_EQ(rep.tokens, (std::vector<int32_t>{1}));
+}
+
+TEST(SpecdecTree, GreedyVerificationWalksTheBranchTheTargetChose) {
+  DraftTree t;
+  t.add_path({4, 5, 6});
+  t.add_path({4, 7});
+  t.add_path({8});  // nodes: 0:4 1:5 2:6 3:7 4:8
+  ASSERT_EQ(t.parents, (std::vector<int32_t>{-1, 0, 1, 0, -1}));
+  std::vector<int32_t> e;
+  std::vector<int> path;
+  // Target: after root 4, after 4 -> 7, after 4 7 -> 9.
+  EXPECT_EQ(verify_tree_greedy(t, {4, 7, 0, 0, 9, 0}, e, path), 2);
+  EXPECT_EQ(e, (std::vector<int32_t>{4, 7, 9}));
+  EXPECT_EQ(path, (std::vector<int>{0, 3}));
+  e.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_greedy(t, {8, 0, 0, 0, 0, 2}, e, path), 1);  // the other root branch, then its bonus
+  EXPECT_EQ(e, (std::vector<int32_t>{8, 2}));
+  e.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_greedy(t, {3, 0, 0, 0, 0, 0}, e, path), 0);
+  EXPECT_EQ(e, std::vector<int32_t>{3});
+}
+
 TEST(SpecdecVerify, GreedyKeepsTheAgreeingPrefixAndOneTargetToken) {
   std::vector<int32_t> e;
   EXPECT_EQ(verify_greedy({4, 5, 6}, {4, 5, 9, 1}, e), 2);
@@ -131,6 +182,66 @@ TEST(SpecdecGenerate, ControlledAcceptanceGivesTheTokensPerStepTheModelPredicts)
       EXPECT_NEAR(st.tokens_per_step(), expected_tokens(0.6, 4), 0.4);
     }
   }
+}
+
+TEST(SpecdecGenerate, TreeVerificationOutputIsExactlyTheTargets) {
+  Pair m;
+  m.reset();
+  const auto reference = autoregressive_generate(*m.target, m.ts, m.prompt.back(), 60, {}, {}, false);
+  auto truth = [&](int64_t i) { return reference[static_cast<size_t>(i)]; };
+  struct Case {
+    DraftSource src;
+    std::vector<int> shape;
+    int branches;
+  };
+  for (const Case& cs : {Case{DraftSource::Controlled, {3, 2, 1}, 0}, Case{DraftSource::Controlled, {1, 1, 1, 1}, 0},
+                         Case{DraftSource::Controlled, {2}, 0}, Case{DraftSource::Model, {2, 2}, 0}, Case{DraftSource::Ngram, {}, 3}}) {
+    m.reset();
+    SpecConfig cfg;
+    cfg.k = 4;
+    cfg.source = cs.src;
+    cfg.alpha = 0.6;
+    cfg.tree = cs.shape;
+    cfg.branches = cs.branches;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = speculative_generate_tree(*m.target, m.ts, cs.src == DraftSource::Ngram ? nullptr : m.draft.get(), m.ds,
+                                               m.prompt.back(), 60, cfg, truth, false, history, st);
+    EXPECT_EQ(out, reference) << "source " << static_cast<int>(cs.src) << " tree " << cs.shape.size();
+    EXPECT_EQ(m.target->length(m.ts), 23 + 60);
+    EXPECT_EQ(st.emitted, 60);
+    if (cs.src != DraftSource::Ngram) {
+      // The draft model's cache holds the prompt and every accepted token but the last.
+      EXPECT_GE(m.draft->length(m.ds), 23 + 60 - 2);
+      EXPECT_LE(m.draft->length(m.ds), 23 + 60);
+    }
+  }
+}
+
+TEST(SpecdecGenerate, ATreeAcceptsMoreTokensPerStepThanAChainOfTheSameDepth) {
+  Pair m;
+  m.reset();
+  const auto reference = autoregressive_generate(*m.target, m.ts, m.prompt.back(), 150, {}, {}, false);
+  auto truth = [&](int64_t i) { return reference[static_cast<size_t>(i)]; };
+  auto run = [&](std::vector<int> shape) {
+    m.reset();
+    SpecConfig cfg;
+    cfg.source = DraftSource::Controlled;
+    cfg.alpha = 0.6;
+    cfg.tree = shape;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    EXPECT_EQ(speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 150, cfg, truth, false, history, st), reference);
+    return st;
+  };
+  const SpecStats chain = run({1, 1, 1, 1}), tree = run({3, 2, 1, 1});
+  EXPECT_NEAR(chain.tokens_per_step(), expected_tokens_tree(0.6, {1, 1, 1, 1}), 0.4);
+  EXPECT_NEAR(tree.tokens_per_step(), expected_tokens_tree(0.6, {3, 2, 1, 1}), 0.4);
+  EXPECT_GT(tree.tokens_per_step(), chain.tokens_per_step() + 0.5);
+  // Every step verifies the whole tree (fewer nodes only where the last steps cap the depth).
+  EXPECT_LE(chain.tree_nodes, 4 * chain.steps);
+  EXPECT_GE(chain.tree_nodes, 4 * chain.steps - 10);
+  EXPECT_LE(tree.tree_nodes, (3 + 6 + 6 + 6) * tree.steps);
 }
 
 TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) {

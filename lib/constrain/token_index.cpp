@@ -53,6 +53,21 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
     stack.pop_back();
   }
   trie->token_begin.push_back(static_cast<int32_t>(trie->tokens.size()));
+  // Heights and text flags, children before parents (pre-order reversed).
+  const size_t nn = trie->nodes();
+  trie->height.assign(nn, 0);
+  trie->text_below.assign(nn, 1);
+  std::vector<int32_t> parent_at(trie->max_depth + 1, 0);
+  std::vector<int32_t> parent(nn, -1);
+  for (size_t i = 1; i < nn; ++i) {
+    parent_at[trie->depth[i]] = static_cast<int32_t>(i);
+    parent[i] = parent_at[trie->depth[i] - 1u];
+  }
+  for (size_t i = nn; i-- > 1;) {
+    const size_t p = static_cast<size_t>(parent[i]);
+    trie->height[p] = static_cast<uint8_t>(std::min(255, std::max<int>(trie->height[p], trie->height[i] + 1)));
+    if (!trie->text_below[i] || !is_text_byte(trie->byte[i])) trie->text_below[p] = 0;
+  }
   cache[vocab.get()] = trie;
   return trie;
 }
@@ -193,7 +208,52 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
   return mc;
 }
 
-void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words) {
+bool is_text_byte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+
+// run(q) = 0 when some text byte kills q, else 1 + the least run of its text successors: a
+// breadth-first search backwards from the states a text byte kills.
+std::vector<uint8_t> text_runs(const Dfa& dfa) {
+  const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
+  std::vector<uint8_t> text_class(k, 0);
+  for (int b = 0; b < 256; ++b)
+    if (is_text_byte(static_cast<uint8_t>(b))) text_class[dfa.byte_class[static_cast<size_t>(b)]] = 1;
+  std::vector<int32_t> pred_start(n + 1, 0), preds;
+  std::vector<uint8_t> run(n, 255);
+  std::vector<int32_t> queue;
+  for (size_t s = 0; s < n; ++s)
+    for (size_t c = 0; c < k; ++c) {
+      if (!text_class[c]) continue;
+      const int32_t t = dfa.next[s * k + c];
+      if (t >= 0) ++pred_start[static_cast<size_t>(t) + 1];
+      else if (run[s] != 0) {
+        run[s] = 0;
+        queue.push_back(static_cast<int32_t>(s));
+      }
+    }
+  for (size_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
+  preds.resize(static_cast<size_t>(pred_start[n]));
+  std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
+  for (size_t s = 0; s < n; ++s)
+    for (size_t c = 0; c < k; ++c)
+      if (const int32_t t = dfa.next[s * k + c]; text_class[c] && t >= 0)
+        preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+  for (size_t qi = 0; qi < queue.size(); ++qi) {
+    const int32_t t = queue[qi];
+    const int r = run[static_cast<size_t>(t)] + 1;
+    if (r >= 255) break;
+    for (int32_t j = pred_start[static_cast<size_t>(t)]; j < pred_start[static_cast<size_t>(t) + 1]; ++j) {
+      const size_t p = static_cast<size_t>(preds[static_cast<size_t>(j)]);
+      if (run[p] == 255) {
+        run[p] = static_cast<uint8_t>(r);
+        queue.push_back(static_cast<int32_t>(p));
+      }
+    }
+  }
+  return run;
+}
+
+void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
+                  const uint8_t* text_run) {
   std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
   std::vector<int32_t> at(trie.max_depth + 1);
   at[0] = state;
@@ -206,11 +266,15 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
       continue;
     }
     at[d] = t;
-    for (int32_t j = trie.token_begin[static_cast<size_t>(i)]; j < trie.token_begin[static_cast<size_t>(i) + 1]; ++j) {
+    // Every path below is text no longer than t survives: all the subtree's tokens are allowed.
+    const bool whole = text_run && trie.text_below[static_cast<size_t>(i)] && trie.height[static_cast<size_t>(i)] <= text_run[t] &&
+                       trie.height[static_cast<size_t>(i)] < 255;  // 255: at least 255
+    const int32_t last = whole ? trie.subtree_end[static_cast<size_t>(i)] : i + 1;
+    for (int32_t j = trie.token_begin[static_cast<size_t>(i)]; j < trie.token_begin[static_cast<size_t>(last)]; ++j) {
       const uint32_t tok = static_cast<uint32_t>(trie.tokens[static_cast<size_t>(j)]);
       words[tok >> 5] |= 1u << (tok & 31);
     }
-    ++i;
+    i = last;
   }
   if (vocab.eos >= 0 && dfa.accepting[static_cast<size_t>(state)]) {
     const uint32_t e = static_cast<uint32_t>(vocab.eos);
@@ -220,10 +284,10 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), text_run_(text_runs(*dfa_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
-  compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words);
+  compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, text_run_.data());
 }
 
 TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)

@@ -27,6 +27,10 @@ struct VocabTrie {
   std::vector<int32_t> subtree_end;   // one past the last node of i's subtree
   std::vector<int32_t> token_begin;   // tokens ending exactly at node i: tokens[token_begin[i]..token_begin[i+1])
   std::vector<int32_t> tokens;
+  // For the text fast path: the longest path below node i (bytes, 255: at least 255), and whether every byte below
+  // node i (its own excluded) is a text byte (printable ASCII but '"' and '\\').
+  std::vector<uint8_t> height;
+  std::vector<uint8_t> text_below;
   size_t max_depth = 0;
   size_t nodes() const { return byte.size(); }
 };
@@ -40,8 +44,17 @@ struct MaskClasses {
 };
 MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 
-// The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words).
-void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words);
+// Text bytes: what JSON strings hold unescaped, in ASCII.
+bool is_text_byte(uint8_t b);
+// Per state, how many text bytes of any kind it survives: every string of text bytes at most
+// that long keeps the DFA alive (capped at 255; 255 also for "any number").
+std::vector<uint8_t> text_runs(const Dfa& dfa);
+
+// The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words). With
+// `text_run` (text_runs of the DFA), a trie subtree of text bytes no deeper than the state's
+// run is taken whole, without stepping the DFA through it.
+void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
+                  const uint8_t* text_run = nullptr);
 
 // What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes.
 class MaskSource {
@@ -60,6 +73,7 @@ class MaskSource {
   std::shared_ptr<const Vocabulary> vocab_;
   std::shared_ptr<const VocabTrie> trie_;
   MaskClasses classes_;
+  std::vector<uint8_t> text_run_;
   size_t words_;
 };
 

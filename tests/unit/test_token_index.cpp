@@ -7,6 +7,7 @@
 
 #include "constrain/automaton.h"
 #include "constrain/json_schema.h"
+#include "constrain/regex.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
 
@@ -112,6 +113,32 @@ TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
   LazyTokenMasker lazy(d, v);
   expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
   EXPECT_EQ(lazy.cached(), index.num_classes());
+}
+
+// The text fast path takes whole trie subtrees of text bytes: bounded, unbounded and patterned
+// strings (and the UTF-8 and escape states beside them) must still give the brute-force masks.
+TEST(TokenMasks, TextSubtreesTakenWholeAreExact) {
+  auto v = load_vocabulary("gpt2");
+  auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "a":{"type":"string","maxLength":5}, "b":{"type":"string"}, "c":{"type":"string","pattern":"^[a-z ]{2,9}$"},
+      "d":{"type":"string","minLength":3,"maxLength":12}},"required":["a","b","c","d"]})");
+  auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
+  TokenMaskIndex index(d, v);
+  expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
+}
+
+TEST(TokenMasks, TextRunsCountTheTextBytesEveryStateSurvives) {
+  // "a[a-z]{0,3}x": 'b' kills the start; after "a", '-' kills it (neither a letter nor x).
+  Dfa d = compile_dfa(parse_regex("a[a-z]{0,3}x").re);
+  auto run = text_runs(d);
+  int32_t s = d.walk(d.start, "a");
+  EXPECT_EQ(run[static_cast<size_t>(d.start)], 0);  // 'b' kills it
+  EXPECT_EQ(run[static_cast<size_t>(s)], 0);        // '-' kills it
+  Dfa any = compile_dfa(parse_regex("[ -~]*").re);
+  EXPECT_EQ(text_runs(any)[static_cast<size_t>(any.start)], 255);  // no text byte ever kills it
+  Dfa four = compile_dfa(parse_regex("[ -~]{0,4}").re);
+  EXPECT_EQ(text_runs(four)[static_cast<size_t>(four.start)], 4);
+  EXPECT_EQ(text_runs(four)[static_cast<size_t>(four.walk(four.start, "a!"))], 2);
 }
 
 TEST(TokenMasks, MaskClassesSeparateWhatTokensCanTellApart) {

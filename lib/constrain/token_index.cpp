@@ -68,6 +68,22 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
     trie->height[p] = static_cast<uint8_t>(std::min(255, std::max<int>(trie->height[p], trie->height[i] + 1)));
     if (!trie->text_below[i] || !is_text_byte(trie->byte[i])) trie->text_below[p] = 0;
   }
+  trie->by_length_begin.assign(nn + 1, 0);
+  for (size_t i = 0; i < nn; ++i) {
+    trie->by_length_begin[i + 1] = trie->by_length_begin[i];
+    if (!trie->text_below[i]) continue;
+    const auto first = trie->tokens.begin() + trie->token_begin[i];
+    const auto last = trie->tokens.begin() + trie->token_begin[static_cast<size_t>(trie->subtree_end[i])];
+    trie->by_length.insert(trie->by_length.end(), first, last);
+    trie->by_length_begin[i + 1] = static_cast<int32_t>(trie->by_length.size());
+  }
+  trie->length_of.resize(trie->by_length.size());
+  for (size_t i = 0; i < nn; ++i) {
+    const auto first = trie->by_length.begin() + trie->by_length_begin[i], last = trie->by_length.begin() + trie->by_length_begin[i + 1];
+    std::stable_sort(first, last, [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)].size() < tb[static_cast<size_t>(b)].size(); });
+    for (auto it = first; it != last; ++it)
+      trie->length_of[static_cast<size_t>(it - trie->by_length.begin())] = static_cast<uint16_t>(tb[static_cast<size_t>(*it)].size());
+  }
   cache[vocab.get()] = trie;
   return trie;
 }
@@ -212,7 +228,7 @@ bool is_text_byte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != 
 
 // run(q) = 0 when some text byte kills q, else 1 + the least run of its text successors: a
 // breadth-first search backwards from the states a text byte kills.
-std::vector<uint8_t> text_runs(const Dfa& dfa) {
+TextProfile text_profile(const Dfa& dfa) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
   std::vector<uint8_t> text_class(k, 0);
   for (int b = 0; b < 256; ++b)
@@ -249,11 +265,59 @@ std::vector<uint8_t> text_runs(const Dfa& dfa) {
       }
     }
   }
-  return run;
+  // dies_after: q is text-uniform (every text byte leads to one state u, maybe dead); then
+  // dies_after(q) = 0 when u is dead, dies_after(u) + 1 when that is known, else 255.
+  constexpr int32_t kMixed = -2;
+  std::vector<int32_t> uniform(n, kMixed);
+  for (size_t s = 0; s < n; ++s) {
+    int32_t u = kMixed;
+    for (size_t c = 0; c < k; ++c) {
+      if (!text_class[c]) continue;
+      const int32_t t = dfa.next[s * k + c];
+      if (u == kMixed) u = t;
+      else if (u != t) {
+        u = kMixed;
+        break;
+      }
+    }
+    uniform[s] = u;
+  }
+  std::vector<uint8_t> dies(n, 255), mark(n, 0);  // mark: 1 on the chain being followed, 2 done
+  auto inc = [](int x) { return x >= 254 ? 255 : x + 1; };
+  std::vector<int32_t> chain;
+  for (size_t s0 = 0; s0 < n; ++s0) {
+    if (mark[s0]) continue;
+    // Follow uniform successors from s0 until a dead end, a mixed state, a done state or a cycle.
+    chain.clear();
+    int32_t s = static_cast<int32_t>(s0);
+    int last = 255;  // dies_after of the chain's last state
+    while (true) {
+      mark[static_cast<size_t>(s)] = 1;
+      chain.push_back(s);
+      const int32_t u = uniform[static_cast<size_t>(s)];
+      if (u == kMixed) break;
+      if (u < 0) {
+        last = 0;
+        break;
+      }
+      if (mark[static_cast<size_t>(u)] == 2) {
+        last = dies[static_cast<size_t>(u)] == 255 ? 255 : inc(dies[static_cast<size_t>(u)]);
+        break;
+      }
+      if (mark[static_cast<size_t>(u)] == 1) break;  // a cycle of uniform states: never dies
+      s = u;
+    }
+    for (size_t j = chain.size(); j-- > 0;) {
+      dies[static_cast<size_t>(chain[j])] = static_cast<uint8_t>(last);
+      mark[static_cast<size_t>(chain[j])] = 2;
+      last = last == 255 ? 255 : inc(last);
+    }
+  }
+  return {std::move(run), std::move(dies)};
 }
 
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
-                  const uint8_t* text_run) {
+                  const TextProfile* text) {
   std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
   std::vector<int32_t> at(trie.max_depth + 1);
   at[0] = state;
@@ -266,10 +330,24 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
       continue;
     }
     at[d] = t;
-    // Every path below is text no longer than t survives: all the subtree's tokens are allowed.
-    const bool whole = text_run && trie.text_below[static_cast<size_t>(i)] && trie.height[static_cast<size_t>(i)] <= text_run[t] &&
-                       trie.height[static_cast<size_t>(i)] < 255;  // 255: at least 255
-    const int32_t last = whole ? trie.subtree_end[static_cast<size_t>(i)] : i + 1;
+    int32_t last = i + 1;
+    if (text && trie.text_below[static_cast<size_t>(i)]) {
+      const int h = trie.height[static_cast<size_t>(i)];
+      if (h < 255 && h <= text->run[static_cast<size_t>(t)]) {
+        // Every path below is text no longer than t survives: the subtree's tokens are allowed.
+        last = trie.subtree_end[static_cast<size_t>(i)];
+      } else if (const int r = text->dies_after[static_cast<size_t>(t)]; r != 255) {
+        // Below, t takes exactly r more bytes: the subtree's tokens up to that length.
+        const size_t limit = static_cast<size_t>(d) + static_cast<size_t>(r);
+        for (int32_t j = trie.by_length_begin[static_cast<size_t>(i)]; j < trie.by_length_begin[static_cast<size_t>(i) + 1]; ++j) {
+          if (trie.length_of[static_cast<size_t>(j)] > limit) break;
+          const uint32_t tok = static_cast<uint32_t>(trie.by_length[static_cast<size_t>(j)]);
+          words[tok >> 5] |= 1u << (tok & 31);
+        }
+        i = trie.subtree_end[static_cast<size_t>(i)];
+        continue;
+      }
+    }
     for (int32_t j = trie.token_begin[static_cast<size_t>(i)]; j < trie.token_begin[static_cast<size_t>(last)]; ++j) {
       const uint32_t tok = static_cast<uint32_t>(trie.tokens[static_cast<size_t>(j)]);
       words[tok >> 5] |= 1u << (tok & 31);
@@ -284,10 +362,10 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), text_run_(text_runs(*dfa_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), text_(text_profile(*dfa_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
-  compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, text_run_.data());
+  compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);
 }
 
 TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)

@@ -31,6 +31,11 @@ struct VocabTrie {
   // node i (its own excluded) is a text byte (printable ASCII but '"' and '\\').
   std::vector<uint8_t> height;
   std::vector<uint8_t> text_below;
+  // For text_below nodes: the tokens of the subtree (node i's own included) by byte length,
+  // by_length[by_length_begin[i]..by_length_begin[i+1]), with their lengths in length_of.
+  std::vector<int32_t> by_length_begin;
+  std::vector<int32_t> by_length;
+  std::vector<uint16_t> length_of;
   size_t max_depth = 0;
   size_t nodes() const { return byte.size(); }
 };
@@ -46,15 +51,22 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 
 // Text bytes: what JSON strings hold unescaped, in ASCII.
 bool is_text_byte(uint8_t b);
-// Per state, how many text bytes of any kind it survives: every string of text bytes at most
-// that long keeps the DFA alive (capped at 255; 255 also for "any number").
-std::vector<uint8_t> text_runs(const Dfa& dfa);
+// How each state takes text bytes.
+struct TextProfile {
+  // Every string of text bytes at most this long keeps the state alive (255: 255 or more).
+  std::vector<uint8_t> run;
+  // r when any r text bytes lead to one same state and any r + 1 text bytes kill it (a string
+  // with r characters left); 255 when not so.
+  std::vector<uint8_t> dies_after;
+};
+TextProfile text_profile(const Dfa& dfa);
 
-// The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words). With
-// `text_run` (text_runs of the DFA), a trie subtree of text bytes no deeper than the state's
-// run is taken whole, without stepping the DFA through it.
+// The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words). With the
+// DFA's text profile, a trie subtree of text bytes is taken without stepping the DFA through it:
+// whole when it is no deeper than the state's run, up to a token length when the state dies after
+// a fixed number of text bytes.
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
-                  const uint8_t* text_run = nullptr);
+                  const TextProfile* text = nullptr);
 
 // What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes.
 class MaskSource {
@@ -73,7 +85,7 @@ class MaskSource {
   std::shared_ptr<const Vocabulary> vocab_;
   std::shared_ptr<const VocabTrie> trie_;
   MaskClasses classes_;
-  std::vector<uint8_t> text_run_;
+  TextProfile text_;
   size_t words_;
 };
 

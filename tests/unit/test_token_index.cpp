@@ -127,18 +127,25 @@ TEST(TokenMasks, TextSubtreesTakenWholeAreExact) {
   expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
 }
 
-TEST(TokenMasks, TextRunsCountTheTextBytesEveryStateSurvives) {
+TEST(TokenMasks, TextProfileCountsTheTextBytesEveryStateTakes) {
   // "a[a-z]{0,3}x": 'b' kills the start; after "a", '-' kills it (neither a letter nor x).
   Dfa d = compile_dfa(parse_regex("a[a-z]{0,3}x").re);
-  auto run = text_runs(d);
-  int32_t s = d.walk(d.start, "a");
-  EXPECT_EQ(run[static_cast<size_t>(d.start)], 0);  // 'b' kills it
-  EXPECT_EQ(run[static_cast<size_t>(s)], 0);        // '-' kills it
+  TextProfile p = text_profile(d);
+  const size_t s = static_cast<size_t>(d.walk(d.start, "a"));
+  EXPECT_EQ(p.run[static_cast<size_t>(d.start)], 0);
+  EXPECT_EQ(p.run[s], 0);
+  EXPECT_EQ(p.dies_after[s], 255);  // 'x' and 'y' lead to different states
   Dfa any = compile_dfa(parse_regex("[ -~]*").re);
-  EXPECT_EQ(text_runs(any)[static_cast<size_t>(any.start)], 255);  // no text byte ever kills it
-  Dfa four = compile_dfa(parse_regex("[ -~]{0,4}").re);
-  EXPECT_EQ(text_runs(four)[static_cast<size_t>(four.start)], 4);
-  EXPECT_EQ(text_runs(four)[static_cast<size_t>(four.walk(four.start, "a!"))], 2);
+  EXPECT_EQ(text_profile(any).run[static_cast<size_t>(any.start)], 255);  // no text byte ever kills it
+  EXPECT_EQ(text_profile(any).dies_after[static_cast<size_t>(any.start)], 255);
+  // Text without '"' and '\\' (the string of a JSON schema with maxLength 4), then a quote.
+  Dfa four = compile_dfa(parse_regex("[ !#-\\[\\]-~]{0,4}\"").re);
+  TextProfile q = text_profile(four);
+  EXPECT_EQ(q.run[static_cast<size_t>(four.start)], 4);
+  EXPECT_EQ(q.dies_after[static_cast<size_t>(four.start)], 4);
+  EXPECT_EQ(q.run[static_cast<size_t>(four.walk(four.start, "a!"))], 2);
+  EXPECT_EQ(q.dies_after[static_cast<size_t>(four.walk(four.start, "a!"))], 2);
+  EXPECT_EQ(q.dies_after[static_cast<size_t>(four.walk(four.start, "a!b#"))], 0);
 }
 
 TEST(TokenMasks, MaskClassesSeparateWhatTokensCanTellApart) {

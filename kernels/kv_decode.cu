@@ -1,6 +1,6 @@
 // Decode attention over a bf16 / FP8 e4m3 / INT8 KV cache, contiguous or paged (split-K
 // flash-decoding), and the kernels that fill such a cache: staging of the counter-based inputs,
-// FP8 calibration (amax) and quantize-on-append.
+// FP8 calibration (amax) and quantize-on-append; the same for an int4 KIVI cache (contiguous).
 #include "kv_decode.h"
 
 #include <cuda_fp16.h>
@@ -630,6 +630,277 @@ __global__ void __launch_bounds__(kAppendWarps * 32) kv_append_kernel(const Appe
   store_row<E>(c, a.v_new + src, static_cast<uint8_t*>(c.v), c.v_scale, seq_head, row, lane);
 }
 
+
+// =====================================================================================
+// int4 (KIVI) decode attention and quantize-on-append
+// =====================================================================================
+//
+// v1 (simple before fast): grid (splits, kv_heads · head chunks, batch), 4 warps per block. A
+// split is a run of whole key groups; warp w takes groups w, w + 4, ... of it, one token at a
+// time: lane l holds channels [l·D/32, (l+1)·D/32) (2, 4 or 8, one value group since G is a
+// multiple of D/32), dequantizes its nibbles of the key row through the group's per-channel
+// (scale, zero) (loaded once per group) and the value row through the token's per-group pair,
+// and the lanes' dot products meet through xor-shuffles. The group past the last full one is the
+// bf16 residual. Online softmax in base 2 per query head, rescaled every token; the warps merge
+// through shared memory and the splits through kv_merge_kernel.
+constexpr int kKiviWarps = 4;
+constexpr int kKiviThreads = kKiviWarps * 32;
+static_assert(kvcache::kKiviBits == 4, "the int4 kernels unpack nibbles");
+
+struct KiviArgs {
+  const uint8_t* k_codes;
+  const uint8_t* v_codes;
+  const uint32_t* k_params;
+  const uint32_t* v_params;
+  const uint16_t* k_res;
+  const uint16_t* v_res;
+  int capacity, group, key_groups;  // key_groups: ceil(capacity / group)
+  const uint16_t* q;
+  uint16_t* out;
+  const int32_t* lengths;
+  int heads, kv_heads, gqa, hchunks, splits;
+  float q_scale;  // softmax scale · log2 e
+  float* ws_o;
+  float* ws_ml;
+};
+
+__device__ __forceinline__ float fp16_lo(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair & 0xffffu))); }
+__device__ __forceinline__ float fp16_hi(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair >> 16))); }
+
+// The lane's CPL nibbles of a packed row (CPL / 2 bytes at byte offset lane · CPL / 2).
+template <int CPL>
+__device__ __forceinline__ uint32_t lane_codes(const uint8_t* row, int lane) {
+  if constexpr (CPL == 2) return row[lane];
+  else if constexpr (CPL == 4) return reinterpret_cast<const uint16_t*>(row)[lane];
+  else return reinterpret_cast<const uint32_t*>(row)[lane];
+}
+
+template <int D, int NG>
+__global__ void __launch_bounds__(kKiviThreads) kivi_decode_kernel(const KiviArgs a) {
+  constexpr int CPL = D / 32;
+  __shared__ float s_acc[kKiviWarps][NG][D];
+  __shared__ float s_m[kKiviWarps][NG], s_l[kKiviWarps][NG];
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y / a.hchunks, hc = blockIdx.y % a.hchunks;
+  const int b = blockIdx.z;
+  const int h0 = kvh * a.gqa + hc * NG;
+  const int ng = min(NG, a.gqa - hc * NG);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c0 = lane * CPL;
+  const size_t seq_head = static_cast<size_t>(b) * a.kv_heads + kvh;
+  const int G = a.group;
+  const int n = a.lengths[b], nq = n - n % G;
+  const int groups = (n + G - 1) / G, per = (groups + a.splits - 1) / a.splits;
+  const int g0 = min(groups, split * per), g1 = min(groups, g0 + per);
+
+  float q[NG][CPL];
+#pragma unroll
+  for (int h = 0; h < NG; ++h)
+#pragma unroll
+    for (int i = 0; i < CPL; ++i)
+      q[h][i] = h < ng ? bf16_bits_to_float(a.q[(static_cast<size_t>(b) * a.heads + h0 + h) * D + c0 + i]) * a.q_scale : 0.0f;
+  float m[NG], l[NG], acc[NG][CPL];
+#pragma unroll
+  for (int h = 0; h < NG; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) acc[h][i] = 0.0f;
+  }
+
+  const size_t row_bytes = D / 2;
+  for (int j = g0 + warp; j < g1; j += kKiviWarps) {  // warp-uniform
+    const int t0 = j * G, cnt = min(G, n - t0);
+    const bool full = t0 < nq;
+    float ks[CPL], kz[CPL];
+    if (full) {
+      const uint32_t* kp = a.k_params + (seq_head * a.key_groups + j) * D + c0;
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const uint32_t pr = __ldg(kp + i);
+        ks[i] = fp16_lo(pr);
+        kz[i] = fp16_hi(pr);
+      }
+    }
+    for (int u = 0; u < cnt; ++u) {
+      const int t = t0 + u;
+      float kf[CPL], vf[CPL];
+      if (full) {
+        const size_t row = seq_head * a.capacity + t;
+        const uint32_t kc = lane_codes<CPL>(a.k_codes + row * row_bytes, lane);
+        const uint32_t vc = lane_codes<CPL>(a.v_codes + row * row_bytes, lane);
+        const uint32_t vp = __ldg(a.v_params + row * (D / G) + c0 / G);
+        const float vs = fp16_lo(vp), vz = fp16_hi(vp);
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) {
+          kf[i] = kz[i] + static_cast<float>((kc >> (4 * i)) & 0xfu) * ks[i];
+          vf[i] = vz + static_cast<float>((vc >> (4 * i)) & 0xfu) * vs;
+        }
+      } else {
+        const size_t at = (seq_head * G + u) * D + c0;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) {
+          kf[i] = bf16_bits_to_float(a.k_res[at + i]);
+          vf[i] = bf16_bits_to_float(a.v_res[at + i]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < NG; ++h) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) s = fmaf(q[h][i], kf[i], s);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        const float mx = fmaxf(m[h], s);
+        const float corr = exp2f(m[h] - mx);  // 0 while m is -inf
+        const float p = exp2f(s - mx);
+        l[h] = l[h] * corr + p;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) acc[h][i] = fmaf(p, vf[i], acc[h][i] * corr);
+        m[h] = mx;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < NG; ++h) {
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) s_acc[warp][h][c0 + i] = acc[h][i];
+    if (lane == 0) {
+      s_m[warp][h] = m[h];
+      s_l[warp][h] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * D; idx += kKiviThreads) {
+    const int h = idx / D, d = idx % D;
+    float mw = -INFINITY, lw = 0.0f, o[1] = {0.0f};
+#pragma unroll
+    for (int w = 0; w < kKiviWarps; ++w) {
+      const float ow[1] = {s_acc[w][h][d]};
+      merge_summary(mw, lw, o, s_m[w][h], s_l[w][h], ow);
+    }
+    const size_t bh = static_cast<size_t>(b) * a.heads + h0 + h;
+    if (a.splits == 1) {
+      a.out[bh * D + d] = float_to_bf16_bits(lw > 0.0f ? o[0] / lw : 0.0f);
+    } else {
+      const size_t part = bh * a.splits + split;
+      a.ws_o[part * D + d] = o[0];
+      if (d == 0) {
+        a.ws_ml[2 * part] = mw;
+        a.ws_ml[2 * part + 1] = lw;
+      }
+    }
+  }
+}
+
+constexpr int kKiviMaxHeads = 8;
+
+int kivi_heads_per_block(int gqa) {
+  int g = 1;
+  while (g < gqa && g < kKiviMaxHeads) g *= 2;
+  return g;
+}
+
+int kivi_head_chunks(const KiviDecodeParams& p) {
+  const int gqa = p.heads / p.cache.kv_heads;
+  const int g = kivi_heads_per_block(gqa);
+  return (gqa + g - 1) / g;
+}
+
+using KiviKernel = void (*)(KiviArgs);
+
+template <int D>
+KiviKernel kivi_pick_heads(int g) {
+  switch (g) {
+    case 1: return kivi_decode_kernel<D, 1>;
+    case 2: return kivi_decode_kernel<D, 2>;
+    case 4: return kivi_decode_kernel<D, 4>;
+    default: return kivi_decode_kernel<D, 8>;
+  }
+}
+
+KiviKernel kivi_kernel_for(const KiviDecodeParams& p) {
+  const int g = kivi_heads_per_block(p.heads / p.cache.kv_heads);
+  switch (p.cache.head_dim) {
+    case 64: return kivi_pick_heads<64>(g);
+    case 128: return kivi_pick_heads<128>(g);
+    case 256: return kivi_pick_heads<256>(g);
+    default: throw std::logic_error("kivi decode: no kernel for this head_dim");
+  }
+}
+
+// v1: grid (key groups the append touches, kv_heads, batch), one thread per channel (blockDim =
+// head_dim, whole warps). Launched twice: `close` quantizes the groups the append completes (the
+// keys of channel c by thread c over the group's tokens, each token's values by the lanes of its
+// channel group, meeting through xor-shuffles of width G), then the tokens of an incomplete last
+// group are copied to the residual (after the first launch has read the residual it replaces).
+struct KiviAppendArgs {
+  KiviCacheView c;
+  int key_groups;
+  const uint16_t* k_new;  // [batch][kv_heads][n_tokens][head_dim]
+  const uint16_t* v_new;
+  int n_tokens;
+  const int32_t* first;
+  const int32_t* count;
+};
+
+__global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
+  const KiviCacheView& c = a.c;
+  const int b = blockIdx.z, kvh = blockIdx.y, ch = threadIdx.x;
+  const int D = c.head_dim, G = c.group;
+  const int f = a.first[b], end = f + a.count[b];
+  const int j = f / G + static_cast<int>(blockIdx.x), gt0 = j * G;
+  if (a.count[b] <= 0 || gt0 >= end) return;  // block-uniform
+  const size_t seq_head = static_cast<size_t>(b) * c.kv_heads + kvh;
+  const bool complete = gt0 + G <= end;
+  auto fresh = [&](const uint16_t* src, int t) { return src[(seq_head * a.n_tokens + (t - f)) * D + ch]; };
+  if (!close) {
+    if (complete) return;
+    for (int t = max(f, gt0); t < end; ++t) {
+      const size_t at = (seq_head * G + (t - gt0)) * D + ch;
+      c.k_residual[at] = fresh(a.k_new, t);
+      c.v_residual[at] = fresh(a.v_new, t);
+    }
+    return;
+  }
+  if (!complete) return;
+  auto value = [&](const uint16_t* res, const uint16_t* src, int t) {
+    return bf16_bits_to_float(t < f ? res[(seq_head * G + (t - gt0)) * D + ch] : fresh(src, t));
+  };
+  const size_t row_bytes = static_cast<size_t>(D) / 2;
+  // Keys: channel ch over the group's G tokens.
+  float lo = value(c.k_residual, a.k_new, gt0), hi = lo;
+  for (int t = gt0 + 1; t < gt0 + G; ++t) {
+    const float x = value(c.k_residual, a.k_new, t);
+    lo = fminf(lo, x);
+    hi = fmaxf(hi, x);
+  }
+  const kvcache::KiviRange kr = kvcache::kivi_range(lo, hi, kvcache::kKiviBits);
+  c.k_params[(seq_head * a.key_groups + j) * D + ch] = kr.scale | (static_cast<uint32_t>(kr.zero) << 16);
+  const float kscale = fp16_bits_to_float(kr.scale), kzero = fp16_bits_to_float(kr.zero);
+  for (int t = gt0; t < gt0 + G; ++t) {
+    const uint32_t code = kvcache::kivi_quantize(value(c.k_residual, a.k_new, t), kscale, kzero, kvcache::kKiviBits);
+    const uint32_t next = __shfl_down_sync(0xffffffffu, code, 1);
+    if ((ch & 1) == 0) c.k_codes[(seq_head * c.capacity + t) * row_bytes + ch / 2] = static_cast<uint8_t>(code | (next << 4));
+  }
+  // Values: token t, the G channels of ch's group.
+  for (int t = gt0; t < gt0 + G; ++t) {
+    const float x = value(c.v_residual, a.v_new, t);
+    float vlo = x, vhi = x;
+    for (int off = G / 2; off > 0; off >>= 1) {
+      vlo = fminf(vlo, __shfl_xor_sync(0xffffffffu, vlo, off));
+      vhi = fmaxf(vhi, __shfl_xor_sync(0xffffffffu, vhi, off));
+    }
+    const kvcache::KiviRange vr = kvcache::kivi_range(vlo, vhi, kvcache::kKiviBits);
+    const size_t row = seq_head * c.capacity + t;
+    if (ch % G == 0) c.v_params[row * (D / G) + ch / G] = vr.scale | (static_cast<uint32_t>(vr.zero) << 16);
+    const uint32_t code = kvcache::kivi_quantize(x, fp16_bits_to_float(vr.scale), fp16_bits_to_float(vr.zero), kvcache::kKiviBits);
+    const uint32_t next = __shfl_down_sync(0xffffffffu, code, 1);
+    if ((ch & 1) == 0) c.v_codes[row * row_bytes + ch / 2] = static_cast<uint8_t>(code | (next << 4));
+  }
+}
+
 unsigned grid_for(size_t work, int per_block) {
   const size_t wanted = (work + per_block - 1) / per_block;
   return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(wanted, 1), 65535));
@@ -745,6 +1016,94 @@ void launch_kv_amax(float* k_amax, float* v_amax, const uint16_t* k_new, const u
   if (batch * kv_heads == 0 || n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(batch * kv_heads), grid_for(static_cast<size_t>(n_tokens) * head_dim, 4 * kAmaxThreads));
   kv_amax_kernel<<<grid, kAmaxThreads, 0, stream>>>(k_amax, v_amax, k_new, v_new, kv_heads, head_dim, n_tokens, count);
+  IB_CUDA_CHECK_LAUNCH();
+}
+
+std::string kivi_decode_unsupported(const KiviDecodeParams& p) {
+  const KiviCacheView& c = p.cache;
+  if (c.batch < 1 || p.heads < 1 || c.kv_heads < 1) return "int4 decode needs batch, heads and kv_heads >= 1";
+  if (p.heads % c.kv_heads != 0) return "int4 decode needs heads to be a multiple of kv_heads";
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) return "int4 decode supports head_dim 64, 128 and 256";
+  if (c.group != 8 && c.group != 16 && c.group != 32)
+    return "int4 on CUDA supports int4_group 8, 16 and 32 (a value group is a power-of-two run of a warp's lanes)";
+  if (c.batch > 65535) return "int4 decode supports at most 65535 sequences per launch";
+  if (static_cast<int64_t>(c.kv_heads) * kivi_head_chunks(p) > 65535) return "int4 decode supports at most 65535 (kv head, head chunk) blocks";
+  if (p.splits < 0 || p.splits > kMaxSplits) return "int4 decode needs splits in 0..4096";
+  return {};
+}
+
+int kivi_decode_splits(const KiviDecodeParams& p, int sms) {
+  if (std::string why = kivi_decode_unsupported(p); !why.empty()) throw std::invalid_argument(why);
+  int per_sm = 0;
+  IB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kivi_kernel_for(p), kKiviThreads, 0));
+  const int64_t slots = static_cast<int64_t>(std::max(sms, 1)) * std::max(per_sm, 1);
+  const int64_t per_split = static_cast<int64_t>(p.cache.batch) * p.cache.kv_heads * kivi_head_chunks(p);
+  const int64_t by_tokens = std::max<int64_t>(1, (p.max_length + kMinSplitTokens - 1) / kMinSplitTokens);
+  return static_cast<int>(std::clamp<int64_t>(slots / per_split, 1, std::min<int64_t>(by_tokens, kMaxAutoSplits)));
+}
+
+size_t kivi_decode_workspace_floats(const KiviDecodeParams& p, int splits) {
+  if (splits <= 1) return 0;
+  return static_cast<size_t>(p.cache.batch) * p.heads * splits * (p.cache.head_dim + 2);
+}
+
+void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream) {
+  if (std::string why = kivi_decode_unsupported(p); !why.empty()) throw std::invalid_argument(why);
+  const KiviCacheView& c = p.cache;
+  int splits = p.splits;
+  if (splits == 0) {
+    int dev = 0, sms = 0;
+    IB_CUDA_CHECK(cudaGetDevice(&dev));
+    IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    splits = kivi_decode_splits(p, sms);
+  }
+  if (splits > 1 && !p.workspace) throw std::invalid_argument("int4 decode with splits > 1 needs a workspace");
+  KiviArgs a{};
+  a.k_codes = c.k_codes;
+  a.v_codes = c.v_codes;
+  a.k_params = c.k_params;
+  a.v_params = c.v_params;
+  a.k_res = c.k_residual;
+  a.v_res = c.v_residual;
+  a.capacity = c.capacity;
+  a.group = c.group;
+  a.key_groups = (c.capacity + c.group - 1) / c.group;
+  a.q = p.q;
+  a.out = p.out;
+  a.lengths = p.lengths;
+  a.heads = p.heads;
+  a.kv_heads = c.kv_heads;
+  a.gqa = p.heads / c.kv_heads;
+  a.hchunks = kivi_head_chunks(p);
+  a.splits = splits;
+  a.q_scale = p.scale * kLog2e;
+  if (splits > 1) {
+    a.ws_o = p.workspace;
+    a.ws_ml = p.workspace + static_cast<size_t>(c.batch) * p.heads * splits * c.head_dim;
+  }
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(c.kv_heads * a.hchunks), static_cast<unsigned>(c.batch));
+  const KiviKernel kernel = kivi_kernel_for(p);
+  kernel<<<grid, kKiviThreads, 0, stream>>>(a);
+  IB_CUDA_CHECK_LAUNCH();
+  if (splits > 1) {
+    const size_t smem = static_cast<size_t>(splits) * sizeof(float);
+    kv_merge_kernel<<<static_cast<unsigned>(c.batch * p.heads), static_cast<unsigned>(c.head_dim), smem, stream>>>(a.ws_o, a.ws_ml,
+                                                                                                                  splits, p.out);
+    IB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens, const int32_t* first,
+                        const int32_t* count, cudaStream_t stream) {
+  if (cache.batch * cache.kv_heads == 0 || n_tokens == 0) return;
+  if (cache.head_dim % 32 != 0 || cache.head_dim > 1024 || (cache.group != 8 && cache.group != 16 && cache.group != 32))
+    throw std::invalid_argument("int4 append needs head_dim a multiple of 32 (<= 1024) and group 8, 16 or 32");
+  const KiviAppendArgs a{cache, (cache.capacity + cache.group - 1) / cache.group, k_new, v_new, n_tokens, first, count};
+  const dim3 grid(static_cast<unsigned>(n_tokens / cache.group + 2), static_cast<unsigned>(cache.kv_heads),
+                  static_cast<unsigned>(cache.batch));
+  kivi_append_kernel<<<grid, static_cast<unsigned>(cache.head_dim), 0, stream>>>(a, true);
+  IB_CUDA_CHECK_LAUNCH();
+  kivi_append_kernel<<<grid, static_cast<unsigned>(cache.head_dim), 0, stream>>>(a, false);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // Decode attention over a KV cache stored in bf16, FP8 e4m3 or INT8 (dequantized in registers),
-// contiguous or paged (block tables), split-K ("flash-decoding"): `splits` blocks share each
+// contiguous or paged (block tables), or int4 KIVI (contiguous), split-K ("flash-decoding"): `splits` blocks share each
 // (sequence, kv head), write partial (max, sum, output) to a workspace, and a second kernel
 // merges them. The layouts and quantization rules are those of lib/kvcache/decode_problem.h and
 // lib/kvcache/kv_format.h.
@@ -63,5 +63,41 @@ void launch_kv_append(const KvCacheView& cache, const uint16_t* k_new, const uin
 // count[b] tokens of k_new (likewise v); start from zeros; the scale is then amax/448 (fp8_scale).
 void launch_kv_amax(float* k_amax, float* v_amax, const uint16_t* k_new, const uint16_t* v_new, int batch, int kv_heads,
                     int head_dim, int n_tokens, const int32_t* count, cudaStream_t stream);
+
+// ---- int4 (KIVI) cache, contiguous (layouts of lib/kvcache/decode_problem.h, rules of
+// lib/kvcache/kv_format.h with B = 4) ----
+struct KiviCacheView {
+  uint8_t* k_codes = nullptr;    // [batch][kv_heads][capacity][head_dim / 2] packed nibbles
+  uint8_t* v_codes = nullptr;
+  uint32_t* k_params = nullptr;  // [batch][kv_heads][ceil(capacity / group)][head_dim]: fp16 scale | fp16 zero << 16
+  uint32_t* v_params = nullptr;  // [batch][kv_heads][capacity][head_dim / group]
+  uint16_t* k_residual = nullptr;  // [batch][kv_heads][group][head_dim] bf16: the last length mod group tokens
+  uint16_t* v_residual = nullptr;
+  int batch = 1, kv_heads = 1, head_dim = 128, capacity = 0, group = 32;
+};
+
+struct KiviDecodeParams {
+  KiviCacheView cache;
+  const uint16_t* q = nullptr;       // [batch][heads][head_dim] bf16
+  uint16_t* out = nullptr;           // [batch][heads][head_dim] bf16
+  const int32_t* lengths = nullptr;  // [batch] (device)
+  int heads = 1;
+  int max_length = 0;
+  float scale = 1.0f;
+  int splits = 1;                    // 0: chosen by kivi_decode_splits
+  float* workspace = nullptr;        // kivi_decode_workspace_floats(...) floats when splits > 1
+};
+
+std::string kivi_decode_unsupported(const KiviDecodeParams& p);  // "" when supported
+int kivi_decode_splits(const KiviDecodeParams& p, int sms);
+size_t kivi_decode_workspace_floats(const KiviDecodeParams& p, int splits);
+void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream);
+// Quantize-on-append: sequence b gets count[b] tokens at positions first[b] .. first[b]+count[b]-1
+// from bf16 K and V laid out [batch][kv_heads][n_tokens][head_dim]; appends come in order
+// (first[b] is the sequence's length, whose last first[b] mod group tokens are in the residual).
+// Every key group the append completes is quantized (keys per channel, values per token) from
+// the residual and the new tokens; the tokens of a group left incomplete go to the residual.
+void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens,
+                        const int32_t* first, const int32_t* count, cudaStream_t stream);
 
 }  // namespace ib

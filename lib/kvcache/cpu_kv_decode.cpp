@@ -1,10 +1,12 @@
 // CPU variants of `kv-quant` and `kv-paged`: decode attention over a bf16 / FP8 / INT8 cache,
-// contiguous or paged, with the layouts of decode_problem.h. The cache is written by the host
-// quantizer; the attention reads the stored bytes and dequantizes a row at a time (FP8 by moving
-// its bits into a float's, its per-head scales folded into the query and the output; INT8's per-token
-// scales applied to the score and the probability). Threads take (sequence, kv head, split)
-// tasks; each split keeps its own online-softmax state and the splits are merged at the end, as
-// the CUDA kernel does.
+// contiguous or paged, and over an int4 (KIVI) cache, contiguous, with the layouts of
+// decode_problem.h. The cache is written by the host quantizer; the attention reads the stored
+// bytes and dequantizes a row at a time (FP8 by moving its bits into a float's, its per-head
+// scales folded into the query and the output; INT8's per-token scales applied to the score and
+// the probability; int4's packed codes through the key group's per-channel and the token's
+// per-group (scale, zero), its residual tokens read as bf16). Threads take (sequence, kv head,
+// split) tasks; each split keeps its own online-softmax state and the splits are merged at the
+// end, as the CUDA kernel does. int4 splits are whole key groups.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -39,14 +41,17 @@ class CpuKvDecode : public Variant {
     seed_ = seed;
     const int d = s_.head_dim;
     elem_ = s_.format == KvFormat::BF16 ? 2 : 1;
+    if (s_.format == KvFormat::INT4) allocate_kivi();
     int64_t slots = int64_t{s_.batch} * s_.context;
     if (s_.paged()) {
       tables_ = build_block_tables(s_, seed);
       slots = int64_t{tables_.num_blocks} * s_.block_size;
     }
     const size_t token_heads = static_cast<size_t>(slots) * static_cast<size_t>(s_.kv_heads);
-    k_.allocate(token_heads * static_cast<size_t>(d) * elem_, "K cache");
-    v_.allocate(token_heads * static_cast<size_t>(d) * elem_, "V cache");
+    if (s_.format != KvFormat::INT4) {
+      k_.allocate(token_heads * static_cast<size_t>(d) * elem_, "K cache");
+      v_.allocate(token_heads * static_cast<size_t>(d) * elem_, "V cache");
+    }
     if (s_.format == KvFormat::FP8) {
       k_scale_.allocate(static_cast<size_t>(s_.batch) * s_.kv_heads, "K scales (per sequence, head)");
       v_scale_.allocate(k_scale_.size(), "V scales (per sequence, head)");
@@ -86,6 +91,12 @@ class CpuKvDecode : public Variant {
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
     parallel_for(pairs * static_cast<size_t>(splits_), [&](size_t lo, size_t hi) {
       std::vector<float> ws(static_cast<size_t>(s_.group()) * (kTile + static_cast<size_t>(s_.head_dim)) + static_cast<size_t>(s_.head_dim));
+      if (s_.format == KvFormat::INT4) {
+        const size_t g = static_cast<size_t>(s_.group()), d = static_cast<size_t>(s_.head_dim);
+        ws.resize(g * (static_cast<size_t>(s_.kivi_group) + 2 * d + 1 + d / static_cast<size_t>(s_.kivi_group)) + d);
+        for (size_t t = lo; t < hi; ++t) kivi_split_task(t / splits_, static_cast<int>(t % splits_), ws.data());
+        return;
+      }
       for (size_t t = lo; t < hi; ++t) split_task(t / splits_, static_cast<int>(t % splits_), ws.data());
     });
     merge();
@@ -130,6 +141,7 @@ class CpuKvDecode : public Variant {
 
   void store(int b, int kvh) {
     const StoredHead h = quantize_head(s_, in_, b, kvh);
+    if (s_.format == KvFormat::INT4) return store_kivi(b, kvh, h);
     const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
     for (int t = 0; t < s_.length(b); ++t) {
       const size_t at = slot(b, kvh, t);
@@ -147,6 +159,7 @@ class CpuKvDecode : public Variant {
   }
 
   StoredHead fetch(int b, int kvh) const {
+    if (s_.format == KvFormat::INT4) return fetch_kivi(b, kvh);
     StoredHead h;
     const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
     const int n = s_.length(b);
@@ -279,6 +292,172 @@ class CpuKvDecode : public Variant {
       }
   }
 
+  // ---- int4 (KIVI), contiguous: the buffers of decode_problem.h ----
+
+  size_t kivi_row() const { return static_cast<size_t>(kivi_row_bytes(s_.head_dim, kKiviBits)); }
+  size_t kivi_groups() const { return static_cast<size_t>((s_.context + s_.kivi_group - 1) / s_.kivi_group); }
+
+  void allocate_kivi() {
+    const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads, d = static_cast<size_t>(s_.head_dim);
+    const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
+    kc_.allocate(pairs * ctx * kivi_row(), "K codes");
+    vc_.allocate(kc_.size(), "V codes");
+    kp_.allocate(pairs * kivi_groups() * d * 2, "K (scale, zero) per group and channel");
+    vp_.allocate(pairs * ctx * (d / G) * 2, "V (scale, zero) per token and channel group");
+    kr_.allocate(pairs * G * d, "K residual (bf16)");
+    vr_.allocate(kr_.size(), "V residual (bf16)");
+  }
+
+  void store_kivi(int b, int kvh, const StoredHead& h) {
+    const size_t pair = static_cast<size_t>(b) * s_.kv_heads + kvh, d = static_cast<size_t>(s_.head_dim);
+    const size_t nq = static_cast<size_t>(s_.quantized_length(b)), n = static_cast<size_t>(s_.length(b));
+    const size_t row = kivi_row(), ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
+    std::memcpy(kc_.data() + pair * ctx * row, h.k.data(), nq * row);
+    std::memcpy(vc_.data() + pair * ctx * row, h.v.data(), nq * row);
+    std::memcpy(kr_.data() + pair * G * d, h.k.data() + nq * row, (n - nq) * d * 2);
+    std::memcpy(vr_.data() + pair * G * d, h.v.data() + nq * row, (n - nq) * d * 2);
+    uint16_t* kp = kp_.data() + pair * kivi_groups() * d * 2;
+    uint16_t* vp = vp_.data() + pair * ctx * (d / G) * 2;
+    for (size_t i = 0; i < h.k_scale.size(); ++i) kp[i] = float_to_fp16_bits(h.k_scale[i]);
+    for (size_t i = 0; i < h.v_scale.size(); ++i) vp[i] = float_to_fp16_bits(h.v_scale[i]);
+  }
+
+  StoredHead fetch_kivi(int b, int kvh) const {
+    const size_t pair = static_cast<size_t>(b) * s_.kv_heads + kvh, d = static_cast<size_t>(s_.head_dim);
+    const size_t nq = static_cast<size_t>(s_.quantized_length(b)), n = static_cast<size_t>(s_.length(b));
+    const size_t row = kivi_row(), ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
+    StoredHead h;
+    h.k.resize(nq * row + (n - nq) * d * 2);
+    h.v.resize(h.k.size());
+    std::memcpy(h.k.data(), kc_.data() + pair * ctx * row, nq * row);
+    std::memcpy(h.v.data(), vc_.data() + pair * ctx * row, nq * row);
+    std::memcpy(h.k.data() + nq * row, kr_.data() + pair * G * d, (n - nq) * d * 2);
+    std::memcpy(h.v.data() + nq * row, vr_.data() + pair * G * d, (n - nq) * d * 2);
+    const uint16_t* kp = kp_.data() + pair * kivi_groups() * d * 2;
+    const uint16_t* vp = vp_.data() + pair * ctx * (d / G) * 2;
+    for (size_t i = 0; i < nq / G * d * 2; ++i) h.k_scale.push_back(fp16_bits_to_float(kp[i]));
+    for (size_t i = 0; i < nq * (d / G) * 2; ++i) h.v_scale.push_back(fp16_bits_to_float(vp[i]));
+    return h;
+  }
+
+  // Packed codes of a row -> floats (B = 4: the even channel in the low nibble).
+  static void unpack_codes(const uint8_t* src, int d, float* dst) {
+    for (int i = 0; i < d / 2; ++i) {
+      dst[2 * i] = static_cast<float>(src[i] & 0xfu);
+      dst[2 * i + 1] = static_cast<float>(src[i] >> 4);
+    }
+  }
+
+  // split_task for int4: key groups [g0, g1) of the split, one at a time (the last one of a
+  // sequence may be its bf16 residual). Dequantization is folded into the arithmetic: a full
+  // group's per-channel K scales go into the queries (qk = q·scale) and its zeros into one
+  // constant per query head (Σ q·zero), so a score is that constant + qk · codes; a value row adds
+  // p·scale_g · codes to the output and p·zero_g to its channel group's sum, added once per group.
+  void kivi_split_task(size_t pair, int split, float* ws) {
+    static_assert(kKiviBits == 4, "unpack_codes reads nibbles");
+    const int b = static_cast<int>(pair / s_.kv_heads), kvh = static_cast<int>(pair % s_.kv_heads);
+    const int d = s_.head_dim, g = s_.group(), n = s_.length(b), nq = s_.quantized_length(b), G = s_.kivi_group;
+    const int groups = (n + G - 1) / G, per = (groups + splits_ - 1) / splits_;
+    const int g0 = std::min(groups, split * per), g1 = std::min(groups, g0 + per);
+    const size_t row_bytes = kivi_row(), ctx = static_cast<size_t>(s_.context);
+    const uint8_t* kc = kc_.data() + pair * ctx * row_bytes;
+    const uint8_t* vc = vc_.data() + pair * ctx * row_bytes;
+    const uint16_t* kp = kp_.data() + pair * kivi_groups() * static_cast<size_t>(d) * 2;
+    const uint16_t* vp = vp_.data() + pair * ctx * static_cast<size_t>(d / G) * 2;
+    const uint16_t* kr = kr_.data() + pair * static_cast<size_t>(G) * d;
+    const uint16_t* vr = vr_.data() + pair * static_cast<size_t>(G) * d;
+    float* scores = ws;                                // [g][G]
+    float* qs_rows = ws + static_cast<size_t>(g) * G;  // [g][d]
+    float* row = qs_rows + static_cast<size_t>(g) * d;
+    float* qk = row + d;                                 // [g][d] queries × the group's K scales
+    float* qz = qk + static_cast<size_t>(g) * d;         // [g]: Σ q·zero of the group
+    float* zsum = qz + g;                                // [g][d / G]: Σ p·zero of the group's values
+    const float qs = static_cast<float>(s_.scale());
+    for (int i = 0; i < g; ++i) {
+      const float* q = q_.data() + (static_cast<size_t>(b) * s_.heads + static_cast<size_t>(kvh * g + i)) * d;
+      for (int c = 0; c < d; ++c) qs_rows[static_cast<size_t>(i) * d + c] = q[c] * qs;
+      float* st = partial(pair, split, i);
+      st[0] = -INFINITY;
+      st[1] = 0;
+      std::fill(st + 2, st + 2 + d, 0.0f);
+    }
+    auto bf16_row = [&](const uint16_t* src) {
+      for (int c = 0; c < d; ++c) row[c] = bits_float(static_cast<uint32_t>(src[c]) << 16);
+    };
+    for (int j = g0; j < g1; ++j) {
+      const int t0 = j * G, m = std::min(G, n - t0);
+      const bool full = t0 < nq;
+      if (full) {
+        const uint16_t* p = kp + static_cast<size_t>(j) * d * 2;
+        for (int i = 0; i < g; ++i) {
+          const float* q = qs_rows + static_cast<size_t>(i) * d;
+          float z = 0;
+          for (int c = 0; c < d; ++c) {
+            qk[static_cast<size_t>(i) * d + c] = q[c] * fp16_bits_to_float(p[2 * c]);
+            z += q[c] * fp16_bits_to_float(p[2 * c + 1]);
+          }
+          qz[i] = z;
+        }
+      }
+      for (int u = 0; u < m; ++u) {
+        const int t = t0 + u;
+        if (full) {
+          unpack_codes(kc + static_cast<size_t>(t) * row_bytes, d, row);
+          for (int i = 0; i < g; ++i) scores[i * G + u] = qz[i] + dot(qk + static_cast<size_t>(i) * d, row, d);
+        } else {
+          bf16_row(kr + static_cast<size_t>(u) * d);
+          for (int i = 0; i < g; ++i) scores[i * G + u] = dot(qs_rows + static_cast<size_t>(i) * d, row, d);
+        }
+      }
+      for (int i = 0; i < g; ++i) {
+        float* st = partial(pair, split, i);
+        float mx = st[0];
+        for (int u = 0; u < m; ++u) mx = std::max(mx, scores[i * G + u]);
+        const float corr = std::exp(st[0] - mx);
+        st[0] = mx;
+        st[1] *= corr;
+        for (int c = 0; c < d; ++c) st[2 + c] *= corr;
+        for (int u = 0; u < m; ++u) {
+          const float e = std::exp(scores[i * G + u] - mx);
+          scores[i * G + u] = e;
+          st[1] += e;
+        }
+      }
+      const int vg = d / G;
+      if (full) std::fill(zsum, zsum + static_cast<size_t>(g) * vg, 0.0f);
+      for (int u = 0; u < m; ++u) {
+        const int t = t0 + u;
+        if (full) {
+          unpack_codes(vc + static_cast<size_t>(t) * row_bytes, d, row);
+          const uint16_t* p = vp + static_cast<size_t>(t) * vg * 2;
+          for (int cg = 0; cg < vg; ++cg) {
+            const float sc = fp16_bits_to_float(p[2 * cg]), z = fp16_bits_to_float(p[2 * cg + 1]);
+            for (int i = 0; i < g; ++i) {
+              const float pr = scores[i * G + u];
+              float* acc = partial(pair, split, i) + 2 + cg * G;
+              const float w = pr * sc;
+              const float* codes = row + cg * G;
+              for (int c = 0; c < G; ++c) acc[c] += w * codes[c];
+              zsum[i * vg + cg] += pr * z;
+            }
+          }
+        } else {
+          bf16_row(vr + static_cast<size_t>(u) * d);
+          for (int i = 0; i < g; ++i) {
+            const float pr = scores[i * G + u];
+            float* acc = partial(pair, split, i) + 2;
+            for (int c = 0; c < d; ++c) acc[c] += pr * row[c];
+          }
+        }
+      }
+      if (full)
+        for (int i = 0; i < g; ++i) {
+          float* acc = partial(pair, split, i) + 2;
+          for (int c = 0; c < d; ++c) acc[c] += zsum[i * vg + c / G];
+        }
+    }
+  }
+
   // A paged cache's blocks are scattered 4 KB runs (16 tokens of a head): too short for the
   // hardware prefetchers to follow, so the next tile's K and V rows are requested ahead.
   void prefetch_tile(int b, int kvh, int t0, int n) const {
@@ -326,6 +505,8 @@ class CpuKvDecode : public Variant {
   BlockTables tables_;
   HostBuffer<uint8_t> k_, v_;
   HostBuffer<float> k_scale_, v_scale_, q_, out_, partial_;
+  HostBuffer<uint8_t> kc_, vc_;           // int4 codes
+  HostBuffer<uint16_t> kp_, vp_, kr_, vr_;  // int4 (scale, zero) fp16 pairs; bf16 residuals
   int splits_ = 1;
   DecodeCheck check_;
 };
@@ -339,6 +520,9 @@ struct CpuFp8 : CpuKvDecode {
 struct CpuInt8 : CpuKvDecode {
   CpuInt8() : CpuKvDecode(KvFormat::INT8, Layout::FromPoint) {}
 };
+struct CpuInt4 : CpuKvDecode {
+  CpuInt4() : CpuKvDecode(KvFormat::INT4, Layout::FromPoint) {}
+};
 struct CpuContiguous : CpuKvDecode {
   CpuContiguous() : CpuKvDecode(std::nullopt, Layout::Contiguous) {}
 };
@@ -349,6 +533,7 @@ struct CpuPaged : CpuKvDecode {
 IB_REGISTER_VARIANT("kv-quant", "cpu_bf16", CpuBf16);
 IB_REGISTER_VARIANT("kv-quant", "cpu_fp8", CpuFp8);
 IB_REGISTER_VARIANT("kv-quant", "cpu_int8", CpuInt8);
+IB_REGISTER_VARIANT("kv-quant", "cpu_int4", CpuInt4);
 IB_REGISTER_VARIANT("kv-paged", "cpu_contiguous", CpuContiguous);
 IB_REGISTER_VARIANT("kv-paged", "cpu_paged", CpuPaged);
 

@@ -1,5 +1,5 @@
-// CUDA variants of `kv-quant` (bf16, fp8, int8) and `kv-paged` (contiguous, paged): split-K decode
-// attention (kernels/kv_decode.cu) over a cache that the variant fills through its own
+// CUDA variants of `kv-quant` (bf16, fp8, int8, int4) and `kv-paged` (contiguous, paged): split-K
+// decode attention (kernels/kv_decode.cu) over a cache that the variant fills through its own
 // quantize-on-append path from the counter-based inputs of decode_problem.h, so the gate checks
 // the append kernels (stored bytes and scales) before it checks the attention.
 #include <algorithm>
@@ -34,7 +34,7 @@ KvElem elem_of(KvFormat f) {
     case KvFormat::INT8: return KvElem::INT8;
     case KvFormat::INT4: break;
   }
-  throw std::logic_error("kv decode: int4 has no CUDA cache");  // decode_shape_problem rejects it first
+  throw std::logic_error("kv decode: int4 has its own cache (KiviDecode)");
 }
 
 size_t elem_bytes(KvFormat f) { return f == KvFormat::BF16 ? 2 : 1; }
@@ -296,9 +296,181 @@ class PagedDecode : public CudaKvDecode {
   DecodeShape shape_of(const Point& p) const override { return decode_shape(p); }
 };
 
+// kv-quant int4: the KIVI cache (contiguous) of kv_decode.h, filled by launch_kivi_append in
+// chunks of tokens (a key group can span two chunks: its first tokens wait in the residual).
+class KiviDecode : public Variant {
+ public:
+  std::string unsupported(const Point& p) const override {
+    const DecodeShape s = shape_of(p);
+    if (std::string why = decode_shape_problem(s); !why.empty()) return why;
+    return kivi_decode_unsupported(params_of(s, requested_splits(p)));
+  }
+
+  void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
+    s_ = shape_of(p);
+    seed_ = seed;
+    in_ = decode_inputs(s_, seed);
+    cudaStream_t st = stream_of(rt);
+    params_ = params_of(s_, requested_splits(p));
+    KiviCacheView& c = params_.cache;
+    const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads, d = static_cast<size_t>(s_.head_dim);
+    const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
+    k_codes_.allocate(pairs * ctx * d / 2, "K codes");
+    v_codes_.allocate(k_codes_.size(), "V codes");
+    k_params_.allocate(pairs * key_groups() * d, "K (scale, zero) per group and channel");
+    v_params_.allocate(pairs * ctx * (d / G), "V (scale, zero) per token and channel group");
+    k_res_.allocate(pairs * G * d, "K residual (bf16)");
+    v_res_.allocate(k_res_.size(), "V residual (bf16)");
+    c.k_codes = k_codes_.data();
+    c.v_codes = v_codes_.data();
+    c.k_params = k_params_.data();
+    c.v_params = v_params_.data();
+    c.k_residual = k_res_.data();
+    c.v_residual = v_res_.data();
+    const size_t q_elems = static_cast<size_t>(s_.batch) * s_.heads * d;
+    q_.allocate(q_elems, "q");
+    out_.allocate(q_elems, "out");
+    launch_fill_random(q_.data(), q_elems, DType::BF16, seed, DecodeInputs::kQScale, st);
+    std::vector<int32_t> lengths(static_cast<size_t>(s_.batch));
+    for (int b = 0; b < s_.batch; ++b) lengths[static_cast<size_t>(b)] = s_.length(b);
+    lengths_.allocate(lengths.size(), "sequence lengths");
+    upload(lengths_, lengths, st);
+    params_.q = q_.data();
+    params_.out = out_.data();
+    params_.lengths = lengths_.data();
+    fill_cache(st);
+    rt.memory().reset_peak();
+    if (params_.splits == 0) {
+      int dev = 0, sms = 0;
+      IB_CUDA_CHECK(cudaGetDevice(&dev));
+      IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      params_.splits = kivi_decode_splits(params_, sms);
+    }
+    if (const size_t ws = kivi_decode_workspace_floats(params_, params_.splits); ws > 0) {
+      workspace_.allocate(ws, "split-K partials (o, max, sum per split)");
+      params_.workspace = workspace_.data();
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  Validation validate(BackendRuntime& rt) override {
+    cudaStream_t st = stream_of(rt);
+    IB_CUDA_CHECK(cudaMemsetAsync(out_.data(), 0xFF, out_.bytes(), st));
+    run(rt);
+    rt.synchronize();
+    rt.check_errors();
+    std::vector<uint16_t> out(out_.size());
+    IB_CUDA_CHECK(cudaMemcpy(out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
+    const size_t d = static_cast<size_t>(s_.head_dim);
+    check_ = check_decode(
+        s_, in_, seed_, [&](int b, int kvh) { return fetch_head(b, kvh); },
+        [&](int b, int h, int c) { return bf16_bits_to_float(out[(static_cast<size_t>(b) * s_.heads + h) * d + c]); }, 1e-2);
+    return check_.gate;
+  }
+
+  void run(BackendRuntime& rt) override { launch_kivi_decode(params_, stream_of(rt)); }
+  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
+  std::vector<Metric> metrics() const override {
+    std::vector<Metric> m = decode_metrics(s_, check_);
+    m.push_back({"splits", static_cast<double>(params_.splits), ""});
+    return m;
+  }
+
+ private:
+  static DecodeShape shape_of(const Point& p) {
+    DecodeShape s = decode_shape(p);
+    s.format = KvFormat::INT4;
+    return s;
+  }
+  static KiviDecodeParams params_of(const DecodeShape& s, int splits) {
+    KiviDecodeParams p;
+    p.cache.batch = s.batch;
+    p.cache.kv_heads = s.kv_heads;
+    p.cache.head_dim = s.head_dim;
+    p.cache.capacity = s.context;
+    p.cache.group = s.kivi_group;
+    p.heads = s.heads;
+    p.max_length = s.context;
+    p.scale = static_cast<float>(s.scale());
+    p.splits = splits;
+    return p;
+  }
+  size_t key_groups() const { return static_cast<size_t>((s_.context + s_.kivi_group - 1) / s_.kivi_group); }
+
+  // Staged bf16 chunks of every sequence appended in order; the chunk is not a multiple of the
+  // group in general, so groups complete across appends.
+  void fill_cache(cudaStream_t st) {
+    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim, context = s_.context;
+    const size_t per_token = size_t{2} * batch * kvh * d * sizeof(uint16_t);
+    const int chunk = static_cast<int>(std::clamp<size_t>(kStagingBytes / per_token, 1, static_cast<size_t>(context)));
+    const int chunks = (context + chunk - 1) / chunk;
+    std::vector<int32_t> first(static_cast<size_t>(chunks) * batch), count(first.size());
+    for (int i = 0; i < chunks; ++i)
+      for (int b = 0; b < batch; ++b) {
+        const size_t at = static_cast<size_t>(i) * batch + b;
+        first[at] = i * chunk;
+        count[at] = std::clamp(s_.length(b) - i * chunk, 0, chunk);
+      }
+    DeviceBuffer<int32_t> first_d(first.size(), "append positions"), count_d(count.size(), "append counts");
+    upload(first_d, first, st);
+    upload(count_d, count, st);
+    const size_t staged = static_cast<size_t>(batch) * kvh * chunk * d;
+    DeviceBuffer<uint16_t> k_new(staged, "staged K (bf16)"), v_new(staged, "staged V (bf16)");
+    for (int i = 0; i < chunks; ++i) {
+      launch_kv_fill_chunk(k_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 1, st);
+      launch_kv_fill_chunk(v_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 2, st);
+      launch_kivi_append(params_.cache, k_new.data(), v_new.data(), chunk, first_d.data() + static_cast<size_t>(i) * batch,
+                         count_d.data() + static_cast<size_t>(i) * batch, st);
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  // The stored form of decode_problem.h: code rows of the full groups, the residual's bf16
+  // rows, the (scale, zero) pairs as floats.
+  StoredHead fetch_head(int b, int kvh) const {
+    const size_t pair = static_cast<size_t>(b) * s_.kv_heads + kvh, d = static_cast<size_t>(s_.head_dim);
+    const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group), row = d / 2;
+    const size_t n = static_cast<size_t>(s_.length(b)), nq = static_cast<size_t>(s_.quantized_length(b));
+    StoredHead h;
+    h.k.resize(nq * row + (n - nq) * d * 2);
+    h.v.resize(h.k.size());
+    auto get = [](void* dst, const void* src, size_t bytes) {
+      if (bytes > 0) IB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    };
+    get(h.k.data(), k_codes_.data() + pair * ctx * row, nq * row);
+    get(h.v.data(), v_codes_.data() + pair * ctx * row, nq * row);
+    get(h.k.data() + nq * row, k_res_.data() + pair * G * d, (n - nq) * d * 2);
+    get(h.v.data() + nq * row, v_res_.data() + pair * G * d, (n - nq) * d * 2);
+    std::vector<uint32_t> kp(nq / G * d), vp(nq * (d / G));
+    get(kp.data(), k_params_.data() + pair * key_groups() * d, kp.size() * sizeof(uint32_t));
+    get(vp.data(), v_params_.data() + pair * ctx * (d / G), vp.size() * sizeof(uint32_t));
+    for (uint32_t x : kp) {
+      h.k_scale.push_back(fp16_bits_to_float(static_cast<uint16_t>(x & 0xffffu)));
+      h.k_scale.push_back(fp16_bits_to_float(static_cast<uint16_t>(x >> 16)));
+    }
+    for (uint32_t x : vp) {
+      h.v_scale.push_back(fp16_bits_to_float(static_cast<uint16_t>(x & 0xffffu)));
+      h.v_scale.push_back(fp16_bits_to_float(static_cast<uint16_t>(x >> 16)));
+    }
+    return h;
+  }
+
+  DecodeShape s_;
+  DecodeInputs in_;
+  uint64_t seed_ = 0;
+  KiviDecodeParams params_;
+  DeviceBuffer<uint8_t> k_codes_, v_codes_;
+  DeviceBuffer<uint32_t> k_params_, v_params_;
+  DeviceBuffer<uint16_t> k_res_, v_res_, q_, out_;
+  DeviceBuffer<float> workspace_;
+  DeviceBuffer<int32_t> lengths_;
+  DecodeCheck check_;
+};
+
 IB_REGISTER_VARIANT("kv-quant", "bf16", QuantDecode<KvFormat::BF16>);
 IB_REGISTER_VARIANT("kv-quant", "fp8", QuantDecode<KvFormat::FP8>);
 IB_REGISTER_VARIANT("kv-quant", "int8", QuantDecode<KvFormat::INT8>);
+IB_REGISTER_VARIANT("kv-quant", "int4", KiviDecode);
 IB_REGISTER_VARIANT("kv-paged", "contiguous", ContiguousDecode);
 IB_REGISTER_VARIANT("kv-paged", "paged", PagedDecode);
 

@@ -17,6 +17,11 @@ int DecodeShape::length(int b) const {
   return context - static_cast<int>(mix64(0x5EED0000ull + static_cast<uint64_t>(b)) % static_cast<uint64_t>(context - half));
 }
 
+int DecodeShape::quantized_length(int b) const {
+  const int n = length(b);
+  return format == KvFormat::INT4 ? n - n % kivi_group : n;
+}
+
 int64_t DecodeShape::total_tokens() const {
   int64_t n = 0;
   for (int b = 0; b < batch; ++b) n += length(b);
@@ -26,6 +31,15 @@ int64_t DecodeShape::total_tokens() const {
 int DecodeShape::blocks_per_seq() const { return paged() ? (context + block_size - 1) / block_size : 0; }
 
 double DecodeShape::kv_bytes() const {
+  if (format == KvFormat::INT4) {  // full groups: codes + (scale, zero) pairs; the residual: bf16
+    double bytes = 0;
+    const double per_quantized = head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim, kivi_group);
+    for (int b = 0; b < batch; ++b) {
+      const int nq = quantized_length(b);
+      bytes += nq * per_quantized + (length(b) - nq) * 2.0 * head_dim;
+    }
+    return 2.0 * kv_heads * bytes;
+  }
   const double per_token_head = head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim);
   double bytes = 2.0 * static_cast<double>(total_tokens()) * kv_heads * per_token_head;
   if (format == KvFormat::FP8) bytes += 2.0 * batch * kv_heads * sizeof(float);
@@ -54,13 +68,20 @@ DecodeShape decode_shape(const Point& p) {
   s.ragged = p.flag("ragged");
   if (p.find("kv_dtype")) s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
   if (p.find("block_size")) s.block_size = static_cast<int>(p.integer("block_size"));
+  if (p.find("int4_group")) s.kivi_group = static_cast<int>(p.integer("int4_group"));
   return s;
 }
 
 std::string decode_shape_problem(const DecodeShape& s) {
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
     return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);
-  if (s.format == KvFormat::INT4) return "int4 KV is in the memory calculator only: no int4 decode kernel";
+  if (s.format == KvFormat::INT4) {
+    if (s.kivi_group < 2 || s.head_dim % s.kivi_group != 0)
+      return fmt::format("int4 needs int4_group >= 2 dividing head_dim ({}), got {}", s.head_dim, s.kivi_group);
+    if (s.paged())
+      return "int4 (KIVI) is contiguous only: a key group of G tokens shares per-channel scales across block boundaries, "
+             "and the bf16 residual lives outside the block pool";
+  }
   return {};
 }
 
@@ -151,8 +172,74 @@ void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std:
         }
       }
       break;
-    case KvFormat::INT4: throw std::logic_error("int4 has no stored form");
+    case KvFormat::INT4: throw std::logic_error("int4 is quantized by quantize_kivi");
   }
+}
+
+// int4 (KIVI) K or V of n tokens: the stored form of decode_problem.h (rules of kv_format.h).
+void quantize_kivi(bool keys, int n, int d, int group, const std::vector<float>& x, std::vector<uint8_t>& bytes,
+                   std::vector<float>& scales) {
+  const int bits = kKiviBits, row = kivi_row_bytes(d, bits);
+  const int nq = n - n % group;
+  bytes.assign(static_cast<size_t>(nq) * row + static_cast<size_t>(n - nq) * d * 2, 0);
+  scales.clear();
+  auto at = [&](int t, int c) { return x[static_cast<size_t>(t) * d + c]; };
+  auto put = [&](int t, int c, const KiviRange& r) {
+    const uint32_t code = kivi_quantize(at(t, c), fp16_bits_to_float(r.scale), fp16_bits_to_float(r.zero), bits);
+    kivi_set_code(&bytes[static_cast<size_t>(t) * row], c, bits, code);
+  };
+  if (keys) {
+    for (int j = 0; j < nq; j += group)
+      for (int c = 0; c < d; ++c) {
+        float lo = at(j, c), hi = lo;
+        for (int t = j + 1; t < j + group; ++t) {
+          lo = std::min(lo, at(t, c));
+          hi = std::max(hi, at(t, c));
+        }
+        const KiviRange r = kivi_range(lo, hi, bits);
+        scales.push_back(fp16_bits_to_float(r.scale));
+        scales.push_back(fp16_bits_to_float(r.zero));
+        for (int t = j; t < j + group; ++t) put(t, c, r);
+      }
+  } else {
+    for (int t = 0; t < nq; ++t)
+      for (int g0 = 0; g0 < d; g0 += group) {
+        float lo = at(t, g0), hi = lo;
+        for (int c = g0 + 1; c < g0 + group; ++c) {
+          lo = std::min(lo, at(t, c));
+          hi = std::max(hi, at(t, c));
+        }
+        const KiviRange r = kivi_range(lo, hi, bits);
+        scales.push_back(fp16_bits_to_float(r.scale));
+        scales.push_back(fp16_bits_to_float(r.zero));
+        for (int c = g0; c < g0 + group; ++c) put(t, c, r);
+      }
+  }
+  for (int t = nq; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      const uint16_t h = float_to_bf16_bits(at(t, c));
+      std::memcpy(&bytes[static_cast<size_t>(nq) * row + (static_cast<size_t>(t - nq) * d + c) * 2], &h, 2);
+    }
+}
+
+void dequantize_kivi(bool keys, int n, int d, int group, const std::vector<uint8_t>& bytes, const std::vector<float>& scales,
+                     std::vector<float>& x) {
+  const int bits = kKiviBits, row = kivi_row_bytes(d, bits);
+  const int nq = n - n % group;
+  x.resize(static_cast<size_t>(n) * d);
+  for (int t = 0; t < nq; ++t)
+    for (int c = 0; c < d; ++c) {
+      // K: pair (t / G, c); V: pair (t, c / G).
+      const size_t pair = keys ? static_cast<size_t>(t / group) * d + c : static_cast<size_t>(t) * (d / group) + c / group;
+      const uint32_t code = kivi_get_code(&bytes.at(static_cast<size_t>(t) * row), c, bits);
+      x[static_cast<size_t>(t) * d + c] = kivi_dequantize(code, scales.at(2 * pair), scales.at(2 * pair + 1));
+    }
+  for (int t = nq; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      uint16_t h;
+      std::memcpy(&h, &bytes.at(static_cast<size_t>(nq) * row + (static_cast<size_t>(t - nq) * d + c) * 2), 2);
+      x[static_cast<size_t>(t) * d + c] = bf16_bits_to_float(h);
+    }
 }
 
 void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& bytes, const std::vector<float>& scales, std::vector<float>& x) {
@@ -168,7 +255,7 @@ void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& byt
       }
       case KvFormat::FP8: x[i] = fp8_dequantize(bytes[i], scales.at(0)); break;
       case KvFormat::INT8: x[i] = int8_dequantize(static_cast<int8_t>(bytes[i]), scales.at(i / static_cast<size_t>(d))); break;
-      case KvFormat::INT4: throw std::logic_error("int4 has no stored form");
+      case KvFormat::INT4: throw std::logic_error("int4 is dequantized by dequantize_kivi");
     }
   }
 }
@@ -180,12 +267,22 @@ StoredHead quantize_head(const DecodeShape& s, const DecodeInputs& in, int b, in
   original_head(s, in, b, kvh, k, v);
   StoredHead h;
   const int n = s.length(b);
+  if (s.format == KvFormat::INT4) {
+    quantize_kivi(true, n, s.head_dim, s.kivi_group, k, h.k, h.k_scale);
+    quantize_kivi(false, n, s.head_dim, s.kivi_group, v, h.v, h.v_scale);
+    return h;
+  }
   quantize_tensor(s.format, n, s.head_dim, k, h.k, h.k_scale);
   quantize_tensor(s.format, n, s.head_dim, v, h.v, h.v_scale);
   return h;
 }
 
 void dequantize_head(const DecodeShape& s, const StoredHead& h, int n, std::vector<float>& k, std::vector<float>& v) {
+  if (s.format == KvFormat::INT4) {
+    dequantize_kivi(true, n, s.head_dim, s.kivi_group, h.k, h.k_scale, k);
+    dequantize_kivi(false, n, s.head_dim, s.kivi_group, h.v, h.v_scale, v);
+    return;
+  }
   dequantize_tensor(s.format, n, s.head_dim, h.k, h.k_scale, k);
   dequantize_tensor(s.format, n, s.head_dim, h.v, h.v_scale, v);
 }

@@ -7,7 +7,25 @@
 //         e4m3(x / scale) with round-to-nearest-even and saturation to ±448.
 //   int8  symmetric, one float scale per (token, kv head) for K and one for V: scale = amax/127 of
 //         the head's head_dim values of that token, element = clamp(rne(x / scale), -127, 127).
-//   int4  (memory calculator only) 0.5 bytes/element + a per-group scale.
+//   int4  KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache")
+//         with B = 4 bits (the rules below take B = 4 or 2; the kernels store B = 4) and a group
+//         of G tokens/channels (G = kKiviGroup = 32 unless a kind says otherwise), per (sequence,
+//         kv head) of n tokens:
+//         * residual: the last r = n mod G tokens (the key group not yet full; KIVI's R = G here)
+//           are kept as bf16, K and V alike;
+//         * keys per channel: each full group of G tokens [jG, jG + G) has, per channel c, an
+//           asymmetric range: zero = fp16 of min rounded down, scale = fp16 of (max - zero) /
+//           (2^B - 1) rounded up (so every x lies in [zero, zero + (2^B - 1)·scale] and the
+//           error is at most scale/2); code = clamp(rne((x - zero) / scale), 0, 2^B - 1)
+//           (0 when scale = 0); x' = zero + code·scale. Keys are re-quantized when a group
+//           completes, i.e. whenever the residual reaches G tokens (quantize-on-append of KIVI);
+//         * values per token: the same rule over each group of G channels of one token
+//           (channels [gG, gG + G)), for the tokens of the full groups;
+//         * storage: codes packed 8/B per byte along the channels of a token, element c of a row
+//           in bits (c mod 8/B)·B of byte c / (8/B) (B = 4: the even channel in the low nibble);
+//           scale and zero as fp16 bits. Bytes per (token, kv head) of a full group: d·B/8 of
+//           codes + 4·d/G of (scale, zero) for K and the same for V, + a G-token bf16 residual
+//           buffer per (sequence, kv head).
 #pragma once
 
 #include <cmath>
@@ -51,15 +69,25 @@ inline double kv_element_bytes(KvFormat f) {
   return 2;
 }
 
+constexpr int kKiviGroup = 32;  // G: tokens per key group, channels per value group
+constexpr int kKiviBits = 4;    // B of the stored int4 format
+
 // Scale bytes stored per (token, kv head) for K or for V: int8 keeps one float per token and
-// head; fp8's per-head scale is per sequence, not per token (0 here); int4 one fp16 scale per
-// group of 32 elements (KIVI-style grouping) – `head_dim / 32 · 2` bytes.
-inline double kv_scale_bytes_per_token_head(KvFormat f, int head_dim) {
+// head; fp8's per-head scale is per sequence, not per token (0 here); int4 (KIVI) an fp16 scale
+// and an fp16 zero per (G-token group, channel) for K and per (token, G-channel group) for V:
+// 4·head_dim/G bytes either way.
+inline double kv_scale_bytes_per_token_head(KvFormat f, int head_dim, int group = kKiviGroup) {
   switch (f) {
     case KvFormat::INT8: return 4;
-    case KvFormat::INT4: return 2.0 * ((head_dim + 31) / 32);
+    case KvFormat::INT4: return 4.0 * head_dim / group;
     default: return 0;
   }
+}
+
+// Bytes held per (sequence, kv head) for K or for V whatever the length: int4's bf16 residual
+// buffer of G tokens (the key group being filled).
+inline double kv_residual_bytes_per_seq_head(KvFormat f, int head_dim, int group = kKiviGroup) {
+  return f == KvFormat::INT4 ? 2.0 * head_dim * group : 0.0;
 }
 
 constexpr float kE4m3Max = 448.0f;
@@ -105,5 +133,81 @@ IB_HD int8_t int8_quantize(float x, float scale) {
   return static_cast<int8_t>(q > kInt8Max ? kInt8Max : (q < -kInt8Max ? -kInt8Max : q));
 }
 IB_HD float int8_dequantize(int8_t q, float scale) { return static_cast<float>(q) * scale; }
+
+// ---- int4 (KIVI) ----
+
+// fp16 bits of the largest fp16 <= x / the smallest fp16 >= x (x finite, |x| < 65504).
+IB_HD uint16_t fp16_bits_down(float x) {
+  uint16_t h = float_to_fp16_bits(x);
+  if (fp16_bits_to_float(h) > x) h = (h & 0x8000u) ? static_cast<uint16_t>(h + 1u) : (h == 0 ? uint16_t{0x8001u} : static_cast<uint16_t>(h - 1u));
+  return h;
+}
+IB_HD uint16_t fp16_bits_up(float x) {
+  uint16_t h = float_to_fp16_bits(x);
+  if (fp16_bits_to_float(h) < x) h = (h & 0x8000u) ? (h == 0x8000u ? uint16_t{1} : static_cast<uint16_t>(h - 1u)) : static_cast<uint16_t>(h + 1u);
+  return h;
+}
+
+IB_HD int kivi_max_code(int bits) { return (1 << bits) - 1; }
+
+// The (scale, zero) fp16 bits of a group whose values lie in [lo, hi].
+struct KiviRange {
+  uint16_t scale = 0, zero = 0;
+};
+IB_HD KiviRange kivi_range(float lo, float hi, int bits) {
+  KiviRange r;
+  r.zero = fp16_bits_down(lo);
+  const float span = hi - fp16_bits_to_float(r.zero);
+  r.scale = span > 0.0f ? fp16_bits_up(span / static_cast<float>(kivi_max_code(bits))) : uint16_t{0};
+  return r;
+}
+
+IB_HD uint32_t kivi_quantize(float x, float scale, float zero, int bits) {
+  if (!(scale > 0.0f)) return 0;
+  const float q = rintf((x - zero) / scale);
+  const float top = static_cast<float>(kivi_max_code(bits));
+  return static_cast<uint32_t>(q < 0.0f ? 0.0f : (q > top ? top : q));
+}
+IB_HD float kivi_dequantize(uint32_t code, float scale, float zero) { return zero + static_cast<float>(code) * scale; }
+
+// Bytes of one packed row of d codes.
+IB_HD int kivi_row_bytes(int d, int bits) { return d * bits / 8; }
+IB_HD uint32_t kivi_get_code(const uint8_t* row, int c, int bits) {
+  const int per = 8 / bits;
+  return (static_cast<uint32_t>(row[c / per]) >> ((c % per) * bits)) & static_cast<uint32_t>(kivi_max_code(bits));
+}
+IB_HD void kivi_set_code(uint8_t* row, int c, int bits, uint32_t code) {
+  const int per = 8 / bits, shift = (c % per) * bits;
+  const uint32_t mask = static_cast<uint32_t>(kivi_max_code(bits)) << shift;
+  row[c / per] = static_cast<uint8_t>((row[c / per] & ~mask) | ((code << shift) & mask));
+}
+
+// Rounds values in place through the rules (what a cache in the format returns), as the engine
+// stores them: the keys of one full group (tokens x[t·stride + c] for t < G, c < d) per channel,
+// and the values of one token (x[c], c < d) per group of G channels (d a multiple of G).
+IB_HD void kivi_round_key_group(float* x, int group, int stride, int d, int bits) {
+  for (int c = 0; c < d; ++c) {
+    float lo = x[c], hi = x[c];
+    for (int t = 1; t < group; ++t) {
+      lo = fminf(lo, x[t * stride + c]);
+      hi = fmaxf(hi, x[t * stride + c]);
+    }
+    const KiviRange r = kivi_range(lo, hi, bits);
+    const float scale = fp16_bits_to_float(r.scale), zero = fp16_bits_to_float(r.zero);
+    for (int t = 0; t < group; ++t) x[t * stride + c] = kivi_dequantize(kivi_quantize(x[t * stride + c], scale, zero, bits), scale, zero);
+  }
+}
+IB_HD void kivi_round_value_row(float* x, int d, int group, int bits) {
+  for (int g0 = 0; g0 < d; g0 += group) {
+    float lo = x[g0], hi = x[g0];
+    for (int c = g0 + 1; c < g0 + group; ++c) {
+      lo = fminf(lo, x[c]);
+      hi = fmaxf(hi, x[c]);
+    }
+    const KiviRange r = kivi_range(lo, hi, bits);
+    const float scale = fp16_bits_to_float(r.scale), zero = fp16_bits_to_float(r.zero);
+    for (int c = g0; c < g0 + group; ++c) x[c] = kivi_dequantize(kivi_quantize(x[c], scale, zero, bits), scale, zero);
+  }
+}
 
 }  // namespace ib::kvcache

@@ -1,6 +1,8 @@
-// Kinds `kv-quant` and `kv-paged` (§8.3): decode attention over a bf16, FP8 or INT8 KV cache,
-// contiguous or paged. The variants live in cpu_kv_decode.cpp and cuda_kv_decode.cpp.
+// Kinds `kv-quant` and `kv-paged` (§8.3): decode attention over a bf16, FP8, INT8 or int4 (KIVI)
+// KV cache, contiguous or paged (int4: contiguous only). The variants live in cpu_kv_decode.cpp
+// and cuda_kv_decode.cpp.
 #include "core/registry.h"
+#include "kvcache/kv_format.h"
 #include "kvcache/kv_kinds.h"
 
 namespace ib::kvcache {
@@ -20,6 +22,11 @@ std::vector<KeySpec> decode_keys(bool paged_kind) {
                Value(int64_t{0}), 0.0, 1024.0),
   };
   if (paged_kind) k.push_back(enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8"}));
+  if (!paged_kind)
+    k.push_back(key_spec("int4_group", ParamType::Int,
+                         "int4 (KIVI): G, tokens per key group (per-channel scales) and channels per value group (per-token "
+                         "scales); the last length mod G tokens stay bf16",
+                         Value(int64_t{kKiviGroup}), 2.0, 1024.0));
   return k;
 }
 
@@ -39,13 +46,23 @@ KindInfo quant_kind() {
   k.doc = std::string(kDecodeDoc) + " Variants differ by the cache format; `block_size` > 0 runs them over block tables.";
   k.keys = decode_keys(false);
   const std::vector<std::string> cpu_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size"};
+  const std::vector<std::string> cuda_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size", "splits"};
+  std::vector<std::string> cpu_int4_keys = cpu_keys, cuda_int4_keys = cuda_keys;
+  cpu_int4_keys.push_back("int4_group");
+  cuda_int4_keys.push_back("int4_group");
   k.variants = {
-      {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", {}},
-      {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers", {}},
-      {"int8", Backend::Cuda, "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers", {}},
+      {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", cuda_keys},
+      {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers", cuda_keys},
+      {"int8", Backend::Cuda, "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers", cuda_keys},
+      {"int4", Backend::Cuda,
+       "int4 KIVI cache: keys per channel and values per token (fp16 scale and zero per group of int4_group), the last "
+       "length mod int4_group tokens bf16; contiguous only",
+       cuda_int4_keys},
       {"cpu_bf16", Backend::Cpu, "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)", cpu_keys},
       {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)", cpu_keys},
       {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)", cpu_keys},
+      {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
+       cpu_int4_keys},
   };
   return k;
 }

@@ -1,7 +1,8 @@
-// KV cache formats (FP8 e4m3 and INT8 rules), the block manager under random alloc/fork/append/
+// KV cache formats (FP8 e4m3, INT8 and int4 KIVI rules and packing), the block manager under random alloc/fork/append/
 // free with copy-on-write checked against a model of every sequence's tokens, the decode-attention
 // gate (it catches a corrupted cache), the CPU decode variants of kv-quant and kv-paged through
 // the runner, the memory calculator and the waste replay.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -74,6 +75,139 @@ TEST(KvFormat, Int8ErrorIsWithinHalfAStep) {
 // ---- block manager ----
 
 // Every sequence's tokens, written through its block table into a simulated pool, read back.
+// ---- int4 (KIVI) ----
+
+TEST(KvFormat, KiviRoundTripIsWithinHalfAStepForFourAndTwoBits) {
+  std::mt19937 rng(5);
+  for (int bits : {4, 2})
+    for (int trial = 0; trial < 2000; ++trial) {
+      // Ranges of every kind: around 0, all negative, all positive, tiny, wide, constant.
+      const float center = std::uniform_real_distribution<float>(-50, 50)(rng);
+      const float width = trial % 7 == 0 ? 0.0f : std::pow(10.0f, std::uniform_real_distribution<float>(-4, 2)(rng));
+      std::vector<float> x(32);
+      for (auto& e : x) e = center + width * std::uniform_real_distribution<float>(-1, 1)(rng);
+      const float lo = *std::min_element(x.begin(), x.end()), hi = *std::max_element(x.begin(), x.end());
+      const KiviRange r = kivi_range(lo, hi, bits);
+      const float scale = fp16_bits_to_float(r.scale), zero = fp16_bits_to_float(r.zero);
+      ASSERT_LE(zero, lo);
+      ASSERT_GE(static_cast<double>(zero) + kivi_max_code(bits) * static_cast<double>(scale), hi - 1e-6 * (std::fabs(hi) + std::fabs(zero)));
+      for (float e : x) {
+        const uint32_t q = kivi_quantize(e, scale, zero, bits);
+        ASSERT_LE(q, static_cast<uint32_t>(kivi_max_code(bits)));
+        const double err = std::fabs(static_cast<double>(e) - kivi_dequantize(q, scale, zero));
+        // scale/2, up to float rounding of (x - zero)/scale and of zero + code·scale.
+        ASSERT_LE(err, scale / 2 * (1 + 1e-5) + 1e-6 * (std::fabs(e) + std::fabs(zero))) << bits << " bits, x " << e << " scale " << scale;
+      }
+    }
+}
+
+TEST(KvFormat, KiviPacksLowNibbleFirstAndRoundTripsEveryCode) {
+  std::vector<uint8_t> row(static_cast<size_t>(kivi_row_bytes(64, 4)), 0xAA);
+  for (int c = 0; c < 64; ++c) kivi_set_code(row.data(), c, 4, static_cast<uint32_t>(c % 16));
+  EXPECT_EQ(row[0], 0x10);  // channel 0 low, channel 1 high
+  EXPECT_EQ(row[7], 0xFE);
+  for (int c = 0; c < 64; ++c) EXPECT_EQ(kivi_get_code(row.data(), c, 4), static_cast<uint32_t>(c % 16));
+  std::vector<uint8_t> two(static_cast<size_t>(kivi_row_bytes(64, 2)), 0);
+  ASSERT_EQ(two.size(), 16u);
+  for (int c = 0; c < 64; ++c) kivi_set_code(two.data(), c, 2, static_cast<uint32_t>((c * 7) % 4));
+  EXPECT_EQ(two[0], (0u | 3u << 2 | 2u << 4 | 1u << 6));
+  for (int c = 0; c < 64; ++c) EXPECT_EQ(kivi_get_code(two.data(), c, 2), static_cast<uint32_t>((c * 7) % 4));
+}
+
+// Odd lengths: full groups packed, the rest bf16 as it came; the key pairs are per (group,
+// channel), from that channel's range over the group, the value pairs per (token, channel group).
+TEST(KvFormat, KiviStoredHeadKeepsTheResidualExactAndKeysPerChannel) {
+  for (int group : {32, 16})
+    for (int n : {1, 15, 31, 32, 33, 95, 100}) {
+      DecodeShape s;
+      s.batch = 1;
+      s.heads = s.kv_heads = 1;
+      s.head_dim = 64;
+      s.context = n;
+      s.format = KvFormat::INT4;
+      s.kivi_group = group;
+      SCOPED_TRACE(std::to_string(n) + " tokens, group " + std::to_string(group));
+      const DecodeInputs in = decode_inputs(s, 3);
+      const StoredHead h = quantize_head(s, in, 0, 0);
+      const int d = s.head_dim, nq = n - n % group;
+      ASSERT_EQ(s.quantized_length(0), nq);
+      EXPECT_EQ(h.k.size(), static_cast<size_t>(nq * d / 2 + (n - nq) * d * 2));
+      EXPECT_EQ(h.v.size(), h.k.size());
+      EXPECT_EQ(h.k_scale.size(), static_cast<size_t>(nq / group * d * 2));
+      EXPECT_EQ(h.v_scale.size(), static_cast<size_t>(nq * (d / group) * 2));
+      std::vector<float> k, v, ko, vo;
+      dequantize_head(s, h, n, k, v);
+      original_head(s, in, 0, 0, ko, vo);
+      for (int t = 0; t < n; ++t)
+        for (int c = 0; c < d; ++c) {
+          const size_t i = static_cast<size_t>(t) * d + c;
+          if (t >= nq) {  // the residual: bf16 as appended
+            ASSERT_EQ(k[i], ko[i]);
+            ASSERT_EQ(v[i], vo[i]);
+            continue;
+          }
+          const float ks = h.k_scale[2 * (static_cast<size_t>(t / group) * d + c)];
+          const float vs = h.v_scale[2 * (static_cast<size_t>(t) * (d / group) + c / group)];
+          ASSERT_LE(std::fabs(k[i] - ko[i]), ks / 2 + 1e-6);
+          ASSERT_LE(std::fabs(v[i] - vo[i]), vs / 2 + 1e-6);
+        }
+      // K's pair of (group j, channel c) is the range of channel c over the group's tokens.
+      for (int j = 0; j < nq / group; ++j)
+        for (int c = 0; c < d; ++c) {
+          float lo = INFINITY, hi = -INFINITY;
+          for (int t = j * group; t < (j + 1) * group; ++t) {
+            lo = std::min(lo, ko[static_cast<size_t>(t) * d + c]);
+            hi = std::max(hi, ko[static_cast<size_t>(t) * d + c]);
+          }
+          const KiviRange r = kivi_range(lo, hi, kKiviBits);
+          const size_t at = 2 * (static_cast<size_t>(j) * d + c);
+          ASSERT_EQ(h.k_scale[at], fp16_bits_to_float(r.scale));
+          ASSERT_EQ(h.k_scale[at + 1], fp16_bits_to_float(r.zero));
+        }
+    }
+}
+
+// Keys with an outlier channel (as real keys have, the reason KIVI quantizes them per channel):
+// per-channel groups keep the other channels' resolution; per-token groups spend it on the outlier.
+TEST(KvFormat, KiviKeysPerChannelBeatPerTokenWithAnOutlierChannel) {
+  const int G = kKiviGroup, d = 64;
+  std::mt19937 rng(9);
+  std::vector<float> keys(static_cast<size_t>(G) * d);
+  for (int t = 0; t < G; ++t)
+    for (int c = 0; c < d; ++c)
+      keys[static_cast<size_t>(t) * d + c] = (c == 5 ? 40.0f : 0.0f) + std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<float> per_channel = keys, per_token = keys;
+  kivi_round_key_group(per_channel.data(), G, d, d, kKiviBits);
+  for (int t = 0; t < G; ++t) kivi_round_value_row(per_token.data() + static_cast<size_t>(t) * d, d, G, kKiviBits);
+  auto err = [&](const std::vector<float>& x) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % d == 5) continue;  // the other channels
+      e += (x[i] - keys[i]) * (x[i] - keys[i]);
+      r += keys[i] * keys[i];
+    }
+    return std::sqrt(e / r);
+  };
+  EXPECT_LT(err(per_channel), 0.1);
+  EXPECT_GT(err(per_token), 5 * err(per_channel));
+  // The decode problem's stored keys follow the per-channel rule: a group's stored K equals
+  // kivi_round_key_group over the original values.
+  DecodeShape s;
+  s.batch = 1;
+  s.heads = s.kv_heads = 1;
+  s.head_dim = d;
+  s.context = 2 * G;
+  s.format = KvFormat::INT4;
+  const DecodeInputs in = decode_inputs(s, 4);
+  std::vector<float> k, v, ko, vo;
+  dequantize_head(s, quantize_head(s, in, 0, 0), s.context, k, v);
+  original_head(s, in, 0, 0, ko, vo);
+  for (int j = 0; j < 2; ++j) kivi_round_key_group(ko.data() + static_cast<size_t>(j) * G * d, G, d, d, kKiviBits);
+  for (int t = 0; t < s.context; ++t) kivi_round_value_row(vo.data() + static_cast<size_t>(t) * d, d, G, kKiviBits);
+  EXPECT_EQ(k, ko);
+  EXPECT_EQ(v, vo);
+}
+
 TEST(BlockManager, RandomOperationsKeepInvariantsAndCopyOnWriteKeepsContents) {
   constexpr int kBlocks = 64, kBs = 4;
   BlockManager m(kBlocks, kBs);
@@ -236,6 +370,38 @@ TEST(DecodeCheck, FailsOnACorruptedCacheAndOnAWrongOutput) {
   EXPECT_EQ(check_decode(s, in, 11, good, read, 1e-2).gate.metric, "nan_rows");
 }
 
+TEST(DecodeCheck, CatchesACorruptedInt4CodeOrPair) {
+  DecodeShape s;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 64;
+  s.context = 70;  // two full groups and a residual of 6
+  s.format = KvFormat::INT4;
+  const DecodeInputs in = decode_inputs(s, 12);
+  std::vector<double> out(static_cast<size_t>(s.heads * s.head_dim));
+  std::vector<float> k, v, q(static_cast<size_t>(s.head_dim));
+  dequantize_head(s, quantize_head(s, in, 0, 0), s.context, k, v);
+  for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < s.head_dim; ++c) q[static_cast<size_t>(c)] = in.q(0, h, c);
+    attend(s.context, s.head_dim, q.data(), k.data(), v.data(), s.scale(), out.data() + h * s.head_dim);
+  }
+  auto read = [&](int, int h, int c) { return static_cast<float>(out[static_cast<size_t>(h * s.head_dim + c)]); };
+  const DecodeCheck ok = check_decode(s, in, 12, [&](int b, int kvh) { return quantize_head(s, in, b, kvh); }, read, 1e-2);
+  EXPECT_TRUE(ok.gate.ok) << ok.gate.detail;
+  EXPECT_GT(ok.format_rel_l2, 1e-2);  // 4 bits cost more than int8
+  EXPECT_LT(ok.format_rel_l2, 0.2);
+  for (int what = 0; what < 3; ++what) {
+    auto corrupt = [&](int b, int kvh) {
+      StoredHead h = quantize_head(s, in, b, kvh);
+      if (what == 0) h.k[40] ^= 0x10;                  // a code
+      if (what == 1) h.v[h.v.size() - 3] ^= 1;         // the residual
+      if (what == 2) h.k_scale[7] *= 2;                // a pair
+      return h;
+    };
+    EXPECT_EQ(check_decode(s, in, 12, corrupt, read, 1e-2).gate.metric, "cache_mismatch") << what;
+  }
+}
+
 // ---- the engine's KV formats ----
 
 TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
@@ -299,6 +465,46 @@ TEST(KvKinds, QuantVariantsPassTheGateOnEveryLayoutWithRaggedGqaSequences) {
   }
 }
 
+TEST(KvKinds, Int4PassesTheGateOnOddRaggedGqaLengthsAndSaysPagedIsUnsupported) {
+  auto r = run_kv(
+      "  - {name: q, kind: kv-quant, variants: [cpu_bf16, cpu_int4], baseline: cpu_bf16, batch: 3, heads: 8,"
+      " kv_heads: [8, 2], head_dim: [64, 128], context: [1, 31, 33, 1000], ragged: true, int4_group: [32, 16]}\n");
+  // cpu_bf16 does not read int4_group: its points fold into one per shape.
+  size_t int4_rows = 0;
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
+    ASSERT_TRUE(row.validation);
+    EXPECT_TRUE(row.validation->ok) << row.variant << " " << row.point.label() << ": " << row.validation->detail;
+    if (row.variant != "cpu_int4") continue;
+    ++int4_rows;
+    const double err = metric(row, "rel L2 vs bf16 KV");
+    const int64_t context = row.point.integer("context"), group = row.point.integer("int4_group");
+    EXPECT_LT(err, context < group ? 1e-3 : 0.15) << row.point.label();  // shorter than a group: all bf16 residual
+    if (context >= 1000) {
+      EXPECT_GT(err, 1e-2) << row.point.label();
+    }
+  }
+  EXPECT_EQ(int4_rows, 2u * 2 * 4 * 2);
+  auto paged = run_kv(
+      "  - {name: p, kind: kv-quant, variants: [cpu_int4], batch: 1, heads: 4, context: 100, block_size: 16}\n");
+  ASSERT_EQ(paged.rows.size(), 1u);
+  EXPECT_EQ(paged.rows[0].status, RowStatus::Unsupported);
+  EXPECT_NE(paged.rows[0].message.find("contiguous only"), std::string::npos) << paged.rows[0].message;
+}
+
+TEST(KvKinds, Int4CostsMoreThanInt8AndFp8OnRandomData) {
+  auto r = run_kv(
+      "  - {name: q, kind: kv-quant, variants: [cpu_bf16, cpu_fp8, cpu_int8, cpu_int4], baseline: cpu_bf16, batch: 1,"
+      " heads: 4, head_dim: 128, context: 2048}\n");
+  expect_all_ok(r, 4);
+  const double fp8 = metric(r.rows[1], "rel L2 vs bf16 KV"), int8 = metric(r.rows[2], "rel L2 vs bf16 KV");
+  const double int4 = metric(r.rows[3], "rel L2 vs bf16 KV");
+  EXPECT_GT(int4, fp8);
+  EXPECT_GT(int4, int8);
+  // And reads about a third of bf16's bytes: 64 + 16 bytes of codes and pairs per token-head vs 256.
+  EXPECT_NEAR(metric(r.rows[3], "KV bytes") / metric(r.rows[0], "KV bytes"), 80.0 / 256.0, 1e-9);
+}
+
 TEST(KvKinds, PagedAndContiguousAgreeAndHoldTheSameBytes) {
   auto r = run_kv(
       "  - {name: p, kind: kv-paged, variants: [cpu_contiguous, cpu_paged], baseline: cpu_contiguous, batch: 2, heads: 4,"
@@ -323,6 +529,15 @@ TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
   EXPECT_EQ(metric(r.rows[0], "max batch at seq"), 33);
   // Qwen2-0.5B: 24 layers × 2 kv heads × 64 × 2 × 2 B = 12 KiB per token.
   EXPECT_DOUBLE_EQ(metric(r.rows[3], "KV/token (formula)"), 12.0);
+  // int4 (KIVI): 64 B of codes + 16 B of fp16 (scale, zero) per token-head for K and for V:
+  // 2·32·32·80 B = 160 KiB per token; + a 32-token bf16 residual per (layer, K/V, head) and sequence:
+  // 2·32·32·32·128·2 B = 16 MiB.
+  auto i4 = run_kv(
+      "  - {name: m, kind: kv-memory, variants: [formula], model: llama2-7b, kv_dtype: int4, seq: 4096, batch: 32,"
+      " card_memory: 80GiB}\n");
+  expect_all_ok(i4, 1);
+  EXPECT_DOUBLE_EQ(metric(i4.rows[0], "KV/token (formula)"), 160.0);
+  EXPECT_DOUBLE_EQ(metric(i4.rows[0], "KV/seq (formula)"), 4096 * 160.0 / 1024 + 16);
 }
 
 TEST(KvKinds, EngineDecodeCostsLittleWithInt8AndBf16MoreWithFp8) {

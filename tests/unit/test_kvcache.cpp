@@ -442,7 +442,10 @@ TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
   }
   const int t = m->new_sequence(8);
   EXPECT_THROW(m->set_kv_format(t, KvFormat::FP8), std::invalid_argument);  // fp8 needs its scales
-  EXPECT_THROW(m->set_kv_format(t, KvFormat::INT4), std::invalid_argument);
+  // int4 (KIVI): bf16 until a 32-token key group completes; the 40-token prompt completes one.
+  const auto l4 = logits_with(KvFormat::INT4, {});
+  EXPECT_GT(relative_l2(l4, f32), relative_l2(logits_with(KvFormat::BF16, {}), f32));
+  EXPECT_LT(relative_l2(l4, f32), 0.2);
 }
 
 // ---- the kinds through the runner ----
@@ -538,6 +541,14 @@ TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
   expect_all_ok(i4, 1);
   EXPECT_DOUBLE_EQ(metric(i4.rows[0], "KV/token (formula)"), 160.0);
   EXPECT_DOUBLE_EQ(metric(i4.rows[0], "KV/seq (formula)"), 4096 * 160.0 / 1024 + 16);
+}
+
+TEST(KvKinds, EngineDecodeWithInt4CostsMoreThanInt8ButKeepsMostTokens) {
+  auto r = run_kv("  - {name: e, kind: kv-quant-model, variants: [cpu_int8, cpu_int4], model: tiny, prompt: 64, new_tokens: 16}\n");
+  expect_all_ok(r, 2);
+  EXPECT_LT(metric(r.rows[0], "attn err"), metric(r.rows[1], "attn err"));
+  EXPECT_GE(metric(r.rows[1], "top-1 agree"), 50);
+  EXPECT_LT(metric(r.rows[1], "KV/token"), metric(r.rows[0], "KV/token"));
 }
 
 TEST(KvKinds, EngineDecodeCostsLittleWithInt8AndBf16MoreWithFp8) {

@@ -3,6 +3,7 @@
 // prefill attention is FlashAttention-2; everything here is memory- or launch-bound.
 #include "model_ops.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -116,7 +117,8 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* __rest
 constexpr int kRopeThreads = 128;
 __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t* __restrict__ qkv, const uint16_t* __restrict__ bias,
                                                                       const AttnRow* __restrict__ rows, int n_rows, int layer, int heads,
-                                                                      int kv_heads, int D, float theta, uint16_t* __restrict__ qh) {
+                                                                      int kv_heads, int D, float theta, uint16_t* __restrict__ qh,
+                                                                      const int32_t* __restrict__ slots) {
   __shared__ double inv_freq[128];  // D <= 256
   const int r = blockIdx.x;
   const int half = D / 2;
@@ -130,6 +132,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t*
   uint16_t* kc = row.cache + static_cast<size_t>(layer) * 2 * kv_heads * head_elems;  // this layer's K
   uint16_t* vc = kc + static_cast<size_t>(kv_heads) * head_elems;                     // this layer's V
   const double dpos = static_cast<double>(row.pos);
+  const size_t slot = static_cast<size_t>(slots ? slots[r] : row.pos);  // where k and v are stored
 
   const int n_rot = (heads + kv_heads) * half;
   for (int it = threadIdx.x; it < n_rot; it += kRopeThreads) {
@@ -154,7 +157,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t*
         v_row[c1] = y2;
       }
     } else {
-      uint16_t* dst = kc + static_cast<size_t>(hh - heads) * head_elems + static_cast<size_t>(row.pos) * D;
+      uint16_t* dst = kc + static_cast<size_t>(hh - heads) * head_elems + slot * D;
       dst[i] = y1;
       dst[i + half] = y2;
     }
@@ -164,7 +167,76 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t*
     const int kvh = it / D, d = it % D;
     float val = bf2f(v_row[v0 + it]);
     if (bias) val += bf2f(bias[v0 + it]);
-    vc[static_cast<size_t>(kvh) * head_elems + static_cast<size_t>(row.pos) * D + d] = f2bf(val);
+    vc[static_cast<size_t>(kvh) * head_elems + slot * D + d] = f2bf(val);
+  }
+}
+
+// ---- tree attention (tree verification) ----
+
+constexpr int kTreeThreads = 128;
+constexpr int kTreeMaxSharedBytes = 200 * 1024;  // opted in below; H100/H200 allow 227 KB per block
+
+// One block per (row, head): the row's query in shared memory, one warp per key for the scores
+// (lanes over head_dim), softmax over the staged scores, then one thread per output element
+// summing p · V over the keys (a warp reads a V row's consecutive elements).
+__global__ void __launch_bounds__(kTreeThreads) tree_attention_kernel(TreeAttentionArgs a) {
+  extern __shared__ float tree_smem[];
+  const int D = a.head_dim;
+  float* qs = tree_smem;                  // [D]
+  float* red = tree_smem + D;             // [32]
+  float* score = tree_smem + D + 32;      // [keys]
+  const int r = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const AttnRow row = a.rows[r];
+  const int kvh = h / (a.heads / a.kv_heads);
+  const size_t head_elems = static_cast<size_t>(row.capacity) * D;
+  const uint16_t* kc = row.cache + (static_cast<size_t>(a.layer) * 2 * a.kv_heads + kvh) * head_elems;
+  const uint16_t* vc = row.cache + (static_cast<size_t>(a.layer) * 2 * a.kv_heads + a.kv_heads + kvh) * head_elems;
+  const int first = a.window > 0 ? max(0, row.pos + 1 - a.window) : 0;
+  const int cached = max(0, a.base - first);
+  const int a0 = a.anc_begin[r];
+  const int n = cached + (a.anc_begin[r + 1] - a0);
+  const uint16_t* q = a.q + static_cast<size_t>(r) * a.q_row_stride + static_cast<size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += kTreeThreads) qs[d] = bf2f(q[d]);
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int j = warp; j < n; j += kTreeThreads / 32) {
+    const int pos = j < cached ? first + j : a.anc[a0 + j - cached];
+    const uint16_t* k = kc + static_cast<size_t>(pos) * D;
+    float dot = 0.0f;
+    for (int d = lane; d < D; d += 32) dot += qs[d] * bf2f(k[d]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (lane == 0) score[j] = dot * a.scale;
+  }
+  __syncthreads();
+
+  // Block max (through the same reduction tree as block_sum, on -max), then p = e^(s - max).
+  float m = -FLT_MAX;
+  for (int j = threadIdx.x; j < n; j += kTreeThreads) m = fmaxf(m, score[j]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = red[0];
+  for (int w = 1; w < kTreeThreads / 32; ++w) m = fmaxf(m, red[w]);
+  __syncthreads();
+  float part = 0.0f;
+  for (int j = threadIdx.x; j < n; j += kTreeThreads) {
+    const float p = __expf(score[j] - m);
+    score[j] = p;
+    part += p;
+  }
+  const float total = block_sum<kTreeThreads>(part, red);  // its barriers also publish the p values
+
+  uint16_t* o = a.out + static_cast<size_t>(r) * a.heads * D + static_cast<size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += kTreeThreads) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      const int pos = j < cached ? first + j : a.anc[a0 + j - cached];
+      acc += score[j] * bf2f(vc[static_cast<size_t>(pos) * D + d]);
+    }
+    o[d] = f2bf(acc / total);
   }
 }
 
@@ -763,11 +835,34 @@ void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, floa
 }
 
 void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* rows, int n_rows, int layer, int heads,
-                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream) {
+                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream,
+                            const int32_t* slots) {
   if (n_rows <= 0) return;
   if (head_dim % 2 != 0 || head_dim > 256) throw std::invalid_argument("qkv_rope_append: head_dim must be even and <= 256");
   qkv_rope_append_kernel<<<static_cast<unsigned>(n_rows), kRopeThreads, 0, stream>>>(qkv, bias, rows, n_rows, layer, heads, kv_heads,
-                                                                                     head_dim, rope_theta, q_heads_major);
+                                                                                     head_dim, rope_theta, q_heads_major, slots);
+  IB_CUDA_CHECK_LAUNCH();
+}
+
+int tree_attention_max_keys(int head_dim) {
+  return static_cast<int>(kTreeMaxSharedBytes / sizeof(float)) - head_dim - 32;
+}
+
+void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream) {
+  if (a.n_rows <= 0) return;
+  if (a.head_dim > 256 || a.heads % a.kv_heads != 0) throw std::invalid_argument("tree_attention: head_dim <= 256, heads a multiple of kv_heads");
+  if (a.max_keys > tree_attention_max_keys(a.head_dim))
+    throw std::invalid_argument("tree_attention: " + std::to_string(a.max_keys) + " keys per row, more than the " +
+                                std::to_string(tree_attention_max_keys(a.head_dim)) + " its shared memory holds");
+  static const bool opted_in = [] {
+    IB_CUDA_CHECK(cudaFuncSetAttribute(tree_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTreeMaxSharedBytes));
+    return true;
+  }();
+  (void)opted_in;
+  const size_t smem = sizeof(float) * (static_cast<size_t>(a.head_dim) + 32 + static_cast<size_t>(std::max(a.max_keys, 1)));
+  const int64_t blocks = static_cast<int64_t>(a.n_rows) * a.heads;
+  if (blocks > 0x7fffffff) throw std::invalid_argument("tree_attention: too many rows");
+  tree_attention_kernel<<<static_cast<unsigned>(blocks), kTreeThreads, smem, stream>>>(a);
   IB_CUDA_CHECK_LAUNCH();
 }
 

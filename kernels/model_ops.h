@@ -43,8 +43,11 @@ void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, floa
 //   - q: back into qkv in place (q_heads_major == nullptr), or into q_heads_major laid out
 //     [heads][n_rows][D] (the layout FlashAttention-2 reads);
 //   - k, v: into the cache of rows[r] at position pos (layer `layer`).
+//   With `slots` (tree verification), row r's k and v go to position slots[r] of its cache
+//   instead of rows[r].pos (which stays its RoPE position).
 void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* rows, int n_rows, int layer, int heads,
-                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream);
+                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream,
+                            const int32_t* slots = nullptr);
 
 // rows[i] = {cache, capacity, first_pos + i} for i < n (the rows of one prefill chunk).
 void launch_fill_attn_rows(AttnRow* rows, int n, uint16_t* cache, int capacity, int first_pos, cudaStream_t stream);
@@ -72,6 +75,30 @@ size_t decode_attention_workspace_floats(int n_rows, int heads, int head_dim, in
 // so that blocks · splits fills the GPU.
 int64_t decode_attention_blocks_per_split(int n_rows, int heads, int kv_heads);
 void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
+
+// Attention of the rows of a token tree (tree verification; lib/model's prefill_tree). Row r's
+// query (rotated, head h at q[r·q_row_stride + h·D]) attends to the positions [first, base) of
+// its cache – first = max(0, rows[r].pos + 1 − window), 0 without a window – and then to the
+// positions anc[anc_begin[r] .. anc_begin[r + 1]) in that order: its ancestors' slots and its own.
+// One block per (row, head), the scores staged in shared memory: at most
+// tree_attention_max_keys(head_dim) keys per row. out: [n_rows][heads·D] bf16.
+struct TreeAttentionArgs {
+  const uint16_t* q = nullptr;
+  int64_t q_row_stride = 0;
+  const AttnRow* rows = nullptr;
+  int n_rows = 0;
+  int layer = 0;
+  int heads = 1, kv_heads = 1, head_dim = 128;
+  int window = 0;
+  float scale = 1.0f;
+  int base = 0;                       // committed tokens before the tree
+  int max_keys = 0;                   // the most keys of any row (sizes shared memory)
+  const int32_t* anc_begin = nullptr;  // [n_rows + 1]
+  const int32_t* anc = nullptr;
+  uint16_t* out = nullptr;
+};
+int tree_attention_max_keys(int head_dim);
+void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream);
 
 // dst[r][h·D + d] = src[h][r][d]: FlashAttention-2's output back to token-major rows.
 void launch_heads_to_rows(const uint16_t* src, int n_rows, int heads, int head_dim, uint16_t* dst, cudaStream_t stream);

@@ -138,6 +138,19 @@ struct Sequence {
   bool live = false;
   int capacity = 0, length = 0;
   Bf16Buffer cache;  // [layers][2 (K, V)][kv_heads][capacity][head_dim]
+  // An open token tree (prefill_tree): the committed tokens before it (-1: none) and, per node,
+  // its ancestors' node indices root first, itself last.
+  int tree_base = -1;
+  std::vector<std::vector<int>> tree_nodes;
+};
+
+// A tree pass's device inputs (forward_layers): slots to store K/V at, ancestor lists.
+struct TreeInputs {
+  const int32_t* slots = nullptr;
+  const int32_t* anc_begin = nullptr;
+  const int32_t* anc = nullptr;
+  int base = 0;
+  int max_keys = 0;
 };
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
@@ -186,6 +199,8 @@ class CudaModel final : public Model {
     s.capacity = capacity;
     s.length = 0;
     s.live = true;
+    s.tree_base = -1;
+    s.tree_nodes.clear();
     return id;
   }
 
@@ -193,9 +208,12 @@ class CudaModel final : public Model {
     Sequence& s = at(seq);
     s.cache.reset();  // cudaFree waits for the work in flight that may still read it
     s.live = false;
+    s.tree_base = -1;
+    s.tree_nodes.clear();
   }
 
   int fork(int seq) override {
+    no_tree(seq, "fork");
     const int cap = at(seq).capacity;
     const int id = new_sequence(cap);
     Sequence& src = at(seq);  // new_sequence may have grown seqs_
@@ -213,6 +231,8 @@ class CudaModel final : public Model {
   }
 
   void copy_cache(int src, int dst, int begin, int n) override {
+    no_tree(src, "copy_cache");
+    no_tree(dst, "copy_cache");
     Sequence& s = at(src);
     Sequence& d = at(dst);
     if (begin < 0 || n < 0 || d.length < begin || s.length < begin + n || begin + n > d.capacity)
@@ -232,15 +252,122 @@ class CudaModel final : public Model {
   void truncate(int seq, int length) override {
     Sequence& s = at(seq);
     if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
+    if (s.tree_base >= 0) {
+      if (length > s.tree_base)
+        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree_base));
+      s.tree_base = -1;
+      s.tree_nodes.clear();
+    }
     s.length = length;
   }
   int length(int seq) const override { return at(seq).length; }
   int capacity(int seq) const override { return at(seq).capacity; }
 
+  // Tree verification: the tree's rows through the layers like a prefill chunk, with K/V stored
+  // at the nodes' slots, RoPE at their depths and attention through kernels/model_ops' tree
+  // attention (committed positions, then the ancestors).
+  void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override {
+    if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
+    if (n > std::min(o_.max_batch, o_.max_prefill))
+      throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_batch, max_prefill)", n, std::min(o_.max_batch, o_.max_prefill)));
+    check_tokens(tokens, n);
+    Sequence& s = at(seq);
+    const int base = s.tree_base >= 0 ? s.tree_base : s.length;
+    const int first_node = static_cast<int>(s.tree_nodes.size());
+    if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+    std::vector<std::vector<int>> nodes;
+    for (int i = 0; i < n; ++i) {
+      const int self = first_node + i, parent = parents[i];
+      if (parent < -1 || parent >= self)
+        throw std::invalid_argument(fmt::format("prefill_tree: node {} has parent {} (want -1 .. {})", self, parent, self - 1));
+      std::vector<int> anc;
+      if (parent >= 0) anc = parent < first_node ? s.tree_nodes[static_cast<size_t>(parent)] : nodes[static_cast<size_t>(parent - first_node)];
+      anc.push_back(self);
+      nodes.push_back(std::move(anc));
+    }
+    // Host image of the device inputs: rows, slots, ancestor offsets and slots.
+    std::vector<AttnRow> rows(static_cast<size_t>(n));
+    std::vector<int32_t> slots(static_cast<size_t>(n)), begin(static_cast<size_t>(n) + 1, 0), anc;
+    int max_keys = 0;
+    for (int i = 0; i < n; ++i) {
+      const std::vector<int>& a = nodes[static_cast<size_t>(i)];
+      AttnRow& r = rows[static_cast<size_t>(i)];
+      r.cache = s.cache.data();
+      r.capacity = s.capacity;
+      r.pos = base + static_cast<int>(a.size()) - 1;
+      slots[static_cast<size_t>(i)] = base + first_node + i;
+      for (int x : a) anc.push_back(base + x);
+      begin[static_cast<size_t>(i) + 1] = static_cast<int32_t>(anc.size());
+      const int first = c_.sliding_window > 0 ? std::max(0, r.pos + 1 - c_.sliding_window) : 0;
+      max_keys = std::max(max_keys, std::max(0, base - first) + static_cast<int>(a.size()));
+    }
+    if (max_keys > tree_attention_max_keys(c_.head_dim))
+      throw std::invalid_argument(fmt::format("prefill_tree: {} keys per row, more than tree attention holds ({})", max_keys,
+                                              tree_attention_max_keys(c_.head_dim)));
+    const size_t rows_bytes = align16(sizeof(AttnRow) * rows.size()), slots_bytes = align16(sizeof(int32_t) * slots.size()),
+                 begin_bytes = align16(sizeof(int32_t) * begin.size()), anc_bytes = sizeof(int32_t) * anc.size();
+    const size_t bytes = rows_bytes + slots_bytes + begin_bytes + anc_bytes;
+    if (tree_dev_.size() < bytes) tree_dev_.allocate(bytes, "tree verification inputs");
+    std::vector<unsigned char> host(bytes, 0);
+    std::memcpy(host.data(), rows.data(), sizeof(AttnRow) * rows.size());
+    std::memcpy(host.data() + rows_bytes, slots.data(), sizeof(int32_t) * slots.size());
+    std::memcpy(host.data() + rows_bytes + slots_bytes, begin.data(), sizeof(int32_t) * begin.size());
+    std::memcpy(host.data() + rows_bytes + slots_bytes + begin_bytes, anc.data(), anc_bytes);
+    IB_CUDA_CHECK(cudaMemcpyAsync(tree_dev_.data(), host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    IB_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream_));
+    TreeInputs tree;
+    tree.slots = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes);
+    tree.anc_begin = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes);
+    tree.anc = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes + begin_bytes);
+    tree.base = base;
+    tree.max_keys = max_keys;
+    // Committed only now that every input is valid.
+    s.tree_base = base;
+    for (auto& a : nodes) s.tree_nodes.push_back(std::move(a));
+    bind_cublas(stream_);
+    forward_layers(stream_, n, prefill_tokens_.data(), reinterpret_cast<const AttnRow*>(tree_dev_.data()), nullptr, &tree);
+    s.length = base + static_cast<int>(s.tree_nodes.size());
+    if (out.logits || out.next) {
+      for (int r = 0; r < n;) {
+        const int count = std::min(o_.max_batch, n - r);
+        lm_head(stream_, r, count);
+        emit(out, r, count);
+        r += count;
+      }
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host image above is released on return
+  }
+
+  void keep_tree_path(int seq, const std::vector<int>& path) override {
+    Sequence& s = at(seq);
+    if (s.tree_base < 0) throw std::logic_error("keep_tree_path without an open token tree");
+    const int base = s.tree_base, nodes = static_cast<int>(s.tree_nodes.size());
+    for (size_t i = 0; i < path.size(); ++i) {
+      const int node = path[i];
+      const std::vector<int>* anc = node >= 0 && node < nodes ? &s.tree_nodes[static_cast<size_t>(node)] : nullptr;
+      if (!anc || anc->size() != i + 1 || !std::equal(anc->begin(), anc->end(), path.begin()))
+        throw std::invalid_argument(fmt::format("keep_tree_path: node {} at depth {} does not continue the path", node, i + 1));
+    }
+    // One 2D copy per moved position (a row per (layer, K/V, kv head) block), in path order on
+    // the stream: path[i] >= i, so no position is overwritten before it is read.
+    const size_t pitch = static_cast<size_t>(s.capacity) * c_.head_dim * sizeof(uint16_t);
+    for (size_t i = 0; i < path.size(); ++i) {
+      const size_t from = static_cast<size_t>(base + path[i]), to = static_cast<size_t>(base) + i;
+      if (from == to) continue;
+      IB_CUDA_CHECK(cudaMemcpy2DAsync(s.cache.data() + to * c_.head_dim, pitch, s.cache.data() + from * c_.head_dim, pitch,
+                                      static_cast<size_t>(c_.head_dim) * sizeof(uint16_t), static_cast<size_t>(2) * c_.layers * c_.kv_heads,
+                                      cudaMemcpyDeviceToDevice, stream_));
+    }
+    s.length = base + static_cast<int>(path.size());
+    s.tree_base = -1;
+    s.tree_nodes.clear();
+  }
+
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override {
     if (n <= 0) throw std::invalid_argument("prefill of no tokens");
     n_logits = std::clamp(n_logits, 1, n);
     check_tokens(tokens, n);
+    no_tree(seq, "prefill");
     {
       const Sequence& s = at(seq);
       if (s.length + n > s.capacity)
@@ -280,6 +407,7 @@ class CudaModel final : public Model {
     if (batch > o_.max_batch) throw std::invalid_argument(fmt::format("decode batch {} is larger than max_batch {}", batch, o_.max_batch));
     check_tokens(tokens, batch);
     for (int r = 0; r < batch; ++r) {
+      no_tree(seqs[r], "decode");
       const Sequence& s = at(seqs[r]);
       if (s.length >= s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seqs[r], s.capacity));
       for (int r2 = 0; r2 < r; ++r2)
@@ -336,6 +464,9 @@ class CudaModel final : public Model {
 
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
+  void no_tree(int seq, const char* what) const {
+    if (at(seq).tree_base >= 0) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+  }
 
   void check_tokens(const int32_t* tokens, int n) const {
     for (int i = 0; i < n; ++i)
@@ -479,7 +610,9 @@ class CudaModel final : public Model {
   // All layers for `rows` token rows: the residual stream x_ ends holding their final hidden
   // states. `table` gives each row's cache and position; `pc` (prefill: all rows in one sequence,
   // consecutive positions from pc->start) allows FlashAttention-2 when its shape fits.
-  void forward_layers(cudaStream_t s, int rows, const int32_t* tokens, const AttnRow* table, const PrefillCache* pc) {
+  // `tree` (prefill_tree): K/V to tree->slots, attention through the tree's ancestor lists.
+  void forward_layers(cudaStream_t s, int rows, const int32_t* tokens, const AttnRow* table, const PrefillCache* pc,
+                      const TreeInputs* tree = nullptr) {
     const int h = c_.hidden, qd = c_.q_dim(), D = c_.head_dim, mlp = c_.mlp;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 
@@ -510,8 +643,26 @@ class CudaModel final : public Model {
       launch_add_rmsnorm(x_.data(), nullptr, L.in_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
       gemm(L.wqkv.data(), h_.data(), qkv_.data(), rows, h, qkv_dim_, CUDA_R_16BF, 0.0f);
       launch_qkv_rope_append(qkv_.data(), c_.qkv_bias ? L.bqkv.data() : nullptr, table, rows, l, c_.heads, c_.kv_heads, D,
-                             c_.rope_theta, flash ? qh_.data() : nullptr, s);
-      if (flash) {
+                             c_.rope_theta, flash ? qh_.data() : nullptr, s, tree ? tree->slots : nullptr);
+      if (tree) {
+        TreeAttentionArgs a;
+        a.q = qkv_.data();  // rotated in place
+        a.q_row_stride = qkv_dim_;
+        a.rows = table;
+        a.n_rows = rows;
+        a.layer = l;
+        a.heads = c_.heads;
+        a.kv_heads = c_.kv_heads;
+        a.head_dim = D;
+        a.window = c_.sliding_window;
+        a.scale = scale;
+        a.base = tree->base;
+        a.max_keys = tree->max_keys;
+        a.anc_begin = tree->anc_begin;
+        a.anc = tree->anc;
+        a.out = attn_.data();
+        launch_tree_attention(a, s);
+      } else if (flash) {
         const size_t head_elems = static_cast<size_t>(pc->capacity) * D;
         const uint16_t* k = pc->cache + static_cast<size_t>(l) * 2 * c_.kv_heads * head_elems;
         fp.k = k;
@@ -611,7 +762,7 @@ class CudaModel final : public Model {
   Bf16Buffer h_, qkv_, attn_, gu_, act_, qh_, oh_;
   DeviceBuffer<int32_t> next_dev_, prefill_tokens_;
   DeviceBuffer<AttnRow> prefill_rows_;
-  DeviceBuffer<unsigned char> step_dev_;
+  DeviceBuffer<unsigned char> step_dev_, tree_dev_;
   size_t step_rows_offset_ = 0;
   std::unique_ptr<PinnedBytes> step_host_;
 

@@ -61,9 +61,9 @@ KindInfo specdec_kind() {
       {"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", ng},
       {"draft_tree", Backend::Cuda,
        "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
-       "mechanism); needs the engine's prefill_tree, which the CUDA engine does not have yet",
+       "mechanism)",
        dt},
-      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass; CPU engine only so far", nt},
+      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass", nt},
       {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
       {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
   };
@@ -83,7 +83,6 @@ class SpecVariant : public Variant {
   SpecVariant(Backend b, Mode m) : backend_(b), mode_(m) {}
 
   std::string unsupported(const Point& p) const override {
-    if (tree() && backend_ == Backend::Cuda) return "tree verification needs the engine's prefill_tree: the CUDA engine does not have it yet";
     if (drafts() && p.text("draft") == p.text("target")) return "draft and target are the same preset";
     if (lookup() && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
     return {};

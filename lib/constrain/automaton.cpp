@@ -302,25 +302,33 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     }
   }
   std::vector<std::pair<int32_t, int>> pending;  // (block, class) splitters still to apply
-  std::vector<std::vector<uint8_t>> in_work;
+  std::vector<uint8_t> in_work;                  // block × class: the pair is pending
+  auto pending_at = [&](int32_t b, int c) -> bool {
+    const size_t i = static_cast<size_t>(b) * static_cast<size_t>(nclass) + static_cast<size_t>(c);
+    return i < in_work.size() && in_work[i];
+  };
   auto push_work = [&](int32_t b, int c) {
-    if (static_cast<size_t>(b) >= in_work.size()) in_work.resize(static_cast<size_t>(b) + 1, std::vector<uint8_t>(static_cast<size_t>(nclass), 0));
-    if (!in_work[static_cast<size_t>(b)][static_cast<size_t>(c)]) {
-      in_work[static_cast<size_t>(b)][static_cast<size_t>(c)] = 1;
+    const size_t i = static_cast<size_t>(b) * static_cast<size_t>(nclass) + static_cast<size_t>(c);
+    if (i >= in_work.size()) in_work.resize((static_cast<size_t>(b) + 1) * static_cast<size_t>(nclass) * 2, 0);
+    if (!in_work[i]) {
+      in_work[i] = 1;
       pending.emplace_back(b, c);
     }
   };
+  // Splitting by every initial block but one is enough: leave out the sink's, whose
+  // predecessors are all the missing transitions.
   for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
-    for (int c = 0; c < nclass; ++c) push_work(b, c);
-  std::vector<int32_t> touched;
+    if (b != block[static_cast<size_t>(sink)])
+      for (int c = 0; c < nclass; ++c) push_work(b, c);
+  std::vector<int32_t> touched, members;
   while (!pending.empty()) {
     auto [a, c] = pending.back();
     pending.pop_back();
-    in_work[static_cast<size_t>(a)][static_cast<size_t>(c)] = 0;
+    in_work[static_cast<size_t>(a) * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = 0;
     // Mark every state with a c-transition into block a, moving it to the front of its block.
     const auto& start = inv_start[static_cast<size_t>(c)];
     const auto& list = inv[static_cast<size_t>(c)];
-    std::vector<int32_t> members(elems.begin() + first[static_cast<size_t>(a)], elems.begin() + last[static_cast<size_t>(a)]);
+    members.assign(elems.begin() + first[static_cast<size_t>(a)], elems.begin() + last[static_cast<size_t>(a)]);
     for (int32_t t : members)
       for (int32_t k = start[static_cast<size_t>(t)]; k < start[static_cast<size_t>(t) + 1]; ++k) {
         const int32_t q = list[static_cast<size_t>(k)];
@@ -343,8 +351,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
       first[static_cast<size_t>(y)] += mk;
       for (int32_t i = first[static_cast<size_t>(z)]; i < last[static_cast<size_t>(z)]; ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = z;
       for (int d = 0; d < nclass; ++d) {
-        const bool y_pending = static_cast<size_t>(y) < in_work.size() && in_work[static_cast<size_t>(y)][static_cast<size_t>(d)];
-        if (y_pending) push_work(z, d);
+        if (pending_at(y, d)) push_work(z, d);
         else push_work(mk <= size - mk ? z : y, d);
       }
     }

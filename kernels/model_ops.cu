@@ -174,17 +174,17 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t*
 // ---- tree attention (tree verification) ----
 
 constexpr int kTreeThreads = 128;
-constexpr int kTreeMaxSharedBytes = 200 * 1024;  // opted in below; H100/H200 allow 227 KB per block
+constexpr int kTreeTile = 256;  // keys whose scores are staged at once
 
-// One block per (row, head): the row's query in shared memory, one warp per key for the scores
-// (lanes over head_dim), softmax over the staged scores, then one thread per output element
-// summing p · V over the keys (a warp reads a V row's consecutive elements).
+// One block per (row, head), keys in tiles of kTreeTile with an online softmax: the row's query
+// in shared memory, one warp per key for the tile's scores (lanes over head_dim), the tile's
+// max and sum, then each thread rescales and extends its output elements (a warp reads a V
+// row's consecutive elements). Fixed shared memory whatever the context.
 __global__ void __launch_bounds__(kTreeThreads) tree_attention_kernel(TreeAttentionArgs a) {
-  extern __shared__ float tree_smem[];
+  __shared__ float qs[256];
+  __shared__ float red[32];
+  __shared__ float score[kTreeTile];
   const int D = a.head_dim;
-  float* qs = tree_smem;                  // [D]
-  float* red = tree_smem + D;             // [32]
-  float* score = tree_smem + D + 32;      // [keys]
   const int r = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
   const AttnRow row = a.rows[r];
   const int kvh = h / (a.heads / a.kv_heads);
@@ -200,43 +200,58 @@ __global__ void __launch_bounds__(kTreeThreads) tree_attention_kernel(TreeAttent
   __syncthreads();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int j = warp; j < n; j += kTreeThreads / 32) {
-    const int pos = j < cached ? first + j : a.anc[a0 + j - cached];
-    const uint16_t* k = kc + static_cast<size_t>(pos) * D;
-    float dot = 0.0f;
-    for (int d = lane; d < D; d += 32) dot += qs[d] * bf2f(k[d]);
+  float m_run = -FLT_MAX, l_run = 0.0f;
+  float acc[2] = {0.0f, 0.0f};  // output elements threadIdx.x and threadIdx.x + 128 (D <= 256)
+  for (int t0 = 0; t0 < n; t0 += kTreeTile) {
+    const int nt = min(kTreeTile, n - t0);
+    for (int j = warp; j < nt; j += kTreeThreads / 32) {
+      const int jj = t0 + j;
+      const int pos = jj < cached ? first + jj : a.anc[a0 + jj - cached];
+      const uint16_t* k = kc + static_cast<size_t>(pos) * D;
+      float dot = 0.0f;
+      for (int d = lane; d < D; d += 32) dot += qs[d] * bf2f(k[d]);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (lane == 0) score[j] = dot * a.scale;
-  }
-  __syncthreads();
-
-  // Block max (through the same reduction tree as block_sum, on -max), then p = e^(s - max).
-  float m = -FLT_MAX;
-  for (int j = threadIdx.x; j < n; j += kTreeThreads) m = fmaxf(m, score[j]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < kTreeThreads / 32; ++w) m = fmaxf(m, red[w]);
-  __syncthreads();
-  float part = 0.0f;
-  for (int j = threadIdx.x; j < n; j += kTreeThreads) {
-    const float p = __expf(score[j] - m);
-    score[j] = p;
-    part += p;
-  }
-  const float total = block_sum<kTreeThreads>(part, red);  // its barriers also publish the p values
-
-  uint16_t* o = a.out + static_cast<size_t>(r) * a.heads * D + static_cast<size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += kTreeThreads) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) {
-      const int pos = j < cached ? first + j : a.anc[a0 + j - cached];
-      acc += score[j] * bf2f(vc[static_cast<size_t>(pos) * D + d]);
+      for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      if (lane == 0) score[j] = dot * a.scale;
     }
-    o[d] = f2bf(acc / total);
+    __syncthreads();
+    // The tile's max (warp shuffles, then the 4 warps' maxima through `red`).
+    float mt = -FLT_MAX;
+    for (int j = threadIdx.x; j < nt; j += kTreeThreads) mt = fmaxf(mt, score[j]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+    if (lane == 0) red[warp] = mt;
+    __syncthreads();
+    mt = red[0];
+    for (int w = 1; w < kTreeThreads / 32; ++w) mt = fmaxf(mt, red[w]);
+    __syncthreads();  // red is reused by block_sum
+    const float m_new = fmaxf(m_run, mt);
+    const float correction = __expf(m_run - m_new);  // 0 on the first tile
+    float part = 0.0f;
+    for (int j = threadIdx.x; j < nt; j += kTreeThreads) {
+      const float p = __expf(score[j] - m_new);
+      score[j] = p;
+      part += p;
+    }
+    l_run = l_run * correction + block_sum<kTreeThreads>(part, red);  // its barriers publish the p values
+    for (int e = 0; e < 2; ++e) {
+      const int d = threadIdx.x + e * kTreeThreads;
+      if (d >= D) break;
+      float sum = 0.0f;
+      for (int j = 0; j < nt; ++j) {
+        const int jj = t0 + j;
+        const int pos = jj < cached ? first + jj : a.anc[a0 + jj - cached];
+        sum += score[j] * bf2f(vc[static_cast<size_t>(pos) * D + d]);
+      }
+      acc[e] = acc[e] * correction + sum;
+    }
+    m_run = m_new;
+    __syncthreads();  // every thread is done with this tile's scores
+  }
+  uint16_t* o = a.out + static_cast<size_t>(r) * a.heads * D + static_cast<size_t>(h) * D;
+  for (int e = 0; e < 2; ++e) {
+    const int d = threadIdx.x + e * kTreeThreads;
+    if (d < D) o[d] = f2bf(acc[e] / l_run);
   }
 }
 
@@ -844,25 +859,12 @@ void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* 
   IB_CUDA_CHECK_LAUNCH();
 }
 
-int tree_attention_max_keys(int head_dim) {
-  return static_cast<int>(kTreeMaxSharedBytes / sizeof(float)) - head_dim - 32;
-}
-
 void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream) {
   if (a.n_rows <= 0) return;
   if (a.head_dim > 256 || a.heads % a.kv_heads != 0) throw std::invalid_argument("tree_attention: head_dim <= 256, heads a multiple of kv_heads");
-  if (a.max_keys > tree_attention_max_keys(a.head_dim))
-    throw std::invalid_argument("tree_attention: " + std::to_string(a.max_keys) + " keys per row, more than the " +
-                                std::to_string(tree_attention_max_keys(a.head_dim)) + " its shared memory holds");
-  static const bool opted_in = [] {
-    IB_CUDA_CHECK(cudaFuncSetAttribute(tree_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTreeMaxSharedBytes));
-    return true;
-  }();
-  (void)opted_in;
-  const size_t smem = sizeof(float) * (static_cast<size_t>(a.head_dim) + 32 + static_cast<size_t>(std::max(a.max_keys, 1)));
   const int64_t blocks = static_cast<int64_t>(a.n_rows) * a.heads;
   if (blocks > 0x7fffffff) throw std::invalid_argument("tree_attention: too many rows");
-  tree_attention_kernel<<<static_cast<unsigned>(blocks), kTreeThreads, smem, stream>>>(a);
+  tree_attention_kernel<<<static_cast<unsigned>(blocks), kTreeThreads, 0, stream>>>(a);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -80,8 +80,8 @@ void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
 // query (rotated, head h at q[r·q_row_stride + h·D]) attends to the positions [first, base) of
 // its cache – first = max(0, rows[r].pos + 1 − window), 0 without a window – and then to the
 // positions anc[anc_begin[r] .. anc_begin[r + 1]) in that order: its ancestors' slots and its own.
-// One block per (row, head), the scores staged in shared memory: at most
-// tree_attention_max_keys(head_dim) keys per row. out: [n_rows][heads·D] bf16.
+// One block per (row, head), keys in tiles with an online softmax (any context; head_dim <= 256).
+// out: [n_rows][heads·D] bf16.
 struct TreeAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t q_row_stride = 0;
@@ -92,12 +92,10 @@ struct TreeAttentionArgs {
   int window = 0;
   float scale = 1.0f;
   int base = 0;                       // committed tokens before the tree
-  int max_keys = 0;                   // the most keys of any row (sizes shared memory)
   const int32_t* anc_begin = nullptr;  // [n_rows + 1]
   const int32_t* anc = nullptr;
   uint16_t* out = nullptr;
 };
-int tree_attention_max_keys(int head_dim);
 void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream);
 
 // dst[r][h·D + d] = src[h][r][d]: FlashAttention-2's output back to token-major rows.

@@ -150,7 +150,6 @@ struct TreeInputs {
   const int32_t* anc_begin = nullptr;
   const int32_t* anc = nullptr;
   int base = 0;
-  int max_keys = 0;
 };
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
@@ -268,8 +267,7 @@ class CudaModel final : public Model {
   // attention (committed positions, then the ancestors).
   void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override {
     if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
-    if (n > std::min(o_.max_batch, o_.max_prefill))
-      throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_batch, max_prefill)", n, std::min(o_.max_batch, o_.max_prefill)));
+    if (n > o_.max_prefill) throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_prefill)", n, o_.max_prefill));
     check_tokens(tokens, n);
     Sequence& s = at(seq);
     const int base = s.tree_base >= 0 ? s.tree_base : s.length;
@@ -288,7 +286,6 @@ class CudaModel final : public Model {
     // Host image of the device inputs: rows, slots, ancestor offsets and slots.
     std::vector<AttnRow> rows(static_cast<size_t>(n));
     std::vector<int32_t> slots(static_cast<size_t>(n)), begin(static_cast<size_t>(n) + 1, 0), anc;
-    int max_keys = 0;
     for (int i = 0; i < n; ++i) {
       const std::vector<int>& a = nodes[static_cast<size_t>(i)];
       AttnRow& r = rows[static_cast<size_t>(i)];
@@ -298,12 +295,7 @@ class CudaModel final : public Model {
       slots[static_cast<size_t>(i)] = base + first_node + i;
       for (int x : a) anc.push_back(base + x);
       begin[static_cast<size_t>(i) + 1] = static_cast<int32_t>(anc.size());
-      const int first = c_.sliding_window > 0 ? std::max(0, r.pos + 1 - c_.sliding_window) : 0;
-      max_keys = std::max(max_keys, std::max(0, base - first) + static_cast<int>(a.size()));
     }
-    if (max_keys > tree_attention_max_keys(c_.head_dim))
-      throw std::invalid_argument(fmt::format("prefill_tree: {} keys per row, more than tree attention holds ({})", max_keys,
-                                              tree_attention_max_keys(c_.head_dim)));
     const size_t rows_bytes = align16(sizeof(AttnRow) * rows.size()), slots_bytes = align16(sizeof(int32_t) * slots.size()),
                  begin_bytes = align16(sizeof(int32_t) * begin.size()), anc_bytes = sizeof(int32_t) * anc.size();
     const size_t bytes = rows_bytes + slots_bytes + begin_bytes + anc_bytes;
@@ -320,12 +312,18 @@ class CudaModel final : public Model {
     tree.anc_begin = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes);
     tree.anc = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes + begin_bytes);
     tree.base = base;
-    tree.max_keys = max_keys;
-    // Committed only now that every input is valid.
+    const bool opened = s.tree_base < 0;
     s.tree_base = base;
     for (auto& a : nodes) s.tree_nodes.push_back(std::move(a));
-    bind_cublas(stream_);
-    forward_layers(stream_, n, prefill_tokens_.data(), reinterpret_cast<const AttnRow*>(tree_dev_.data()), nullptr, &tree);
+    try {
+      bind_cublas(stream_);
+      forward_layers(stream_, n, prefill_tokens_.data(), reinterpret_cast<const AttnRow*>(tree_dev_.data()), nullptr, &tree);
+    } catch (...) {
+      // The nodes of this call were never computed: the tree is as before it.
+      s.tree_nodes.resize(static_cast<size_t>(first_node));
+      if (opened) s.tree_base = -1;
+      throw;
+    }
     s.length = base + static_cast<int>(s.tree_nodes.size());
     if (out.logits || out.next) {
       for (int r = 0; r < n;) {
@@ -657,7 +655,6 @@ class CudaModel final : public Model {
         a.window = c_.sliding_window;
         a.scale = scale;
         a.base = tree->base;
-        a.max_keys = tree->max_keys;
         a.anc_begin = tree->anc_begin;
         a.anc = tree->anc;
         a.out = attn_.data();

@@ -297,33 +297,37 @@ TEST(GpuModel, TruncateThenRedecodeGivesTheSameLogits) {
 
 // Tree verification: the same token tree (two calls, the second extending the first) on both
 // engines gives the same logits per node; keeping one path leaves the cache a chain would have,
-// so the next decode step agrees too. The windowed config puts the tree past its 48-token window.
+// so the next decode step agrees too. The windowed config puts the tree past its 48-token window;
+// a 300-token prompt makes the kernel's online softmax span two tiles of 256 keys.
 TEST(GpuModel, TreeVerificationMatchesTheCpu) {
   REQUIRE_GPU();
   for (const ModelConfig& c : all_configs()) {
-    Engines e(c, 19);
-    const auto p = prompt(c.vocab, 60, 13);
-    const std::vector<int32_t> tok = {5, 9, 11, 20, 21, 9, 33};
-    const std::vector<int32_t> parent = {-1, 0, 0, 1, 1, 2, 3};
-    const int sc = e.cpu->new_sequence(80), sg = e.gpu->new_sequence(80);
-    prefill_logits(*e.cpu, sc, p, 1);
-    prefill_logits(*e.gpu, sg, p, 1);
-    std::vector<float> want(7 * e.vocab()), got(7 * e.vocab());
-    for (auto [m, seq, l] : {std::tuple{e.cpu.get(), sc, want.data()}, std::tuple{e.gpu.get(), sg, got.data()}}) {
-      m->prefill_tree(seq, tok.data(), parent.data(), 5, {l});
-      m->prefill_tree(seq, tok.data() + 5, parent.data() + 5, 2, {l + 5 * e.vocab()});
+    for (int n_prompt : {60, 300}) {
+      Engines e(c, 19);
+      const auto p = prompt(c.vocab, n_prompt, 13);
+      const std::vector<int32_t> tok = {5, 9, 11, 20, 21, 9, 33};
+      const std::vector<int32_t> parent = {-1, 0, 0, 1, 1, 2, 3};
+      const int sc = e.cpu->new_sequence(n_prompt + 20), sg = e.gpu->new_sequence(n_prompt + 20);
+      prefill_logits(*e.cpu, sc, p, 1);
+      prefill_logits(*e.gpu, sg, p, 1);
+      std::vector<float> want(7 * e.vocab()), got(7 * e.vocab());
+      for (auto [m, seq, l] : {std::tuple{e.cpu.get(), sc, want.data()}, std::tuple{e.gpu.get(), sg, got.data()}}) {
+        m->prefill_tree(seq, tok.data(), parent.data(), 5, {l});
+        m->prefill_tree(seq, tok.data() + 5, parent.data() + 5, 2, {l + 5 * e.vocab()});
+      }
+      ASSERT_TRUE(all_finite(got)) << c.name;
+      EXPECT_EQ(e.gpu->length(sg), n_prompt + 7);
+      for (int node = 0; node < 7; ++node)
+        EXPECT_LT(rel_l2(got.data() + node * e.vocab(), want.data() + node * e.vocab(), e.vocab()), 2e-2)
+            << c.name << " prompt " << n_prompt << " node " << node;
+      EXPECT_THROW(e.gpu->keep_tree_path(sg, {0, 2, 3}), std::invalid_argument);
+      e.cpu->keep_tree_path(sc, {0, 1, 3, 6});
+      e.gpu->keep_tree_path(sg, {0, 1, 3, 6});
+      EXPECT_EQ(e.gpu->length(sg), n_prompt + 4);
+      const auto next_c = decode_logits(*e.cpu, {sc}, {3});
+      const auto next_g = decode_logits(*e.gpu, {sg}, {3});
+      EXPECT_LT(rel_l2(next_g, next_c), 2e-2) << c.name << " prompt " << n_prompt;
     }
-    ASSERT_TRUE(all_finite(got)) << c.name;
-    EXPECT_EQ(e.gpu->length(sg), 67);
-    for (int node = 0; node < 7; ++node)
-      EXPECT_LT(rel_l2(got.data() + node * e.vocab(), want.data() + node * e.vocab(), e.vocab()), 2e-2) << c.name << " node " << node;
-    EXPECT_THROW(e.gpu->keep_tree_path(sg, {0, 2, 3}), std::invalid_argument);
-    e.cpu->keep_tree_path(sc, {0, 1, 3, 6});
-    e.gpu->keep_tree_path(sg, {0, 1, 3, 6});
-    EXPECT_EQ(e.gpu->length(sg), 64);
-    const auto next_c = decode_logits(*e.cpu, {sc}, {3});
-    const auto next_g = decode_logits(*e.gpu, {sg}, {3});
-    EXPECT_LT(rel_l2(next_g, next_c), 2e-2) << c.name;
   }
 }
 

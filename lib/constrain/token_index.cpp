@@ -95,10 +95,14 @@ struct PairHash {
 using Sig = std::pair<uint64_t, uint64_t>;
 }  // namespace
 
-// Moore refinement limited to `max_token_bytes` rounds, done incrementally: after a round only
-// the predecessors of states that changed block need a new signature, and within a block only
-// those states can leave it (the others keep the block's old signature).
-MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
+// Moore refinement limited to `max_rounds` rounds, done incrementally: after a round only the
+// predecessors of states that changed block need a new signature, and within a block only those
+// states can leave it (the others keep the block's old signature). Returns the block of each state
+// after the last round (states in one block: alive after the same strings of up to that many
+// bytes), the rounds run, and with `snapshots` the blocks after rounds 0, 1, ... (round 0: one block).
+// Stops early when a round changes nothing (the partition is then final).
+static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
+                                         std::vector<std::vector<int32_t>>* snapshots) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
   // Predecessors, as CSR.
   std::vector<int32_t> pred_start(n + 1, 0), preds;
@@ -154,7 +158,10 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
   std::vector<int32_t> changed, affected;
   std::vector<uint32_t> seen(n, 0);
   uint32_t epoch = 0;
-  MaskClasses mc;
+  *rounds = 0;
+  *stable = n == 0;
+  if (snapshots) snapshots->assign(1, id);
+  if (max_rounds == 0) return id;
   // Round 1 over every state (all in one block before it).
   {
     std::unordered_map<Sig, int32_t, PairHash> groups;
@@ -171,9 +178,10 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
       id[s] = groups[sig[s]];
       if (id[s] != 0) changed.push_back(static_cast<int32_t>(s));
     }
-    mc.rounds = 1;
+    *rounds = 1;
+    if (snapshots) snapshots->push_back(id);
   }
-  for (size_t round = 2; round <= max_token_bytes && !changed.empty(); ++round) {
+  for (size_t round = 2; round <= max_rounds && !changed.empty(); ++round) {
     ++epoch;
     affected.clear();
     for (int32_t t : changed)
@@ -211,8 +219,19 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
         }
       }
     }
-    mc.rounds = static_cast<int>(round);
+    if (changed.empty()) break;  // nothing moved: the partition is final
+    *rounds = static_cast<int>(round);
+    if (snapshots) snapshots->push_back(id);
   }
+  *stable = changed.empty();
+  return id;
+}
+
+MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
+  const size_t n = static_cast<size_t>(dfa.num_states);
+  MaskClasses mc;
+  bool stable = false;
+  const std::vector<int32_t> id = moore_refine(dfa, max_token_bytes, &mc.rounds, &stable, nullptr);
   // A mask also depends on whether the state accepts (EOS).
   std::map<std::pair<int32_t, int>, int32_t> final_id;
   mc.class_of.resize(n);
@@ -316,6 +335,165 @@ TextProfile text_profile(const Dfa& dfa) {
   return {std::move(run), std::move(dies)};
 }
 
+namespace {
+
+// Interns int32 tuples: equal tuples get equal ids, ids 0, 1, 2, ... in order of first sight.
+class TupleInterner {
+ public:
+  TupleInterner() : slots_(1024, -1) {}
+  int32_t intern(const std::vector<int32_t>& t) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ t.size();
+    for (int32_t x : t) h = mix64(h ^ static_cast<uint32_t>(x));
+    size_t mask = slots_.size() - 1;
+    for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
+      const int32_t id = slots_[i];
+      if (id < 0) break;
+      if (hash_[static_cast<size_t>(id)] == h && equal(id, t)) return id;
+    }
+    const int32_t id = static_cast<int32_t>(start_.size());
+    start_.push_back(static_cast<uint32_t>(arena_.size()));
+    arena_.insert(arena_.end(), t.begin(), t.end());
+    hash_.push_back(h);
+    if (start_.size() * 2 > slots_.size()) {
+      slots_.assign(slots_.size() * 2, -1);
+      mask = slots_.size() - 1;
+      for (int32_t j = 0; j < id; ++j) place(j, mask);
+    }
+    place(id, mask);
+    return id;
+  }
+  size_t size() const { return start_.size(); }
+
+ private:
+  void place(int32_t id, size_t mask) {
+    size_t i = static_cast<size_t>(hash_[static_cast<size_t>(id)]) & mask;
+    while (slots_[i] >= 0) i = (i + 1) & mask;
+    slots_[i] = id;
+  }
+  bool equal(int32_t id, const std::vector<int32_t>& t) const {
+    const size_t b = start_[static_cast<size_t>(id)];
+    const size_t e = static_cast<size_t>(id) + 1 < start_.size() ? start_[static_cast<size_t>(id) + 1] : arena_.size();
+    return e - b == t.size() && std::equal(t.begin(), t.end(), arena_.begin() + static_cast<std::ptrdiff_t>(b));
+  }
+  std::vector<int32_t> arena_;
+  std::vector<uint32_t> start_;
+  std::vector<uint64_t> hash_;
+  std::vector<int32_t> slots_;
+};
+
+// uint64 -> int32 map, open addressing (keys never ~0).
+class Memo {
+ public:
+  Memo() : keys_(4096, kEmpty), values_(4096) {}
+  int32_t* find(uint64_t key) {
+    for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == kEmpty) return nullptr;
+    }
+  }
+  void put(uint64_t key, int32_t value) {
+    if ((count_ + 1) * 2 > keys_.size()) grow();
+    size_t i = slot(key);
+    while (keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
+    keys_[i] = key;
+    values_[i] = value;
+    ++count_;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  size_t slot(uint64_t key) const { return static_cast<size_t>(mix64(key)) & (keys_.size() - 1); }
+  void grow() {
+    std::vector<uint64_t> keys(keys_.size() * 2, kEmpty);
+    std::vector<int32_t> values(keys.size());
+    keys_.swap(keys);
+    values_.swap(values);
+    for (size_t j = 0; j < keys.size(); ++j)
+      if (keys[j] != kEmpty) {
+        size_t i = slot(keys[j]);
+        while (keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
+        keys_[i] = keys[j];
+        values_[i] = values[j];
+      }
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> values_;
+  size_t count_ = 0;
+};
+
+// Moore rounds computed for the token classes: a trie node of height h <= this is looked up by
+// its state's Moore block of round h, a higher one by the state itself (unless the refinement
+// settled before).
+constexpr size_t kTokenClassRounds = 24;
+
+}  // namespace
+
+// sub(i, q): the tokens of trie node i's subtree that stay alive, given the DFA is in state q
+// (alive) after node i's bytes. It is named by an interned tuple: (i, kAll) for the whole subtree,
+// (i, kUpTo, r) for its tokens of at most depth(i) + r bytes (the text fast paths, as in
+// compute_mask), else (i, j1, sub(j1, q1), j2, sub(j2, q2), ...) over the children j alive from q.
+// Distinct tuples name distinct subtree sets or the same set twice (never one name for two sets),
+// so equal names mean equal sets. Every string below i has at most height(i) bytes, so sub(i, q)
+// depends on q only through its Moore block of round height(i): sub is memoized per (i, block).
+// A state's class is (accepting, j, sub(j, step(s, j)) over the root's children j alive from s).
+MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
+  const size_t n = static_cast<size_t>(dfa.num_states);
+  int rounds = 0;
+  bool stable = false;
+  std::vector<std::vector<int32_t>> blocks;
+  moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
+  constexpr int32_t kAll = -1, kUpTo = -2;
+  TupleInterner subs, classes;
+  Memo memo;
+  std::vector<std::vector<int32_t>> tuple(trie.max_depth + 2);  // one scratch tuple per depth
+  auto sub = [&](auto&& self, int32_t i, int32_t q) -> int32_t {
+    const size_t ui = static_cast<size_t>(i);
+    const int h = trie.height[ui];
+    const int32_t key = h < 255 && (stable || h <= rounds) ? blocks[static_cast<size_t>(std::min(h, rounds))][static_cast<size_t>(q)] : q;
+    const uint64_t mk = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(key);
+    if (const int32_t* found = memo.find(mk)) return *found;
+    std::vector<int32_t>& t = tuple[trie.depth[ui]];
+    t.assign(1, i);
+    if (trie.text_below[ui] && h < 255 && h <= text.run[static_cast<size_t>(q)]) {
+      t.push_back(kAll);
+    } else if (trie.text_below[ui] && text.dies_after[static_cast<size_t>(q)] != 255) {
+      t.push_back(kUpTo);
+      t.push_back(text.dies_after[static_cast<size_t>(q)]);
+    } else {
+      for (int32_t j = i + 1; j < trie.subtree_end[ui]; j = trie.subtree_end[static_cast<size_t>(j)]) {
+        const int32_t r = dfa.step(q, trie.byte[static_cast<size_t>(j)]);
+        if (r < 0) continue;
+        const int32_t v = self(self, j, r);
+        t.push_back(j);  // t is still this depth's tuple: deeper calls use deeper ones
+        t.push_back(v);
+      }
+    }
+    const int32_t id = subs.intern(t);
+    memo.put(mk, id);
+    return id;
+  };
+  std::vector<int32_t> roots;
+  for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)]) roots.push_back(j);
+  MaskClasses mc;
+  mc.rounds = rounds;
+  mc.class_of.resize(n);
+  std::vector<int32_t> key;
+  for (size_t s = 0; s < n; ++s) {
+    key.assign(1, dfa.accepting[s]);
+    for (int32_t j : roots) {
+      const int32_t r = dfa.step(static_cast<int32_t>(s), trie.byte[static_cast<size_t>(j)]);
+      if (r < 0) continue;
+      const int32_t v = sub(sub, j, r);
+      key.push_back(j);
+      key.push_back(v);
+    }
+    const size_t before = classes.size();
+    mc.class_of[s] = classes.intern(key);
+    if (classes.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
+  }
+  return mc;
+}
+
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
                   const TextProfile* text) {
   std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
@@ -362,7 +540,7 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      classes_(mask_classes(*dfa_, vocab_->max_token_bytes)), text_(text_profile(*dfa_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+      text_(text_profile(*dfa_)), classes_(token_classes(*dfa_, *trie_, text_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
   compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);

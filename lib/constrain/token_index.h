@@ -5,9 +5,9 @@
 // - LazyTokenMasker (XGrammar-style adaptive): a state's mask built on first use, then cached.
 //
 // Both walk a byte trie of the vocabulary through the DFA, pruning a subtree as soon as the DFA
-// dies. Both compute one mask per *mask class*: states that no token (at most L bytes, L the
-// longest token) can tell apart share a mask, which collapses counting states (maxLength,
-// maxItems) from thousands to a handful.
+// dies. Both compute one mask per *token class* (token_classes): states that allow the same
+// tokens share a mask, which collapses counting states (maxLength, maxItems) and the copies of a
+// recursive schema's states from thousands to a few hundred.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,8 @@ struct MaskClasses {
   std::vector<int32_t> representative;  // one state per class
   int rounds = 0;                 // refinement rounds until stable (at most the longest token)
 };
+// mask_classes: states no string of at most `max_token_bytes` bytes tells apart (a Moore
+// refinement over all byte strings; finer than token_classes, kept as a reference).
 MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 
 // Text bytes: what JSON strings hold unescaped, in ASCII.
@@ -60,6 +62,12 @@ struct TextProfile {
   std::vector<uint8_t> dies_after;
 };
 TextProfile text_profile(const Dfa& dfa);
+
+// States grouped by the vocabulary's tokens: one class per distinct (mask, accepting), computed
+// over the trie (memoized per trie node and Moore block of the node's height), so states that
+// only strings no token spells could tell apart share a class. Exact: states of one class allow
+// the same tokens (classes may be split finer than that, never merged wrongly).
+MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text);
 
 // The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words). With the
 // DFA's text profile, a trie subtree of text bytes is taken without stepping the DFA through it:
@@ -84,8 +92,8 @@ class MaskSource {
   std::shared_ptr<const Dfa> dfa_;
   std::shared_ptr<const Vocabulary> vocab_;
   std::shared_ptr<const VocabTrie> trie_;
-  MaskClasses classes_;
   TextProfile text_;
+  MaskClasses classes_;
   size_t words_;
 };
 

@@ -158,5 +158,55 @@ TEST(TokenMasks, MaskClassesSeparateWhatTokensCanTellApart) {
   EXPECT_EQ(exact.representative.size(), static_cast<size_t>(d.num_states));
 }
 
+// The token classes against the per-state walk: on every bundled schema and every vocabulary
+// whose data is here, each state's own mask equals its class's (and a class's accepting flag is
+// its members'). The classes are far fewer than the states that the Moore classes keep apart.
+TEST(TokenMasks, TokenClassesGiveEachStateItsOwnMask) {
+  const std::vector<std::string> schemas = {"tool_call", "tool_union", "person", "order", "calendar_event", "extraction", "tree"};
+  for (const std::string vname : {"gpt2", "llama2", "deepseek-llm"}) {
+    std::shared_ptr<const Vocabulary> v;
+    try {
+      v = load_vocabulary(vname);
+    } catch (const std::runtime_error&) {
+      continue;  // the data folder lacks it
+    }
+    auto trie = vocab_trie(v);
+    const size_t words = (static_cast<size_t>(v->size()) + 31) / 32;
+    for (const auto& name : schemas) {
+      auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+      const Dfa d = compile_dfa(schema_to_regex(schema));
+      const TextProfile text = text_profile(d);
+      const MaskClasses tc = token_classes(d, *trie, text);
+      ASSERT_EQ(tc.class_of.size(), static_cast<size_t>(d.num_states));
+      EXPECT_LE(tc.representative.size(), mask_classes(d, v->max_token_bytes).representative.size()) << name << " " << vname;
+      std::vector<uint32_t> reps(tc.representative.size() * words), own(words);
+      for (size_t c = 0; c < tc.representative.size(); ++c) {
+        ASSERT_EQ(tc.class_of[static_cast<size_t>(tc.representative[c])], static_cast<int32_t>(c));
+        compute_mask(d, *v, *trie, tc.representative[c], reps.data() + c * words, &text);
+      }
+      for (int32_t s = 0; s < d.num_states; ++s) {
+        compute_mask(d, *v, *trie, s, own.data(), &text);  // the per-state walk (masks as before the classes)
+        const uint32_t* want = reps.data() + static_cast<size_t>(tc.class_of[static_cast<size_t>(s)]) * words;
+        ASSERT_TRUE(std::equal(own.begin(), own.end(), want)) << name << " " << vname << " state " << s;
+      }
+    }
+  }
+}
+
+TEST(TokenMasks, TokenClassesMergeStatesNoTokenTellsApart) {
+  // "a{0,40}b" over tokens "a", "aa", "b", "ab": counting states with 3+ a's left allow the
+  // same four tokens; the last ones differ ("aa" dies with one a left).
+  Vocabulary v;
+  v.token_bytes = {"a", "aa", "b", "ab", ""};
+  v.special = {0, 0, 0, 0, 1};
+  v.eos = 4;
+  v.max_token_bytes = 2;
+  auto vp = std::make_shared<const Vocabulary>(v);
+  const Dfa d = compile_dfa(parse_regex("a{0,40}b").re);
+  const MaskClasses tc = token_classes(d, *vocab_trie(vp), text_profile(d));
+  EXPECT_EQ(tc.representative.size(), 4u);  // 2+ a's left, 1 a left, 0 left, after b (accepting)
+  EXPECT_EQ(mask_classes(d, 100).representative.size(), static_cast<size_t>(d.num_states));
+}
+
 }  // namespace
 }  // namespace ib::constrain

@@ -229,7 +229,9 @@ std::vector<KeySpec> engine_keys() {
 
 class EngineVariant : public Variant {
  public:
-  explicit EngineVariant(std::string policy) : policy_(std::move(policy)) {}
+  // per_head: one policy per (layer, kv head), each fed its own head's attention and evicting
+  // from that head only (Model::set_kept_head); otherwise one kept set for the whole model.
+  explicit EngineVariant(std::string policy, bool per_head = false) : policy_(std::move(policy)), per_head_(per_head) {}
 
   std::string unsupported(const Point& p) const override {
     if (std::string why = engine_decode_unsupported(p); !why.empty()) return why;
@@ -249,6 +251,11 @@ class EngineVariant : public Variant {
       return {same, "logits == full", same ? 0.0 : 1.0, 0,
               "the full policy's decode (same engine path, nothing masked) reproduces the full cache's logits bit for bit"};
     }
+    if (per_head_)
+      return {c.evicted_weight == 0, "weight on evicted", c.evicted_weight, 0,
+              fmt::format("every step and each of the {} layers × {} kv heads: the attention the engine recorded for that head "
+                          "puts no weight on a position its own policy evicted; every policy keeps its budget and promised tokens",
+                          ref_.config.layers, ref_.config.kv_heads)};
     return {c.evicted_weight == 0, "weight on evicted", c.evicted_weight, 0,
             fmt::format("every step: the attention the engine recorded puts no weight on an evicted position (summed over {} "
                         "layers × {} heads); the policy keeps its budget and promised tokens",
@@ -279,6 +286,7 @@ class EngineVariant : public Variant {
   // attention outputs are kept for metrics(). `check` verifies the policy and the engine's mask
   // after every step (validation only: it is not part of the timed decode).
   Check decode(bool check) {
+    if (per_head_) return decode_per_head(check);
     std::unique_ptr<KvPolicy> policy = make_policy(policy_, options_);
     std::vector<float> slot_weights;
     std::vector<uint8_t> kept;
@@ -311,7 +319,51 @@ class EngineVariant : public Variant {
     return c;
   }
 
+  // decode() with one policy per (layer, kv head).
+  Check decode_per_head(bool check) {
+    const int L = ref_.config.layers, H = ref_.config.kv_heads;
+    std::vector<std::unique_ptr<KvPolicy>> policies;
+    for (int i = 0; i < L * H; ++i) policies.push_back(make_policy(policy_, options_));
+    std::vector<float> slot_weights;
+    std::vector<uint8_t> kept;
+    Check c;
+    bookkeeping_s_ = 0;
+    teacher_forced_decode(
+        ref_, logits_, attn_,
+        [&](int seq, int t) {
+          const auto t0 = Clock::now();
+          for (int i = 0; i < L * H; ++i) {
+            const KvPolicy::Append a = policies[static_cast<size_t>(i)]->on_append(t);
+            if (a.evicted >= 0) ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
+          }
+          bookkeeping_s_ += seconds_since(t0);
+        },
+        [&](int, int t, const model::AttentionRecord& rec) {
+          const size_t n = static_cast<size_t>(t) + 1;  // the recorded rows' length
+          for (int i = 0; i < L * H; ++i) {
+            KvPolicy& policy = *policies[static_cast<size_t>(i)];
+            const float* w = rec.kv_head_weights.data() + static_cast<size_t>(i) * n;
+            if (policy.uses_attention()) {
+              const auto t0 = Clock::now();
+              const std::vector<int>& slots = policy.slots();
+              slot_weights.resize(slots.size());
+              for (size_t s = 0; s < slots.size(); ++s) slot_weights[s] = w[static_cast<size_t>(slots[s])];
+              policy.on_attention(slot_weights.data());
+              bookkeeping_s_ += seconds_since(t0);
+            }
+            if (!check) continue;
+            if (c.invariant_error.empty()) c.invariant_error = policy.check_invariants();
+            kept.assign(n, 0);
+            for (int p : policy.slots()) kept[static_cast<size_t>(p)] = 1;
+            for (size_t p = 0; p < n; ++p)
+              if (!kept[p]) c.evicted_weight = std::max(c.evicted_weight, static_cast<double>(w[p]));
+          }
+        });
+    return c;
+  }
+
   std::string policy_;
+  bool per_head_ = false;
   PolicyOptions options_;
   ReferenceDecode ref_;
   std::vector<float> logits_, attn_;  // of the last decode with the policy
@@ -325,7 +377,7 @@ KindInfo engine_kind() {
   k.doc = "KV-cache eviction on the transformer engine (CPU, float32): prompt + new_tokens tokens decoded one at a time, "
           "each policy's sequence in lock-step with the full cache's and fed the same tokens (the full cache's greedy "
           "output: teacher forcing). One kept set serves every layer and head (H2O scores a token by its attention "
-          "summed over them); evicted positions are skipped by the engine's attention. Over the new_tokens measured "
+          "summed over them), except cpu_h2o_head: one H2O set per layer and kv head, as in the paper; evicted positions are skipped by the engine's attention. Over the new_tokens measured "
           "steps: KL(full ‖ policy) of the next-token distribution (mean, worst), top-1 agreement, and the relative L2 "
           "of the attention outputs of every layer. A sample is one decode with the policy (bookkeeping, masked "
           "attention, recording the attention it needs). `KV held` = the tokens a cache holding only the kept ones "
@@ -336,6 +388,10 @@ KindInfo engine_kind() {
     VariantDecl v{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(k.keys, name), true};
     k.variants.push_back(v);
   }
+  k.variants.push_back({"cpu_h2o_head", Backend::Cpu,
+                        "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
+                        "attention, summed over its query heads) + recent window; on the CPU engine",
+                        keys_for(k.keys, "h2o"), true});
   return k;
 }
 
@@ -359,6 +415,10 @@ IB_REGISTER_VARIANT("kv-evict-model", "cpu_full", Engine<kFull>);
 IB_REGISTER_VARIANT("kv-evict-model", "cpu_sliding_window", Engine<kWindow>);
 IB_REGISTER_VARIANT("kv-evict-model", "cpu_streaming_llm", Engine<kStreaming>);
 IB_REGISTER_VARIANT("kv-evict-model", "cpu_h2o", Engine<kH2o>);
+struct EngineH2oPerHead : EngineVariant {
+  EngineH2oPerHead() : EngineVariant(kH2o, true) {}
+};
+IB_REGISTER_VARIANT("kv-evict-model", "cpu_h2o_head", EngineH2oPerHead);
 
 }  // namespace
 }  // namespace ib::kvcache

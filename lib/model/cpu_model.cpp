@@ -151,6 +151,7 @@ struct Sequence {
   // Eviction studies: evicted[p] != 0 hides position p from attention (empty until a position is
   // marked, so the common path pays nothing); the recorded attention of the last token.
   std::vector<uint8_t> evicted;
+  std::vector<uint8_t> evicted_head;  // [layers][kv_heads][capacity], empty until set_kept_head hides one
   bool recording = false;
   AttentionRecord record;
   std::vector<float> head_weights;  // [heads][positions]: one layer's weights while recording
@@ -229,6 +230,7 @@ class CpuModel : public Model {
     s.length = 0;
     s.live = true;
     s.evicted.clear();
+    s.evicted_head.clear();
     s.recording = false;
     s.record = {};
     s.kv_format.reset();
@@ -253,6 +255,7 @@ class CpuModel : public Model {
     std::memcpy(dst.cache.data(), src.cache.data(), src.cache.bytes());
     dst.length = src.length;
     dst.evicted = src.evicted;
+    dst.evicted_head = src.evicted_head;
     dst.kv_format = src.kv_format;
     dst.fp8_scale = src.fp8_scale;
     return id;
@@ -286,6 +289,10 @@ class CpuModel : public Model {
                     sizeof(float) * hd * static_cast<size_t>(n));
       }
     if (!d.evicted.empty()) std::fill(d.evicted.begin() + begin, d.evicted.begin() + begin + n, uint8_t{0});
+    for (int lh = 0; !d.evicted_head.empty() && lh < c_.layers * c_.kv_heads; ++lh) {
+      auto row = d.evicted_head.begin() + static_cast<std::ptrdiff_t>(lh) * d.capacity;
+      std::fill(row + begin, row + begin + n, uint8_t{0});
+    }
     d.length = begin + n;
   }
   int capacity(int seq) const override { return at(seq).capacity; }
@@ -372,6 +379,8 @@ class CpuModel : public Model {
           std::memmove(cache_v(s, l, kh) + to * hd, cache_v(s, l, kh) + from * hd, sizeof(float) * hd);
         }
       if (!s.evicted.empty()) s.evicted[to] = s.evicted[from];
+      for (size_t lh = 0; !s.evicted_head.empty() && lh < static_cast<size_t>(c_.layers) * c_.kv_heads; ++lh)
+        s.evicted_head[lh * static_cast<size_t>(s.capacity) + to] = s.evicted_head[lh * static_cast<size_t>(s.capacity) + from];
     }
     s.length = base + static_cast<int>(path.size());
     s.tree_base = -1;
@@ -383,6 +392,16 @@ class CpuModel : public Model {
     if (pos < 0 || pos >= s.capacity) throw std::invalid_argument(fmt::format("position {} of a {}-token sequence", pos, s.capacity));
     if (!kept && s.evicted.empty()) s.evicted.assign(static_cast<size_t>(s.capacity), 0);
     if (!s.evicted.empty()) s.evicted[static_cast<size_t>(pos)] = kept ? 0 : 1;
+  }
+  void set_kept_head(int seq, int layer, int kv_head, int pos, bool kept) override {
+    Sequence& s = at(seq);
+    if (layer < 0 || layer >= c_.layers || kv_head < 0 || kv_head >= c_.kv_heads || pos < 0 || pos >= s.capacity)
+      throw std::invalid_argument(fmt::format("set_kept_head: layer {}, kv head {}, position {} of a {}-layer, {}-kv-head, {}-token sequence",
+                                              layer, kv_head, pos, c_.layers, c_.kv_heads, s.capacity));
+    if (!kept && s.evicted_head.empty()) s.evicted_head.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * static_cast<size_t>(s.capacity), 0);
+    if (!s.evicted_head.empty())
+      s.evicted_head[(static_cast<size_t>(layer) * c_.kv_heads + static_cast<size_t>(kv_head)) * static_cast<size_t>(s.capacity) + static_cast<size_t>(pos)] =
+          kept ? 0 : 1;
   }
   void record_attention(int seq, bool on) override { at(seq).recording = on; }
   void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) override {
@@ -489,11 +508,14 @@ class CpuModel : public Model {
       Sequence& s = at(id);
       const int p = pos[static_cast<size_t>(r)];
       if (!s.evicted.empty()) s.evicted[static_cast<size_t>(slot(r))] = 0;
+      for (int lh = 0; !s.evicted_head.empty() && lh < c_.layers * c_.kv_heads; ++lh)
+        s.evicted_head[static_cast<size_t>(lh) * static_cast<size_t>(s.capacity) + static_cast<size_t>(slot(r))] = 0;
       if (!s.recording || std::find(found.begin(), found.end(), id) != found.end()) continue;
       found.push_back(id);
       recorded[static_cast<size_t>(r)] = 1;
       s.record.weights.assign(static_cast<size_t>(p) + 1, 0.0f);
       s.record.output.assign(static_cast<size_t>(c_.layers) * qd, 0.0f);
+      s.record.kv_head_weights.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * (static_cast<size_t>(p) + 1), 0.0f);
       s.head_weights.assign(static_cast<size_t>(c_.heads) * (static_cast<size_t>(p) + 1), 0.0f);
     }
     std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
@@ -535,6 +557,9 @@ class CpuModel : public Model {
           const float* kc = cache_k(s, l, hh / g);
           const float* vc = cache_v(s, l, hh / g);
           const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
+          const uint8_t* head_evicted =
+              s.evicted_head.empty() ? nullptr
+                                     : s.evicted_head.data() + (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * static_cast<size_t>(s.capacity);
           // Keys: positions first..p, or in a tree the committed ones then the ancestors' slots.
           const std::vector<int>* anc = tree ? tree->nodes[static_cast<size_t>(r)] : nullptr;
           const int cached = anc ? std::max(0, tree->base - first) : p - first + 1;
@@ -544,7 +569,7 @@ class CpuModel : public Model {
           float mx = -INFINITY;
           for (int jj = 0; jj < n_keys; ++jj) {
             const int j = key(jj);
-            if (evicted && evicted[j]) {
+            if ((evicted && evicted[j]) || (head_evicted && head_evicted[j])) {
               score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
               continue;
             }
@@ -574,8 +599,13 @@ class CpuModel : public Model {
         if (!recorded[static_cast<size_t>(r)]) continue;
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         const size_t n = s.record.weights.size();
-        for (int hh = 0; hh < c_.heads; ++hh)
-          for (size_t j = 0; j < n; ++j) s.record.weights[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+        for (int hh = 0; hh < c_.heads; ++hh) {
+          float* kvw = s.record.kv_head_weights.data() + (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * n;
+          for (size_t j = 0; j < n; ++j) {
+            s.record.weights[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+            kvw[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+          }
+        }
       }
       matmul(att.data(), rows, qd, L.wo.data(), h, nullptr, tmp.data());
       for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
@@ -627,6 +657,9 @@ void Model::keep_tree_path(int, const std::vector<int>&) {
   throw std::runtime_error("keep_tree_path (tree verification) is not supported by this engine");
 }
 void Model::set_kept(int, int, bool) { throw std::runtime_error("set_kept (KV eviction) is not supported by this engine"); }
+void Model::set_kept_head(int, int, int, int, bool) {
+  throw std::runtime_error("set_kept_head (per-head KV eviction) is not supported by this engine");
+}
 void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
 const AttentionRecord& Model::attention_record(int) const {
   throw std::runtime_error("attention_record is not supported by this engine");

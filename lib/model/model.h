@@ -28,6 +28,9 @@ struct StepOutput {
 struct AttentionRecord {
   std::vector<float> weights;  // [positions up to the token]: softmax weights summed over layers and heads
   std::vector<float> output;   // [layers][q_dim]: each layer's attention output (before o_proj)
+  // [layers][kv_heads][positions up to the token]: the weights summed over each kv head's group of
+  // query heads (per-head eviction reads its own head's).
+  std::vector<float> kv_head_weights;
 };
 
 class Model {
@@ -75,6 +78,9 @@ class Model {
   // sees itself. The K/V stay allocated: this emulates a cache that dropped them. The default
   // implementations throw std::runtime_error (the engine does not support it).
   virtual void set_kept(int seq, int pos, bool kept);
+  // The same for one (layer, kv head) only: H2O as its paper runs it, each head keeping its own
+  // set. A position is attended by a head when neither set_kept nor set_kept_head hides it.
+  virtual void set_kept_head(int seq, int layer, int kv_head, int pos, bool kept);
   // While on, each forward pass of `seq` records its last token's attention (attention_record).
   virtual void record_attention(int seq, bool on);
   virtual const AttentionRecord& attention_record(int seq) const;

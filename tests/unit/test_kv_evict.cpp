@@ -332,6 +332,39 @@ TEST(KvEvictEngine, EvictedPositionsGetNoWeightAndChangeTheLogits) {
   EXPECT_NE(f.record.output, full.output);
 }
 
+TEST(KvEvictEngine, PerHeadEvictionHidesAPositionFromThatHeadOnly) {
+  EngineFixture f;
+  f.decode([](int, int) {});
+  const model::AttentionRecord full = f.record;
+  const size_t n = f.tokens.size(), H = static_cast<size_t>(f.c.kv_heads), g = static_cast<size_t>(f.c.heads / f.c.kv_heads);
+  ASSERT_EQ(full.kv_head_weights.size(), static_cast<size_t>(f.c.layers) * H * n);
+  // Each kv head's row sums to its group's query heads (each a softmax over the positions), and
+  // the rows sum to the model-wide weights.
+  for (size_t lh = 0; lh < static_cast<size_t>(f.c.layers) * H; ++lh)
+    EXPECT_NEAR(std::accumulate(full.kv_head_weights.begin() + static_cast<std::ptrdiff_t>(lh * n),
+                                full.kv_head_weights.begin() + static_cast<std::ptrdiff_t>((lh + 1) * n), 0.0),
+                static_cast<double>(g), 1e-4);
+  for (size_t p = 0; p < n; ++p) {
+    double sum = 0;
+    for (size_t lh = 0; lh < static_cast<size_t>(f.c.layers) * H; ++lh) sum += full.kv_head_weights[lh * n + p];
+    EXPECT_NEAR(sum, full.weights[p], 1e-5) << p;
+  }
+  // Hide positions 0..19 from layer 1's kv head 0 only.
+  f.decode([&](int s, int t) {
+    if (t == 20)
+      for (int p = 0; p < 20; ++p) f.m->set_kept_head(s, 1, 0, p, false);
+  });
+  const auto& w = f.record.kv_head_weights;
+  const size_t hidden = (1 * H + 0) * n;
+  for (size_t p = 0; p < 20; ++p) EXPECT_EQ(w[hidden + p], 0.0f) << p;
+  double other = 0;  // layer 0's head 0 still attends there
+  for (size_t p = 0; p < 20; ++p) other += w[p];
+  EXPECT_GT(other, 0.0);
+  // Layer 0 comes before the hidden head: its weights are the unmasked decode's.
+  for (size_t p = 0; p < n; ++p) EXPECT_EQ(w[p], full.kv_head_weights[p]) << p;
+  EXPECT_THROW(f.m->set_kept_head(0, f.c.layers, 0, 0, false), std::invalid_argument);
+}
+
 TEST(KvEvictEngine, RewrittenPositionsAreKeptAgain) {
   EngineFixture f;
   const std::vector<float> plain = f.decode([](int, int) {});
@@ -383,6 +416,7 @@ class NoEvictionEngine : public model::Model {
 TEST(KvEvictEngine, EnginesWithoutTheHooksThrow) {
   NoEvictionEngine e;
   EXPECT_THROW(e.set_kept(0, 0, false), std::runtime_error);
+  EXPECT_THROW(e.set_kept_head(0, 0, 0, 0, false), std::runtime_error);
   EXPECT_THROW(e.record_attention(0, true), std::runtime_error);
   EXPECT_THROW(e.attention_record(0), std::runtime_error);
 }
@@ -450,6 +484,17 @@ TEST(KvEvictKinds, EngineStudyRunsThroughTheRunner) {
     EXPECT_GT(metric(row(r, v, 0.25), "KL mean"), 0) << v;
     EXPECT_GT(metric(row(r, v, 0.25), "attn err"), 0) << v;
   }
+}
+
+TEST(KvEvictKinds, PerHeadH2oKeepsItsBudgetInEveryHead) {
+  auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_h2o, cpu_h2o_head], baseline: cpu_full,"
+                         " model: tiny-gqa, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
+  testing::expect_all_ok(r, 6);  // validation: no head attends to a position its own policy evicted
+  EXPECT_EQ(metric(row(r, "cpu_h2o_head", 1.0), "KL mean"), 0);
+  EXPECT_EQ(metric(row(r, "cpu_h2o_head", 0.25), "held"), 32);
+  EXPECT_GT(metric(row(r, "cpu_h2o_head", 0.25), "KL mean"), 0);
+  // Each head chooses its own heavy hitters: not the shared set's result.
+  EXPECT_NE(metric(row(r, "cpu_h2o_head", 0.25), "attn err"), metric(row(r, "cpu_h2o", 0.25), "attn err"));
 }
 
 }  // namespace

@@ -381,46 +381,6 @@ class TupleInterner {
   std::vector<int32_t> slots_;
 };
 
-// uint64 -> int32 map, open addressing (keys never ~0).
-class Memo {
- public:
-  Memo() : keys_(4096, kEmpty), values_(4096) {}
-  int32_t* find(uint64_t key) {
-    for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
-      if (keys_[i] == key) return &values_[i];
-      if (keys_[i] == kEmpty) return nullptr;
-    }
-  }
-  void put(uint64_t key, int32_t value) {
-    if ((count_ + 1) * 2 > keys_.size()) grow();
-    size_t i = slot(key);
-    while (keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
-    keys_[i] = key;
-    values_[i] = value;
-    ++count_;
-  }
-
- private:
-  static constexpr uint64_t kEmpty = ~0ull;
-  size_t slot(uint64_t key) const { return static_cast<size_t>(mix64(key)) & (keys_.size() - 1); }
-  void grow() {
-    std::vector<uint64_t> keys(keys_.size() * 2, kEmpty);
-    std::vector<int32_t> values(keys.size());
-    keys_.swap(keys);
-    values_.swap(values);
-    for (size_t j = 0; j < keys.size(); ++j)
-      if (keys[j] != kEmpty) {
-        size_t i = slot(keys[j]);
-        while (keys_[i] != kEmpty) i = (i + 1) & (keys_.size() - 1);
-        keys_[i] = keys[j];
-        values_[i] = values[j];
-      }
-  }
-  std::vector<uint64_t> keys_;
-  std::vector<int32_t> values_;
-  size_t count_ = 0;
-};
-
 // Moore rounds computed for the token classes: a trie node of height h <= this is looked up by
 // its state's Moore block of round h, a higher one by the state itself (unless the refinement
 // settled before).
@@ -428,70 +388,220 @@ constexpr size_t kTokenClassRounds = 24;
 
 }  // namespace
 
+namespace {
+
 // sub(i, q): the tokens of trie node i's subtree that stay alive, given the DFA is in state q
 // (alive) after node i's bytes. It is named by an interned tuple: (i, kAll) for the whole subtree,
 // (i, kUpTo, r) for its tokens of at most depth(i) + r bytes (the text fast paths, as in
 // compute_mask), else (i, j1, sub(j1, q1), j2, sub(j2, q2), ...) over the children j alive from q.
 // Distinct tuples name distinct subtree sets or the same set twice (never one name for two sets),
 // so equal names mean equal sets. Every string below i has at most height(i) bytes, so sub(i, q)
-// depends on q only through its Moore block of round height(i): sub is memoized per (i, block).
-// A state's class is (accepting, j, sub(j, step(s, j)) over the root's children j alive from s).
-MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
-  const size_t n = static_cast<size_t>(dfa.num_states);
-  int rounds = 0;
-  bool stable = false;
-  std::vector<std::vector<int32_t>> blocks;
-  moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
-  constexpr int32_t kAll = -1, kUpTo = -2;
-  TupleInterner subs, classes;
-  Memo memo;
-  std::vector<std::vector<int32_t>> tuple(trie.max_depth + 2);  // one scratch tuple per depth
-  auto sub = [&](auto&& self, int32_t i, int32_t q) -> int32_t {
+// depends on q only through its Moore block of round height(i): each node is named once per
+// block. A state's class is (accepting, j1, sub(j1, q1), ...) over the root's children.
+//
+// The trie is walked once, depth first, each node with the batch of states that reach it (one per
+// distinct key: Moore block, or the state itself above the rounds computed), so the lookups are
+// arrays per depth indexed by the key.
+class TokenClassWalk {
+ public:
+  TokenClassWalk(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text)
+      : dfa_(dfa), trie_(trie), text_(text), n_(static_cast<size_t>(dfa.num_states)), level_(trie.max_depth + 2),
+        all_id_(trie.nodes(), -1) {
+    moore_refine(dfa, kTokenClassRounds, &rounds_, &stable_, &blocks_);
+    // The transition table by byte class, then state: a child's batch at the root sweeps a column.
+    const size_t k = static_cast<size_t>(dfa.num_classes);
+    column_.resize(n_ * k);
+    for (size_t s = 0; s < n_; ++s)
+      for (size_t c = 0; c < k; ++c) column_[c * n_ + s] = dfa.next[s * k + c];
+  }
+
+  MaskClasses run() {
+    // The root's children by byte class: from a state, those of one class all lead to one state t,
+    // so their names are a function of (class, t), named once per distinct t.
+    const size_t k = static_cast<size_t>(dfa_.num_classes);
+    std::vector<std::vector<int32_t>> roots_in(k);
+    for (int32_t j = 1; j < static_cast<int32_t>(trie_.nodes()); j = trie_.subtree_end[static_cast<size_t>(j)])
+      roots_in[dfa_.byte_class[trie_.byte[static_cast<size_t>(j)]]].push_back(j);
+    std::vector<int32_t> group(k * n_, -1);  // group[c * n + s]: name of s's root children of class c (-1: dead)
+    std::vector<int32_t> seen(n_, -1), index(n_), targets, names;
+    Level& L1 = level_[1];
+    L1.stamp.assign(n_, -1);
+    L1.slot.assign(n_, 0);
+    for (size_t c = 0; c < k; ++c) {
+      const std::vector<int32_t>& js = roots_in[c];
+      if (js.empty()) continue;
+      const int32_t* col = column_.data() + c * n_;
+      targets.clear();
+      for (size_t s = 0; s < n_; ++s)
+        if (const int32_t t = col[s]; t >= 0 && seen[static_cast<size_t>(t)] != static_cast<int32_t>(c)) {
+          seen[static_cast<size_t>(t)] = static_cast<int32_t>(c);
+          index[static_cast<size_t>(t)] = static_cast<int32_t>(targets.size());
+          targets.push_back(t);
+        }
+      if (targets.empty()) continue;
+      const size_t m = js.size();
+      names.assign(targets.size() * m, 0);
+      for (size_t x = 0; x < m; ++x) {
+        const size_t uj = static_cast<size_t>(js[x]);
+        const int32_t batch = serial_++;
+        L1.states.clear();
+        for (int32_t t : targets) {
+          const size_t key = static_cast<size_t>(key_of(uj, t));
+          if (L1.stamp[key] != batch) {
+            L1.stamp[key] = batch;
+            L1.slot[key] = static_cast<int32_t>(L1.states.size());
+            L1.states.push_back(t);
+          }
+        }
+        name(js[x], 1);  // level 1's stamps and slots stay this batch's (deeper levels use their own)
+        for (size_t y = 0; y < targets.size(); ++y)
+          names[y * m + x] = L1.names[static_cast<size_t>(L1.slot[static_cast<size_t>(key_of(uj, targets[y]))])];
+      }
+      std::vector<int32_t> gid(targets.size());
+      for (size_t y = 0; y < targets.size(); ++y) {
+        tuple_.assign(1, -3 - static_cast<int32_t>(c));  // no node's tuple starts so
+        tuple_.insert(tuple_.end(), names.begin() + static_cast<std::ptrdiff_t>(y * m), names.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
+        gid[y] = subs_.intern(tuple_);
+      }
+      for (size_t s = 0; s < n_; ++s)
+        if (const int32_t t = col[s]; t >= 0) group[c * n_ + s] = gid[static_cast<size_t>(index[static_cast<size_t>(t)])];
+    }
+    MaskClasses mc;
+    mc.rounds = rounds_;
+    mc.class_of.resize(n_);
+    for (size_t s = 0; s < n_; ++s) {
+      tuple_.assign(1, dfa_.accepting[s]);
+      for (size_t c = 0; c < k; ++c)
+        if (const int32_t g = group[c * n_ + s]; g >= 0) {
+          tuple_.push_back(static_cast<int32_t>(c));
+          tuple_.push_back(g);
+        }
+      const size_t before = classes_.size();
+      mc.class_of[s] = classes_.intern(tuple_);
+      if (classes_.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
+    }
+    return mc;
+  }
+
+ private:
+  static constexpr int32_t kAll = -1, kUpTo = -2;
+  struct Level {
+    std::vector<int32_t> states, names;  // the batch of the node being named at this depth
+    std::vector<int32_t> stamp, slot;    // key -> slot in the batch, valid where stamp is the batch's serial
+    std::vector<int32_t> todo, target;
+    std::vector<int32_t> pair_req, pair_child, pair_name;  // alive children's names, in child order
+    std::vector<int32_t> first;                            // pairs of request r: [first[r], first[r + 1])
+    std::vector<int32_t> sorted;                           // pair indices grouped by request
+  };
+
+  int32_t key_of(size_t node, int32_t q) const {
+    const int h = trie_.height[node];
+    return h < 255 && (stable_ || h <= rounds_) ? blocks_[static_cast<size_t>(std::min(h, rounds_))][static_cast<size_t>(q)] : q;
+  }
+
+  // Names level d's batch at node i (d >= 1).
+  void name(int32_t i, size_t d) {
+    Level& L = level_[d];
     const size_t ui = static_cast<size_t>(i);
-    const int h = trie.height[ui];
-    const int32_t key = h < 255 && (stable || h <= rounds) ? blocks[static_cast<size_t>(std::min(h, rounds))][static_cast<size_t>(q)] : q;
-    const uint64_t mk = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(key);
-    if (const int32_t* found = memo.find(mk)) return *found;
-    std::vector<int32_t>& t = tuple[trie.depth[ui]];
-    t.assign(1, i);
-    if (trie.text_below[ui] && h < 255 && h <= text.run[static_cast<size_t>(q)]) {
-      t.push_back(kAll);
-    } else if (trie.text_below[ui] && text.dies_after[static_cast<size_t>(q)] != 255) {
-      t.push_back(kUpTo);
-      t.push_back(text.dies_after[static_cast<size_t>(q)]);
-    } else {
-      for (int32_t j = i + 1; j < trie.subtree_end[ui]; j = trie.subtree_end[static_cast<size_t>(j)]) {
-        const int32_t r = dfa.step(q, trie.byte[static_cast<size_t>(j)]);
-        if (r < 0) continue;
-        const int32_t v = self(self, j, r);
-        t.push_back(j);  // t is still this depth's tuple: deeper calls use deeper ones
-        t.push_back(v);
+    const int h = trie_.height[ui];
+    L.names.assign(L.states.size(), 0);
+    L.todo.clear();
+    for (size_t r = 0; r < L.states.size(); ++r) {
+      const size_t q = static_cast<size_t>(L.states[r]);
+      if (trie_.text_below[ui] && h < 255 && h <= text_.run[q]) {
+        if (all_id_[ui] < 0) all_id_[ui] = subs_.intern({i, kAll});
+        L.names[r] = all_id_[ui];
+      } else if (trie_.text_below[ui] && text_.dies_after[q] != 255) {
+        L.names[r] = subs_.intern({i, kUpTo, text_.dies_after[q]});
+      } else {
+        L.todo.push_back(static_cast<int32_t>(r));
       }
     }
-    const int32_t id = subs.intern(t);
-    memo.put(mk, id);
-    return id;
-  };
-  std::vector<int32_t> roots;
-  for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)]) roots.push_back(j);
-  MaskClasses mc;
-  mc.rounds = rounds;
-  mc.class_of.resize(n);
-  std::vector<int32_t> key;
-  for (size_t s = 0; s < n; ++s) {
-    key.assign(1, dfa.accepting[s]);
-    for (int32_t j : roots) {
-      const int32_t r = dfa.step(static_cast<int32_t>(s), trie.byte[static_cast<size_t>(j)]);
-      if (r < 0) continue;
-      const int32_t v = sub(sub, j, r);
-      key.push_back(j);
-      key.push_back(v);
+    if (L.todo.empty()) return;
+    expand(i, d, L.todo);
+    for (int32_t r : L.todo) {
+      tuple_.assign(1, i);
+      append_pairs(L, static_cast<size_t>(r));
+      L.names[static_cast<size_t>(r)] = subs_.intern(tuple_);
     }
-    const size_t before = classes.size();
-    mc.class_of[s] = classes.intern(key);
-    if (classes.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
   }
-  return mc;
+
+  // Names the alive children of node i (depth d) for the requests `todo` of level d's batch and
+  // groups the (child, name) pairs by request.
+  void expand(int32_t i, size_t d, const std::vector<int32_t>& todo) {
+    Level& L = level_[d];
+    Level& C = level_[d + 1];
+    if (C.stamp.empty()) {
+      C.stamp.assign(n_, -1);
+      C.slot.assign(n_, 0);
+    }
+    L.pair_req.clear();
+    L.pair_child.clear();
+    L.pair_name.clear();
+    L.target.resize(L.states.size());
+    for (int32_t j = i + 1; j < trie_.subtree_end[static_cast<size_t>(i)]; j = trie_.subtree_end[static_cast<size_t>(j)]) {
+      const size_t uj = static_cast<size_t>(j);
+      const int32_t* col = column_.data() + static_cast<size_t>(dfa_.byte_class[trie_.byte[uj]]) * n_;
+      const int32_t batch = serial_++;
+      C.states.clear();
+      for (int32_t r : todo) {
+        const int32_t t = col[L.states[static_cast<size_t>(r)]];
+        if (t < 0) {
+          L.target[static_cast<size_t>(r)] = -1;
+          continue;
+        }
+        const size_t k = static_cast<size_t>(key_of(uj, t));
+        if (C.stamp[k] != batch) {
+          C.stamp[k] = batch;
+          C.slot[k] = static_cast<int32_t>(C.states.size());
+          C.states.push_back(t);
+        }
+        L.target[static_cast<size_t>(r)] = C.slot[k];
+      }
+      if (C.states.empty()) continue;
+      name(j, d + 1);
+      for (int32_t r : todo)
+        if (const int32_t slot = L.target[static_cast<size_t>(r)]; slot >= 0) {
+          L.pair_req.push_back(r);
+          L.pair_child.push_back(j);
+          L.pair_name.push_back(C.names[static_cast<size_t>(slot)]);
+        }
+    }
+    // Group by request (counting sort, stable: each request's pairs stay in child order).
+    L.first.assign(L.states.size() + 1, 0);
+    for (int32_t r : L.pair_req) ++L.first[static_cast<size_t>(r) + 1];
+    for (size_t r = 0; r < L.states.size(); ++r) L.first[r + 1] += L.first[r];
+    L.sorted.resize(L.pair_req.size());
+    L.target.assign(L.first.begin(), L.first.end() - 1);  // fill positions
+    for (size_t p = 0; p < L.pair_req.size(); ++p) L.sorted[static_cast<size_t>(L.target[static_cast<size_t>(L.pair_req[p])]++)] = static_cast<int32_t>(p);
+  }
+
+  void append_pairs(const Level& L, size_t r) {
+    for (int32_t k = L.first[r]; k < L.first[r + 1]; ++k) {
+      const size_t p = static_cast<size_t>(L.sorted[static_cast<size_t>(k)]);
+      tuple_.push_back(L.pair_child[p]);
+      tuple_.push_back(L.pair_name[p]);
+    }
+  }
+
+  const Dfa& dfa_;
+  const VocabTrie& trie_;
+  const TextProfile& text_;
+  size_t n_;
+  int rounds_ = 0;
+  bool stable_ = false;
+  std::vector<std::vector<int32_t>> blocks_;
+  std::vector<int32_t> column_;  // column_[c * n + s] = next(s, c)
+  std::vector<Level> level_;
+  std::vector<int32_t> all_id_, tuple_;
+  int32_t serial_ = 0;
+  TupleInterner subs_, classes_;
+};
+
+}  // namespace
+
+MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
+  return TokenClassWalk(dfa, trie, text).run();
 }
 
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,

@@ -260,33 +260,49 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   // Hopcroft minimisation over the live states plus one sink that stands for "dead".
   const int32_t sink = n;
   const int32_t m = n + 1;
-  auto target = [&](int32_t s, int c) -> int32_t {
-    if (s == sink) return sink;
-    int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
-    return t >= 0 && live[static_cast<size_t>(t)] ? t : sink;
-  };
-  // Inverse transitions per class, as CSR arrays.
-  std::vector<std::vector<int32_t>> inv_start(static_cast<size_t>(nclass)), inv(static_cast<size_t>(nclass));
-  for (int c = 0; c < nclass; ++c) {
-    auto& start = inv_start[static_cast<size_t>(c)];
-    auto& list = inv[static_cast<size_t>(c)];
-    start.assign(static_cast<size_t>(m) + 1, 0);
-    for (int32_t s = 0; s < m; ++s)
-      if (s == sink || live[static_cast<size_t>(s)]) ++start[static_cast<size_t>(target(s, c)) + 1];
-    for (int32_t t = 0; t < m; ++t) start[static_cast<size_t>(t) + 1] += start[static_cast<size_t>(t)];
-    list.resize(static_cast<size_t>(start[static_cast<size_t>(m)]));
-    std::vector<int32_t> fill(start.begin(), start.end() - 1);
-    for (int32_t s = 0; s < m; ++s)
-      if (s == sink || live[static_cast<size_t>(s)]) list[static_cast<size_t>(fill[static_cast<size_t>(target(s, c))]++)] = s;
+  // Live predecessors of each state, as CSR of (state, class). Transitions into the sink are left
+  // out: the sink is alone in its block from the start (it alone cannot reach acceptance), so that
+  // block never splits and is never a splitter.
+  std::vector<int32_t> in_start(static_cast<size_t>(m) + 1, 0), in_from;
+  std::vector<uint16_t> in_class;
+  for (int32_t s = 0; s < n; ++s) {
+    if (!live[static_cast<size_t>(s)]) continue;
+    for (int c = 0; c < nclass; ++c)
+      if (const int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)]; t >= 0 && live[static_cast<size_t>(t)])
+        ++in_start[static_cast<size_t>(t) + 1];
+  }
+  for (int32_t t = 0; t < m; ++t) in_start[static_cast<size_t>(t) + 1] += in_start[static_cast<size_t>(t)];
+  in_from.resize(static_cast<size_t>(in_start[static_cast<size_t>(m)]));
+  in_class.resize(in_from.size());
+  {
+    std::vector<int32_t> fill(in_start.begin(), in_start.end() - 1);
+    for (int32_t s = 0; s < n; ++s) {
+      if (!live[static_cast<size_t>(s)]) continue;
+      for (int c = 0; c < nclass; ++c)
+        if (const int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)]; t >= 0 && live[static_cast<size_t>(t)]) {
+          const size_t e = static_cast<size_t>(fill[static_cast<size_t>(t)]++);
+          in_from[e] = s;
+          in_class[e] = static_cast<uint16_t>(c);
+        }
+    }
   }
   // The partition: elements grouped by block, each block a range [first, last) of `elems`.
   std::vector<int32_t> elems, pos(static_cast<size_t>(m)), block(static_cast<size_t>(m), -1);
   std::vector<int32_t> first, last, marked;
+  std::vector<uint8_t> in_work;  // per block: pending as a splitter
+  std::vector<int32_t> pending;
   auto new_block = [&](int32_t f, int32_t l) {
     first.push_back(f);
     last.push_back(l);
     marked.push_back(0);
+    in_work.push_back(0);
     return static_cast<int32_t>(first.size() - 1);
+  };
+  auto push_work = [&](int32_t b) {
+    if (!in_work[static_cast<size_t>(b)]) {
+      in_work[static_cast<size_t>(b)] = 1;
+      pending.push_back(b);
+    }
   };
   for (int pass = 0; pass < 3; ++pass) {  // accepting, live non-accepting, sink
     const int32_t f = static_cast<int32_t>(elems.size());
@@ -299,39 +315,44 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     if (static_cast<int32_t>(elems.size()) > f) {
       const int32_t b = new_block(f, static_cast<int32_t>(elems.size()));
       for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = b;
+      if (pass < 2) push_work(b);  // every initial block but the sink's
     }
   }
-  std::vector<std::pair<int32_t, int>> pending;  // (block, class) splitters still to apply
-  std::vector<uint8_t> in_work;                  // block × class: the pair is pending
-  auto pending_at = [&](int32_t b, int c) -> bool {
-    const size_t i = static_cast<size_t>(b) * static_cast<size_t>(nclass) + static_cast<size_t>(c);
-    return i < in_work.size() && in_work[i];
-  };
-  auto push_work = [&](int32_t b, int c) {
-    const size_t i = static_cast<size_t>(b) * static_cast<size_t>(nclass) + static_cast<size_t>(c);
-    if (i >= in_work.size()) in_work.resize((static_cast<size_t>(b) + 1) * static_cast<size_t>(nclass) * 2, 0);
-    if (!in_work[i]) {
-      in_work[i] = 1;
-      pending.emplace_back(b, c);
-    }
-  };
-  // Splitting by every initial block but one is enough: leave out the sink's, whose
-  // predecessors are all the missing transitions.
-  for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
-    if (b != block[static_cast<size_t>(sink)])
-      for (int c = 0; c < nclass; ++c) push_work(b, c);
-  std::vector<int32_t> touched, members;
+  // A splitter is a block taken with every class at once: its members' predecessors are bucketed by
+  // class, and each class's bucket splits the blocks it marks in part. (The same refinement as
+  // splitting by each (block, class) pair in turn: a block is pending for all classes or none.)
+  std::vector<int32_t> touched, members, bucket_start(static_cast<size_t>(nclass) + 1), bucket, classes_hit;
+  std::vector<int32_t> count(static_cast<size_t>(nclass), 0);
   while (!pending.empty()) {
-    auto [a, c] = pending.back();
+    const int32_t a = pending.back();
     pending.pop_back();
-    in_work[static_cast<size_t>(a) * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = 0;
-    // Mark every state with a c-transition into block a, moving it to the front of its block.
-    const auto& start = inv_start[static_cast<size_t>(c)];
-    const auto& list = inv[static_cast<size_t>(c)];
+    in_work[static_cast<size_t>(a)] = 0;
     members.assign(elems.begin() + first[static_cast<size_t>(a)], elems.begin() + last[static_cast<size_t>(a)]);
+    classes_hit.clear();
+    size_t edges = 0;
     for (int32_t t : members)
-      for (int32_t k = start[static_cast<size_t>(t)]; k < start[static_cast<size_t>(t) + 1]; ++k) {
-        const int32_t q = list[static_cast<size_t>(k)];
+      for (int32_t e = in_start[static_cast<size_t>(t)]; e < in_start[static_cast<size_t>(t) + 1]; ++e) {
+        const uint16_t c = in_class[static_cast<size_t>(e)];
+        if (count[c]++ == 0) classes_hit.push_back(c);
+        ++edges;
+      }
+    if (edges == 0) continue;
+    int32_t at = 0;
+    for (int32_t c : classes_hit) {
+      bucket_start[static_cast<size_t>(c)] = at;
+      at += count[static_cast<size_t>(c)];
+      count[static_cast<size_t>(c)] = bucket_start[static_cast<size_t>(c)];  // fill position
+    }
+    bucket.resize(edges);
+    for (int32_t t : members)
+      for (int32_t e = in_start[static_cast<size_t>(t)]; e < in_start[static_cast<size_t>(t) + 1]; ++e)
+        bucket[static_cast<size_t>(count[in_class[static_cast<size_t>(e)]]++)] = in_from[static_cast<size_t>(e)];
+    for (int32_t c : classes_hit) {
+      const int32_t end = count[static_cast<size_t>(c)];
+      count[static_cast<size_t>(c)] = 0;
+      // Mark every state with a c-transition into a, moving it to the front of its block.
+      for (int32_t k = bucket_start[static_cast<size_t>(c)]; k < end; ++k) {
+        const int32_t q = bucket[static_cast<size_t>(k)];
         const int32_t y = block[static_cast<size_t>(q)];
         const int32_t slot = first[static_cast<size_t>(y)] + marked[static_cast<size_t>(y)];
         if (pos[static_cast<size_t>(q)] < slot) continue;  // already marked
@@ -342,20 +363,19 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
         pos[static_cast<size_t>(q)] = slot;
         ++marked[static_cast<size_t>(y)];
       }
-    for (int32_t y : touched) {
-      const int32_t size = last[static_cast<size_t>(y)] - first[static_cast<size_t>(y)], mk = marked[static_cast<size_t>(y)];
-      marked[static_cast<size_t>(y)] = 0;
-      if (mk == size) continue;
-      // Split: the marked front part becomes a new block.
-      const int32_t z = new_block(first[static_cast<size_t>(y)], first[static_cast<size_t>(y)] + mk);
-      first[static_cast<size_t>(y)] += mk;
-      for (int32_t i = first[static_cast<size_t>(z)]; i < last[static_cast<size_t>(z)]; ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = z;
-      for (int d = 0; d < nclass; ++d) {
-        if (pending_at(y, d)) push_work(z, d);
-        else push_work(mk <= size - mk ? z : y, d);
+      for (int32_t y : touched) {
+        const int32_t size = last[static_cast<size_t>(y)] - first[static_cast<size_t>(y)], mk = marked[static_cast<size_t>(y)];
+        marked[static_cast<size_t>(y)] = 0;
+        if (mk == size) continue;
+        // Split: the marked front part becomes a new block.
+        const int32_t z = new_block(first[static_cast<size_t>(y)], first[static_cast<size_t>(y)] + mk);
+        first[static_cast<size_t>(y)] += mk;
+        for (int32_t i = first[static_cast<size_t>(z)]; i < last[static_cast<size_t>(z)]; ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = z;
+        if (in_work[static_cast<size_t>(y)]) push_work(z);
+        else push_work(mk <= size - mk ? z : y);
       }
+      touched.clear();
     }
-    touched.clear();
   }
   // Live blocks only (the sink's block is "dead").
   const int32_t sink_block = block[static_cast<size_t>(sink)];

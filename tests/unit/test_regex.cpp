@@ -1,4 +1,6 @@
 // The regex engine: patterns against accept/reject tables, UTF-8 ranges, DFA minimality.
+#include <regex>
+
 #include <gtest/gtest.h>
 
 #include "constrain/automaton.h"
@@ -176,6 +178,66 @@ TEST(Automaton, SharedSubexpressionsGiveTheDfaOfSeparateCopies) {
     expect_same_dfa(d, compile_dfa(unshared(r)), name);
     // Minimal: Moore refinement run to its fixpoint tells every state apart.
     EXPECT_EQ(mask_classes(d, 1u << 20).representative.size(), static_cast<size_t>(d.num_states)) << name;
+  }
+}
+
+// Minimisation against brute force: random patterns over {a, b, c}; the DFA accepts what
+// std::regex accepts (every string of up to 4 letters), and every two states, dead included, are
+// told apart by some string (table filling).
+std::string random_pattern(uint64_t* seed, int depth) {
+  auto next = [&](uint64_t mod) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (*seed >> 33) % mod;
+  };
+  const char* atoms[] = {"a", "b", "c", "[ab]", "[^a]", "(ab)", "(a|c)"};
+  if (depth == 0) return atoms[next(7)];
+  switch (next(6)) {
+    case 0: return random_pattern(seed, depth - 1) + random_pattern(seed, depth - 1);
+    case 1: return "(" + random_pattern(seed, depth - 1) + "|" + random_pattern(seed, depth - 1) + ")";
+    case 2: return "(" + random_pattern(seed, depth - 1) + ")*";
+    case 3: return "(" + random_pattern(seed, depth - 1) + ")?";
+    case 4: return "(" + random_pattern(seed, depth - 1) + "){1,3}";
+    default: return random_pattern(seed, depth - 1) + "(" + random_pattern(seed, depth - 1) + ")+";
+  }
+}
+
+// Table filling over the states plus "dead" (index n): a pair is told apart when one accepts and
+// the other not, or some class leads to a pair told apart.
+std::vector<std::vector<uint8_t>> distinguishable(const Dfa& d) {
+  const int32_t n = d.num_states;
+  auto to = [&](int32_t s, int32_t c) {
+    if (s == n) return n;
+    const int32_t t = d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)];
+    return t < 0 ? n : t;
+  };
+  auto acc = [&](int32_t s) { return s < n && d.accepting[static_cast<size_t>(s)]; };
+  std::vector<std::vector<uint8_t>> apart(static_cast<size_t>(n) + 1, std::vector<uint8_t>(static_cast<size_t>(n) + 1, 0));
+  for (int32_t p = 0; p <= n; ++p)
+    for (int32_t q = 0; q <= n; ++q) apart[static_cast<size_t>(p)][static_cast<size_t>(q)] = acc(p) != acc(q);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t p = 0; p <= n; ++p)
+      for (int32_t q = 0; q <= n; ++q)
+        for (int32_t c = 0; c < d.num_classes && !apart[static_cast<size_t>(p)][static_cast<size_t>(q)]; ++c)
+          if (apart[static_cast<size_t>(to(p, c))][static_cast<size_t>(to(q, c))]) apart[static_cast<size_t>(p)][static_cast<size_t>(q)] = 1, changed = true;
+  }
+  return apart;
+}
+
+TEST(Automaton, RandomPatternsGiveMinimalDfasOfTheirLanguage) {
+  uint64_t seed = 12345;
+  std::vector<std::string> words = {""};
+  for (size_t i = 0; i < words.size() && words[i].size() < 4; ++i)
+    for (char c : {'a', 'b', 'c'}) words.push_back(words[i] + c);
+  for (int trial = 0; trial < 120; ++trial) {
+    const std::string pattern = random_pattern(&seed, 1 + trial % 3);
+    const Dfa d = dfa(pattern);
+    const std::regex want(pattern);
+    for (const std::string& w : words) ASSERT_EQ(d.matches(w), std::regex_match(w, want)) << pattern << " on '" << w << "'";
+    const auto apart = distinguishable(d);
+    for (int32_t p = 0; p < d.num_states; ++p)
+      for (int32_t q = p + 1; q <= d.num_states; ++q)  // q == num_states: dead (every stored state is live)
+        ASSERT_TRUE(apart[static_cast<size_t>(p)][static_cast<size_t>(q)]) << pattern << ": states " << p << ", " << q;
   }
 }
 

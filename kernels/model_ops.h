@@ -52,11 +52,10 @@ void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* 
 // rows[i] = {cache, capacity, first_pos + i} for i < n (the rows of one prefill chunk).
 void launch_fill_attn_rows(AttnRow* rows, int n, uint16_t* cache, int capacity, int first_pos, cudaStream_t stream);
 
-// Split-K ("flash-decoding") attention of one query per row over its cache, GQA, optional
-// sliding window (0 = none). q: row r's head h at q[r·q_row_stride + h·D]; out: [n_rows][heads·D]
-// bf16. `splits` blocks share each (row, kv head) and write partial (max, sum, output) to
-// `workspace`, merged by a second kernel; splits == 1 writes out directly and needs no workspace.
-struct DecodeAttentionArgs {
+// What the attention kernels of query rows over their caches share: q (row r's head h at
+// q[r·q_row_stride + h·D], rotated), the rows' caches and positions, GQA shape, sliding window
+// (0 = none), softmax scale, and out: [n_rows][heads·D] bf16.
+struct RowAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t q_row_stride = 0;
   const AttnRow* rows = nullptr;
@@ -65,9 +64,16 @@ struct DecodeAttentionArgs {
   int heads = 1, kv_heads = 1, head_dim = 128;
   int window = 0;
   float scale = 1.0f;
+  uint16_t* out = nullptr;
+};
+
+// Split-K ("flash-decoding") attention of one query per row over keys 0 .. pos of its cache
+// (within the window). `splits` blocks share each (row, kv head) and write partial (max, sum,
+// output) to `workspace`, merged by a second kernel; splits == 1 writes out directly and needs
+// no workspace.
+struct DecodeAttentionArgs : RowAttentionArgs {
   int splits = 1;
   float* workspace = nullptr;  // decode_attention_workspace_floats(n_rows, heads, head_dim, splits)
-  uint16_t* out = nullptr;
 };
 bool decode_attention_supports(int head_dim, int heads, int kv_heads);
 size_t decode_attention_workspace_floats(int n_rows, int heads, int head_dim, int splits);
@@ -76,25 +82,15 @@ size_t decode_attention_workspace_floats(int n_rows, int heads, int head_dim, in
 int64_t decode_attention_blocks_per_split(int n_rows, int heads, int kv_heads);
 void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
 
-// Attention of the rows of a token tree (tree verification; lib/model's prefill_tree). Row r's
-// query (rotated, head h at q[r·q_row_stride + h·D]) attends to the positions [first, base) of
-// its cache – first = max(0, rows[r].pos + 1 − window), 0 without a window – and then to the
-// positions anc[anc_begin[r] .. anc_begin[r + 1]) in that order: its ancestors' slots and its own.
-// One block per (row, head), keys in tiles with an online softmax (any context; head_dim <= 256).
-// out: [n_rows][heads·D] bf16.
-struct TreeAttentionArgs {
-  const uint16_t* q = nullptr;
-  int64_t q_row_stride = 0;
-  const AttnRow* rows = nullptr;
-  int n_rows = 0;
-  int layer = 0;
-  int heads = 1, kv_heads = 1, head_dim = 128;
-  int window = 0;
-  float scale = 1.0f;
-  int base = 0;                       // committed tokens before the tree
+// Attention of the rows of a token tree (tree verification; lib/model's prefill_tree). Row r
+// attends to the positions [first, base) of its cache – first = max(0, rows[r].pos + 1 − window),
+// 0 without a window – and then to the positions anc[anc_begin[r] .. anc_begin[r + 1]) in that
+// order: its ancestors' slots and its own. One block per (row, head), keys in tiles with an
+// online softmax (any context; head_dim <= 256).
+struct TreeAttentionArgs : RowAttentionArgs {
+  int base = 0;                        // committed tokens before the tree
   const int32_t* anc_begin = nullptr;  // [n_rows + 1]
   const int32_t* anc = nullptr;
-  uint16_t* out = nullptr;
 };
 void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream);
 

@@ -282,48 +282,15 @@ class EngineVariant : public Variant {
     double evicted_weight = 0;  // largest recorded attention weight on an evicted position
   };
 
-  // One teacher-forced decode of every token with the policy; the measured steps' logits and
-  // attention outputs are kept for metrics(). `check` verifies the policy and the engine's mask
+  // One teacher-forced decode of every token with the policy – one for the whole model, or with
+  // per_head_ one per (layer, kv head) fed that head's attention; the measured steps' logits and
+  // attention outputs are kept for metrics(). `check` verifies each policy and the engine's mask
   // after every step (validation only: it is not part of the timed decode).
   Check decode(bool check) {
-    if (per_head_) return decode_per_head(check);
-    std::unique_ptr<KvPolicy> policy = make_policy(policy_, options_);
-    std::vector<float> slot_weights;
-    std::vector<uint8_t> kept;
-    Check c;
-    bookkeeping_s_ = 0;
-    teacher_forced_decode(
-        ref_, logits_, attn_,
-        [&](int seq, int t) {
-          const auto t0 = Clock::now();
-          const KvPolicy::Append a = policy->on_append(t);
-          if (a.evicted >= 0) ref_.model->set_kept(seq, a.evicted, false);
-          bookkeeping_s_ += seconds_since(t0);
-        },
-        [&](int, int t, const model::AttentionRecord& rec) {
-          if (policy->uses_attention()) {
-            const auto t0 = Clock::now();
-            const std::vector<int>& slots = policy->slots();
-            slot_weights.resize(slots.size());
-            for (size_t s = 0; s < slots.size(); ++s) slot_weights[s] = rec.weights[static_cast<size_t>(slots[s])];
-            policy->on_attention(slot_weights.data());
-            bookkeeping_s_ += seconds_since(t0);
-          }
-          if (!check) return;
-          if (c.invariant_error.empty()) c.invariant_error = policy->check_invariants();
-          kept.assign(static_cast<size_t>(t) + 1, 0);
-          for (int p : policy->slots()) kept[static_cast<size_t>(p)] = 1;
-          for (int p = 0; p <= t; ++p)
-            if (!kept[static_cast<size_t>(p)]) c.evicted_weight = std::max(c.evicted_weight, static_cast<double>(rec.weights[static_cast<size_t>(p)]));
-        });
-    return c;
-  }
-
-  // decode() with one policy per (layer, kv head).
-  Check decode_per_head(bool check) {
-    const int L = ref_.config.layers, H = ref_.config.kv_heads;
+    const int H = ref_.config.kv_heads;
+    const int count = per_head_ ? ref_.config.layers * H : 1;
     std::vector<std::unique_ptr<KvPolicy>> policies;
-    for (int i = 0; i < L * H; ++i) policies.push_back(make_policy(policy_, options_));
+    for (int i = 0; i < count; ++i) policies.push_back(make_policy(policy_, options_));
     std::vector<float> slot_weights;
     std::vector<uint8_t> kept;
     Check c;
@@ -332,17 +299,19 @@ class EngineVariant : public Variant {
         ref_, logits_, attn_,
         [&](int seq, int t) {
           const auto t0 = Clock::now();
-          for (int i = 0; i < L * H; ++i) {
+          for (int i = 0; i < count; ++i) {
             const KvPolicy::Append a = policies[static_cast<size_t>(i)]->on_append(t);
-            if (a.evicted >= 0) ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
+            if (a.evicted < 0) continue;
+            if (per_head_) ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
+            else ref_.model->set_kept(seq, a.evicted, false);
           }
           bookkeeping_s_ += seconds_since(t0);
         },
         [&](int, int t, const model::AttentionRecord& rec) {
           const size_t n = static_cast<size_t>(t) + 1;  // the recorded rows' length
-          for (int i = 0; i < L * H; ++i) {
+          for (int i = 0; i < count; ++i) {
             KvPolicy& policy = *policies[static_cast<size_t>(i)];
-            const float* w = rec.kv_head_weights.data() + static_cast<size_t>(i) * n;
+            const float* w = per_head_ ? rec.kv_head_weights.data() + static_cast<size_t>(i) * n : rec.weights.data();
             if (policy.uses_attention()) {
               const auto t0 = Clock::now();
               const std::vector<int>& slots = policy.slots();

@@ -17,6 +17,7 @@
 #include "core/parallel.h"
 #include "model/model.h"
 #include "model/sequence_table.h"
+#include "model/token_tree.h"
 
 namespace ib::model {
 namespace {
@@ -158,10 +159,7 @@ struct Sequence {
   // Format studies: K/V rounded through kv_format on write; fp8 scales [layers][2][kv_heads].
   std::optional<kvcache::KvFormat> kv_format;
   std::vector<float> fp8_scale;
-  // An open token tree (prefill_tree): the committed tokens before it (-1: no tree) and, per
-  // node, its ancestors' node indices root first, itself last.
-  int tree_base = -1;
-  std::vector<std::vector<int>> tree_nodes;
+  TokenTree tree;  // open while a tree verification is in progress (prefill_tree)
 };
 
 // The rows of a tree pass: row r is node nodes[r] (its ancestor list) at cache slot slot[r].
@@ -235,16 +233,14 @@ class CpuModel : public Model {
     s.record = {};
     s.kv_format.reset();
     s.fp8_scale.clear();
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
     return id;
   }
   void release(int seq) override {
     Sequence& s = at(seq);
     s.cache.reset();
     s.live = false;
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
   }
   int fork(int seq) override {
     no_tree(seq, "fork");
@@ -263,11 +259,10 @@ class CpuModel : public Model {
   void truncate(int seq, int length) override {
     Sequence& s = at(seq);
     if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
-    if (s.tree_base >= 0) {
-      if (length > s.tree_base)
-        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree_base));
-      s.tree_base = -1;
-      s.tree_nodes.clear();
+    if (s.tree.open()) {
+      if (length > s.tree.base())
+        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
+      s.tree.close();
     }
     s.length = length;
   }
@@ -325,31 +320,14 @@ class CpuModel : public Model {
     if (s.recording) throw std::invalid_argument("prefill_tree while recording attention");
     for (int i = 0; i < n; ++i)
       if (tokens[i] < 0 || tokens[i] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[i]));
-    const bool opened = s.tree_base < 0;
-    if (opened) s.tree_base = s.length;
-    const int base = s.tree_base, first_node = static_cast<int>(s.tree_nodes.size());
-    if (base + first_node + n > s.capacity) {
-      if (opened) s.tree_base = -1;
-      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
-    }
-    std::vector<std::vector<int>> nodes;
-    for (int i = 0; i < n; ++i) {
-      const int self = first_node + i, parent = parents[i];
-      if (parent < -1 || parent >= self) {
-        if (opened) s.tree_base = -1;
-        throw std::invalid_argument(fmt::format("prefill_tree: node {} has parent {} (want -1 .. {})", self, parent, self - 1));
-      }
-      std::vector<int> anc;
-      if (parent >= 0) anc = parent < first_node ? s.tree_nodes[static_cast<size_t>(parent)] : nodes[static_cast<size_t>(parent - first_node)];
-      anc.push_back(self);
-      nodes.push_back(std::move(anc));
-    }
-    for (auto& a : nodes) s.tree_nodes.push_back(std::move(a));
+    const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
+    if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+    s.tree.append(base, s.tree.extend(parents, n));
     TreeRows tree;
     tree.base = base;
     std::vector<int> seq_of(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      const std::vector<int>& anc = s.tree_nodes[static_cast<size_t>(first_node + i)];
+      const std::vector<int>& anc = s.tree.ancestors(first_node + i);
       pos[static_cast<size_t>(i)] = base + static_cast<int>(anc.size()) - 1;
       tree.slot.push_back(base + first_node + i);
       tree.nodes.push_back(&anc);
@@ -359,15 +337,8 @@ class CpuModel : public Model {
 
   void keep_tree_path(int seq, const std::vector<int>& path) override {
     Sequence& s = at(seq);
-    if (s.tree_base < 0) throw std::logic_error("keep_tree_path without an open token tree");
-    const int base = s.tree_base, nodes = static_cast<int>(s.tree_nodes.size());
-    for (size_t i = 0; i < path.size(); ++i) {
-      const int node = path[i];
-      const std::vector<int>* anc = node >= 0 && node < nodes ? &s.tree_nodes[static_cast<size_t>(node)] : nullptr;
-      // The node at depth i + 1 whose ancestors are exactly path[0..i].
-      if (!anc || anc->size() != i + 1 || !std::equal(anc->begin(), anc->end(), path.begin()))
-        throw std::invalid_argument(fmt::format("keep_tree_path: node {} at depth {} does not continue the path", node, i + 1));
-    }
+    s.tree.check_path(path);
+    const int base = s.tree.base();
     const size_t hd = static_cast<size_t>(c_.head_dim);
     // path is increasing and path[i] >= i, so no slot is overwritten before it is read.
     for (size_t i = 0; i < path.size(); ++i) {
@@ -383,8 +354,7 @@ class CpuModel : public Model {
         s.evicted_head[lh * static_cast<size_t>(s.capacity) + to] = s.evicted_head[lh * static_cast<size_t>(s.capacity) + from];
     }
     s.length = base + static_cast<int>(path.size());
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
   }
 
   void set_kept(int seq, int pos, bool kept) override {
@@ -433,7 +403,7 @@ class CpuModel : public Model {
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
   void no_tree(int seq, const char* what) const {
-    if (at(seq).tree_base >= 0) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+    if (at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
   }
 
   float* cache_k(Sequence& s, int layer, int kvh) {

@@ -28,6 +28,7 @@
 #include "fill.h"
 #include "model/model.h"
 #include "model/sequence_table.h"
+#include "model/token_tree.h"
 #include "model_ops.h"
 
 namespace ib::model {
@@ -138,10 +139,7 @@ struct Sequence {
   bool live = false;
   int capacity = 0, length = 0;
   Bf16Buffer cache;  // [layers][2 (K, V)][kv_heads][capacity][head_dim]
-  // An open token tree (prefill_tree): the committed tokens before it (-1: none) and, per node,
-  // its ancestors' node indices root first, itself last.
-  int tree_base = -1;
-  std::vector<std::vector<int>> tree_nodes;
+  TokenTree tree;  // open while a tree verification is in progress (prefill_tree)
 };
 
 // A tree pass's device inputs (forward_layers): slots to store K/V at, ancestor lists.
@@ -198,8 +196,7 @@ class CudaModel final : public Model {
     s.capacity = capacity;
     s.length = 0;
     s.live = true;
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
     return id;
   }
 
@@ -207,8 +204,7 @@ class CudaModel final : public Model {
     Sequence& s = at(seq);
     s.cache.reset();  // cudaFree waits for the work in flight that may still read it
     s.live = false;
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
   }
 
   int fork(int seq) override {
@@ -251,11 +247,10 @@ class CudaModel final : public Model {
   void truncate(int seq, int length) override {
     Sequence& s = at(seq);
     if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
-    if (s.tree_base >= 0) {
-      if (length > s.tree_base)
-        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree_base));
-      s.tree_base = -1;
-      s.tree_nodes.clear();
+    if (s.tree.open()) {
+      if (length > s.tree.base())
+        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
+      s.tree.close();
     }
     s.length = length;
   }
@@ -270,19 +265,9 @@ class CudaModel final : public Model {
     if (n > o_.max_prefill) throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_prefill)", n, o_.max_prefill));
     check_tokens(tokens, n);
     Sequence& s = at(seq);
-    const int base = s.tree_base >= 0 ? s.tree_base : s.length;
-    const int first_node = static_cast<int>(s.tree_nodes.size());
+    const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
     if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
-    std::vector<std::vector<int>> nodes;
-    for (int i = 0; i < n; ++i) {
-      const int self = first_node + i, parent = parents[i];
-      if (parent < -1 || parent >= self)
-        throw std::invalid_argument(fmt::format("prefill_tree: node {} has parent {} (want -1 .. {})", self, parent, self - 1));
-      std::vector<int> anc;
-      if (parent >= 0) anc = parent < first_node ? s.tree_nodes[static_cast<size_t>(parent)] : nodes[static_cast<size_t>(parent - first_node)];
-      anc.push_back(self);
-      nodes.push_back(std::move(anc));
-    }
+    std::vector<std::vector<int>> nodes = s.tree.extend(parents, n);
     // Host image of the device inputs: rows, slots, ancestor offsets and slots.
     std::vector<AttnRow> rows(static_cast<size_t>(n));
     std::vector<int32_t> slots(static_cast<size_t>(n)), begin(static_cast<size_t>(n) + 1, 0), anc;
@@ -312,19 +297,17 @@ class CudaModel final : public Model {
     tree.anc_begin = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes);
     tree.anc = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes + begin_bytes);
     tree.base = base;
-    const bool opened = s.tree_base < 0;
-    s.tree_base = base;
-    for (auto& a : nodes) s.tree_nodes.push_back(std::move(a));
+    const bool opened = !s.tree.open();
+    s.tree.append(base, std::move(nodes));
     try {
       bind_cublas(stream_);
       forward_layers(stream_, n, prefill_tokens_.data(), reinterpret_cast<const AttnRow*>(tree_dev_.data()), nullptr, &tree);
     } catch (...) {
       // The nodes of this call were never computed: the tree is as before it.
-      s.tree_nodes.resize(static_cast<size_t>(first_node));
-      if (opened) s.tree_base = -1;
+      s.tree.rollback(first_node, opened);
       throw;
     }
-    s.length = base + static_cast<int>(s.tree_nodes.size());
+    s.length = base + s.tree.size();
     if (out.logits || out.next) {
       for (int r = 0; r < n;) {
         const int count = std::min(o_.max_batch, n - r);
@@ -338,14 +321,8 @@ class CudaModel final : public Model {
 
   void keep_tree_path(int seq, const std::vector<int>& path) override {
     Sequence& s = at(seq);
-    if (s.tree_base < 0) throw std::logic_error("keep_tree_path without an open token tree");
-    const int base = s.tree_base, nodes = static_cast<int>(s.tree_nodes.size());
-    for (size_t i = 0; i < path.size(); ++i) {
-      const int node = path[i];
-      const std::vector<int>* anc = node >= 0 && node < nodes ? &s.tree_nodes[static_cast<size_t>(node)] : nullptr;
-      if (!anc || anc->size() != i + 1 || !std::equal(anc->begin(), anc->end(), path.begin()))
-        throw std::invalid_argument(fmt::format("keep_tree_path: node {} at depth {} does not continue the path", node, i + 1));
-    }
+    s.tree.check_path(path);
+    const int base = s.tree.base();
     // One 2D copy per moved position (a row per (layer, K/V, kv head) block), in path order on
     // the stream: path[i] >= i, so no position is overwritten before it is read.
     const size_t pitch = static_cast<size_t>(s.capacity) * c_.head_dim * sizeof(uint16_t);
@@ -357,8 +334,7 @@ class CudaModel final : public Model {
                                       cudaMemcpyDeviceToDevice, stream_));
     }
     s.length = base + static_cast<int>(path.size());
-    s.tree_base = -1;
-    s.tree_nodes.clear();
+    s.tree.close();
   }
 
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override {
@@ -463,7 +439,7 @@ class CudaModel final : public Model {
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
   void no_tree(int seq, const char* what) const {
-    if (at(seq).tree_base >= 0) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+    if (at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
   }
 
   void check_tokens(const int32_t* tokens, int n) const {
@@ -605,6 +581,21 @@ class CudaModel final : public Model {
                                  in, &beta, y, y_type, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
+  // The query rows of layer `l` (q rotated in place in qkv_) into attn_.
+  void row_attention_args(RowAttentionArgs& a, const AttnRow* table, int rows, int l, float scale) {
+    a.q = qkv_.data();
+    a.q_row_stride = qkv_dim_;
+    a.rows = table;
+    a.n_rows = rows;
+    a.layer = l;
+    a.heads = c_.heads;
+    a.kv_heads = c_.kv_heads;
+    a.head_dim = c_.head_dim;
+    a.window = c_.sliding_window;
+    a.scale = scale;
+    a.out = attn_.data();
+  }
+
   // All layers for `rows` token rows: the residual stream x_ ends holding their final hidden
   // states. `table` gives each row's cache and position; `pc` (prefill: all rows in one sequence,
   // consecutive positions from pc->start) allows FlashAttention-2 when its shape fits.
@@ -644,20 +635,10 @@ class CudaModel final : public Model {
                              c_.rope_theta, flash ? qh_.data() : nullptr, s, tree ? tree->slots : nullptr);
       if (tree) {
         TreeAttentionArgs a;
-        a.q = qkv_.data();  // rotated in place
-        a.q_row_stride = qkv_dim_;
-        a.rows = table;
-        a.n_rows = rows;
-        a.layer = l;
-        a.heads = c_.heads;
-        a.kv_heads = c_.kv_heads;
-        a.head_dim = D;
-        a.window = c_.sliding_window;
-        a.scale = scale;
+        row_attention_args(a, table, rows, l, scale);
         a.base = tree->base;
         a.anc_begin = tree->anc_begin;
         a.anc = tree->anc;
-        a.out = attn_.data();
         launch_tree_attention(a, s);
       } else if (flash) {
         const size_t head_elems = static_cast<size_t>(pc->capacity) * D;
@@ -668,19 +649,9 @@ class CudaModel final : public Model {
         launch_heads_to_rows(oh_.data(), rows, c_.heads, D, attn_.data(), s);
       } else {
         DecodeAttentionArgs a;
-        a.q = qkv_.data();  // rotated in place
-        a.q_row_stride = qkv_dim_;
-        a.rows = table;
-        a.n_rows = rows;
-        a.layer = l;
-        a.heads = c_.heads;
-        a.kv_heads = c_.kv_heads;
-        a.head_dim = D;
-        a.window = c_.sliding_window;
-        a.scale = scale;
+        row_attention_args(a, table, rows, l, scale);
         a.splits = splits;
         a.workspace = attn_ws_.data();
-        a.out = attn_.data();
         launch_decode_attention(a, s);
       }
       gemm(L.wo.data(), attn_.data(), x_.data(), rows, qd, h, CUDA_R_32F, 1.0f);  // x += o_proj(attn)

@@ -165,6 +165,21 @@ double since(std::chrono::steady_clock::time_point t0) {
 int32_t fit(int32_t token, int vocab) { return token % vocab; }  // text ids into a smaller random-weight vocabulary
 int32_t argmax_row(const float* l, int vocab) { return static_cast<int32_t>(std::max_element(l, l + vocab) - l); }
 
+// One verify step in the statistics: `drafted` tokens verified, `accepted` of them kept, and
+// whether verification rejected one (the tokens after a rejection are never tested).
+void count_step(SpecStats& st, int drafted, int accepted, bool rejected, const std::vector<int32_t>& emitted) {
+  ++st.steps;
+  st.drafted += drafted;
+  st.accepted += accepted;
+  st.tested += accepted + (rejected ? 1 : 0);
+  st.emitted += static_cast<int64_t>(emitted.size());
+}
+
+void append_emitted(const std::vector<int32_t>& emitted, std::vector<int32_t>& out, std::vector<int32_t>& history) {
+  out.insert(out.end(), emitted.begin(), emitted.end());
+  history.insert(history.end(), emitted.begin(), emitted.end());
+}
+
 }  // namespace
 
 std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
@@ -248,12 +263,8 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
         choice[static_cast<size_t>(i)] = force_truth ? truth(static_cast<int64_t>(out.size()) + i) : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
       j = verify_greedy(drafts, choice, emitted);
     }
-    ++stats.steps;
+    count_step(stats, kk, j, j < kk, emitted);
     ++step;
-    stats.drafted += kk;
-    stats.accepted += j;
-    stats.tested += j + (j < kk ? 1 : 0);
-    stats.emitted += static_cast<int64_t>(emitted.size());
     // Keep last + the accepted drafts in the target's cache; the new last token is not cached yet.
     target.truncate(target_seq, base + 1 + j);
     if (draft && cfg.source != DraftSource::Ngram && kk > 0) {
@@ -267,10 +278,7 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
     } else if (draft && cfg.source != DraftSource::Ngram) {
       pending.push_back(emitted.back());
     }
-    for (int32_t t : emitted) {
-      out.push_back(t);
-      history.push_back(t);
-    }
+    append_emitted(emitted, out, history);
     last = emitted.back();
   }
   out.resize(static_cast<size_t>(n));
@@ -384,13 +392,9 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     const int j = verify_tree_greedy(tree, choice, emitted, path);
     const int stop = path.empty() ? -1 : path.back();
     const bool rejected = std::find(tree.parents.begin(), tree.parents.end(), stop) != tree.parents.end();
-    ++stats.steps;
-    ++step;
-    stats.drafted += nodes;
+    count_step(stats, nodes, j, rejected, emitted);
     stats.tree_nodes += nodes;
-    stats.accepted += j;
-    stats.tested += j + (rejected ? 1 : 0);
-    stats.emitted += static_cast<int64_t>(emitted.size());
+    ++step;
     // The target keeps the root and the accepted path; the new last token is not cached yet.
     std::vector<int> keep = {0};
     for (int node : path) keep.push_back(node + 1);
@@ -403,10 +407,7 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
       }
       pending.push_back(emitted.back());
     }
-    for (int32_t t : emitted) {
-      out.push_back(t);
-      history.push_back(t);
-    }
+    append_emitted(emitted, out, history);
     last = emitted.back();
   }
   out.resize(static_cast<size_t>(n));

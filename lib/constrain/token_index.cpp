@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 
 #include "core/parallel.h"
 #include "core/random.h"
@@ -104,18 +105,6 @@ using Sig = std::pair<uint64_t, uint64_t>;
 static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
                                          std::vector<std::vector<int32_t>>* snapshots) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
-  // Predecessors, as CSR.
-  std::vector<int32_t> pred_start(n + 1, 0), preds;
-  for (size_t e = 0; e < n * k; ++e)
-    if (dfa.next[e] >= 0) ++pred_start[static_cast<size_t>(dfa.next[e]) + 1];
-  for (size_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
-  preds.resize(static_cast<size_t>(pred_start[n]));
-  {
-    std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
-    for (size_t s = 0; s < n; ++s)
-      for (size_t c = 0; c < k; ++c)
-        if (int32_t t = dfa.next[s * k + c]; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
-  }
   std::vector<int32_t> id(n, 0);
   // Signature of a state: the map class -> block of its successor, hashed linearly,
   //   sig = Σ_c R[c] · F(block(next(s, c)))   (two independent 64-bit lanes),
@@ -131,30 +120,66 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
   };
   std::vector<int32_t> edge_start(n + 1, 0);
   std::vector<Edge> edges;
-  for (size_t s = 0; s < n; ++s) {
-    const size_t first = edges.size();
-    for (size_t c = 0; c < k; ++c) {
-      const int32_t t = dfa.next[s * k + c];
-      size_t e = first;
-      while (e < edges.size() && edges[e].to != t) ++e;
-      if (e == edges.size()) edges.push_back({t, 0, 0});
-      edges[e].w1 += r1[c];
-      edges[e].w2 += r2[c];
+  {
+    std::vector<int32_t> at(n + 1, -1);  // successor (dead: n) -> its edge of the current state
+    for (size_t s = 0; s < n; ++s) {
+      const size_t first = edges.size();
+      for (size_t c = 0; c < k; ++c) {
+        const int32_t t = dfa.next[s * k + c];
+        const size_t ti = t < 0 ? n : static_cast<size_t>(t);
+        if (at[ti] < static_cast<int32_t>(first)) {
+          at[ti] = static_cast<int32_t>(edges.size());
+          edges.push_back({t, 0, 0});
+        }
+        edges[static_cast<size_t>(at[ti])].w1 += r1[c];
+        edges[static_cast<size_t>(at[ti])].w2 += r2[c];
+      }
+      edge_start[s + 1] = static_cast<int32_t>(edges.size());
     }
-    edge_start[s + 1] = static_cast<int32_t>(edges.size());
   }
+  // Predecessors (each once), as CSR.
+  std::vector<int32_t> pred_start(n + 1, 0), preds;
+  for (const Edge& e : edges)
+    if (e.to >= 0) ++pred_start[static_cast<size_t>(e.to) + 1];
+  for (size_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
+  preds.resize(static_cast<size_t>(pred_start[n]));
+  {
+    std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
+    for (size_t s = 0; s < n; ++s)
+      for (int32_t e = edge_start[s]; e < edge_start[s + 1]; ++e)
+        if (const int32_t t = edges[static_cast<size_t>(e)].to; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+  }
+  // F per block, both lanes (dead: the last entry).
+  std::vector<uint64_t> f1, f2;
+  auto add_f = [&](uint64_t b) {
+    f1.push_back(mix64(b + 0x9E3779B97F4A7C15ull));
+    f2.push_back(mix64(b ^ 0xC2B2AE3D27D4EB4Full));
+  };
+  const uint64_t dead_f1 = mix64(0xFFFFFFFFull + 0x9E3779B97F4A7C15ull), dead_f2 = mix64(0xFFFFFFFFull ^ 0xC2B2AE3D27D4EB4Full);
+  add_f(0);
   auto signature = [&](size_t s) {
     uint64_t h1 = 0, h2 = 0;
     for (int32_t e = edge_start[s]; e < edge_start[s + 1]; ++e) {
       const Edge& ed = edges[static_cast<size_t>(e)];
-      const uint64_t b = ed.to < 0 ? 0xFFFFFFFFull : static_cast<uint64_t>(id[static_cast<size_t>(ed.to)]);
-      h1 += ed.w1 * mix64(b + 0x9E3779B97F4A7C15ull);
-      h2 += ed.w2 * mix64(b ^ 0xC2B2AE3D27D4EB4Full);
+      if (ed.to < 0) {
+        h1 += ed.w1 * dead_f1;
+        h2 += ed.w2 * dead_f2;
+      } else {
+        const size_t b = static_cast<size_t>(id[static_cast<size_t>(ed.to)]);
+        h1 += ed.w1 * f1[b];
+        h2 += ed.w2 * f2[b];
+      }
     }
     return Sig{h1, h2};
   };
   std::vector<Sig> sig(n), block_sig;
   std::vector<int32_t> block_size;
+  struct Mover {
+    int32_t block;
+    Sig sig;
+    int32_t state;
+  };
+  std::vector<Mover> movers;
   std::vector<int32_t> changed, affected;
   std::vector<uint32_t> seen(n, 0);
   uint32_t epoch = 0;
@@ -171,6 +196,7 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
       if (fresh) {
         block_sig.push_back(sig[s]);
         block_size.push_back(0);
+        if (f1.size() < block_sig.size()) add_f(block_sig.size() - 1);
       }
       ++block_size[static_cast<size_t>(it->second)];
     }
@@ -194,30 +220,39 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
       }
     for (int32_t s : affected) sig[static_cast<size_t>(s)] = signature(static_cast<size_t>(s));
     // Affected states whose signature left their block's: grouped per (block, signature).
-    std::unordered_map<int32_t, std::unordered_map<Sig, std::vector<int32_t>, PairHash>> movers;
+    movers.clear();
     for (int32_t s : affected)
       if (sig[static_cast<size_t>(s)] != block_sig[static_cast<size_t>(id[static_cast<size_t>(s)])])
-        movers[id[static_cast<size_t>(s)]][sig[static_cast<size_t>(s)]].push_back(s);
+        movers.push_back({id[static_cast<size_t>(s)], sig[static_cast<size_t>(s)], s});
+    std::sort(movers.begin(), movers.end(), [](const Mover& x, const Mover& y) {
+      return std::tie(x.block, x.sig, x.state) < std::tie(y.block, y.sig, y.state);
+    });
     changed.clear();
-    for (auto& [b, groups] : movers) {
-      size_t moving = 0;
-      for (const auto& [sg, members] : groups) moving += members.size();
-      auto it = groups.begin();
-      if (moving == static_cast<size_t>(block_size[static_cast<size_t>(b)]) ) {
-        // The whole block moves: one group keeps the block (no split for it).
-        block_sig[static_cast<size_t>(b)] = it->first;
-        ++it;
+    for (size_t i = 0; i < movers.size();) {
+      const int32_t b = movers[i].block;
+      size_t end = i;
+      while (end < movers.size() && movers[end].block == b) ++end;
+      size_t g = i;
+      if (end - i == static_cast<size_t>(block_size[static_cast<size_t>(b)])) {
+        // The whole block moves: its first group keeps the block (no split for it).
+        block_sig[static_cast<size_t>(b)] = movers[i].sig;
+        while (g < end && movers[g].sig == movers[i].sig) ++g;
       }
-      for (; it != groups.end(); ++it) {
+      while (g < end) {
+        size_t h = g;
+        while (h < end && movers[h].sig == movers[g].sig) ++h;
         const int32_t nb = static_cast<int32_t>(block_sig.size());
-        block_sig.push_back(it->first);
-        block_size.push_back(static_cast<int32_t>(it->second.size()));
-        block_size[static_cast<size_t>(b)] -= static_cast<int32_t>(it->second.size());
-        for (int32_t s : it->second) {
-          id[static_cast<size_t>(s)] = nb;
-          changed.push_back(s);
+        block_sig.push_back(movers[g].sig);
+        block_size.push_back(static_cast<int32_t>(h - g));
+        add_f(static_cast<uint64_t>(nb));
+        block_size[static_cast<size_t>(b)] -= static_cast<int32_t>(h - g);
+        for (size_t x = g; x < h; ++x) {
+          id[static_cast<size_t>(movers[x].state)] = nb;
+          changed.push_back(movers[x].state);
         }
+        g = h;
       }
+      i = end;
     }
     if (changed.empty()) break;  // nothing moved: the partition is final
     *rounds = static_cast<int>(round);

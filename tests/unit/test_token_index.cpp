@@ -1,6 +1,7 @@
 // Vocabularies (byte decoding against known ids) and token masks (brute-force soundness and
 // completeness on every state of a real schema).
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -206,6 +207,40 @@ TEST(TokenMasks, TokenClassesMergeStatesNoTokenTellsApart) {
   const MaskClasses tc = token_classes(d, *vocab_trie(vp), text_profile(d));
   EXPECT_EQ(tc.representative.size(), 4u);  // 2+ a's left, 1 a left, 0 left, after b (accepting)
   EXPECT_EQ(mask_classes(d, 100).representative.size(), static_cast<size_t>(d.num_states));
+}
+
+// The incremental, hashed Moore refinement against the textbook one (every state, exact keys,
+// each round from the last): the same partitions after each number of rounds, bundled schemas.
+TEST(TokenMasks, MaskClassesAreTheMoorePartitions) {
+  auto same_partition = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    std::map<int32_t, int32_t> ab, ba;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (ab.emplace(a[i], b[i]).first->second != b[i] || ba.emplace(b[i], a[i]).first->second != a[i]) return false;
+    return true;
+  };
+  for (const char* name : {"tool_union", "order", "tree"}) {
+    auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+    const Dfa d = compile_dfa(schema_to_regex(schema));
+    const size_t n = static_cast<size_t>(d.num_states), k = static_cast<size_t>(d.num_classes);
+    std::vector<int32_t> block(n, 0);
+    for (size_t round = 1; round <= 40; ++round) {
+      std::map<std::vector<int32_t>, int32_t> ids;
+      std::vector<int32_t> next(n), key(k + 1);
+      for (size_t s = 0; s < n; ++s) {
+        key[0] = block[s];
+        for (size_t c = 0; c < k; ++c) {
+          const int32_t t = d.next[s * k + c];
+          key[c + 1] = t < 0 ? -1 : block[static_cast<size_t>(t)];
+        }
+        next[s] = ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
+      }
+      block = next;
+      if (round % 3 != 1 && round != 40) continue;
+      std::vector<int32_t> with_accepting(n);  // mask_classes also splits by accepting
+      for (size_t s = 0; s < n; ++s) with_accepting[s] = block[s] * 2 + d.accepting[s];
+      ASSERT_TRUE(same_partition(mask_classes(d, round).class_of, with_accepting)) << name << " round " << round;
+    }
+  }
 }
 
 }  // namespace

@@ -378,7 +378,8 @@ class TupleInterner {
   TupleInterner() : slots_(1024, -1) {}
   int32_t intern(const std::vector<int32_t>& t) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ t.size();
-    for (int32_t x : t) h = mix64(h ^ static_cast<uint32_t>(x));
+    for (int32_t x : t) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+    h = mix64(h);
     size_t mask = slots_.size() - 1;
     for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
       const int32_t id = slots_[i];
@@ -457,7 +458,7 @@ class TokenClassWalk {
     std::vector<std::vector<int32_t>> roots_in(k);
     for (int32_t j = 1; j < static_cast<int32_t>(trie_.nodes()); j = trie_.subtree_end[static_cast<size_t>(j)])
       roots_in[dfa_.byte_class[trie_.byte[static_cast<size_t>(j)]]].push_back(j);
-    std::vector<int32_t> group(k * n_, -1);  // group[c * n + s]: name of s's root children of class c (-1: dead)
+    std::vector<int32_t> group(n_ * k, -1);  // group[s * k + c]: name of s's root children of class c (-1: dead)
     std::vector<int32_t> seen(n_, -1), index(n_), targets, names;
     Level& L1 = level_[1];
     L1.stamp.assign(n_, -1);
@@ -499,7 +500,7 @@ class TokenClassWalk {
         gid[y] = subs_.intern(tuple_);
       }
       for (size_t s = 0; s < n_; ++s)
-        if (const int32_t t = col[s]; t >= 0) group[c * n_ + s] = gid[static_cast<size_t>(index[static_cast<size_t>(t)])];
+        if (const int32_t t = col[s]; t >= 0) group[s * k + c] = gid[static_cast<size_t>(index[static_cast<size_t>(t)])];
     }
     MaskClasses mc;
     mc.rounds = rounds_;
@@ -507,7 +508,7 @@ class TokenClassWalk {
     for (size_t s = 0; s < n_; ++s) {
       tuple_.assign(1, dfa_.accepting[s]);
       for (size_t c = 0; c < k; ++c)
-        if (const int32_t g = group[c * n_ + s]; g >= 0) {
+        if (const int32_t g = group[s * k + c]; g >= 0) {
           tuple_.push_back(static_cast<int32_t>(c));
           tuple_.push_back(g);
         }

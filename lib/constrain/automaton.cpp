@@ -4,6 +4,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "constrain/interner.h"
+
 namespace ib::constrain {
 
 int Dfa::forced_byte(int32_t s) const {
@@ -97,14 +99,6 @@ struct Nfa {
   }
 };
 
-struct VecHash {
-  size_t operator()(const std::vector<int32_t>& v) const {
-    size_t h = v.size() * 0x9E3779B97F4A7C15ull;
-    for (int32_t x : v) h = (h ^ static_cast<size_t>(x)) * 0x100000001B3ull;
-    return h;
-  }
-};
-
 // Byte classes: bytes that no byte-set in `sets` tells apart.
 std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count) {
   std::array<int, 256> cls{};
@@ -184,19 +178,17 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     std::sort(out->begin(), out->end());
   };
 
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
-  std::vector<std::vector<int32_t>> sets_of;
+  TupleInterner sets_of;  // DFA state -> its NFA state set
   std::vector<int32_t> raw_next;  // states × nclass
   std::vector<uint8_t> raw_accept;
   auto intern = [&](const std::vector<int32_t>& set) {
-    auto it = ids.find(set);
-    if (it != ids.end()) return it->second;
-    if (static_cast<int64_t>(sets_of.size()) >= limits.max_dfa_states)
-      throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
-    int32_t id = static_cast<int32_t>(sets_of.size());
-    raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
-    ids.emplace(set, id);
-    sets_of.push_back(set);
+    bool fresh = false;
+    const int32_t id = sets_of.intern(set, &fresh);
+    if (fresh) {
+      if (static_cast<int64_t>(sets_of.size()) > limits.max_dfa_states)
+        throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
+      raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
+    }
     return id;
   };
   std::vector<int32_t> scratch;
@@ -206,7 +198,8 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   std::vector<int> used;
   for (size_t d = 0; d < sets_of.size(); ++d) {
     raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
-    for (int32_t s : sets_of[d]) {
+    for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
+      const int32_t s = *it;
       const auto* cls = edge_classes[static_cast<size_t>(s)];
       if (!cls) continue;
       for (uint16_t c : *cls) {
@@ -222,7 +215,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     used.clear();
   }
   const int32_t n = static_cast<int32_t>(sets_of.size());
-  sets_of.clear();
+  sets_of = TupleInterner();
 
   // Live states: those that can reach acceptance.
   std::vector<std::vector<int32_t>> rev(static_cast<size_t>(n));

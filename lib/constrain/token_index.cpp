@@ -6,6 +6,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "constrain/interner.h"
 #include "core/parallel.h"
 #include "core/random.h"
 
@@ -371,51 +372,6 @@ TextProfile text_profile(const Dfa& dfa) {
 }
 
 namespace {
-
-// Interns int32 tuples: equal tuples get equal ids, ids 0, 1, 2, ... in order of first sight.
-class TupleInterner {
- public:
-  TupleInterner() : slots_(1024, -1) {}
-  int32_t intern(const std::vector<int32_t>& t) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ t.size();
-    for (int32_t x : t) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
-    h = mix64(h);
-    size_t mask = slots_.size() - 1;
-    for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
-      const int32_t id = slots_[i];
-      if (id < 0) break;
-      if (hash_[static_cast<size_t>(id)] == h && equal(id, t)) return id;
-    }
-    const int32_t id = static_cast<int32_t>(start_.size());
-    start_.push_back(static_cast<uint32_t>(arena_.size()));
-    arena_.insert(arena_.end(), t.begin(), t.end());
-    hash_.push_back(h);
-    if (start_.size() * 2 > slots_.size()) {
-      slots_.assign(slots_.size() * 2, -1);
-      mask = slots_.size() - 1;
-      for (int32_t j = 0; j < id; ++j) place(j, mask);
-    }
-    place(id, mask);
-    return id;
-  }
-  size_t size() const { return start_.size(); }
-
- private:
-  void place(int32_t id, size_t mask) {
-    size_t i = static_cast<size_t>(hash_[static_cast<size_t>(id)]) & mask;
-    while (slots_[i] >= 0) i = (i + 1) & mask;
-    slots_[i] = id;
-  }
-  bool equal(int32_t id, const std::vector<int32_t>& t) const {
-    const size_t b = start_[static_cast<size_t>(id)];
-    const size_t e = static_cast<size_t>(id) + 1 < start_.size() ? start_[static_cast<size_t>(id) + 1] : arena_.size();
-    return e - b == t.size() && std::equal(t.begin(), t.end(), arena_.begin() + static_cast<std::ptrdiff_t>(b));
-  }
-  std::vector<int32_t> arena_;
-  std::vector<uint32_t> start_;
-  std::vector<uint64_t> hash_;
-  std::vector<int32_t> slots_;
-};
 
 // Moore rounds computed for the token classes: a trie node of height h <= this is looked up by
 // its state's Moore block of round h, a higher one by the state itself (unless the refinement

@@ -640,16 +640,17 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
   }
 }
 
-MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)),
-      text_(text_profile(*dfa_)), classes_(token_classes(*dfa_, *trie_, text_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes)
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), text_(text_profile(*dfa_)),
+      classes_(classes == Classes::kToken ? token_classes(*dfa_, *trie_, text_) : mask_classes(*dfa_, vocab_->max_token_bytes)),
+      words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
   compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);
 }
 
 TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : MaskSource(std::move(dfa), std::move(vocab)) {
+    : MaskSource(std::move(dfa), std::move(vocab), Classes::kToken) {
   masks_.resize(num_classes() * words_);
   parallel_for(num_classes(), [&](size_t b, size_t e) {
     for (size_t c = b; c < e; ++c) compute_class_mask(static_cast<int32_t>(c), masks_.data() + c * words_);
@@ -657,7 +658,7 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
 }
 
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : MaskSource(std::move(dfa), std::move(vocab)) {}
+    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {}
 
 const uint32_t* LazyTokenMasker::mask(int32_t state) {
   const int32_t c = class_of(state);

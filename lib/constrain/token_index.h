@@ -5,9 +5,11 @@
 // - LazyTokenMasker (XGrammar-style adaptive): a state's mask built on first use, then cached.
 //
 // Both walk a byte trie of the vocabulary through the DFA, pruning a subtree as soon as the DFA
-// dies. Both compute one mask per *token class* (token_classes): states that allow the same
-// tokens share a mask, which collapses counting states (maxLength, maxItems) and the copies of a
-// recursive schema's states from thousands to a few hundred.
+// dies. Both compute one mask per class of states known to allow the same tokens: the index per
+// *token class* (token_classes: exactly the states with one mask), which collapses counting
+// states (maxLength, maxItems) and the copies of a recursive schema's states from thousands to
+// a few hundred; the lazy masker per Moore class (no string of at most the longest token's
+// length tells them apart), found in a few milliseconds.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,7 @@ struct MaskClasses {
   int rounds = 0;                 // refinement rounds until stable (at most the longest token)
 };
 // mask_classes: states no string of at most `max_token_bytes` bytes tells apart (a Moore
-// refinement over all byte strings; finer than token_classes, kept as a reference).
+// refinement over all byte strings; finer than token_classes, cheaper to find: the lazy masker's).
 MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 
 // Text bytes: what JSON strings hold unescaped, in ASCII.
@@ -76,10 +78,13 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfi
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
                   const TextProfile* text = nullptr);
 
-// What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes.
+// What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes: the
+// token classes for the precomputed index (fewest masks to build up front), the Moore classes
+// (mask_classes, cheaper to find, finer) for the lazy masker, which defers the mask work.
 class MaskSource {
  public:
-  MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
+  enum class Classes { kToken, kMoore };
+  MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes);
   size_t words() const { return words_; }
   size_t num_classes() const { return classes_.representative.size(); }
   const Dfa& dfa() const { return *dfa_; }

@@ -1,12 +1,14 @@
 #include "constrain/token_index.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <tuple>
 
 #include "constrain/interner.h"
+#include "core/backend.h"
 #include "core/parallel.h"
 #include "core/random.h"
 
@@ -394,85 +396,83 @@ namespace {
 // The trie is walked once, depth first, each node with the batch of states that reach it (one per
 // distinct key: Moore block, or the state itself above the rounds computed), so the lookups are
 // arrays per depth indexed by the key.
+// What the walkers share, read only: the Moore blocks, the transition table by column, and the
+// root's children by byte class.
+struct WalkShared {
+  WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x)
+      : dfa(d), trie(t), text(x), n(static_cast<size_t>(d.num_states)), k(static_cast<size_t>(d.num_classes)), roots_in(k) {
+    moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
+    // The transition table by byte class, then state: a child's batch at the root sweeps a column.
+    column.resize(n * k);
+    for (size_t s = 0; s < n; ++s)
+      for (size_t c = 0; c < k; ++c) column[c * n + s] = dfa.next[s * k + c];
+    for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)])
+      roots_in[dfa.byte_class[trie.byte[static_cast<size_t>(j)]]].push_back(j);
+  }
+  const Dfa& dfa;
+  const VocabTrie& trie;
+  const TextProfile& text;
+  size_t n, k;
+  int rounds = 0;
+  bool stable = false;
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
+  std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
+};
+
+// Names the root's children of the byte classes given to it, one class at a time, with its own
+// interner: a name is only ever compared with names of the same byte class, all from one walker.
 class TokenClassWalk {
  public:
-  TokenClassWalk(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text)
-      : dfa_(dfa), trie_(trie), text_(text), n_(static_cast<size_t>(dfa.num_states)), level_(trie.max_depth + 2),
-        all_id_(trie.nodes(), -1) {
-    moore_refine(dfa, kTokenClassRounds, &rounds_, &stable_, &blocks_);
-    // The transition table by byte class, then state: a child's batch at the root sweeps a column.
-    const size_t k = static_cast<size_t>(dfa.num_classes);
-    column_.resize(n_ * k);
-    for (size_t s = 0; s < n_; ++s)
-      for (size_t c = 0; c < k; ++c) column_[c * n_ + s] = dfa.next[s * k + c];
+  explicit TokenClassWalk(const WalkShared& sh)
+      : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
+        column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n) {
+    level_[1].stamp.assign(n_, -1);
+    level_[1].slot.assign(n_, 0);
   }
 
-  MaskClasses run() {
-    // The root's children by byte class: from a state, those of one class all lead to one state t,
-    // so their names are a function of (class, t), named once per distinct t.
+  // The root's children of byte class c: from a state, they all lead to one state t, so their names
+  // are a function of t, named once per distinct t. Writes group[s * k + c], the name of s's root
+  // children of class c (left -1 where s dies on c).
+  void root_class(size_t c, const std::vector<int32_t>& js, int32_t* group) {
     const size_t k = static_cast<size_t>(dfa_.num_classes);
-    std::vector<std::vector<int32_t>> roots_in(k);
-    for (int32_t j = 1; j < static_cast<int32_t>(trie_.nodes()); j = trie_.subtree_end[static_cast<size_t>(j)])
-      roots_in[dfa_.byte_class[trie_.byte[static_cast<size_t>(j)]]].push_back(j);
-    std::vector<int32_t> group(n_ * k, -1);  // group[s * k + c]: name of s's root children of class c (-1: dead)
-    std::vector<int32_t> seen(n_, -1), index(n_), targets, names;
+    if (js.empty()) return;
     Level& L1 = level_[1];
-    L1.stamp.assign(n_, -1);
-    L1.slot.assign(n_, 0);
-    for (size_t c = 0; c < k; ++c) {
-      const std::vector<int32_t>& js = roots_in[c];
-      if (js.empty()) continue;
-      const int32_t* col = column_.data() + c * n_;
-      targets.clear();
-      for (size_t s = 0; s < n_; ++s)
-        if (const int32_t t = col[s]; t >= 0 && seen[static_cast<size_t>(t)] != static_cast<int32_t>(c)) {
-          seen[static_cast<size_t>(t)] = static_cast<int32_t>(c);
-          index[static_cast<size_t>(t)] = static_cast<int32_t>(targets.size());
-          targets.push_back(t);
-        }
-      if (targets.empty()) continue;
-      const size_t m = js.size();
-      names.assign(targets.size() * m, 0);
-      for (size_t x = 0; x < m; ++x) {
-        const size_t uj = static_cast<size_t>(js[x]);
-        const int32_t batch = serial_++;
-        L1.states.clear();
-        for (int32_t t : targets) {
-          const size_t key = static_cast<size_t>(key_of(uj, t));
-          if (L1.stamp[key] != batch) {
-            L1.stamp[key] = batch;
-            L1.slot[key] = static_cast<int32_t>(L1.states.size());
-            L1.states.push_back(t);
-          }
-        }
-        name(js[x], 1);  // level 1's stamps and slots stay this batch's (deeper levels use their own)
-        for (size_t y = 0; y < targets.size(); ++y)
-          names[y * m + x] = L1.names[static_cast<size_t>(L1.slot[static_cast<size_t>(key_of(uj, targets[y]))])];
+    const int32_t* col = column_.data() + c * n_;
+    targets_.clear();
+    for (size_t s = 0; s < n_; ++s)
+      if (const int32_t t = col[s]; t >= 0 && seen_[static_cast<size_t>(t)] != static_cast<int32_t>(c)) {
+        seen_[static_cast<size_t>(t)] = static_cast<int32_t>(c);
+        index_[static_cast<size_t>(t)] = static_cast<int32_t>(targets_.size());
+        targets_.push_back(t);
       }
-      std::vector<int32_t> gid(targets.size());
-      for (size_t y = 0; y < targets.size(); ++y) {
-        tuple_.assign(1, -3 - static_cast<int32_t>(c));  // no node's tuple starts so
-        tuple_.insert(tuple_.end(), names.begin() + static_cast<std::ptrdiff_t>(y * m), names.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
-        gid[y] = subs_.intern(tuple_);
-      }
-      for (size_t s = 0; s < n_; ++s)
-        if (const int32_t t = col[s]; t >= 0) group[s * k + c] = gid[static_cast<size_t>(index[static_cast<size_t>(t)])];
-    }
-    MaskClasses mc;
-    mc.rounds = rounds_;
-    mc.class_of.resize(n_);
-    for (size_t s = 0; s < n_; ++s) {
-      tuple_.assign(1, dfa_.accepting[s]);
-      for (size_t c = 0; c < k; ++c)
-        if (const int32_t g = group[s * k + c]; g >= 0) {
-          tuple_.push_back(static_cast<int32_t>(c));
-          tuple_.push_back(g);
+    if (targets_.empty()) return;
+    const size_t m = js.size();
+    names_.assign(targets_.size() * m, 0);
+    for (size_t x = 0; x < m; ++x) {
+      const size_t uj = static_cast<size_t>(js[x]);
+      const int32_t batch = serial_++;
+      L1.states.clear();
+      for (int32_t t : targets_) {
+        const size_t key = static_cast<size_t>(key_of(uj, t));
+        if (L1.stamp[key] != batch) {
+          L1.stamp[key] = batch;
+          L1.slot[key] = static_cast<int32_t>(L1.states.size());
+          L1.states.push_back(t);
         }
-      const size_t before = classes_.size();
-      mc.class_of[s] = classes_.intern(tuple_);
-      if (classes_.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
+      }
+      name(js[x], 1);  // level 1's stamps and slots stay this batch's (deeper levels use their own)
+      for (size_t y = 0; y < targets_.size(); ++y)
+        names_[y * m + x] = L1.names[static_cast<size_t>(L1.slot[static_cast<size_t>(key_of(uj, targets_[y]))])];
     }
-    return mc;
+    gid_.resize(targets_.size());
+    for (size_t y = 0; y < targets_.size(); ++y) {
+      tuple_.assign(1, -3 - static_cast<int32_t>(c));  // no node's tuple starts so
+      tuple_.insert(tuple_.end(), names_.begin() + static_cast<std::ptrdiff_t>(y * m), names_.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
+      gid_[y] = subs_.intern(tuple_);
+    }
+    for (size_t s = 0; s < n_; ++s)
+      if (const int32_t t = col[s]; t >= 0) group[s * k + c] = gid_[static_cast<size_t>(index_[static_cast<size_t>(t)])];
   }
 
  private:
@@ -580,20 +580,61 @@ class TokenClassWalk {
   const VocabTrie& trie_;
   const TextProfile& text_;
   size_t n_;
-  int rounds_ = 0;
-  bool stable_ = false;
-  std::vector<std::vector<int32_t>> blocks_;
-  std::vector<int32_t> column_;  // column_[c * n + s] = next(s, c)
+  int rounds_;
+  bool stable_;
+  const std::vector<std::vector<int32_t>>& blocks_;
+  const std::vector<int32_t>& column_;
   std::vector<Level> level_;
   std::vector<int32_t> all_id_, tuple_;
+  std::vector<int32_t> seen_, index_, targets_, names_, gid_;  // root_class's scratch
   int32_t serial_ = 0;
-  TupleInterner subs_, classes_;
+  TupleInterner subs_;
 };
 
 }  // namespace
 
+// The root's byte classes are shared out over the CPU threads, largest subtrees first, each thread
+// naming whole classes with its own walker; a state's class is then (accepting, c1, g1, c2, g2, ...)
+// over the byte classes c it survives, g its class-c name (from the one walker that named c).
 MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
-  return TokenClassWalk(dfa, trie, text).run();
+  const WalkShared sh(dfa, trie, text);
+  const size_t n = sh.n, k = sh.k;
+  std::vector<int32_t> group(n * k, -1);
+  std::vector<std::pair<int64_t, int32_t>> work;  // (-nodes, class)
+  for (size_t c = 0; c < k; ++c) {
+    int64_t nodes = 0;
+    for (int32_t j : sh.roots_in[c]) nodes += trie.subtree_end[static_cast<size_t>(j)] - j;
+    if (nodes) work.emplace_back(-nodes, static_cast<int32_t>(c));
+  }
+  std::sort(work.begin(), work.end());
+  std::atomic<size_t> next{0};
+  const size_t threads = std::min<size_t>(std::max(1u, cpu_threads()), work.size());
+  parallel_for(threads, [&](size_t b, size_t e) {
+    for (size_t w = b; w < e; ++w) {
+      TokenClassWalk walk(sh);
+      for (size_t x; (x = next.fetch_add(1)) < work.size();) {
+        const size_t c = static_cast<size_t>(work[x].second);
+        walk.root_class(c, sh.roots_in[c], group.data());
+      }
+    }
+  });
+  MaskClasses mc;
+  mc.rounds = sh.rounds;
+  mc.class_of.resize(n);
+  TupleInterner classes;
+  std::vector<int32_t> tuple;
+  for (size_t s = 0; s < n; ++s) {
+    tuple.assign(1, dfa.accepting[s]);
+    for (size_t c = 0; c < k; ++c)
+      if (const int32_t g = group[s * k + c]; g >= 0) {
+        tuple.push_back(static_cast<int32_t>(c));
+        tuple.push_back(g);
+      }
+    const size_t before = classes.size();
+    mc.class_of[s] = classes.intern(tuple);
+    if (classes.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
+  }
+  return mc;
 }
 
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,

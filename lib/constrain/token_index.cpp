@@ -61,6 +61,7 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
   const size_t nn = trie->nodes();
   trie->height.assign(nn, 0);
   trie->text_below.assign(nn, 1);
+  trie->string_below.assign(nn, 1);
   std::vector<int32_t> parent_at(trie->max_depth + 1, 0);
   std::vector<int32_t> parent(nn, -1);
   for (size_t i = 1; i < nn; ++i) {
@@ -71,6 +72,7 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
     const size_t p = static_cast<size_t>(parent[i]);
     trie->height[p] = static_cast<uint8_t>(std::min(255, std::max<int>(trie->height[p], trie->height[i] + 1)));
     if (!trie->text_below[i] || !is_text_byte(trie->byte[i])) trie->text_below[p] = 0;
+    if (!trie->string_below[i] || !is_string_byte(trie->byte[i])) trie->string_below[p] = 0;
   }
   trie->by_length_begin.assign(nn + 1, 0);
   for (size_t i = 0; i < nn; ++i) {
@@ -104,9 +106,11 @@ using Sig = std::pair<uint64_t, uint64_t>;
 // states can leave it (the others keep the block's old signature). Returns the block of each state
 // after the last round (states in one block: alive after the same strings of up to that many
 // bytes), the rounds run, and with `snapshots` the blocks after rounds 0, 1, ... (round 0: one block).
-// Stops early when a round changes nothing (the partition is then final).
+// Stops early when a round changes nothing (the partition is then final). With `only`, strings
+// over the byte classes c with only[c] set (the refinement of the DFA restricted to them).
 static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
-                                         std::vector<std::vector<int32_t>>* snapshots) {
+                                         std::vector<std::vector<int32_t>>* snapshots,
+                                         const std::vector<uint8_t>* only = nullptr) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
   std::vector<int32_t> id(n, 0);
   // Signature of a state: the map class -> block of its successor, hashed linearly,
@@ -128,6 +132,7 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
     for (size_t s = 0; s < n; ++s) {
       const size_t first = edges.size();
       for (size_t c = 0; c < k; ++c) {
+        if (only && !(*only)[c]) continue;
         const int32_t t = dfa.next[s * k + c];
         const size_t ti = t < 0 ? n : static_cast<size_t>(t);
         if (at[ti] < static_cast<int32_t>(first)) {
@@ -282,6 +287,7 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
 }
 
 bool is_text_byte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+bool is_string_byte(uint8_t b) { return b >= 0x20 && b != '"' && b != '\\'; }
 
 // run(q) = 0 when some text byte kills q, else 1 + the least run of its text successors: a
 // breadth-first search backwards from the states a text byte kills.
@@ -402,6 +408,10 @@ struct WalkShared {
   WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x)
       : dfa(d), trie(t), text(x), n(static_cast<size_t>(d.num_states)), k(static_cast<size_t>(d.num_classes)), roots_in(k) {
     moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
+    std::vector<uint8_t> string_class(k, 0);
+    for (int b = 0; b < 256; ++b)
+      if (is_string_byte(static_cast<uint8_t>(b))) string_class[dfa.byte_class[static_cast<size_t>(b)]] = 1;
+    moore_refine(dfa, kTokenClassRounds, &string_rounds, &string_stable, &string_blocks, &string_class);
     // The transition table by byte class, then state: a child's batch at the root sweeps a column.
     column.resize(n * k);
     for (size_t s = 0; s < n; ++s)
@@ -413,9 +423,11 @@ struct WalkShared {
   const VocabTrie& trie;
   const TextProfile& text;
   size_t n, k;
-  int rounds = 0;
-  bool stable = false;
+  int rounds = 0, string_rounds = 0;
+  bool stable = false, string_stable = false;
   std::vector<std::vector<int32_t>> blocks;
+  // Blocks over strings of string bytes only: the key of a node with only string bytes below.
+  std::vector<std::vector<int32_t>> string_blocks;
   std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
 };
@@ -425,7 +437,7 @@ struct WalkShared {
 class TokenClassWalk {
  public:
   explicit TokenClassWalk(const WalkShared& sh)
-      : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
+      : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), sh_(sh), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
         column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n) {
     level_[1].stamp.assign(n_, -1);
     level_[1].slot.assign(n_, 0);
@@ -488,6 +500,8 @@ class TokenClassWalk {
 
   int32_t key_of(size_t node, int32_t q) const {
     const int h = trie_.height[node];
+    if (trie_.string_below[node] && h < 255 && (sh_.string_stable || h <= sh_.string_rounds))
+      return sh_.string_blocks[static_cast<size_t>(std::min(h, sh_.string_rounds))][static_cast<size_t>(q)];
     return h < 255 && (stable_ || h <= rounds_) ? blocks_[static_cast<size_t>(std::min(h, rounds_))][static_cast<size_t>(q)] : q;
   }
 
@@ -580,6 +594,7 @@ class TokenClassWalk {
   const VocabTrie& trie_;
   const TextProfile& text_;
   size_t n_;
+  const WalkShared& sh_;
   int rounds_;
   bool stable_;
   const std::vector<std::vector<int32_t>>& blocks_;

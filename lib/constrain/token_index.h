@@ -33,6 +33,8 @@ struct VocabTrie {
   // node i (its own excluded) is a text byte (printable ASCII but '"' and '\\').
   std::vector<uint8_t> height;
   std::vector<uint8_t> text_below;
+  // Whether every byte below node i (its own excluded) is a string byte (is_string_byte).
+  std::vector<uint8_t> string_below;
   // For text_below nodes: the tokens of the subtree (node i's own included) by byte length,
   // by_length[by_length_begin[i]..by_length_begin[i+1]), with their lengths in length_of.
   std::vector<int32_t> by_length_begin;
@@ -55,6 +57,10 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 
 // Text bytes: what JSON strings hold unescaped, in ASCII.
 bool is_text_byte(uint8_t b);
+// String bytes: the bytes a JSON string may hold unescaped (text, DEL and every byte >= 0x80: UTF-8
+// sequences, valid or not). A node with only string bytes below is named by its state's Moore
+// block over string-byte strings alone, coarser than over all strings.
+bool is_string_byte(uint8_t b);
 // How each state takes text bytes.
 struct TextProfile {
   // Every string of text bytes at most this long keeps the state alive (255: 255 or more).

@@ -210,6 +210,36 @@ TEST(TokenMasks, TokenClassesMergeStatesNoTokenTellsApart) {
   EXPECT_EQ(mask_classes(d, 100).representative.size(), static_cast<size_t>(d.num_states));
 }
 
+// Nodes with only string bytes below are keyed by the Moore blocks over string bytes alone, of
+// round height(node): "\"é{0,40}\"" with tokens of 1..4 é's (2 bytes each), quote-ended ones and
+// 4 é's + 0xC3 (9 bytes: height 8 below the root's 0xC3, alive after that byte with 5+ é's left,
+// so a key of one round too few merges 4 and 5 left), and the copies of the counter told apart
+// only by '"' (outside the string-byte key). Each state's class mask is its own.
+TEST(TokenMasks, TokenClassesKeyStringSubtreesByStringBytes) {
+  Vocabulary v;
+  const std::string e = "\xC3\xA9";
+  v.token_bytes = {e, e + e, e + e + e, e + e + e + e, "\"", e + "\"", e + e + "\"", "\xC3", "\xA9", e + "\xC3", e + e + e + e + "\xC3", ""};
+  v.special.assign(v.token_bytes.size(), 0);
+  v.special.back() = 1;
+  v.eos = static_cast<int32_t>(v.token_bytes.size() - 1);
+  v.max_token_bytes = 9;
+  auto vp = std::make_shared<const Vocabulary>(v);
+  auto trie = vocab_trie(vp);
+  const Dfa d = compile_dfa(parse_regex("\"\u00e9{0,40}\"|x\"\u00e9{0,6}\"").re);
+  const TextProfile text = text_profile(d);
+  const MaskClasses tc = token_classes(d, *trie, text);
+  const size_t words = (v.token_bytes.size() + 31) / 32;
+  std::vector<uint32_t> own(words), rep(words);
+  std::map<std::pair<std::vector<uint32_t>, int>, int> distinct;
+  for (int32_t s = 0; s < d.num_states; ++s) {
+    compute_mask(d, v, *trie, s, own.data(), &text);
+    compute_mask(d, v, *trie, tc.representative[static_cast<size_t>(tc.class_of[static_cast<size_t>(s)])], rep.data(), &text);
+    EXPECT_EQ(own, rep) << "state " << s;
+    distinct.emplace(std::make_pair(own, static_cast<int>(d.accepting[static_cast<size_t>(s)])), 0);
+  }
+  EXPECT_EQ(tc.representative.size(), distinct.size());  // and no finer than the masks here
+}
+
 // The incremental, hashed Moore refinement against the textbook one (every state, exact keys,
 // each round from the last): the same partitions after each number of rounds, bundled schemas.
 TEST(TokenMasks, MaskClassesAreTheMoorePartitions) {

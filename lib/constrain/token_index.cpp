@@ -6,6 +6,7 @@
 #include <mutex>
 #include <numeric>
 #include <tuple>
+#include <unordered_map>
 
 #include "constrain/interner.h"
 #include "core/backend.h"
@@ -636,7 +637,9 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfi
   MaskClasses mc;
   mc.rounds = sh.rounds;
   mc.class_of.resize(n);
+  mc.part_begin.assign(1, 0);
   TupleInterner classes;
+  std::unordered_map<uint64_t, int32_t> part_of;  // (byte class, name) -> part
   std::vector<int32_t> tuple;
   for (size_t s = 0; s < n; ++s) {
     tuple.assign(1, dfa.accepting[s]);
@@ -647,20 +650,35 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfi
       }
     const size_t before = classes.size();
     mc.class_of[s] = classes.intern(tuple);
-    if (classes.size() > before) mc.representative.push_back(static_cast<int32_t>(s));
+    if (classes.size() == before) continue;
+    mc.representative.push_back(static_cast<int32_t>(s));
+    for (size_t x = 1; x < tuple.size(); x += 2) {
+      const size_t c = static_cast<size_t>(tuple[x]);
+      auto [it, fresh] = part_of.emplace((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(tuple[x + 1]), static_cast<int32_t>(mc.part_target.size()));
+      if (fresh) {
+        mc.part_byte_class.push_back(static_cast<int32_t>(c));
+        mc.part_target.push_back(dfa.next[s * k + c]);
+      }
+      mc.parts.push_back(it->second);
+    }
+    mc.part_begin.push_back(static_cast<int32_t>(mc.parts.size()));
   }
   return mc;
 }
 
-void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
-                  const TextProfile* text) {
-  std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
-  std::vector<int32_t> at(trie.max_depth + 1);
-  at[0] = state;
-  const int32_t n = static_cast<int32_t>(trie.nodes());
-  for (int32_t i = 1; i < n;) {
+namespace {
+
+// The tokens of trie node j's subtree alive when the DFA is in state tj (alive) after j's bytes:
+// emit(first, last) for each run trie.tokens[first, last) or trie.by_length[first, last). With the
+// DFA's text profile, a subtree of text bytes is taken without stepping the DFA through it: whole
+// when it is no deeper than the state's run, up to a token length when the state dies after a
+// fixed number of text bytes. `at` holds a state per depth (max_depth + 1).
+template <class Emit>
+void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit) {
+  const int32_t end = trie.subtree_end[static_cast<size_t>(j)];
+  for (int32_t i = j; i < end;) {
     const uint16_t d = trie.depth[static_cast<size_t>(i)];
-    const int32_t t = dfa.step(at[d - 1u], trie.byte[static_cast<size_t>(i)]);
+    const int32_t t = i == j ? tj : dfa.step(at[d - 1u], trie.byte[static_cast<size_t>(i)]);
     if (t < 0) {  // no token below this node can be completed
       i = trie.subtree_end[static_cast<size_t>(i)];
       continue;
@@ -675,21 +693,37 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
       } else if (const int r = text->dies_after[static_cast<size_t>(t)]; r != 255) {
         // Below, t takes exactly r more bytes: the subtree's tokens up to that length.
         const size_t limit = static_cast<size_t>(d) + static_cast<size_t>(r);
-        for (int32_t j = trie.by_length_begin[static_cast<size_t>(i)]; j < trie.by_length_begin[static_cast<size_t>(i) + 1]; ++j) {
-          if (trie.length_of[static_cast<size_t>(j)] > limit) break;
-          const uint32_t tok = static_cast<uint32_t>(trie.by_length[static_cast<size_t>(j)]);
-          words[tok >> 5] |= 1u << (tok & 31);
-        }
+        const int32_t first = trie.by_length_begin[static_cast<size_t>(i)];
+        int32_t stop = first;
+        while (stop < trie.by_length_begin[static_cast<size_t>(i) + 1] && trie.length_of[static_cast<size_t>(stop)] <= limit) ++stop;
+        emit(trie.by_length.data() + first, trie.by_length.data() + stop);
         i = trie.subtree_end[static_cast<size_t>(i)];
         continue;
       }
     }
-    for (int32_t j = trie.token_begin[static_cast<size_t>(i)]; j < trie.token_begin[static_cast<size_t>(last)]; ++j) {
-      const uint32_t tok = static_cast<uint32_t>(trie.tokens[static_cast<size_t>(j)]);
-      words[tok >> 5] |= 1u << (tok & 31);
-    }
+    emit(trie.tokens.data() + trie.token_begin[static_cast<size_t>(i)], trie.tokens.data() + trie.token_begin[static_cast<size_t>(last)]);
     i = last;
   }
+}
+
+void set_bits(uint32_t* words, const int32_t* first, const int32_t* last) {
+  for (; first != last; ++first) {
+    const uint32_t tok = static_cast<uint32_t>(*first);
+    words[tok >> 5] |= 1u << (tok & 31);
+  }
+}
+
+}  // namespace
+
+void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
+                  const TextProfile* text) {
+  std::fill(words, words + (static_cast<size_t>(vocab.size()) + 31) / 32, 0u);
+  std::vector<int32_t> at(trie.max_depth + 1);
+  at[0] = state;
+  const int32_t n = static_cast<int32_t>(trie.nodes());
+  for (int32_t j = 1; j < n; j = trie.subtree_end[static_cast<size_t>(j)])
+    if (const int32_t t = dfa.step(state, trie.byte[static_cast<size_t>(j)]); t >= 0)
+      walk_subtree(dfa, trie, text, j, t, at.data(), [&](const int32_t* first, const int32_t* last) { set_bits(words, first, last); });
   if (vocab.eos >= 0 && dfa.accepting[static_cast<size_t>(state)]) {
     const uint32_t e = static_cast<uint32_t>(vocab.eos);
     words[e >> 5] |= 1u << (e & 31);
@@ -705,11 +739,61 @@ void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
   compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);
 }
 
+// Each part shared by classes walked once (its tokens as a list, or as a bitmask when that is the
+// cheaper to OR), then each class's mask as the union of its parts, a part of that class alone
+// walked straight into the mask: a part shared by many classes (a string's CJK subtrees) is
+// walked once, not once per class.
 TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : MaskSource(std::move(dfa), std::move(vocab), Classes::kToken) {
-  masks_.resize(num_classes() * words_);
+  const Dfa& d = *dfa_;
+  const VocabTrie& trie = *trie_;
+  std::vector<std::vector<int32_t>> roots_in(static_cast<size_t>(d.num_classes));
+  for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)])
+    roots_in[d.byte_class[trie.byte[static_cast<size_t>(j)]]].push_back(j);
+  const size_t np = classes_.part_target.size();
+  std::vector<int32_t> uses(np, 0), shared;  // a part of one class only is walked into its mask
+  for (int32_t p : classes_.parts) ++uses[static_cast<size_t>(p)];
+  for (size_t p = 0; p < np; ++p)
+    if (uses[p] > 1) shared.push_back(static_cast<int32_t>(p));
+  std::vector<std::vector<int32_t>> part_tokens(np);
+  std::vector<std::vector<uint32_t>> part_bits(np);
+  parallel_for(shared.size(), [&](size_t b, size_t e) {
+    std::vector<int32_t> at(trie.max_depth + 1);
+    for (size_t x = b; x < e; ++x) {
+      const size_t p = static_cast<size_t>(shared[x]);
+      std::vector<int32_t>& list = part_tokens[p];
+      for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
+        walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(),
+                     [&](const int32_t* first, const int32_t* last) { list.insert(list.end(), first, last); });
+      if (list.size() > words_) {
+        part_bits[p].assign(words_, 0u);
+        set_bits(part_bits[p].data(), list.data(), list.data() + list.size());
+      }
+    }
+  });
+  masks_.assign(num_classes() * words_, 0u);
   parallel_for(num_classes(), [&](size_t b, size_t e) {
-    for (size_t c = b; c < e; ++c) compute_class_mask(static_cast<int32_t>(c), masks_.data() + c * words_);
+    std::vector<int32_t> at(trie.max_depth + 1);
+    for (size_t c = b; c < e; ++c) {
+      uint32_t* words = masks_.data() + c * words_;
+      for (int32_t x = classes_.part_begin[c]; x < classes_.part_begin[c + 1]; ++x) {
+        const size_t p = static_cast<size_t>(classes_.parts[static_cast<size_t>(x)]);
+        if (uses[p] == 1) {
+          for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
+            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(),
+                         [&](const int32_t* first, const int32_t* last) { set_bits(words, first, last); });
+        } else if (!part_bits[p].empty()) {
+          const uint32_t* bits = part_bits[p].data();
+          for (size_t w = 0; w < words_; ++w) words[w] |= bits[w];
+        } else {
+          set_bits(words, part_tokens[p].data(), part_tokens[p].data() + part_tokens[p].size());
+        }
+      }
+      if (vocab_->eos >= 0 && d.accepting[static_cast<size_t>(classes_.representative[c])]) {
+        const uint32_t eos = static_cast<uint32_t>(vocab_->eos);
+        words[eos >> 5] |= 1u << (eos & 31);
+      }
+    }
   });
 }
 

@@ -50,6 +50,10 @@ struct MaskClasses {
   std::vector<int32_t> class_of;  // per DFA state
   std::vector<int32_t> representative;  // one state per class
   int rounds = 0;                 // refinement rounds until stable (at most the longest token)
+  // token_classes only: a class's mask is the union of its parts (and EOS where it accepts), class x's
+  // parts[part_begin[x]..part_begin[x + 1]); part p: the tokens under the root's children of byte
+  // class part_byte_class[p] alive from part_target[p] (a state reached on that class).
+  std::vector<int32_t> part_begin, parts, part_byte_class, part_target;
 };
 // mask_classes: states no string of at most `max_token_bytes` bytes tells apart (a Moore
 // refinement over all byte strings; finer than token_classes, cheaper to find: the lazy masker's).

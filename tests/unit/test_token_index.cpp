@@ -240,6 +240,43 @@ TEST(TokenMasks, TokenClassesKeyStringSubtreesByStringBytes) {
   EXPECT_EQ(tc.representative.size(), distinct.size());  // and no finer than the masks here
 }
 
+// The precomputed index ORs each class's parts (the root's children of one byte class, alive
+// from one state), each walked once: brute force on every state of the UTF-8 counter above (parts
+// held as token lists), and each state's own walk on every state of tool_union over the real
+// vocabularies (large parts held as bitmasks too).
+TEST(TokenMasks, PrecomputedIndexFromPartsIsExact) {
+  Vocabulary v;
+  const std::string e = "\xC3\xA9";
+  v.token_bytes = {e, e + e, e + e + e, "\"", e + "\"", "\xC3", "\xA9", e + "\xC3", "x", "x\"", ""};
+  v.special.assign(v.token_bytes.size(), 0);
+  v.special.back() = 1;
+  v.eos = static_cast<int32_t>(v.token_bytes.size() - 1);
+  v.max_token_bytes = 5;
+  auto vp = std::make_shared<const Vocabulary>(v);
+  auto small = std::make_shared<const Dfa>(compile_dfa(parse_regex("\"\u00e9{0,9}\"|x\"\u00e9{0,3}\"x?").re));
+  TokenMaskIndex tiny(small, vp);
+  expect_masks_exact(*small, v, [&](int32_t s) { return tiny.mask(s); });
+
+  auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_union.json"));
+  auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
+  const TextProfile text = text_profile(*d);
+  for (const std::string vname : {"gpt2", "llama2", "deepseek-llm"}) {
+    std::shared_ptr<const Vocabulary> voc;
+    try {
+      voc = load_vocabulary(vname);
+    } catch (const std::runtime_error&) {
+      continue;  // the data folder lacks it
+    }
+    TokenMaskIndex index(d, voc);
+    auto trie = vocab_trie(voc);
+    std::vector<uint32_t> own(index.words());
+    for (int32_t s = 0; s < d->num_states; ++s) {
+      compute_mask(*d, *voc, *trie, s, own.data(), &text);
+      ASSERT_TRUE(std::equal(own.begin(), own.end(), index.mask(s))) << vname << " state " << s;
+    }
+  }
+}
+
 // The incremental, hashed Moore refinement against the textbook one (every state, exact keys,
 // each round from the last): the same partitions after each number of rounds, bundled schemas.
 TEST(TokenMasks, MaskClassesAreTheMoorePartitions) {

@@ -63,7 +63,132 @@ void upload(DeviceBuffer<T>& dst, const std::vector<T>& src, cudaStream_t st) {
   IB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, st));
 }
 
-class CudaKvDecode : public Variant {
+// The kernels' entry points by parameter type, for DecodeBase.
+int decode_splits(const KvDecodeParams& p, int sms) { return kv_decode_splits(p, sms); }
+int decode_splits(const KiviDecodeParams& p, int sms) { return kivi_decode_splits(p, sms); }
+size_t decode_workspace_floats(const KvDecodeParams& p, int splits) { return kv_decode_workspace_floats(p, splits); }
+size_t decode_workspace_floats(const KiviDecodeParams& p, int splits) { return kivi_decode_workspace_floats(p, splits); }
+void launch_decode(const KvDecodeParams& p, cudaStream_t st) { launch_kv_decode(p, st); }
+void launch_decode(const KiviDecodeParams& p, cudaStream_t st) { launch_kivi_decode(p, st); }
+
+// What the decode-attention variants share whatever the cache: q, out, lengths, the split-K
+// workspace, the gate (the stored cache as the host quantizer writes it, the output against
+// float64 attention) and the metrics. A subclass allocates and fills its cache in fill_cache and
+// reads one (sequence, kv head) back in fetch_head.
+template <class Params>
+class DecodeBase : public Variant {
+ public:
+  Validation validate(BackendRuntime& rt) override {
+    cudaStream_t st = stream_of(rt);
+    // 0xFFFF is a bf16 NaN: an output the kernels do not write stays NaN and fails the gate.
+    IB_CUDA_CHECK(cudaMemsetAsync(out_.data(), 0xFF, out_.bytes(), st));
+    run(rt);
+    rt.synchronize();
+    rt.check_errors();
+    std::vector<uint16_t> out(out_.size());
+    IB_CUDA_CHECK(cudaMemcpy(out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
+    const size_t d = static_cast<size_t>(s_.head_dim);
+    check_ = check_decode(
+        s_, in_, seed_, [&](int b, int kvh) { return fetch_head(b, kvh); },
+        [&](int b, int h, int c) { return bf16_bits_to_float(out[(static_cast<size_t>(b) * s_.heads + h) * d + c]); }, 1e-2);
+    return check_.gate;
+  }
+
+  void run(BackendRuntime& rt) override { launch_decode(params_, stream_of(rt)); }
+  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
+  std::vector<Metric> metrics() const override {
+    std::vector<Metric> m = decode_metrics(s_, check_);
+    m.push_back({"splits", static_cast<double>(params_.splits), ""});
+    return m;
+  }
+
+ protected:
+  virtual void fill_cache(cudaStream_t st) = 0;
+  virtual StoredHead fetch_head(int b, int kvh) const = 0;
+
+  // How fill_cache feeds the cache the way a serving engine does: bf16 K/V of a chunk of tokens
+  // of every sequence staged (stage(i)), then appended; first/count of every chunk uploaded once
+  // (chunk i appends tokens [i·chunk, i·chunk + count) of each sequence). Released on return.
+  struct Staging {
+    int chunk = 0, chunks = 0;
+    DeviceBuffer<int32_t> first, count;
+    DeviceBuffer<uint16_t> k, v;
+    const int32_t* first_of(int i) const { return first.data() + static_cast<size_t>(i) * batch; }
+    const int32_t* count_of(int i) const { return count.data() + static_cast<size_t>(i) * batch; }
+    int batch = 0;
+  };
+  Staging make_staging(cudaStream_t st) const {
+    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim, context = s_.context;
+    const size_t per_token = size_t{2} * batch * kvh * d * sizeof(uint16_t);  // K and V of one token position
+    Staging g;
+    g.batch = batch;
+    g.chunk = static_cast<int>(std::clamp<size_t>(kStagingBytes / per_token, 1, static_cast<size_t>(context)));
+    g.chunks = (context + g.chunk - 1) / g.chunk;
+    std::vector<int32_t> first(static_cast<size_t>(g.chunks) * batch), count(first.size());
+    for (int i = 0; i < g.chunks; ++i)
+      for (int b = 0; b < batch; ++b) {
+        const size_t at = static_cast<size_t>(i) * batch + b;
+        first[at] = i * g.chunk;
+        count[at] = std::clamp(s_.length(b) - i * g.chunk, 0, g.chunk);
+      }
+    g.first.allocate(first.size(), "append positions");
+    g.count.allocate(count.size(), "append counts");
+    upload(g.first, first, st);
+    upload(g.count, count, st);
+    const size_t staged = static_cast<size_t>(batch) * kvh * g.chunk * d;
+    g.k.allocate(staged, "staged K (bf16)");
+    g.v.allocate(staged, "staged V (bf16)");
+    return g;
+  }
+  // Chunk i's K and V (tokens i·chunk ..) of every sequence into the staging buffers.
+  void stage(Staging& g, int i, cudaStream_t st) const {
+    launch_kv_fill_chunk(g.k.data(), s_.batch, s_.kv_heads, s_.head_dim, g.chunk, i * g.chunk, s_.context, seed_ + 1, st);
+    launch_kv_fill_chunk(g.v.data(), s_.batch, s_.kv_heads, s_.head_dim, g.chunk, i * g.chunk, s_.context, seed_ + 2, st);
+  }
+
+  // After the subclass set s_, seed_, in_ and params_ (with its cache view): q (random), out and
+  // the lengths; the cache through fill_cache; then the splits and their workspace.
+  void prepare_io(BackendRuntime& rt) {
+    cudaStream_t st = stream_of(rt);
+    const size_t q_elems = static_cast<size_t>(s_.batch) * s_.heads * s_.head_dim;
+    q_.allocate(q_elems, "q");
+    out_.allocate(q_elems, "out");
+    launch_fill_random(q_.data(), q_elems, DType::BF16, seed_, DecodeInputs::kQScale, st);
+    std::vector<int32_t> lengths(static_cast<size_t>(s_.batch));
+    for (int b = 0; b < s_.batch; ++b) lengths[static_cast<size_t>(b)] = s_.length(b);
+    lengths_.allocate(lengths.size(), "sequence lengths");
+    upload(lengths_, lengths, st);
+    params_.q = q_.data();
+    params_.out = out_.data();
+    params_.lengths = lengths_.data();
+
+    fill_cache(st);
+    rt.memory().reset_peak();  // the staging is gone: the row's peak is the cache, q, out and the workspace
+
+    if (params_.splits == 0) {
+      int dev = 0, sms = 0;
+      IB_CUDA_CHECK(cudaGetDevice(&dev));
+      IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      params_.splits = decode_splits(params_, sms);
+    }
+    if (const size_t ws = decode_workspace_floats(params_, params_.splits); ws > 0) {
+      workspace_.allocate(ws, "split-K partials (o, max, sum per split)");
+      params_.workspace = workspace_.data();
+    }
+    IB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  DecodeShape s_;
+  DecodeInputs in_;
+  uint64_t seed_ = 0;
+  Params params_;
+  DeviceBuffer<uint16_t> q_, out_;
+  DeviceBuffer<int32_t> lengths_;
+  DeviceBuffer<float> workspace_;
+  DecodeCheck check_;
+};
+
+class CudaKvDecode : public DecodeBase<KvDecodeParams> {
  public:
   std::string unsupported(const Point& p) const override {
     const DecodeShape s = shape_of(p);
@@ -102,56 +227,7 @@ class CudaKvDecode : public Variant {
       c.v_scale = v_scale_.data();
     }
 
-    const size_t q_elems = batch * static_cast<size_t>(s_.heads) * d;
-    q_.allocate(q_elems, "q");
-    out_.allocate(q_elems, "out");
-    launch_fill_random(q_.data(), q_elems, DType::BF16, seed, DecodeInputs::kQScale, st);
-    std::vector<int32_t> lengths(batch);
-    for (int b = 0; b < s_.batch; ++b) lengths[static_cast<size_t>(b)] = s_.length(b);
-    lengths_.allocate(batch, "sequence lengths");
-    upload(lengths_, lengths, st);
-    params_.q = q_.data();
-    params_.out = out_.data();
-    params_.lengths = lengths_.data();
-
-    fill_cache(rt);
-    rt.memory().reset_peak();  // the staging is gone: the row's peak is the cache, q, out and the workspace
-
-    if (params_.splits == 0) {
-      int dev = 0, sms = 0;
-      IB_CUDA_CHECK(cudaGetDevice(&dev));
-      IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      params_.splits = kv_decode_splits(params_, sms);
-    }
-    if (const size_t ws = kv_decode_workspace_floats(params_, params_.splits); ws > 0) {
-      workspace_.allocate(ws, "split-K partials (o, max, sum per split)");
-      params_.workspace = workspace_.data();
-    }
-    IB_CUDA_CHECK(cudaStreamSynchronize(st));
-  }
-
-  Validation validate(BackendRuntime& rt) override {
-    cudaStream_t st = stream_of(rt);
-    // 0xFFFF is a bf16 NaN: an output the kernels do not write stays NaN and fails the gate.
-    IB_CUDA_CHECK(cudaMemsetAsync(out_.data(), 0xFF, out_.bytes(), st));
-    run(rt);
-    rt.synchronize();
-    rt.check_errors();
-    std::vector<uint16_t> out(out_.size());
-    IB_CUDA_CHECK(cudaMemcpy(out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
-    const size_t d = static_cast<size_t>(s_.head_dim);
-    check_ = check_decode(
-        s_, in_, seed_, [&](int b, int kvh) { return fetch_head(b, kvh); },
-        [&](int b, int h, int c) { return bf16_bits_to_float(out[(static_cast<size_t>(b) * s_.heads + h) * d + c]); }, 1e-2);
-    return check_.gate;
-  }
-
-  void run(BackendRuntime& rt) override { launch_kv_decode(params_, stream_of(rt)); }
-  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
-  std::vector<Metric> metrics() const override {
-    std::vector<Metric> m = decode_metrics(s_, check_);
-    m.push_back({"splits", static_cast<double>(params_.splits), ""});
-    return m;
+    prepare_io(rt);
   }
 
  protected:
@@ -163,39 +239,17 @@ class CudaKvDecode : public Variant {
   // sequence are staged, then appended (quantized). fp8 first runs a calibration pass over all
   // chunks for the per-(sequence, head) amax, whose scale the append then uses. The staging is
   // released on return, before timing.
-  void fill_cache(BackendRuntime& rt) {
-    cudaStream_t st = stream_of(rt);
-    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim, context = s_.context;
-    const size_t per_token = size_t{2} * batch * kvh * d * sizeof(uint16_t);  // K and V of one token position
-    const int chunk = static_cast<int>(std::clamp<size_t>(kStagingBytes / per_token, 1, static_cast<size_t>(context)));
-    const int chunks = (context + chunk - 1) / chunk;
-    // first/count of every chunk, uploaded once: chunk i appends tokens [i·chunk, i·chunk + count).
-    std::vector<int32_t> first(static_cast<size_t>(chunks) * batch), count(first.size());
-    for (int i = 0; i < chunks; ++i)
-      for (int b = 0; b < batch; ++b) {
-        const size_t at = static_cast<size_t>(i) * batch + b;
-        first[at] = i * chunk;
-        count[at] = std::clamp(s_.length(b) - i * chunk, 0, chunk);
-      }
-    DeviceBuffer<int32_t> first_d(first.size(), "append positions"), count_d(count.size(), "append counts");
-    upload(first_d, first, st);
-    upload(count_d, count, st);
-    const size_t staged = static_cast<size_t>(batch) * kvh * chunk * d;
-    DeviceBuffer<uint16_t> k_new(staged, "staged K (bf16)"), v_new(staged, "staged V (bf16)");
-    auto stage = [&](int i) {
-      launch_kv_fill_chunk(k_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 1, st);
-      launch_kv_fill_chunk(v_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 2, st);
-    };
-
+  void fill_cache(cudaStream_t st) override {
+    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim;
+    Staging g = make_staging(st);
     if (s_.format == KvFormat::FP8) {
       const size_t heads = static_cast<size_t>(batch) * kvh;
       DeviceBuffer<float> k_amax(heads, "K amax"), v_amax(heads, "V amax");
       IB_CUDA_CHECK(cudaMemsetAsync(k_amax.data(), 0, k_amax.bytes(), st));
       IB_CUDA_CHECK(cudaMemsetAsync(v_amax.data(), 0, v_amax.bytes(), st));
-      for (int i = 0; i < chunks; ++i) {
-        stage(i);
-        launch_kv_amax(k_amax.data(), v_amax.data(), k_new.data(), v_new.data(), batch, kvh, d, chunk,
-                       count_d.data() + static_cast<size_t>(i) * batch, st);
+      for (int i = 0; i < g.chunks; ++i) {
+        stage(g, i, st);
+        launch_kv_amax(k_amax.data(), v_amax.data(), g.k.data(), g.v.data(), batch, kvh, d, g.chunk, g.count_of(i), st);
       }
       std::vector<float> ks(heads), vs(heads);
       IB_CUDA_CHECK(cudaMemcpyAsync(ks.data(), k_amax.data(), k_amax.bytes(), cudaMemcpyDeviceToHost, st));
@@ -208,17 +262,16 @@ class CudaKvDecode : public Variant {
       upload(k_scale_, ks, st);
       upload(v_scale_, vs, st);
     }
-    for (int i = 0; i < chunks; ++i) {
-      stage(i);
-      launch_kv_append(params_.cache, k_new.data(), v_new.data(), chunk, first_d.data() + static_cast<size_t>(i) * batch,
-                       count_d.data() + static_cast<size_t>(i) * batch, st);
+    for (int i = 0; i < g.chunks; ++i) {
+      stage(g, i, st);
+      launch_kv_append(params_.cache, g.k.data(), g.v.data(), g.chunk, g.first_of(i), g.count_of(i), st);
     }
     IB_CUDA_CHECK(cudaStreamSynchronize(st));  // the staging buffers are freed on return
   }
 
   // One (sequence, kv head) of the cache as stored, for check_decode: n = length(b) tokens of
   // elements and their scales; paged caches are gathered block by block through the table.
-  StoredHead fetch_head(int b, int kvh) const {
+  StoredHead fetch_head(int b, int kvh) const override {
     const int n = s_.length(b);
     const size_t row_bytes = static_cast<size_t>(s_.head_dim) * elem_bytes(s_.format);
     const size_t seq_head = static_cast<size_t>(b) * s_.kv_heads + kvh;
@@ -258,16 +311,10 @@ class CudaKvDecode : public Variant {
     return h;
   }
 
-  DecodeShape s_;
-  DecodeInputs in_;
-  uint64_t seed_ = 0;
   BlockTables tables_;
-  KvDecodeParams params_;
   DeviceBuffer<uint8_t> k_, v_;
-  DeviceBuffer<float> k_scale_, v_scale_, workspace_;
-  DeviceBuffer<uint16_t> q_, out_;
-  DeviceBuffer<int32_t> lengths_, table_;
-  DecodeCheck check_;
+  DeviceBuffer<float> k_scale_, v_scale_;
+  DeviceBuffer<int32_t> table_;
 };
 
 // kv-quant: the format is the variant; block_size (0 = contiguous) comes from the point.
@@ -298,7 +345,7 @@ class PagedDecode : public CudaKvDecode {
 
 // kv-quant int4: the KIVI cache (contiguous) of kv_decode.h, filled by launch_kivi_append in
 // chunks of tokens (a key group can span two chunks: its first tokens wait in the residual).
-class KiviDecode : public Variant {
+class KiviDecode : public DecodeBase<KiviDecodeParams> {
  public:
   std::string unsupported(const Point& p) const override {
     const DecodeShape s = shape_of(p);
@@ -310,7 +357,6 @@ class KiviDecode : public Variant {
     s_ = shape_of(p);
     seed_ = seed;
     in_ = decode_inputs(s_, seed);
-    cudaStream_t st = stream_of(rt);
     params_ = params_of(s_, requested_splits(p));
     KiviCacheView& c = params_.cache;
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads, d = static_cast<size_t>(s_.head_dim);
@@ -327,53 +373,7 @@ class KiviDecode : public Variant {
     c.v_params = v_params_.data();
     c.k_residual = k_res_.data();
     c.v_residual = v_res_.data();
-    const size_t q_elems = static_cast<size_t>(s_.batch) * s_.heads * d;
-    q_.allocate(q_elems, "q");
-    out_.allocate(q_elems, "out");
-    launch_fill_random(q_.data(), q_elems, DType::BF16, seed, DecodeInputs::kQScale, st);
-    std::vector<int32_t> lengths(static_cast<size_t>(s_.batch));
-    for (int b = 0; b < s_.batch; ++b) lengths[static_cast<size_t>(b)] = s_.length(b);
-    lengths_.allocate(lengths.size(), "sequence lengths");
-    upload(lengths_, lengths, st);
-    params_.q = q_.data();
-    params_.out = out_.data();
-    params_.lengths = lengths_.data();
-    fill_cache(st);
-    rt.memory().reset_peak();
-    if (params_.splits == 0) {
-      int dev = 0, sms = 0;
-      IB_CUDA_CHECK(cudaGetDevice(&dev));
-      IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      params_.splits = kivi_decode_splits(params_, sms);
-    }
-    if (const size_t ws = kivi_decode_workspace_floats(params_, params_.splits); ws > 0) {
-      workspace_.allocate(ws, "split-K partials (o, max, sum per split)");
-      params_.workspace = workspace_.data();
-    }
-    IB_CUDA_CHECK(cudaStreamSynchronize(st));
-  }
-
-  Validation validate(BackendRuntime& rt) override {
-    cudaStream_t st = stream_of(rt);
-    IB_CUDA_CHECK(cudaMemsetAsync(out_.data(), 0xFF, out_.bytes(), st));
-    run(rt);
-    rt.synchronize();
-    rt.check_errors();
-    std::vector<uint16_t> out(out_.size());
-    IB_CUDA_CHECK(cudaMemcpy(out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
-    const size_t d = static_cast<size_t>(s_.head_dim);
-    check_ = check_decode(
-        s_, in_, seed_, [&](int b, int kvh) { return fetch_head(b, kvh); },
-        [&](int b, int h, int c) { return bf16_bits_to_float(out[(static_cast<size_t>(b) * s_.heads + h) * d + c]); }, 1e-2);
-    return check_.gate;
-  }
-
-  void run(BackendRuntime& rt) override { launch_kivi_decode(params_, stream_of(rt)); }
-  Work work() const override { return {s_.flops(), s_.io_bytes()}; }
-  std::vector<Metric> metrics() const override {
-    std::vector<Metric> m = decode_metrics(s_, check_);
-    m.push_back({"splits", static_cast<double>(params_.splits), ""});
-    return m;
+    prepare_io(rt);
   }
 
  private:
@@ -399,35 +399,18 @@ class KiviDecode : public Variant {
 
   // Staged bf16 chunks of every sequence appended in order; the chunk is not a multiple of the
   // group in general, so groups complete across appends.
-  void fill_cache(cudaStream_t st) {
-    const int batch = s_.batch, kvh = s_.kv_heads, d = s_.head_dim, context = s_.context;
-    const size_t per_token = size_t{2} * batch * kvh * d * sizeof(uint16_t);
-    const int chunk = static_cast<int>(std::clamp<size_t>(kStagingBytes / per_token, 1, static_cast<size_t>(context)));
-    const int chunks = (context + chunk - 1) / chunk;
-    std::vector<int32_t> first(static_cast<size_t>(chunks) * batch), count(first.size());
-    for (int i = 0; i < chunks; ++i)
-      for (int b = 0; b < batch; ++b) {
-        const size_t at = static_cast<size_t>(i) * batch + b;
-        first[at] = i * chunk;
-        count[at] = std::clamp(s_.length(b) - i * chunk, 0, chunk);
-      }
-    DeviceBuffer<int32_t> first_d(first.size(), "append positions"), count_d(count.size(), "append counts");
-    upload(first_d, first, st);
-    upload(count_d, count, st);
-    const size_t staged = static_cast<size_t>(batch) * kvh * chunk * d;
-    DeviceBuffer<uint16_t> k_new(staged, "staged K (bf16)"), v_new(staged, "staged V (bf16)");
-    for (int i = 0; i < chunks; ++i) {
-      launch_kv_fill_chunk(k_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 1, st);
-      launch_kv_fill_chunk(v_new.data(), batch, kvh, d, chunk, i * chunk, context, seed_ + 2, st);
-      launch_kivi_append(params_.cache, k_new.data(), v_new.data(), chunk, first_d.data() + static_cast<size_t>(i) * batch,
-                         count_d.data() + static_cast<size_t>(i) * batch, st);
+  void fill_cache(cudaStream_t st) override {
+    Staging g = make_staging(st);
+    for (int i = 0; i < g.chunks; ++i) {
+      stage(g, i, st);
+      launch_kivi_append(params_.cache, g.k.data(), g.v.data(), g.chunk, g.first_of(i), g.count_of(i), st);
     }
     IB_CUDA_CHECK(cudaStreamSynchronize(st));
   }
 
   // The stored form of decode_problem.h: code rows of the full groups, the residual's bf16
   // rows, the (scale, zero) pairs as floats.
-  StoredHead fetch_head(int b, int kvh) const {
+  StoredHead fetch_head(int b, int kvh) const override {
     const size_t pair = static_cast<size_t>(b) * s_.kv_heads + kvh, d = static_cast<size_t>(s_.head_dim);
     const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group), row = d / 2;
     const size_t n = static_cast<size_t>(s_.length(b)), nq = static_cast<size_t>(s_.quantized_length(b));
@@ -455,16 +438,9 @@ class KiviDecode : public Variant {
     return h;
   }
 
-  DecodeShape s_;
-  DecodeInputs in_;
-  uint64_t seed_ = 0;
-  KiviDecodeParams params_;
   DeviceBuffer<uint8_t> k_codes_, v_codes_;
   DeviceBuffer<uint32_t> k_params_, v_params_;
-  DeviceBuffer<uint16_t> k_res_, v_res_, q_, out_;
-  DeviceBuffer<float> workspace_;
-  DeviceBuffer<int32_t> lengths_;
-  DecodeCheck check_;
+  DeviceBuffer<uint16_t> k_res_, v_res_;
 };
 
 IB_REGISTER_VARIANT("kv-quant", "bf16", QuantDecode<KvFormat::BF16>);

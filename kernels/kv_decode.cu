@@ -939,17 +939,55 @@ size_t kv_decode_workspace_floats(const KvDecodeParams& p, int splits) {
   return static_cast<size_t>(p.cache.batch) * p.heads * splits * (p.cache.head_dim + 2);
 }
 
-void launch_kv_decode(const KvDecodeParams& p, cudaStream_t stream) {
-  require_supported(p);
-  const KvCacheView& c = p.cache;
+namespace {
+
+// ---- what the split-K launches (bf16/fp8/int8 and int4) share ----
+
+// The splits a launch uses: p.splits, or `choose(p, SM count)` when it is 0.
+template <class P, class Choose>
+int launch_splits(const P& p, Choose choose, const char* what) {
   int splits = p.splits;
   if (splits == 0) {
     int dev = 0, sms = 0;
     IB_CUDA_CHECK(cudaGetDevice(&dev));
     IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    splits = kv_decode_splits(p, sms);
+    splits = choose(p, sms);
   }
-  if (splits > 1 && !p.workspace) throw std::invalid_argument("kv decode with splits > 1 needs a workspace");
+  if (splits > 1 && !p.workspace) throw std::invalid_argument(std::string(what) + " with splits > 1 needs a workspace");
+  return splits;
+}
+
+// The query, output and split-K fields of a kernel's arguments.
+template <class Args, class P>
+void set_split_args(Args& a, const P& p, int batch, int kv_heads, int head_dim, int splits) {
+  a.q = p.q;
+  a.out = p.out;
+  a.lengths = p.lengths;
+  a.heads = p.heads;
+  a.kv_heads = kv_heads;
+  a.splits = splits;
+  a.q_scale = p.scale * kLog2e;
+  if (splits > 1) {
+    a.ws_o = p.workspace;
+    a.ws_ml = p.workspace + static_cast<size_t>(batch) * p.heads * splits * head_dim;
+  }
+}
+
+// The partials of `splits` blocks per (sequence, head) merged into out (nothing when splits = 1).
+void launch_merge_partials(const float* ws_o, const float* ws_ml, int splits, int batch, int heads, int head_dim, uint16_t* out,
+                           cudaStream_t stream) {
+  if (splits <= 1) return;
+  const size_t smem = static_cast<size_t>(splits) * sizeof(float);
+  kv_merge_kernel<<<static_cast<unsigned>(batch * heads), static_cast<unsigned>(head_dim), smem, stream>>>(ws_o, ws_ml, splits, out);
+  IB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_kv_decode(const KvDecodeParams& p, cudaStream_t stream) {
+  require_supported(p);
+  const KvCacheView& c = p.cache;
+  const int splits = launch_splits(p, kv_decode_splits, "kv decode");
 
   DecodeArgs a{};
   a.k = static_cast<const uint8_t*>(c.k);
@@ -961,30 +999,15 @@ void launch_kv_decode(const KvDecodeParams& p, cudaStream_t stream) {
   a.block_size = c.block_size;
   a.block_div = make_fast_div(c.block_table ? c.block_size : 1);
   a.capacity = c.capacity;
-  a.q = p.q;
-  a.out = p.out;
-  a.lengths = p.lengths;
-  a.heads = p.heads;
-  a.kv_heads = c.kv_heads;
+  set_split_args(a, p, c.batch, c.kv_heads, c.head_dim, splits);
   a.group = p.heads / c.kv_heads;
   a.hchunks = head_chunks(p);
-  a.splits = splits;
-  a.q_scale = p.scale * kLog2e;
-  if (splits > 1) {
-    a.ws_o = p.workspace;
-    a.ws_ml = p.workspace + static_cast<size_t>(c.batch) * p.heads * splits * c.head_dim;
-  }
 
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(c.kv_heads * a.hchunks), static_cast<unsigned>(c.batch));
   const DecodeKernel kernel = decode_kernel_for(p);
   kernel<<<grid, kThreads, 0, stream>>>(a);
   IB_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    const size_t smem = static_cast<size_t>(splits) * sizeof(float);
-    const unsigned rows = static_cast<unsigned>(c.batch * p.heads), dims = static_cast<unsigned>(c.head_dim);
-    kv_merge_kernel<<<rows, dims, smem, stream>>>(a.ws_o, a.ws_ml, splits, p.out);
-    IB_CUDA_CHECK_LAUNCH();
-  }
+  launch_merge_partials(a.ws_o, a.ws_ml, splits, c.batch, p.heads, c.head_dim, p.out, stream);
 }
 
 void launch_kv_fill_chunk(uint16_t* dst, int batch, int kv_heads, int head_dim, int chunk, int t0, int context, uint64_t seed,
@@ -1050,14 +1073,7 @@ size_t kivi_decode_workspace_floats(const KiviDecodeParams& p, int splits) {
 void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream) {
   if (std::string why = kivi_decode_unsupported(p); !why.empty()) throw std::invalid_argument(why);
   const KiviCacheView& c = p.cache;
-  int splits = p.splits;
-  if (splits == 0) {
-    int dev = 0, sms = 0;
-    IB_CUDA_CHECK(cudaGetDevice(&dev));
-    IB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    splits = kivi_decode_splits(p, sms);
-  }
-  if (splits > 1 && !p.workspace) throw std::invalid_argument("int4 decode with splits > 1 needs a workspace");
+  const int splits = launch_splits(p, kivi_decode_splits, "int4 decode");
   KiviArgs a{};
   a.k_codes = c.k_codes;
   a.v_codes = c.v_codes;
@@ -1068,29 +1084,14 @@ void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream) {
   a.capacity = c.capacity;
   a.group = c.group;
   a.key_groups = (c.capacity + c.group - 1) / c.group;
-  a.q = p.q;
-  a.out = p.out;
-  a.lengths = p.lengths;
-  a.heads = p.heads;
-  a.kv_heads = c.kv_heads;
+  set_split_args(a, p, c.batch, c.kv_heads, c.head_dim, splits);
   a.gqa = p.heads / c.kv_heads;
   a.hchunks = kivi_head_chunks(p);
-  a.splits = splits;
-  a.q_scale = p.scale * kLog2e;
-  if (splits > 1) {
-    a.ws_o = p.workspace;
-    a.ws_ml = p.workspace + static_cast<size_t>(c.batch) * p.heads * splits * c.head_dim;
-  }
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(c.kv_heads * a.hchunks), static_cast<unsigned>(c.batch));
   const KiviKernel kernel = kivi_kernel_for(p);
   kernel<<<grid, kKiviThreads, 0, stream>>>(a);
   IB_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    const size_t smem = static_cast<size_t>(splits) * sizeof(float);
-    kv_merge_kernel<<<static_cast<unsigned>(c.batch * p.heads), static_cast<unsigned>(c.head_dim), smem, stream>>>(a.ws_o, a.ws_ml,
-                                                                                                                  splits, p.out);
-    IB_CUDA_CHECK_LAUNCH();
-  }
+  launch_merge_partials(a.ws_o, a.ws_ml, splits, c.batch, p.heads, c.head_dim, p.out, stream);
 }
 
 void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens, const int32_t* first,

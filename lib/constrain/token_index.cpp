@@ -403,16 +403,83 @@ namespace {
 // The trie is walked once, depth first, each node with the batch of states that reach it (one per
 // distinct key: Moore block, or the state itself above the rounds computed), so the lookups are
 // arrays per depth indexed by the key.
+// UTF-8 string content as an automaton over string bytes: state 0 between characters (ASCII
+// string bytes and lead bytes leave it), 1-3 continuation bytes left, 4-7 the lead bytes whose
+// next byte is narrower (E0, ED: no surrogates, F0, F4). -1: not a prefix of valid content.
+int utf8_char_step(int u, uint8_t b) {
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  switch (u) {
+    case 0:
+      if (b < 0x80) return is_string_byte(b) ? 0 : -1;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 4;
+      if (b == 0xED) return 5;
+      if (b >= 0xE1 && b <= 0xEF) return 2;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 3;
+      if (b == 0xF4) return 7;
+      return -1;
+    case 1: return cont ? 0 : -1;
+    case 2: return cont ? 1 : -1;
+    case 3: return cont ? 2 : -1;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    default: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+  }
+}
+// The same with a budget of characters (a string's maxLength): state u + 8 * level, level 0 no
+// limit, level 1 + r at most r more characters started (the one in progress already counted).
+constexpr int kUtf8Budgets = 24;
+constexpr int kUtf8States = 8 * (1 + kUtf8Budgets);
+int utf8_step(int state, uint8_t b) {
+  const int u = state % 8, level = state / 8;
+  const int t = utf8_char_step(u, b);
+  if (t < 0) return -1;
+  if (u != 0 || level == 0) return t + 8 * level;  // a continuation byte, or no limit
+  if (level == 1) return -1;                        // no character left to start
+  return t + 8 * (level - 1);
+}
+
 // What the walkers share, read only: the Moore blocks, the transition table by column, and the
 // root's children by byte class.
 struct WalkShared {
   WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x)
       : dfa(d), trie(t), text(x), n(static_cast<size_t>(d.num_states)), k(static_cast<size_t>(d.num_classes)), roots_in(k) {
     moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
-    std::vector<uint8_t> string_class(k, 0);
-    for (int b = 0; b < 256; ++b)
-      if (is_string_byte(static_cast<uint8_t>(b))) string_class[dfa.byte_class[static_cast<size_t>(b)]] = 1;
-    moore_refine(dfa, kTokenClassRounds, &string_rounds, &string_stable, &string_blocks, &string_class);
+    // The string-byte refinement runs on the DFA beside the UTF-8 automaton (states n..n + 7), over
+    // byte classes that split the DFA's by the automaton's columns (non-string bytes: class 0, left
+    // out): a state in one block with a UTF-8 state u after h rounds keeps alive exactly the strings
+    // of at most h string bytes that are valid content from u.
+    Dfa u;
+    std::map<std::vector<int>, uint8_t> joint;
+    std::vector<int> rep_byte(1, 0), key(kUtf8States + 1);
+    for (int b = 0; b < 256; ++b) {
+      const uint8_t ub = static_cast<uint8_t>(b);
+      if (!is_string_byte(ub)) continue;
+      key[0] = dfa.byte_class[ub];
+      for (int q = 0; q < kUtf8States; ++q) key[static_cast<size_t>(q) + 1] = utf8_step(q, ub);
+      auto [it, fresh] = joint.emplace(key, static_cast<uint8_t>(rep_byte.size()));
+      if (fresh) rep_byte.push_back(b);
+      u.byte_class[ub] = it->second;
+    }
+    const size_t kj = rep_byte.size();
+    u.num_classes = static_cast<int32_t>(kj);
+    u.num_states = static_cast<int32_t>(n) + kUtf8States;
+    u.next.assign(static_cast<size_t>(u.num_states) * kj, -1);
+    u.accepting.assign(static_cast<size_t>(u.num_states), 0);
+    for (size_t c = 1; c < kj; ++c) {
+      const uint8_t b = static_cast<uint8_t>(rep_byte[c]);
+      for (size_t s = 0; s < n; ++s) u.next[s * kj + c] = dfa.next[s * k + dfa.byte_class[b]];
+      for (int q = 0; q < kUtf8States; ++q)
+        if (const int to = utf8_step(q, b); to >= 0) u.next[(n + static_cast<size_t>(q)) * kj + c] = static_cast<int32_t>(n) + to;
+    }
+    std::vector<uint8_t> string_class(kj, 1);
+    string_class[0] = 0;
+    moore_refine(u, std::min<size_t>(trie.max_depth, 254), &string_rounds, &string_stable, &string_blocks, &string_class);
+    utf8_of.resize(string_blocks.size());
+    for (size_t h = 0; h < string_blocks.size(); ++h)
+      for (int q = kUtf8States; q-- > 0;) utf8_of[h].emplace_back(string_blocks[h][n + static_cast<size_t>(q)], q);
     // The transition table by byte class, then state: a child's batch at the root sweeps a column.
     column.resize(n * k);
     for (size_t s = 0; s < n; ++s)
@@ -427,8 +494,10 @@ struct WalkShared {
   int rounds = 0, string_rounds = 0;
   bool stable = false, string_stable = false;
   std::vector<std::vector<int32_t>> blocks;
-  // Blocks over strings of string bytes only: the key of a node with only string bytes below.
+  // Blocks over strings of string bytes only: the key of a node with only string bytes below
+  // (states n..n + 7: the UTF-8 automaton's), and per round the (block, UTF-8 state) pairs.
   std::vector<std::vector<int32_t>> string_blocks;
+  std::vector<std::vector<std::pair<int32_t, int>>> utf8_of;
   std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
 };
@@ -440,8 +509,8 @@ class TokenClassWalk {
   explicit TokenClassWalk(const WalkShared& sh)
       : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), sh_(sh), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
         column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n) {
-    level_[1].stamp.assign(n_, -1);
-    level_[1].slot.assign(n_, 0);
+    level_[1].stamp.assign(n_ + kUtf8States, -1);
+    level_[1].slot.assign(n_ + kUtf8States, 0);
   }
 
   // The root's children of byte class c: from a state, they all lead to one state t, so their names
@@ -489,7 +558,7 @@ class TokenClassWalk {
   }
 
  private:
-  static constexpr int32_t kAll = -1, kUpTo = -2;
+  static constexpr int32_t kAll = -1, kUpTo = -2, kUtf8 = -4;
   struct Level {
     std::vector<int32_t> states, names;  // the batch of the node being named at this depth
     std::vector<int32_t> stamp, slot;    // key -> slot in the batch, valid where stamp is the batch's serial
@@ -498,6 +567,19 @@ class TokenClassWalk {
     std::vector<int32_t> first;                            // pairs of request r: [first[r], first[r + 1])
     std::vector<int32_t> sorted;                           // pair indices grouped by request
   };
+
+  // A UTF-8 state whose string-byte block q shares after height(node) rounds (node: string bytes
+  // below), or -1.
+  int utf8_state(size_t node, int32_t q) const {
+    const int h = trie_.height[node];
+    if (!trie_.string_below[node] || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
+    const size_t round = static_cast<size_t>(std::min(h, sh_.string_rounds));
+    const int32_t b = sh_.string_blocks[round][static_cast<size_t>(q)];
+    int u = -1;
+    for (const auto& [block, state] : sh_.utf8_of[round])
+      if (block == b) u = state;  // the least such state (pairs run from 7 down)
+    return u;
+  }
 
   int32_t key_of(size_t node, int32_t q) const {
     const int h = trie_.height[node];
@@ -520,6 +602,9 @@ class TokenClassWalk {
         L.names[r] = all_id_[ui];
       } else if (trie_.text_below[ui] && text_.dies_after[q] != 255) {
         L.names[r] = subs_.intern({i, kUpTo, text_.dies_after[q]});
+      } else if (const int u = utf8_state(ui, static_cast<int32_t>(q)); u >= 0) {
+        // The tokens below that are valid UTF-8 content from u (a name per (i, u)).
+        L.names[r] = subs_.intern({i, kUtf8, u});
       } else {
         L.todo.push_back(static_cast<int32_t>(r));
       }
@@ -539,8 +624,8 @@ class TokenClassWalk {
     Level& L = level_[d];
     Level& C = level_[d + 1];
     if (C.stamp.empty()) {
-      C.stamp.assign(n_, -1);
-      C.slot.assign(n_, 0);
+      C.stamp.assign(n_ + kUtf8States, -1);  // keys: states or blocks, UTF-8 states' included
+      C.slot.assign(n_ + kUtf8States, 0);
     }
     L.pair_req.clear();
     L.pair_child.clear();

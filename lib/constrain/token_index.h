@@ -62,8 +62,9 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes);
 // Text bytes: what JSON strings hold unescaped, in ASCII.
 bool is_text_byte(uint8_t b);
 // String bytes: the bytes a JSON string may hold unescaped (text, DEL and every byte >= 0x80: UTF-8
-// sequences, valid or not). A node with only string bytes below is named by its state's Moore
-// block over string-byte strings alone, coarser than over all strings.
+// sequences, valid or not). A node with only string bytes below is keyed by its state's Moore
+// block over string-byte strings alone, coarser than over all strings, and named without a walk
+// when that block holds a state of a UTF-8 content automaton (with a character budget or none).
 bool is_string_byte(uint8_t b);
 // How each state takes text bytes.
 struct TextProfile {

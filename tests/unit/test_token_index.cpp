@@ -214,7 +214,9 @@ TEST(TokenMasks, TokenClassesMergeStatesNoTokenTellsApart) {
 // round height(node): "\"é{0,40}\"" with tokens of 1..4 é's (2 bytes each), quote-ended ones and
 // 4 é's + 0xC3 (9 bytes: height 8 below the root's 0xC3, alive after that byte with 5+ é's left,
 // so a key of one round too few merges 4 and 5 left), and the copies of the counter told apart
-// only by '"' (outside the string-byte key). Each state's class mask is its own.
+// only by '"' (outside the string-byte key). Each state's class mask is its own. (The counter's
+// states also share blocks with the UTF-8 automaton's, budgeted or not: named without a walk, at
+// the same round; one round too few fails here too.)
 TEST(TokenMasks, TokenClassesKeyStringSubtreesByStringBytes) {
   Vocabulary v;
   const std::string e = "\xC3\xA9";

@@ -93,6 +93,75 @@ Re json_char() {
 
 Re quoted(Re inner) { return re_concat({re_byte('"'), std::move(inner), re_byte('"')}); }
 
+// The code points of a UTF-8 string; false when it is not valid UTF-8.
+bool decode_utf8(const std::string& s, std::vector<uint32_t>* out) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    out->push_back(cp);
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The keys of additional properties (between the quotes): strings of unescaped characters that
+// are none of `named`. A named key written by the extras would have to satisfy its property's
+// schema, not additionalProperties; leaving escapes out keeps "\u0061" from spelling "a".
+// Built over the trie of the named keys: at each node the key may stop (unless a name ends
+// there), follow a name's next character, or leave every name with any other character.
+Re unnamed_key(const std::vector<std::string>& named) {
+  struct Node {
+    std::map<uint32_t, size_t> kids;
+    bool end = false;
+  };
+  std::vector<Node> trie(1);
+  for (const auto& name : named) {
+    std::vector<uint32_t> cps;
+    if (!decode_utf8(name, &cps)) continue;
+    bool raw = true;  // a name with characters that need escapes never equals an unescaped key
+    for (uint32_t cp : cps) raw = raw && cp >= 0x20 && cp != '"' && cp != '\\';
+    if (!raw) continue;
+    size_t at = 0;
+    for (uint32_t cp : cps) {
+      auto it = trie[at].kids.find(cp);
+      if (it == trie[at].kids.end()) {
+        trie.push_back({});
+        it = trie[at].kids.emplace(cp, trie.size() - 1).first;
+      }
+      at = it->second;
+    }
+    trie[at].end = true;
+  }
+  const Re any = re_star(re_code_points(raw_string_chars()));
+  std::function<Re(size_t)> from = [&](size_t at) -> Re {
+    const Node& n = trie[at];
+    if (n.kids.empty() && !n.end) return any;
+    std::vector<Re> alts;
+    if (!n.end) alts.push_back(re_empty());
+    std::vector<CodePointRange> others;  // raw characters minus the kids'
+    for (const auto& r : raw_string_chars()) {
+      uint32_t lo = r.lo;
+      for (const auto& [cp, kid] : n.kids)
+        if (cp >= lo && cp <= r.hi) {
+          if (cp > lo) others.push_back({lo, cp - 1});
+          lo = cp + 1;
+        }
+      if (lo <= r.hi) others.push_back({lo, r.hi});
+    }
+    if (!others.empty()) alts.push_back(re_concat({re_code_points(others), any}));
+    for (const auto& [cp, kid] : n.kids) alts.push_back(re_concat({re_code_points({{cp, cp}}), from(kid)}));
+    return re_alt(std::move(alts));
+  };
+  return from(0);
+}
+
 // Digits a generated number may have: a double holds 15-17 significant digits and overflows
 // past 1e308, so longer mantissas and exponents would only produce values that parse wrongly.
 constexpr int kMaxIntegerDigits = 18, kMaxFractionDigits = 18, kMaxExponentDigits = 2;
@@ -642,9 +711,13 @@ class Compiler {
     // tail(i, first) = the members from i on, `first` when nothing was emitted yet.
     const Re comma = re_concat({ws_, re_byte(','), ws_});
     std::map<std::pair<size_t, bool>, Re> memo;
-    Re extras = extra->kind == RegexNode::Kind::Never
-                    ? re_never()
-                    : re_concat({member_any_key(extra), re_star(re_concat({comma, member_any_key(extra)}))});
+    std::vector<std::string> names;
+    for (const auto& p : props) names.push_back(p.first);
+    const Re extra_member = extra->kind == RegexNode::Kind::Never
+                                ? re_never()
+                                : re_concat({quoted(unnamed_key(names)), ws_, re_byte(':'), ws_, extra});
+    Re extras = extra->kind == RegexNode::Kind::Never ? re_never()
+                                                      : re_concat({extra_member, re_star(re_concat({comma, extra_member}))});
     std::function<Re(size_t, bool)> tail = [&](size_t i, bool first) -> Re {
       auto key = std::make_pair(i, first);
       if (auto it = memo.find(key); it != memo.end()) return it->second;
@@ -661,8 +734,6 @@ class Compiler {
     };
     return re_concat({re_byte('{'), ws_, tail(0, true), ws_, re_byte('}')});
   }
-
-  Re member_any_key(const Re& value) { return re_concat({json_string_regex(), ws_, re_byte(':'), ws_, value}); }
 
   Re array(const json& s, const std::string& ptr) {
     if (s.contains("uniqueItems") && s["uniqueItems"] == true)

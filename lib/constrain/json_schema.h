@@ -1,10 +1,13 @@
 // JSON Schema (draft 2020-12, the subset tool-call schemas use) -> a byte-level regular
 // expression whose language is the set of JSON documents the generator may emit.
 //
-// Approximations (documented, each keeps soundness: every accepted document is valid):
+// Approximations (documented; all but oneOf keep soundness: every accepted document is valid;
+// the constrain-keywords experiment shows each with documents, lib/constrain/keyword_cases.h):
 // - objects: properties appear in the schema's order; without additionalProperties (or with
-//   false) no other keys appear; with true / a schema, extra keys follow the named ones;
-// - oneOf is treated as anyOf (exclusivity is not enforced);
+//   false) no other keys appear; with true / a schema, extra keys follow the named ones, are
+//   written without escapes and are never one of the named keys;
+// - oneOf is treated as anyOf (exclusivity is not enforced): the one exception to soundness,
+//   when branches overlap a document matching several is accepted (exact for disjoint branches);
 // - strings with `pattern` never contain characters that JSON must escape;
 // - numbers: at most 18 integer digits, 18 fraction digits and a 2-digit exponent (what a
 //   double can hold); bounded numbers take whole-number bounds and are written without exponent;

@@ -28,6 +28,24 @@ class SchemaValidator {
     return n;
   }
 
+  // Instance equality (enum, const): objects compare as unordered maps, numbers by value (1 == 1.0);
+  // ordered_json's own == would compare object members in document order.
+  static bool same(const json& a, const json& b) {
+    if (a.is_object() && b.is_object()) {
+      if (a.size() != b.size()) return false;
+      for (const auto& [k, x] : a.items())
+        if (!b.contains(k) || !same(x, b[k])) return false;
+      return true;
+    }
+    if (a.is_array() && b.is_array()) {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!same(a[i], b[i])) return false;
+      return true;
+    }
+    return a == b;
+  }
+
   static bool has_type(const json& v, const std::string& t) {
     if (t == "null") return v.is_null();
     if (t == "boolean") return v.is_boolean();
@@ -86,10 +104,10 @@ class SchemaValidator {
     }
     if (s.contains("enum")) {
       bool ok = false;
-      for (const auto& e : s["enum"]) ok = ok || e == v;
+      for (const auto& e : s["enum"]) ok = ok || same(e, v);
       if (!ok) return false;
     }
-    if (s.contains("const") && s["const"] != v) return false;
+    if (s.contains("const") && !same(s["const"], v)) return false;
     if (s.contains("anyOf")) {
       bool ok = false;
       for (const auto& x : s["anyOf"]) ok = ok || check(x, v);

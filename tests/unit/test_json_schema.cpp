@@ -6,12 +6,14 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "constrain/automaton.h"
 #include "constrain/json_schema.h"
+#include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
 
 namespace ib::constrain {
@@ -21,13 +23,13 @@ using json = nlohmann::ordered_json;
 
 Dfa compile(const std::string& schema, SchemaOptions o = {}) { return compile_dfa(schema_to_regex(json::parse(schema), o)); }
 
-struct KeywordCase {
+struct TableCase {
   const char* schema;
   std::vector<std::string> valid, invalid;  // compact documents
 };
 
 TEST(JsonSchema, KeywordTable) {
-  const std::vector<KeywordCase> cases = {
+  const std::vector<TableCase> cases = {
       {R"({"type":"null"})", {"null"}, {"nul", "0", "\"null\""}},
       {R"({"type":"boolean"})", {"true", "false"}, {"True", "1"}},
       {R"({"type":"integer"})", {"0", "-7", "1234567890123"}, {"01", "-0", "1.5", "+1", "1e3"}},
@@ -198,6 +200,97 @@ TEST(JsonSchema, RandomWalksOfBundledSchemasAreValidDocuments) {
       EXPECT_TRUE(validator.valid(parsed)) << name << ": walk violates the schema: " << doc;
     }
   }
+}
+
+// --- the per-keyword completeness table (keyword_cases.h; the constrain-keywords experiment) ---
+
+// Every keyword of issue #6's list has a case, with valid and invalid documents.
+TEST(KeywordCases, CoverTheIssuesKeywordList) {
+  const std::vector<std::string> issue = {
+      "type-null", "type-boolean", "type-integer", "type-number", "type-string", "type-object", "type-array", "properties",
+      "required", "additionalProperties-false", "additionalProperties-true", "additionalProperties-schema", "items",
+      "prefixItems", "minItems-maxItems", "enum", "const", "anyOf", "oneOf", "minLength-maxLength", "pattern",
+      "minimum-maximum", "format-date", "format-date-time", "format-uuid", "format-email", "$ref-local", "$ref-recursive",
+      "nullable-type-array", "whitespace-compact", "whitespace-flexible", "regex", "choice"};
+  for (const auto& name : issue) {
+    const KeywordCase* c = find_keyword_case(name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_FALSE(c->valid.empty()) << name;
+    EXPECT_FALSE(c->invalid.empty()) << name;
+  }
+  std::set<std::string> names;
+  for (const auto& n : keyword_case_names()) EXPECT_TRUE(names.insert(n).second) << "duplicate case " << n;
+}
+
+// The DFA accepts exactly the valid documents, rejects the by-design ones, and 300 random walks
+// per keyword parse and satisfy the schema by the independent validator.
+TEST(KeywordCases, DfaAcceptsExactlyTheValidDocumentsAndWalksAreValid) {
+  uint64_t seed = 7;
+  for (const auto& c : keyword_cases()) {
+    KeywordReport r = check_keyword_case(c, 300, seed++);
+    EXPECT_TRUE(r.ok()) << c.name << ": " << r.summary();
+    EXPECT_EQ(r.walks_valid, 300) << c.name;
+  }
+}
+
+TEST(KeywordCases, EveryUnsupportedKeywordGivesItsError) {
+  for (const auto& c : refusal_cases()) {
+    RefusalOutcome o = check_refusal(c);
+    EXPECT_TRUE(o.ok) << c.name << ": " << o.message;
+    EXPECT_NE(o.message.find(c.pointer), std::string::npos) << o.message;
+  }
+}
+
+// The checks can fail: a mislabelled document, a DFA that accepts more than the schema, a
+// by-design document the DFA accepts, a refusal that does not happen or names the wrong place.
+TEST(KeywordCases, BrokenCasesFail) {
+  KeywordCase mislabelled{"broken", R"({"type":"integer"})", {"1", "1.5"}, {"\"x\""}, {}};
+  KeywordReport r = check_keyword_case(mislabelled, 20, 1);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.valid_accepted, 1);
+  EXPECT_EQ(r.mislabelled, 1);
+  EXPECT_NE(r.summary().find("rejects valid `1.5`"), std::string::npos) << r.summary();
+
+  // oneOf is compiled as anyOf: with overlapping branches the walks find documents matching both.
+  KeywordCase overlapping{"oneOf-overlap", R"({"oneOf":[{"type":"integer","minimum":0,"maximum":9},{"enum":[1,2,"a"]}]})",
+                          {"0", "\"a\""}, {"10"}, {}};
+  r = check_keyword_case(overlapping, 200, 2);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(r.walks_valid, 200);
+  EXPECT_GT(r.walks_valid, 0);
+  EXPECT_NE(r.summary().find("walk violates the schema"), std::string::npos) << r.summary();
+
+  KeywordCase stale{"stale", R"({"type":"integer"})", {"1"}, {"\"1\""}, {"2"}};
+  r = check_keyword_case(stale, 5, 3);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.summary().find("the approximation is gone"), std::string::npos) << r.summary();
+
+  EXPECT_FALSE(check_keyword_case({"bad", R"({"type":"strin"})", {"1"}, {}, {}}, 5, 4).ok());
+
+  EXPECT_FALSE(check_refusal({"not-refused", R"({"type":"string"})", "type", "/type"}).ok);
+  RefusalOutcome o = check_refusal({"wrong-pointer", R"({"properties":{"a":{"not":{}}}})", "not", "/not"});
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("/properties/a/not"), std::string::npos) << o.message;
+}
+
+// Oracle fixes the table found: enum / const compare objects as unordered maps.
+TEST(SchemaValidator, EnumAndConstCompareObjectsWithoutOrder) {
+  json schema = json::parse(R"({"const":{"a":1,"b":[1,{"c":2,"d":3}]}})");
+  SchemaValidator v(schema);
+  EXPECT_TRUE(v.valid(json::parse(R"({"b":[1,{"d":3,"c":2}],"a":1.0})")));
+  EXPECT_FALSE(v.valid(json::parse(R"({"b":[{"d":3,"c":2},1],"a":1})")));
+  EXPECT_FALSE(v.valid(json::parse(R"({"a":1})")));
+}
+
+// Extra keys (additionalProperties true or a schema) never repeat a named property: its value
+// would have to satisfy the property's schema, not additionalProperties.
+TEST(JsonSchema, AdditionalKeysAreNotNamedProperties) {
+  Dfa d = compile(R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"string"},"é":{"type":"null"}},)"
+                  R"("additionalProperties":{"type":"boolean"}})");
+  EXPECT_TRUE(d.matches("{\"a\":1,\"b\":true,\"abc\":false,\"\":true,\"\xc3\xa9\xc3\xa9\":true}"));
+  EXPECT_TRUE(d.matches("{\"a\":1,\"ab\":\"x\",\"x\":true}"));
+  for (const char* doc : {"{\"a\":true}", "{\"ab\":true}", "{\"a\":1,\"a\":true}", "{\"\xc3\xa9\":true}", "{\"x\\n\":true}"})
+    EXPECT_FALSE(d.matches(doc)) << doc;
 }
 
 // --- JSON-Schema-Test-Suite (tests/data/json-schema-test-suite, MIT; see its README) ---

@@ -1,0 +1,387 @@
+// The per-keyword completeness table of the JSON Schema compiler (issue #6's keyword list), shared
+// by the `constrain-keywords` experiment and tests/unit/test_json_schema.cpp.
+//
+// A supported keyword is a small bundled case: a schema (or a regex: / choice: constraint),
+// hand-written documents that are valid and invalid, and documents that are valid by the schema
+// but outside the compiled language by design (json_schema.h's documented approximations: key
+// order, compact layout, no escapes where a pattern applies, ...). The check compiles the case to
+// a DFA and asks an oracle that does not share code with the compiler (SchemaValidator for
+// schemas, std::regex for regex:, plain membership for choice:):
+//   - the DFA accepts every valid document and rejects every invalid one;
+//   - it rejects every by-design document (one it accepts means the approximation is gone and
+//     the case is stale);
+//   - N random walks through the DFA parse with nlohmann_json and satisfy the schema;
+//   - the oracle agrees with the hand-written labels (a mislabelled case is a failure too).
+// An unsupported keyword is a schema that must be refused with a SchemaError naming the keyword
+// and the JSON pointer, in its fields and in its message.
+//
+// The cases live here, in code, rather than in a data file: the unit tests and the experiment
+// read one table, and the binary needs no file at run time to check its own compiler.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "constrain/constraint.h"
+#include "constrain/generate.h"
+#include "constrain/json_schema.h"
+#include "constrain/validator.h"
+
+namespace ib::constrain {
+
+struct KeywordCase {
+  std::string name;        // the row: "type-null", "additionalProperties-schema", "regex", ...
+  std::string constraint;  // JSON Schema text, or "regex:PATTERN" / "choice:a|b|c"
+  std::vector<std::string> valid;      // the DFA must accept them (compact, keys in schema order)
+  std::vector<std::string> invalid;    // the oracle rejects them; the DFA must too
+  std::vector<std::string> by_design;  // the oracle accepts them; the DFA rejects them by design
+  SchemaOptions options = {};
+};
+
+struct RefusalCase {
+  std::string name;     // the row: "not", "if-then-else", "$ref-remote", ...
+  std::string schema;
+  std::string keyword;  // the keyword the error must name
+  std::string pointer;  // the JSON pointer it must name
+};
+
+inline SchemaOptions flexible_whitespace() {
+  SchemaOptions o;
+  o.whitespace = SchemaOptions::Whitespace::Flexible;
+  return o;
+}
+
+inline SchemaOptions recursion(int levels) {
+  SchemaOptions o;
+  o.max_recursion = levels;
+  return o;
+}
+
+// One row per supported keyword of the issue's list (type ×7, properties, required,
+// additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/oneOf,
+// minLength/maxLength, pattern, integer minimum/maximum, format ×4, $ref/$defs, nullable,
+// whitespace), a few the compiler supports beyond it, and the regex: / choice: constraints.
+inline const std::vector<KeywordCase>& keyword_cases() {
+  static const std::vector<KeywordCase> cases = {
+      {"type-null", R"({"type":"null"})", {"null"}, {"nul", "0", "\"null\"", "false"}, {}},
+      {"type-boolean", R"({"type":"boolean"})", {"true", "false"}, {"True", "1", "\"true\""}, {}},
+      {"type-integer", R"({"type":"integer"})", {"0", "-7", "1234567890123"}, {"01", "1.5", "+1", "\"1\"", "true"},
+       // integer-valued floats, -0, and more digits than a double holds are not generated
+       {"1.0", "-0", "1e3", "12345678901234567890"}},
+      {"type-number", R"({"type":"number"})", {"0", "-0", "-0.5", "3.25e-7", "1E+9"}, {".5", "1.", "01", "1e", "NaN", "\"1\""},
+       {"1234567890123456789012", "1e123"}},
+      {"type-string", R"({"type":"string"})",
+       {"\"\"", "\"a b\"", "\"\\\"\\\\\\n\\u00e9\"", "\"\xc3\xa9\xe2\x82\xac\""},
+       {"\"a", "\"\\x\"", "\"\\ud800\"", "\"\x01\"", "'a'", "\"\xc3\""},
+       {"\"\\ud83d\\ude00\""}},  // surrogate-pair escapes: the character is written as UTF-8 instead
+      {"type-object", R"({"type":"object"})", {"{}"}, {"[]", "null", "{", "{\"a\"}"},
+       {"{\"a\":1}"}},  // without properties / additionalProperties no key is generated
+      {"type-array", R"({"type":"array"})", {"[]", "[1,\"a\",null,[true],{\"k\":{}}]"}, {"[1,]", "{}", "["},
+       {"[[[[1]]]]"}},  // items of any value are nested at most `any_depth` levels
+      {"properties", R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}}})",
+       {"{}", "{\"name\":\"Ada\"}", "{\"age\":36}", "{\"name\":\"Ada\",\"age\":36}"},
+       {"{\"name\":1}", "{\"age\":\"x\"}", "{\"name\":\"Ada\",}", "{\"name\":\"Ada\"\"age\":36}"},
+       {"{\"age\":36,\"name\":\"Ada\"}", "{\"name\":\"Ada\",\"x\":1}"}},  // schema order; no unnamed keys
+      {"required", R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name"]})",
+       {"{\"name\":\"Ada\"}", "{\"name\":\"Ada\",\"age\":36}"}, {"{}", "{\"age\":36}", "{\"name\":null}"},
+       {"{\"age\":36,\"name\":\"Ada\"}"}},
+      {"additionalProperties-false", R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false})",
+       {"{}", "{\"a\":1}"}, {"{\"b\":1}", "{\"a\":1,\"b\":2}", "{\"a\":\"x\"}"}, {}},
+      {"additionalProperties-true", R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})",
+       {"{}", "{\"a\":1,\"b\":[null]}", "{\"z\":\"x\"}"}, {"{\"a\":\"x\"}", "{\"a\":1,\"a\":\"x\"}"},
+       {"{\"b\":1,\"a\":1}", "{\"a\\nb\":1}"}},  // named keys first; extra keys without escapes
+      {"additionalProperties-schema",
+       R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})",
+       {"{}", "{\"a\":1,\"zz\":true}", "{\"q\":false,\"r\":true}", "{\"ab\":true}"},
+       {"{\"q\":1}", "{\"a\":1,\"q\":\"x\"}", "{\"a\":true}"}, {"{\"q\":true,\"a\":1}"}},
+      {"items", R"({"type":"array","items":{"type":"integer"}})", {"[]", "[1]", "[1,-2,3]"},
+       {"[1,\"a\"]", "[1.5]", "[1,]", "{}"}, {"[1.0]"}},
+      {"prefixItems", R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+       {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",\"b\"]", "[\"a\",1,2]"}, {}},
+      {"minItems-maxItems", R"({"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":3})",
+       {"[true]", "[true,false,true]"}, {"[]", "[true,true,true,true]", "[1]"}, {}},
+      {"enum", R"({"enum":["red","green",1,null,{"k":[true]}]})", {"\"red\"", "\"green\"", "1", "null", "{\"k\":[true]}"},
+       {"\"blue\"", "\"Red\"", "2", "{\"k\":[]}", "[1]"}, {"1.0"}},  // each value in its compact form only
+      {"const", R"({"const":{"tool":"search","n":2}})", {"{\"tool\":\"search\",\"n\":2}"},
+       {"{\"tool\":\"search\",\"n\":3}", "{\"tool\":\"search\"}", "\"search\""}, {"{\"n\":2,\"tool\":\"search\"}"}},
+      {"anyOf", R"({"anyOf":[{"type":"integer","minimum":0},{"type":"string","maxLength":2}]})", {"0", "42", "\"ab\"", "\"\""},
+       {"-1", "\"abc\"", "null"}, {}},
+      // Exact only for disjoint branches: oneOf is compiled as anyOf (see json_schema.h).
+      {"oneOf", R"({"oneOf":[{"type":"integer"},{"type":"string","format":"date"}]})", {"7", "\"2026-01-31\""},
+       {"\"x\"", "1.5", "null"}, {}},
+      {"allOf",
+       R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]})",
+       {"{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1}", "{\"b\":\"x\"}", "{\"a\":\"1\",\"b\":\"x\"}"}, {}},
+      {"minLength-maxLength", R"({"type":"string","minLength":2,"maxLength":4})",
+       {"\"ab\"", "\"abcd\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\""}, {"\"a\"", "\"abcde\"", "\"\""}, {}},
+      {"pattern", R"({"type":"string","pattern":"^[a-z]+-[0-9]{2,3}$"})", {"\"abc-12\"", "\"x-999\""},
+       {"\"abc-1\"", "\"ABC-12\"", "\"abc-1234\"", "\"-12\""}, {"\"abc-\\u0031\\u0032\""}},  // no escapes under a pattern
+      {"pattern-unanchored", R"({"type":"string","pattern":"[0-9]{3}"})", {"\"123\"", "\"ab123cd\""}, {"\"12\"", "\"1a2b3\""}, {}},
+      {"minimum-maximum", R"({"type":"integer","minimum":-15,"maximum":123})", {"-15", "-1", "0", "9", "99", "123"},
+       {"-16", "124", "1000", "-100"}, {"123.0"}},
+      {"exclusiveMinimum-exclusiveMaximum", R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10})", {"1", "9"},
+       {"0", "10", "-1"}, {}},
+      {"number-bounds", R"({"type":"number","minimum":-2,"exclusiveMaximum":3})", {"-2", "-1.5", "0", "2.999", "-0.25"},
+       {"-2.5", "3", "3.0", "7"}, {"2.5e-1"}},  // bounded numbers are written without exponent
+      {"format-date", R"({"type":"string","format":"date"})", {"\"2026-11-30\""}, {"\"2026-13-01\"", "\"2026-1-01\"", "\"26-01-01\""},
+       {}},
+      {"format-time", R"({"type":"string","format":"time"})", {"\"12:30:00Z\"", "\"23:59:60.5+05:30\""},
+       {"\"24:00:00Z\"", "\"12:30\""}, {}},
+      {"format-date-time", R"({"type":"string","format":"date-time"})",
+       {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:60.5+05:30\""}, {"\"2026-11-30 12:30:00Z\"", "\"2026-11-30T24:00:00Z\""}, {}},
+      {"format-uuid", R"({"type":"string","format":"uuid"})",
+       {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"123E4567-E89B-12D3-A456-426614174000\""},
+       {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""}, {}},
+      {"format-email", R"({"type":"string","format":"email"})", {"\"a.b+c@example.co.uk\"", "\"x@y.org\""},
+       {"\"@example.com\"", "\"a@b\"", "\"a b@c.de\""}, {"\"user@[192.168.0.1]\""}},  // a practical subset of RFC 5321
+      {"$ref-local", R"({"$defs":{"qty":{"type":"integer","minimum":1}},"type":"array","items":{"$ref":"#/$defs/qty"}})",
+       {"[]", "[1,5]"}, {"[0]", "[\"1\"]"}, {}},
+      {"$ref-recursive",
+       R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}}})",
+       {"{\"v\":1}", "{\"v\":1,\"kids\":[]}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]}]}"},
+       {"{}", "{\"v\":\"x\"}", "{\"v\":1,\"kids\":[{}]}"},
+       {"{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[{\"v\":4}]}]}]}"},  // deeper than max_recursion
+       recursion(2)},
+      {"nullable-type-array", R"({"type":["string","null"],"maxLength":3})", {"\"abc\"", "null"}, {"1", "\"abcd\"", "\"null\""}, {}},
+      {"nullable-openapi", R"({"type":"integer","nullable":true})", {"null", "3"}, {"\"3\"", "false"}, {}},
+      {"empty-schema", R"({})", {"1", "\"s\"", "[1,{\"a\":null}]", "{}"}, {"", "[1,", "tru"},
+       {"[[[1]]]"}},  // any value, nested at most `any_depth` levels
+      {"whitespace-compact", R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"]})",
+       {"{\"a\":[1,2]}"}, {"{\"a\":[1,2,]}", "{}"}, {"{ \"a\": [1, 2] }", "{\"a\":[1,2]}\n"}},
+      {"whitespace-flexible", R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"]})",
+       {"{ \"a\" : [ 1, 2 ] }", "{\n \"a\": [1,2]\n}", "{\"a\":[1,2]}"}, {"{ \"a\" : [ 1, ] }", "{ }"},
+       {"{\"a\":   [1]}", " {\"a\":[1]}"},  // at most max_whitespace between tokens, none outside
+       flexible_whitespace()},
+      {"regex", R"(regex:[a-z]{1,8}@[a-z]+\.(com|org))", {"ada@example.com", "x@y.org"},
+       {"Ada@example.com", "abcdefghi@x.com", "a@b.net", "a@b.com "}, {}},
+      {"choice", "choice:yes|no|maybe", {"yes", "no", "maybe"}, {"Yes", "yesno", "", "may"}, {}},
+  };
+  return cases;
+}
+
+// One row per unsupported keyword: the schema must be refused, naming the keyword and where.
+inline const std::vector<RefusalCase>& refusal_cases() {
+  static const std::vector<RefusalCase> cases = {
+      {"not", R"({"type":"object","properties":{"id":{"not":{"type":"null"}}}})", "not", "/properties/id/not"},
+      {"if-then-else", R"({"if":{"properties":{"a":{"const":1}}},"then":{"required":["b"]},"else":{}})", "if", "/if"},
+      {"dependentSchemas", R"({"type":"object","dependentSchemas":{"a":{"required":["b"]}}})", "dependentSchemas",
+       "/dependentSchemas"},
+      {"dependentRequired", R"({"type":"object","dependentRequired":{"a":["b"]}})", "dependentRequired", "/dependentRequired"},
+      {"uniqueItems", R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})", "uniqueItems", "/uniqueItems"},
+      {"contains", R"({"type":"array","contains":{"const":1}})", "contains", "/contains"},
+      {"patternProperties", R"({"type":"object","patternProperties":{"^x-":{"type":"string"}}})", "patternProperties",
+       "/patternProperties"},
+      {"propertyNames", R"({"type":"object","propertyNames":{"maxLength":3}})", "propertyNames", "/propertyNames"},
+      {"minProperties", R"({"type":"object","minProperties":1})", "minProperties", "/minProperties"},
+      {"multipleOf", R"({"type":"integer","multipleOf":5})", "multipleOf", "/multipleOf"},
+      {"unevaluatedProperties", R"({"type":"object","unevaluatedProperties":false})", "unevaluatedProperties",
+       "/unevaluatedProperties"},
+      {"$dynamicRef", R"({"items":{"$dynamicRef":"#meta"}})", "$dynamicRef", "/items/$dynamicRef"},
+      {"$ref-remote", R"({"type":"object","properties":{"addr":{"$ref":"https://example.com/address.json"}}})", "$ref",
+       "/properties/addr/$ref"},
+      {"$ref-anchor", R"({"$defs":{"a":{"type":"integer"}},"$ref":"#a"})", "$ref", "/$ref"},
+      {"format-hostname", R"({"type":"string","format":"hostname"})", "format", "/format"},
+      {"pattern-lookahead", R"({"type":"string","pattern":"^(?!admin)[a-z]+$"})", "pattern", "/pattern"},
+      {"pattern+maxLength", R"({"properties":{"code":{"type":"string","pattern":"^[A-Z]+$","maxLength":8}}})", "pattern",
+       "/properties/code"},
+      {"maximum-fractional", R"({"type":"number","maximum":2.5})", "maximum", "/maximum"},
+  };
+  return cases;
+}
+
+inline const KeywordCase* find_keyword_case(const std::string& name) {
+  for (const auto& c : keyword_cases())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+inline const RefusalCase* find_refusal_case(const std::string& name) {
+  for (const auto& c : refusal_cases())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+// Every row name: the supported keywords, then the refused ones.
+inline std::vector<std::string> keyword_case_names() {
+  std::vector<std::string> out;
+  for (const auto& c : keyword_cases()) out.push_back(c.name);
+  for (const auto& c : refusal_cases()) out.push_back(c.name);
+  return out;
+}
+
+// The oracle: does `doc` satisfy the constraint? Independent of the regex engine and the DFA.
+class KeywordOracle {
+ public:
+  explicit KeywordOracle(const std::string& constraint) {
+    if (constraint.rfind("regex:", 0) == 0) {
+      regex_ = std::regex(constraint.substr(6), std::regex::ECMAScript);
+      kind_ = Kind::Regex;
+    } else if (constraint.rfind("choice:", 0) == 0) {
+      const std::string rest = constraint.substr(7);
+      for (size_t pos = 0;;) {
+        const size_t bar = rest.find('|', pos);
+        choices_.insert(rest.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
+        if (bar == std::string::npos) break;
+        pos = bar + 1;
+      }
+      kind_ = Kind::Choice;
+    } else {
+      schema_ = nlohmann::ordered_json::parse(constraint);
+      kind_ = Kind::Schema;
+    }
+  }
+  // Schemas: the document must parse with nlohmann_json (`*why` says so when it does not).
+  bool valid(const std::string& doc, std::string* why = nullptr) const {
+    if (kind_ == Kind::Regex) return std::regex_match(doc, regex_);
+    if (kind_ == Kind::Choice) return choices_.count(doc) != 0;
+    auto parsed = nlohmann::ordered_json::parse(doc, nullptr, false);
+    if (parsed.is_discarded()) {
+      if (why) *why = "not JSON";
+      return false;
+    }
+    if (why) *why = "violates the schema";
+    return SchemaValidator(schema_).valid(parsed);
+  }
+
+ private:
+  enum class Kind { Schema, Regex, Choice };
+  Kind kind_ = Kind::Schema;
+  nlohmann::ordered_json schema_;
+  std::regex regex_;
+  std::set<std::string> choices_;
+};
+
+// A document as a row's note shows it: control and non-ASCII bytes as \xHH, long ones cut.
+inline std::string show_document(const std::string& doc, size_t max_bytes = 60) {
+  std::string out = "`";
+  for (size_t i = 0; i < doc.size() && i < max_bytes; ++i) {
+    const unsigned char c = static_cast<unsigned char>(doc[i]);
+    out += c >= 0x20 && c < 0x7F && c != '`' ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+  }
+  if (doc.size() > max_bytes) out += "…";
+  return out + "`";
+}
+
+struct KeywordReport {
+  bool compiled = false;
+  int32_t dfa_states = 0;
+  int valid_accepted = 0, valid_docs = 0;
+  int invalid_rejected = 0, invalid_docs = 0;
+  int by_design_rejected = 0, by_design_docs = 0;
+  int walks_valid = 0, walks = 0;
+  int mislabelled = 0;                 // hand-written documents the oracle disagrees with
+  std::vector<std::string> problems;   // what went wrong, first ones first
+
+  int disagreements() const {
+    return (compiled ? 0 : 1) + (valid_docs - valid_accepted) + (invalid_docs - invalid_rejected) +
+           (by_design_docs - by_design_rejected) + (walks - walks_valid) + mislabelled;
+  }
+  bool ok() const { return disagreements() == 0; }
+  std::string summary() const {
+    std::string s = fmt::format("valid accepted {}/{}, invalid rejected {}/{}, by design rejected {}/{}, walks valid {}/{}",
+                                valid_accepted, valid_docs, invalid_rejected, invalid_docs, by_design_rejected, by_design_docs,
+                                walks_valid, walks);
+    if (mislabelled) s += fmt::format(", mislabelled documents {}", mislabelled);
+    const size_t shown = std::min<size_t>(problems.size(), 3);
+    for (size_t i = 0; i < shown; ++i) s += (i == 0 ? ": " : "; ") + problems[i];
+    if (problems.size() > shown) s += fmt::format("; and {} more", problems.size() - shown);
+    return s;
+  }
+};
+
+// Compiles the case and checks it against the oracle (see the top of this file); `walks`
+// random documents from the DFA, drawn with generate.h's random_document from `seed`.
+inline KeywordReport check_keyword_case(const KeywordCase& c, int walks, uint64_t seed) {
+  KeywordReport r;
+  const bool schema = c.constraint.rfind("regex:", 0) != 0 && c.constraint.rfind("choice:", 0) != 0;
+  CompiledConstraint compiled;
+  std::unique_ptr<KeywordOracle> oracle;
+  try {
+    compiled = compile_constraint(schema ? "keyword case " + c.name : c.constraint, c.constraint, c.options);
+    oracle = std::make_unique<KeywordOracle>(c.constraint);
+  } catch (const std::exception& e) {
+    r.problems.push_back(std::string("does not compile: ") + e.what());
+    return r;
+  }
+  r.compiled = true;
+  const Dfa& dfa = *compiled.dfa;
+  r.dfa_states = dfa.num_states;
+
+  for (const auto& d : c.valid) {
+    ++r.valid_docs;
+    if (dfa.matches(d)) ++r.valid_accepted;
+    else r.problems.push_back("rejects valid " + show_document(d));
+    if (!oracle->valid(d)) {
+      ++r.mislabelled;
+      r.problems.push_back("case error: the oracle rejects 'valid' " + show_document(d));
+    }
+  }
+  for (const auto& d : c.invalid) {
+    ++r.invalid_docs;
+    if (!dfa.matches(d)) ++r.invalid_rejected;
+    else r.problems.push_back("accepts invalid " + show_document(d));
+    if (oracle->valid(d)) {
+      ++r.mislabelled;
+      r.problems.push_back("case error: the oracle accepts 'invalid' " + show_document(d));
+    }
+  }
+  for (const auto& d : c.by_design) {
+    ++r.by_design_docs;
+    if (!dfa.matches(d)) ++r.by_design_rejected;
+    else r.problems.push_back("accepts by-design " + show_document(d) + " (the approximation is gone: update the case)");
+    if (!oracle->valid(d)) {
+      ++r.mislabelled;
+      r.problems.push_back("case error: the oracle rejects by-design " + show_document(d) + " (it is simply invalid)");
+    }
+  }
+
+  const std::vector<int32_t> dist = distance_to_accept(dfa);
+  std::mt19937_64 rng(seed);
+  r.walks = walks;
+  if (dist[static_cast<size_t>(dfa.start)] < 0) {
+    r.problems.push_back("the DFA accepts no document");
+    return r;
+  }
+  for (int i = 0; i < walks; ++i) {
+    const std::string doc = random_document(dfa, dist, dfa.start, rng);
+    std::string why = "does not match";
+    if (oracle->valid(doc, &why)) ++r.walks_valid;
+    else r.problems.push_back("walk " + why + ": " + show_document(doc));
+  }
+  return r;
+}
+
+struct RefusalOutcome {
+  bool ok = false;
+  std::string message;  // the compiler's error when ok, else what went wrong
+};
+
+// The schema must be refused with a SchemaError whose keyword and pointer are the expected ones
+// and whose message names both.
+inline RefusalOutcome check_refusal(const RefusalCase& c) {
+  try {
+    schema_to_regex(nlohmann::ordered_json::parse(c.schema));
+    return {false, "compiled: '" + c.keyword + "' was not refused"};
+  } catch (const SchemaError& e) {
+    const std::string what = e.what();
+    if (e.keyword() != c.keyword || e.pointer() != c.pointer)
+      return {false, fmt::format("refused as keyword '{}' at '{}', expected '{}' at '{}': {}", e.keyword(), e.pointer(), c.keyword,
+                                 c.pointer, what)};
+    if (what.find(c.keyword) == std::string::npos || what.find(c.pointer.empty() ? "/" : c.pointer) == std::string::npos)
+      return {false, "the message does not name the keyword and the pointer: " + what};
+    return {true, what};
+  } catch (const std::exception& e) {
+    return {false, std::string("refused with another error than SchemaError: ") + e.what()};
+  }
+}
+
+}  // namespace ib::constrain

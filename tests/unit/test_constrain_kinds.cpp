@@ -3,6 +3,7 @@
 
 #include "../common/run_kind.h"
 
+#include "constrain/keyword_cases.h"
 #include "core/runner.h"
 #include "core/spec.h"
 
@@ -55,6 +56,45 @@ TEST(ConstrainKinds, CpuOverheadPicksTheMaskedArgmax) {
   auto r = run_spec_text("  - {name: o, kind: constrain-overhead, variants: [cpu_lm_head_argmax, cpu_lm_head_masked_argmax],"
                          " baseline: cpu_lm_head_argmax, model: tiny, mask_density: 0.01}\n");
   expect_all_ok(r, 2);
+}
+
+// Supported keywords pass their case; a refused keyword is an `unsupported` row whose note is
+// the compiler's error, naming the keyword and the JSON pointer.
+TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
+  auto r = run_spec_text("  - {name: k, kind: constrain-keywords, variants: [dfa], walks: 30,"
+                         " keyword: [additionalProperties-schema, $ref-recursive, regex, not, pattern+maxLength]}\n");
+  ASSERT_EQ(r.rows.size(), 5u);
+  for (size_t i = 0; i < 3; ++i) {
+    const Row& row = r.rows[i];
+    ASSERT_EQ(row.status, RowStatus::Ok) << row.point.label() << ": " << row.message;
+    ASSERT_TRUE(row.validation && row.validation->ok);
+    EXPECT_EQ(metric(row, "valid_accepted"), metric(row, "valid_docs"));
+    EXPECT_EQ(metric(row, "invalid_rejected"), metric(row, "invalid_docs"));
+    EXPECT_EQ(metric(row, "walks_valid"), 30);
+    EXPECT_GT(metric(row, "dfa_states"), 3);
+  }
+  EXPECT_GT(metric(r.rows[0], "by_design_rejected"), 0);
+  EXPECT_EQ(r.rows[3].status, RowStatus::Unsupported);
+  EXPECT_EQ(r.rows[3].message, "error: schema /properties/id/not: unsupported keyword 'not'");
+  EXPECT_EQ(r.rows[4].status, RowStatus::Unsupported);
+  EXPECT_NE(r.rows[4].message.find("/properties/code"), std::string::npos) << r.rows[4].message;
+  EXPECT_NE(r.rows[4].message.find("pattern"), std::string::npos) << r.rows[4].message;
+}
+
+// The specs run every case of the table, and nothing else.
+TEST(ConstrainKinds, KeywordExperimentListsEveryCase) {
+  for (const char* file : {"constrain.yaml", "chapter8.yaml"}) {
+    Spec spec = load_spec(std::string(IB_SOURCE_DIR) + "/experiments/" + file, SpecOptions{});
+    const ExperimentSpec* e = nullptr;
+    for (const auto& x : spec.experiments)
+      if (x.kind == "constrain-keywords") e = &x;
+    ASSERT_NE(e, nullptr) << file;
+    std::vector<std::string> listed;
+    for (const auto& a : e->axes)
+      if (a.key == "keyword")
+        for (const auto& v : a.values) listed.push_back(std::get<std::string>(v));
+    EXPECT_EQ(listed, constrain::keyword_case_names()) << file;
+  }
 }
 
 TEST(ConstrainKinds, UnknownSchemaIsAFailedRowWithTheReason) {

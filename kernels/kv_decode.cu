@@ -1,6 +1,6 @@
 // Decode attention over a bf16 / FP8 e4m3 / INT8 KV cache, contiguous or paged (split-K
 // flash-decoding), and the kernels that fill such a cache: staging of the counter-based inputs,
-// FP8 calibration (amax) and quantize-on-append; the same for an int4 KIVI cache (contiguous).
+// FP8 calibration (amax) and quantize-on-append; the same for an int4 / int2 KIVI cache (contiguous).
 #include "kv_decode.h"
 
 #include <cuda_fp16.h>
@@ -632,20 +632,23 @@ __global__ void __launch_bounds__(kAppendWarps * 32) kv_append_kernel(const Appe
 
 
 // =====================================================================================
-// int4 (KIVI) decode attention and quantize-on-append
+// int4 / int2 (KIVI) decode attention and quantize-on-append
 // =====================================================================================
 //
 // v1 (simple before fast): grid (splits, kv_heads · head chunks, batch), 4 warps per block. A
 // split is a run of whole key groups; warp w takes groups w, w + 4, ... of it, one token at a
 // time: lane l holds channels [l·D/32, (l+1)·D/32) (2, 4 or 8, one value group since G is a
-// multiple of D/32), dequantizes its nibbles of the key row through the group's per-channel
+// multiple of D/32), dequantizes its B-bit codes of the key row through the group's per-channel
 // (scale, zero) (loaded once per group) and the value row through the token's per-group pair,
 // and the lanes' dot products meet through xor-shuffles. The group past the last full one is the
 // bf16 residual. Online softmax in base 2 per query head, rescaled every token; the warps merge
-// through shared memory and the splits through kv_merge_kernel.
+// through shared memory and the splits through kv_merge_kernel. B (4 or 2) is a template
+// parameter: it only changes how many bytes a lane reads and the shifts that unpack them.
 constexpr int kKiviWarps = 4;
 constexpr int kKiviThreads = kKiviWarps * 32;
-static_assert(kvcache::kKiviBits == 4, "the int4 kernels unpack nibbles");
+
+// "int4" / "int2": the format a KIVI cache of `bits` holds, for messages.
+std::string kivi_name(int bits) { return "int" + std::to_string(bits); }
 
 struct KiviArgs {
   const uint8_t* k_codes;
@@ -667,17 +670,28 @@ struct KiviArgs {
 __device__ __forceinline__ float fp16_lo(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair & 0xffffu))); }
 __device__ __forceinline__ float fp16_hi(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair >> 16))); }
 
-// The lane's CPL nibbles of a packed row (CPL / 2 bytes at byte offset lane · CPL / 2).
-template <int CPL>
+// The lane's CPL codes of B bits in a packed row: CPL·B bits at bit offset lane·CPL·B, channel
+// c0 + i in bits i·B (kv_format.h's packing). 4 bits (int2 at D = 64) are half a byte.
+template <int B, int CPL>
 __device__ __forceinline__ uint32_t lane_codes(const uint8_t* row, int lane) {
-  if constexpr (CPL == 2) return row[lane];
-  else if constexpr (CPL == 4) return reinterpret_cast<const uint16_t*>(row)[lane];
+  constexpr int kBits = B * CPL;
+  if constexpr (kBits == 4) return (static_cast<uint32_t>(row[lane >> 1]) >> ((lane & 1) * 4)) & 0xfu;
+  else if constexpr (kBits == 8) return row[lane];
+  else if constexpr (kBits == 16) return reinterpret_cast<const uint16_t*>(row)[lane];
   else return reinterpret_cast<const uint32_t*>(row)[lane];
 }
 
-template <int D, int NG>
-__global__ void __launch_bounds__(kKiviThreads) kivi_decode_kernel(const KiviArgs a) {
+// Blocks per SM the kernel asks ptxas to fit (__launch_bounds__'s second argument; 0: no
+// minimum, ptxas's default). Given none, ptxas squeezes the kernels that keep 64 or more floats of
+// q and acc per lane (D·NG >= 1024) into 128 registers and spills 4 bytes (int4 at D = 256 with 4
+// heads, int2 at D = 128 with 8); asking for one block lets them take the ~145 they need.
+constexpr int kivi_min_blocks(int d, int ng) { return d * ng >= 1024 ? 1 : 0; }
+
+template <int B, int D, int NG>
+__global__ void __launch_bounds__(kKiviThreads, kivi_min_blocks(D, NG)) kivi_decode_kernel(const KiviArgs a) {
   constexpr int CPL = D / 32;
+  constexpr uint32_t kMask = (1u << B) - 1;
+  static_assert(B == 4 || B == 2, "KIVI codes are 4 or 2 bits");
   __shared__ float s_acc[kKiviWarps][NG][D];
   __shared__ float s_m[kKiviWarps][NG], s_l[kKiviWarps][NG];
   const int split = blockIdx.x;
@@ -708,7 +722,7 @@ __global__ void __launch_bounds__(kKiviThreads) kivi_decode_kernel(const KiviArg
     for (int i = 0; i < CPL; ++i) acc[h][i] = 0.0f;
   }
 
-  const size_t row_bytes = D / 2;
+  const size_t row_bytes = D * B / 8;
   for (int j = g0 + warp; j < g1; j += kKiviWarps) {  // warp-uniform
     const int t0 = j * G, cnt = min(G, n - t0);
     const bool full = t0 < nq;
@@ -727,14 +741,14 @@ __global__ void __launch_bounds__(kKiviThreads) kivi_decode_kernel(const KiviArg
       float kf[CPL], vf[CPL];
       if (full) {
         const size_t row = seq_head * a.capacity + t;
-        const uint32_t kc = lane_codes<CPL>(a.k_codes + row * row_bytes, lane);
-        const uint32_t vc = lane_codes<CPL>(a.v_codes + row * row_bytes, lane);
+        const uint32_t kc = lane_codes<B, CPL>(a.k_codes + row * row_bytes, lane);
+        const uint32_t vc = lane_codes<B, CPL>(a.v_codes + row * row_bytes, lane);
         const uint32_t vp = __ldg(a.v_params + row * (D / G) + c0 / G);
         const float vs = fp16_lo(vp), vz = fp16_hi(vp);
 #pragma unroll
         for (int i = 0; i < CPL; ++i) {
-          kf[i] = kz[i] + static_cast<float>((kc >> (4 * i)) & 0xfu) * ks[i];
-          vf[i] = vz + static_cast<float>((vc >> (4 * i)) & 0xfu) * vs;
+          kf[i] = kz[i] + static_cast<float>((kc >> (B * i)) & kMask) * ks[i];
+          vf[i] = vz + static_cast<float>((vc >> (B * i)) & kMask) * vs;
         }
       } else {
         const size_t at = (seq_head * G + u) * D + c0;
@@ -810,24 +824,29 @@ int kivi_head_chunks(const KiviDecodeParams& p) {
 
 using KiviKernel = void (*)(KiviArgs);
 
-template <int D>
+template <int B, int D>
 KiviKernel kivi_pick_heads(int g) {
   switch (g) {
-    case 1: return kivi_decode_kernel<D, 1>;
-    case 2: return kivi_decode_kernel<D, 2>;
-    case 4: return kivi_decode_kernel<D, 4>;
-    default: return kivi_decode_kernel<D, 8>;
+    case 1: return kivi_decode_kernel<B, D, 1>;
+    case 2: return kivi_decode_kernel<B, D, 2>;
+    case 4: return kivi_decode_kernel<B, D, 4>;
+    default: return kivi_decode_kernel<B, D, 8>;
+  }
+}
+
+template <int B>
+KiviKernel kivi_pick_dim(int head_dim, int g) {
+  switch (head_dim) {
+    case 64: return kivi_pick_heads<B, 64>(g);
+    case 128: return kivi_pick_heads<B, 128>(g);
+    case 256: return kivi_pick_heads<B, 256>(g);
+    default: throw std::logic_error("kivi decode: no kernel for this head_dim");
   }
 }
 
 KiviKernel kivi_kernel_for(const KiviDecodeParams& p) {
   const int g = kivi_heads_per_block(p.heads / p.cache.kv_heads);
-  switch (p.cache.head_dim) {
-    case 64: return kivi_pick_heads<64>(g);
-    case 128: return kivi_pick_heads<128>(g);
-    case 256: return kivi_pick_heads<256>(g);
-    default: throw std::logic_error("kivi decode: no kernel for this head_dim");
-  }
+  return p.cache.bits == 2 ? kivi_pick_dim<2>(p.cache.head_dim, g) : kivi_pick_dim<4>(p.cache.head_dim, g);
 }
 
 // v1: grid (key groups the append touches, kv_heads, batch), one thread per channel (blockDim =
@@ -835,6 +854,7 @@ KiviKernel kivi_kernel_for(const KiviDecodeParams& p) {
 // keys of channel c by thread c over the group's tokens, each token's values by the lanes of its
 // channel group, meeting through xor-shuffles of width G), then the tokens of an incomplete last
 // group are copied to the residual (after the first launch has read the residual it replaces).
+// The 8/B codes of a byte come from as many neighbouring lanes (shuffled down to the first).
 struct KiviAppendArgs {
   KiviCacheView c;
   int key_groups;
@@ -844,6 +864,14 @@ struct KiviAppendArgs {
   const int32_t* first;
   const int32_t* count;
 };
+
+// Channel ch's code into its byte of a packed row: the first lane of every 8/bits writes the byte.
+__device__ __forceinline__ void put_code(uint8_t* row, int ch, int bits, uint32_t code) {
+  const int per = 8 / bits;
+  uint32_t byte = code;
+  for (int i = 1; i < per; ++i) byte |= __shfl_down_sync(0xffffffffu, code, i) << (i * bits);
+  if (ch % per == 0) row[ch / per] = static_cast<uint8_t>(byte);
+}
 
 __global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
   const KiviCacheView& c = a.c;
@@ -868,7 +896,8 @@ __global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
   auto value = [&](const uint16_t* res, const uint16_t* src, int t) {
     return bf16_bits_to_float(t < f ? res[(seq_head * G + (t - gt0)) * D + ch] : fresh(src, t));
   };
-  const size_t row_bytes = static_cast<size_t>(D) / 2;
+  const int bits = c.bits;
+  const size_t row_bytes = static_cast<size_t>(D) * bits / 8;
   // Keys: channel ch over the group's G tokens.
   float lo = value(c.k_residual, a.k_new, gt0), hi = lo;
   for (int t = gt0 + 1; t < gt0 + G; ++t) {
@@ -876,13 +905,12 @@ __global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
     lo = fminf(lo, x);
     hi = fmaxf(hi, x);
   }
-  const kvcache::KiviRange kr = kvcache::kivi_range(lo, hi, kvcache::kKiviBits);
+  const kvcache::KiviRange kr = kvcache::kivi_range(lo, hi, bits);
   c.k_params[(seq_head * a.key_groups + j) * D + ch] = kr.scale | (static_cast<uint32_t>(kr.zero) << 16);
   const float kscale = fp16_bits_to_float(kr.scale), kzero = fp16_bits_to_float(kr.zero);
   for (int t = gt0; t < gt0 + G; ++t) {
-    const uint32_t code = kvcache::kivi_quantize(value(c.k_residual, a.k_new, t), kscale, kzero, kvcache::kKiviBits);
-    const uint32_t next = __shfl_down_sync(0xffffffffu, code, 1);
-    if ((ch & 1) == 0) c.k_codes[(seq_head * c.capacity + t) * row_bytes + ch / 2] = static_cast<uint8_t>(code | (next << 4));
+    const uint32_t code = kvcache::kivi_quantize(value(c.k_residual, a.k_new, t), kscale, kzero, bits);
+    put_code(c.k_codes + (seq_head * c.capacity + t) * row_bytes, ch, bits, code);
   }
   // Values: token t, the G channels of ch's group.
   for (int t = gt0; t < gt0 + G; ++t) {
@@ -892,12 +920,11 @@ __global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
       vlo = fminf(vlo, __shfl_xor_sync(0xffffffffu, vlo, off));
       vhi = fmaxf(vhi, __shfl_xor_sync(0xffffffffu, vhi, off));
     }
-    const kvcache::KiviRange vr = kvcache::kivi_range(vlo, vhi, kvcache::kKiviBits);
+    const kvcache::KiviRange vr = kvcache::kivi_range(vlo, vhi, bits);
     const size_t row = seq_head * c.capacity + t;
     if (ch % G == 0) c.v_params[row * (D / G) + ch / G] = vr.scale | (static_cast<uint32_t>(vr.zero) << 16);
-    const uint32_t code = kvcache::kivi_quantize(x, fp16_bits_to_float(vr.scale), fp16_bits_to_float(vr.zero), kvcache::kKiviBits);
-    const uint32_t next = __shfl_down_sync(0xffffffffu, code, 1);
-    if ((ch & 1) == 0) c.v_codes[row * row_bytes + ch / 2] = static_cast<uint8_t>(code | (next << 4));
+    const uint32_t code = kvcache::kivi_quantize(x, fp16_bits_to_float(vr.scale), fp16_bits_to_float(vr.zero), bits);
+    put_code(c.v_codes + row * row_bytes, ch, bits, code);
   }
 }
 
@@ -1044,14 +1071,17 @@ void launch_kv_amax(float* k_amax, float* v_amax, const uint16_t* k_new, const u
 
 std::string kivi_decode_unsupported(const KiviDecodeParams& p) {
   const KiviCacheView& c = p.cache;
-  if (c.batch < 1 || p.heads < 1 || c.kv_heads < 1) return "int4 decode needs batch, heads and kv_heads >= 1";
-  if (p.heads % c.kv_heads != 0) return "int4 decode needs heads to be a multiple of kv_heads";
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) return "int4 decode supports head_dim 64, 128 and 256";
+  if (c.bits != 4 && c.bits != 2) return "KIVI decode supports 4-bit (int4) and 2-bit (int2) codes";
+  const std::string name = kivi_name(c.bits);
+  if (c.batch < 1 || p.heads < 1 || c.kv_heads < 1) return name + " decode needs batch, heads and kv_heads >= 1";
+  if (p.heads % c.kv_heads != 0) return name + " decode needs heads to be a multiple of kv_heads";
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) return name + " decode supports head_dim 64, 128 and 256";
   if (c.group != 8 && c.group != 16 && c.group != 32)
-    return "int4 on CUDA supports int4_group 8, 16 and 32 (a value group is a power-of-two run of a warp's lanes)";
-  if (c.batch > 65535) return "int4 decode supports at most 65535 sequences per launch";
-  if (static_cast<int64_t>(c.kv_heads) * kivi_head_chunks(p) > 65535) return "int4 decode supports at most 65535 (kv head, head chunk) blocks";
-  if (p.splits < 0 || p.splits > kMaxSplits) return "int4 decode needs splits in 0..4096";
+    return name + " on CUDA supports " + name + "_group 8, 16 and 32 (a value group is a power-of-two run of a warp's lanes)";
+  if (c.batch > 65535) return name + " decode supports at most 65535 sequences per launch";
+  if (static_cast<int64_t>(c.kv_heads) * kivi_head_chunks(p) > 65535)
+    return name + " decode supports at most 65535 (kv head, head chunk) blocks";
+  if (p.splits < 0 || p.splits > kMaxSplits) return name + " decode needs splits in 0..4096";
   return {};
 }
 
@@ -1073,7 +1103,7 @@ size_t kivi_decode_workspace_floats(const KiviDecodeParams& p, int splits) {
 void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream) {
   if (std::string why = kivi_decode_unsupported(p); !why.empty()) throw std::invalid_argument(why);
   const KiviCacheView& c = p.cache;
-  const int splits = launch_splits(p, kivi_decode_splits, "int4 decode");
+  const int splits = launch_splits(p, kivi_decode_splits, (kivi_name(c.bits) + " decode").c_str());
   KiviArgs a{};
   a.k_codes = c.k_codes;
   a.v_codes = c.v_codes;
@@ -1097,8 +1127,10 @@ void launch_kivi_decode(const KiviDecodeParams& p, cudaStream_t stream) {
 void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens, const int32_t* first,
                         const int32_t* count, cudaStream_t stream) {
   if (cache.batch * cache.kv_heads == 0 || n_tokens == 0) return;
-  if (cache.head_dim % 32 != 0 || cache.head_dim > 1024 || (cache.group != 8 && cache.group != 16 && cache.group != 32))
-    throw std::invalid_argument("int4 append needs head_dim a multiple of 32 (<= 1024) and group 8, 16 or 32");
+  if (cache.head_dim % 32 != 0 || cache.head_dim > 1024 || (cache.group != 8 && cache.group != 16 && cache.group != 32) ||
+      (cache.bits != 4 && cache.bits != 2))
+    throw std::invalid_argument(kivi_name(cache.bits) +
+                                " append needs head_dim a multiple of 32 (<= 1024), group 8, 16 or 32 and 4 or 2 bits");
   const KiviAppendArgs a{cache, (cache.capacity + cache.group - 1) / cache.group, k_new, v_new, n_tokens, first, count};
   const dim3 grid(static_cast<unsigned>(n_tokens / cache.group + 2), static_cast<unsigned>(cache.kv_heads),
                   static_cast<unsigned>(cache.batch));

@@ -1,5 +1,5 @@
 // Decode attention over a KV cache stored in bf16, FP8 e4m3 or INT8 (dequantized in registers),
-// contiguous or paged (block tables), or int4 KIVI (contiguous), split-K ("flash-decoding"): `splits` blocks share each
+// contiguous or paged (block tables), or int4 / int2 KIVI (contiguous), split-K ("flash-decoding"): `splits` blocks share each
 // (sequence, kv head), write partial (max, sum, output) to a workspace, and a second kernel
 // merges them. The layouts and quantization rules are those of lib/kvcache/decode_problem.h and
 // lib/kvcache/kv_format.h.
@@ -64,16 +64,17 @@ void launch_kv_append(const KvCacheView& cache, const uint16_t* k_new, const uin
 void launch_kv_amax(float* k_amax, float* v_amax, const uint16_t* k_new, const uint16_t* v_new, int batch, int kv_heads,
                     int head_dim, int n_tokens, const int32_t* count, cudaStream_t stream);
 
-// ---- int4 (KIVI) cache, contiguous (layouts of lib/kvcache/decode_problem.h, rules of
-// lib/kvcache/kv_format.h with B = 4) ----
+// ---- int4 / int2 (KIVI) cache, contiguous (layouts of lib/kvcache/decode_problem.h, rules of
+// lib/kvcache/kv_format.h with B = bits, 4 or 2) ----
 struct KiviCacheView {
-  uint8_t* k_codes = nullptr;    // [batch][kv_heads][capacity][head_dim / 2] packed nibbles
+  uint8_t* k_codes = nullptr;    // [batch][kv_heads][capacity][head_dim · bits / 8] packed codes, 8 / bits per byte
   uint8_t* v_codes = nullptr;
   uint32_t* k_params = nullptr;  // [batch][kv_heads][ceil(capacity / group)][head_dim]: fp16 scale | fp16 zero << 16
   uint32_t* v_params = nullptr;  // [batch][kv_heads][capacity][head_dim / group]
   uint16_t* k_residual = nullptr;  // [batch][kv_heads][group][head_dim] bf16: the last length mod group tokens
   uint16_t* v_residual = nullptr;
   int batch = 1, kv_heads = 1, head_dim = 128, capacity = 0, group = 32;
+  int bits = 4;  // B: 4 (int4) or 2 (int2)
 };
 
 struct KiviDecodeParams {

@@ -1,12 +1,12 @@
 // CPU variants of `kv-quant` and `kv-paged`: decode attention over a bf16 / FP8 / INT8 cache,
-// contiguous or paged, and over an int4 (KIVI) cache, contiguous, with the layouts of
+// contiguous or paged, and over an int4 or int2 (KIVI) cache, contiguous, with the layouts of
 // decode_problem.h. The cache is written by the host quantizer; the attention reads the stored
 // bytes and dequantizes a row at a time (FP8 by moving its bits into a float's, its per-head
 // scales folded into the query and the output; INT8's per-token scales applied to the score and
-// the probability; int4's packed codes through the key group's per-channel and the token's
+// the probability; KIVI's packed codes through the key group's per-channel and the token's
 // per-group (scale, zero), its residual tokens read as bf16). Threads take (sequence, kv head,
 // split) tasks; each split keeps its own online-softmax state and the splits are merged at the
-// end, as the CUDA kernel does. int4 splits are whole key groups.
+// end, as the CUDA kernel does. KIVI splits are whole key groups.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,14 +41,14 @@ class CpuKvDecode : public Variant {
     seed_ = seed;
     const int d = s_.head_dim;
     elem_ = s_.format == KvFormat::BF16 ? 2 : 1;
-    if (s_.format == KvFormat::INT4) allocate_kivi();
+    if (is_kivi(s_.format)) allocate_kivi();
     int64_t slots = int64_t{s_.batch} * s_.context;
     if (s_.paged()) {
       tables_ = build_block_tables(s_, seed);
       slots = int64_t{tables_.num_blocks} * s_.block_size;
     }
     const size_t token_heads = static_cast<size_t>(slots) * static_cast<size_t>(s_.kv_heads);
-    if (s_.format != KvFormat::INT4) {
+    if (!is_kivi(s_.format)) {
       k_.allocate(token_heads * static_cast<size_t>(d) * elem_, "K cache");
       v_.allocate(token_heads * static_cast<size_t>(d) * elem_, "V cache");
     }
@@ -91,10 +91,11 @@ class CpuKvDecode : public Variant {
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
     parallel_for(pairs * static_cast<size_t>(splits_), [&](size_t lo, size_t hi) {
       std::vector<float> ws(static_cast<size_t>(s_.group()) * (kTile + static_cast<size_t>(s_.head_dim)) + static_cast<size_t>(s_.head_dim));
-      if (s_.format == KvFormat::INT4) {
+      if (is_kivi(s_.format)) {
         const size_t g = static_cast<size_t>(s_.group()), d = static_cast<size_t>(s_.head_dim);
         ws.resize(g * (static_cast<size_t>(s_.kivi_group) + 2 * d + 1 + d / static_cast<size_t>(s_.kivi_group)) + d);
-        for (size_t t = lo; t < hi; ++t) kivi_split_task(t / splits_, static_cast<int>(t % splits_), ws.data());
+        const auto task = s_.format == KvFormat::INT2 ? &CpuKvDecode::kivi_split_task<2> : &CpuKvDecode::kivi_split_task<4>;
+        for (size_t t = lo; t < hi; ++t) (this->*task)(t / splits_, static_cast<int>(t % splits_), ws.data());
         return;
       }
       for (size_t t = lo; t < hi; ++t) split_task(t / splits_, static_cast<int>(t % splits_), ws.data());
@@ -111,8 +112,7 @@ class CpuKvDecode : public Variant {
 
  private:
   DecodeShape shape_of(const Point& p) const {
-    DecodeShape s = decode_shape(p);
-    if (format_) s.format = *format_;
+    DecodeShape s = decode_shape(p, format_);
     if (layout_ == Layout::Contiguous) s.block_size = 0;
     return s;
   }
@@ -141,7 +141,7 @@ class CpuKvDecode : public Variant {
 
   void store(int b, int kvh) {
     const StoredHead h = quantize_head(s_, in_, b, kvh);
-    if (s_.format == KvFormat::INT4) return store_kivi(b, kvh, h);
+    if (is_kivi(s_.format)) return store_kivi(b, kvh, h);
     const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
     for (int t = 0; t < s_.length(b); ++t) {
       const size_t at = slot(b, kvh, t);
@@ -159,7 +159,7 @@ class CpuKvDecode : public Variant {
   }
 
   StoredHead fetch(int b, int kvh) const {
-    if (s_.format == KvFormat::INT4) return fetch_kivi(b, kvh);
+    if (is_kivi(s_.format)) return fetch_kivi(b, kvh);
     StoredHead h;
     const size_t row = static_cast<size_t>(s_.head_dim) * elem_;
     const int n = s_.length(b);
@@ -292,9 +292,9 @@ class CpuKvDecode : public Variant {
       }
   }
 
-  // ---- int4 (KIVI), contiguous: the buffers of decode_problem.h ----
+  // ---- int4 / int2 (KIVI), contiguous: the buffers of decode_problem.h ----
 
-  size_t kivi_row() const { return static_cast<size_t>(kivi_row_bytes(s_.head_dim, kKiviBits)); }
+  size_t kivi_row() const { return static_cast<size_t>(kivi_row_bytes(s_.head_dim, kivi_bits(s_.format))); }
   size_t kivi_groups() const { return static_cast<size_t>((s_.context + s_.kivi_group - 1) / s_.kivi_group); }
 
   void allocate_kivi() {
@@ -340,21 +340,22 @@ class CpuKvDecode : public Variant {
     return h;
   }
 
-  // Packed codes of a row -> floats (B = 4: the even channel in the low nibble).
+  // Packed B-bit codes of a row -> floats (channel c in bits (c mod 8/B)·B of byte c / (8/B)).
+  template <int B>
   static void unpack_codes(const uint8_t* src, int d, float* dst) {
-    for (int i = 0; i < d / 2; ++i) {
-      dst[2 * i] = static_cast<float>(src[i] & 0xfu);
-      dst[2 * i + 1] = static_cast<float>(src[i] >> 4);
-    }
+    constexpr int kPer = 8 / B;
+    constexpr uint32_t kMask = (1u << B) - 1;
+    for (int i = 0; i < d / kPer; ++i)
+      for (int j = 0; j < kPer; ++j) dst[kPer * i + j] = static_cast<float>((static_cast<uint32_t>(src[i]) >> (j * B)) & kMask);
   }
 
-  // split_task for int4: key groups [g0, g1) of the split, one at a time (the last one of a
+  // split_task for KIVI (B-bit codes): key groups [g0, g1) of the split, one at a time (the last one of a
   // sequence may be its bf16 residual). Dequantization is folded into the arithmetic: a full
   // group's per-channel K scales go into the queries (qk = q·scale) and its zeros into one
   // constant per query head (Σ q·zero), so a score is that constant + qk · codes; a value row adds
   // p·scale_g · codes to the output and p·zero_g to its channel group's sum, added once per group.
+  template <int B>
   void kivi_split_task(size_t pair, int split, float* ws) {
-    static_assert(kKiviBits == 4, "unpack_codes reads nibbles");
     const int b = static_cast<int>(pair / s_.kv_heads), kvh = static_cast<int>(pair % s_.kv_heads);
     const int d = s_.head_dim, g = s_.group(), n = s_.length(b), nq = s_.quantized_length(b), G = s_.kivi_group;
     const int groups = (n + G - 1) / G, per = (groups + splits_ - 1) / splits_;
@@ -402,7 +403,7 @@ class CpuKvDecode : public Variant {
       for (int u = 0; u < m; ++u) {
         const int t = t0 + u;
         if (full) {
-          unpack_codes(kc + static_cast<size_t>(t) * row_bytes, d, row);
+          unpack_codes<B>(kc + static_cast<size_t>(t) * row_bytes, d, row);
           for (int i = 0; i < g; ++i) scores[i * G + u] = qz[i] + dot(qk + static_cast<size_t>(i) * d, row, d);
         } else {
           bf16_row(kr + static_cast<size_t>(u) * d);
@@ -428,7 +429,7 @@ class CpuKvDecode : public Variant {
       for (int u = 0; u < m; ++u) {
         const int t = t0 + u;
         if (full) {
-          unpack_codes(vc + static_cast<size_t>(t) * row_bytes, d, row);
+          unpack_codes<B>(vc + static_cast<size_t>(t) * row_bytes, d, row);
           const uint16_t* p = vp + static_cast<size_t>(t) * vg * 2;
           for (int cg = 0; cg < vg; ++cg) {
             const float sc = fp16_bits_to_float(p[2 * cg]), z = fp16_bits_to_float(p[2 * cg + 1]);
@@ -505,8 +506,8 @@ class CpuKvDecode : public Variant {
   BlockTables tables_;
   HostBuffer<uint8_t> k_, v_;
   HostBuffer<float> k_scale_, v_scale_, q_, out_, partial_;
-  HostBuffer<uint8_t> kc_, vc_;           // int4 codes
-  HostBuffer<uint16_t> kp_, vp_, kr_, vr_;  // int4 (scale, zero) fp16 pairs; bf16 residuals
+  HostBuffer<uint8_t> kc_, vc_;           // KIVI codes
+  HostBuffer<uint16_t> kp_, vp_, kr_, vr_;  // KIVI (scale, zero) fp16 pairs; bf16 residuals
   int splits_ = 1;
   DecodeCheck check_;
 };
@@ -523,6 +524,9 @@ struct CpuInt8 : CpuKvDecode {
 struct CpuInt4 : CpuKvDecode {
   CpuInt4() : CpuKvDecode(KvFormat::INT4, Layout::FromPoint) {}
 };
+struct CpuInt2 : CpuKvDecode {
+  CpuInt2() : CpuKvDecode(KvFormat::INT2, Layout::FromPoint) {}
+};
 struct CpuContiguous : CpuKvDecode {
   CpuContiguous() : CpuKvDecode(std::nullopt, Layout::Contiguous) {}
 };
@@ -534,6 +538,7 @@ IB_REGISTER_VARIANT("kv-quant", "cpu_bf16", CpuBf16);
 IB_REGISTER_VARIANT("kv-quant", "cpu_fp8", CpuFp8);
 IB_REGISTER_VARIANT("kv-quant", "cpu_int8", CpuInt8);
 IB_REGISTER_VARIANT("kv-quant", "cpu_int4", CpuInt4);
+IB_REGISTER_VARIANT("kv-quant", "cpu_int2", CpuInt2);
 IB_REGISTER_VARIANT("kv-paged", "cpu_contiguous", CpuContiguous);
 IB_REGISTER_VARIANT("kv-paged", "cpu_paged", CpuPaged);
 

@@ -1,4 +1,4 @@
-// CUDA variants of `kv-quant` (bf16, fp8, int8, int4) and `kv-paged` (contiguous, paged): split-K
+// CUDA variants of `kv-quant` (bf16, fp8, int8, int4, int2) and `kv-paged` (contiguous, paged): split-K
 // decode attention (kernels/kv_decode.cu) over a cache that the variant fills through its own
 // quantize-on-append path from the counter-based inputs of decode_problem.h, so the gate checks
 // the append kernels (stored bytes and scales) before it checks the attention.
@@ -32,9 +32,10 @@ KvElem elem_of(KvFormat f) {
     case KvFormat::BF16: return KvElem::BF16;
     case KvFormat::FP8: return KvElem::FP8;
     case KvFormat::INT8: return KvElem::INT8;
-    case KvFormat::INT4: break;
+    case KvFormat::INT4:
+    case KvFormat::INT2: break;
   }
-  throw std::logic_error("kv decode: int4 has its own cache (KiviDecode)");
+  throw std::logic_error("kv decode: int4 and int2 have their own cache (KiviDecode)");
 }
 
 size_t elem_bytes(KvFormat f) { return f == KvFormat::BF16 ? 2 : 1; }
@@ -321,11 +322,7 @@ class CudaKvDecode : public DecodeBase<KvDecodeParams> {
 template <KvFormat F>
 class QuantDecode : public CudaKvDecode {
  protected:
-  DecodeShape shape_of(const Point& p) const override {
-    DecodeShape s = decode_shape(p);
-    s.format = F;
-    return s;
-  }
+  DecodeShape shape_of(const Point& p) const override { return decode_shape(p, F); }
 };
 
 // kv-paged: the format is kv_dtype; the variant is the layout.
@@ -343,9 +340,13 @@ class PagedDecode : public CudaKvDecode {
   DecodeShape shape_of(const Point& p) const override { return decode_shape(p); }
 };
 
-// kv-quant int4: the KIVI cache (contiguous) of kv_decode.h, filled by launch_kivi_append in
-// chunks of tokens (a key group can span two chunks: its first tokens wait in the residual).
+// kv-quant int4 / int2: the KIVI cache (contiguous) of kv_decode.h with B = kivi_bits(F), filled
+// by launch_kivi_append in chunks of tokens (a key group can span two chunks: its first tokens
+// wait in the residual).
+template <KvFormat F>
 class KiviDecode : public DecodeBase<KiviDecodeParams> {
+  static_assert(is_kivi(F), "KiviDecode holds an int4 or int2 cache");
+
  public:
   std::string unsupported(const Point& p) const override {
     const DecodeShape s = shape_of(p);
@@ -361,7 +362,7 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
     KiviCacheView& c = params_.cache;
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads, d = static_cast<size_t>(s_.head_dim);
     const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
-    k_codes_.allocate(pairs * ctx * d / 2, "K codes");
+    k_codes_.allocate(pairs * ctx * row_bytes(), "K codes");
     v_codes_.allocate(k_codes_.size(), "V codes");
     k_params_.allocate(pairs * key_groups() * d, "K (scale, zero) per group and channel");
     v_params_.allocate(pairs * ctx * (d / G), "V (scale, zero) per token and channel group");
@@ -377,11 +378,7 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
   }
 
  private:
-  static DecodeShape shape_of(const Point& p) {
-    DecodeShape s = decode_shape(p);
-    s.format = KvFormat::INT4;
-    return s;
-  }
+  static DecodeShape shape_of(const Point& p) { return decode_shape(p, F); }
   static KiviDecodeParams params_of(const DecodeShape& s, int splits) {
     KiviDecodeParams p;
     p.cache.batch = s.batch;
@@ -389,6 +386,7 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
     p.cache.head_dim = s.head_dim;
     p.cache.capacity = s.context;
     p.cache.group = s.kivi_group;
+    p.cache.bits = kivi_bits(F);
     p.heads = s.heads;
     p.max_length = s.context;
     p.scale = static_cast<float>(s.scale());
@@ -396,6 +394,7 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
     return p;
   }
   size_t key_groups() const { return static_cast<size_t>((s_.context + s_.kivi_group - 1) / s_.kivi_group); }
+  size_t row_bytes() const { return static_cast<size_t>(kivi_row_bytes(s_.head_dim, kivi_bits(F))); }
 
   // Staged bf16 chunks of every sequence appended in order; the chunk is not a multiple of the
   // group in general, so groups complete across appends.
@@ -412,7 +411,7 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
   // rows, the (scale, zero) pairs as floats.
   StoredHead fetch_head(int b, int kvh) const override {
     const size_t pair = static_cast<size_t>(b) * s_.kv_heads + kvh, d = static_cast<size_t>(s_.head_dim);
-    const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group), row = d / 2;
+    const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group), row = row_bytes();
     const size_t n = static_cast<size_t>(s_.length(b)), nq = static_cast<size_t>(s_.quantized_length(b));
     StoredHead h;
     h.k.resize(nq * row + (n - nq) * d * 2);
@@ -446,7 +445,8 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
 IB_REGISTER_VARIANT("kv-quant", "bf16", QuantDecode<KvFormat::BF16>);
 IB_REGISTER_VARIANT("kv-quant", "fp8", QuantDecode<KvFormat::FP8>);
 IB_REGISTER_VARIANT("kv-quant", "int8", QuantDecode<KvFormat::INT8>);
-IB_REGISTER_VARIANT("kv-quant", "int4", KiviDecode);
+IB_REGISTER_VARIANT("kv-quant", "int4", KiviDecode<KvFormat::INT4>);
+IB_REGISTER_VARIANT("kv-quant", "int2", KiviDecode<KvFormat::INT2>);
 IB_REGISTER_VARIANT("kv-paged", "contiguous", ContiguousDecode);
 IB_REGISTER_VARIANT("kv-paged", "paged", PagedDecode);
 

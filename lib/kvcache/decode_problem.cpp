@@ -19,7 +19,7 @@ int DecodeShape::length(int b) const {
 
 int DecodeShape::quantized_length(int b) const {
   const int n = length(b);
-  return format == KvFormat::INT4 ? n - n % kivi_group : n;
+  return is_kivi(format) ? n - n % kivi_group : n;
 }
 
 int64_t DecodeShape::total_tokens() const {
@@ -31,7 +31,7 @@ int64_t DecodeShape::total_tokens() const {
 int DecodeShape::blocks_per_seq() const { return paged() ? (context + block_size - 1) / block_size : 0; }
 
 double DecodeShape::kv_bytes() const {
-  if (format == KvFormat::INT4) {  // full groups: codes + (scale, zero) pairs; the residual: bf16
+  if (is_kivi(format)) {  // full groups: codes + (scale, zero) pairs; the residual: bf16
     double bytes = 0;
     const double per_quantized = head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim, kivi_group);
     for (int b = 0; b < batch; ++b) {
@@ -57,7 +57,15 @@ std::string DecodeShape::label() const {
                      ragged ? " ragged" : "", to_string(format), paged() ? fmt::format("paged/{}", block_size) : "contiguous");
 }
 
-DecodeShape decode_shape(const Point& p) {
+const char* kivi_group_key(KvFormat f) {
+  switch (f) {
+    case KvFormat::INT4: return "int4_group";
+    case KvFormat::INT2: return "int2_group";
+    default: return "";
+  }
+}
+
+DecodeShape decode_shape(const Point& p, std::optional<KvFormat> format) {
   DecodeShape s;
   s.batch = static_cast<int>(p.integer("batch"));
   s.heads = static_cast<int>(p.integer("heads"));
@@ -66,21 +74,27 @@ DecodeShape decode_shape(const Point& p) {
   s.head_dim = static_cast<int>(p.integer("head_dim"));
   s.context = static_cast<int>(p.integer("context"));
   s.ragged = p.flag("ragged");
-  if (p.find("kv_dtype")) s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
+  if (format) s.format = *format;
+  else if (p.find("kv_dtype")) s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
   if (p.find("block_size")) s.block_size = static_cast<int>(p.integer("block_size"));
-  if (p.find("int4_group")) s.kivi_group = static_cast<int>(p.integer("int4_group"));
+  if (is_kivi(s.format) && p.find(kivi_group_key(s.format))) s.kivi_group = static_cast<int>(p.integer(kivi_group_key(s.format)));
   return s;
 }
 
 std::string decode_shape_problem(const DecodeShape& s) {
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
     return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);
-  if (s.format == KvFormat::INT4) {
+  if (is_kivi(s.format)) {
     if (s.kivi_group < 2 || s.head_dim % s.kivi_group != 0)
-      return fmt::format("int4 needs int4_group >= 2 dividing head_dim ({}), got {}", s.head_dim, s.kivi_group);
+      return fmt::format("{} needs {} >= 2 dividing head_dim ({}), got {}", to_string(s.format), kivi_group_key(s.format), s.head_dim,
+                         s.kivi_group);
+    if (s.head_dim * kivi_bits(s.format) % 8 != 0)
+      return fmt::format("{} packs {} codes per byte: head_dim ({}) must be a multiple of it", to_string(s.format),
+                         8 / kivi_bits(s.format), s.head_dim);
     if (s.paged())
-      return "int4 (KIVI) is contiguous only: a key group of G tokens shares per-channel scales across block boundaries, "
-             "and the bf16 residual lives outside the block pool";
+      return fmt::format("{} (KIVI) is contiguous only: a key group of G tokens shares per-channel scales across block "
+                         "boundaries, and the bf16 residual lives outside the block pool",
+                         to_string(s.format));
   }
   return {};
 }
@@ -172,14 +186,15 @@ void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std:
         }
       }
       break;
-    case KvFormat::INT4: throw std::logic_error("int4 is quantized by quantize_kivi");
+    case KvFormat::INT4:
+    case KvFormat::INT2: throw std::logic_error("int4/int2 are quantized by quantize_kivi");
   }
 }
 
-// int4 (KIVI) K or V of n tokens: the stored form of decode_problem.h (rules of kv_format.h).
-void quantize_kivi(bool keys, int n, int d, int group, const std::vector<float>& x, std::vector<uint8_t>& bytes,
+// int4 / int2 (KIVI, B = bits) K or V of n tokens: the stored form of decode_problem.h (rules of kv_format.h).
+void quantize_kivi(bool keys, int bits, int n, int d, int group, const std::vector<float>& x, std::vector<uint8_t>& bytes,
                    std::vector<float>& scales) {
-  const int bits = kKiviBits, row = kivi_row_bytes(d, bits);
+  const int row = kivi_row_bytes(d, bits);
   const int nq = n - n % group;
   bytes.assign(static_cast<size_t>(nq) * row + static_cast<size_t>(n - nq) * d * 2, 0);
   scales.clear();
@@ -222,9 +237,9 @@ void quantize_kivi(bool keys, int n, int d, int group, const std::vector<float>&
     }
 }
 
-void dequantize_kivi(bool keys, int n, int d, int group, const std::vector<uint8_t>& bytes, const std::vector<float>& scales,
-                     std::vector<float>& x) {
-  const int bits = kKiviBits, row = kivi_row_bytes(d, bits);
+void dequantize_kivi(bool keys, int bits, int n, int d, int group, const std::vector<uint8_t>& bytes,
+                     const std::vector<float>& scales, std::vector<float>& x) {
+  const int row = kivi_row_bytes(d, bits);
   const int nq = n - n % group;
   x.resize(static_cast<size_t>(n) * d);
   for (int t = 0; t < nq; ++t)
@@ -255,7 +270,8 @@ void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& byt
       }
       case KvFormat::FP8: x[i] = fp8_dequantize(bytes[i], scales.at(0)); break;
       case KvFormat::INT8: x[i] = int8_dequantize(static_cast<int8_t>(bytes[i]), scales.at(i / static_cast<size_t>(d))); break;
-      case KvFormat::INT4: throw std::logic_error("int4 is dequantized by dequantize_kivi");
+      case KvFormat::INT4:
+      case KvFormat::INT2: throw std::logic_error("int4/int2 are dequantized by dequantize_kivi");
     }
   }
 }
@@ -267,9 +283,9 @@ StoredHead quantize_head(const DecodeShape& s, const DecodeInputs& in, int b, in
   original_head(s, in, b, kvh, k, v);
   StoredHead h;
   const int n = s.length(b);
-  if (s.format == KvFormat::INT4) {
-    quantize_kivi(true, n, s.head_dim, s.kivi_group, k, h.k, h.k_scale);
-    quantize_kivi(false, n, s.head_dim, s.kivi_group, v, h.v, h.v_scale);
+  if (const int bits = kivi_bits(s.format)) {
+    quantize_kivi(true, bits, n, s.head_dim, s.kivi_group, k, h.k, h.k_scale);
+    quantize_kivi(false, bits, n, s.head_dim, s.kivi_group, v, h.v, h.v_scale);
     return h;
   }
   quantize_tensor(s.format, n, s.head_dim, k, h.k, h.k_scale);
@@ -278,9 +294,9 @@ StoredHead quantize_head(const DecodeShape& s, const DecodeInputs& in, int b, in
 }
 
 void dequantize_head(const DecodeShape& s, const StoredHead& h, int n, std::vector<float>& k, std::vector<float>& v) {
-  if (s.format == KvFormat::INT4) {
-    dequantize_kivi(true, n, s.head_dim, s.kivi_group, h.k, h.k_scale, k);
-    dequantize_kivi(false, n, s.head_dim, s.kivi_group, h.v, h.v_scale, v);
+  if (const int bits = kivi_bits(s.format)) {
+    dequantize_kivi(true, bits, n, s.head_dim, s.kivi_group, h.k, h.k_scale, k);
+    dequantize_kivi(false, bits, n, s.head_dim, s.kivi_group, h.v, h.v_scale, v);
     return;
   }
   dequantize_tensor(s.format, n, s.head_dim, h.k, h.k_scale, k);

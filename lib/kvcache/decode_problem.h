@@ -9,7 +9,8 @@
 //                  table[b][t / block_size], slot t % block_size
 //   fp8 scales     [batch][kv_heads] floats for K and for V (per sequence and head)
 //   int8 scales    per token: contiguous [batch][kv_heads][context], paged [num_blocks][kv_heads][block_size]
-//   int4 (KIVI, G = kivi_group, B = 4; contiguous only), per (sequence, kv head), capacity = context:
+//   int4 / int2 (KIVI, G = kivi_group, B = kivi_bits(format) = 4 / 2; contiguous only), per
+//                  (sequence, kv head), capacity = context:
 //                  K and V codes [batch][kv_heads][context][head_dim·B/8] (rows of the residual
 //                  tokens unused), K (scale, zero) fp16 pairs [batch][kv_heads][ceil(context/G)][head_dim][2],
 //                  V pairs [batch][kv_heads][context][head_dim/G][2], K and V residual
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,12 +37,12 @@ struct DecodeShape {
   bool ragged = false;       // sequence lengths vary in (context/2, context]; sequence 0 has context
   KvFormat format = KvFormat::BF16;
   int block_size = 0;        // 0: contiguous cache
-  int kivi_group = kKiviGroup;  // int4: G, tokens per key group and channels per value group
+  int kivi_group = kKiviGroup;  // int4/int2: G, tokens per key group and channels per value group
 
   bool paged() const { return block_size > 0; }
   int group() const { return heads / kv_heads; }
   int length(int b) const;
-  int quantized_length(int b) const;            // int4: tokens in full key groups (the rest is the bf16 residual)
+  int quantized_length(int b) const;            // int4/int2: tokens in full key groups (the rest is the bf16 residual)
   int64_t total_tokens() const;                 // Σ lengths
   int blocks_per_seq() const;                   // paged: ceil(context / block_size)
   double kv_bytes() const;                      // K and V bytes a step reads: elements + scales
@@ -50,9 +52,13 @@ struct DecodeShape {
   std::string label() const;
 };
 
-// Reads batch, heads, kv_heads (0 = heads), head_dim, context, ragged, and kv_dtype / block_size /
-// int4_group where the point has them (else bf16 / contiguous / 32).
-DecodeShape decode_shape(const Point& p);
+// The point key that sets G of a KIVI format ("int4_group", "int2_group"; "" for the others).
+const char* kivi_group_key(KvFormat f);
+
+// Reads batch, heads, kv_heads (0 = heads), head_dim, context, ragged, and block_size and the
+// format's kivi_group_key where the point has them (else contiguous / 32). The format is
+// `format` when given (a variant's own), else the point's kv_dtype (else bf16).
+DecodeShape decode_shape(const Point& p, std::optional<KvFormat> format = std::nullopt);
 // Why the shape is not a decode-attention problem ("" when it is).
 std::string decode_shape_problem(const DecodeShape& s);
 
@@ -85,7 +91,7 @@ DecodeInputs decode_inputs(const DecodeShape& s, uint64_t seed);
 
 // One (sequence, kv head) of a cache as stored: n tokens × head_dim elements of the format
 // (bf16: 2 little-endian bytes each) and its scales (fp8: 1 per head; int8: 1 per token; bf16: none).
-// int4 (KIVI): k and v hold the nq = quantized_length(b) packed code rows (head_dim·B/8 bytes
+// int4 / int2 (KIVI): k and v hold the nq = quantized_length(b) packed code rows (head_dim·B/8 bytes
 // each), then the n - nq residual rows as bf16; k_scale the (scale, zero) pairs of K
 // [nq/G][head_dim][2] and v_scale those of V [nq][head_dim/G][2], as floats (fp16 values).
 struct StoredHead {

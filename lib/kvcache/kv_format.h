@@ -7,12 +7,13 @@
 //         e4m3(x / scale) with round-to-nearest-even and saturation to ±448.
 //   int8  symmetric, one float scale per (token, kv head) for K and one for V: scale = amax/127 of
 //         the head's head_dim values of that token, element = clamp(rne(x / scale), -127, 127).
-//   int4  KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache")
-//         with B = 4 bits (the rules below take B = 4 or 2; the kernels store B = 4) and a group
-//         of G tokens/channels (G = kKiviGroup = 32 unless a kind says otherwise), per (sequence,
-//         kv head) of n tokens:
-//         * residual: the last r = n mod G tokens (the key group not yet full; KIVI's R = G here)
-//           are kept as bf16, K and V alike;
+//   int4, int2  KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV
+//         Cache") with B = 4 or B = 2 bits (kivi_bits: the rules and the kernels take either; int2
+//         is the paper's main configuration) and a group of G tokens/channels (G = kKiviGroup =
+//         32 for both unless a kind says otherwise, the paper's group size), per (sequence, kv
+//         head) of n tokens:
+//         * residual: the last r = n mod G tokens (the key group not yet full; KIVI's R = G here,
+//           where the paper keeps R = 128 recent tokens) are kept as bf16, K and V alike;
 //         * keys per channel: each full group of G tokens [jG, jG + G) has, per channel c, an
 //           asymmetric range: zero = fp16 of min rounded down, scale = fp16 of (max - zero) /
 //           (2^B - 1) rounded up (so every x lies in [zero, zero + (2^B - 1)·scale] and the
@@ -22,10 +23,11 @@
 //         * values per token: the same rule over each group of G channels of one token
 //           (channels [gG, gG + G)), for the tokens of the full groups;
 //         * storage: codes packed 8/B per byte along the channels of a token, element c of a row
-//           in bits (c mod 8/B)·B of byte c / (8/B) (B = 4: the even channel in the low nibble);
-//           scale and zero as fp16 bits. Bytes per (token, kv head) of a full group: d·B/8 of
-//           codes + 4·d/G of (scale, zero) for K and the same for V, + a G-token bf16 residual
-//           buffer per (sequence, kv head).
+//           in bits (c mod 8/B)·B of byte c / (8/B) (B = 4: the even channel in the low nibble;
+//           B = 2: channel 4i in bits 0-1 of byte i); scale and zero as fp16 bits. Bytes per
+//           (token, kv head) of a full group: d·B/8 of codes + 4·d/G of (scale, zero) for K and
+//           the same for V, + a G-token bf16 residual buffer per (sequence, kv head). With d =
+//           128, G = 32: int4 80 B, int2 48 B per token-head for K (bf16: 256 B).
 #pragma once
 
 #include <cmath>
@@ -38,7 +40,7 @@
 
 namespace ib::kvcache {
 
-enum class KvFormat { BF16, FP8, INT8, INT4 };
+enum class KvFormat { BF16, FP8, INT8, INT4, INT2 };
 
 inline const char* to_string(KvFormat f) {
   switch (f) {
@@ -46,6 +48,7 @@ inline const char* to_string(KvFormat f) {
     case KvFormat::FP8: return "fp8";
     case KvFormat::INT8: return "int8";
     case KvFormat::INT4: return "int4";
+    case KvFormat::INT2: return "int2";
   }
   return "?";
 }
@@ -55,39 +58,41 @@ inline std::optional<KvFormat> kv_format_from_string(const std::string& s) {
   if (s == "fp8") return KvFormat::FP8;
   if (s == "int8") return KvFormat::INT8;
   if (s == "int4") return KvFormat::INT4;
+  if (s == "int2") return KvFormat::INT2;
   return std::nullopt;
 }
 
-// Bytes of one stored element (int4: half a byte).
+// B, the bits of a KIVI code (int4: 4, int2: 2); 0 for the other formats.
+IB_HD constexpr int kivi_bits(KvFormat f) { return f == KvFormat::INT4 ? 4 : f == KvFormat::INT2 ? 2 : 0; }
+IB_HD constexpr bool is_kivi(KvFormat f) { return kivi_bits(f) > 0; }
+
+// Bytes of one stored element (int4: half a byte, int2: a quarter).
 inline double kv_element_bytes(KvFormat f) {
   switch (f) {
     case KvFormat::BF16: return 2;
     case KvFormat::FP8: return 1;
     case KvFormat::INT8: return 1;
-    case KvFormat::INT4: return 0.5;
+    case KvFormat::INT4:
+    case KvFormat::INT2: return kivi_bits(f) / 8.0;
   }
   return 2;
 }
 
-constexpr int kKiviGroup = 32;  // G: tokens per key group, channels per value group
-constexpr int kKiviBits = 4;    // B of the stored int4 format
+constexpr int kKiviGroup = 32;  // G: tokens per key group, channels per value group (int4 and int2)
 
 // Scale bytes stored per (token, kv head) for K or for V: int8 keeps one float per token and
-// head; fp8's per-head scale is per sequence, not per token (0 here); int4 (KIVI) an fp16 scale
-// and an fp16 zero per (G-token group, channel) for K and per (token, G-channel group) for V:
-// 4·head_dim/G bytes either way.
+// head; fp8's per-head scale is per sequence, not per token (0 here); int4 and int2 (KIVI) an
+// fp16 scale and an fp16 zero per (G-token group, channel) for K and per (token, G-channel
+// group) for V: 4·head_dim/G bytes either way, whatever B.
 inline double kv_scale_bytes_per_token_head(KvFormat f, int head_dim, int group = kKiviGroup) {
-  switch (f) {
-    case KvFormat::INT8: return 4;
-    case KvFormat::INT4: return 4.0 * head_dim / group;
-    default: return 0;
-  }
+  if (f == KvFormat::INT8) return 4;
+  return is_kivi(f) ? 4.0 * head_dim / group : 0.0;
 }
 
-// Bytes held per (sequence, kv head) for K or for V whatever the length: int4's bf16 residual
+// Bytes held per (sequence, kv head) for K or for V whatever the length: KIVI's bf16 residual
 // buffer of G tokens (the key group being filled).
 inline double kv_residual_bytes_per_seq_head(KvFormat f, int head_dim, int group = kKiviGroup) {
-  return f == KvFormat::INT4 ? 2.0 * head_dim * group : 0.0;
+  return is_kivi(f) ? 2.0 * head_dim * group : 0.0;
 }
 
 constexpr float kE4m3Max = 448.0f;
@@ -134,7 +139,7 @@ IB_HD int8_t int8_quantize(float x, float scale) {
 }
 IB_HD float int8_dequantize(int8_t q, float scale) { return static_cast<float>(q) * scale; }
 
-// ---- int4 (KIVI) ----
+// ---- int4 / int2 (KIVI) ----
 
 // fp16 bits of the largest fp16 <= x / the smallest fp16 >= x (x finite, |x| < 65504).
 IB_HD uint16_t fp16_bits_down(float x) {

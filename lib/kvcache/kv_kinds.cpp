@@ -1,7 +1,8 @@
-// Kinds `kv-quant` and `kv-paged` (§8.3): decode attention over a bf16, FP8, INT8 or int4 (KIVI)
-// KV cache, contiguous or paged (int4: contiguous only). The variants live in cpu_kv_decode.cpp
+// Kinds `kv-quant` and `kv-paged` (§8.3): decode attention over a bf16, FP8, INT8, int4 or int2
+// (KIVI) KV cache, contiguous or paged (int4/int2: contiguous only). The variants live in cpu_kv_decode.cpp
 // and cuda_kv_decode.cpp.
 #include "core/registry.h"
+#include "kvcache/decode_problem.h"
 #include "kvcache/kv_format.h"
 #include "kvcache/kv_kinds.h"
 
@@ -23,10 +24,12 @@ std::vector<KeySpec> decode_keys(bool paged_kind) {
   };
   if (paged_kind) k.push_back(enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8"}));
   if (!paged_kind)
-    k.push_back(key_spec("int4_group", ParamType::Int,
-                         "int4 (KIVI): G, tokens per key group (per-channel scales) and channels per value group (per-token "
-                         "scales); the last length mod G tokens stay bf16",
-                         Value(int64_t{kKiviGroup}), 2.0, 1024.0));
+    for (KvFormat f : {KvFormat::INT4, KvFormat::INT2})
+      k.push_back(key_spec(kivi_group_key(f), ParamType::Int,
+                           std::string(to_string(f)) +
+                               " (KIVI): G, tokens per key group (per-channel scales) and channels per value group (per-token "
+                               "scales); the last length mod G tokens stay bf16",
+                           Value(int64_t{kKiviGroup}), 2.0, 1024.0));
   return k;
 }
 
@@ -50,6 +53,9 @@ KindInfo quant_kind() {
   std::vector<std::string> cpu_int4_keys = cpu_keys, cuda_int4_keys = cuda_keys;
   cpu_int4_keys.push_back("int4_group");
   cuda_int4_keys.push_back("int4_group");
+  std::vector<std::string> cpu_int2_keys = cpu_keys, cuda_int2_keys = cuda_keys;
+  cpu_int2_keys.push_back("int2_group");
+  cuda_int2_keys.push_back("int2_group");
   k.variants = {
       {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", cuda_keys},
       {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers", cuda_keys},
@@ -58,11 +64,16 @@ KindInfo quant_kind() {
        "int4 KIVI cache: keys per channel and values per token (fp16 scale and zero per group of int4_group), the last "
        "length mod int4_group tokens bf16; contiguous only",
        cuda_int4_keys},
+      {"int2", Backend::Cuda,
+       "int2 KIVI cache (the paper's 2-bit setting): the int4 layout with 4 codes per byte, fp16 scale and zero per group "
+       "of int2_group, the last length mod int2_group tokens bf16; contiguous only",
+       cuda_int2_keys},
       {"cpu_bf16", Backend::Cpu, "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)", cpu_keys},
       {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)", cpu_keys},
       {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)", cpu_keys},
       {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
        cpu_int4_keys},
+      {"cpu_int2", Backend::Cpu, "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)", cpu_int2_keys},
   };
   return k;
 }

@@ -1,6 +1,6 @@
 // Kind `kv-memory` (§8.3's first table): the KV cache's size from the model's shape, computed,
 // not measured: bytes/token = 2 · layers · kv_heads · head_dim · bytes(element) (+ the format's
-// scales), per sequence (+ fp8's per-head scales, int4's bf16 residual buffer), per batch, and the
+// scales), per sequence (+ fp8's per-head scales, int4/int2's bf16 residual buffer), per batch, and the
 // largest batch a card holds after the weights.
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,7 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Bytes of one token's K and V over every layer in format f, scales included (fp8's per-head
-// scales and int4's residual buffer belong to the sequence: see seq_bytes).
+// scales and int4/int2's residual buffer belong to the sequence: see seq_bytes).
 double token_bytes(const model::ModelConfig& m, KvFormat f) {
   const double per_head = m.head_dim * kv_element_bytes(f) + kv_scale_bytes_per_token_head(f, m.head_dim);
   return 2.0 * m.layers * m.kv_heads * per_head;
@@ -91,14 +91,14 @@ KindInfo memory_kind() {
   k.name = "kv-memory";
   k.group = "kvcache";
   k.doc = "The KV cache's size, computed from the model's shape (not measured): bytes/token = 2 · layers · kv_heads · "
-          "head_dim · bytes(element), plus int8's per-token scales and int4's (KIVI, groups of 32) fp16 scale + zero per "
-          "group (4·head_dim/32 bytes per token for K and for V) and its bf16 residual buffer of 32 tokens per sequence "
-          "and head; per sequence of `seq` tokens, per "
+          "head_dim · bytes(element) (int4: 1/2, int2: 1/4), plus int8's per-token scales and int4's and int2's (KIVI, "
+          "groups of 32) fp16 scale + zero per group (4·head_dim/32 bytes per token for K and for V) and their bf16 "
+          "residual buffer of 32 tokens per sequence and head; per sequence of `seq` tokens, per "
           "batch, and the largest batch at `seq` that fits the card after the bf16 weights (activations and workspace not "
           "counted). The check compares the formula with the engine's own K/V element count. A sample is the arithmetic.";
   k.keys = {
       enum_key("model", "engine preset", "llama2-7b", model::preset_names()),
-      enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8", "int4"}),
+      enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8", "int4", "int2"}),
       key_spec("seq", ParamType::Int, "tokens per sequence", Value(int64_t{4096}), 1.0),
       key_spec("batch", ParamType::Int, "sequences", Value(int64_t{32}), 1.0),
       key_spec("card_memory", ParamType::Bytes,

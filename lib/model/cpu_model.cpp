@@ -377,8 +377,9 @@ class CpuModel : public Model {
   void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) override {
     Sequence& s = at(seq);
     if (s.length > 0) throw std::logic_error("set_kv_format: the sequence already holds tokens");
-    if (format == kvcache::KvFormat::INT4 && c_.head_dim % kivi_value_group() != 0)
-      throw std::invalid_argument(fmt::format("set_kv_format: int4 needs head_dim ({}) a multiple of {}", c_.head_dim, kivi_value_group()));
+    if (kvcache::is_kivi(format) && c_.head_dim % kivi_value_group() != 0)
+      throw std::invalid_argument(fmt::format("set_kv_format: {} needs head_dim ({}) a multiple of {}", kvcache::to_string(format),
+                                              c_.head_dim, kivi_value_group()));
     const size_t n = static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads);
     if (format == kvcache::KvFormat::FP8 && fp8_scales.size() != n)
       throw std::invalid_argument(fmt::format("set_kv_format: fp8 needs {} scales, got {}", n, fp8_scales.size()));
@@ -429,7 +430,7 @@ class CpuModel : public Model {
   }
   static void round_row(kvcache::KvFormat f, float* x, int d, float fp8_scale) {
     using kvcache::KvFormat;
-    if (f == KvFormat::BF16 || f == KvFormat::INT4) {  // int4: bf16 until its key group completes (kivi_close_group)
+    if (f == KvFormat::BF16 || kvcache::is_kivi(f)) {  // int4/int2: bf16 until the key group completes (kivi_close_group)
       for (int e = 0; e < d; ++e) x[e] = bf16_bits_to_float(float_to_bf16_bits(x[e]));
     } else if (f == KvFormat::FP8) {
       for (int e = 0; e < d; ++e) x[e] = kvcache::fp8_dequantize(kvcache::fp8_quantize(x[e], fp8_scale), fp8_scale);
@@ -440,18 +441,18 @@ class CpuModel : public Model {
       for (int e = 0; e < d; ++e) x[e] = kvcache::int8_dequantize(kvcache::int8_quantize(x[e], scale), scale);
     }
   }
-  // int4 (KIVI, kv_format.h): when position p completes a key group of G = kKiviGroup tokens, the
+  // int4 / int2 (KIVI, kv_format.h): when position p completes a key group of G = kKiviGroup tokens, the
   // group's keys are re-quantized per channel and its values per token (groups of
   // kivi_value_group() channels) in place; until then they stay bf16 (the residual).
   int kivi_value_group() const { return std::min(kvcache::kKiviGroup, c_.head_dim); }
   void kivi_close_group(Sequence& s, int l, int p) {
-    const int G = kvcache::kKiviGroup, d = c_.head_dim;
+    const int G = kvcache::kKiviGroup, d = c_.head_dim, bits = kvcache::kivi_bits(*s.kv_format);
     if ((p + 1) % G != 0) return;
     const size_t first = static_cast<size_t>(p + 1 - G) * static_cast<size_t>(d);
     for (int kh = 0; kh < c_.kv_heads; ++kh) {
-      kvcache::kivi_round_key_group(cache_k(s, l, kh) + first, G, d, d, kvcache::kKiviBits);
+      kvcache::kivi_round_key_group(cache_k(s, l, kh) + first, G, d, d, bits);
       for (int t = 0; t < G; ++t)
-        kvcache::kivi_round_value_row(cache_v(s, l, kh) + first + static_cast<size_t>(t) * d, d, kivi_value_group(), kvcache::kKiviBits);
+        kvcache::kivi_round_value_row(cache_v(s, l, kh) + first + static_cast<size_t>(t) * d, d, kivi_value_group(), bits);
     }
   }
 
@@ -512,7 +513,7 @@ class CpuModel : public Model {
           std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
           std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d, &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
         }
-        if (s.kv_format == kvcache::KvFormat::INT4) kivi_close_group(s, l, p);
+        if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
       }
       double attn_work = 0;
       for (int r = 0; r < rows; ++r) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;

@@ -5,8 +5,9 @@
 // head_dim 64/128/256, one split, many splits, more splits than tiles); the kernels directly on
 // inputs the decode problem never makes (empty sequences, scores that keep climbing); and the
 // quantize-on-append kernels against the host quantizer, saturating values included. The int4
-// (KIVI) cache likewise: every shape through the runner (lengths inside and across key groups,
-// all-residual sequences, GQA, splits), its append kernel in chunks that end inside key groups.
+// and int2 (KIVI) caches likewise: every shape through the runner (lengths inside and across key
+// groups, all-residual sequences, GQA, splits), their append kernel in chunks that end inside key
+// groups.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -84,27 +85,41 @@ TEST(GpuKvDecode, LongContextAutoSplits) {
   for (const auto& row : r.rows) EXPECT_GT(metric(row, "splits"), 1.0) << row.variant << " " << row.point.label();
 }
 
-TEST(GpuKvDecode, Int4EveryShape) {
+// int4 and int2 share the kernel (a template over the code bits): the same shapes for both.
+// head_dim 64 gives int2 lanes half a byte of codes each.
+TEST(GpuKvDecode, Int4AndInt2EveryShape) {
   REQUIRE_GPU();
-  expect_all_ok(run_gpu("kv-quant", "int4",
-                        "batch: 3, heads: 8, kv_heads: [8, 2], head_dim: [64, 128, 256], context: [1, 31, 100, 1000], "
-                        "ragged: true, splits: [1, 0, 7], int4_group: [32, 16, 8]"));
-  // Groups larger than a block's 8 heads, and a long context with automatic splits.
-  expect_all_ok(run_gpu("kv-quant", "int4", "batch: 2, heads: 24, kv_heads: [1, 4], head_dim: 128, context: 500, ragged: true"));
-  auto r = run_gpu("kv-quant", "int4", "batch: 1, heads: 32, kv_heads: 8, head_dim: 128, context: 32768");
-  expect_all_ok(r, 1);
-  EXPECT_LT(metric(r.rows[0], "rel L2 vs bf16 KV"), 0.15);
+  double long_err[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    const std::string f = i == 0 ? "int4" : "int2";
+    SCOPED_TRACE(f);
+    expect_all_ok(run_gpu("kv-quant", f,
+                          "batch: 3, heads: 8, kv_heads: [8, 2], head_dim: [64, 128, 256], context: [1, 31, 100, 1000], "
+                          "ragged: true, splits: [1, 0, 7], " + f + "_group: [32, 16, 8]"));
+    // Groups larger than a block's 8 heads, and a long context with automatic splits.
+    expect_all_ok(run_gpu("kv-quant", f, "batch: 2, heads: 24, kv_heads: [1, 4], head_dim: 128, context: 500, ragged: true"));
+    auto r = run_gpu("kv-quant", f, "batch: 1, heads: 32, kv_heads: 8, head_dim: 128, context: 32768");
+    expect_all_ok(r, 1);
+    long_err[i] = metric(r.rows[0], "rel L2 vs bf16 KV");
+  }
+  EXPECT_LT(long_err[0], 0.15);
+  EXPECT_GT(long_err[1], 2 * long_err[0]);  // int2's step is 5× int4's
+  EXPECT_LT(long_err[1], 0.5);
 }
 
-TEST(GpuKvDecode, Int4SaysWhatItDoesNotSupport) {
+TEST(GpuKvDecode, Int4AndInt2SayWhatTheyDoNotSupport) {
   REQUIRE_GPU();
-  auto r = run_gpu("kv-quant", "int4", "heads: 4, head_dim: 128, context: 64, block_size: 16");
-  ASSERT_EQ(r.rows.size(), 1u);
-  EXPECT_EQ(r.rows[0].status, RowStatus::Unsupported);
-  EXPECT_NE(r.rows[0].message.find("contiguous only"), std::string::npos) << r.rows[0].message;
-  auto g = run_gpu("kv-quant", "int4", "heads: 4, head_dim: 128, context: 64, int4_group: 64");
-  ASSERT_EQ(g.rows.size(), 1u);
-  EXPECT_EQ(g.rows[0].status, RowStatus::Unsupported);
+  for (const std::string f : {"int4", "int2"}) {
+    SCOPED_TRACE(f);
+    auto r = run_gpu("kv-quant", f, "heads: 4, head_dim: 128, context: 64, block_size: 16");
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_EQ(r.rows[0].status, RowStatus::Unsupported);
+    EXPECT_NE(r.rows[0].message.find("contiguous only"), std::string::npos) << r.rows[0].message;
+    auto g = run_gpu("kv-quant", f, "heads: 4, head_dim: 128, context: 64, " + f + "_group: 64");
+    ASSERT_EQ(g.rows.size(), 1u);
+    EXPECT_EQ(g.rows[0].status, RowStatus::Unsupported);
+    EXPECT_NE(g.rows[0].message.find(f + "_group"), std::string::npos) << g.rows[0].message;
+  }
 }
 
 TEST(GpuKvDecode, UnsupportedHeadDimIsSaidSo) {
@@ -272,87 +287,90 @@ TEST(GpuKvAppend, ChunkedAppendEqualsTheHostQuantizer) {
     }
 }
 
-// The int4 append in chunks of 1 (decode), 7 and 50 tokens (groups completed across appends,
-// from the residual) and 256 (the whole context at once) equals the host quantizer.
-TEST(GpuKvAppend, Int4ChunkedAppendEqualsTheHostQuantizer) {
+// The int4 and int2 appends in chunks of 1 (decode), 7 and 50 tokens (groups completed across
+// appends, from the residual) and 256 (the whole context at once) equal the host quantizer.
+TEST(GpuKvAppend, Int4AndInt2ChunkedAppendEqualsTheHostQuantizer) {
   REQUIRE_GPU();
   TestStream st;
-  for (int group : {32, 16})
-    for (int chunk : {1, 7, 50, 256}) {
-      DecodeShape s;
-      s.batch = 3;
-      s.heads = s.kv_heads = 2;
-      s.head_dim = 128;
-      s.context = 203;
-      s.ragged = true;
-      s.format = KvFormat::INT4;
-      s.kivi_group = group;
-      const uint64_t seed = 78;
-      const DecodeInputs in = decode_inputs(s, seed);
-      const size_t pairs = static_cast<size_t>(s.batch) * s.kv_heads, d = static_cast<size_t>(s.head_dim);
-      const size_t ctx = static_cast<size_t>(s.context), G = static_cast<size_t>(group), key_groups = (ctx + G - 1) / G;
-      DeviceBuffer<uint8_t> kc(pairs * ctx * d / 2, "K codes"), vc(kc.size(), "V codes");
-      DeviceBuffer<uint32_t> kp(pairs * key_groups * d, "K pairs"), vp(pairs * ctx * (d / G), "V pairs");
-      DeviceBuffer<uint16_t> kr(pairs * G * d, "K residual"), vr(kr.size(), "V residual");
-      KiviCacheView view;
-      view.k_codes = kc.data();
-      view.v_codes = vc.data();
-      view.k_params = kp.data();
-      view.v_params = vp.data();
-      view.k_residual = kr.data();
-      view.v_residual = vr.data();
-      view.batch = s.batch;
-      view.kv_heads = s.kv_heads;
-      view.head_dim = s.head_dim;
-      view.capacity = s.context;
-      view.group = group;
-      const size_t staged = pairs * static_cast<size_t>(chunk) * d;
-      DeviceBuffer<uint16_t> kn(staged, "staged K"), vn(staged, "staged V");
-      for (int i = 0; i * chunk < s.context; ++i) {
-        std::vector<int32_t> first, count;
-        for (int b = 0; b < s.batch; ++b) {
-          first.push_back(i * chunk);
-          count.push_back(std::max(0, std::min(chunk, s.length(b) - i * chunk)));
-        }
-        const auto first_d = to_device(first), count_d = to_device(count);
-        launch_kv_fill_chunk(kn.data(), s.batch, s.kv_heads, s.head_dim, chunk, i * chunk, s.context, seed + 1, st.get());
-        launch_kv_fill_chunk(vn.data(), s.batch, s.kv_heads, s.head_dim, chunk, i * chunk, s.context, seed + 2, st.get());
-        launch_kivi_append(view, kn.data(), vn.data(), chunk, first_d.data(), count_d.data(), st.get());
-        IB_CUDA_CHECK(cudaStreamSynchronize(st.get()));
-      }
-      const auto hkc = to_host(kc), hvc = to_host(vc);
-      const auto hkp = to_host(kp), hvp = to_host(vp);
-      const auto hkr = to_host(kr), hvr = to_host(vr);
-      auto pairs_of = [](const std::vector<uint32_t>& x, size_t at, size_t n) {
-        std::vector<float> f;
-        for (size_t i = at; i < at + n; ++i) {
-          f.push_back(fp16_bits_to_float(static_cast<uint16_t>(x[i] & 0xffffu)));
-          f.push_back(fp16_bits_to_float(static_cast<uint16_t>(x[i] >> 16)));
-        }
-        return f;
-      };
-      for (int b = 0; b < s.batch; ++b)
-        for (int kvh = 0; kvh < s.kv_heads; ++kvh) {
-          SCOPED_TRACE(s.label() + " group " + std::to_string(group) + " chunk " + std::to_string(chunk) + " sequence " +
-                       std::to_string(b) + " kv head " + std::to_string(kvh));
-          const StoredHead want = quantize_head(s, in, b, kvh);
-          const size_t pair = static_cast<size_t>(b) * s.kv_heads + kvh, row = d / 2;
-          const size_t n = static_cast<size_t>(s.length(b)), nq = static_cast<size_t>(s.quantized_length(b));
-          std::vector<uint8_t> k(hkc.begin() + pair * ctx * row, hkc.begin() + pair * ctx * row + nq * row);
-          std::vector<uint8_t> v(hvc.begin() + pair * ctx * row, hvc.begin() + pair * ctx * row + nq * row);
-          for (size_t i = 0; i < (n - nq) * d; ++i) {
-            const uint16_t kx = hkr[pair * G * d + i], vx = hvr[pair * G * d + i];
-            k.push_back(static_cast<uint8_t>(kx & 0xff));
-            k.push_back(static_cast<uint8_t>(kx >> 8));
-            v.push_back(static_cast<uint8_t>(vx & 0xff));
-            v.push_back(static_cast<uint8_t>(vx >> 8));
+  for (KvFormat f : {KvFormat::INT4, KvFormat::INT2})
+    for (int group : {32, 16})
+      for (int chunk : {1, 7, 50, 256}) {
+        DecodeShape s;
+        s.batch = 3;
+        s.heads = s.kv_heads = 2;
+        s.head_dim = 128;
+        s.context = 203;
+        s.ragged = true;
+        s.format = f;
+        s.kivi_group = group;
+        const uint64_t seed = 78;
+        const DecodeInputs in = decode_inputs(s, seed);
+        const size_t pairs = static_cast<size_t>(s.batch) * s.kv_heads, d = static_cast<size_t>(s.head_dim);
+        const size_t ctx = static_cast<size_t>(s.context), G = static_cast<size_t>(group), key_groups = (ctx + G - 1) / G;
+        const size_t row = static_cast<size_t>(kivi_row_bytes(s.head_dim, kivi_bits(f)));
+        DeviceBuffer<uint8_t> kc(pairs * ctx * row, "K codes"), vc(kc.size(), "V codes");
+        DeviceBuffer<uint32_t> kp(pairs * key_groups * d, "K pairs"), vp(pairs * ctx * (d / G), "V pairs");
+        DeviceBuffer<uint16_t> kr(pairs * G * d, "K residual"), vr(kr.size(), "V residual");
+        KiviCacheView view;
+        view.k_codes = kc.data();
+        view.v_codes = vc.data();
+        view.k_params = kp.data();
+        view.v_params = vp.data();
+        view.k_residual = kr.data();
+        view.v_residual = vr.data();
+        view.batch = s.batch;
+        view.kv_heads = s.kv_heads;
+        view.head_dim = s.head_dim;
+        view.capacity = s.context;
+        view.group = group;
+        view.bits = kivi_bits(f);
+        const size_t staged = pairs * static_cast<size_t>(chunk) * d;
+        DeviceBuffer<uint16_t> kn(staged, "staged K"), vn(staged, "staged V");
+        for (int i = 0; i * chunk < s.context; ++i) {
+          std::vector<int32_t> first, count;
+          for (int b = 0; b < s.batch; ++b) {
+            first.push_back(i * chunk);
+            count.push_back(std::max(0, std::min(chunk, s.length(b) - i * chunk)));
           }
-          EXPECT_EQ(k, want.k);
-          EXPECT_EQ(v, want.v);
-          EXPECT_EQ(pairs_of(hkp, pair * key_groups * d, nq / G * d), want.k_scale);
-          EXPECT_EQ(pairs_of(hvp, pair * ctx * (d / G), nq * (d / G)), want.v_scale);
+          const auto first_d = to_device(first), count_d = to_device(count);
+          launch_kv_fill_chunk(kn.data(), s.batch, s.kv_heads, s.head_dim, chunk, i * chunk, s.context, seed + 1, st.get());
+          launch_kv_fill_chunk(vn.data(), s.batch, s.kv_heads, s.head_dim, chunk, i * chunk, s.context, seed + 2, st.get());
+          launch_kivi_append(view, kn.data(), vn.data(), chunk, first_d.data(), count_d.data(), st.get());
+          IB_CUDA_CHECK(cudaStreamSynchronize(st.get()));
         }
-    }
+        const auto hkc = to_host(kc), hvc = to_host(vc);
+        const auto hkp = to_host(kp), hvp = to_host(vp);
+        const auto hkr = to_host(kr), hvr = to_host(vr);
+        auto pairs_of = [](const std::vector<uint32_t>& x, size_t at, size_t n) {
+          std::vector<float> out;
+          for (size_t i = at; i < at + n; ++i) {
+            out.push_back(fp16_bits_to_float(static_cast<uint16_t>(x[i] & 0xffffu)));
+            out.push_back(fp16_bits_to_float(static_cast<uint16_t>(x[i] >> 16)));
+          }
+          return out;
+        };
+        for (int b = 0; b < s.batch; ++b)
+          for (int kvh = 0; kvh < s.kv_heads; ++kvh) {
+            SCOPED_TRACE(s.label() + " group " + std::to_string(group) + " chunk " + std::to_string(chunk) + " sequence " +
+                         std::to_string(b) + " kv head " + std::to_string(kvh));
+            const StoredHead want = quantize_head(s, in, b, kvh);
+            const size_t pair = static_cast<size_t>(b) * s.kv_heads + kvh;
+            const size_t n = static_cast<size_t>(s.length(b)), nq = static_cast<size_t>(s.quantized_length(b));
+            std::vector<uint8_t> k(hkc.begin() + pair * ctx * row, hkc.begin() + pair * ctx * row + nq * row);
+            std::vector<uint8_t> v(hvc.begin() + pair * ctx * row, hvc.begin() + pair * ctx * row + nq * row);
+            for (size_t i = 0; i < (n - nq) * d; ++i) {
+              const uint16_t kx = hkr[pair * G * d + i], vx = hvr[pair * G * d + i];
+              k.push_back(static_cast<uint8_t>(kx & 0xff));
+              k.push_back(static_cast<uint8_t>(kx >> 8));
+              v.push_back(static_cast<uint8_t>(vx & 0xff));
+              v.push_back(static_cast<uint8_t>(vx >> 8));
+            }
+            EXPECT_EQ(k, want.k);
+            EXPECT_EQ(v, want.v);
+            EXPECT_EQ(pairs_of(hkp, pair * key_groups * d, nq / G * d), want.k_scale);
+            EXPECT_EQ(pairs_of(hvp, pair * ctx * (d / G), nq * (d / G)), want.v_scale);
+          }
+      }
 }
 
 // Values the decode inputs never produce: past the fp8 range of the given scale (saturating to

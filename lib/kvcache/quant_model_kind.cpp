@@ -1,5 +1,5 @@
 // Kind `kv-quant-model` (§8.3, quantized KV with the engine): what storing the KV cache in bf16,
-// FP8, INT8 or int4 (KIVI) costs a real decode. The CPU engine rounds every K/V it writes through the format
+// FP8, INT8, int4 or int2 (KIVI) costs a real decode. The CPU engine rounds every K/V it writes through the format
 // (Model::set_kv_format: the values a cache in that format returns) and decodes the reference's
 // tokens teacher-forced; the reference is the float32 cache. Quality only: the time per format
 // is kv-quant's (the decode-attention kernels), not this emulation's.
@@ -55,7 +55,7 @@ class QuantModel : public Variant {
     const model::ModelConfig& c = ref_.config;
     double bytes = static_cast<double>(c.kv_elems_per_token()) * kv_element_bytes(format_) +
                    2.0 * c.layers * c.kv_heads * kv_scale_bytes_per_token_head(format_, c.head_dim);
-    if (format_ == KvFormat::INT4)  // the engine's value groups are min(G, head_dim) channels
+    if (is_kivi(format_))  // the engine's value groups are min(G, head_dim) channels
       bytes = static_cast<double>(c.kv_elems_per_token()) * kv_element_bytes(format_) +
               c.layers * c.kv_heads *
                   (kv_scale_bytes_per_token_head(format_, c.head_dim) +
@@ -84,6 +84,9 @@ struct Int8 : QuantModel {
 struct Int4 : QuantModel {
   Int4() : QuantModel(KvFormat::INT4) {}
 };
+struct Int2 : QuantModel {
+  Int2() : QuantModel(KvFormat::INT2) {}
+};
 
 KindInfo quant_model_kind() {
   KindInfo k;
@@ -92,8 +95,8 @@ KindInfo quant_model_kind() {
   k.doc = "Quantized KV on the transformer engine (CPU, float32 arithmetic): prompt + new_tokens tokens decoded one at a "
           "time with every K/V rounded through the format as it is written (bf16; fp8 e4m3 with static scales per layer, K/V "
           "and kv head calibrated on the prompt (amax/448 over a prefill of it) – larger values later saturate; int8 with per-token scales; "
-          "int4 KIVI: bf16 until a group of 32 tokens completes, then keys per channel over the group and values per token in "
-          "groups of min(32, head_dim) channels), fed the "
+          "int4 and int2 KIVI: bf16 until a group of 32 tokens completes, then keys per channel over the group and values "
+          "per token in groups of min(32, head_dim) channels, 4 or 2 bits), fed the "
           "float32 cache's greedy tokens (teacher forcing). Over the measured steps: KL(float32 ‖ format) of the next-token "
           "distribution, top-1 agreement, relative L2 of every layer's attention output. A sample is one such decode on "
           "the CPU: quality only – kv-quant times the formats' decode-attention kernels.";
@@ -103,6 +106,7 @@ KindInfo quant_model_kind() {
       {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache, static per-(layer, K/V, kv head) scales calibrated on the prompt", {}, true},
       {"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true},
       {"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {}, true},
+      {"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
   };
   return k;
 }
@@ -112,6 +116,7 @@ IB_REGISTER_VARIANT("kv-quant-model", "cpu_bf16", Bf16);
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_fp8", Fp8);
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_int8", Int8);
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_int4", Int4);
+IB_REGISTER_VARIANT("kv-quant-model", "cpu_int2", Int2);
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -472,6 +472,10 @@ TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
   const auto l4 = logits_with(KvFormat::INT4, {});
   EXPECT_GT(relative_l2(l4, f32), relative_l2(logits_with(KvFormat::BF16, {}), f32));
   EXPECT_LT(relative_l2(l4, f32), 0.2);
+  // int2: the same groups with 2-bit codes cost more than int4, and still stay bounded.
+  const auto l2 = logits_with(KvFormat::INT2, {});
+  EXPECT_GT(relative_l2(l2, f32), relative_l2(l4, f32));
+  EXPECT_LT(relative_l2(l2, f32), 0.5);
 }
 
 // ---- the kinds through the runner ----
@@ -592,11 +596,16 @@ TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
 }
 
 TEST(KvKinds, EngineDecodeWithInt4CostsMoreThanInt8ButKeepsMostTokens) {
-  auto r = run_kv("  - {name: e, kind: kv-quant-model, variants: [cpu_int8, cpu_int4], model: tiny, prompt: 64, new_tokens: 16}\n");
-  expect_all_ok(r, 2);
+  auto r = run_kv(
+      "  - {name: e, kind: kv-quant-model, variants: [cpu_int8, cpu_int4, cpu_int2], model: tiny, prompt: 64, new_tokens: 16}\n");
+  expect_all_ok(r, 3);
   EXPECT_LT(metric(r.rows[0], "attn err"), metric(r.rows[1], "attn err"));
   EXPECT_GE(metric(r.rows[1], "top-1 agree"), 50);
   EXPECT_LT(metric(r.rows[1], "KV/token"), metric(r.rows[0], "KV/token"));
+  // int2 costs more than int4 in attention output and KL, for fewer bytes.
+  EXPECT_LT(metric(r.rows[1], "attn err"), metric(r.rows[2], "attn err"));
+  EXPECT_LT(metric(r.rows[1], "KL mean"), metric(r.rows[2], "KL mean"));
+  EXPECT_LT(metric(r.rows[2], "KV/token"), metric(r.rows[1], "KV/token"));
 }
 
 TEST(KvKinds, EngineDecodeCostsLittleWithInt8AndBf16MoreWithFp8) {

@@ -12,18 +12,20 @@
 
 namespace ib::model {
 
-ModelChoice choose_model(const Point& p, uint64_t seed) {
-  const std::string& name = p.text("model");
-  const std::string& weights = p.text("weights");
+ModelChoice choose_model(const Point& p, uint64_t seed) { return choose_model(p.text("model"), p.text("weights"), seed); }
+
+ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed, const std::string& model_key,
+                         const std::string& weights_key) {
   ModelChoice m;
   if (name == "checkpoint") {
-    if (weights == "random") throw InputError("model: checkpoint needs weights: DIR (a Hugging Face checkpoint directory)");
+    if (weights == "random")
+      throw InputError(fmt::format("{}: checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key));
     m.config = config_from_hf(weights);
     m.weights = safetensors_weights(m.config, weights);
     return m;
   }
   auto c = preset(name);
-  if (!c) throw InputError("model: unknown preset '" + name + "'");
+  if (!c) throw InputError(fmt::format("{}: unknown preset '{}'", model_key, name));
   m.config = *c;
   m.weights = weights == "random" ? random_weights(m.config, seed) : safetensors_weights(m.config, weights);
   return m;

@@ -18,6 +18,10 @@ struct ModelChoice {
   std::unique_ptr<WeightSource> weights;
 };
 ModelChoice choose_model(const Point& p, uint64_t seed);
+// The same for a preset name (or "checkpoint") and weights ("random" or a directory) under the
+// spec keys `model_key` / `weights_key` (named in errors).
+ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed, const std::string& model_key = "model",
+                         const std::string& weights_key = "weights");
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
 

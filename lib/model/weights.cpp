@@ -209,6 +209,36 @@ class SafetensorsWeights : public WeightSource {
 
 std::unique_ptr<WeightSource> random_weights(const ModelConfig& c, uint64_t seed) { return std::make_unique<RandomWeights>(c, seed); }
 
+namespace {
+
+// Reads through to the full model's source: the tensors of layers < L share its names.
+class FirstLayers : public WeightSource {
+ public:
+  FirstLayers(const WeightSource& full, int layers) : full_(full), layers_(layers) {}
+  void read(const TensorSpec& spec, float* dst) const override { full_.read(spec, dst); }
+  std::string describe() const override { return fmt::format("the first {} layers of {}", layers_, full_.describe()); }
+  bool is_random() const override { return full_.is_random(); }
+  uint64_t tensor_seed(const TensorSpec& spec) const override { return full_.tensor_seed(spec); }
+  float tensor_scale(const TensorSpec& spec) const override { return full_.tensor_scale(spec); }
+
+ private:
+  const WeightSource& full_;
+  int layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> first_layers(const WeightSource& full, int layers) { return std::make_unique<FirstLayers>(full, layers); }
+
+ModelConfig first_layers_config(const ModelConfig& c, int layers) {
+  if (layers < 1 || layers >= c.layers)
+    throw InputError(fmt::format("draft_layers: {} is not between 1 and {} (the target's layers minus one)", layers, c.layers - 1));
+  ModelConfig d = c;
+  d.layers = layers;
+  d.name = fmt::format("{}:{}", c.name, layers);
+  return d;
+}
+
 std::unique_ptr<WeightSource> safetensors_weights(const ModelConfig& c, const std::string& dir) {
   return std::make_unique<SafetensorsWeights>(c, dir);
 }

@@ -46,6 +46,15 @@ std::unique_ptr<WeightSource> random_weights(const ModelConfig& c, uint64_t seed
 // tensors. A missing or mis-shaped tensor is an InputError naming it and the file.
 std::unique_ptr<WeightSource> safetensors_weights(const ModelConfig& c, const std::string& dir);
 
+// The first `layers` layers of a model whose weights `full` holds, with its embeddings, final
+// norm and LM head: a self-speculative (early-exit) draft, as in Draft & Verify (Zhang et al.
+// 2023) and LayerSkip (Elhoushi et al. 2024). Every tensor is read from `full` under its own name
+// (random sources keep the full model's seeds and scales), so the draft's layer i is the target's
+// layer i exactly. `full` must outlive the returned source; use it with first_layers_config.
+std::unique_ptr<WeightSource> first_layers(const WeightSource& full, int layers);
+// The configuration of that draft: `c` with `layers` layers, named "<name>:<layers>".
+ModelConfig first_layers_config(const ModelConfig& c, int layers);
+
 // Writes `tensors` (float values stored as bf16) to a single safetensors file (tests, tools).
 void write_safetensors(const std::string& path, const std::vector<std::pair<TensorSpec, std::vector<float>>>& tensors);
 

@@ -252,6 +252,79 @@ TEST(Sampling, GreedyTopKTopPAndTheDistribution) {
   for (int k = 0; k < 5; ++k) EXPECT_NEAR(count[static_cast<size_t>(k)] / 20000.0, p[static_cast<size_t>(k)], 0.015) << k;
 }
 
+// Without a top-k cut the sampler sorts only the prefix the draw reaches: the same token as the
+// definition (sort everything, cut at top_p, walk the cumulative distribution).
+TEST(Sampling, UncutSamplingPicksTheTokenAFullSortPicks) {
+  const int V = 3000;
+  std::vector<float> logits(static_cast<size_t>(V));
+  for (int i = 0; i < V; ++i) {
+    float x = 6.0f * random_uniform(5, static_cast<uint64_t>(i));
+    if (i % 3 == 0) x = std::round(x);  // ties, broken by index
+    logits[static_cast<size_t>(i)] = x;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] || (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  });
+  int deep = 0;
+  for (float t : {0.3f, 1.0f, 3.0f})
+    for (float top_p : {1.0f, 0.9f, 0.5f}) {
+      SamplingParams sp;
+      sp.temperature = t;
+      sp.top_p = top_p;
+      std::vector<double> pr(static_cast<size_t>(V));
+      double sum = 0;
+      for (int i = 0; i < V; ++i) sum += pr[static_cast<size_t>(i)] = std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - logits[static_cast<size_t>(order[0])]) / t);
+      size_t n = 0;
+      double kept = 0;
+      while (n < pr.size() && (kept < top_p * sum || top_p >= 1.0f)) kept += pr[n++];
+      for (int k = 0; k < 500; ++k) {
+        const float u = sample_uniform(3, static_cast<uint64_t>(k), 0);
+        double cum = 0;
+        size_t i = 0;
+        while (i + 1 < n && u * kept >= cum + pr[i]) cum += pr[i++];
+        deep += i >= 64;
+        EXPECT_EQ(sample_token(logits.data(), V, sp, u), order[i]) << "T " << t << " top_p " << top_p << " u " << u;
+      }
+    }
+  EXPECT_GT(deep, 100);  // draws beyond the first sorted prefix were exercised
+}
+
+// A self-speculative draft: the first layers of a model read through its own weight source.
+TEST(FirstLayers, TheDraftIsTheTargetsFirstLayersWithItsHead) {
+  const ModelConfig c = P("tiny-gqa");
+  auto rw = random_weights(c, 8);
+  const ModelConfig dc = first_layers_config(c, 1);
+  EXPECT_EQ(dc.layers, 1);
+  EXPECT_EQ(dc.name, "tiny-gqa:1");
+  EXPECT_THROW(first_layers_config(c, 2), InputError);
+  EXPECT_THROW(first_layers_config(c, 0), InputError);
+  auto fl = first_layers(*rw, 1);
+  // Every tensor the draft reads is the full model's tensor of that name, including the
+  // residual-branch scales the full depth chose (a fresh 1-layer random model differs).
+  auto fresh = random_weights(dc, 8);
+  bool differs = false;
+  for (const auto& s : tensor_specs(dc)) {
+    std::vector<float> a(static_cast<size_t>(s.elems())), b(a.size()), f(a.size());
+    fl->read(s, a.data());
+    rw->read(s, b.data());
+    fresh->read(s, f.data());
+    EXPECT_EQ(a, b) << s.name;
+    differs = differs || a != f;
+    EXPECT_EQ(fl->tensor_seed(s), rw->tensor_seed(s)) << s.name;
+    EXPECT_EQ(fl->tensor_scale(s), rw->tensor_scale(s)) << s.name;
+  }
+  EXPECT_TRUE(differs);
+  // The draft runs: its logits are finite, and not the full model's.
+  auto draft = make_cpu_model(dc, *fl);
+  auto full = make_cpu_model(c, *rw);
+  const auto prompt = random_prompt(c.vocab, 9, 1);
+  const auto dl = last_logits(*draft, prompt), tl = last_logits(*full, prompt);
+  for (float x : dl) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_NE(dl, tl);
+}
+
 TEST(Safetensors, ACheckpointOfTheRandomWeightsGivesTheSameModel) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("ib_ckpt_" + std::to_string(::getpid()));

@@ -37,6 +37,13 @@ std::vector<int32_t> ngram_propose(const std::vector<int32_t>& h, int k, int ngr
   return {};
 }
 
+DraftTree DraftTree::chain(const std::vector<int32_t>& tokens) {
+  DraftTree t;
+  t.tokens = tokens;
+  for (size_t i = 0; i < tokens.size(); ++i) t.parents.push_back(static_cast<int32_t>(i) - 1);
+  return t;
+}
+
 int DraftTree::depth(int node) const {
   int d = 0;
   for (int x = node; x >= 0; x = parents[static_cast<size_t>(x)]) ++d;
@@ -122,39 +129,103 @@ int verify_greedy(const std::vector<int32_t>& drafts, const std::vector<int32_t>
   return static_cast<int>(j);
 }
 
-int32_t draw(const float* probs, int vocab, float u) {
+namespace {
+
+// Cumulative draw in index order over a row that need not sum to 1.
+template <typename T>
+int32_t draw_row(const T* probs, int vocab, float u) {
   double total = 0;
-  for (int t = 0; t < vocab; ++t) total += probs[t];
+  for (int t = 0; t < vocab; ++t) total += static_cast<double>(probs[t]);
   double cum = 0;
   int32_t last = 0;
   for (int t = 0; t < vocab; ++t) {
     if (probs[t] <= 0) continue;
     last = t;
-    cum += probs[t];
+    cum += static_cast<double>(probs[t]);
     if (static_cast<double>(u) * total < cum) return t;
   }
   return last;
 }
 
-int verify_sampled(const std::vector<int32_t>& drafts, const std::vector<float>& p, const std::vector<float>& q, int vocab,
-                   const std::vector<float>& u_accept, const std::vector<float>& u_resample, std::vector<int32_t>& emitted) {
-  const size_t k = drafts.size();
-  const size_t V = static_cast<size_t>(vocab);
-  std::vector<float> residual(V);
-  for (size_t i = 0; i < k; ++i) {
-    const int32_t d = drafts[i];
-    const float pi = p[i * V + static_cast<size_t>(d)], qi = q[i * V + static_cast<size_t>(d)];
-    if (qi > 0 && static_cast<double>(u_accept[i]) < std::min(1.0, static_cast<double>(pi) / qi)) {
-      emitted.push_back(d);
-      continue;
-    }
-    double mass = 0;
-    for (size_t t = 0; t < V; ++t) mass += residual[t] = std::max(0.0f, p[i * V + t] - q[i * V + t]);
-    emitted.push_back(mass > 0 ? draw(residual.data(), vocab, u_resample[i]) : draw(&p[i * V], vocab, u_resample[i]));
-    return static_cast<int>(i);
+// Divides row by its sum; false (row unchanged) when the sum is not positive.
+bool normalize(std::vector<double>& row) {
+  double sum = 0;
+  for (double x : row) sum += x;
+  if (!(sum > 0)) return false;
+  for (double& x : row) x /= sum;
+  return true;
+}
+
+}  // namespace
+
+int32_t draw(const float* probs, int vocab, float u) { return draw_row(probs, vocab, u); }
+
+std::vector<int32_t> draw_distinct(const float* q, int vocab, int b, const UniformSource& uniform) {
+  std::vector<double> left(q, q + vocab);
+  std::vector<int32_t> out;
+  while (static_cast<int>(out.size()) < b && normalize(left)) {
+    const int32_t t = draw_row(left.data(), vocab, uniform());
+    out.push_back(t);
+    left[static_cast<size_t>(t)] = 0;
   }
-  emitted.push_back(draw(&p[k * V], vocab, u_resample[k]));
-  return static_cast<int>(k);
+  return out;
+}
+
+int verify_tree_sampled(const DraftTree& tree, int vocab, const DistributionRow& target, const DistributionRow& draft,
+                        const UniformSource& uniform, std::vector<int32_t>& emitted, std::vector<int>& path) {
+  const size_t V = static_cast<size_t>(vocab);
+  std::vector<std::vector<int>> children(static_cast<size_t>(tree.size()) + 1);
+  for (int i = 0; i < tree.size(); ++i) children[static_cast<size_t>(tree.parents[static_cast<size_t>(i)] + 1)].push_back(i);
+  std::vector<double> p(V), q(V), residual(V);
+  int at = -1;
+  for (;;) {
+    const int row = at + 1;
+    const float* pt = target(row);
+    p.assign(pt, pt + V);
+    const std::vector<int>& kids = children[static_cast<size_t>(row)];
+    if (draft && !kids.empty()) {
+      const float* qt = draft(row);
+      q.assign(qt, qt + V);
+      normalize(q);
+    }
+    int next = -1;
+    for (int c : kids) {
+      const size_t tok = static_cast<size_t>(tree.tokens[static_cast<size_t>(c)]);
+      if (!draft) {
+        std::fill(q.begin(), q.end(), 0.0);
+        q[tok] = 1;
+      }
+      // Accept with probability min(1, p/q): u·q < p.
+      if (q[tok] > 0 && static_cast<double>(uniform()) * q[tok] < p[tok]) {
+        next = c;
+        break;
+      }
+      // Rejected: what is left of the target, and the draft without this child.
+      for (size_t t = 0; t < V; ++t) residual[t] = std::max(0.0, p[t] - q[t]);
+      if (normalize(residual)) p.swap(residual);  // else p == q up to rounding: keep p
+      q[tok] = 0;
+      if (draft && !normalize(q)) break;  // nothing left the draft could have drawn
+    }
+    if (next < 0) {
+      emitted.push_back(draw_row(p.data(), vocab, uniform()));
+      break;
+    }
+    emitted.push_back(tree.tokens[static_cast<size_t>(next)]);
+    path.push_back(next);
+    at = next;
+  }
+  return static_cast<int>(path.size());
+}
+
+int verify_sampled(const std::vector<int32_t>& drafts, const std::vector<float>& p, const std::vector<float>& q, int vocab,
+                   const UniformSource& uniform, std::vector<int32_t>& emitted) {
+  const size_t V = static_cast<size_t>(vocab);
+  const DraftTree chain = DraftTree::chain(drafts);
+  const DistributionRow target = [&](int row) { return &p[static_cast<size_t>(row) * V]; };
+  DistributionRow draft;
+  if (!q.empty()) draft = [&](int row) { return &q[static_cast<size_t>(row) * V]; };
+  std::vector<int> path;
+  return verify_tree_sampled(chain, vocab, target, draft, uniform, emitted, path);
 }
 
 namespace {
@@ -180,6 +251,58 @@ void append_emitted(const std::vector<int32_t>& emitted, std::vector<int32_t>& o
   history.insert(history.end(), emitted.begin(), emitted.end());
 }
 
+// Sampled verification needs the draft model's own distribution or deterministic candidates;
+// a forced text or controlled acceptance decides tokens without one.
+void check_sampled(const SpecConfig& cfg, bool force_truth) {
+  if (cfg.sampling.greedy()) return;
+  if (cfg.source == DraftSource::Controlled)
+    throw std::invalid_argument("sampled verification needs the draft model's own distribution (acceptance: model), not controlled acceptance");
+  if (force_truth) throw std::invalid_argument("sampled verification cannot follow a forced text");
+}
+
+// The draft's sampling distribution over the target's vocabulary (tv wide): tokens the target
+// cannot take are dropped and the rest renormalised; a draft with no mass left proposes its most
+// likely token the target can take.
+void draft_distribution(const float* logits, int dv, int tv, const model::SamplingParams& sp, std::vector<float>& q) {
+  std::vector<float> full(static_cast<size_t>(dv));
+  model::sampling_distribution(logits, dv, sp, full.data());
+  const int n = std::min(dv, tv);
+  q.assign(static_cast<size_t>(tv), 0.0f);
+  double sum = 0;
+  for (int t = 0; t < n; ++t) sum += q[static_cast<size_t>(t)] = full[static_cast<size_t>(t)];
+  if (sum > 0)
+    for (float& x : q) x = static_cast<float>(x / sum);
+  else
+    q[static_cast<size_t>(argmax_row(logits, n))] = 1.0f;
+}
+
+// Sampled verification of a verify pass's logits (row 0 after the root, 1 + i after node i, tv
+// wide) through verify_tree_sampled; the target's distributions are computed for the rows the
+// walk reaches. q: the draft distribution each row's children were drawn from, or nullptr for
+// deterministic candidates. Records the target rows of the emitted tokens when asked.
+int verify_logits_sampled(const DraftTree& tree, const float* logits, int tv, const SpecConfig& cfg,
+                          const std::vector<std::vector<float>>* q, uint64_t step, std::vector<int32_t>& emitted, std::vector<int>& path) {
+  std::vector<std::vector<float>> p(static_cast<size_t>(tree.size()) + 1);
+  const DistributionRow target = [&](int row) {
+    std::vector<float>& r = p[static_cast<size_t>(row)];
+    if (r.empty()) {
+      r.resize(static_cast<size_t>(tv));
+      model::sampling_distribution(logits + static_cast<size_t>(row) * static_cast<size_t>(tv), tv, cfg.sampling, r.data());
+    }
+    return r.data();
+  };
+  DistributionRow draft;
+  if (q) draft = [q](int row) { return (*q)[static_cast<size_t>(row)].data(); };
+  int draws = 0;
+  const UniformSource uniform = [&] { return model::sample_uniform(cfg.seed ^ 0xA1ull, step, draws++); };
+  const int j = verify_tree_sampled(tree, tv, target, draft, uniform, emitted, path);
+  if (cfg.record_target) {
+    cfg.record_target->push_back(p[0]);
+    for (int node : path) cfg.record_target->push_back(p[static_cast<size_t>(node) + 1]);
+  }
+  return j;
+}
+
 }  // namespace
 
 std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
@@ -187,11 +310,11 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
                                           bool force_truth, std::vector<int32_t>& history, SpecStats& stats) {
   const int tv = target.config().vocab;
   const bool sampled = !cfg.sampling.greedy();
-  if (sampled && (cfg.source != DraftSource::Model || force_truth))
-    throw std::invalid_argument("sampled verification needs the draft model's own distribution (acceptance: model)");
+  check_sampled(cfg, force_truth);
   std::vector<int32_t> out;
   std::vector<int32_t> pending = {last};  // accepted tokens the draft model has not seen yet
-  std::vector<float> logits, p, q;
+  std::vector<float> logits;
+  std::vector<std::vector<float>> q;  // sampled, draft model: the distribution each draft was drawn from
   uint64_t step = 0;
   while (static_cast<int>(out.size()) < n) {
     const int remaining = n - static_cast<int>(out.size());
@@ -204,7 +327,7 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
     } else if (k > 0) {
       const int dv = draft->config().vocab;
       std::vector<float> dl(static_cast<size_t>(dv));
-      if (sampled) q.assign(static_cast<size_t>(k) * static_cast<size_t>(tv), 0.0f);
+      q.assign(sampled ? static_cast<size_t>(k) + 1 : 0, {});
       std::vector<int32_t> in(pending.size());
       for (size_t i = 0; i < pending.size(); ++i) in[i] = fit(pending[i], dv);
       for (int i = 0; i < k; ++i) {
@@ -225,10 +348,9 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
           const bool hit = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0) < cfg.alpha;
           d = hit ? want : static_cast<int32_t>((want + 1 + static_cast<int64_t>((r >> 3) % static_cast<uint64_t>(tv - 1))) % tv);
         } else if (sampled) {
-          std::vector<float> qrow(static_cast<size_t>(dv));
-          model::sampling_distribution(dl.data(), dv, cfg.sampling, qrow.data());
-          std::copy(qrow.begin(), qrow.begin() + std::min(dv, tv), q.begin() + static_cast<std::ptrdiff_t>(i) * tv);
-          d = draw(qrow.data(), dv, model::sample_uniform(cfg.seed ^ 0xD1ull, step, i));
+          std::vector<float>& qi = q[static_cast<size_t>(i)];
+          draft_distribution(dl.data(), dv, tv, cfg.sampling, qi);
+          d = draw(qi.data(), tv, model::sample_uniform(cfg.seed ^ 0xD1ull, step, i));
         } else {
           d = argmax_row(dl.data(), dv);
         }
@@ -250,13 +372,8 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
     std::vector<int32_t> emitted;
     int j;
     if (sampled) {
-      p.assign(static_cast<size_t>(kk + 1) * static_cast<size_t>(tv), 0.0f);
-      for (int i = 0; i <= kk; ++i)
-        model::sampling_distribution(&logits[static_cast<size_t>(i) * tv], tv, cfg.sampling, &p[static_cast<size_t>(i) * tv]);
-      std::vector<float> ua(static_cast<size_t>(kk)), ur(static_cast<size_t>(kk + 1));
-      for (int i = 0; i < kk; ++i) ua[static_cast<size_t>(i)] = model::sample_uniform(cfg.seed ^ 0xA1ull, step, i);
-      for (int i = 0; i <= kk; ++i) ur[static_cast<size_t>(i)] = model::sample_uniform(cfg.seed ^ 0xB2ull, step, i);
-      j = verify_sampled(drafts, p, q, tv, ua, ur, emitted);
+      std::vector<int> path;
+      j = verify_logits_sampled(DraftTree::chain(drafts), logits.data(), tv, cfg, cfg.source == DraftSource::Ngram ? nullptr : &q, step, emitted, path);
     } else {
       std::vector<int32_t> choice(static_cast<size_t>(kk + 1));
       for (int i = 0; i <= kk; ++i)
@@ -288,17 +405,22 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
 std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
                                                int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                                bool force_truth, std::vector<int32_t>& history, SpecStats& stats) {
-  if (!cfg.sampling.greedy()) throw std::invalid_argument("tree verification is greedy only");
+  check_sampled(cfg, force_truth);
+  const bool sampled = !cfg.sampling.greedy();
   const bool ngram = cfg.source == DraftSource::Ngram;
   if (!ngram && (cfg.tree.empty() || !draft)) throw std::invalid_argument("tree drafting needs a draft model and a tree shape");
   const int tv = target.config().vocab;
   std::vector<int32_t> out;
   std::vector<int32_t> pending = {last};  // accepted tokens the draft model has not seen yet
   std::vector<float> logits, dl;
+  std::vector<std::vector<float>> q;  // sampled, draft model: per row, the distribution its children were drawn from
   uint64_t step = 0;
   while (static_cast<int>(out.size()) < n) {
     const int depth_cap = n - static_cast<int>(out.size()) - 1;
     DraftTree tree;
+    q.clear();
+    int draws = 0;
+    const UniformSource uniform = [&] { return model::sample_uniform(cfg.seed ^ 0xD1ull, step, draws++); };
     int draft_depth = 0;  // depths of the tree the draft model has cached
     bool drafted = false;
     // ---- draft ----
@@ -338,6 +460,12 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
             const uint64_t off = (random_bits(cfg.seed ^ 0x0FFull, ctr) >> 3) % static_cast<uint64_t>(std::max(1, tv - 1 - b));
             for (int r = 0; r < b; ++r)
               cand.push_back(r == hit ? want : static_cast<int32_t>((want + 1 + static_cast<int64_t>(off) + r) % tv));
+          } else if (sampled) {
+            // The draft's own distribution, its candidates drawn without replacement.
+            q.resize(static_cast<size_t>(tree.size()) + 1);
+            std::vector<float>& qf = q[static_cast<size_t>(parent + 1)];
+            draft_distribution(&dl[f * static_cast<size_t>(dv)], dv, tv, cfg.sampling, qf);
+            cand = draw_distinct(qf.data(), tv, b, uniform);
           } else {
             const float* row = &dl[f * static_cast<size_t>(dv)];
             std::vector<int32_t> idx(static_cast<size_t>(dv));
@@ -383,13 +511,19 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     o.logits = logits.data();
     target.prefill_tree(target_seq, in.data(), par.data(), nodes + 1, o);
     stats.verify_seconds += since(t1);
-    std::vector<int32_t> choice(static_cast<size_t>(nodes + 1));
-    for (int i = 0; i <= nodes; ++i)
-      choice[static_cast<size_t>(i)] = force_truth ? truth(static_cast<int64_t>(out.size()) + (i == 0 ? 0 : tree.depth(i - 1)))
-                                                   : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
     std::vector<int32_t> emitted;
     std::vector<int> path;
-    const int j = verify_tree_greedy(tree, choice, emitted, path);
+    int j;
+    if (sampled) {
+      q.resize(static_cast<size_t>(nodes) + 1);
+      j = verify_logits_sampled(tree, logits.data(), tv, cfg, ngram ? nullptr : &q, step, emitted, path);
+    } else {
+      std::vector<int32_t> choice(static_cast<size_t>(nodes + 1));
+      for (int i = 0; i <= nodes; ++i)
+        choice[static_cast<size_t>(i)] = force_truth ? truth(static_cast<int64_t>(out.size()) + (i == 0 ? 0 : tree.depth(i - 1)))
+                                                     : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
+      j = verify_tree_greedy(tree, choice, emitted, path);
+    }
     const int stop = path.empty() ? -1 : path.back();
     const bool rejected = std::find(tree.parents.begin(), tree.parents.end(), stop) != tree.parents.end();
     count_step(stats, nodes, j, rejected, emitted);

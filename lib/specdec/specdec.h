@@ -33,6 +33,7 @@ std::vector<int32_t> ngram_propose(const std::vector<int32_t>& history, int k, i
 struct DraftTree {
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;
+  static DraftTree chain(const std::vector<int32_t>& tokens);  // each token under the one before
   int size() const { return static_cast<int>(tokens.size()); }
   int depth(int node) const;
   int max_depth() const;
@@ -56,13 +57,39 @@ int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice
 // first j tokens and then target[j] (the correction, or the bonus token when all were accepted).
 int verify_greedy(const std::vector<int32_t>& drafts, const std::vector<int32_t>& target, std::vector<int32_t>& emitted);
 
+// Uniforms in [0, 1), one per call: where the verification's random decisions come from.
+using UniformSource = std::function<float()>;
+
 // Rejection sampling (Leviathan et al. 2023; Chen et al. 2023): draft i is accepted with
-// probability min(1, p_i(d_i)/q_i(d_i)) using uniform u_accept[i]; at the first rejection the token
-// is drawn from norm(max(0, p_i − q_i)) with u_resample[i]; when all are accepted, the bonus token
-// is drawn from p_K. p holds K+1 rows, q holds K rows, each `vocab` wide. The emitted tokens are
-// distributed exactly as sampling the target alone.
+// probability min(1, p_i(d_i)/q_i(d_i)); at the first rejection the token is drawn from
+// norm(max(0, p_i − q_i)); when all are accepted, the bonus token is drawn from p_K. p holds K+1
+// rows, q holds K rows (row i: the distribution d_i was drawn from), each `vocab` wide; q empty:
+// the drafts are deterministic (n-gram lookup), q_i a point mass on d_i. The emitted tokens are
+// distributed exactly as sampling the target alone. A chain of verify_tree_sampled.
 int verify_sampled(const std::vector<int32_t>& drafts, const std::vector<float>& p, const std::vector<float>& q, int vocab,
-                   const std::vector<float>& u_accept, const std::vector<float>& u_resample, std::vector<int32_t>& emitted);
+                   const UniformSource& uniform, std::vector<int32_t>& emitted);
+
+// A row of a distribution, `vocab` wide: row 0 after the step's root, row 1 + i after node i.
+using DistributionRow = std::function<const float*(int row)>;
+
+// Tree rejection sampling (recursive rejection sampling: SpecInfer, Miao et al. 2024; without
+// replacement as in Jeon et al. 2024 and EAGLE). At a node whose target distribution is p_1 its
+// children are tried in index order; the j-th was drawn from q_j, where q_1 = draft(row) and q_{j+1}
+// is q_j without the j-th child, renormalised (children drawn without replacement:
+// draw_distinct), or, with no `draft` (deterministic candidates, n-gram lookup), q_j is a point
+// mass on the j-th child. Child j is accepted with probability min(1, p_j(c_j)/q_j(c_j)) and the
+// walk moves down to it; a rejection leaves p_{j+1} = norm(max(0, p_j − q_j)); when every child is
+// rejected (or there are none) the token is drawn from what is left of p. The emitted tokens are
+// distributed exactly as sampling the target alone. `target(row)` is called only for the rows the
+// walk reaches, `draft(row)` only for those with children. `path` gets the accepted nodes,
+// `emitted` their tokens and then the drawn one. Returns the accepted count.
+int verify_tree_sampled(const DraftTree& tree, int vocab, const DistributionRow& target, const DistributionRow& draft,
+                        const UniformSource& uniform, std::vector<int32_t>& emitted, std::vector<int>& path);
+
+// Up to b distinct tokens drawn from q without replacement (each from q with the earlier ones
+// removed, renormalised): the order verify_tree_sampled expects. Fewer when q has fewer tokens
+// of non-zero probability.
+std::vector<int32_t> draw_distinct(const float* q, int vocab, int b, const UniformSource& uniform);
 
 // Draws a token from a probability row with uniform u (cumulative in index order).
 int32_t draw(const float* probs, int vocab, float u);
@@ -84,7 +111,11 @@ struct SpecConfig {
   DraftSource source = DraftSource::Model;
   double alpha = 0.8;           // Controlled
   int ngram_min = 1, ngram_max = 3;
-  model::SamplingParams sampling;  // temperature 0: greedy verification
+  model::SamplingParams sampling;  // temperature 0: greedy verification; else rejection sampling
+  // Sampled verification, when set: receives, for every emitted token, the target distribution
+  // (vocab wide) it was accepted or drawn against — what a row's gate compares with the target's
+  // own distribution from a fresh prefill.
+  std::vector<std::vector<float>>* record_target = nullptr;
   uint64_t seed = 1;
 };
 
@@ -113,11 +144,13 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
                                           int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                           bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
 
-// As speculative_generate with a draft tree verified in one target pass (greedy only; the
-// models must implement prefill_tree). Controlled drafting: at each depth on the target's
-// trajectory the candidates, in rank order, are the target's token with probability α each until
-// one is (a chain's α for one child); the others, and all children off the trajectory, are
-// distinct other tokens.
+// As speculative_generate with a draft tree verified in one target pass (the models must
+// implement prefill_tree). Greedy: the walk follows the target's choices. Sampled (draft model's
+// own distribution, or n-gram candidates): tree rejection sampling (verify_tree_sampled), the
+// draft model's candidates at each node drawn without replacement from its distribution.
+// Controlled drafting (greedy only): at each depth on the target's trajectory the candidates, in
+// rank order, are the target's token with probability α each until one is (a chain's α for one
+// child); the others, and all children off the trajectory, are distinct other tokens.
 std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
                                                int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                                bool force_truth, std::vector<int32_t>& history, SpecStats& stats);

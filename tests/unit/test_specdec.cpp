@@ -102,10 +102,11 @@ TEST(SpecdecVerify, RejectionSamplingReproducesTheTargetDistribution) {
   std::vector<double> first(V), second(V);
   const int trials = 200000;
   int seconds = 0;
+  const UniformSource uniform = [&] { return u(rng); };
   for (int t = 0; t < trials; ++t) {
     std::vector<int32_t> drafts = {draw(&q[0], V, u(rng)), draw(&q[V], V, u(rng))};
     std::vector<int32_t> e;
-    verify_sampled(drafts, p, q, V, {u(rng), u(rng)}, {u(rng), u(rng), u(rng)}, e);
+    verify_sampled(drafts, p, q, V, uniform, e);
     ++first[static_cast<size_t>(e[0])];
     if (e.size() > 1) {
       ++second[static_cast<size_t>(e[1])];
@@ -117,6 +118,110 @@ TEST(SpecdecVerify, RejectionSamplingReproducesTheTargetDistribution) {
     EXPECT_NEAR(second[static_cast<size_t>(t)] / seconds, p[static_cast<size_t>(V + t)], 0.006) << "second token " << t;
   }
   (void)K;
+}
+
+// A toy language model over V tokens: the distribution after a prefix, a function of the prefix.
+std::vector<float> toy_distribution(const std::vector<int32_t>& prefix, int V, uint64_t salt, double sharp) {
+  uint64_t h = 1469598103934665603ull ^ salt;
+  for (int32_t t : prefix) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
+  std::vector<float> d(static_cast<size_t>(V));
+  double sum = 0;
+  for (int i = 0; i < V; ++i) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    const double w = std::exp(sharp * static_cast<double>(h >> 11) / 9007199254740992.0);
+    sum += d[static_cast<size_t>(i)] = static_cast<float>(w);
+  }
+  d[static_cast<size_t>((prefix.size() + salt) % static_cast<size_t>(V))] = 0.0f;  // a zero: the supports differ
+  sum = 0;
+  for (float x : d) sum += x;
+  for (float& x : d) x = static_cast<float>(x / sum);
+  return d;
+}
+
+// Tree rejection sampling: draws a 3x2 tree per trial (children without replacement from the
+// draft, or fixed deterministic candidates), verifies it, and continues with the target alone
+// when fewer than two tokens came out. The joint law of the first two tokens must be the
+// target's: P(x1) · P(x2 | x1).
+void check_tree_sampling(bool deterministic) {
+  const int V = 6, trials = 300000;
+  std::mt19937 rng(deterministic ? 11 : 7);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const UniformSource uniform = [&] { return u(rng); };
+  auto p_after = [&](const std::vector<int32_t>& prefix) { return toy_distribution(prefix, V, 1, 2.5); };
+  auto q_after = [&](const std::vector<int32_t>& prefix) { return toy_distribution(prefix, V, 2, 2.5); };
+  std::vector<double> seen(V * V, 0.0);
+  int64_t depth2 = 0;
+  for (int t = 0; t < trials; ++t) {
+    DraftTree tree;
+    std::vector<std::vector<int32_t>> prefix = {{}};  // per row: the node's tokens
+    std::vector<std::vector<float>> q = {q_after({})};
+    std::vector<int32_t> first = deterministic ? std::vector<int32_t>{4, 1, 2} : draw_distinct(q[0].data(), V, 3, uniform);
+    for (int32_t a : first) {
+      tree.tokens.push_back(a);
+      tree.parents.push_back(-1);
+      prefix.push_back({a});
+      q.push_back(q_after({a}));
+    }
+    for (int i = 0, n = tree.size(); i < n; ++i) {
+      const std::vector<int32_t> second =
+          deterministic ? std::vector<int32_t>{static_cast<int32_t>((i + 3) % V), static_cast<int32_t>((i + 1) % V)} : draw_distinct(q[static_cast<size_t>(i) + 1].data(), V, 2, uniform);
+      for (int32_t b : second) {
+        tree.tokens.push_back(b);
+        tree.parents.push_back(i);
+        prefix.push_back({tree.tokens[static_cast<size_t>(i)], b});
+        q.push_back({});
+      }
+    }
+    std::vector<std::vector<float>> p(prefix.size());
+    const DistributionRow target = [&](int row) {
+      auto& r = p[static_cast<size_t>(row)];
+      if (r.empty()) r = p_after(prefix[static_cast<size_t>(row)]);
+      return r.data();
+    };
+    DistributionRow draft;
+    if (!deterministic) draft = [&](int row) { return q[static_cast<size_t>(row)].data(); };
+    std::vector<int32_t> e;
+    std::vector<int> path;
+    verify_tree_sampled(tree, V, target, draft, uniform, e, path);
+    ASSERT_EQ(e.size(), path.size() + 1);
+    if (e.size() >= 2) ++depth2;
+    else e.push_back(draw(p_after({e[0]}).data(), V, u(rng)));  // the next step's token
+    ++seen[static_cast<size_t>(e[0] * V + e[1])];
+  }
+  double tv = 0;
+  const std::vector<float> p0 = p_after({});
+  for (int a = 0; a < V; ++a) {
+    const std::vector<float> p1 = p_after({a});
+    for (int b = 0; b < V; ++b)
+      tv += std::fabs(seen[static_cast<size_t>(a * V + b)] / trials - static_cast<double>(p0[static_cast<size_t>(a)]) * p1[static_cast<size_t>(b)]);
+  }
+  // 36 cells, 300k draws: sampling noise ~0.004. Skipping the residual (accept-or-draw-from-p)
+  // or keeping the draft row after a rejection moves it by several times that.
+  EXPECT_LT(tv / 2, 0.012) << (deterministic ? "deterministic candidates" : "draft samples");
+  EXPECT_GT(depth2, trials / 10) << "the trees should often accept two tokens";
+}
+
+TEST(SpecdecVerify, TreeRejectionSamplingReproducesTheTargetDistribution) { check_tree_sampling(false); }
+TEST(SpecdecVerify, TreeRejectionSamplingOfDeterministicCandidatesIsExact) { check_tree_sampling(true); }
+
+TEST(SpecdecVerify, DrawDistinctSamplesWithoutReplacement) {
+  const std::vector<float> q = {0.5f, 0.0f, 0.3f, 0.2f};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const UniformSource uniform = [&] { return u(rng); };
+  std::map<std::pair<int32_t, int32_t>, int> pairs;
+  const int trials = 100000;
+  for (int t = 0; t < trials; ++t) {
+    const auto d = draw_distinct(q.data(), 4, 8, uniform);
+    ASSERT_EQ(d.size(), 3u);  // only three tokens have mass
+    EXPECT_NE(d[0], d[1]);
+    EXPECT_NE(d[1], d[2]);
+    EXPECT_NE(d[0], d[2]);
+    ++pairs[{d[0], d[1]}];
+  }
+  // P(first a, second b) = q_a · q_b / (1 − q_a).
+  EXPECT_NEAR((pairs[{0, 2}] / static_cast<double>(trials)), 0.5 * 0.3 / 0.5, 0.006);
+  EXPECT_NEAR((pairs[{3, 0}] / static_cast<double>(trials)), 0.2 * 0.5 / 0.8, 0.006);
 }
 
 struct Pair {
@@ -244,37 +349,78 @@ TEST(SpecdecGenerate, ATreeAcceptsMoreTokensPerStepThanAChainOfTheSameDepth) {
   EXPECT_LE(tree.tree_nodes, (3 + 6 + 6 + 6) * tree.steps);
 }
 
+// Whole generations with sampled verification (chain and tree, draft model and n-gram): the
+// first generated token follows the target's sampling distribution, and the distributions the
+// verification used (record_target) are the target's own at every emitted position.
 TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) {
   Pair m;
+  // A prompt that repeats itself, so that prompt lookup proposes something.
+  m.prompt.resize(8);
+  for (int r = 0; r < 2; ++r) m.prompt.insert(m.prompt.end(), m.prompt.begin(), m.prompt.begin() + 8);
   model::SamplingParams sp;
   sp.temperature = 1.0f;
   sp.top_k = 6;
   // The target's distribution of the first generated token.
   m.reset();
-  std::vector<float> l(static_cast<size_t>(m.c.vocab)), p(l.size());
+  const int V = m.c.vocab;
+  std::vector<float> l(static_cast<size_t>(V)), p(l.size());
   {
     const int s = m.target->fork(m.ts);
     m.target->decode(&s, &m.prompt.back(), 1, {l.data()});
-    model::sampling_distribution(l.data(), m.c.vocab, sp, p.data());
+    model::sampling_distribution(l.data(), V, sp, p.data());
     m.target->release(s);
   }
-  std::map<int32_t, int> seen;
-  const int runs = 1500;
-  for (int r = 0; r < runs; ++r) {
-    m.target->truncate(m.ts, 23);
-    m.draft->truncate(m.ds, 23);
-    SpecConfig cfg;
-    cfg.k = 2;
-    cfg.source = DraftSource::Model;
-    cfg.sampling = sp;
-    cfg.seed = 1000 + static_cast<uint64_t>(r);
-    std::vector<int32_t> history = m.prompt;
+  struct Case {
+    const char* name;
+    DraftSource src;
+    std::vector<int> tree;
+  };
+  for (const Case& cs : {Case{"chain, draft model", DraftSource::Model, {}}, Case{"tree 3x2, draft model", DraftSource::Model, {3, 2}},
+                         Case{"chain, n-gram", DraftSource::Ngram, {}}, Case{"tree, n-gram", DraftSource::Ngram, {1}}}) {
+    std::map<int32_t, int> seen;
+    const int runs = 1500;
     SpecStats st;
-    ++seen[speculative_generate(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 2, cfg, {}, false, history, st)[0]];
+    std::vector<std::vector<float>> used;
+    std::vector<int32_t> last_out;
+    for (int r = 0; r < runs; ++r) {
+      m.target->truncate(m.ts, 23);
+      m.draft->truncate(m.ds, 23);
+      SpecConfig cfg;
+      cfg.k = 2;
+      cfg.source = cs.src;
+      cfg.sampling = sp;
+      cfg.tree = cs.tree;
+      cfg.branches = 3;
+      cfg.seed = 1000 + static_cast<uint64_t>(r);
+      if (r == runs - 1) cfg.record_target = &used;
+      std::vector<int32_t> history = m.prompt;
+      model::Model* draft = cs.src == DraftSource::Ngram ? nullptr : m.draft.get();
+      const bool tree = !cs.tree.empty();
+      last_out = tree ? speculative_generate_tree(*m.target, m.ts, draft, m.ds, m.prompt.back(), 3, cfg, {}, false, history, st)
+                      : speculative_generate(*m.target, m.ts, draft, m.ds, m.prompt.back(), 3, cfg, {}, false, history, st);
+      ++seen[last_out[0]];
+      ASSERT_EQ(m.target->length(m.ts), 23 + 3) << cs.name;
+    }
+    double tv = 0;
+    for (int t = 0; t < V; ++t) tv += std::fabs(seen[t] / static_cast<double>(runs) - p[static_cast<size_t>(t)]);
+    EXPECT_LT(tv / 2, 0.06) << cs.name;  // 6 tokens, 1500 draws: sampling noise is ~0.03
+    EXPECT_GT(st.tested, 0) << cs.name << ": verification never tested a candidate";
+    // The last run's recorded rows against a fresh prefill of prompt + output.
+    ASSERT_GE(used.size(), 3u) << cs.name;
+    const int fs = m.target->new_sequence(64);
+    std::vector<int32_t> seq = m.prompt;
+    seq.insert(seq.end(), last_out.begin(), last_out.end() - 1);
+    std::vector<float> fresh(3 * static_cast<size_t>(V)), pf(static_cast<size_t>(V));
+    m.target->prefill(fs, seq.data(), static_cast<int>(seq.size()), 3, {fresh.data()});
+    m.target->release(fs);
+    for (int i = 0; i < 3; ++i) {
+      model::sampling_distribution(&fresh[static_cast<size_t>(i) * V], V, sp, pf.data());
+      double d = 0;
+      for (int t = 0; t < V; ++t) d += std::fabs(pf[static_cast<size_t>(t)] - used[static_cast<size_t>(i)][static_cast<size_t>(t)]);
+      EXPECT_LT(d / 2, 1e-4) << cs.name << " position " << i;
+      EXPECT_GT(pf[static_cast<size_t>(last_out[static_cast<size_t>(i)])], 0.0f) << cs.name << " position " << i;
+    }
   }
-  double tv = 0;
-  for (int t = 0; t < m.c.vocab; ++t) tv += std::fabs(seen[t] / static_cast<double>(runs) - p[static_cast<size_t>(t)]);
-  EXPECT_LT(tv / 2, 0.06);  // 6 tokens, 1500 draws: sampling noise is ~0.03
 }
 
 TEST(SpecdecTexts, BundledTextsTokenizeAndRepeatThemselves) {

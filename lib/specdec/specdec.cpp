@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 #include "core/random.h"
@@ -402,6 +403,95 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
   return out;
 }
 
+namespace {
+
+// EAGLE-2's dynamic draft tree (Li et al. 2024): a node's confidence is the product of the draft's
+// probabilities along its path. From the root (the draft's logits row `root`), each depth adds the
+// `width` most likely children of every expanded node and expands the `width` most confident of
+// them (one draft tree pass); at the end the `nodes` most confident of all become the tree (a
+// child is never more confident than its parent, so they form a tree). draft_slot: per node its
+// index in the draft's open tree, -1 for nodes never expanded.
+DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<float>& rows, int tv, int depth, int width, int nodes,
+                             SpecStats& stats, std::vector<int>& draft_slot, bool& draft_open) {
+  struct Cand {
+    int32_t token;
+    int parent;  // pool index, -1: the root
+    double logp;
+    int depth;
+    int slot = -1;  // index in the draft's tree once expanded
+  };
+  const int dv = draft.config().vocab, nv = std::min(dv, tv);
+  std::vector<Cand> pool;
+  std::vector<int> frontier = {-1};  // pool indices; row f of `rows` holds frontier[f]'s next-token logits
+  int sent = 0;                      // nodes in the draft's open tree
+  auto more_confident = [&](int a, int b) {
+    const Cand &x = pool[static_cast<size_t>(a)], &y = pool[static_cast<size_t>(b)];
+    return x.logp > y.logp || (x.logp == y.logp && (x.depth < y.depth || (x.depth == y.depth && a < b)));
+  };
+  std::vector<int32_t> idx(static_cast<size_t>(nv));
+  for (int t = 0; t < depth; ++t) {
+    std::vector<int> added;
+    for (size_t f = 0; f < frontier.size(); ++f) {
+      const float* row = &rows[f * static_cast<size_t>(dv)];
+      // log-softmax over the tokens the target can take
+      const float mx = *std::max_element(row, row + nv);
+      double z = 0;
+      for (int i = 0; i < nv; ++i) z += std::exp(static_cast<double>(row[i] - mx));
+      const double log_z = static_cast<double>(mx) + std::log(z);
+      std::iota(idx.begin(), idx.end(), 0);
+      const int take = std::min(width, nv);
+      std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+      const double base = frontier[f] < 0 ? 0.0 : pool[static_cast<size_t>(frontier[f])].logp;
+      for (int r = 0; r < take; ++r) {
+        const int32_t tok = idx[static_cast<size_t>(r)];
+        pool.push_back({tok, frontier[f], base + static_cast<double>(row[tok]) - log_z, t + 1});
+        added.push_back(static_cast<int>(pool.size()) - 1);
+      }
+    }
+    if (t + 1 == depth) break;
+    // Expand the most confident of the new nodes: their logits in one draft tree pass.
+    const size_t expand = std::min(added.size(), static_cast<size_t>(width));
+    std::partial_sort(added.begin(), added.begin() + static_cast<std::ptrdiff_t>(expand), added.end(), more_confident);
+    frontier.assign(added.begin(), added.begin() + static_cast<std::ptrdiff_t>(expand));
+    std::vector<int32_t> tok, par;
+    for (int c : frontier) {
+      Cand& x = pool[static_cast<size_t>(c)];
+      tok.push_back(x.token);
+      par.push_back(x.parent < 0 ? -1 : pool[static_cast<size_t>(x.parent)].slot);
+      x.slot = sent++;
+    }
+    rows.resize(frontier.size() * static_cast<size_t>(dv));
+    model::StepOutput o;
+    o.logits = rows.data();
+    draft.prefill_tree(draft_seq, tok.data(), par.data(), static_cast<int>(tok.size()), o);
+    ++stats.draft_forward;
+    draft_open = true;
+  }
+  // The most confident nodes, parents before children.
+  std::vector<int> pick(pool.size());
+  std::iota(pick.begin(), pick.end(), 0);
+  const size_t keep = std::min(pick.size(), static_cast<size_t>(nodes));
+  std::partial_sort(pick.begin(), pick.begin() + static_cast<std::ptrdiff_t>(keep), pick.end(), more_confident);
+  pick.resize(keep);
+  std::sort(pick.begin(), pick.end(), [&](int a, int b) {
+    return pool[static_cast<size_t>(a)].depth < pool[static_cast<size_t>(b)].depth || (pool[static_cast<size_t>(a)].depth == pool[static_cast<size_t>(b)].depth && a < b);
+  });
+  std::vector<int> at(pool.size(), -1);  // pool index -> tree node
+  DraftTree tree;
+  for (int c : pick) {
+    const Cand& x = pool[static_cast<size_t>(c)];
+    const int parent = x.parent < 0 ? -1 : at[static_cast<size_t>(x.parent)];
+    if (x.parent >= 0 && parent < 0) throw std::logic_error("dynamic tree: a node kept without its parent");
+    at[static_cast<size_t>(c)] = tree.size();
+    tree.tokens.push_back(x.token);
+    tree.parents.push_back(parent);
+    draft_slot.push_back(x.slot);
+  }
+  return tree;
+}
+
+}  // namespace
+
 std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
                                                int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                                bool force_truth, std::vector<int32_t>& history, SpecStats& stats) {
@@ -421,7 +511,8 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     q.clear();
     int draws = 0;
     const UniformSource uniform = [&] { return model::sample_uniform(cfg.seed ^ 0xD1ull, step, draws++); };
-    int draft_depth = 0;  // depths of the tree the draft model has cached
+    std::vector<int> draft_slot;  // per node: its index in the draft model's open tree (-1: not there)
+    bool draft_open = false;      // the draft model has an open tree (prefill_tree was called)
     bool drafted = false;
     // ---- draft ----
     const auto t0 = std::chrono::steady_clock::now();
@@ -430,7 +521,7 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     } else if (depth_cap > 0) {
       drafted = true;
       const int dv = draft->config().vocab;
-      const int depth = std::min(static_cast<int>(cfg.tree.size()), depth_cap);
+      int depth = std::min(static_cast<int>(cfg.tree.size()), depth_cap);
       std::vector<int32_t> in(pending.size());
       for (size_t i = 0; i < pending.size(); ++i) in[i] = fit(pending[i], dv);
       dl.resize(static_cast<size_t>(dv));
@@ -438,6 +529,10 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
       o.logits = dl.data();
       draft->prefill(draft_seq, in.data(), static_cast<int>(in.size()), 1, o);
       ++stats.draft_forward;
+      if (cfg.dynamic_nodes > 0) {
+        tree = draft_dynamic_tree(*draft, draft_seq, dl, tv, depth, cfg.tree[0], cfg.dynamic_nodes, stats, draft_slot, draft_open);
+        depth = 0;  // skips the static shape below
+      }
       std::vector<int> frontier = {-1};  // nodes whose children come next; row f of dl is frontier[f]'s
       std::vector<uint8_t> on_truth;     // Controlled: the node's path is the target's trajectory
       for (int t = 0; t < depth; ++t) {
@@ -494,7 +589,11 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
         o.logits = dl.data();
         draft->prefill_tree(draft_seq, tok.data(), par.data(), static_cast<int>(tok.size()), o);
         ++stats.draft_forward;
-        draft_depth = t + 1;
+        draft_open = true;
+      }
+      if (cfg.dynamic_nodes <= 0) {
+        // The draft's tree holds every node but the deepest level's, at the same indices.
+        for (int i = 0; i < tree.size(); ++i) draft_slot.push_back(draft_open && tree.depth(i) < depth ? i : -1);
       }
     }
     stats.draft_seconds += since(t0);
@@ -535,9 +634,16 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     target.keep_tree_path(target_seq, keep);
     if (draft && !ngram) {
       if (drafted) {
-        if (draft_depth > 0) draft->keep_tree_path(draft_seq, std::vector<int>(path.begin(), path.begin() + std::min(j, draft_depth)));
+        // The draft keeps the accepted nodes it holds (a prefix of the path); the rest (at most
+        // the last: nodes outside the draft's tree have no children) it has not seen.
+        std::vector<int> kept;
+        for (int node : path) {
+          if (draft_slot[static_cast<size_t>(node)] < 0) break;
+          kept.push_back(draft_slot[static_cast<size_t>(node)]);
+        }
+        if (draft_open) draft->keep_tree_path(draft_seq, kept);
         pending.clear();
-        if (j > draft_depth) pending.push_back(tree.tokens[static_cast<size_t>(path.back())]);
+        for (size_t i = kept.size(); i < path.size(); ++i) pending.push_back(tree.tokens[static_cast<size_t>(path[i])]);
       }
       pending.push_back(emitted.back());
     }

@@ -107,6 +107,10 @@ struct SpecConfig {
   // model's top choices; `k` is then ignored), or for n-gram drafting the candidates looked up.
   // Empty / 0: a chain of k tokens.
   std::vector<int> tree;
+  // Dynamic trees (EAGLE-2; greedy, draft model): > 0 verifies this many nodes chosen by the
+  // draft's confidence (path probability); the tree's depth is tree.size(), each depth expands
+  // the tree[0] most confident new nodes with tree[0] children each. 0: the static shape.
+  int dynamic_nodes = 0;
   int branches = 0;
   DraftSource source = DraftSource::Model;
   double alpha = 0.8;           // Controlled

@@ -59,6 +59,10 @@ KindInfo specdec_kind() {
       key_spec("ngram_max", ParamType::Int, "longest n-gram looked up", Value(int64_t{3}), 1.0),
       enum_key("tree", "draft_tree: children per node at each depth (the draft's top choices); 1x1x1x1x1 is a chain of 5",
                "3x2x1x1x1", tree_shapes()),
+      key_spec("dynamic_nodes", ParamType::Int,
+               "draft_tree: 0 = the static shape; N > 0 = an EAGLE-2 dynamic tree of the N nodes the draft is most confident of "
+               "(path probability), the shape's depth, each depth expanding its first width's most confident nodes",
+               Value(int64_t{0}), 0.0, 256.0),
       key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
                1.0, 16.0),
       key_spec("temperature", ParamType::Float, "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)",
@@ -74,7 +78,7 @@ KindInfo specdec_kind() {
   const std::vector<std::string> ar = with({});
   const std::vector<std::string> dm = with({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha"});
   const std::vector<std::string> ng = with({"k", "ngram_min", "ngram_max"});
-  const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "acceptance", "alpha"});
+  const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
   const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
   k.variants = {
       {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
@@ -116,6 +120,10 @@ class SpecVariant : public Variant {
       if (tc && l >= tc->layers) return fmt::format("draft_layers {} is not below the target's {} layers", l, tc->layers);
     }
     if (lookup() && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
+    if (mode_ == Mode::DraftTree && p.integer("dynamic_nodes") > 0) {
+      if (p.text("acceptance") == "controlled") return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
+      if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
+    }
     if (p.number("temperature") > 0) {
       if (p.text("text") != "none") return "a bundled text forces a greedy trajectory; sampled rows need text: none";
       if (drafts() && p.text("acceptance") == "controlled")
@@ -149,6 +157,7 @@ class SpecVariant : public Variant {
     if (mode_ == Mode::DraftTree) {
       cfg_.tree = parse_tree_shape(p.text("tree"));
       cfg_.k = static_cast<int>(cfg_.tree.size());
+      cfg_.dynamic_nodes = static_cast<int>(p.integer("dynamic_nodes"));
     } else if (mode_ != Mode::Autoregressive) {
       cfg_.k = static_cast<int>(p.integer("k"));
     }
@@ -175,6 +184,7 @@ class SpecVariant : public Variant {
     if (mode_ == Mode::NgramTree) tree_nodes = cfg_.k * cfg_.branches;
     if (mode_ == Mode::DraftTree)
       for (int w = 1, t = 0; t < static_cast<int>(cfg_.tree.size()); ++t) tree_nodes += w *= cfg_.tree[static_cast<size_t>(t)];
+    if (cfg_.dynamic_nodes > 0) tree_nodes = std::max(tree_nodes, cfg_.dynamic_nodes + cfg_.k * cfg_.tree[0]);
     const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);

@@ -298,9 +298,11 @@ TEST(SpecdecGenerate, TreeVerificationOutputIsExactlyTheTargets) {
     DraftSource src;
     std::vector<int> shape;
     int branches;
+    int dynamic = 0;
   };
   for (const Case& cs : {Case{DraftSource::Controlled, {3, 2, 1}, 0}, Case{DraftSource::Controlled, {1, 1, 1, 1}, 0},
-                         Case{DraftSource::Controlled, {2}, 0}, Case{DraftSource::Model, {2, 2}, 0}, Case{DraftSource::Ngram, {}, 3}}) {
+                         Case{DraftSource::Controlled, {2}, 0}, Case{DraftSource::Model, {2, 2}, 0}, Case{DraftSource::Ngram, {}, 3},
+                         Case{DraftSource::Model, {3, 1, 1, 1}, 0, 7}, Case{DraftSource::Model, {2, 1}, 0, 1}}) {
     m.reset();
     SpecConfig cfg;
     cfg.k = 4;
@@ -308,6 +310,7 @@ TEST(SpecdecGenerate, TreeVerificationOutputIsExactlyTheTargets) {
     cfg.alpha = 0.6;
     cfg.tree = cs.shape;
     cfg.branches = cs.branches;
+    cfg.dynamic_nodes = cs.dynamic;
     std::vector<int32_t> history = m.prompt;
     SpecStats st;
     const auto out = speculative_generate_tree(*m.target, m.ts, cs.src == DraftSource::Ngram ? nullptr : m.draft.get(), m.ds,
@@ -315,10 +318,47 @@ TEST(SpecdecGenerate, TreeVerificationOutputIsExactlyTheTargets) {
     EXPECT_EQ(out, reference) << "source " << static_cast<int>(cs.src) << " tree " << cs.shape.size();
     EXPECT_EQ(m.target->length(m.ts), 23 + 60);
     EXPECT_EQ(st.emitted, 60);
+    if (cs.dynamic > 0) {
+      EXPECT_LE(st.tree_nodes, static_cast<int64_t>(cs.dynamic) * st.steps);  // the node budget
+      EXPECT_GE(st.tree_nodes, static_cast<int64_t>(cs.dynamic) * (st.steps - 3));
+    }
     if (cs.src != DraftSource::Ngram) {
       // The draft model's cache holds the prompt and every accepted token but the last.
       EXPECT_GE(m.draft->length(m.ds), 23 + 60 - 2);
       EXPECT_LE(m.draft->length(m.ds), 23 + 60);
+    }
+  }
+}
+
+// A draft that is the target itself agrees on every greedy token: the walk goes deep into the
+// tree every step, which exercises keeping the accepted path in both caches (static and dynamic
+// trees, including nodes the dynamic tree never expanded).
+TEST(SpecdecGenerate, ADraftEqualToTheTargetIsAcceptedDeepInStaticAndDynamicTrees) {
+  Pair m;
+  m.draft = model::make_cpu_model(m.c, *model::random_weights(m.c, 1));  // the target's weights
+  m.reset();
+  const auto reference = autoregressive_generate(*m.target, m.ts, m.prompt.back(), 40, {}, {}, false);
+  for (int dynamic : {0, 6, 12}) {
+    m.reset();
+    SpecConfig cfg;
+    cfg.source = DraftSource::Model;
+    cfg.tree = {3, 2, 1, 1};
+    cfg.k = 4;
+    cfg.dynamic_nodes = dynamic;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 40, cfg, {}, false, history, st);
+    EXPECT_EQ(out, reference) << "dynamic " << dynamic;
+    // A static tree holds the draft's greedy chain: depth 4 + the bonus token every step (the
+    // last steps are capped). A dynamic one keeps the most confident nodes, which need not
+    // reach that deep.
+    EXPECT_GT(st.tokens_per_step(), dynamic == 0 ? 4.5 : 2.5) << "dynamic " << dynamic;
+    EXPECT_EQ(m.target->length(m.ts), 23 + 40);
+    // The draft has seen every emitted token but the last, and nothing else.
+    EXPECT_GE(m.draft->length(m.ds), 23 + 40 - 2) << "dynamic " << dynamic;
+    EXPECT_LE(m.draft->length(m.ds), 23 + 40) << "dynamic " << dynamic;
+    if (dynamic > 0) {
+      EXPECT_LE(st.tree_nodes, static_cast<int64_t>(dynamic) * st.steps);
     }
   }
 }

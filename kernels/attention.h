@@ -19,6 +19,10 @@ struct AttentionParams {
   int batch = 1, heads = 1, kv_heads = 1, head_dim = 128, seq_q = 1, seq_k = 1;
   // Causal, aligned bottom-right as in FlashAttention-2: query i sees keys j <= i + seq_k - seq_q.
   bool causal = false;
+  // FlashAttention-2 only, with causal: a sliding window of this many keys — query i sees keys
+  // i + seq_k − seq_q − window < j <= i + seq_k − seq_q (Mistral: the last `window` positions,
+  // its own included). 0: no window.
+  int window = 0;
   float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
   bool fp16 = false;   // element type of q, k, v, o: fp16 when true, bf16 otherwise
   // FlashAttention-2 only: elements between consecutive kv heads and batch entries of k and v
@@ -31,8 +35,9 @@ struct AttentionParams {
 // --- standard attention, pass 2 of 3 (passes 1 and 3 are cuBLAS GEMMs) ---
 // Row softmax of S (already scaled) into P, both `rows` × seq_k in the element type. Row r is
 // query r % seq_q (rows of one [batch, kv head] hold its heads' queries one after the other); with
-// `causal` the keys after the query's diagonal get probability 0. Reads in fp32, writes P.
-void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, int seq_k, bool causal, bool fp16,
+// `causal` the keys after the query's diagonal get probability 0, and with `window` > 0 also those
+// at or before diagonal − window. Reads in fp32, writes P.
+void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, int seq_k, bool causal, int window, bool fp16,
                               cudaStream_t stream);
 
 // --- FlashAttention-1 structure: grid over batch × heads; K/V tiles in the outer loop, Q tiles in

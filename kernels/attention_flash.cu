@@ -301,6 +301,7 @@ struct Flash2Args {
   const void* v;
   void* o;
   int heads, kv_heads, group, seq_q, seq_k;
+  int window;        // causal only: query i sees keys j > i + shift − window too (0: no window)
   float scale_log2;  // scale · log2(e)
   int64_t k_head_stride, v_head_stride, k_batch_stride, v_batch_stride;  // elements, resolved (never 0)
 };
@@ -429,11 +430,18 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
 
   // K/V tiles to visit: all of them, or (causal) up to the one holding the last key seen by the
   // block's last valid row, last_row + shift. That key may be < 0 (seq_q > seq_k: the first rows
-  // see nothing): then no tile, and the block writes zeros.
+  // see nothing): then no tile, and the block writes zeros. With a sliding window the tiles
+  // before the one holding the first row's first visible key, m0 + shift − window + 1, are
+  // skipped too: tiles first_tile .. first_tile + n_tiles − 1 are visited.
   int n_tiles = (seq_k + kF2Bc - 1) / kF2Bc;
+  int first_tile = 0;
   if (kCausal) {
     const int last_key = min(m0 + kF2Br, seq_q) - 1 + shift;
     n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / kF2Bc + 1);
+    if (a.window > 0) {
+      first_tile = max(0, m0 + shift - a.window + 1) / kF2Bc;
+      n_tiles = max(0, n_tiles - first_tile);
+    }
   }
   if (n_tiles == 0) {
     for (int i = tid; i < kF2Br * (D / 8); i += kF2Threads) {
@@ -493,19 +501,22 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
     }
   };
 
-  // -inf on keys past seq_k and, when causal, past each row's diagonal; only on the tiles where
-  // some key is invalid for some row of this warp: the tile reaching past seq_k, and causal
-  // tiles whose last key n0 + Bc − 1 passes the limit of the warp's first row (warp-uniform).
+  // -inf on keys past seq_k and, when causal, past each row's diagonal or (window) at or before
+  // row + shift − window; only on the tiles where some key is invalid for some row of this warp:
+  // the tile reaching past seq_k, causal tiles whose last key n0 + Bc − 1 passes the limit of the
+  // warp's first row, and window tiles whose first key n0 is at or before the warp's last row's
+  // lower limit (all warp-uniform).
   // Element e of n8 tile n: key n0 + 8n + 2t + (e & 1), row wrow0 + g + 8·(e >> 1).
+  const int window = kCausal ? a.window : 0;
   auto mask = [&](float (&s)[kNTiles][4], int n0) {
-    if (n0 + kF2Bc > seq_k || (kCausal && n0 + kF2Bc - 1 > wrow0 + shift)) {
+    if (n0 + kF2Bc > seq_k || (kCausal && n0 + kF2Bc - 1 > wrow0 + shift) || (window > 0 && n0 <= wrow0 + 15 + shift - window)) {
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = n0 + 8 * n + 2 * t + (e & 1);
           const int row = wrow0 + g + 8 * (e >> 1);
-          if (key >= seq_k || (kCausal && key > row + shift)) s[n][e] = -INFINITY;
+          if (key >= seq_k || (kCausal && key > row + shift) || (window > 0 && key <= row + shift - window)) s[n][e] = -INFINITY;
         }
     }
   };
@@ -570,11 +581,13 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   // iteration j (after the barrier) the block issues K_{j+2} into K slot j & 1, whose K_j was
   // last read for S_j before that barrier, and V_{j+1} into V slot (j+1) & 1, whose V_{j−1} was
   // last read in iteration j − 1; both are waited for at the top of iteration j + 1.
+  // Tile indices below are relative to first_tile: key0 is the first visited key.
+  const int key0 = first_tile * kF2Bc;
   load_tile<D, kF2Br>(sQ, q, m0, seq_q, tid);
-  load_tile<D, kF2Bc>(sK, k, 0, seq_k, tid);
+  load_tile<D, kF2Bc>(sK, k, key0, seq_k, tid);
   cp_async_commit();  // group: Q, K_0
-  load_tile<D, kF2Bc>(sV, v, 0, seq_k, tid);
-  if (n_tiles > 1) load_tile<D, kF2Bc>(sK + kTileBytes, k, kF2Bc, seq_k, tid);
+  load_tile<D, kF2Bc>(sV, v, key0, seq_k, tid);
+  if (n_tiles > 1) load_tile<D, kF2Bc>(sK + kTileBytes, k, key0 + kF2Bc, seq_k, tid);
   cp_async_commit();  // group: V_0, K_1
   cp_async_wait<1>();
   __syncthreads();
@@ -590,10 +603,10 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   for (int j = 0; j + 1 < n_tiles; ++j) {
     cp_async_wait<0>();
     __syncthreads();
-    if (j + 2 < n_tiles) load_tile<D, kF2Bc>(sK + (j & 1) * kTileBytes, k, (j + 2) * kF2Bc, seq_k, tid);
-    load_tile<D, kF2Bc>(sV + ((j + 1) & 1) * kTileBytes, v, (j + 1) * kF2Bc, seq_k, tid);
+    if (j + 2 < n_tiles) load_tile<D, kF2Bc>(sK + (j & 1) * kTileBytes, k, key0 + (j + 2) * kF2Bc, seq_k, tid);
+    load_tile<D, kF2Bc>(sV + ((j + 1) & 1) * kTileBytes, v, key0 + (j + 1) * kF2Bc, seq_k, tid);
     cp_async_commit();
-    mask(s_cur, j * kF2Bc);
+    mask(s_cur, key0 + j * kF2Bc);
     float s_next[kNTiles][4];
     qk(s_next, sK + ((j + 1) & 1) * kTileBytes);
     softmax_pv(s_cur, sV + (j & 1) * kTileBytes);
@@ -604,7 +617,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   }
   cp_async_wait<0>();
   __syncthreads();
-  mask(s_cur, (n_tiles - 1) * kF2Bc);
+  mask(s_cur, key0 + (n_tiles - 1) * kF2Bc);
   softmax_pv(s_cur, sV + ((n_tiles - 1) & 1) * kTileBytes);
 
   // ---- epilogue: O / l, staged through the warp's own 16 rows of sQ ----
@@ -649,6 +662,7 @@ void run_flash2(const AttentionParams& p, cudaStream_t stream) {
   a.group = p.heads / p.kv_heads;
   a.seq_q = p.seq_q;
   a.seq_k = p.seq_k;
+  a.window = p.window;
   a.scale_log2 = p.scale * 1.4426950408889634f;
   const int64_t head = int64_t{p.seq_k} * D;
   a.k_head_stride = p.k_head_stride ? p.k_head_stride : head;
@@ -674,6 +688,7 @@ void run_flash2_causal(const AttentionParams& p, cudaStream_t stream) {
 
 std::string flash1_unsupported(const AttentionParams& p) {
   if (p.k_head_stride || p.v_head_stride || p.k_batch_stride || p.v_batch_stride) return "flash1 needs contiguous k and v (no strides)";
+  if (p.window != 0) return "flash1 has no sliding window";
   return common_problem(p, "flash1");
 }
 
@@ -697,6 +712,7 @@ std::string flash2_unsupported(const AttentionParams& p) {
   if (std::string why = common_problem(p, "flash2"); !why.empty()) return why;
   // The max is taken on raw scores and masked scores are -inf·scale: both need scale > 0.
   if (!(p.scale > 0.0f)) return "flash2 needs a positive softmax scale";
+  if (p.window < 0 || (p.window > 0 && !p.causal)) return "flash2's sliding window needs causal attention and window >= 0";
   if (p.heads > 65535 || p.batch > 65535) return "flash2 supports heads and batch up to 65535 (grid y, z)";
   // 16-byte cp.async and stores (cudaMalloc'd buffers always qualify; null = not allocated yet).
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.o)})

@@ -29,16 +29,19 @@ constexpr int kThreads = 256;
 
 // v1: one block per row, 256 threads. Pass 1 reads the visible part of the row once, each thread
 // keeping an online (max, sum); the summaries merge through warp shuffles and shared memory.
-// Pass 2 reads the row again (mostly from L2) and writes P, zeros past the causal diagonal.
+// Pass 2 reads the row again (mostly from L2) and writes P, zeros past the causal diagonal (and,
+// with a sliding window, before its first key).
 // Rows whose length is a multiple of 8 move 16 bytes per thread per access.
 template <class T>
-__global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s, T* __restrict__ p, int seq_q, int seq_k, bool causal) {
+__global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s, T* __restrict__ p, int seq_q, int seq_k, bool causal,
+                                                         int window) {
   const int64_t row = blockIdx.x;
   const int i = static_cast<int>(row % seq_q);
-  int n = seq_k;
+  int n = seq_k, lo = 0;  // visible keys: lo .. n − 1
   if (causal) {
     const int64_t last = int64_t{i} + seq_k - seq_q;
     n = last < 0 ? 0 : (last + 1 < seq_k ? static_cast<int>(last + 1) : seq_k);
+    if (window > 0 && last - window + 1 > 0) lo = static_cast<int>(min(last - window + 1, int64_t{seq_k}));
   }
   const T* sr = s + row * seq_k;
   T* pr = p + row * seq_k;
@@ -51,10 +54,10 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s
       const T* x = reinterpret_cast<const T*>(&raw);
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        if (j0 + e < n) online_add(acc, to_float(x[e]));
+        if (j0 + e < n && j0 + e >= lo) online_add(acc, to_float(x[e]));
     }
   } else {
-    for (int j = threadIdx.x; j < n; j += kThreads) online_add(acc, to_float(sr[j]));
+    for (int j = lo + static_cast<int>(threadIdx.x); j < n; j += kThreads) online_add(acc, to_float(sr[j]));
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s
         const uint4 raw = *reinterpret_cast<const uint4*>(sr + j0);
         const T* x = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) y[e] = from_float<T>(j0 + e < n ? __expf(to_float(x[e]) - m) * inv : 0.0f);
+        for (int e = 0; e < 8; ++e) y[e] = from_float<T>(j0 + e < n && j0 + e >= lo ? __expf(to_float(x[e]) - m) * inv : 0.0f);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) y[e] = from_float<T>(0.0f);
@@ -91,21 +94,21 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s
     }
   } else {
     for (int j = threadIdx.x; j < seq_k; j += kThreads)
-      pr[j] = from_float<T>(j < n ? __expf(to_float(sr[j]) - m) * inv : 0.0f);
+      pr[j] = from_float<T>(j < n && j >= lo ? __expf(to_float(sr[j]) - m) * inv : 0.0f);
   }
 }
 
 }  // namespace
 
-void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, int seq_k, bool causal, bool fp16,
+void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, int seq_k, bool causal, int window, bool fp16,
                               cudaStream_t stream) {
   if (rows <= 0) return;
   const dim3 grid(static_cast<unsigned>(rows));
   if (fp16)
-    softmax_rows<__half><<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(s), static_cast<__half*>(p), seq_q, seq_k, causal);
+    softmax_rows<__half><<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(s), static_cast<__half*>(p), seq_q, seq_k, causal, window);
   else
     softmax_rows<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(s), static_cast<__nv_bfloat16*>(p),
-                                                                seq_q, seq_k, causal);
+                                                                seq_q, seq_k, causal, window);
   IB_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,6 +19,10 @@ KindInfo attention_kind() {
       key_spec("seq", ParamType::Int, "keys (context length)", Value(int64_t{2048}), 1.0),
       key_spec("seq_q", ParamType::Int, "queries; 0 = seq (prefill). Causal masks align bottom-right", Value(int64_t{0}), 0.0),
       key_spec("causal", ParamType::Bool, "causal mask (query i sees keys j <= i + seq - seq_q)", Value(true)),
+      key_spec("window", ParamType::Int,
+               "causal only: a sliding window (Mistral) — query i sees only the last `window` keys up to its diagonal; 0 = none "
+               "(flash1 has none)",
+               Value(int64_t{0}), 0.0),
       enum_key("dtype", "element type of Q, K, V, O (fp32 accumulation)", "bf16", {"bf16", "fp16"}),
       key_spec("score_table", ParamType::Bool, "add the chapter's computed n×n matrix sizes to each row", Value(false)),
   };

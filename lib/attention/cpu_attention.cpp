@@ -116,16 +116,18 @@ class CpuStandard : public CpuAttention {
       for (size_t r = lo; r < hi; ++r) {
         const float* srow = scores_.data() + r * nk;
         float* prow = probs_.data() + r * nk;
-        const int n = s_.visible_keys(static_cast<int>(r % static_cast<size_t>(nq)));
+        const int i = static_cast<int>(r % static_cast<size_t>(nq));
+        const int n = s_.visible_keys(i), first = std::min(s_.first_key(i), n);
         float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) mx = std::max(mx, srow[j] * scale);
+        for (int j = first; j < n; ++j) mx = std::max(mx, srow[j] * scale);
         float sum = 0;
-        for (int j = 0; j < n; ++j) {
+        for (int j = first; j < n; ++j) {
           prow[j] = std::exp(srow[j] * scale - mx);
           sum += prow[j];
         }
-        const float inv = n > 0 ? 1.0f / sum : 0.0f;
-        for (int j = 0; j < n; ++j) prow[j] *= inv;
+        const float inv = n > first ? 1.0f / sum : 0.0f;
+        for (int j = 0; j < first; ++j) prow[j] = 0.0f;
+        for (int j = first; j < n; ++j) prow[j] *= inv;
         for (int j = n; j < nk; ++j) prow[j] = 0.0f;
       }
     });
@@ -203,9 +205,10 @@ class CpuFlash : public CpuAttention {
       row_max[r] = -INFINITY;
       row_sum[r] = 0;
     }
-    // Keys past the last row's diagonal are invisible to the whole tile.
+    // Keys past the last row's diagonal, and (sliding window) the tiles before the first row's
+    // first key, are invisible to the whole tile.
     const int keys = s_.visible_keys(r0 + rows - 1);
-    for (int c0 = 0; c0 < keys; c0 += kBc) {
+    for (int c0 = s_.first_key(r0) / kBc * kBc; c0 < keys; c0 += kBc) {
       const int cols = std::min(kBc, keys - c0);
       for (int j = 0; j < cols; ++j)
         for (int c = 0; c < d; ++c) kt[c * kBc + j] = k[int64_t{c0 + j} * d + c];
@@ -215,28 +218,31 @@ class CpuFlash : public CpuAttention {
       sgemm_accumulate_serial(rows, cols, d, q, d, kt, kBc, sc, kBc);
       for (int r = 0; r < rows; ++r) {
         float* s = sc + r * kBc;
+        // This row sees tile columns lo .. visible − 1.
         const int visible = std::max(0, std::min(cols, s_.visible_keys(r0 + r) - c0));
+        const int lo = std::min(visible, std::max(0, s_.first_key(r0 + r) - c0));
         float tile_max = -INFINITY;
-        for (int j = 0; j < visible; ++j) {
+        for (int j = lo; j < visible; ++j) {
           s[j] *= scale;
           tile_max = std::max(tile_max, s[j]);
         }
         // Summarise the tile's piece of the row, merge it into the running summary; `keep`
         // rescales the running output, `add` the tile's probabilities, both to the merged maximum.
         float tile_sum = 0;
-        for (int j = 0; j < visible; ++j) {
+        for (int j = lo; j < visible; ++j) {
           s[j] = std::exp(s[j] - tile_max);
           tile_sum += s[j];
         }
         float keep = 0, add = 0;
         const SoftmaxSummary<float> merged = softmax_merge(
             SoftmaxSummary<float>{row_max[r], row_sum[r]},
-            visible > 0 ? SoftmaxSummary<float>{tile_max, tile_sum} : softmax_empty<float>(), &keep, &add);
+            visible > lo ? SoftmaxSummary<float>{tile_max, tile_sum} : softmax_empty<float>(), &keep, &add);
         row_max[r] = merged.max;
         row_sum[r] = merged.sum;
         float* orow = o + r * d;
         for (int c = 0; c < d; ++c) orow[c] *= keep;
-        for (int j = 0; j < visible; ++j) s[j] *= add;
+        for (int j = 0; j < lo; ++j) s[j] = 0.0f;
+        for (int j = lo; j < visible; ++j) s[j] *= add;
         for (int j = visible; j < kBc; ++j) s[j] = 0.0f;
       }
       // O_tile += P_tile · V_tile.

@@ -13,10 +13,15 @@ int AttentionShape::visible_keys(int i) const {
   return static_cast<int>(std::clamp<int64_t>(last + 1, 0, seq_k));
 }
 
+int AttentionShape::first_key(int i) const {
+  if (!causal || window <= 0) return 0;
+  return std::max(0, visible_keys(i) - window);
+}
+
 double AttentionShape::visible_pairs() const {
   if (!causal) return static_cast<double>(seq_q) * seq_k;
   double pairs = 0;
-  for (int i = 0; i < seq_q; ++i) pairs += visible_keys(i);
+  for (int i = 0; i < seq_q; ++i) pairs += std::max(0, visible_keys(i) - first_key(i));
   return pairs;
 }
 
@@ -29,8 +34,8 @@ double AttentionShape::io_bytes() const {
 double AttentionShape::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 
 std::string AttentionShape::label() const {
-  return fmt::format("batch {} × {} heads ({} kv) × d {}, seq {}×{}{}, {}", batch, heads, kv_heads, head_dim, seq_q, seq_k,
-                     causal ? " causal" : "", to_string(dtype));
+  return fmt::format("batch {} × {} heads ({} kv) × d {}, seq {}×{}{}{}, {}", batch, heads, kv_heads, head_dim, seq_q, seq_k,
+                     causal ? " causal" : "", causal && window > 0 ? fmt::format(" window {}", window) : "", to_string(dtype));
 }
 
 AttentionShape attention_shape(const Point& p) {
@@ -44,6 +49,7 @@ AttentionShape attention_shape(const Point& p) {
   const int64_t sq = p.integer("seq_q");
   s.seq_q = sq == 0 ? s.seq_k : static_cast<int>(sq);
   s.causal = p.flag("causal");
+  s.window = p.find("window") ? static_cast<int>(p.integer("window")) : 0;
   s.dtype = p.text("dtype") == "fp16" ? DType::F16 : DType::BF16;
   return s;
 }
@@ -51,6 +57,7 @@ AttentionShape attention_shape(const Point& p) {
 std::string shape_problem(const AttentionShape& s) {
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
     return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);
+  if (s.window > 0 && !s.causal) return "a sliding window needs causal: true";
   return {};
 }
 
@@ -63,15 +70,16 @@ void reference_row(const AttentionShape& s, const AttentionInputs& in, int b, in
   if (n == 0) return;
   std::vector<double> q(static_cast<size_t>(d)), score(static_cast<size_t>(n));
   for (int c = 0; c < d; ++c) q[static_cast<size_t>(c)] = in.q(q0 + c);
+  const int first = s.first_key(i);
   double m = -INFINITY;
-  for (int j = 0; j < n; ++j) {
+  for (int j = first; j < n; ++j) {
     double acc = 0;
     for (int c = 0; c < d; ++c) acc += q[static_cast<size_t>(c)] * in.k(k0 + int64_t{j} * d + c);
     score[static_cast<size_t>(j)] = acc * s.scale();
     m = std::max(m, score[static_cast<size_t>(j)]);
   }
   double l = 0;
-  for (int j = 0; j < n; ++j) {
+  for (int j = first; j < n; ++j) {
     const double p = std::exp(score[static_cast<size_t>(j)] - m);
     l += p;
     for (int c = 0; c < d; ++c) out[c] += p * in.v(k0 + int64_t{j} * d + c);

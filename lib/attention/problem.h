@@ -20,14 +20,17 @@ namespace ib::attention {
 struct AttentionShape {
   int batch = 1, heads = 32, kv_heads = 32, head_dim = 128, seq_q = 2048, seq_k = 2048;
   bool causal = true;
+  int window = 0;  // causal only: a sliding window of this many keys (0: none)
   DType dtype = DType::BF16;
 
   int group() const { return heads / kv_heads; }
   int64_t q_elems() const { return int64_t{batch} * heads * seq_q * head_dim; }   // also O
   int64_t kv_elems() const { return int64_t{batch} * kv_heads * seq_k * head_dim; }  // each of K, V
   int64_t rows() const { return int64_t{batch} * heads * seq_q; }
-  // Keys query i sees (0..seq_k).
+  // Keys query i sees: first_key(i) .. visible_keys(i) − 1 (the end is at most seq_k; with a
+  // sliding window the first is end − window when positive, else 0).
   int visible_keys(int i) const;
+  int first_key(int i) const;
   // Σ over queries of visible keys, per (batch, head).
   double visible_pairs() const;
   // 4·d FLOP per visible (query, key) pair (two GEMMs) over every batch and head: the usual
@@ -39,7 +42,7 @@ struct AttentionShape {
   std::string label() const;
 };
 
-// Reads batch, heads, kv_heads, head_dim, seq, seq_q (0 = seq), causal, dtype.
+// Reads batch, heads, kv_heads, head_dim, seq, seq_q (0 = seq), causal, window, dtype.
 AttentionShape attention_shape(const Point& p);
 // Why the shape is not an attention problem ("" when it is): heads not a multiple of kv_heads...
 std::string shape_problem(const AttentionShape& s);

@@ -607,7 +607,7 @@ class CudaModel final : public Model {
 
     AttentionParams fp;
     bool flash = false;
-    if (pc && flash_head_dim() && rows >= kFlashMinRows && (c_.sliding_window <= 0 || pc->start + rows <= c_.sliding_window)) {
+    if (pc && flash_head_dim() && rows >= kFlashMinRows) {
       fp.q = qh_.data();
       fp.k = pc->cache;  // layer 0; moved per layer below
       fp.v = pc->cache;
@@ -619,6 +619,7 @@ class CudaModel final : public Model {
       fp.seq_q = rows;
       fp.seq_k = pc->start + rows;
       fp.causal = true;
+      fp.window = c_.sliding_window > 0 ? c_.sliding_window : 0;
       fp.scale = scale;
       fp.fp16 = false;
       fp.k_head_stride = fp.v_head_stride = int64_t{pc->capacity} * D;

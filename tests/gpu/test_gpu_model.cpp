@@ -40,8 +40,8 @@ ModelConfig P(const std::string& name) {
 }
 
 // A tiny-like shape with FlashAttention-2's head_dim (64 or 128) and GQA; `qwen` adds tiny-gqa's
-// q/k/v biases, tied embeddings, rope theta and 48-token window (prefill chunks that end within
-// the window use flash2, later ones the split-K kernel).
+// q/k/v biases, tied embeddings, rope theta and 48-token window (prefill chunks of 16 rows or
+// more use flash2 with its sliding window, shorter ones the split-K kernel).
 ModelConfig with_head_dim(int d, bool qwen = false) {
   ModelConfig c = qwen ? P("tiny-gqa") : P("tiny");
   c.name = "tiny-hd" + std::to_string(d) + (qwen ? "-window" : "");

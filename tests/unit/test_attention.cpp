@@ -152,6 +152,34 @@ TEST(CpuAttention, EveryVariantMatchesTheReferenceOnAwkwardShapes) {
   expect_all_ok(run_attention("batch: 2, heads: 2, head_dim: 64, seq: 65, dtype: fp16"), 3);
 }
 
+// A sliding window (Mistral): each query sees its last `window` keys; windows shorter than a
+// tile, across tile edges, longer than the sequence, with queries fewer than keys.
+TEST(CpuAttention, SlidingWindowMatchesTheReference) {
+  expect_all_ok(run_attention("heads: 4, kv_heads: 2, head_dim: 64, seq: [100, 300], seq_q: [0, 7], window: [1, 5, 64, 97, 1000]"),
+                3 * 2 * 2 * 5);
+  // Not causal: no window.
+  const auto r = run_attention("heads: 2, head_dim: 64, seq: 50, causal: false, window: 8");
+  ASSERT_EQ(r.rows.size(), 3u);
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.status, RowStatus::Unsupported) << row.variant;
+    EXPECT_NE(row.message.find("causal"), std::string::npos) << row.variant << ": " << row.message;
+  }
+}
+
+TEST(AttentionShape, SlidingWindowBoundsTheVisibleKeys) {
+  AttentionShape s;
+  s.seq_q = s.seq_k = 10;
+  s.window = 3;
+  EXPECT_EQ(s.first_key(0), 0);
+  EXPECT_EQ(s.visible_keys(0), 1);
+  EXPECT_EQ(s.first_key(5), 3);  // keys 3, 4, 5
+  EXPECT_EQ(s.visible_keys(5), 6);
+  EXPECT_DOUBLE_EQ(s.visible_pairs(), 1 + 2 + 3 * 8);
+  s.seq_q = 4;  // bottom-right: query 0 is position 6
+  EXPECT_EQ(s.first_key(0), 4);
+  EXPECT_EQ(s.visible_keys(0), 7);
+}
+
 TEST(CpuAttention, LongSequencesAndTails) {
   // 1000 and 4097 (one past a power of two): the gate samples rows when the problem is large.
   expect_all_ok(run_attention("heads: 1, head_dim: 64, seq: [1000, 4097], causal: [true, false]", "cpu_standard, cpu_flash"), 2 * 2 * 2);

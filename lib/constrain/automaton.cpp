@@ -56,6 +56,37 @@ struct Nfa {
     return a;
   }
 
+  // A DFA as a fragment followed by `next`: a hub state per DFA state with an epsilon edge to one
+  // byte-set edge per target (the classes that lead there, merged) and, when it accepts, to next.
+  // Only new states get edges, as build() requires; the subset construction sees a deterministic
+  // part and does not grow it.
+  int32_t embed(const Dfa& d, int32_t next) {
+    std::vector<ByteSet> class_bytes(static_cast<size_t>(d.num_classes));
+    for (int b = 0; b < 256; ++b) class_bytes[d.byte_class[static_cast<size_t>(b)]].set(static_cast<size_t>(b));
+    std::vector<int32_t> hub(static_cast<size_t>(d.num_states));
+    for (auto& h : hub) h = add();
+    std::vector<std::pair<int32_t, int32_t>> targets;  // (target, edge state)
+    for (int32_t s = 0; s < d.num_states; ++s) {
+      targets.clear();
+      for (int32_t c = 0; c < d.num_classes; ++c) {
+        const int32_t t = d.next[static_cast<size_t>(s) * d.num_classes + static_cast<size_t>(c)];
+        if (t < 0) continue;
+        auto it = std::find_if(targets.begin(), targets.end(), [&](const auto& p) { return p.first == t; });
+        if (it == targets.end()) {
+          const int32_t e = add();
+          states[static_cast<size_t>(e)].to = hub[static_cast<size_t>(t)];
+          targets.emplace_back(t, e);
+          it = targets.end() - 1;
+        }
+        states[static_cast<size_t>(it->second)].on |= class_bytes[static_cast<size_t>(c)];
+      }
+      auto& eps = states[static_cast<size_t>(hub[static_cast<size_t>(s)])].eps;
+      for (const auto& p : targets) eps.push_back(p.second);
+      if (d.accepting[static_cast<size_t>(s)]) eps.push_back(next);
+    }
+    return hub[static_cast<size_t>(d.start)];
+  }
+
   int32_t build(const Re& r, int32_t next) {
     const auto key = std::make_pair(r.get(), next);
     if (auto it = built.find(key); it != built.end()) return it->second;
@@ -93,6 +124,9 @@ struct Nfa {
         for (int i = 0; i < r->min; ++i) in = build(x, in);
         break;
       }
+      case RegexNode::Kind::Automaton:
+        in = embed(*r->dfa, next);
+        break;
     }
     built.emplace(key, in);
     return in;
@@ -123,100 +157,13 @@ std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count
 
 }  // namespace
 
-Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
-  Nfa nfa;
-  nfa.limit = limits.max_nfa_states;
-  const int32_t accept = nfa.add();  // no edge out: reaching it means the input matched
-  const int32_t top_in = nfa.build(re, accept);
+namespace {
 
-  // Byte classes of the NFA's edges.
-  std::vector<ByteSet> sets;
-  {
-    std::unordered_map<ByteSet, int> seen;
-    for (const auto& st : nfa.states)
-      if (st.to >= 0 && seen.emplace(st.on, 0).second) sets.push_back(st.on);
-  }
-  int nclass = 0;
-  const std::array<uint8_t, 256> nfa_class = classes_of(sets, &nclass);
-  std::vector<uint8_t> rep(static_cast<size_t>(nclass));  // a representative byte per class
-  for (int b = 255; b >= 0; --b) rep[nfa_class[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
-
-  // The byte classes each NFA edge accepts (edges usually cover one or two classes).
-  std::unordered_map<ByteSet, std::vector<uint16_t>> classes_by_set;
-  std::vector<const std::vector<uint16_t>*> edge_classes(nfa.states.size(), nullptr);
-  for (size_t i = 0; i < nfa.states.size(); ++i) {
-    const auto& st = nfa.states[i];
-    if (st.to < 0) continue;
-    auto [it, fresh] = classes_by_set.emplace(st.on, std::vector<uint16_t>{});
-    if (fresh)
-      for (int c = 0; c < nclass; ++c)
-        if (st.on.test(rep[static_cast<size_t>(c)])) it->second.push_back(static_cast<uint16_t>(c));
-    edge_classes[i] = &it->second;
-  }
-
-  // Subset construction. A DFA state is the sorted set of NFA states with a byte edge, plus
-  // the accept state when it is reachable.
-  std::vector<uint32_t> mark(nfa.states.size(), 0);
-  uint32_t epoch = 0;
-  std::vector<int32_t> stack;
-  auto closure = [&](const std::vector<int32_t>& seeds, std::vector<int32_t>* out) {
-    ++epoch;
-    out->clear();
-    stack.assign(seeds.begin(), seeds.end());
-    for (int32_t s : stack) mark[static_cast<size_t>(s)] = epoch;
-    while (!stack.empty()) {
-      int32_t s = stack.back();
-      stack.pop_back();
-      const auto& st = nfa.states[static_cast<size_t>(s)];
-      if (st.to >= 0 || s == accept) out->push_back(s);
-      for (int32_t e : st.eps)
-        if (mark[static_cast<size_t>(e)] != epoch) {
-          mark[static_cast<size_t>(e)] = epoch;
-          stack.push_back(e);
-        }
-    }
-    std::sort(out->begin(), out->end());
-  };
-
-  TupleInterner sets_of;  // DFA state -> its NFA state set
-  std::vector<int32_t> raw_next;  // states × nclass
-  std::vector<uint8_t> raw_accept;
-  auto intern = [&](const std::vector<int32_t>& set) {
-    bool fresh = false;
-    const int32_t id = sets_of.intern(set, &fresh);
-    if (fresh) {
-      if (static_cast<int64_t>(sets_of.size()) > limits.max_dfa_states)
-        throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
-      raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
-    }
-    return id;
-  };
-  std::vector<int32_t> scratch;
-  closure({top_in}, &scratch);
-  intern(scratch);
-  std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
-  std::vector<int> used;
-  for (size_t d = 0; d < sets_of.size(); ++d) {
-    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
-    for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
-      const int32_t s = *it;
-      const auto* cls = edge_classes[static_cast<size_t>(s)];
-      if (!cls) continue;
-      for (uint16_t c : *cls) {
-        if (moved[c].empty()) used.push_back(c);
-        moved[c].push_back(nfa.states[static_cast<size_t>(s)].to);
-      }
-    }
-    for (int c : used) {
-      closure(moved[static_cast<size_t>(c)], &scratch);
-      moved[static_cast<size_t>(c)].clear();
-      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = intern(scratch);
-    }
-    used.clear();
-  }
-  const int32_t n = static_cast<int32_t>(sets_of.size());
-  sets_of = TupleInterner();
-
+// The minimal DFA of a raw one: states 0..n-1 with start 0, transitions raw_next (n × nclass, -1
+// for none) over the classes `byte_class`, accepting states raw_accept. States that cannot reach
+// acceptance are dropped. compile_dfa (after the subset construction) and product_dfa share it.
+Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t>& raw_accept, int32_t n, int nclass,
+                 const std::array<uint8_t, 256>& nfa_class) {
   // Live states: those that can reach acceptance.
   std::vector<std::vector<int32_t>> rev(static_cast<size_t>(n));
   for (int32_t s = 0; s < n; ++s)
@@ -433,6 +380,195 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] = raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
   out.start = 0;
   return out;
+}
+
+}  // namespace
+
+Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
+  Nfa nfa;
+  nfa.limit = limits.max_nfa_states;
+  const int32_t accept = nfa.add();  // no edge out: reaching it means the input matched
+  const int32_t top_in = nfa.build(re, accept);
+
+  // Byte classes of the NFA's edges.
+  std::vector<ByteSet> sets;
+  {
+    std::unordered_map<ByteSet, int> seen;
+    for (const auto& st : nfa.states)
+      if (st.to >= 0 && seen.emplace(st.on, 0).second) sets.push_back(st.on);
+  }
+  int nclass = 0;
+  const std::array<uint8_t, 256> nfa_class = classes_of(sets, &nclass);
+  std::vector<uint8_t> rep(static_cast<size_t>(nclass));  // a representative byte per class
+  for (int b = 255; b >= 0; --b) rep[nfa_class[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
+
+  // The byte classes each NFA edge accepts (edges usually cover one or two classes).
+  std::unordered_map<ByteSet, std::vector<uint16_t>> classes_by_set;
+  std::vector<const std::vector<uint16_t>*> edge_classes(nfa.states.size(), nullptr);
+  for (size_t i = 0; i < nfa.states.size(); ++i) {
+    const auto& st = nfa.states[i];
+    if (st.to < 0) continue;
+    auto [it, fresh] = classes_by_set.emplace(st.on, std::vector<uint16_t>{});
+    if (fresh)
+      for (int c = 0; c < nclass; ++c)
+        if (st.on.test(rep[static_cast<size_t>(c)])) it->second.push_back(static_cast<uint16_t>(c));
+    edge_classes[i] = &it->second;
+  }
+
+  // Subset construction. A DFA state is the sorted set of NFA states with a byte edge, plus
+  // the accept state when it is reachable.
+  std::vector<uint32_t> mark(nfa.states.size(), 0);
+  uint32_t epoch = 0;
+  std::vector<int32_t> stack;
+  auto closure = [&](const std::vector<int32_t>& seeds, std::vector<int32_t>* out) {
+    ++epoch;
+    out->clear();
+    stack.assign(seeds.begin(), seeds.end());
+    for (int32_t s : stack) mark[static_cast<size_t>(s)] = epoch;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      const auto& st = nfa.states[static_cast<size_t>(s)];
+      if (st.to >= 0 || s == accept) out->push_back(s);
+      for (int32_t e : st.eps)
+        if (mark[static_cast<size_t>(e)] != epoch) {
+          mark[static_cast<size_t>(e)] = epoch;
+          stack.push_back(e);
+        }
+    }
+    std::sort(out->begin(), out->end());
+  };
+
+  TupleInterner sets_of;  // DFA state -> its NFA state set
+  std::vector<int32_t> raw_next;  // states × nclass
+  std::vector<uint8_t> raw_accept;
+  auto intern = [&](const std::vector<int32_t>& set) {
+    bool fresh = false;
+    const int32_t id = sets_of.intern(set, &fresh);
+    if (fresh) {
+      if (static_cast<int64_t>(sets_of.size()) > limits.max_dfa_states)
+        throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
+      raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
+    }
+    return id;
+  };
+  std::vector<int32_t> scratch;
+  closure({top_in}, &scratch);
+  intern(scratch);
+  std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
+  std::vector<int> used;
+  for (size_t d = 0; d < sets_of.size(); ++d) {
+    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
+    for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
+      const int32_t s = *it;
+      const auto* cls = edge_classes[static_cast<size_t>(s)];
+      if (!cls) continue;
+      for (uint16_t c : *cls) {
+        if (moved[c].empty()) used.push_back(c);
+        moved[c].push_back(nfa.states[static_cast<size_t>(s)].to);
+      }
+    }
+    for (int c : used) {
+      closure(moved[static_cast<size_t>(c)], &scratch);
+      moved[static_cast<size_t>(c)].clear();
+      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = intern(scratch);
+    }
+    used.clear();
+  }
+  const int32_t n = static_cast<int32_t>(sets_of.size());
+  sets_of = TupleInterner();
+
+  return minimize_raw(raw_next, raw_accept, n, nclass, nfa_class);
+}
+
+Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const CompileLimits& limits) {
+  const size_t k = parts.size();
+  if (k == 0) throw RegexError("a product of no automata");
+  if (rule == ProductRule::ExactlyOne && k % 2 != 0) throw RegexError("ExactlyOne takes the parts and their over-approximations");
+  const size_t n = rule == ProductRule::ExactlyOne ? k / 2 : k;
+
+  // Byte classes of the product: the tuples of the parts' classes.
+  std::array<uint8_t, 256> byte_class{};
+  std::vector<std::vector<int32_t>> class_of;  // product class -> each part's class
+  {
+    std::map<std::vector<int32_t>, int> seen;
+    std::vector<int32_t> key(k);
+    for (int b = 0; b < 256; ++b) {
+      for (size_t i = 0; i < k; ++i) key[i] = parts[i]->byte_class[static_cast<size_t>(b)];
+      auto it = seen.find(key);
+      if (it == seen.end()) {
+        it = seen.emplace(key, static_cast<int>(class_of.size())).first;
+        class_of.push_back(key);
+      }
+      byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(it->second);
+    }
+  }
+  const int nclass = static_cast<int>(class_of.size());
+
+  auto accepts = [&](size_t i, int32_t s) { return s >= 0 && parts[i]->accepting[static_cast<size_t>(s)] != 0; };
+  auto accepting = [&](const int32_t* t) {
+    switch (rule) {
+      case ProductRule::Intersection:
+        for (size_t i = 0; i < k; ++i)
+          if (!accepts(i, t[i])) return false;
+        return true;
+      case ProductRule::Difference:
+        if (!accepts(0, t[0])) return false;
+        for (size_t i = 1; i < k; ++i)
+          if (accepts(i, t[i])) return false;
+        return true;
+      case ProductRule::ExactlyOne: {
+        // Some P_i accepts and no O_j (j != i) does: count the accepting O_j once.
+        int over = 0;
+        for (size_t j = 0; j < n; ++j) over += accepts(n + j, t[n + j]);
+        for (size_t i = 0; i < n; ++i)
+          if (accepts(i, t[i]) && over - (accepts(n + i, t[n + i]) ? 1 : 0) == 0) return true;
+        return false;
+      }
+    }
+    return false;
+  };
+  // A tuple that can never accept again: a needed part is dead.
+  auto hopeless = [&](const std::vector<int32_t>& t) {
+    switch (rule) {
+      case ProductRule::Intersection:
+        return std::any_of(t.begin(), t.end(), [](int32_t s) { return s < 0; });
+      case ProductRule::Difference:
+        return t[0] < 0;
+      case ProductRule::ExactlyOne:
+        return std::all_of(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n), [](int32_t s) { return s < 0; });
+    }
+    return false;
+  };
+
+  TupleInterner tuples;
+  std::vector<int32_t> raw_next;
+  std::vector<uint8_t> raw_accept;
+  std::vector<int32_t> t(k);
+  for (size_t i = 0; i < k; ++i) t[i] = parts[i]->start;
+  if (hopeless(t)) return minimize_raw({-1}, {0}, 1, 1, std::array<uint8_t, 256>{});
+  tuples.intern(t);
+  raw_accept.push_back(accepting(tuples.begin(0)) ? 1 : 0);
+  std::vector<int32_t> from(k);
+  for (size_t d = 0; d < tuples.size(); ++d) {
+    std::copy(tuples.begin(static_cast<int32_t>(d)), tuples.end(static_cast<int32_t>(d)), from.begin());
+    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
+    for (int c = 0; c < nclass; ++c) {
+      const auto& cls = class_of[static_cast<size_t>(c)];
+      for (size_t i = 0; i < k; ++i)
+        t[i] = from[i] < 0 ? -1 : parts[i]->next[static_cast<size_t>(from[i]) * parts[i]->num_classes + static_cast<size_t>(cls[i])];
+      if (hopeless(t)) continue;
+      bool fresh = false;
+      const int32_t id = tuples.intern(t, &fresh);
+      if (fresh) {
+        if (static_cast<int64_t>(tuples.size()) > limits.max_dfa_states)
+          throw RegexError("the product automaton needs more than " + std::to_string(limits.max_dfa_states) + " states");
+        raw_accept.push_back(accepting(tuples.begin(id)) ? 1 : 0);
+      }
+      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = id;
+    }
+  }
+  return minimize_raw(raw_next, raw_accept, static_cast<int32_t>(tuples.size()), nclass, byte_class);
 }
 
 }  // namespace ib::constrain

@@ -45,4 +45,26 @@ struct CompileLimits {
 // Throws RegexError when a limit is passed (the message names it).
 Dfa compile_dfa(const Re& re, const CompileLimits& limits = {});
 
+// How a product of DFAs P_0..P_{k-1} accepts a tuple of their states.
+enum class ProductRule {
+  Intersection,  // every part accepts
+  Difference,    // P_0 accepts and no other part does: L(P_0) minus the union of the others
+  // k = 2n, parts P_0..P_{n-1} and over-approximations O_i = P_{n+i} (L(P_i) ⊆ L(O_i), the same
+  // DFA where a branch is exact): some P_i accepts and no O_j, j != i, does. With O_i = P_i this is
+  // "exactly one of the n languages" (JSON Schema's oneOf).
+  ExactlyOne,
+};
+
+// The product construction over the parts' reachable state tuples (a dead part stays dead: its
+// state is -1, so the parts behave as complete DFAs and complements come for free), then minimised.
+// Tuples that can no longer accept under the rule are pruned as they are found. Throws RegexError
+// past limits.max_dfa_states product states.
+Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const CompileLimits& limits = {});
+inline Dfa intersect_dfa(const Dfa& a, const Dfa& b, const CompileLimits& limits = {}) {
+  return product_dfa({&a, &b}, ProductRule::Intersection, limits);
+}
+inline Dfa difference_dfa(const Dfa& a, const Dfa& b, const CompileLimits& limits = {}) {
+  return product_dfa({&a, &b}, ProductRule::Difference, limits);
+}
+
 }  // namespace ib::constrain

@@ -1,11 +1,14 @@
 #include "constrain/json_schema.h"
 
+#include "constrain/automaton.h"
+
 #include <cctype>
 #include <cmath>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -79,7 +82,8 @@ const std::vector<CodePointRange>& raw_string_chars() {
   return r;
 }
 
-Re json_char() {
+// A JSON escape sequence: \" \\ \/ \b \f \n \r \t or \uXXXX (no lone surrogate).
+Re json_escape() {
   ByteSet simple;
   for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
   // \uXXXX outside the surrogate block D800-DFFF (a lone surrogate is not a character).
@@ -87,8 +91,21 @@ Re json_char() {
   Re d = re_bytes(range_set('d', 'd') | range_set('D', 'D'));
   Re u4 = re_alt({re_concat({not_d, re_repeat(hex_digit(), 3, 3)}),
                   re_concat({d, re_bytes(range_set('0', '7')), re_repeat(hex_digit(), 2, 2)})});
-  Re escape = re_concat({re_byte('\\'), re_alt({re_bytes(simple), re_concat({re_byte('u'), u4})})});
-  return re_alt({re_code_points(raw_string_chars()), escape});
+  return re_concat({re_byte('\\'), re_alt({re_bytes(simple), re_concat({re_byte('u'), u4})})});
+}
+
+Re json_char() { return re_alt({re_code_points(raw_string_chars()), json_escape()}); }
+
+// String contents with at least one escape: where the compiler writes raw characters only (pattern,
+// format, enum strings, keys), another spelling of the same string that an over-approximation
+// must hold.
+Re escaped_content() { return re_concat({re_star(json_char()), json_escape(), re_star(json_char())}); }
+
+// Any bytes: inside an over-approximation, where no regular language says exactly what is valid.
+Re any_bytes() {
+  ByteSet all;
+  all.set();
+  return re_star(re_bytes(all));
 }
 
 Re quoted(Re inner) { return re_concat({re_byte('"'), std::move(inner), re_byte('"')}); }
@@ -232,18 +249,37 @@ class Compiler {
     }
     for (const char* comb : {"anyOf", "oneOf"}) {
       if (!s.contains(comb)) continue;
+      const bool exclusive = std::string(comb) == "oneOf";
       const json& list = s[comb];
       if (!list.is_array() || list.empty()) fail(comb, ptr + "/" + comb, std::string(comb) + " must be a non-empty array");
       json siblings = json::object();
       for (const auto& [k, v] : s.items())
         if (k != comb && !annotations().count(k)) siblings[k] = v;
       std::vector<Re> alts;
-      for (size_t i = 0; i < list.size(); ++i) {
+      auto branch = [&](size_t i) {
         const std::string bp = ptr + "/" + comb + "/" + std::to_string(i);
         // Keywords beside anyOf apply to every branch: distribute them.
-        alts.push_back(siblings.empty() ? compile(list[i], bp) : compile_conjunction({siblings, list[i]}, bp));
+        return siblings.empty() ? compile(list[i], bp) : compile_conjunction({siblings, list[i]}, bp);
+      };
+      for (size_t i = 0; i < list.size(); ++i) alts.push_back(branch(i));
+      // anyOf, a single branch, and oneOf inside an over-approximation (the union of the
+      // branches' over-approximations holds every document valid for exactly one) are unions.
+      if (!exclusive || list.size() == 1 || over_) return re_alt(std::move(alts));
+      // oneOf: exactly one branch. The branches again as over-approximations: what a document
+      // valid for branch j may look like in any spelling another branch writes (the same
+      // language where nothing is approximated).
+      std::vector<Re> overs;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const int before = over_changes_;
+        over_ = true;
+        Re o = branch(i);
+        over_ = false;
+        overs.push_back(over_changes_ == before ? alts[i] : o);
       }
-      return re_alt(std::move(alts));
+      alts.insert(alts.end(), overs.begin(), overs.end());
+      Re out = product(alts, ProductRule::ExactlyOne, "oneOf", ptr + "/oneOf", "oneOf (exactly one branch)");
+      if (out->kind == RegexNode::Kind::Never) fail("oneOf", ptr + "/oneOf", "no document matches exactly one branch of oneOf");
+      return out;
     }
     if (s.contains("allOf")) {
       if (!s["allOf"].is_array() || s["allOf"].empty()) fail("allOf", ptr + "/allOf", "allOf must be a non-empty array");
@@ -277,6 +313,41 @@ class Compiler {
   SchemaOptions o_;
   Re ws_;
   std::map<std::string, int> ref_depth_;
+  // Compiling a oneOf branch as an over-approximation: every valid document in every spelling a
+  // compiled language may write is held (see json_schema.h); over_changes_ counts the places where
+  // that differs from the exact compile, so an unchanged branch reuses its exact language.
+  bool over_ = false;
+  int over_changes_ = 0;
+
+  Re over_also(Re exact, Re more) {
+    ++over_changes_;
+    return re_alt({std::move(exact), std::move(more)});
+  }
+
+  // The languages combined by product_dfa (automaton.h), as one AST node; a size cap passed is a
+  // SchemaError naming the keyword and the pointer.
+  Re product(const std::vector<Re>& langs, ProductRule rule, const std::string& keyword, const std::string& ptr,
+             const std::string& what) {
+    CompileLimits limits;
+    limits.max_dfa_states = o_.max_product_states;
+    try {
+      std::vector<std::unique_ptr<Dfa>> dfas;
+      std::map<const RegexNode*, const Dfa*> seen;  // a language given twice is compiled once
+      std::vector<const Dfa*> parts;
+      for (const auto& l : langs) {
+        auto it = seen.find(l.get());
+        if (it == seen.end()) {
+          dfas.push_back(std::make_unique<Dfa>(compile_dfa(l, limits)));
+          it = seen.emplace(l.get(), dfas.back().get()).first;
+        }
+        parts.push_back(it->second);
+      }
+      return re_automaton(std::make_shared<const Dfa>(product_dfa(parts, rule, limits)));
+    } catch (const RegexError& e) {
+      fail(keyword, ptr, what + ": " + e.what() + " (SchemaOptions::max_product_states = " +
+                             std::to_string(o_.max_product_states) + ")");
+    }
+  }
 
   [[noreturn]] static void fail(const std::string& keyword, const std::string& ptr, const std::string& what) {
     throw SchemaError(keyword, ptr, what);
@@ -294,7 +365,7 @@ class Compiler {
     return {};
   }
 
-  Re json_value_regex_ws(int depth) const {
+  Re json_value_regex_ws(int depth) {
     std::vector<Re> alts = {json_string_regex(), number_regex(true), re_literal("true"), re_literal("false"),
                             re_literal("null")};
     if (depth > 0) {
@@ -304,8 +375,37 @@ class Compiler {
       alts.push_back(re_concat({re_byte('{'), ws_, re_optional(members), ws_, re_byte('}')}));
       Re elements = re_concat({v, re_star(re_concat({ws_, re_byte(','), ws_, v}))});
       alts.push_back(re_concat({re_byte('['), ws_, re_optional(elements), ws_, re_byte(']')}));
+    } else if (over_) {  // deeper values: containers any_depth levels deeper still (see json_schema.h)
+      ++over_changes_;
+      alts.push_back(deeper_containers());
     }
     return re_alt(std::move(alts));
+  }
+
+  // Numbers spelt with a fraction or an exponent, and -0: the spellings an integer value may also
+  // have (an over-approximation of every integer-valued spelling but the canonical one).
+  // `integral`: only the spellings an integer value can have (a fraction of zeros, an exponent).
+  static Re non_canonical_number(bool integral) {
+    ByteSet e, sign;
+    e.set('e');
+    e.set('E');
+    sign.set('+');
+    sign.set('-');
+    Re frac = re_concat({re_byte('.'), re_repeat(digit(), 1, kMaxFractionDigits)});
+    Re exp = re_concat({re_bytes(e), re_optional(re_bytes(sign)), re_repeat(digit(), 1, kMaxExponentDigits)});
+    Re head = re_concat({re_optional(re_byte('-')), unsigned_integer_regex()});
+    if (integral) frac = re_concat({re_byte('.'), re_repeat(re_byte('0'), 1, kMaxFractionDigits)});
+    return re_alt({re_concat({head, frac, re_optional(exp)}), re_concat({head, frac_any(), exp}), re_literal("-0")});
+  }
+
+  // Objects and arrays of any values nested up to any_depth levels, exact: what an over-approximation
+  // holds where its own language stops (a regular language cannot hold every depth).
+  Re deeper_containers() {
+    const bool was = over_;
+    over_ = false;
+    Re v = json_value_regex_ws(o_.any_depth + 1);
+    over_ = was;
+    return v;
   }
 
   static bool value_has_type(const json& v, const std::string& t) {
@@ -335,7 +435,17 @@ class Compiler {
       if (ok) alts.push_back(re_literal(v.dump()));
     }
     if (alts.empty()) fail(s.contains("const") ? "const" : "enum", ptr, "no value of the enum/const has the schema's type");
-    return re_alt(std::move(alts));
+    Re exact = re_alt(std::move(alts));
+    if (!over_) return exact;
+    // Other spellings of the same values: numbers with a fraction or an exponent (or -0), strings
+    // with escapes, containers with other key orders or layouts.
+    std::vector<Re> more;
+    for (const auto& v : values) {
+      if (v.is_number()) more.push_back(non_canonical_number(false));
+      if (v.is_string()) more.push_back(quoted(escaped_content()));
+      if (v.is_object() || v.is_array()) more.push_back(deeper_containers());
+    }
+    return more.empty() ? exact : over_also(exact, re_alt(std::move(more)));
   }
 
   // allOf by merging: the conjuncts' keywords combine into one schema whose language is the
@@ -487,7 +597,10 @@ class Compiler {
     const json target = resolve(r, ptr);
     const std::string key = r.get<std::string>();
     int& depth = ref_depth_[key];
-    if (depth > o_.max_recursion) return re_never();  // a deeper level of a recursive schema
+    if (depth > o_.max_recursion) {  // a deeper level of a recursive schema: dropped
+      if (over_) return over_also(re_never(), json_value_regex_ws(0));
+      return re_never();
+    }
     ++depth;
     Re out = compile(target, key.size() > 1 ? key.substr(1) : "");
     --depth;
@@ -520,7 +633,8 @@ class Compiler {
     if (auto v = num(s, "maximum", ptr)) hi = std::min(hi, clamp(std::floor(*v)));
     if (auto v = num(s, "exclusiveMaximum", ptr)) hi = std::min(hi, clamp(std::ceil(*v) - 1));
     if (lo != kNoLower && hi != kNoUpper && lo > hi) fail("minimum", ptr, "no integer satisfies the bounds");
-    return integer_range_regex(lo, hi);
+    Re exact = integer_range_regex(lo, hi);
+    return over_ ? over_also(exact, non_canonical_number(true)) : exact;
   }
 
   // Bounded numbers: integer-valued bounds, no exponent (documented); see signed_number_range.
@@ -544,7 +658,7 @@ class Compiler {
         fail(k, ptr + "/" + k, "bounds on type number must be whole numbers (use a whole bound or type integer)");
     Re r = signed_number_range(lo, hi);
     if (r->kind == RegexNode::Kind::Never) fail("minimum", ptr, "no number satisfies the bounds");
-    return r;
+    return over_ ? over_also(r, non_canonical_number(false)) : r;
   }
 
   struct Bound {
@@ -649,14 +763,20 @@ class Compiler {
   Re string(const json& s, const std::string& ptr) {
     const int mn = length_bound(s, "minLength", ptr), mx = length_bound(s, "maxLength", ptr);
     const bool lengths = mn >= 0 || mx >= 0;
+    if (mn >= 0 && mx >= 0 && mn > mx) fail("minLength", ptr, "minLength is above maxLength");
+    if (!s.contains("format") && !s.contains("pattern")) return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
+    // Under a pattern or a format the content is written without escapes (documented), so the
+    // decoded string is the written one: each keyword is a language of raw characters, lengths
+    // count them (code points), and together they are the intersection.
+    std::vector<Re> parts;
+    std::string what;
     if (s.contains("format")) {
       if (!s["format"].is_string()) fail("format", ptr + "/format", "format must be a string");
-      if (lengths || s.contains("pattern")) fail("format", ptr, "format together with pattern or length bounds is not supported");
-      return quoted(format(s["format"].get<std::string>(), ptr));
+      parts.push_back(format(s["format"].get<std::string>(), ptr));
+      what = "format";
     }
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail("pattern", ptr + "/pattern", "pattern must be a string");
-      if (lengths) fail("pattern", ptr, "pattern together with minLength/maxLength is not supported");
       ParsedRegex p;
       try {
         p = parse_regex(s["pattern"].get<std::string>(), &raw_string_chars());
@@ -665,10 +785,18 @@ class Compiler {
       }
       // JSON Schema patterns are not anchored: an unanchored side admits any characters.
       Re any = re_star(re_code_points(raw_string_chars()));
-      return quoted(re_concat({p.anchored_start ? re_empty() : any, p.re, p.anchored_end ? re_empty() : any}));
+      parts.push_back(re_concat({p.anchored_start ? re_empty() : any, p.re, p.anchored_end ? re_empty() : any}));
+      what = what.empty() ? "pattern" : "pattern with " + what;
     }
-    if (mn >= 0 && mx >= 0 && mn > mx) fail("minLength", ptr, "minLength is above maxLength");
-    return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
+    if (lengths) {
+      parts.push_back(re_repeat(re_code_points(raw_string_chars()), std::max(mn, 0), mx));
+      what += " with minLength/maxLength";
+    }
+    const std::string keyword = s.contains("pattern") ? "pattern" : "format";
+    Re content = parts.size() == 1 ? parts[0] : product(parts, ProductRule::Intersection, keyword, ptr, what);
+    if (content->kind == RegexNode::Kind::Never) fail(keyword, ptr, "no string satisfies " + what);
+    // Other spellings: the same characters with escapes.
+    return quoted(over_ ? over_also(content, escaped_content()) : content);
   }
 
   Re member(const std::string& key, Re value) {
@@ -707,6 +835,8 @@ class Compiler {
         props.emplace_back(r, value);
       }
 
+    if (over_) return object_over(props, required, s.contains("additionalProperties") ? extra : json_value_regex_ws(o_.any_depth), ptr);
+
     // Members in schema order; optional ones may be left out, commas only between members.
     // tail(i, first) = the members from i on, `first` when nothing was emitted yet.
     const Re comma = re_concat({ws_, re_byte(','), ws_});
@@ -733,6 +863,30 @@ class Compiler {
       return r;
     };
     return re_concat({re_byte('{'), ws_, tail(0, true), ws_, re_byte('}')});
+  }
+
+  // An object as an over-approximation: members in any order (repeats too), a named key's value its
+  // property's, an unnamed raw key's value additionalProperties' (any value when absent), a key
+  // with escapes any value; each required key's quoted name (or some escape) appears somewhere.
+  Re object_over(const std::vector<std::pair<std::string, Re>>& props, const std::set<std::string>& required, const Re& extra,
+                 const std::string& ptr) {
+    ++over_changes_;
+    std::vector<Re> members;
+    std::vector<std::string> names;
+    for (const auto& [k, v] : props) {
+      members.push_back(member(k, v));
+      names.push_back(k);
+    }
+    if (extra->kind != RegexNode::Kind::Never)
+      members.push_back(re_concat({quoted(unnamed_key(names)), ws_, re_byte(':'), ws_, extra}));
+    members.push_back(re_concat({quoted(escaped_content()), ws_, re_byte(':'), ws_, json_value_regex_ws(o_.any_depth)}));
+    const Re m = re_alt(std::move(members));
+    Re body = re_concat({re_byte('{'), ws_, re_optional(re_concat({m, re_star(re_concat({ws_, re_byte(','), ws_, m}))})), ws_, re_byte('}')});
+    if (required.empty()) return body;
+    std::vector<Re> langs = {body};
+    for (const auto& r : required)
+      langs.push_back(re_concat({any_bytes(), re_alt({re_literal(json(r).dump()), re_byte('\\')}), any_bytes()}));
+    return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required", "oneOf: a branch's required keys in any order");
   }
 
   Re array(const json& s, const std::string& ptr) {

@@ -1,14 +1,21 @@
 // JSON Schema (draft 2020-12, the subset tool-call schemas use) -> a byte-level regular
 // expression whose language is the set of JSON documents the generator may emit.
 //
-// Approximations (documented; all but oneOf keep soundness: every accepted document is valid;
-// the constrain-keywords experiment shows each with documents, lib/constrain/keyword_cases.h):
+// Approximations (documented; they keep soundness: every accepted document is valid; the
+// constrain-keywords experiment shows each with documents, lib/constrain/keyword_cases.h):
 // - objects: properties appear in the schema's order; without additionalProperties (or with
 //   false) no other keys appear; with true / a schema, extra keys follow the named ones, are
 //   written without escapes and are never one of the named keys;
-// - oneOf is treated as anyOf (exclusivity is not enforced): the one exception to soundness,
-//   when branches overlap a document matching several is accepted (exact for disjoint branches);
-// - strings with `pattern` never contain characters that JSON must escape;
+// - oneOf: a document of exactly one branch's language that no other branch accepts, by product
+//   construction (automaton.h's product_dfa, ExactlyOne). The other branches are subtracted as
+//   over-approximations (numbers in every spelling, strings with escapes, objects with members in
+//   any order, required keys as their quoted names, any-value and recursion cut-offs as values
+//   any_depth + 1 levels deeper), so a document valid for two branches is not accepted as long as
+//   its values nest no deeper than that; a document the over-approximation of another branch
+//   holds but that branch rejects is lost (by design);
+// - strings with `pattern` or `format` never contain characters that JSON must escape; pattern,
+//   format and minLength/maxLength (code points) together: the intersection, by product
+//   construction;
 // - numbers: at most 18 integer digits, 18 fraction digits and a 2-digit exponent (what a
 //   double can hold); bounded numbers take whole-number bounds and are written without exponent;
 // - allOf (and $ref or anyOf beside other keywords) by merging keywords; unmergeable -> refused;
@@ -18,6 +25,7 @@
 // Anything else is refused with a SchemaError naming the keyword and the JSON pointer.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +41,9 @@ struct SchemaOptions {
   int max_whitespace = 2;
   int max_recursion = 3;
   int any_depth = 2;
+  // Cap on the states of each product automaton (pattern ∩ lengths ∩ format, oneOf): past it the
+  // schema is refused naming the keyword and the JSON pointer.
+  int64_t max_product_states = 200'000;
 };
 
 class SchemaError : public std::runtime_error {

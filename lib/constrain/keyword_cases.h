@@ -115,9 +115,24 @@ inline const std::vector<KeywordCase>& keyword_cases() {
        {"{\"tool\":\"search\",\"n\":3}", "{\"tool\":\"search\"}", "\"search\""}, {"{\"n\":2,\"tool\":\"search\"}"}},
       {"anyOf", R"({"anyOf":[{"type":"integer","minimum":0},{"type":"string","maxLength":2}]})", {"0", "42", "\"ab\"", "\"\""},
        {"-1", "\"abc\"", "null"}, {}},
-      // Exact only for disjoint branches: oneOf is compiled as anyOf (see json_schema.h).
       {"oneOf", R"({"oneOf":[{"type":"integer"},{"type":"string","format":"date"}]})", {"7", "\"2026-01-31\""},
        {"\"x\"", "1.5", "null"}, {}},
+      // oneOf by product construction: a document of two branches is rejected.
+      {"oneOf-overlapping", R"({"oneOf":[{"type":"integer","minimum":0,"maximum":9},{"enum":[1,2,"a"]}]})",
+       {"0", "3", "9", "\"a\""}, {"1", "2", "10", "\"b\"", "null"}, {}},
+      // The other branch is subtracted in every spelling of its values (here: any number with an
+      // exponent may be an integer), so 2e-1 is lost by design.
+      // (Bounded: a 17-digit number parses to an integer-valued double, which the oracle counts as
+      // an integer.)
+      {"oneOf-integer-number", R"({"oneOf":[{"type":"integer"},{"type":"number","minimum":-1000,"maximum":1000}]})", {"1.5", "-0.25", "3.0001"},
+       {"1", "0", "-7", "1.0", "-0", "1e2", "\"1.5\""}, {"2e-1"}},
+      // Objects: the other branch's members in any order, its required keys by their quoted names.
+      {"oneOf-objects",
+       R"({"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":true},)"
+       R"({"type":"object","properties":{"b":{"type":"integer"}},"required":["b"],"additionalProperties":true}]})",
+       {"{\"a\":1}", "{\"a\":1,\"c\":true}", "{\"b\":2}", "{\"b\":2,\"c\":[]}"},
+       {"{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "{}", "{\"a\":\"x\"}", "{\"c\":1}"},
+       {"{\"a\":1,\"c\":\"\\\"b\\\"\"}"}},  // a value spelling "b" with escapes looks like key b
       {"allOf",
        R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]})",
        {"{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1}", "{\"b\":\"x\"}", "{\"a\":\"1\",\"b\":\"x\"}"}, {}},
@@ -125,6 +140,18 @@ inline const std::vector<KeywordCase>& keyword_cases() {
        {"\"ab\"", "\"abcd\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\""}, {"\"a\"", "\"abcde\"", "\"\""}, {}},
       {"pattern", R"({"type":"string","pattern":"^[a-z]+-[0-9]{2,3}$"})", {"\"abc-12\"", "\"x-999\""},
        {"\"abc-1\"", "\"ABC-12\"", "\"abc-1234\"", "\"-12\""}, {"\"abc-\\u0031\\u0032\""}},  // no escapes under a pattern
+      // pattern, format and minLength/maxLength together: the intersection (product construction);
+      // lengths count code points of the written (unescaped) string.
+      {"pattern+maxLength", R"({"type":"string","pattern":"^[A-Z]{2}[0-9]+$","maxLength":6})",
+       {"\"AB1\"", "\"XY1234\""}, {"\"AB12345\"", "\"AB\"", "\"A1\"", "\"ab12\"", "\"AB1x\""},
+       {"\"\\u0041B12\""}},  // no escapes under a pattern
+      {"pattern+minLength-unicode", R"({"type":"string","pattern":"\u00e9","minLength":3,"maxLength":4})",
+       {"\"x\xc3\xa9y\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", "\"ab\xc3\xa9\""},
+       {"\"\xc3\xa9\xc3\xa9\"", "\"xx\xc3\xa9xxx\"", "\"abc\""}, {"\"\\u00e9ab\""}},
+      {"format+pattern", R"({"type":"string","format":"date","pattern":"^2026-"})", {"\"2026-01-31\""},
+       {"\"2025-01-31\"", "\"2026-13-01\"", "\"2026-\""}, {}},
+      {"format+maxLength", R"({"type":"string","format":"email","minLength":6,"maxLength":10})", {"\"a@b.co\"", "\"abc@de.fg\""},
+       {"\"abcdef@b.co\"", "\"a@b.c\"", "\"a@bcdefgh\""}, {}},
       {"pattern-unanchored", R"({"type":"string","pattern":"[0-9]{3}"})", {"\"123\"", "\"ab123cd\""}, {"\"12\"", "\"1a2b3\""}, {}},
       {"minimum-maximum", R"({"type":"integer","minimum":-15,"maximum":123})", {"-15", "-1", "0", "9", "99", "123"},
        {"-16", "124", "1000", "-100"}, {"123.0"}},
@@ -191,8 +218,9 @@ inline const std::vector<RefusalCase>& refusal_cases() {
       {"$ref-anchor", R"({"$defs":{"a":{"type":"integer"}},"$ref":"#a"})", "$ref", "/$ref"},
       {"format-hostname", R"({"type":"string","format":"hostname"})", "format", "/format"},
       {"pattern-lookahead", R"({"type":"string","pattern":"^(?!admin)[a-z]+$"})", "pattern", "/pattern"},
-      {"pattern+maxLength", R"({"properties":{"code":{"type":"string","pattern":"^[A-Z]+$","maxLength":8}}})", "pattern",
-       "/properties/code"},
+      // The product automaton above SchemaOptions::max_product_states (the pattern alone needs 2^18 states).
+      {"pattern-product-too-large", R"({"properties":{"code":{"type":"string","pattern":"[ab]*a[ab]{17}","maxLength":64}}})",
+       "pattern", "/properties/code"},
       {"maximum-fractional", R"({"type":"number","maximum":2.5})", "maximum", "/maximum"},
   };
   return cases;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "constrain/automaton.h"
+
 namespace ib::constrain {
 
 namespace {
@@ -89,6 +91,17 @@ Re re_repeat(Re x, int min, int max) {
 Re re_optional(Re r) { return re_repeat(std::move(r), 0, 1); }
 Re re_star(Re r) { return re_repeat(std::move(r), 0, -1); }
 Re re_plus(Re r) { return re_repeat(std::move(r), 1, -1); }
+
+Re re_automaton(std::shared_ptr<const Dfa> dfa) {
+  // compile_dfa and product_dfa give an empty language as one dead, non-accepting state.
+  if (dfa->num_states == 1 && !dfa->accepting[0] &&
+      std::all_of(dfa->next.begin(), dfa->next.end(), [](int32_t t) { return t < 0; }))
+    return re_never();
+  RegexNode r;
+  r.kind = RegexNode::Kind::Automaton;
+  r.dfa = std::move(dfa);
+  return make(std::move(r));
+}
 
 // ---- UTF-8 ----
 

@@ -15,13 +15,17 @@ using ByteSet = std::bitset<256>;
 
 struct RegexNode;
 using Re = std::shared_ptr<const RegexNode>;
+struct Dfa;  // automaton.h
 
 struct RegexNode {
-  enum class Kind { Empty, Never, Bytes, Concat, Alt, Repeat };
+  // Automaton: a language that regex operators cannot write (an intersection, a difference, built
+  // by automaton.h's product_dfa) embedded as a compiled DFA; the NFA construction inlines it.
+  enum class Kind { Empty, Never, Bytes, Concat, Alt, Repeat, Automaton };
   Kind kind = Kind::Empty;
   ByteSet bytes;          // Bytes: one byte from this set
   std::vector<Re> kids;   // Concat, Alt: the parts; Repeat: kids[0]
   int min = 0, max = 0;   // Repeat: bounds, max = -1 for unbounded
+  std::shared_ptr<const Dfa> dfa;  // Automaton
 };
 
 Re re_empty();                        // matches ""
@@ -35,6 +39,8 @@ Re re_repeat(Re r, int min, int max);  // max = -1: unbounded
 Re re_optional(Re r);
 Re re_star(Re r);
 Re re_plus(Re r);
+// The language of a DFA (re_never() when it accepts nothing).
+Re re_automaton(std::shared_ptr<const Dfa> dfa);
 
 // One UTF-8 encoded code point from the union of [lo, hi] ranges (surrogates excluded).
 struct CodePointRange {

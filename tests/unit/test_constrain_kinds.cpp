@@ -62,7 +62,7 @@ TEST(ConstrainKinds, CpuOverheadPicksTheMaskedArgmax) {
 // the compiler's error, naming the keyword and the JSON pointer.
 TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
   auto r = run_spec_text("  - {name: k, kind: constrain-keywords, variants: [dfa], walks: 30,"
-                         " keyword: [additionalProperties-schema, $ref-recursive, regex, not, pattern+maxLength]}\n");
+                         " keyword: [additionalProperties-schema, $ref-recursive, regex, not, pattern-product-too-large]}\n");
   ASSERT_EQ(r.rows.size(), 5u);
   for (size_t i = 0; i < 3; ++i) {
     const Row& row = r.rows[i];

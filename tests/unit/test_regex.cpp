@@ -241,5 +241,66 @@ TEST(Automaton, RandomPatternsGiveMinimalDfasOfTheirLanguage) {
   }
 }
 
+// The product construction (intersection, difference, exactly one of n) against brute force over
+// every word of length <= 5 on {a, b, c}, on random patterns; the results are minimal, and a
+// product embedded back into a regex (re_automaton) keeps its language inside a concatenation.
+TEST(Automaton, ProductsMatchBruteForceOnAllShortWords) {
+  uint64_t seed = 777;
+  std::vector<std::string> words = {""};
+  for (size_t i = 0; i < words.size() && words[i].size() < 5; ++i)
+    for (char c : {'a', 'b', 'c'}) words.push_back(words[i] + c);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<std::string> pats;
+    for (int k = 0; k < 3; ++k) pats.push_back(random_pattern(&seed, 1 + (trial + k) % 3));
+    std::vector<Dfa> d;
+    std::vector<std::regex> want;
+    for (const auto& p : pats) {
+      d.push_back(dfa(p));
+      want.emplace_back(p);
+    }
+    const Dfa both = intersect_dfa(d[0], d[1]);
+    const Dfa minus = difference_dfa(d[0], d[1]);
+    const Dfa minus2 = product_dfa({&d[0], &d[1], &d[2]}, ProductRule::Difference);
+    const Dfa one = product_dfa({&d[0], &d[1], &d[2], &d[0], &d[1], &d[2]}, ProductRule::ExactlyOne);
+    // Over-approximations of the others: P_1's over-approximation is (P_1)|(P_2).
+    const Dfa wider = dfa("(" + pats[1] + ")|(" + pats[2] + ")");
+    const Dfa one_over = product_dfa({&d[0], &d[1], &d[0], &wider}, ProductRule::ExactlyOne);
+    const Dfa embedded = compile_dfa(re_concat({re_literal("c"), re_automaton(std::make_shared<const Dfa>(both)), re_literal("a")}));
+    const std::string what = pats[0] + " / " + pats[1] + " / " + pats[2];
+    for (const std::string& w : words) {
+      const bool m0 = std::regex_match(w, want[0]), m1 = std::regex_match(w, want[1]), m2 = std::regex_match(w, want[2]);
+      ASSERT_EQ(both.matches(w), m0 && m1) << what << " on '" << w << "'";
+      ASSERT_EQ(minus.matches(w), m0 && !m1) << what << " on '" << w << "'";
+      ASSERT_EQ(minus2.matches(w), m0 && !m1 && !m2) << what << " on '" << w << "'";
+      ASSERT_EQ(one.matches(w), m0 + m1 + m2 == 1) << what << " on '" << w << "'";
+      ASSERT_EQ(one_over.matches(w), (m0 && !(m1 || m2)) || (m1 && !m0)) << what << " on '" << w << "'";
+      ASSERT_EQ(embedded.matches("c" + w + "a"), m0 && m1) << what << " on '" << w << "'";
+    }
+    for (const Dfa* x : {&both, &minus, &minus2, &one, &one_over}) {
+      if (x->num_states == 1 && !x->accepting[0]) continue;  // the empty language: one dead state
+      const auto apart = distinguishable(*x);
+      for (int32_t p = 0; p < x->num_states; ++p)
+        for (int32_t q = p + 1; q <= x->num_states; ++q)
+          ASSERT_TRUE(apart[static_cast<size_t>(p)][static_cast<size_t>(q)]) << what << ": states " << p << ", " << q;
+    }
+  }
+}
+
+TEST(Automaton, ProductLimitIsAnErrorAndEmptyProductsAreEmpty) {
+  const Dfa a = dfa("[ab]{0,40}"), b = dfa("(a|b)*a(a|b){6}");  // 41 x 128 reachable pairs
+  CompileLimits tight;
+  tight.max_dfa_states = 100;
+  try {
+    intersect_dfa(a, b, tight);
+    FAIL() << "no error";
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 100 states"), std::string::npos) << e.what();
+  }
+  const Dfa none = intersect_dfa(dfa("a+"), dfa("b+"));
+  EXPECT_FALSE(none.matches("a"));
+  EXPECT_EQ(re_automaton(std::make_shared<const Dfa>(none))->kind, RegexNode::Kind::Never);
+  EXPECT_EQ(difference_dfa(dfa("a{2,4}"), dfa("a{1,9}")).num_states, 1);
+}
+
 }  // namespace
 }  // namespace ib::constrain

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s
 
   SoftmaxSummary<float> acc = softmax_empty<float>();
   if (vec) {
-    for (int j0 = threadIdx.x * 8; j0 < n; j0 += kThreads * 8) {
+    for (int j0 = (lo & ~7) + static_cast<int>(threadIdx.x) * 8; j0 < n; j0 += kThreads * 8) {  // from the window's chunk
       const uint4 raw = *reinterpret_cast<const uint4*>(sr + j0);
       const T* x = reinterpret_cast<const T*>(&raw);
 #pragma unroll
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s
     for (int j0 = threadIdx.x * 8; j0 < seq_k; j0 += kThreads * 8) {
       uint4 out;
       T* y = reinterpret_cast<T*>(&out);
-      if (j0 < n) {
+      if (j0 < n && j0 + 8 > lo) {  // chunks wholly before the window or past the diagonal are zeros, not read
         const uint4 raw = *reinterpret_cast<const uint4*>(sr + j0);
         const T* x = reinterpret_cast<const T*>(&raw);
 #pragma unroll

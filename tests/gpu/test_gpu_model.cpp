@@ -163,7 +163,7 @@ TEST(GpuModel, ChunkedAndRepeatedPrefillsMatchTheCpu) {
     o.max_prefill = 32;  // 70 tokens = chunks of 32, 32, 6: later chunks attend to the cached ones
     Engines e(c, 12, o);
     const auto a = prompt(c.vocab, 70, 6), b = prompt(c.vocab, 40, 7);
-    const int sc = e.cpu->new_sequence(128), sg = e.gpu->new_sequence(128);
+    const int sc = e.cpu->new_sequence(256), sg = e.gpu->new_sequence(256);
     const auto want_a = prefill_logits(*e.cpu, sc, a, 40);  // logits rows span two chunks
     const auto got_a = prefill_logits(*e.gpu, sg, a, 40);
     EXPECT_LT(rel_l2(got_a, want_a), 2e-2) << c.name;
@@ -171,6 +171,14 @@ TEST(GpuModel, ChunkedAndRepeatedPrefillsMatchTheCpu) {
     const auto got_b = prefill_logits(*e.gpu, sg, b, 3);
     EXPECT_LT(rel_l2(got_b, want_b), 2e-2) << c.name;
     EXPECT_EQ(e.gpu->length(sg), 110);
+    // A third prefill of 100 tokens from position 110 (chunks of 32 from 110, 142, 174, 206):
+    // with the 48-token window its flash2 blocks start past the first key tile of the cache
+    // (first_tile > 0 through the engine's strided K/V).
+    const auto d = prompt(c.vocab, 100, 8);
+    const auto want_d = prefill_logits(*e.cpu, sc, d, 100);
+    const auto got_d = prefill_logits(*e.gpu, sg, d, 100);
+    EXPECT_LT(rel_l2(got_d, want_d), 2e-2) << c.name;
+    EXPECT_EQ(e.gpu->length(sg), 210);
   }
 }
 

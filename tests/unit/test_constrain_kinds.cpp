@@ -82,7 +82,10 @@ TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
 }
 
 // The specs run every case of the table, and nothing else.
+// constrain.yaml lists every case; chapter8.yaml (whose rows must all be ok) the supported ones.
 TEST(ConstrainKinds, KeywordExperimentListsEveryCase) {
+  std::vector<std::string> supported;
+  for (const auto& c : constrain::keyword_cases()) supported.push_back(c.name);
   for (const char* file : {"constrain.yaml", "chapter8.yaml"}) {
     Spec spec = load_spec(std::string(IB_SOURCE_DIR) + "/experiments/" + file, SpecOptions{});
     const ExperimentSpec* e = nullptr;
@@ -93,7 +96,7 @@ TEST(ConstrainKinds, KeywordExperimentListsEveryCase) {
     for (const auto& a : e->axes)
       if (a.key == "keyword")
         for (const auto& v : a.values) listed.push_back(std::get<std::string>(v));
-    EXPECT_EQ(listed, constrain::keyword_case_names()) << file;
+    EXPECT_EQ(listed, std::string(file) == "chapter8.yaml" ? supported : constrain::keyword_case_names()) << file;
   }
 }
 

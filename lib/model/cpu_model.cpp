@@ -302,6 +302,21 @@ class CpuModel : public Model {
     forward(tokens, n, seq_of, pos, n - n_logits, out);
   }
 
+  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) override {
+    std::vector<int> seq_of, pos;
+    for (int i = 0; i < n; ++i) {
+      if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
+      no_tree(seqs[i], "prefill_batch");
+      for (int i2 = 0; i2 < i; ++i2)
+        if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
+      for (int j = 0; j < counts[i]; ++j) {
+        seq_of.push_back(seqs[i]);
+        pos.push_back(at(seqs[i]).length + j);
+      }
+    }
+    forward(tokens, static_cast<int>(seq_of.size()), seq_of, pos, 0, out);
+  }
+
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override {
     std::vector<int> seq_of(seqs, seqs + batch), pos(static_cast<size_t>(batch));
     for (int r = 0; r < batch; ++r) {
@@ -621,6 +636,17 @@ void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
   throw std::runtime_error("set_kv_format is not supported by this engine");
 }
 std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
+void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
+  const size_t V = static_cast<size_t>(config().vocab);
+  int row = 0;
+  for (int i = 0; i < n; ++i) {
+    StepOutput o = out;
+    if (o.logits) o.logits = out.logits + static_cast<size_t>(row) * V;
+    if (o.next) o.next = out.next + row;
+    prefill(seqs[i], tokens + row, counts[i], counts[i], o);
+    row += counts[i];
+  }
+}
 void Model::prefill_tree(int, const int32_t*, const int32_t*, int, const StepOutput&) {
   throw std::runtime_error("prefill_tree (tree verification) is not supported by this engine");
 }

@@ -376,6 +376,44 @@ class CudaModel final : public Model {
     if (want) IB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // One pass over every sequence's rows: the row table gives each row its cache and position, K/V
+  // are appended for all rows before attention, and the split-K kernel attends each row to its
+  // own sequence up to its position. More rows than max_prefill: one prefill per sequence.
+  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) override {
+    int total = 0;
+    for (int i = 0; i < n; ++i) {
+      if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
+      no_tree(seqs[i], "prefill_batch");
+      const Sequence& s = at(seqs[i]);
+      if (s.length + counts[i] > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seqs[i], s.capacity));
+      for (int i2 = 0; i2 < i; ++i2)
+        if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
+      total += counts[i];
+    }
+    if (total > o_.max_prefill) return Model::prefill_batch(seqs, counts, n, tokens, out);
+    check_tokens(tokens, total);
+    std::vector<AttnRow> rows;
+    for (int i = 0; i < n; ++i) {
+      Sequence& s = at(seqs[i]);
+      for (int j = 0; j < counts[i]; ++j) rows.push_back(AttnRow{s.cache.data(), s.capacity, s.length + j});
+    }
+    // Pageable sources: the copies have read them when cudaMemcpyAsync returns.
+    IB_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(total), cudaMemcpyHostToDevice, stream_));
+    IB_CUDA_CHECK(cudaMemcpyAsync(prefill_rows_.data(), rows.data(), sizeof(AttnRow) * rows.size(), cudaMemcpyHostToDevice, stream_));
+    bind_cublas(stream_);
+    forward_layers(stream_, total, prefill_tokens_.data(), prefill_rows_.data(), nullptr);
+    for (int i = 0; i < n; ++i) at(seqs[i]).length += counts[i];
+    if (out.logits || out.next) {
+      for (int r = 0; r < total;) {
+        const int count = std::min(o_.max_batch, total - r);
+        lm_head(stream_, r, count);
+        emit(out, r, count);
+        r += count;
+      }
+      IB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+  }
+
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override {
     if (batch <= 0) throw std::invalid_argument("decode of an empty batch");
     if (batch > o_.max_batch) throw std::invalid_argument(fmt::format("decode batch {} is larger than max_batch {}", batch, o_.max_batch));

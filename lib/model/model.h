@@ -58,6 +58,11 @@ class Model {
   virtual void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) = 0;
   // One token for each of `batch` sequences (lengths may differ); outputs [batch] rows.
   virtual void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) = 0;
+  // counts[i] tokens after sequence seqs[i]'s cached ones, for `n` distinct sequences, in one
+  // forward pass (batched speculative verification): `tokens` holds them sequence after sequence
+  // and every row's logits are output, in that order. The base version runs one prefill per
+  // sequence (the same results, n passes); the engines override it with one pass.
+  virtual void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out);
 
   // Tree verification (SpecInfer, Medusa, EAGLE): several candidate continuations scored in one
   // pass. Opens a token tree on `seq` after its cached tokens (or extends the open one): new token

@@ -124,7 +124,8 @@ struct SpecConfig {
 };
 
 struct SpecStats {
-  int64_t steps = 0;            // verify passes
+  int64_t steps = 0;            // sequence-steps (a batched pass counts once per sequence in it)
+  int64_t passes = 0;           // verify passes
   int64_t drafted = 0, accepted = 0;
   int64_t tested = 0;           // drafted tokens the verification reached (up to the first rejection)
   int64_t emitted = 0;
@@ -158,6 +159,20 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
 std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
                                                int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                                bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
+
+// Batched speculative decoding (greedy; draft model, controlled or model acceptance): the
+// sequences step together — each step drafts min(K, tokens left − 1) tokens for every unfinished
+// sequence (the draft's pending tokens in one prefill_batch, then batched decode steps of the
+// sequences still drafting), verifies them all
+// in one target prefill_batch, and keeps each sequence's agreeing prefix plus the target's token.
+// truths[b] is sequence b's target trajectory (Controlled). Returns each sequence's n tokens.
+std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& target, const std::vector<int>& target_seqs, model::Model& draft,
+                                                             const std::vector<int>& draft_seqs, const std::vector<int32_t>& lasts, int n,
+                                                             const SpecConfig& cfg,
+                                                             const std::vector<std::function<int32_t(int64_t)>>& truths, SpecStats& stats);
+// The target alone on a batch: n decode steps of every sequence together (greedy).
+std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
+                                                                const std::vector<int32_t>& lasts, int n);
 
 // Parses a tree shape "3x2x1" (children per node at each depth, 1..16 each); empty when malformed.
 std::vector<int> parse_tree_shape(const std::string& shape);

@@ -65,6 +65,10 @@ KindInfo specdec_kind() {
                Value(int64_t{0}), 0.0, 256.0),
       key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
                1.0, 16.0),
+      key_spec("batch", ParamType::Int,
+               "autoregressive and draft_model: sequences decoded together (greedy); a batched step verifies every "
+               "sequence's drafts in one target pass",
+               Value(int64_t{1}), 1.0, 256.0),
       key_spec("temperature", ParamType::Float, "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)",
                Value(0.0), 0.0),
       key_spec("top_k", ParamType::Int, "sampling: keep the k most likely tokens (0: all)", Value(int64_t{0}), 0.0),
@@ -75,8 +79,8 @@ KindInfo specdec_kind() {
     for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"}) own.push_back(key);
     return own;
   };
-  const std::vector<std::string> ar = with({});
-  const std::vector<std::string> dm = with({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha"});
+  const std::vector<std::string> ar = with({"batch"});
+  const std::vector<std::string> dm = with({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
   const std::vector<std::string> ng = with({"k", "ngram_min", "ngram_max"});
   const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
   const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
@@ -123,6 +127,10 @@ class SpecVariant : public Variant {
     if (mode_ == Mode::DraftTree && p.integer("dynamic_nodes") > 0) {
       if (p.text("acceptance") == "controlled") return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
       if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
+    }
+    if (p.find("batch") && p.integer("batch") > 1) {
+      if (p.number("temperature") > 0) return "batched rows verify greedily";
+      if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
     if (p.number("temperature") > 0) {
       if (p.text("text") != "none") return "a bundled text forces a greedy trajectory; sampled rows need text: none";
@@ -188,15 +196,29 @@ class SpecVariant : public Variant {
     const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
+    batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
+    if (batch_ > 1) {
+      // Sequence 0 is the one above; the others get prompts of their own.
+      bprompts_ = {prompt_};
+      btseqs_ = {tseq_};
+      bdseqs_ = {dseq_};
+      for (int b = 1; b < batch_; ++b) {
+        bprompts_.push_back(model::random_prompt(tc.vocab, static_cast<int>(prompt_.size()), seed + 5 + 1000 * static_cast<uint64_t>(b)));
+        btseqs_.push_back(target_->new_sequence(cap));
+        if (draft_) bdseqs_.push_back(draft_->new_sequence(cap));
+      }
+    }
     reset();
     // The target's own greedy trajectory: the reference of the gate and Controlled's truth.
-    if (!forced_ && cfg_.sampling.greedy()) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
-    // Calibration: the target's decode step at this context (c and v are relative to it).
+    if (batch_ > 1) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    else if (!forced_ && cfg_.sampling.greedy()) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
+    // Calibration: the target's decode step at this context and batch (c and v are relative to it).
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
       reset();
       const auto t0 = std::chrono::steady_clock::now();
-      autoregressive_generate(*target_, tseq_, prompt_.back(), 1, {}, {}, false);
+      if (batch_ > 1) autoregressive_generate_batch(*target_, btseqs_, lasts(), 1);
+      else autoregressive_generate(*target_, tseq_, prompt_.back(), 1, {}, {}, false);
       t.push_back(since(t0));
     }
     target_step_ = summarize(t).median;
@@ -205,6 +227,7 @@ class SpecVariant : public Variant {
 
   Validation validate(BackendRuntime&) override {
     if (!cfg_.sampling.greedy()) return validate_sampled();
+    if (batch_ > 1) return validate_batch();
     const std::vector<int32_t> out = generate();
     int64_t wrong = 0;
     for (int i = 0; i < n_; ++i) wrong += out[static_cast<size_t>(i)] != truth_[static_cast<size_t>(i)];
@@ -229,7 +252,8 @@ class SpecVariant : public Variant {
     m.push_back({"target step", target_step_ * 1e3, "ms"});
     if (mode_ == Mode::Autoregressive) return m;
     const double steps = static_cast<double>(stats_.steps);
-    const double verify = steps > 0 ? stats_.verify_seconds / steps : 0;
+    const double passes = static_cast<double>(stats_.passes);  // one per step, or per batched step
+    const double verify = passes > 0 ? stats_.verify_seconds / passes : 0;
     m.push_back({"acceptance α̂", 100.0 * stats_.acceptance(), "%"});
     m.push_back({"drafts kept", 100.0 * stats_.drafts_kept(), "%"});
     m.push_back({"tokens/step", stats_.tokens_per_step(), ""});
@@ -312,6 +336,41 @@ class SpecVariant : public Variant {
             fmt::format("{} sampled tokens in support; max total variation of the verification's target distributions vs a fresh prefill", n_)};
   }
 
+  // Batched rows: every sequence's output equals its own greedy trajectory, every cache the
+  // prompt plus the output.
+  Validation validate_batch() {
+    const auto out = generate_batch();
+    int64_t wrong = 0;
+    for (int b = 0; b < batch_; ++b)
+      for (int i = 0; i < n_; ++i) wrong += out[static_cast<size_t>(b)][static_cast<size_t>(i)] != btruths_[static_cast<size_t>(b)][static_cast<size_t>(i)];
+    const int want = static_cast<int>(prompt_.size()) - 1 + n_;
+    for (int b = 0; b < batch_; ++b)
+      if (target_->length(btseqs_[static_cast<size_t>(b)]) != want)
+        return {false, "cache_length", static_cast<double>(target_->length(btseqs_[static_cast<size_t>(b)])), static_cast<double>(want),
+                fmt::format("the target's cache of sequence {} after generation", b)};
+    runs_ = 0;
+    stats_ = {};
+    cfg_.seed = cfg_.sampling.seed = base_seed_;
+    return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
+            fmt::format("{} sequences × {} tokens vs each one's target decoding alone (greedy)", batch_, n_)};
+  }
+  std::vector<int32_t> lasts() const {
+    std::vector<int32_t> l;
+    for (const auto& pr : bprompts_) l.push_back(pr.back());
+    return l;
+  }
+  std::vector<std::vector<int32_t>> generate_batch() {
+    reset();
+    if (mode_ == Mode::Autoregressive) return autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    std::vector<std::function<int32_t(int64_t)>> truths;
+    for (int b = 0; b < batch_; ++b)
+      truths.push_back([this, b](int64_t i) {
+        const auto& tr = btruths_[static_cast<size_t>(b)];
+        return tr.empty() ? 0 : tr[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(tr.size()) - 1))];
+      });
+    return speculative_generate_batch(*target_, btseqs_, *draft_, bdseqs_, lasts(), n_, cfg_, truths, stats_);
+  }
+
   bool tree() const { return mode_ == Mode::DraftTree || mode_ == Mode::NgramTree; }
   bool drafts() const { return mode_ == Mode::DraftModel || mode_ == Mode::DraftTree; }
   bool lookup() const { return mode_ == Mode::Ngram || mode_ == Mode::NgramTree; }
@@ -322,18 +381,23 @@ class SpecVariant : public Variant {
   // Both caches back to the prompt minus its last token (the first token fed at generation).
   void reset() {
     const int keep = static_cast<int>(prompt_.size()) - 1;
-    auto fill = [&](model::Model& m, int seq) {
+    auto fill = [&](model::Model& m, int seq, const std::vector<int32_t>& prompt) {
       if (m.length(seq) > keep) m.truncate(seq, keep);
       if (m.length(seq) < keep) {
-        std::vector<int32_t> in(prompt_.begin() + m.length(seq), prompt_.begin() + keep);
+        std::vector<int32_t> in(prompt.begin() + m.length(seq), prompt.begin() + keep);
         for (auto& t : in) t %= m.config().vocab;
         m.prefill(seq, in.data(), static_cast<int>(in.size()), 1, {});
       }
     };
-    fill(*target_, tseq_);
-    if (draft_) fill(*draft_, dseq_);
+    fill(*target_, tseq_, prompt_);
+    if (draft_) fill(*draft_, dseq_, prompt_);
+    for (int b = 1; b < batch_; ++b) {
+      fill(*target_, btseqs_[static_cast<size_t>(b)], bprompts_[static_cast<size_t>(b)]);
+      if (draft_) fill(*draft_, bdseqs_[static_cast<size_t>(b)], bprompts_[static_cast<size_t>(b)]);
+    }
   }
   std::vector<int32_t> generate() {
+    if (batch_ > 1) return generate_batch()[0];
     reset();
     auto truth = [this](int64_t i) {
       return truth_.empty() ? 0 : truth_[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(truth_.size()) - 1))];
@@ -349,7 +413,9 @@ class SpecVariant : public Variant {
   Mode mode_;
   SpecConfig cfg_;
   std::unique_ptr<model::Model> target_, draft_;
-  int tseq_ = -1, dseq_ = -1, n_ = 0;
+  int tseq_ = -1, dseq_ = -1, n_ = 0, batch_ = 1;
+  std::vector<std::vector<int32_t>> bprompts_, btruths_;  // batch > 1: every sequence's prompt and greedy trajectory
+  std::vector<int> btseqs_, bdseqs_;
   bool forced_ = false, gpu_ = false;
   std::vector<int32_t> prompt_, truth_;
   double target_step_ = 0;

@@ -182,6 +182,33 @@ TEST(GpuModel, ChunkedAndRepeatedPrefillsMatchTheCpu) {
   }
 }
 
+// Batched verification: several sequences' rows in one pass, as the CPU computes them.
+TEST(GpuModel, PrefillBatchMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (const ModelConfig& c : all_configs()) {
+    Engines e(c, 14);
+    const auto a = prompt(c.vocab, 60, 21), b = prompt(c.vocab, 17, 22), more = prompt(c.vocab, 9, 23);
+    std::vector<int> cs, gs;
+    for (const auto* p : {&a, &b}) {
+      cs.push_back(e.cpu->new_sequence(128));
+      gs.push_back(e.gpu->new_sequence(128));
+      prefill_logits(*e.cpu, cs.back(), *p, 1);
+      prefill_logits(*e.gpu, gs.back(), *p, 1);
+    }
+    const int counts[2] = {6, 3};
+    std::vector<float> want(9 * e.vocab()), got(9 * e.vocab());
+    StepOutput ow, og;
+    ow.logits = want.data();
+    og.logits = got.data();
+    e.cpu->prefill_batch(cs.data(), counts, 2, more.data(), ow);
+    e.gpu->prefill_batch(gs.data(), counts, 2, more.data(), og);
+    ASSERT_TRUE(all_finite(got)) << c.name;
+    EXPECT_LT(rel_l2(got, want), 2e-2) << c.name;
+    EXPECT_EQ(e.gpu->length(gs[0]), 66);
+    EXPECT_EQ(e.gpu->length(gs[1]), 20);
+  }
+}
+
 TEST(GpuModel, GreedyDecodingGivesTheCpuTokens) {
   REQUIRE_GPU();
   for (const ModelConfig& c : all_configs()) {

@@ -93,6 +93,51 @@ TEST(CpuModel, ABatchOfDifferentLengthsDecodesLikeEachAlone) {
   }
 }
 
+// Several sequences' tokens in one pass (batched verification): the same logits and caches as
+// one prefill per sequence, here and through the base class's per-sequence loop.
+TEST(CpuModel, PrefillBatchEqualsOnePrefillPerSequence) {
+  const ModelConfig c = P("tiny-gqa");
+  auto m = make_cpu_model(c, *random_weights(c, 4));
+  const auto a = random_prompt(c.vocab, 20, 1), b = random_prompt(c.vocab, 9, 2);
+  const auto more_a = random_prompt(c.vocab, 3, 3), more_b = random_prompt(c.vocab, 6, 4);
+  const size_t V = static_cast<size_t>(c.vocab);
+  // Reference: sequences 0 and 1 separately.
+  const int ra = m->new_sequence(64), rb = m->new_sequence(64);
+  m->prefill(ra, a.data(), 20, 1, {});
+  m->prefill(rb, b.data(), 9, 1, {});
+  std::vector<float> want(9 * V);
+  m->prefill(ra, more_a.data(), 3, 3, {want.data()});
+  m->prefill(rb, more_b.data(), 6, 6, {want.data() + 3 * V});
+  // One pass.
+  const int sa = m->new_sequence(64), sb = m->new_sequence(64);
+  m->prefill(sa, a.data(), 20, 1, {});
+  m->prefill(sb, b.data(), 9, 1, {});
+  const int seqs[2] = {sa, sb}, counts[2] = {3, 6};
+  std::vector<int32_t> tokens(more_a);
+  tokens.insert(tokens.end(), more_b.begin(), more_b.end());
+  std::vector<float> got(9 * V);
+  m->prefill_batch(seqs, counts, 2, tokens.data(), {got.data()});
+  EXPECT_LT(rel_l2(got, want), 1e-5);
+  EXPECT_EQ(m->length(sa), 23);
+  EXPECT_EQ(m->length(sb), 15);
+  // The caches continue alike.
+  const int32_t next[2] = {5, 7};
+  std::vector<float> d1(2 * V), d2(2 * V);
+  const int rs[2] = {ra, rb};
+  m->decode(rs, next, 2, {d1.data()});
+  m->decode(seqs, next, 2, {d2.data()});
+  EXPECT_LT(rel_l2(d2, d1), 1e-5);
+  // The base class's loop gives the same rows.
+  std::vector<float> loop(9 * V);
+  m->truncate(sa, 20);
+  m->truncate(sb, 9);
+  m->Model::prefill_batch(seqs, counts, 2, tokens.data(), {loop.data()});
+  EXPECT_LT(rel_l2(loop, want), 1e-5);
+  EXPECT_THROW(m->prefill_batch(seqs, std::vector<int>{3, 0}.data(), 2, tokens.data(), {}), std::invalid_argument);
+  const int twice[2] = {sa, sa};
+  EXPECT_THROW(m->prefill_batch(twice, counts, 2, tokens.data(), {}), std::invalid_argument);
+}
+
 TEST(CpuModel, ForkAndTruncate) {
   const ModelConfig c = P("tiny");
   auto m = make_cpu_model(c, *random_weights(c, 5));

@@ -308,14 +308,7 @@ class CudaModel final : public Model {
       throw;
     }
     s.length = base + s.tree.size();
-    if (out.logits || out.next) {
-      for (int r = 0; r < n;) {
-        const int count = std::min(o_.max_batch, n - r);
-        lm_head(stream_, r, count);
-        emit(out, r, count);
-        r += count;
-      }
-    }
+    if (out.logits || out.next) head_rows(out, n);
     IB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host image above is released on return
   }
 
@@ -404,12 +397,7 @@ class CudaModel final : public Model {
     forward_layers(stream_, total, prefill_tokens_.data(), prefill_rows_.data(), nullptr);
     for (int i = 0; i < n; ++i) at(seqs[i]).length += counts[i];
     if (out.logits || out.next) {
-      for (int r = 0; r < total;) {
-        const int count = std::min(o_.max_batch, total - r);
-        lm_head(stream_, r, count);
-        emit(out, r, count);
-        r += count;
-      }
+      head_rows(out, total);
       IB_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
@@ -706,6 +694,17 @@ class CudaModel final : public Model {
     const int h = c_.hidden;
     launch_add_rmsnorm(x_.data() + static_cast<size_t>(first) * h, nullptr, final_norm_.data(), c_.rms_eps, count, h, h_.data(), s);
     gemm(lm_head_weights(), h_.data(), logits_.data(), count, h, c_.vocab, CUDA_R_32F, 0.0f);
+  }
+
+  // Final norm, LM head and emit of residual rows 0 .. rows − 1 to out rows 0 .. rows − 1,
+  // max_batch rows at a time (the logits buffer's size).
+  void head_rows(const StepOutput& out, int rows) {
+    for (int r = 0; r < rows;) {
+      const int count = std::min(o_.max_batch, rows - r);
+      lm_head(stream_, r, count);
+      emit(out, r, count);
+      r += count;
+    }
   }
 
   // logits_[0 .. count) to out.logits rows out_row.., and/or their sampled tokens to out.next.

@@ -223,7 +223,7 @@ const std::set<std::string>& supported() {
   static const std::set<std::string> s = {
       "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
       "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "minLength", "maxLength", "pattern", "format",
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable"};
+      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable", "not", "if", "then", "else"};
   return s;
 }
 
@@ -242,6 +242,45 @@ class Compiler {
     for (const auto& [k, v] : s.items())
       if (!annotations().count(k)) validation.push_back(k);
 
+    // not: the rest of the schema minus the negated schema's over-approximation (see json_schema.h).
+    if (s.contains("not")) {
+      json rest = s;
+      rest.erase("not");
+      const std::string np = ptr + "/not";
+      Re base = compile(rest, ptr);
+      if (over_) {  // an over-approximation of rest ∧ ¬S: rest's minus S's exact language
+        ++over_changes_;
+        return product({base, exact(s["not"], np)}, ProductRule::Difference, "not", np, "not (over-approximated)");
+      }
+      Re out = product({base, looser(s["not"], np)}, ProductRule::Difference, "not", np,
+                       "not (the schema minus the negated schema's over-approximation)");
+      if (out->kind == RegexNode::Kind::Never) fail("not", np, "no document satisfies the schema and not the negated one");
+      return out;
+    }
+    // if/then/else: (rest ∧ then) ∩ if, compiled exactly, or (rest ∧ else) minus if's
+    // over-approximation; then and else default to any value; without if they are ignored.
+    if (s.contains("if")) {
+      json rest = s;
+      for (const char* k : {"if", "then", "else"}) rest.erase(k);
+      auto with = [&](const char* k) {
+        if (!s.contains(k)) return compile(rest, ptr);
+        return compile_conjunction({rest, s[k]}, ptr + "/" + k);
+      };
+      const std::string ip = ptr + "/if";
+      Re then_lang = with("then"), else_lang = with("else");
+      Re strict_if = exact(strict_if_schema(s["if"]), ip), looser_if = looser(s["if"], ip);
+      if (over_) {  // an over-approximation: the same with the roles of if's languages swapped
+        ++over_changes_;
+        return re_alt({product({then_lang, looser_if}, ProductRule::Intersection, "if", ip, "if/then (over-approximated)"),
+                       product({else_lang, strict_if}, ProductRule::Difference, "if", ip, "if/else (over-approximated)")});
+      }
+      Re yes = product({then_lang, strict_if}, ProductRule::Intersection, "if", ip, "if/then (the then branch where if holds)");
+      Re no = product({else_lang, looser_if}, ProductRule::Difference, "if", ip,
+                      "if/else (the else branch minus if's over-approximation)");
+      if (yes->kind == RegexNode::Kind::Never && no->kind == RegexNode::Kind::Never)
+        fail("if", ip, "no document satisfies if/then/else as compiled");
+      return re_alt({yes, no});
+    }
     if (s.contains("$ref")) {
       if (validation.size() == 1) return ref(s["$ref"], ptr + "/$ref");
       // $ref beside other keywords: both apply (2020-12), so merge them as an allOf.
@@ -302,6 +341,12 @@ class Compiler {
       types = inferred_types(s);
     }
     if (types.empty()) return json_value_regex_ws(o_.any_depth);
+    if (over_ && !s.contains("type")) {
+      // Without type, a value of another type than the keywords suggest is valid too (each
+      // keyword constrains its own type): an over-approximation holds every type.
+      ++over_changes_;
+      types = {"null", "boolean", "number", "string", "object", "array"};
+    }
     std::vector<Re> alts;
     for (const auto& t : types) alts.push_back(typed(s, t, ptr));
     if (s.contains("nullable") && s["nullable"] == true) alts.push_back(re_literal("null"));
@@ -318,6 +363,38 @@ class Compiler {
   // that differs from the exact compile, so an unchanged branch reuses its exact language.
   bool over_ = false;
   int over_changes_ = 0;
+
+  // A schema's exact language (documents valid by it, in the spellings the compiler writes) and
+  // its over-approximation (as oneOf subtracts other branches), whichever mode is on: for not and if.
+  Re exact(const json& s, const std::string& ptr) { return in_mode(false, s, ptr); }
+  Re looser(const json& s, const std::string& ptr) { return in_mode(true, s, ptr); }
+  Re in_mode(bool over, const json& s, const std::string& ptr) {
+    const bool was = over_;
+    over_ = over;
+    Re out;
+    try {
+      out = compile(s, ptr);
+    } catch (...) {
+      over_ = was;
+      throw;
+    }
+    over_ = was;
+    return out;
+  }
+
+  // if's schema for the intersection with then: still only documents valid by if, but with any
+  // other keys where its top-level properties stand without additionalProperties, and values of
+  // every type where it has no type (its keywords constrain their own type only).
+  static json strict_if_schema(json i) {
+    if (!i.is_object()) return i;
+    bool plain = true;
+    for (const char* k : {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "not", "if"}) plain = plain && !i.contains(k);
+    if (!plain) return i;
+    if (i.contains("properties") && !i.contains("additionalProperties")) i["additionalProperties"] = true;
+    if (!i.contains("type") && !inferred_types(i).empty())
+      i["type"] = json::array({"null", "boolean", "number", "string", "object", "array"});
+    return i;
+  }
 
   Re over_also(Re exact, Re more) {
     ++over_changes_;
@@ -488,7 +565,8 @@ class Compiler {
       }
       ++part_no;
     }
-    for (const auto& [dependent, on] : {std::make_pair("additionalProperties", "properties"), std::make_pair("items", "prefixItems")}) {
+    for (const auto& [dependent, on] : {std::make_pair("additionalProperties", "properties"), std::make_pair("items", "prefixItems"),
+                                        std::make_pair("then", "if"), std::make_pair("else", "if")}) {
       auto d = source.find(dependent), o = source.find(on);
       if (d != source.end() && o != source.end() && (d->second < 0 || o->second < 0 || d->second != o->second))
         fail(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
@@ -543,6 +621,8 @@ class Compiler {
           if (x == y) both.push_back(x);
       if (both.empty()) fail("enum", ptr, "the enums of allOf have no value in common");
       cur = both;
+    } else if (k == "not") {  // ¬A ∧ ¬B = ¬(A ∨ B)
+      cur = json{{"anyOf", json::array({cur, v})}};
     } else if (k == "const") {
       fail("const", ptr, "the consts of allOf differ: no document satisfies both");
     } else {

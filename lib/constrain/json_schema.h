@@ -13,6 +13,22 @@
 //   any_depth + 1 levels deeper), so a document valid for two branches is not accepted as long as
 //   its values nest no deeper than that; a document the over-approximation of another branch
 //   holds but that branch rejects is lost (by design);
+// - over-approximations hold, where a schema has no `type`, values of every type (a keyword
+//   constrains only its own type);
+// - not: S beside other keywords: the rest of the schema minus S's over-approximation (the same
+//   one oneOf subtracts), so no document satisfies S; a document S's over-approximation holds but
+//   S rejects (another spelling of a value, members in another order, ...) is lost (by design);
+//   two nots merged by allOf are not of their anyOf;
+// - if: I, then: T, else: E (then/else default to any value): (rest ∧ T) ∩ I compiled exactly
+//   (with any other keys where I's top-level properties stand without additionalProperties, and
+//   values of every type where I has no type), united with (rest ∧ E) minus I's
+//   over-approximation; lost by design: documents valid by I outside that exact language (other
+//   layouts, key orders, spellings) and documents not valid by I that I's over-approximation holds;
+//   if/then/else from different allOf members are refused;
+// - inside an over-approximation (a oneOf branch, a negated schema, an if) the roles swap: not S is
+//   rest's over-approximation minus S's exact language, if/then/else is (rest ∧ T)'s
+//   over-approximation ∩ I's, united with (rest ∧ E)'s minus I's exact language. As for oneOf, values
+//   nested deeper than the over-approximation's any_depth + 1 levels are not subtracted;
 // - strings with `pattern` or `format` never contain characters that JSON must escape; pattern,
 //   format and minLength/maxLength (code points) together: the intersection, by product
 //   construction;

@@ -121,6 +121,11 @@ class SchemaValidator {
     if (s.contains("allOf"))
       for (const auto& x : s["allOf"])
         if (!check(x, v)) return false;
+    if (s.contains("not") && check(s["not"], v)) return false;
+    if (s.contains("if")) {
+      const char* branch = check(s["if"], v) ? "then" : "else";
+      if (s.contains(branch) && !check(s[branch], v)) return false;
+    }
     if (v.is_number()) {
       const double x = v.get<double>();
       if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;

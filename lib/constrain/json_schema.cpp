@@ -2,6 +2,7 @@
 
 #include "constrain/automaton.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace ib::constrain {
 
@@ -182,6 +184,16 @@ Re unnamed_key(const std::vector<std::string>& named) {
 // Digits a generated number may have: a double holds 15-17 significant digits and overflows
 // past 1e308, so longer mantissas and exponents would only produce values that parse wrongly.
 constexpr int kMaxIntegerDigits = 18, kMaxFractionDigits = 18, kMaxExponentDigits = 2;
+// Digits of a number under multipleOf (type number): see short_numeral.
+constexpr int kMaxMultipleDigits = 15;
+// Bounds past which objects are refused: maxProperties where extra keys may appear (the automaton
+// grows with it), and the properties dependentRequired relates (their presence is tracked).
+constexpr int kMaxCountedProperties = 64;
+constexpr size_t kMaxDependentProperties = 12;
+// contains: the largest count tracked (minContains, maxContains + 1), and positions × counts where
+// maxItems bounds the array (each is a state of the construction).
+constexpr int kMaxContainsCount = 32;
+constexpr int64_t kMaxContainsPositions = 4096;
 
 Re unsigned_integer_regex() {
   return re_alt({re_byte('0'), re_concat({nonzero_digit(), re_repeat(digit(), 0, kMaxIntegerDigits - 1)})});
@@ -201,6 +213,105 @@ Re number_regex(bool allow_negative) {
   parts.push_back(frac);
   parts.push_back(exp);
   return re_concat(std::move(parts));
+}
+
+// A positive decimal a / 10^k: multipleOf's value, read from its JSON text (0.01 -> a = 1, k = 2;
+// 5 -> a = 5, k = 0). False when it is not positive or needs more than 18 digits either way.
+bool decimal_fraction(const nlohmann::ordered_json& m, uint64_t* a, int* k) {
+  if (!m.is_number()) return false;
+  const std::string text = m.dump();  // integers as written, doubles as their shortest round trip
+  std::string digits;
+  int exp10 = 0;
+  bool dot = false;
+  size_t i = 0;
+  if (i < text.size() && text[i] == '-') return false;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
+    if (text[i] == '.') dot = true;
+    else {
+      digits += text[i];
+      if (dot) --exp10;
+    }
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) exp10 += std::stoi(text.substr(i + 1));
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  if (digits.empty()) return false;  // zero
+  while (digits.back() == '0') {
+    digits.pop_back();
+    ++exp10;
+  }
+  if (exp10 > 0) digits += std::string(static_cast<size_t>(exp10), '0');
+  if (digits.size() > 18 || exp10 < -18) return false;
+  *a = std::stoull(digits);
+  *k = exp10 < 0 ? -exp10 : 0;
+  return true;
+}
+
+uint64_t gcd_u64(uint64_t x, uint64_t y) {
+  while (y != 0) {
+    const uint64_t t = x % y;
+    x = y;
+    y = t;
+  }
+  return x;
+}
+
+// Decimal numerals -?(0|[1-9][0-9]*)(.[0-9]+)? whose value is a multiple of a / 10^k (no
+// exponent: the other spellings are left out). x / (a / 10^k) is whole iff x·10^k is a whole
+// multiple of a: the fraction digits past the k-th are zeros and the number formed by the integer
+// digits and the first k fraction digits (padded with zeros) is 0 mod a. States: the remainder
+// of the digits so far mod a, and how many fraction digits were read (at most k).
+Dfa multiple_of_dfa(uint64_t a, int k) {
+  Dfa d;
+  // Classes: the ten digits, '-', '.', everything else.
+  d.num_classes = 13;
+  for (int b = 0; b < 256; ++b) d.byte_class[static_cast<size_t>(b)] = 12;
+  for (int c = 0; c < 10; ++c) d.byte_class[static_cast<size_t>('0' + c)] = static_cast<uint8_t>(c);
+  d.byte_class['-'] = 10;
+  d.byte_class['.'] = 11;
+  const auto A = static_cast<int32_t>(a);
+  // start, after '-', the integer part "0", then per remainder r: integer part (r), just after
+  // '.' (r), and j fraction digits read (r, j) for j = 0..k (j = 0 only when k = 0).
+  const int32_t start = 0, minus = 1, zero = 2;
+  auto integer = [&](int32_t r) { return 3 + r; };
+  auto dot = [&](int32_t r) { return 3 + A + r; };
+  auto frac = [&](int32_t r, int j) { return 3 + 2 * A + r * (k + 1) + j; };
+  d.num_states = 3 + 2 * A + A * (k + 1);
+  d.next.assign(static_cast<size_t>(d.num_states) * 13, -1);
+  d.accepting.assign(static_cast<size_t>(d.num_states), 0);
+  auto set = [&](int32_t from, int cls, int32_t to) { d.next[static_cast<size_t>(from) * 13 + static_cast<size_t>(cls)] = to; };
+  // pow10_mod[j] = 10^j mod a: a remainder r with j fraction digits to go is whole iff r·10^j = 0 mod a.
+  std::vector<uint64_t> pow10_mod(static_cast<size_t>(k) + 1, 1 % a);
+  for (int j = 1; j <= k; ++j) pow10_mod[static_cast<size_t>(j)] = pow10_mod[static_cast<size_t>(j) - 1] * 10 % a;
+  auto whole = [&](int32_t r, int to_go) { return static_cast<uint64_t>(r) * pow10_mod[static_cast<size_t>(to_go)] % a == 0; };
+  d.start = start;
+  set(start, 10, minus);
+  set(start, 0, zero);
+  set(minus, 0, zero);
+  for (int c = 1; c < 10; ++c) {
+    set(start, c, integer(static_cast<int32_t>(c % a)));
+    set(minus, c, integer(static_cast<int32_t>(c % a)));
+  }
+  d.accepting[static_cast<size_t>(zero)] = 1;
+  set(zero, 11, dot(0));
+  for (int32_t r = 0; r < A; ++r) {
+    d.accepting[static_cast<size_t>(integer(r))] = whole(r, k);
+    for (int c = 0; c < 10; ++c) set(integer(r), c, integer(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a)));
+    set(integer(r), 11, dot(r));
+    // After the dot and after j fraction digits: the next digit joins the remainder while j < k;
+    // past the k-th fraction digit only zeros keep the value a multiple.
+    auto digit_from = [&](int32_t from, int j) {
+      for (int c = 0; c < 10; ++c) {
+        if (j < k) set(from, c, frac(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a), j + 1));
+        else if (c == 0 && r == 0) set(from, c, frac(r, k));
+      }
+    };
+    digit_from(dot(r), 0);
+    for (int j = 0; j <= k; ++j) {
+      d.accepting[static_cast<size_t>(frac(r, j))] = whole(r, k - j);
+      digit_from(frac(r, j), j);
+    }
+  }
+  return d;
 }
 
 std::string escape_pointer(const std::string& key) {
@@ -223,7 +334,9 @@ const std::set<std::string>& supported() {
   static const std::set<std::string> s = {
       "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
       "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "minLength", "maxLength", "pattern", "format",
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable", "not", "if", "then", "else"};
+      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable", "not", "if", "then", "else",
+      "multipleOf", "minProperties", "maxProperties", "dependentRequired", "propertyNames", "patternProperties",
+      "contains", "minContains", "maxContains"};
   return s;
 }
 
@@ -431,13 +544,15 @@ class Compiler {
   }
 
   static std::vector<std::string> inferred_types(const json& s) {
-    for (const char* k : {"properties", "required", "additionalProperties"})
+    for (const char* k : {"properties", "required", "additionalProperties", "minProperties", "maxProperties", "dependentRequired",
+                          "propertyNames", "patternProperties"})
       if (s.contains(k)) return {"object"};
-    for (const char* k : {"items", "prefixItems", "minItems", "maxItems"})
+    for (const char* k : {"items", "prefixItems", "minItems", "maxItems", "contains"})
       if (s.contains(k)) return {"array"};
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) return {"array"};
     for (const char* k : {"minLength", "maxLength", "pattern", "format"})
       if (s.contains(k)) return {"string"};
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
       if (s.contains(k)) return {"number"};
     return {};
   }
@@ -566,7 +681,9 @@ class Compiler {
       ++part_no;
     }
     for (const auto& [dependent, on] : {std::make_pair("additionalProperties", "properties"), std::make_pair("items", "prefixItems"),
-                                        std::make_pair("then", "if"), std::make_pair("else", "if")}) {
+                                        std::make_pair("additionalProperties", "patternProperties"), std::make_pair("then", "if"),
+                                        std::make_pair("minContains", "contains"), std::make_pair("maxContains", "contains"),
+                                        std::make_pair("else", "if")}) {
       auto d = source.find(dependent), o = source.find(on);
       if (d != source.end() && o != source.end() && (d->second < 0 || o->second < 0 || d->second != o->second))
         fail(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
@@ -610,9 +727,23 @@ class Compiler {
       }
     } else if (k == "items") {
       cur = json{{"allOf", json::array({cur, v})}};
-    } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
+    } else if (k == "patternProperties") {  // the same pattern twice: both schemas
+      for (const auto& [pattern, sub] : v.items()) {
+        if (!cur.contains(pattern)) cur[pattern] = sub;
+        else if (cur[pattern] != sub) cur[pattern] = json{{"allOf", json::array({cur[pattern], sub})}};
+      }
+    } else if (k == "propertyNames") {
+      cur = json{{"allOf", json::array({cur, v})}};
+    } else if (k == "dependentRequired") {
+      for (const auto& [a, list] : v.items()) {
+        if (!cur.contains(a)) cur[a] = list;
+        else
+          for (const auto& b : list)
+            if (std::find(cur[a].begin(), cur[a].end(), b) == cur[a].end()) cur[a].push_back(b);
+      }
+    } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems" || k == "minProperties") {
       if (v.get<double>() > cur.get<double>()) cur = v;
-    } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
+    } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties") {
       if (v.get<double>() < cur.get<double>()) cur = v;
     } else if (k == "enum") {
       json both = json::array();
@@ -623,6 +754,10 @@ class Compiler {
       cur = both;
     } else if (k == "not") {  // ¬A ∧ ¬B = ¬(A ∨ B)
       cur = json{{"anyOf", json::array({cur, v})}};
+    } else if (k == "multipleOf" && cur.is_number_unsigned() && v.is_number_unsigned() && cur.get<uint64_t>() > 0 &&
+               v.get<uint64_t>() > 0 && cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) <= 1'000'000'000'000 / v.get<uint64_t>()) {
+      // Whole multipleOf values: a multiple of both is a multiple of their least common multiple.
+      cur = cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) * v.get<uint64_t>();
     } else if (k == "const") {
       fail("const", ptr, "the consts of allOf differ: no document satisfies both");
     } else {
@@ -714,14 +849,76 @@ class Compiler {
     if (auto v = num(s, "exclusiveMaximum", ptr)) hi = std::min(hi, clamp(std::ceil(*v) - 1));
     if (lo != kNoLower && hi != kNoUpper && lo > hi) fail("minimum", ptr, "no integer satisfies the bounds");
     Re exact = integer_range_regex(lo, hi);
+    if (s.contains("multipleOf")) {
+      // An integer x is a multiple of a / 10^k iff x·10^k = 0 mod a iff x = 0 mod a / gcd(a, 10^k).
+      const MultipleOf m = multiple_of(s, ptr);
+      uint64_t step = m.a;
+      for (int j = 0; j < m.k; ++j) step /= gcd_u64(step, 10);
+      exact = integer_multiples(lo, hi, step, ptr);
+    }
     return over_ ? over_also(exact, non_canonical_number(true)) : exact;
+  }
+
+  struct MultipleOf {
+    uint64_t a = 1;
+    int k = 0;  // multipleOf = a / 10^k
+  };
+  MultipleOf multiple_of(const json& s, const std::string& ptr) const {
+    MultipleOf m;
+    const std::string mp = ptr + "/multipleOf";
+    if (!decimal_fraction(s["multipleOf"], &m.a, &m.k))
+      fail("multipleOf", mp, "multipleOf must be a number above 0 with at most 18 digits (" + s["multipleOf"].dump() + ")");
+    return m;
+  }
+  // The divisibility automaton of a / 10^k, which has about a·(k + 3) states.
+  Re multiple_of_language(uint64_t a, int k, const std::string& ptr) const {
+    if (static_cast<double>(a) * (k + 3) > static_cast<double>(o_.max_product_states))
+      fail("multipleOf", ptr + "/multipleOf", "multipleOf needs more than " + std::to_string(o_.max_product_states) +
+                                                 " automaton states (SchemaOptions::max_product_states)");
+    return re_automaton(std::make_shared<const Dfa>(multiple_of_dfa(a, k)));
+  }
+
+  // Canonical integers in [lo, hi] that are multiples of `step`: listed when the bounds leave a
+  // few, else the range's language intersected with the divisibility automaton.
+  Re integer_multiples(int64_t lo, int64_t hi, uint64_t step, const std::string& ptr) {
+    if (step == 1) return integer_range_regex(lo, hi);
+    if (lo != kNoLower && hi != kNoUpper) {
+      const auto st = static_cast<double>(step);
+      const double first = std::ceil(static_cast<double>(lo) / st), last = std::floor(static_cast<double>(hi) / st);
+      if (last - first < 256) {
+        std::vector<Re> alts;
+        const auto sstep = static_cast<int64_t>(step);
+        for (auto q = static_cast<int64_t>(first); q <= static_cast<int64_t>(last); ++q) {
+          const int64_t x = q * sstep;
+          if (x >= lo && x <= hi) alts.push_back(re_literal(std::to_string(x)));
+        }
+        if (alts.empty()) fail("multipleOf", ptr + "/multipleOf", "no integer within the bounds is a multiple of multipleOf");
+        return re_alt(std::move(alts));
+      }
+    }
+    Re out = product({integer_range_regex(lo, hi), multiple_of_language(step, 0, ptr)},
+                     ProductRule::Intersection, "multipleOf", ptr + "/multipleOf", "multipleOf with the bounds");
+    if (out->kind == RegexNode::Kind::Never) fail("multipleOf", ptr + "/multipleOf", "no integer within the bounds is a multiple of multipleOf");
+    return out;
+  }
+
+  // Numbers of at most kMaxMultipleDigits digits: a double holds such a decimal exactly enough that
+  // its shortest spelling is the same decimal, so the value a parser reads is the one written.
+  static Re short_numeral() {
+    std::vector<Re> alts;
+    for (int i = 1; i <= kMaxMultipleDigits; ++i) {
+      Re whole_part = re_repeat(digit(), i, i);
+      alts.push_back(i == kMaxMultipleDigits ? whole_part
+                                             : re_concat({whole_part, re_optional(re_concat({re_byte('.'), re_repeat(digit(), 1, kMaxMultipleDigits - i)}))}));
+    }
+    return re_concat({re_optional(re_byte('-')), re_alt(std::move(alts))});
   }
 
   // Bounded numbers: integer-valued bounds, no exponent (documented); see signed_number_range.
   Re number(const json& s, const std::string& ptr) {
     auto mn = num(s, "minimum", ptr), xmn = num(s, "exclusiveMinimum", ptr), mx = num(s, "maximum", ptr),
          xmx = num(s, "exclusiveMaximum", ptr);
-    if (!mn && !xmn && !mx && !xmx) return number_regex(true);
+    if (!mn && !xmn && !mx && !xmx && !s.contains("multipleOf")) return number_regex(true);
     Bound lo, hi;
     auto tighter_lo = [&](double v, bool incl) {
       if (!lo.set || v > lo.value || (v == lo.value && !incl)) lo = {true, v, incl};
@@ -736,8 +933,17 @@ class Compiler {
     for (const auto& [b, k] : {std::make_pair(lo, mn ? "minimum" : "exclusiveMinimum"), std::make_pair(hi, mx ? "maximum" : "exclusiveMaximum")})
       if (b.set && (std::floor(b.value) != b.value || std::fabs(b.value) > 1e17))
         fail(k, ptr + "/" + k, "bounds on type number must be whole numbers (use a whole bound or type integer)");
-    Re r = signed_number_range(lo, hi);
+    Re r = lo.set || hi.set ? signed_number_range(lo, hi) : number_regex(true);
     if (r->kind == RegexNode::Kind::Never) fail("minimum", ptr, "no number satisfies the bounds");
+    if (s.contains("multipleOf")) {
+      // Multiples of a / 10^k written without exponent and, in the exact language, with at most
+      // kMaxMultipleDigits digits; the over-approximation holds every digit count.
+      const MultipleOf m = multiple_of(s, ptr);
+      std::vector<Re> parts = {r, multiple_of_language(m.a, m.k, ptr)};
+      if (!over_) parts.push_back(short_numeral());
+      r = product(parts, ProductRule::Intersection, "multipleOf", ptr + "/multipleOf", "multipleOf with the bounds");
+      if (r->kind == RegexNode::Kind::Never) fail("multipleOf", ptr + "/multipleOf", "no number within the bounds is a multiple of multipleOf");
+    }
     return over_ ? over_also(r, non_canonical_number(false)) : r;
   }
 
@@ -883,8 +1089,53 @@ class Compiler {
     return re_concat({re_literal(json(key).dump()), ws_, re_byte(':'), ws_, std::move(value)});
   }
 
+  // A patternProperties entry: the raw keys it matches (unanchored, as JSON Schema patterns are),
+  // an automaton over any key's UTF-8 bytes for declared names, and its schema.
+  struct PatternProperty {
+    std::string pattern, ptr;
+    Re key;                    // raw characters (the keys extras are written with)
+    std::shared_ptr<Dfa> any;  // every character: does a declared name match?
+    json schema;
+  };
+
+  std::vector<PatternProperty> pattern_properties(const json& s, const std::string& ptr) {
+    std::vector<PatternProperty> out;
+    if (!s.contains("patternProperties")) return out;
+    const std::string pp = ptr + "/patternProperties";
+    if (!s["patternProperties"].is_object()) fail("patternProperties", pp, "patternProperties must be an object");
+    CompileLimits limits;
+    limits.max_dfa_states = o_.max_product_states;
+    for (const auto& [pattern, sub] : s["patternProperties"].items()) {
+      PatternProperty p{pattern, pp + "/" + escape_pointer(pattern), nullptr, nullptr, sub};
+      auto unanchored = [&](const std::vector<CodePointRange>* universe) {
+        ParsedRegex r;
+        try {
+          r = parse_regex(pattern, universe);
+        } catch (const RegexError& e) {
+          fail("patternProperties", p.ptr, e.what());
+        }
+        Re any = re_star(universe ? re_code_points(*universe) : re_any_char());
+        return re_concat({r.anchored_start ? re_empty() : any, r.re, r.anchored_end ? re_empty() : any});
+      };
+      p.key = unanchored(&raw_string_chars());
+      try {
+        p.any = std::make_shared<Dfa>(compile_dfa(unanchored(nullptr), limits));
+      } catch (const RegexError& e) {
+        fail("patternProperties", p.ptr, e.what());
+      }
+      out.push_back(std::move(p));
+    }
+    // Keys two patterns both match would need both schemas: refused (the keys extras may write).
+    for (size_t i = 0; i < out.size(); ++i)
+      for (size_t j = i + 1; j < out.size(); ++j)
+        if (product({out[i].key, out[j].key}, ProductRule::Intersection, "patternProperties", pp, "patternProperties overlap check")
+                ->kind != RegexNode::Kind::Never)
+          fail("patternProperties", pp, "patterns '" + out[i].pattern + "' and '" + out[j].pattern +
+                                            "' match the same keys: overlapping patternProperties are not supported");
+    return out;
+  }
+
   Re object(const json& s, const std::string& ptr) {
-    std::vector<std::pair<std::string, Re>> props;
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) fail("required", ptr + "/required", "required must be an array of names");
@@ -893,12 +1144,46 @@ class Compiler {
         required.insert(r.get<std::string>());
       }
     }
-    std::set<std::string> named;
+    const std::vector<PatternProperty> patterns = pattern_properties(s, ptr);
+    auto matching = [&](const std::string& name) {
+      std::vector<json> out;
+      for (const auto& p : patterns)
+        if (p.any->matches(name)) out.push_back(p.schema);
+      return out;
+    };
+    // propertyNames: the names' language (quoted), exact; a declared name outside it never appears.
+    Re names_lang;
+    std::shared_ptr<Dfa> names_dfa;
+    const std::string np = ptr + "/propertyNames";
+    if (s.contains("propertyNames") && !over_) {
+      names_lang = compile(s["propertyNames"], np);
+      CompileLimits limits;
+      limits.max_dfa_states = o_.max_product_states;
+      try {
+        names_dfa = std::make_shared<Dfa>(compile_dfa(names_lang, limits));
+      } catch (const RegexError& e) {
+        fail("propertyNames", np, e.what());
+      }
+    }
+    auto name_ok = [&](const std::string& name) { return !names_dfa || names_dfa->matches(json(name).dump()); };
+
+    std::vector<std::pair<std::string, Re>> props;
+    std::vector<std::string> names;  // every declared or added name: extras never write one
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) fail("properties", ptr + "/properties", "properties must be an object");
       for (const auto& [k, v] : s["properties"].items()) {
-        props.emplace_back(k, compile(v, ptr + "/properties/" + escape_pointer(k)));
-        named.insert(k);
+        const std::string pp = ptr + "/properties/" + escape_pointer(k);
+        names.push_back(k);
+        std::vector<json> also = over_ ? std::vector<json>{} : matching(k);
+        if (!name_ok(k)) {
+          if (required.count(k)) fail("propertyNames", np, "required property '" + k + "' does not satisfy propertyNames");
+          continue;
+        }
+        if (also.empty()) props.emplace_back(k, compile(v, pp));
+        else {  // a declared name a pattern matches: both schemas apply
+          also.insert(also.begin(), v);
+          props.emplace_back(k, compile_conjunction(also, pp));
+        }
       }
     }
     Re extra = re_never();  // the value schema of additional properties, if any
@@ -906,43 +1191,166 @@ class Compiler {
       const json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) extra = compile(a, ptr + "/additionalProperties");
     }
+    const bool has_named_props = s.contains("properties");
+    // A name the schema needs but does not declare: its value follows the patterns that match it,
+    // else additionalProperties (any value when absent); never when propertyNames rejects it.
+    auto undeclared_value = [&](const std::string& name, const std::string& vp) -> Re {
+      if (!name_ok(name)) return re_never();
+      std::vector<json> also = over_ ? std::vector<json>{} : matching(name);
+      if (!also.empty()) return also.size() == 1 ? compile(also[0], vp) : compile_conjunction(also, vp);
+      return s.contains("additionalProperties") ? extra : json_value_regex_ws(o_.any_depth);
+    };
+    auto declared = [&](const std::string& name) {
+      return has_named_props && s["properties"].contains(name);
+    };
     for (const auto& r : required)
-      if (!named.count(r)) {
-        // Required but not listed: its value follows additionalProperties (any value when absent).
-        Re value = s.contains("additionalProperties") ? extra : json_value_regex_ws(o_.any_depth);
+      if (!declared(r)) {
+        Re value = undeclared_value(r, ptr + "/required");
         if (value->kind == RegexNode::Kind::Never)
-          fail("required", ptr + "/required", "required property '" + r + "' is not in properties and additionalProperties is false");
+          fail("required", ptr + "/required",
+               "required property '" + r + "' is not in properties and additionalProperties (or propertyNames) rules it out");
         props.emplace_back(r, value);
+        names.push_back(r);
       }
+    // dependentRequired: {a: [b, ...]}: when a is present, so is each b.
+    std::vector<std::pair<std::string, std::vector<std::string>>> deps;
+    if (s.contains("dependentRequired")) {
+      const std::string dp = ptr + "/dependentRequired";
+      const json& d = s["dependentRequired"];
+      if (!d.is_object()) fail("dependentRequired", dp, "dependentRequired must be an object of name arrays");
+      for (const auto& [a, list] : d.items()) {
+        if (!list.is_array()) fail("dependentRequired", dp, "dependentRequired must be an object of name arrays");
+        std::vector<std::string> bs;
+        for (const auto& b : list) {
+          if (!b.is_string()) fail("dependentRequired", dp, "dependentRequired must be an object of name arrays");
+          bs.push_back(b.get<std::string>());
+        }
+        deps.emplace_back(a, bs);
+      }
+      // Names the dependencies mention but the schema does not declare become optional properties.
+      for (const auto& [a, bs] : deps) {
+        std::vector<std::string> all = bs;
+        all.insert(all.begin(), a);
+        for (const auto& n : all)
+          if (std::find(names.begin(), names.end(), n) == names.end()) {
+            names.push_back(n);
+            Re value = undeclared_value(n, dp);
+            if (value->kind != RegexNode::Kind::Never) props.emplace_back(n, value);
+          }
+      }
+    }
 
-    if (over_) return object_over(props, required, s.contains("additionalProperties") ? extra : json_value_regex_ws(o_.any_depth), ptr);
+    if (over_) {  // min/maxProperties, dependentRequired, propertyNames: left out (a superset)
+      const bool any_extra = s.contains("patternProperties") || !s.contains("additionalProperties");
+      return object_over(props, required, any_extra ? json_value_regex_ws(o_.any_depth) : extra, ptr);
+    }
 
-    // Members in schema order; optional ones may be left out, commas only between members.
-    // tail(i, first) = the members from i on, `first` when nothing was emitted yet.
+    const int min_props = length_bound(s, "minProperties", ptr), max_props = length_bound(s, "maxProperties", ptr);
+    if (min_props >= 0 && max_props >= 0 && min_props > max_props) fail("minProperties", ptr, "minProperties is above maxProperties");
+
+    // The extra members: keys a pattern matches with its schema, other keys with additionalProperties'.
+    std::vector<Re> extra_members;
+    {
+      Re unnamed = quoted(unnamed_key(names));
+      if (names_lang) unnamed = product({unnamed, names_lang}, ProductRule::Intersection, "propertyNames", np, "propertyNames with the keys");
+      std::vector<Re> pattern_keys = {unnamed};
+      for (const auto& p : patterns) {
+        Re key = product({quoted(p.key), unnamed}, ProductRule::Intersection, "patternProperties", p.ptr, "the keys of a pattern");
+        pattern_keys.push_back(quoted(p.key));
+        if (key->kind == RegexNode::Kind::Never) continue;
+        extra_members.push_back(re_concat({key, ws_, re_byte(':'), ws_, compile(p.schema, p.ptr)}));
+      }
+      if (extra->kind != RegexNode::Kind::Never) {
+        Re key = patterns.empty() ? unnamed
+                                  : product(pattern_keys, ProductRule::Difference, "patternProperties", ptr + "/patternProperties",
+                                            "additional keys (no pattern matches)");
+        extra_members.push_back(re_concat({key, ws_, re_byte(':'), ws_, extra}));
+      }
+    }
+    const Re extra_member = re_alt(extra_members);
+    const bool extras_possible = extra_member->kind != RegexNode::Kind::Never;
+    if (extras_possible && max_props > kMaxCountedProperties)
+      fail("maxProperties", ptr + "/maxProperties",
+           "maxProperties above " + std::to_string(kMaxCountedProperties) + " with additional or pattern properties is not supported");
+
+    // Presence bits of the properties dependentRequired mentions, in props order.
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < props.size(); ++i) index.emplace(props[i].first, i);
+    std::map<size_t, int> bit;  // prop index -> bit
+    std::set<size_t> forbidden;  // present would need an absent-by-schema dependent
+    std::vector<std::pair<size_t, size_t>> edges;  // (a, b): a present -> b present
+    for (const auto& [a, bs] : deps) {
+      auto ia = index.find(a);
+      if (ia == index.end()) continue;  // a never appears: nothing to require
+      for (const auto& b : bs) {
+        auto ib = index.find(b);
+        if (ib == index.end()) forbidden.insert(ia->second);
+        else if (ib->second != ia->second) edges.emplace_back(ia->second, ib->second);
+      }
+    }
+    for (const auto& [a, b] : edges)
+      for (size_t x : {a, b})
+        if (!bit.count(x)) bit.emplace(x, static_cast<int>(bit.size()));
+    if (bit.size() > kMaxDependentProperties)
+      fail("dependentRequired", ptr + "/dependentRequired",
+           "dependentRequired over more than " + std::to_string(kMaxDependentProperties) + " properties is not supported");
+    for (size_t f : forbidden)
+      if (required.count(props[f].first))
+        fail("dependentRequired", ptr + "/dependentRequired",
+             "required property '" + props[f].first + "' depends on a property the schema rules out");
+    auto is_set = [&](uint32_t mask, size_t i) {
+      auto it = bit.find(i);
+      return it != bit.end() && ((mask >> it->second) & 1u) != 0;
+    };
+
+    // Members in schema order; optional ones may be left out, commas only between members; extras
+    // last. tail(i, first, c, mask) = the members from i on, `first` when nothing was emitted yet,
+    // c named members so far (capped where the bounds stop caring), mask the dependentRequired
+    // properties present so far.
+    // Extra keys may repeat one another (a regular language cannot keep them apart), and a parser
+    // keeps one of a repeated key, so at most one extra member counts toward minProperties; each
+    // counts toward maxProperties.
+    const int count_cap = std::max(min_props, max_props >= 0 ? max_props + 1 : 0);
     const Re comma = re_concat({ws_, re_byte(','), ws_});
-    std::map<std::pair<size_t, bool>, Re> memo;
-    std::vector<std::string> names;
-    for (const auto& p : props) names.push_back(p.first);
-    const Re extra_member = extra->kind == RegexNode::Kind::Never
-                                ? re_never()
-                                : re_concat({quoted(unnamed_key(names)), ws_, re_byte(':'), ws_, extra});
-    Re extras = extra->kind == RegexNode::Kind::Never ? re_never()
-                                                      : re_concat({extra_member, re_star(re_concat({comma, extra_member}))});
-    std::function<Re(size_t, bool)> tail = [&](size_t i, bool first) -> Re {
-      auto key = std::make_pair(i, first);
+    std::map<std::tuple<size_t, bool, int, uint32_t>, Re> memo;
+    std::function<Re(size_t, bool, int, uint32_t)> tail = [&](size_t i, bool first, int c, uint32_t mask) -> Re {
+      auto key = std::make_tuple(i, first, c, mask);
       if (auto it = memo.find(key); it != memo.end()) return it->second;
       Re r;
       if (i == props.size()) {
-        r = extras->kind == RegexNode::Kind::Never ? re_empty()
-                                                   : re_optional(first ? extras : re_concat({comma, extras}));
+        const int lo = min_props > c ? min_props - c : 0, hi = max_props >= 0 ? max_props - c : -1;
+        if (!extras_possible || hi == 0) r = lo == 0 ? re_empty() : re_never();
+        else if (lo > 1) r = re_never();
+        else {
+          Re some = re_concat({extra_member, re_repeat(re_concat({comma, extra_member}), 0, hi < 0 ? -1 : hi - 1)});
+          if (!first) some = re_concat({comma, some});
+          r = lo == 0 ? re_optional(some) : some;
+        }
       } else {
-        Re here = re_concat({first ? re_empty() : comma, member(props[i].first, props[i].second), tail(i + 1, false)});
-        r = required.count(props[i].first) ? here : re_alt({here, tail(i + 1, first)});
+        const std::string& name = props[i].first;
+        bool can_be_present = !forbidden.count(i) && (max_props < 0 || c < max_props);
+        bool can_be_absent = !required.count(name);
+        for (const auto& [a, b] : edges) {
+          if (a == i && b < i && !is_set(mask, b)) can_be_present = false;  // a needs an earlier b it left out
+          if (b == i && a < i && is_set(mask, a)) can_be_absent = false;    // an earlier a needs b
+        }
+        std::vector<Re> alts;
+        if (can_be_present) {
+          const uint32_t m = bit.count(i) ? mask | (1u << bit.at(i)) : mask;
+          alts.push_back(re_concat({first ? re_empty() : comma, member(name, props[i].second), tail(i + 1, false, std::min(c + 1, count_cap), m)}));
+        }
+        if (can_be_absent) alts.push_back(tail(i + 1, first, c, mask));
+        r = re_alt(std::move(alts));
       }
       memo[key] = r;
       return r;
     };
-    return re_concat({re_byte('{'), ws_, tail(0, true), ws_, re_byte('}')});
+    Re body = tail(0, true, 0, 0);
+    if (body->kind == RegexNode::Kind::Never) {
+      const char* k = s.contains("minProperties") ? "minProperties" : s.contains("dependentRequired") ? "dependentRequired" : "properties";
+      fail(k, ptr + "/" + k, std::string("no object satisfies ") + k + " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
+    }
+    return re_concat({re_byte('{'), ws_, body, ws_, re_byte('}')});
   }
 
   // An object as an over-approximation: members in any order (repeats too), a named key's value its
@@ -970,8 +1378,6 @@ class Compiler {
   }
 
   Re array(const json& s, const std::string& ptr) {
-    if (s.contains("uniqueItems") && s["uniqueItems"] == true)
-      fail("uniqueItems", ptr + "/uniqueItems", "uniqueItems: true is not a regular constraint");
     const int mn = std::max(length_bound(s, "minItems", ptr), 0), mx = length_bound(s, "maxItems", ptr);
     std::vector<Re> prefix;
     if (s.contains("prefixItems")) {
@@ -983,7 +1389,16 @@ class Compiler {
     const bool items_allowed = item->kind != RegexNode::Kind::Never;
     const int k = static_cast<int>(prefix.size());
     if (mx >= 0 && mn > mx) fail("minItems", ptr, "minItems is above maxItems");
+    if (!items_allowed && mn > k) fail("minItems", ptr, "minItems needs more items than prefixItems allows");
+    // The most items an array may have (-1: no bound).
+    const int longest = !items_allowed ? (mx >= 0 ? std::min(mx, k) : k) : mx;
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
+      if (over_) ++over_changes_;  // an over-approximation leaves it out
+      else if (longest < 0 || longest > 1) unique_prefix_items(s, longest, ptr);
+    }
     const Re comma = re_concat({ws_, re_byte(','), ws_});
+    if (s.contains("contains") && !over_) return array_contains(s, prefix, item, mn, mx, ptr);
+    if (s.contains("contains")) ++over_changes_;  // an over-approximation leaves it out
     // elements(i): the elements from position i on (i >= 1 means a comma comes first).
     std::function<Re(int)> elements = [&](int i) -> Re {
       if (i >= k) {
@@ -1001,8 +1416,93 @@ class Compiler {
       Re here = re_concat({i == 0 ? re_empty() : comma, prefix[static_cast<size_t>(i)], elements(i + 1)});
       return i >= mn ? re_optional(here) : here;
     };
-    if (!items_allowed && mn > k) fail("minItems", ptr, "minItems needs more items than prefixItems allows");
     return re_concat({re_byte('['), ws_, elements(0), ws_, re_byte(']')});
+  }
+
+  // uniqueItems: true beyond one item: only prefixItems with no items after them, pairwise
+  // disjoint. Items i < j are never equal when no spelling of i's exact language is in j's
+  // over-approximation (which holds every spelling of every value valid by j).
+  void unique_prefix_items(const json& s, int longest, const std::string& ptr) {
+    const std::string up = ptr + "/uniqueItems";
+    const int k = s.contains("prefixItems") ? static_cast<int>(s["prefixItems"].size()) : 0;
+    if (longest < 0 || longest > k)
+      fail("uniqueItems", up, "uniqueItems: true is supported only where at most one item is allowed or every item is a "
+                              "prefixItems entry (items: false or maxItems) with pairwise disjoint languages");
+    for (int i = 0; i < longest; ++i)
+      for (int j = 0; j < longest; ++j) {
+        if (i == j) continue;
+        const std::string pi = ptr + "/prefixItems/" + std::to_string(i), pj = ptr + "/prefixItems/" + std::to_string(j);
+        const Re both = product({exact(s["prefixItems"][static_cast<size_t>(i)], pi), looser(s["prefixItems"][static_cast<size_t>(j)], pj)},
+                                ProductRule::Intersection, "uniqueItems", up, "uniqueItems (prefixItems disjointness)");
+        if (both->kind != RegexNode::Kind::Never)
+          fail("uniqueItems", up, "uniqueItems: prefixItems " + std::to_string(i) + " and " + std::to_string(j) +
+                                      " may hold equal values (only pairwise disjoint prefixItems are supported)");
+      }
+  }
+
+  // contains with minContains/maxContains: each item is a hit (its language ∩ contains' exact
+  // language) or a miss (its language minus contains' over-approximation, so an item contains
+  // holds in another spelling is never counted as a miss); the hits are counted up to the bounds.
+  // An item that is neither (valid by contains, outside its exact language) is left out.
+  Re array_contains(const json& s, const std::vector<Re>& prefix, const Re& item, int mn, int mx, const std::string& ptr) {
+    const std::string cp = ptr + "/contains";
+    const int min_c = s.contains("minContains") ? length_bound(s, "minContains", ptr) : 1;
+    const int max_c = length_bound(s, "maxContains", ptr);
+    if (max_c >= 0 && min_c > max_c) fail("minContains", ptr + "/minContains", "minContains is above maxContains");
+    const int cap = std::max(min_c, max_c + 1);  // counts past it behave alike
+    if (cap > kMaxContainsCount)
+      fail(max_c + 1 > min_c ? "maxContains" : "minContains", ptr + (max_c + 1 > min_c ? "/maxContains" : "/minContains"),
+           "contains counts above " + std::to_string(kMaxContainsCount) + " are not supported");
+    const Re hit_of = exact(s["contains"], cp), miss_of = looser(s["contains"], cp);
+    std::map<const RegexNode*, std::pair<Re, Re>> split;  // an item language -> (hit, miss)
+    auto parts = [&](const Re& lang) -> const std::pair<Re, Re>& {
+      auto it = split.find(lang.get());
+      if (it == split.end()) {
+        Re hit = product({lang, hit_of}, ProductRule::Intersection, "contains", cp, "contains (items it holds)");
+        Re miss = product({lang, miss_of}, ProductRule::Difference, "contains", cp, "contains (items it does not hold)");
+        it = split.emplace(lang.get(), std::make_pair(hit, miss)).first;
+      }
+      return it->second;
+    };
+    const int k = static_cast<int>(prefix.size());
+    const bool items_allowed = item->kind != RegexNode::Kind::Never;
+    // Past `loop` positions (no maxItems) every position is alike: a loop instead of positions.
+    const int loop = std::max({k, mn, 1});
+    if (mx >= 0 && static_cast<int64_t>(mx + 1) * (cap + 1) > kMaxContainsPositions)
+      fail("contains", cp, "contains with maxItems " + std::to_string(mx) + " is too large to count (at most " +
+                               std::to_string(kMaxContainsPositions) + " positions × counts)");
+    const Re comma = re_concat({ws_, re_byte(','), ws_});
+    std::map<std::pair<int, int>, Re> memo;
+    // elements(i, c): the elements from position i on, c hits so far (capped at `cap`).
+    std::function<Re(int, int)> elements = [&](int i, int c) -> Re {
+      auto key = std::make_pair(i, c);
+      if (auto it = memo.find(key); it != memo.end()) return it->second;
+      const bool can_end = i >= mn && c >= min_c;
+      const bool more = (mx < 0 || i < mx) && (i < k || items_allowed);
+      Re r;
+      if (!more) {
+        r = can_end ? re_empty() : re_never();
+      } else if (mx < 0 && i >= loop) {
+        // Misses anywhere, between the hits still allowed: N* (M N*){lo, hi}.
+        const auto& [hit, miss] = parts(item);
+        const Re n = re_star(re_concat({comma, miss})), m = re_concat({comma, hit});
+        const int lo = std::max(min_c - c, 0), hi = max_c < 0 ? -1 : max_c - c;
+        r = re_concat({n, re_repeat(re_concat({m, n}), lo, hi)});
+      } else {
+        const auto& [hit, miss] = parts(i < k ? prefix[static_cast<size_t>(i)] : item);
+        const Re sep = i == 0 ? re_empty() : comma;
+        std::vector<Re> alts;
+        if (can_end) alts.push_back(re_empty());
+        if (max_c < 0 || c < max_c) alts.push_back(re_concat({sep, hit, elements(i + 1, std::min(c + 1, cap))}));
+        alts.push_back(re_concat({sep, miss, elements(i + 1, c)}));
+        r = re_alt(std::move(alts));
+      }
+      memo[key] = r;
+      return r;
+    };
+    Re body = elements(0, 0);
+    if (body->kind == RegexNode::Kind::Never) fail("contains", cp, "no array satisfies contains with the item schemas and bounds");
+    return re_concat({re_byte('['), ws_, body, ws_, re_byte(']')});
   }
 };
 

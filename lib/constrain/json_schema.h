@@ -34,6 +34,33 @@
 //   construction;
 // - numbers: at most 18 integer digits, 18 fraction digits and a 2-digit exponent (what a
 //   double can hold); bounded numbers take whole-number bounds and are written without exponent;
+// - multipleOf (a positive decimal a / 10^k of at most 18 digits): integers in their canonical
+//   spelling that are multiples, by a remainder automaton (a states) intersected with the bounds
+//   (listed when the bounds leave fewer than 256); numbers written without exponent and with at
+//   most 15 digits (so the double a parser reads has the value written), a multiple iff the
+//   fraction digits past the k-th are zeros and the rest is 0 mod a; an automaton above
+//   max_product_states (a·(k + 3) states) is refused; two whole multipleOf in allOf: their lcm;
+// - minProperties/maxProperties: the members are counted as they are chosen; extra keys count
+//   toward maxProperties, but at most one toward minProperties (extra keys may repeat one another
+//   and a parser keeps one of them: a regular language cannot keep them apart); maxProperties
+//   above 64 where extra keys may appear is refused;
+// - dependentRequired: the presence of the properties it relates (at most 12) is tracked while
+//   members are chosen; a name it mentions that properties does not declare becomes an optional
+//   property whose value follows the patterns that match it, else additionalProperties;
+// - propertyNames: extra keys are intersected with its exact language; a declared name its
+//   automaton rejects (as a compact JSON string) is left out, a required one refused;
+// - patternProperties: extra keys a pattern matches take its schema, other extra keys
+//   additionalProperties' (only with additionalProperties, as above); a declared name a pattern
+//   matches takes both schemas (allOf); patterns whose (unescaped) keys overlap are refused;
+// - contains/minContains/maxContains: each item is a hit (its language ∩ contains' exact one) or a
+//   miss (its language minus contains' over-approximation), the hits counted up to the bounds (at
+//   most 32; with maxItems, positions × counts at most 4096); an item contains holds in another
+//   spelling is neither and is lost (by design);
+// - uniqueItems: true where at most one item is allowed, or every item is a prefixItems entry
+//   (items: false or maxItems) and no entry's exact language meets another's over-approximation
+//   (so no two items can be equal values); refused otherwise;
+// - in an over-approximation, min/maxProperties, dependentRequired, propertyNames, contains and
+//   uniqueItems are left out, and keys a pattern matches take any value;
 // - allOf (and $ref or anyOf beside other keywords) by merging keywords; unmergeable -> refused;
 // - formats: date (day 01-31 for every month), time, date-time, uuid, email (a practical subset);
 // - recursive $ref: expanded to `max_recursion` levels, deeper branches dropped;

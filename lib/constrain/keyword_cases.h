@@ -69,7 +69,9 @@ inline SchemaOptions recursion(int levels) {
 // One row per supported keyword of the issue's list (type ×7, properties, required,
 // additionalProperties, items, prefixItems, minItems/maxItems, enum, const, anyOf/oneOf,
 // minLength/maxLength, pattern, integer minimum/maximum, format ×4, $ref/$defs, nullable, not, if/then/else,
-// whitespace), a few the compiler supports beyond it, and the regex: / choice: constraints.
+// whitespace), a few the compiler supports beyond it (min/maxProperties, dependentRequired,
+// propertyNames, patternProperties, contains/minContains/maxContains, uniqueItems where regular,
+// multipleOf), and the regex: / choice: constraints.
 inline const std::vector<KeywordCase>& keyword_cases() {
   static const std::vector<KeywordCase> cases = {
       {"type-null", R"({"type":"null"})", {"null"}, {"nul", "0", "\"null\"", "false"}, {}},
@@ -103,12 +105,71 @@ inline const std::vector<KeywordCase>& keyword_cases() {
        R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})",
        {"{}", "{\"a\":1,\"zz\":true}", "{\"q\":false,\"r\":true}", "{\"ab\":true}"},
        {"{\"q\":1}", "{\"a\":1,\"q\":\"x\"}", "{\"a\":true}"}, {"{\"q\":true,\"a\":1}"}},
+      // minProperties/maxProperties: the named members counted as they are chosen; extra keys count
+      // toward maxProperties, and at most one toward minProperties (extra keys may repeat one another).
+      {"minProperties-maxProperties",
+       R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"minProperties":1,"maxProperties":2})",
+       {"{\"a\":1}", "{\"c\":3}", "{\"a\":1,\"b\":2}", "{\"b\":2,\"c\":3}"}, {"{}", "{\"a\":1,\"b\":2,\"c\":3}", "{\"a\":\"x\"}"},
+       {"{\"b\":2,\"a\":1}"}},
+      {"minProperties-additional",
+       R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"string"},"minProperties":2,"maxProperties":3})",
+       {"{\"id\":1,\"x\":\"a\"}", "{\"id\":1,\"x\":\"a\",\"y\":\"b\"}"},
+       {"{}", "{\"id\":1}", "{\"x\":\"a\"}", "{\"id\":1,\"x\":\"a\",\"y\":\"b\",\"z\":\"c\"}", "{\"id\":1,\"x\":2}", "{\"x\":\"a\",\"x\":\"b\"}"},
+       {"{\"x\":\"a\",\"y\":\"b\"}"}},  // two extra keys count once toward minProperties: they might be one key twice
+      // dependentRequired: the presence of the properties it relates is tracked while members are chosen.
+      {"dependentRequired",
+       R"({"type":"object","properties":{"card":{"type":"string"},"billing":{"type":"string"},"cvv":{"type":"integer"}},)"
+       R"("dependentRequired":{"card":["billing","cvv"],"cvv":["card"]}})",
+       {"{}", "{\"billing\":\"x\"}", "{\"card\":\"4\",\"billing\":\"x\",\"cvv\":123}"},
+       {"{\"card\":\"4\"}", "{\"card\":\"4\",\"billing\":\"x\"}", "{\"cvv\":1}", "{\"billing\":\"x\",\"cvv\":1}"}, {}},
+      // A name dependentRequired mentions but properties does not declare: its value follows
+      // additionalProperties (here any value).
+      {"dependentRequired-undeclared", R"({"type":"object","properties":{"a":{"type":"integer"}},"dependentRequired":{"a":["b"]}})",
+       {"{}", "{\"b\":null}", "{\"a\":1,\"b\":[true]}"}, {"{\"a\":1}", "{\"a\":\"1\",\"b\":1}"}, {}},
+      // propertyNames: extra keys are intersected with its language; a declared name outside it is dropped.
+      {"propertyNames",
+       R"({"type":"object","properties":{"id":{"type":"integer"},"LONGNAME":{"type":"integer"}},"additionalProperties":{"type":"boolean"},)"
+       R"("propertyNames":{"pattern":"^[a-z]+$","maxLength":4}})",
+       {"{}", "{\"id\":1}", "{\"id\":1,\"ok\":true}", "{\"abcd\":false,\"x\":true}"},
+       {"{\"LONGNAME\":1}", "{\"abcde\":true}", "{\"Ab\":true}", "{\"a1\":true}", "{\"\":true}", "{\"id\":1,\"ok\":1}"},
+       {"{\"ok\":true,\"id\":1}"}},
+      // patternProperties: keys a pattern matches take its schema, other extra keys additionalProperties';
+      // a declared name a pattern matches takes both.
+      {"patternProperties",
+       R"({"type":"object","properties":{"x-id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"string"},"^[0-9]+$":{"type":"boolean"}},)"
+       R"("additionalProperties":false})",
+       {"{}", "{\"x-a\":\"s\"}", "{\"12\":true,\"x-\":\"\"}", "{\"x-a\":\"s\",\"7\":false}"},
+       {"{\"x-id\":1}", "{\"x-id\":\"s\"}", "{\"x-a\":1}", "{\"12\":\"s\"}", "{\"y\":\"s\"}", "{\"1a\":true}"},
+       {"{\"x-\\u0061\":\"s\"}"}},  // extra keys are written without escapes
+      {"patternProperties-additional",
+       R"({"type":"object","patternProperties":{"_n$":{"type":"number"}},"additionalProperties":{"type":"string"},"maxProperties":2})",
+       {"{}", "{\"a_n\":1.5}", "{\"a\":\"s\",\"b_n\":2}", "{\"_n\":0}"},
+       {"{\"a_n\":\"s\"}", "{\"a\":1}", "{\"a\":\"s\",\"b\":\"t\",\"c\":\"u\"}"}, {}},
       {"items", R"({"type":"array","items":{"type":"integer"}})", {"[]", "[1]", "[1,-2,3]"},
        {"[1,\"a\"]", "[1.5]", "[1,]", "{}"}, {"[1.0]"}},
       {"prefixItems", R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
        {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",\"b\"]", "[\"a\",1,2]"}, {}},
       {"minItems-maxItems", R"({"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":3})",
        {"[true]", "[true,false,true]"}, {"[]", "[true,true,true,true]", "[1]"}, {}},
+      // contains: each item a hit (∩ contains' language) or a miss (minus its over-approximation),
+      // the hits counted: minContains defaults to 1.
+      {"contains", R"({"type":"array","items":{"type":"integer"},"contains":{"minimum":10}})",
+       {"[10]", "[1,2,30]", "[10,10]", "[-5,123456]"}, {"[]", "[1,2]", "[1,\"x\",10]", "[9]"}, {"[1e1]"}},
+      {"minContains-maxContains", R"({"type":"array","contains":{"type":"string"},"minContains":2,"maxContains":3})",
+       {"[\"a\",\"b\"]", "[1,\"a\",null,\"b\",\"c\"]", "[\"\",[\"x\"],\"\\n\"]"},
+       {"[\"a\"]", "[\"a\",\"b\",\"c\",\"d\"]", "[1,2]", "[]", "[[\"a\"],\"b\"]"},
+       {"[[[[1]]],\"a\",\"b\"]"}},  // items of any value are nested at most `any_depth` levels
+      {"contains-prefixItems",
+       R"({"type":"array","prefixItems":[{"type":"boolean"}],"items":{"enum":["a","b",1]},"contains":{"const":"a"},"maxContains":1,"maxItems":4})",
+       {"[true,\"a\"]", "[false,1,\"a\",\"b\"]", "[true,\"b\",\"a\"]"},
+       {"[true]", "[true,\"a\",\"a\"]", "[true,\"b\",1,\"a\",\"b\"]", "[\"a\"]", "[true,1,\"b\"]"}, {}},
+      // uniqueItems: true where it is regular: at most one item, or prefixItems only whose languages
+      // are pairwise disjoint (no item's exact language meets another's over-approximation).
+      {"uniqueItems-single", R"({"type":"array","items":{"type":"integer"},"maxItems":1,"uniqueItems":true})", {"[]", "[5]"},
+       {"[1,2]", "[1,1]", "[\"a\"]"}, {}},
+      {"uniqueItems-prefixItems",
+       R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"},{"enum":[null,true]}],"items":false,"uniqueItems":true})",
+       {"[]", "[1]", "[1,\"a\"]", "[-3,\"\",true]"}, {"[1,1]", "[\"a\",\"a\"]", "[1,\"a\",null,2]"}, {}},
       {"enum", R"({"enum":["red","green",1,null,{"k":[true]}]})", {"\"red\"", "\"green\"", "1", "null", "{\"k\":[true]}"},
        {"\"blue\"", "\"Red\"", "2", "{\"k\":[]}", "[1]"}, {"1.0"}},  // each value in its compact form only
       {"const", R"({"const":{"tool":"search","n":2}})", {"{\"tool\":\"search\",\"n\":2}"},
@@ -176,6 +237,19 @@ inline const std::vector<KeywordCase>& keyword_cases() {
        {"0", "10", "-1"}, {}},
       {"number-bounds", R"({"type":"number","minimum":-2,"exclusiveMaximum":3})", {"-2", "-1.5", "0", "2.999", "-0.25"},
        {"-2.5", "3", "3.0", "7"}, {"2.5e-1"}},  // bounded numbers are written without exponent
+      // multipleOf: integers by a divisibility automaton (remainder states) intersected with the bounds.
+      {"multipleOf-integer", R"({"type":"integer","multipleOf":15,"minimum":-100})",
+       {"0", "15", "-90", "300", "1234567890", "999999999999999990"}, {"5", "-105", "-91", "301", "7.5", "\"15\""},
+       {"30.0", "3e1", "-0"}},  // integers in their canonical spelling only
+      // A few multiples within the bounds: listed.
+      {"multipleOf-integer-bounded", R"({"type":"integer","multipleOf":7,"exclusiveMinimum":7,"maximum":50})", {"14", "21", "49"},
+       {"7", "0", "56", "15", "50"}, {}},
+      // Decimal multipleOf on numbers: the digits past the k-th fraction digit are zeros and the
+      // rest is divisible; written without exponent, at most 15 digits (so a parser reads the value written).
+      {"multipleOf-number", R"({"type":"number","multipleOf":0.25,"maximum":100})",
+       {"0", "0.25", "-1.5", "100", "0.750", "-0.75", "99.75", "-123456789012.25"},
+       {"0.3", "0.125", "100.25", "-0.1", "0.2500001", "101", "1.1"},
+       {"2.5e-1", "1e2", "1.00000000000000000"}},
       {"format-date", R"({"type":"string","format":"date"})", {"\"2026-11-30\""}, {"\"2026-13-01\"", "\"2026-1-01\"", "\"26-01-01\""},
        {}},
       {"format-time", R"({"type":"string","format":"time"})", {"\"12:30:00Z\"", "\"23:59:60.5+05:30\""},
@@ -217,14 +291,17 @@ inline const std::vector<RefusalCase>& refusal_cases() {
   static const std::vector<RefusalCase> cases = {
       {"dependentSchemas", R"({"type":"object","dependentSchemas":{"a":{"required":["b"]}}})", "dependentSchemas",
        "/dependentSchemas"},
-      {"dependentRequired", R"({"type":"object","dependentRequired":{"a":["b"]}})", "dependentRequired", "/dependentRequired"},
       {"uniqueItems", R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})", "uniqueItems", "/uniqueItems"},
-      {"contains", R"({"type":"array","contains":{"const":1}})", "contains", "/contains"},
-      {"patternProperties", R"({"type":"object","patternProperties":{"^x-":{"type":"string"}}})", "patternProperties",
-       "/patternProperties"},
-      {"propertyNames", R"({"type":"object","propertyNames":{"maxLength":3}})", "propertyNames", "/propertyNames"},
-      {"minProperties", R"({"type":"object","minProperties":1})", "minProperties", "/minProperties"},
-      {"multipleOf", R"({"type":"integer","multipleOf":5})", "multipleOf", "/multipleOf"},
+      // contains counts past kMaxContainsCount.
+      {"minContains-too-large", R"({"type":"array","contains":{"type":"integer"},"minContains":100})", "minContains", "/minContains"},
+      // multipleOf whose divisibility automaton passes SchemaOptions::max_product_states.
+      {"multipleOf-too-large", R"({"type":"integer","multipleOf":1000003})", "multipleOf", "/multipleOf"},
+      // Overlapping patterns would need both schemas for the keys they share: refused.
+      {"patternProperties-overlapping", R"({"type":"object","patternProperties":{"^a":{"type":"string"},"b$":{"type":"integer"}}})",
+       "patternProperties", "/patternProperties"},
+      // maxProperties where extra keys may appear: the automaton grows with the bound.
+      {"maxProperties-too-large", R"({"type":"object","additionalProperties":{"type":"integer"},"maxProperties":1000})",
+       "maxProperties", "/maxProperties"},
       {"unevaluatedProperties", R"({"type":"object","unevaluatedProperties":false})", "unevaluatedProperties",
        "/unevaluatedProperties"},
       {"$dynamicRef", R"({"items":{"$dynamicRef":"#meta"}})", "$dynamicRef", "/items/$dynamicRef"},

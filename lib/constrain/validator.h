@@ -4,7 +4,10 @@
 // std::regex (ECMAScript) on the UTF-8 bytes.
 #pragma once
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <string>
 
@@ -55,6 +58,58 @@ class SchemaValidator {
     if (t == "object") return v.is_object();
     if (t == "array") return v.is_array();
     return false;
+  }
+
+  // A number's value as decimal digits × 10^exp10, the digits without leading or trailing zeros
+  // ("" for zero): integers as parsed, doubles by their shortest spelling that reads back the same
+  // double (the decimal a document wrote, when it had at most 15 digits).
+  struct Decimal {
+    std::string digits;
+    int exp10 = 0;
+  };
+  static Decimal decimal(const json& v) {
+    std::string text;
+    if (v.is_number_unsigned()) text = std::to_string(v.get<uint64_t>());
+    else if (v.is_number_integer()) text = std::to_string(v.get<int64_t>());
+    else {
+      const double x = v.get<double>();
+      char buf[48];
+      for (int p = 1; p <= 17; ++p) {
+        std::snprintf(buf, sizeof buf, "%.*e", p - 1, x);
+        if (std::strtod(buf, nullptr) == x) break;
+      }
+      text = buf;
+    }
+    Decimal d;
+    size_t i = 0;
+    for (; i < text.size() && text[i] != 'e'; ++i) {
+      if (text[i] == '.') {
+        for (size_t j = i + 1; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])); ++j) --d.exp10;
+      } else if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+        d.digits += text[i];
+      }
+    }
+    if (i < text.size()) d.exp10 += std::atoi(text.c_str() + i + 1);
+    d.digits.erase(0, std::min(d.digits.find_first_not_of('0'), d.digits.size()));
+    while (!d.digits.empty() && d.digits.back() == '0') {
+      d.digits.pop_back();
+      ++d.exp10;
+    }
+    return d;
+  }
+
+  // multipleOf in decimal arithmetic: x = X·10^p, m = M·10^q (X, M without trailing zeros), x / m
+  // = (X / M)·10^(p - q) is whole iff p >= q and X·10^(p - q) = 0 mod M (for p < q, X would need
+  // the factor 10 it does not have).
+  static bool multiple_of(const json& x, const json& m) {
+    const Decimal dx = decimal(x), dm = decimal(m);
+    if (dx.digits.empty()) return true;
+    if (dm.digits.empty() || dx.exp10 < dm.exp10) return false;
+    const uint64_t modulus = std::stoull(dm.digits);
+    uint64_t r = 0;
+    for (char c : dx.digits) r = (r * 10 + static_cast<uint64_t>(c - '0')) % modulus;
+    for (int i = 0; i < dx.exp10 - dm.exp10; ++i) r = r * 10 % modulus;
+    return r == 0;
   }
 
   const json& resolve(const std::string& ref) const {
@@ -132,6 +187,7 @@ class SchemaValidator {
       if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
       if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
       if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+      if (s.contains("multipleOf") && !multiple_of(v, s["multipleOf"])) return false;
     }
     if (v.is_string()) {
       const std::string str = v.get<std::string>();
@@ -145,12 +201,28 @@ class SchemaValidator {
       if (s.contains("required"))
         for (const auto& r : s["required"])
           if (!v.contains(r.get<std::string>())) return false;
+      if (s.contains("minProperties") && v.size() < s["minProperties"].get<size_t>()) return false;
+      if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>()) return false;
+      if (s.contains("dependentRequired"))
+        for (const auto& [a, list] : s["dependentRequired"].items())
+          if (v.contains(a))
+            for (const auto& b : list)
+              if (!v.contains(b.get<std::string>())) return false;
       for (const auto& [k, x] : v.items()) {
+        if (s.contains("propertyNames") && !check(s["propertyNames"], json(k))) return false;
+        // properties and every matching pattern apply; additionalProperties where none does.
+        bool evaluated = false;
         if (s.contains("properties") && s["properties"].contains(k)) {
+          evaluated = true;
           if (!check(s["properties"][k], x)) return false;
-        } else if (s.contains("additionalProperties") && !check(s["additionalProperties"], x)) {
-          return false;
         }
+        if (s.contains("patternProperties"))
+          for (const auto& [pattern, sub] : s["patternProperties"].items())
+            if (std::regex_search(k, std::regex(pattern, std::regex::ECMAScript))) {
+              evaluated = true;
+              if (!check(sub, x)) return false;
+            }
+        if (!evaluated && s.contains("additionalProperties") && !check(s["additionalProperties"], x)) return false;
       }
     }
     if (v.is_array()) {
@@ -166,6 +238,17 @@ class SchemaValidator {
       if (s.contains("items"))
         for (size_t i = k; i < n; ++i)
           if (!check(s["items"], v[i])) return false;
+      if (s.contains("contains")) {
+        size_t hits = 0;
+        for (const auto& x : v) hits += check(s["contains"], x);
+        const size_t lo = s.contains("minContains") ? s["minContains"].get<size_t>() : 1;
+        if (hits < lo) return false;
+        if (s.contains("maxContains") && hits > s["maxContains"].get<size_t>()) return false;
+      }
+      if (s.contains("uniqueItems") && s["uniqueItems"] == true)
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = i + 1; j < n; ++j)
+            if (same(v[i], v[j])) return false;
     }
     return true;
   }

@@ -1,6 +1,7 @@
 #include "core/runner.h"
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -99,6 +100,11 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// A self-measured variant found that the point cannot run: an unsupported row.
+struct UnsupportedByTrying : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 }  // namespace
 
 ExperimentResult Runner::run(const ExperimentSpec& spec) {
@@ -204,11 +210,22 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
   mem.reset_peak();
   // Every variant at a point sees the same inputs (a fair comparison); each point fresh ones.
   const uint64_t seed = static_cast<uint64_t>(spec.control.seed) + 1000003ull * point_index;
+  std::optional<int64_t> self_peak;  // a self-measured row's peak, as measured where it ran (-1: unknown)
   try {
     v->prepare(point, rt, seed);
+    RunControl control = spec.control;
+    if (options_.profile) {  // a few runs, as for the other rows (a peer's process is not profiled)
+      control.warmup = 1;
+      control.min_samples = options_.profile_runs;
+      control.min_time = 0;
+      control.max_noise = 1e9;
+    }
+    const std::optional<SelfMeasurement> own = v->measure_self(rt, control);
+    if (own) self_peak = own->peak_memory;
+    if (own && !own->unsupported.empty()) throw UnsupportedByTrying(own->unsupported);
     {
       NvtxRange r("validate");
-      row.validation = v->validate(rt);
+      row.validation = own ? own->validation : v->validate(rt);
       rt.check_errors();
     }
     if (!row.validation->ok) {
@@ -216,6 +233,14 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
       row.status = RowStatus::Failed;
       row.message = fmt::format("validation failed: {} {} > {}", val.metric, format_number(val.value), format_number(val.tolerance));
       if (!val.detail.empty()) row.message += " (" + val.detail + ")";
+    } else if (own) {
+      if (own->samples.empty()) throw std::runtime_error("the variant measured itself and returned no samples");
+      row.samples = own->samples;
+      row.stop_reason = own->stop_reason;
+      row.stats = summarize(row.samples);
+      row.work = v->work();
+      row.metrics = v->metrics();
+      row.message = own->note;
     } else {
       const int64_t warmup = options_.profile ? 1 : spec.control.warmup;
       {
@@ -257,6 +282,9 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
       row.work = v->work();
       row.metrics = v->metrics();
     }
+  } catch (const UnsupportedByTrying& e) {
+    row.status = RowStatus::Unsupported;
+    row.message = e.what();
   } catch (const OutOfMemory& e) {
     row.status = RowStatus::Oom;
     row.message = e.what();
@@ -266,7 +294,7 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
     row.status = RowStatus::Failed;
     row.message = e.what();
   }
-  row.peak_memory = mem.peak() - start_bytes;
+  row.peak_memory = row.status == RowStatus::Unsupported ? -1 : self_peak ? *self_peak : mem.peak() - start_bytes;
   v.reset();
   mem.set_limit(0);
   return row;

@@ -38,7 +38,7 @@ struct Row {
   Backend backend = Backend::Cpu;
   Point point;
   RowStatus status = RowStatus::Ok;
-  std::string message;               // why FAILED / OOM / unsupported
+  std::string message;               // why FAILED / OOM / unsupported; on an ok row, a self-measured variant's note
   std::vector<double> samples;       // seconds
   Stats stats;                       // of samples
   std::string stop_reason;

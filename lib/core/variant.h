@@ -1,6 +1,8 @@
 // The interface every measured technique implements, and what it reports.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,8 @@
 #include "core/sweep.h"
 
 namespace ib {
+
+struct RunControl;
 
 // Work of one run(): what roofline columns are computed from.
 struct Work {
@@ -31,6 +35,16 @@ struct Metric {
   std::string unit;
 };
 
+// The whole measurement of a variant that measures itself (see Variant::measure_self).
+struct SelfMeasurement {
+  std::string unsupported;      // non-empty: the point cannot run, found only by trying (the row says why)
+  Validation validation;        // its own correctness gate, passed or failed before any timing
+  std::vector<double> samples;  // seconds, each timed where the work ran
+  std::string stop_reason;
+  int64_t peak_memory = -1;     // bytes at peak above the row's start, as measured there (-1: unknown)
+  std::string note;             // how the row was measured, when that needs saying (the row's note)
+};
+
 // One technique on one backend. The runner calls, for each point of the sweep:
 // unsupported() -> prepare() (allocations, fresh random inputs from `seed`) -> validate()
 // (run once, compare with the reference) -> run() during warmup and measurement -> work(),
@@ -47,6 +61,15 @@ class Variant {
   virtual Validation validate(BackendRuntime& rt) = 0;
   // The measured region; on the GPU it enqueues work on rt.stream() and returns.
   virtual void run(BackendRuntime& rt) = 0;
+  // A peer measured in its own process (another framework, with its own allocator and CUDA
+  // events: the runner's timer around run() would time a process launch) returns its whole
+  // measurement here, taken under `control`. The runner calls it after prepare() and then skips
+  // validate(), warmup and its sampling loop. nullopt (the default): the runner measures run().
+  virtual std::optional<SelfMeasurement> measure_self(BackendRuntime& rt, const RunControl& control) {
+    (void)rt;
+    (void)control;
+    return std::nullopt;
+  }
   virtual Work work() const { return {}; }
   virtual std::vector<Metric> metrics() const { return {}; }
 };

@@ -97,8 +97,9 @@ TEST(JsonSchema, FlexibleWhitespace) {
 
 TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
-      {R"({"type":"object","patternProperties":{"^x":{}}})", "patternProperties", "/patternProperties"},
-      {R"({"properties":{"a":{"type":"array","contains":{}}}})", "contains", "/properties/a/contains"},
+      {R"({"type":"object","patternProperties":{"^x":{},"y":{}}})", "patternProperties", "/patternProperties"},
+      {R"({"properties":{"o":{"patternProperties":{"(":{}}}}})", "patternProperties", "/properties/o/patternProperties/("},
+      {R"({"properties":{"a":{"type":"object","dependentSchemas":{}}}})", "dependentSchemas", "/properties/a/dependentSchemas"},
       {R"({"type":"array","uniqueItems":true})", "uniqueItems", "/uniqueItems"},
       {R"({"type":"number","maximum":3.5})", "maximum", "/maximum"},
       {R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "pattern", "/pattern"},
@@ -110,7 +111,7 @@ TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
       {R"({"type":"integer","minimum":5,"maximum":1})", "minimum", ""},
       {R"({"type":"number","exclusiveMinimum":1,"maximum":1})", "minimum", ""},
       {R"({"allOf":[{"properties":{"a":{}}}],"additionalProperties":false})", "additionalProperties", ""},
-      {R"({"type":"object","properties":{"a~b/c":{"contains":{}}}})", "contains", "/properties/a~0b~1c/contains"},
+      {R"({"type":"object","properties":{"a~b/c":{"unevaluatedItems":{}}}})", "unevaluatedItems", "/properties/a~0b~1c/unevaluatedItems"},
       {R"({"type":"strin"})", "type", "/type"},
   };
   for (const auto& [schema, keyword, pointer] : cases) {
@@ -274,9 +275,9 @@ TEST(KeywordCases, BrokenCasesFail) {
   EXPECT_FALSE(check_keyword_case({"bad", R"({"type":"strin"})", {"1"}, {}, {}}, 5, 4).ok());
 
   EXPECT_FALSE(check_refusal({"not-refused", R"({"type":"string"})", "type", "/type"}).ok);
-  RefusalOutcome o = check_refusal({"wrong-pointer", R"({"properties":{"a":{"contains":{}}}})", "contains", "/contains"});
+  RefusalOutcome o = check_refusal({"wrong-pointer", R"({"properties":{"a":{"unevaluatedItems":{}}}})", "unevaluatedItems", "/unevaluatedItems"});
   EXPECT_FALSE(o.ok);
-  EXPECT_NE(o.message.find("/properties/a/contains"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("/properties/a/unevaluatedItems"), std::string::npos) << o.message;
 }
 
 // Oracle fixes the table found: enum / const compare objects as unordered maps.

@@ -1,7 +1,9 @@
 // The runner on a kind of fake variants: ordering, the correctness gate, OOM rows, unsupported
 // rows, speedups and book figures.
 #include <atomic>
+#include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -82,6 +84,36 @@ class Thrower : public Variant {
   void run(BackendRuntime&) override { throw std::runtime_error("kernel exploded"); }
 };
 
+// Measures itself (Variant::measure_self), as a peer in another process would: work 1 ok,
+// 2 unsupported by trying, 3 a failed gate. The runner must never call validate() or run().
+std::atomic<int> g_self_calls{0};
+class SelfTimed : public Variant {
+ public:
+  void prepare(const Point& p, BackendRuntime&, uint64_t) override { mode_ = p.integer("work"); }
+  Validation validate(BackendRuntime&) override {
+    ++g_self_calls;
+    return {true, "none", 0, 0, ""};
+  }
+  void run(BackendRuntime&) override { ++g_self_calls; }
+  std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl& c) override {
+    SelfMeasurement m;
+    if (mode_ == 2) {
+      m.unsupported = "the peer refused the shape";
+      return m;
+    }
+    m.validation = {mode_ == 1, "rel_l2", mode_ == 1 ? 1e-3 : 0.5, 1e-2, "peer's own reference"};
+    if (mode_ == 1)
+      for (int64_t i = 0; i < c.min_samples; ++i) m.samples.push_back(1e-3 * static_cast<double>(i + 1));
+    m.stop_reason = "peer's rule";
+    m.peak_memory = 12345;
+    m.note = "measured elsewhere";
+    return m;
+  }
+
+ private:
+  int64_t mode_ = 0;
+};
+
 KindInfo test_kind() {
   KindInfo k;
   k.name = "unit-test";
@@ -99,7 +131,7 @@ KindInfo test_kind() {
   k.variants = {{"slow", Backend::Cpu, "3 units of work", {}}, {"fast", Backend::Cpu, "1 unit", {}},
                 {"wrong", Backend::Cpu, "fails validation", {}}, {"hungry", Backend::Cpu, "allocates alloc bytes", {}},
                 {"picky", Backend::Cpu, "only work = 1", {}},     {"gpu_only", Backend::Cuda, "a CUDA variant", {}},
-                {"thrower", Backend::Cpu, "throws while running", {}}};
+                {"thrower", Backend::Cpu, "throws while running", {}}, {"self_timed", Backend::Cpu, "measures itself", {}}};
   return k;
 }
 
@@ -110,6 +142,7 @@ IB_REGISTER_VARIANT("unit-test", "wrong", Wrong);
 IB_REGISTER_VARIANT("unit-test", "hungry", Hungry);
 IB_REGISTER_VARIANT("unit-test", "picky", Picky);
 IB_REGISTER_VARIANT("unit-test", "thrower", Thrower);
+IB_REGISTER_VARIANT("unit-test", "self_timed", SelfTimed);
 
 ExperimentSpec spec_of(const std::string& body) {
   SpecOptions opt;
@@ -188,6 +221,30 @@ TEST(Runner, ExceptionInRunIsAFailedRow) {
   EXPECT_EQ(res.rows[0].status, RowStatus::Failed);
   EXPECT_EQ(res.rows[0].message, "kernel exploded");
   EXPECT_FALSE(res.rows[1].speedup);  // no speedup against a failed baseline
+}
+
+TEST(Runner, SelfMeasuredRowsTakeTheirOwnSamplesGateAndPeak) {
+  g_self_calls = 0;
+  ExperimentResult res = run(spec_of("    variants: [fast, self_timed]\n    baseline: fast\n    work: [1, 2, 3]\n"));
+  ASSERT_EQ(res.rows.size(), 6u);
+  const Row& ok = res.rows[1];
+  EXPECT_EQ(ok.status, RowStatus::Ok) << ok.message;
+  EXPECT_EQ(ok.samples, (std::vector<double>{1e-3, 2e-3, 3e-3, 4e-3, 5e-3}));  // min_samples 5 reached the variant
+  EXPECT_DOUBLE_EQ(ok.stats.median, 3e-3);
+  EXPECT_EQ(ok.stop_reason, "peer's rule");
+  EXPECT_EQ(ok.peak_memory, 12345);
+  EXPECT_EQ(ok.message, "measured elsewhere");
+  ASSERT_TRUE(ok.validation);
+  EXPECT_EQ(ok.validation->detail, "peer's own reference");
+  EXPECT_TRUE(ok.speedup);  // compared with the baseline like any row
+  EXPECT_EQ(res.rows[3].status, RowStatus::Unsupported);
+  EXPECT_EQ(res.rows[3].message, "the peer refused the shape");
+  EXPECT_EQ(res.rows[3].peak_memory, -1);
+  EXPECT_EQ(res.rows[5].status, RowStatus::Failed);
+  EXPECT_NE(res.rows[5].message.find("validation failed: rel_l2 0.5 > 0.01 (peer's own reference)"), std::string::npos)
+      << res.rows[5].message;
+  EXPECT_TRUE(res.rows[5].samples.empty());
+  EXPECT_EQ(g_self_calls.load(), 0);
 }
 
 TEST(Runner, SkippedRowsAreNotRun) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -477,6 +478,188 @@ TEST(JsonSchema, OneOfDiscriminatedUnionIsExact) {
   EXPECT_TRUE(d.matches(R"({"shape":{"kind":"circle","r":1.5}})"));
   EXPECT_TRUE(d.matches(R"({"shape":{"kind":"square","side":2}})"));
   EXPECT_FALSE(d.matches(R"({"shape":{"kind":"circle","side":2}})"));
+}
+
+}  // namespace
+}  // namespace ib::constrain
+
+namespace ib::constrain {
+namespace {
+
+// The DFA and the validator agree on every document of `docs` (all compact, in schema key order):
+// the keyword is compiled exactly on them, not just soundly.
+// `by_design`: valid documents the DFA leaves out by a documented approximation (it must).
+void expect_exact_on(const std::string& schema, const std::vector<std::string>& docs, size_t* accepted = nullptr,
+                     const std::function<bool(const std::string&)>& by_design = nullptr) {
+  const json s = json::parse(schema);
+  const SchemaValidator oracle(s);
+  const Dfa d = compile(schema);
+  size_t n = 0;
+  for (const auto& doc : docs) {
+    const bool valid = oracle.valid(json::parse(doc)), left_out = valid && by_design && by_design(doc);
+    EXPECT_EQ(d.matches(doc), valid && !left_out)
+        << schema << " on " << doc << " (validator: " << (valid ? "valid" : "invalid") << (left_out ? ", left out by design" : "") << ")";
+    n += valid && !left_out;
+  }
+  if (accepted) *accepted = n;
+}
+
+// multipleOf over every integer in a window, for whole, decimal and large divisors, with and
+// without bounds and inside oneOf (where the branches' over-approximations keep the divisibility).
+TEST(JsonSchema, MultipleOfIsExactOnIntegers) {
+  std::vector<std::string> docs;
+  for (int x = -400; x <= 400; ++x) docs.push_back(std::to_string(x));
+  for (const char* m : {"1", "2", "3", "7", "10", "12", "25", "0.5", "1.5", "0.04"})
+    expect_exact_on(std::string(R"({"type":"integer","multipleOf":)") + m + "}", docs);
+  expect_exact_on(R"({"type":"integer","multipleOf":6,"minimum":-100,"exclusiveMaximum":250})", docs);
+  expect_exact_on(R"({"type":"integer","multipleOf":9,"minimum":-20,"maximum":30})", docs);  // listed
+  expect_exact_on(R"({"type":"integer","allOf":[{"multipleOf":4},{"multipleOf":6}]})", docs);  // lcm 12
+  size_t n = 0;
+  expect_exact_on(R"({"oneOf":[{"type":"integer","multipleOf":2},{"type":"integer","multipleOf":3}]})", docs, &n);
+  EXPECT_EQ(n, 402u);  // multiples of 2 or 3 but not of 6 in [-400, 400]: 401 + 267 - 2·133
+  expect_exact_on(R"({"type":"integer","not":{"multipleOf":5}})", docs);
+  // Long numbers: the remainder runs over every digit.
+  expect_exact_on(R"({"type":"integer","multipleOf":7})", {"999999999999999994", "999999999999999993", "-700000000000000007", "100000000000000006"});
+}
+
+// Decimal multipleOf on numbers: every numeral with up to three fraction digits in a window.
+TEST(JsonSchema, MultipleOfIsExactOnDecimals) {
+  std::vector<std::string> docs;
+  for (int x = -2000; x <= 2000; x += 7)
+    for (int frac_digits : {0, 1, 2, 3}) {
+      const int scale = frac_digits == 0 ? 1 : frac_digits == 1 ? 10 : frac_digits == 2 ? 100 : 1000;
+      const int whole = std::abs(x) / scale, part = std::abs(x) % scale;
+      std::string doc = (x < 0 ? "-" : "") + std::to_string(whole);
+      if (frac_digits > 0) {
+        std::string f = std::to_string(part);
+        doc += "." + std::string(static_cast<size_t>(frac_digits) - f.size(), '0') + f;
+      }
+      docs.push_back(doc);
+    }
+  for (const char* m : {"0.01", "0.25", "0.3", "2", "1.5", "0.125", "5"})
+    expect_exact_on(std::string(R"({"type":"number","multipleOf":)") + m + "}", docs);
+  expect_exact_on(R"({"type":"number","multipleOf":0.05,"minimum":-3,"exclusiveMaximum":1})", docs);
+  // Exponents are not written (documented); a divisor with more than 18 digits or a zero is refused.
+  EXPECT_FALSE(compile(R"({"type":"number","multipleOf":0.5})").matches("5e-1"));
+  for (const char* m : {"0", "-2", "1e-30", "\"2\""})
+    EXPECT_THROW(schema_to_regex(json::parse(std::string(R"({"type":"number","multipleOf":)") + m + "}")), SchemaError) << m;
+}
+
+// Every subset of the declared properties: minProperties / maxProperties / dependentRequired /
+// propertyNames decide which subsets are objects of the language, exactly as the validator does.
+TEST(JsonSchema, ObjectKeywordsAreExactOverEverySubsetOfProperties) {
+  const std::vector<std::string> names = {"a", "b", "c", "dd"};
+  std::vector<std::string> docs;
+  for (unsigned mask = 0; mask < 16; ++mask) {
+    std::string doc = "{";
+    for (size_t i = 0; i < names.size(); ++i)
+      if (mask >> i & 1u) doc += (doc.size() > 1 ? "," : "") + json(names[i]).dump() + ":1";
+    docs.push_back(doc + "}");
+    docs.push_back(doc + (doc.size() > 1 ? "," : "") + "\"x\":1}");  // with an extra key
+    docs.push_back(doc + (doc.size() > 1 ? "," : "") + "\"x\":1,\"yy\":2}");
+  }
+  const std::string props = R"("properties":{"a":{},"b":{},"c":{},"dd":{}})";
+  for (const char* rest : {R"("minProperties":2)", R"("maxProperties":1)", R"("minProperties":1,"maxProperties":3)",
+                           R"("minProperties":3,"additionalProperties":true)", R"("maxProperties":3,"additionalProperties":true)",
+                           R"("dependentRequired":{"a":["b"],"c":["a","dd"]})", R"("dependentRequired":{"dd":["a"],"a":["dd"]},"required":["b"])",
+                           R"("dependentRequired":{"a":["b"]},"minProperties":3,"additionalProperties":true)",
+                           R"("propertyNames":{"maxLength":1},"additionalProperties":true)",
+                           R"("propertyNames":{"enum":["a","dd","yy"]},"additionalProperties":true)",
+                           R"("dependentRequired":{"c":["q"]},"additionalProperties":false)"}) {
+    // Without additionalProperties no extra key is written (documented): the rows say false there.
+    std::string schema = std::string("{\"type\":\"object\",") + props + "," + rest;
+    if (std::string(rest).find("additionalProperties") == std::string::npos) schema += ",\"additionalProperties\":false";
+    // Two extra keys might be one key twice (a parser keeps one): they count once toward
+    // minProperties, so documents that need both to reach it are left out.
+    const json r = json::parse(std::string("{") + rest + "}");
+    const size_t min_props = r.value("minProperties", 0u);
+    auto two_extras_needed = [&](const std::string& doc) {
+      const json o = json::parse(doc);
+      return o.contains("yy") && o.size() - 1 < min_props;
+    };
+    size_t n = 0;
+    expect_exact_on(schema + "}", docs, &n, two_extras_needed);
+    EXPECT_GT(n, 0u) << rest;
+  }
+  const Dfa d = compile(R"({"type":"object","properties":{"a":{}},"additionalProperties":true,"minProperties":2})");
+  EXPECT_TRUE(d.matches(R"({"a":1,"x":2})"));
+  EXPECT_FALSE(d.matches(R"({"x":1,"x":2})"));
+  EXPECT_FALSE(d.matches(R"({"x":1,"y":2})"));  // by design
+  EXPECT_THROW(compile(R"({"type":"object","properties":{"a":{}},"minProperties":3})"), SchemaError);
+  EXPECT_THROW(compile(R"({"type":"object","properties":{"a":{}},"required":["a"],"dependentRequired":{"a":["z"]},"additionalProperties":false})"),
+               SchemaError);
+}
+
+// patternProperties and propertyNames route each key to its schema.
+TEST(JsonSchema, PatternPropertiesAndPropertyNamesRouteKeys) {
+  const std::string schema =
+      R"({"type":"object","properties":{"n1":{"type":"integer"},"id":{"type":"integer"}},)"
+      R"("patternProperties":{"^n[0-9]$":{"type":"integer","minimum":0},"^s_":{"type":"string"}},"additionalProperties":{"type":"boolean"},)"
+      R"("propertyNames":{"maxLength":3}})";
+  const std::vector<std::string> docs = {
+      "{}", "{\"n1\":1}", "{\"n1\":-1}", "{\"n1\":\"x\"}", "{\"id\":5}", "{\"n2\":3}", "{\"n2\":-3}", "{\"n2\":true}",
+      "{\"s_a\":\"x\"}", "{\"s_a\":1}", "{\"s_ab\":\"x\"}", "{\"q\":true}", "{\"q\":1}", "{\"qqqq\":true}", "{\"n1\":2,\"s_\":\"\",\"z\":false}",
+      "{\"n22\":true}", "{\"n22\":1}"};
+  expect_exact_on(schema, docs);
+  // The same with additionalProperties false, and a pattern that declared names do not match.
+  expect_exact_on(R"({"type":"object","patternProperties":{"^[a-c]+$":{"type":"integer"}},"additionalProperties":false})",
+                  {"{}", "{\"abc\":1}", "{\"abd\":1}", "{\"a\":\"s\"}", "{\"\":1}", "{\"cab\":2,\"b\":3}"});
+  try {
+    compile(R"({"type":"object","patternProperties":{"^a":{},"^ab":{}}})");
+    ADD_FAILURE() << "overlapping patterns compiled";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.keyword(), "patternProperties");
+    EXPECT_NE(std::string(e.what()).find("'^a' and '^ab'"), std::string::npos) << e.what();
+  }
+}
+
+// contains with minContains/maxContains over every array of up to four items from a small set.
+TEST(JsonSchema, ContainsCountsItemsExactly) {
+  const std::vector<std::string> values = {"0", "10", "\"a\"", "[10]"};
+  std::vector<std::string> docs = {"[]"};
+  std::vector<std::string> layer = {""};
+  for (int len = 1; len <= 4; ++len) {
+    std::vector<std::string> next;
+    for (const auto& p : layer)
+      for (const auto& v : values) {
+        next.push_back(p.empty() ? v : p + "," + v);
+        docs.push_back("[" + next.back() + "]");
+      }
+    layer = next;
+  }
+  for (const char* rest : {R"("contains":{"type":"integer","minimum":5})", R"("contains":{"const":10},"minContains":2)",
+                           R"("contains":{"type":"integer"},"minContains":0,"maxContains":1)",
+                           R"("contains":{"type":"string"},"minContains":2,"maxContains":3,"maxItems":4)",
+                           R"("prefixItems":[{"type":"integer"}],"contains":{"const":10},"maxContains":1)",
+                           R"("contains":{"not":{"type":"integer"}},"minItems":3)"}) {
+    size_t n = 0;
+    expect_exact_on(std::string("{\"type\":\"array\",") + rest + "}", docs, &n);
+    EXPECT_GT(n, 0u) << rest;
+  }
+  // An item valid by contains in another spelling (1e1) is neither a hit nor a miss: left out.
+  const Dfa no_ten = compile(R"({"type":"array","contains":{"const":10},"minContains":0,"maxContains":0})");
+  EXPECT_FALSE(no_ten.matches("[1e1]"));
+  EXPECT_FALSE(no_ten.matches("[10]"));
+  EXPECT_TRUE(no_ten.matches("[1,[10]]"));
+}
+
+TEST(JsonSchema, UniqueItemsOnlyWhereRegular) {
+  expect_exact_on(R"({"type":"array","prefixItems":[{"type":"boolean"},{"type":"integer"}],"items":false,"uniqueItems":true})",
+                  {"[]", "[true]", "[true,1]", "[1,1]", "[true,true]"});
+  expect_exact_on(R"({"type":"array","maxItems":1,"uniqueItems":true})", {"[]", "[1]", "[1,1]"});
+  EXPECT_TRUE(compile(R"({"type":"array","uniqueItems":false})").matches("[1,1]"));
+  for (const char* s : {R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})",
+                        R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"number"}],"items":false,"uniqueItems":true})",
+                        R"({"type":"array","prefixItems":[{"enum":[1,2]},{"enum":[2,3]}],"items":false,"uniqueItems":true})",
+                        R"({"uniqueItems":true})"}) {
+    try {
+      schema_to_regex(json::parse(s));
+      ADD_FAILURE() << s << " compiled";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword(), "uniqueItems") << s;
+      EXPECT_EQ(e.pointer(), "/uniqueItems") << s;
+    }
+  }
 }
 
 }  // namespace

@@ -93,6 +93,8 @@ TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
+  // The torch peer row is there: measured where python3 has torch, else unsupported saying why.
+  EXPECT_NE(r.out.find("| cpu_torch_sdpa |"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {

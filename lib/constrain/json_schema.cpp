@@ -190,8 +190,8 @@ constexpr int kMaxMultipleDigits = 15;
 // grows with it), and the properties dependentRequired relates (their presence is tracked).
 constexpr int kMaxCountedProperties = 64;
 constexpr size_t kMaxDependentProperties = 12;
-// contains: the largest count tracked (minContains, maxContains + 1), and positions × counts where
-// maxItems bounds the array (each is a state of the construction).
+// contains: the largest count tracked (minContains, maxContains + 1), and positions × counts spelt
+// out (up to maxItems, else up to minItems / prefixItems; each is a state of the construction).
 constexpr int kMaxContainsCount = 32;
 constexpr int64_t kMaxContainsPositions = 4096;
 
@@ -1468,8 +1468,11 @@ class Compiler {
     const bool items_allowed = item->kind != RegexNode::Kind::Never;
     // Past `loop` positions (no maxItems) every position is alike: a loop instead of positions.
     const int loop = std::max({k, mn, 1});
-    if (mx >= 0 && static_cast<int64_t>(mx + 1) * (cap + 1) > kMaxContainsPositions)
-      fail("contains", cp, "contains with maxItems " + std::to_string(mx) + " is too large to count (at most " +
+    // Positions are spelt out up to maxItems, else up to `loop`: each with its counts.
+    const int positions = mx >= 0 ? mx + 1 : loop + 1;
+    if (static_cast<int64_t>(positions) * (cap + 1) > kMaxContainsPositions)
+      fail("contains", cp, "contains with " + std::string(mx >= 0 ? "maxItems " : "minItems/prefixItems ") +
+                               std::to_string(positions - 1) + " is too large to count (at most " +
                                std::to_string(kMaxContainsPositions) + " positions × counts)");
     const Re comma = re_concat({ws_, re_byte(','), ws_});
     std::map<std::pair<int, int>, Re> memo;

@@ -637,6 +637,17 @@ TEST(JsonSchema, ContainsCountsItemsExactly) {
     EXPECT_GT(n, 0u) << rest;
   }
   // An item valid by contains in another spelling (1e1) is neither a hit nor a miss: left out.
+  // Positions × counts past the cap: refused, naming contains.
+  for (const char* big : {R"({"type":"array","contains":{"type":"integer"},"maxItems":5000})",
+                          R"({"type":"array","contains":{"type":"integer"},"minItems":5000})"}) {
+    try {
+      schema_to_regex(json::parse(big));
+      ADD_FAILURE() << big << " compiled";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword(), "contains") << e.what();
+      EXPECT_EQ(e.pointer(), "/contains") << e.what();
+    }
+  }
   const Dfa no_ten = compile(R"({"type":"array","contains":{"const":10},"minContains":0,"maxContains":0})");
   EXPECT_FALSE(no_ten.matches("[1e1]"));
   EXPECT_FALSE(no_ten.matches("[10]"));

@@ -236,7 +236,9 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
     } else if (own) {
       if (own->samples.empty()) throw std::runtime_error("the variant measured itself and returned no samples");
       row.samples = own->samples;
-      row.stop_reason = own->stop_reason;
+      row.stop_reason = options_.profile ? fmt::format("profile: {} runs in the variant's own process (outside the profiler range)",
+                                                       row.samples.size())
+                                         : own->stop_reason;
       row.stats = summarize(row.samples);
       row.work = v->work();
       row.metrics = v->metrics();

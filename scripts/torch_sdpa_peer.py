@@ -270,7 +270,7 @@ def run(a, torch):
         return result  # the gate failed: never timed
 
     io_bytes = sum(t.numel() * t.element_size() for t in (q, kv["k"], kv["v"], out))
-    del out
+    del out, k, v  # the timed calls hold Q, the K/V they read, one output and their workspace
     flush = None
     if a.cold_l2 and a.device == "cuda":
         l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 64 << 20) or (64 << 20)

@@ -132,6 +132,9 @@ struct SpecStats {
   double draft_seconds = 0, verify_seconds = 0;
   int64_t draft_forward = 0;    // draft model forward calls
   int64_t tree_nodes = 0;       // tree drafting: candidate tokens verified (all branches)
+  // Lookahead decoding: tokens accepted along pool n-grams and along the Jacobi window's own
+  // columns, and the pool's n-grams at the end.
+  int64_t pool_accepted = 0, window_accepted = 0, pool_ngrams = 0;
   // Per-token acceptance α̂: accepted among the drafted tokens verification reached (the tokens
   // after a rejection are never tested). The α of the analytic model.
   double acceptance() const { return tested ? static_cast<double>(accepted) / static_cast<double>(tested) : 0; }

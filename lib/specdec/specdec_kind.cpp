@@ -10,6 +10,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "model/decode_variants.h"
+#include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/texts.h"
 
@@ -73,6 +74,12 @@ KindInfo specdec_kind() {
                Value(0.0), 0.0),
       key_spec("top_k", ParamType::Int, "sampling: keep the k most likely tokens (0: all)", Value(int64_t{0}), 0.0),
       key_spec("top_p", ParamType::Float, "sampling: keep the smallest set whose mass reaches p (1: all)", Value(1.0), 0.0, 1.0),
+      key_spec("lookahead_window", ParamType::Int, "lookahead: W, columns of the Jacobi window", Value(int64_t{5}), 1.0, 64.0),
+      key_spec("lookahead_ngram", ParamType::Int, "lookahead: N, the n-gram size (the window has N − 1 levels)", Value(int64_t{4}), 2.0, 16.0),
+      key_spec("lookahead_candidates", ParamType::Int, "lookahead: G, pool n-grams starting with the last token verified per step",
+               Value(int64_t{5}), 0.0, 64.0),
+      key_spec("lookahead_prompt", ParamType::Bool,
+               "lookahead: also pool the n-grams of the prompt and of the output so far (prompt lookup inside lookahead)", Value(false)),
   };
   // Keys every variant reads, then each one's own.
   auto with = [](std::vector<std::string> own) {
@@ -84,6 +91,7 @@ KindInfo specdec_kind() {
   const std::vector<std::string> ng = with({"k", "ngram_min", "ngram_max"});
   const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
   const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
+  const std::vector<std::string> la = with({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
   k.variants = {
       {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
       {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", dm},
@@ -98,13 +106,18 @@ KindInfo specdec_kind() {
       {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass", nt},
       {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
       {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
+      {"lookahead", Backend::Cuda,
+       "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
+       "produced, both verified in one target pass under a tree mask (greedy)",
+       la},
+      {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
   return k;
 }
 
 const KindRegistration registration(specdec_kind());
 
-enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree };
+enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree, Lookahead };
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -128,6 +141,7 @@ class SpecVariant : public Variant {
       if (p.text("acceptance") == "controlled") return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
       if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
     }
+    if (mode_ == Mode::Lookahead && p.number("temperature") > 0) return "lookahead rows verify greedily (temperature 0)";
     if (p.find("batch") && p.integer("batch") > 1) {
       if (p.number("temperature") > 0) return "batched rows verify greedily";
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
@@ -166,10 +180,17 @@ class SpecVariant : public Variant {
       cfg_.tree = parse_tree_shape(p.text("tree"));
       cfg_.k = static_cast<int>(cfg_.tree.size());
       cfg_.dynamic_nodes = static_cast<int>(p.integer("dynamic_nodes"));
-    } else if (mode_ != Mode::Autoregressive) {
+    } else if (mode_ != Mode::Autoregressive && mode_ != Mode::Lookahead) {
       cfg_.k = static_cast<int>(p.integer("k"));
     }
     if (mode_ == Mode::NgramTree) cfg_.branches = static_cast<int>(p.integer("branches"));
+    if (mode_ == Mode::Lookahead) {
+      la_.window = static_cast<int>(p.integer("lookahead_window"));
+      la_.ngram = static_cast<int>(p.integer("lookahead_ngram"));
+      la_.candidates = static_cast<int>(p.integer("lookahead_candidates"));
+      la_.prompt_pool = p.flag("lookahead_prompt");
+      la_.seed = seed;
+    }
     cfg_.seed = base_seed_ = seed;
     cfg_.sampling.temperature = static_cast<float>(p.number("temperature"));
     cfg_.sampling.top_k = static_cast<int>(p.integer("top_k"));
@@ -193,6 +214,7 @@ class SpecVariant : public Variant {
     if (mode_ == Mode::DraftTree)
       for (int w = 1, t = 0; t < static_cast<int>(cfg_.tree.size()); ++t) tree_nodes += w *= cfg_.tree[static_cast<size_t>(t)];
     if (cfg_.dynamic_nodes > 0) tree_nodes = std::max(tree_nodes, cfg_.dynamic_nodes + cfg_.k * cfg_.tree[0]);
+    if (mode_ == Mode::Lookahead) tree_nodes = lookahead_max_nodes(la_) + la_.window + la_.ngram;
     const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
@@ -251,6 +273,7 @@ class SpecVariant : public Variant {
     std::vector<Metric> m;
     m.push_back({"target step", target_step_ * 1e3, "ms"});
     if (mode_ == Mode::Autoregressive) return m;
+    if (mode_ == Mode::Lookahead) return lookahead_metrics(m);
     const double steps = static_cast<double>(stats_.steps);
     const double passes = static_cast<double>(stats_.passes);  // one per step, or per batched step
     const double verify = passes > 0 ? stats_.verify_seconds / passes : 0;
@@ -371,6 +394,22 @@ class SpecVariant : public Variant {
     return speculative_generate_batch(*target_, btseqs_, *draft_, bdseqs_, lasts(), n_, cfg_, truths, stats_);
   }
 
+  // Lookahead rows: no drafted-token acceptance (every node is a candidate); where the accepted
+  // tokens came from instead, the pool's size, and the host's bookkeeping per step.
+  std::vector<Metric> lookahead_metrics(std::vector<Metric> m) const {
+    const double steps = static_cast<double>(stats_.steps), acc = static_cast<double>(stats_.accepted);
+    const double verify = steps > 0 ? stats_.verify_seconds / steps : 0;
+    m.push_back({"tokens/step", stats_.tokens_per_step(), ""});
+    m.push_back({"tree nodes", steps > 0 ? static_cast<double>(stats_.tree_nodes) / steps : 0, ""});
+    m.push_back({"verify", verify * 1e3, "ms"});
+    m.push_back({"v", verify / target_step_, ""});
+    m.push_back({"from pool", acc > 0 ? 100.0 * static_cast<double>(stats_.pool_accepted) / acc : 0, "%"});
+    m.push_back({"from window", acc > 0 ? 100.0 * static_cast<double>(stats_.window_accepted) / acc : 0, "%"});
+    m.push_back({"pool n-grams", static_cast<double>(stats_.pool_ngrams), ""});
+    m.push_back({"bookkeeping", steps > 0 ? stats_.draft_seconds / steps * 1e3 : 0, "ms"});
+    return m;
+  }
+
   bool tree() const { return mode_ == Mode::DraftTree || mode_ == Mode::NgramTree; }
   bool drafts() const { return mode_ == Mode::DraftModel || mode_ == Mode::DraftTree; }
   bool lookup() const { return mode_ == Mode::Ngram || mode_ == Mode::NgramTree; }
@@ -404,6 +443,7 @@ class SpecVariant : public Variant {
     };
     if (mode_ == Mode::Autoregressive) return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, cfg_.sampling, truth, forced_);
     std::vector<int32_t> history = prompt_;
+    if (mode_ == Mode::Lookahead) return lookahead_generate(*target_, tseq_, prompt_.back(), n_, la_, truth, forced_, history, stats_);
     if (tree())
       return speculative_generate_tree(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
     return speculative_generate(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
@@ -412,6 +452,7 @@ class SpecVariant : public Variant {
   Backend backend_;
   Mode mode_;
   SpecConfig cfg_;
+  LookaheadConfig la_;
   std::unique_ptr<model::Model> target_, draft_;
   int tseq_ = -1, dseq_ = -1, n_ = 0, batch_ = 1;
   std::vector<std::vector<int32_t>> bprompts_, btruths_;  // batch > 1: every sequence's prompt and greedy trajectory
@@ -435,12 +476,14 @@ IB_SPEC_VARIANT(CpuDraftModel, Backend::Cpu, Mode::DraftModel, "cpu_draft_model"
 IB_SPEC_VARIANT(CpuNgram, Backend::Cpu, Mode::Ngram, "cpu_ngram");
 IB_SPEC_VARIANT(CpuDraftTree, Backend::Cpu, Mode::DraftTree, "cpu_draft_tree");
 IB_SPEC_VARIANT(CpuNgramTree, Backend::Cpu, Mode::NgramTree, "cpu_ngram_tree");
+IB_SPEC_VARIANT(CpuLookahead, Backend::Cpu, Mode::Lookahead, "cpu_lookahead");
 #if defined(INFER_BENCH_HAVE_CUDA_MODEL)
 IB_SPEC_VARIANT(CudaAutoregressive, Backend::Cuda, Mode::Autoregressive, "autoregressive");
 IB_SPEC_VARIANT(CudaDraftModel, Backend::Cuda, Mode::DraftModel, "draft_model");
 IB_SPEC_VARIANT(CudaNgram, Backend::Cuda, Mode::Ngram, "ngram");
 IB_SPEC_VARIANT(CudaDraftTree, Backend::Cuda, Mode::DraftTree, "draft_tree");
 IB_SPEC_VARIANT(CudaNgramTree, Backend::Cuda, Mode::NgramTree, "ngram_tree");
+IB_SPEC_VARIANT(CudaLookahead, Backend::Cuda, Mode::Lookahead, "lookahead");
 #endif
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "model/decode_variants.h"
 #include "model/model.h"
+#include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/texts.h"
 
@@ -519,6 +520,113 @@ TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) 
       for (int t = 0; t < V; ++t) d += std::fabs(pf[static_cast<size_t>(t)] - used[static_cast<size_t>(i)][static_cast<size_t>(t)]);
       EXPECT_LT(d / 2, 1e-4) << cs.name << " position " << i;
       EXPECT_GT(pf[static_cast<size_t>(last_out[static_cast<size_t>(i)])], 0.0f) << cs.name << " position " << i;
+    }
+  }
+}
+
+TEST(SpecdecLookahead, PoolKeepsTheMostRecentDistinctNgramsPerFirstToken) {
+  NgramPool pool(3, 2);
+  const int32_t a[] = {1, 2}, b[] = {3, 4}, c[] = {5, 6};
+  pool.add(7, a);
+  pool.add(7, b);
+  pool.add(7, a);  // already there: moves to the front, not added twice
+  EXPECT_EQ(pool.size(), 2);
+  ASSERT_EQ(pool.candidates(7).size(), 2u);
+  EXPECT_EQ(pool.candidates(7)[0], (std::vector<int32_t>{1, 2}));
+  pool.add(7, c);  // past capacity the oldest ({3, 4}) goes
+  EXPECT_EQ(pool.size(), 2);
+  EXPECT_EQ(pool.candidates(7)[0], (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(pool.candidates(7)[1], (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(pool.candidates(8).empty());
+  // From a history: every 3-gram, then only those ending in the fresh tokens.
+  NgramPool h(3, 4);
+  std::vector<int32_t> hist = {10, 11, 12, 13};
+  h.add_history(hist, 4);
+  EXPECT_EQ(h.size(), 2);  // 10 11 12, 11 12 13
+  hist.push_back(14);
+  h.add_history(hist, 1);
+  EXPECT_EQ(h.size(), 3);
+  EXPECT_EQ(h.candidates(12)[0], (std::vector<int32_t>{13, 14}));
+}
+
+TEST(SpecdecLookahead, LongestVerificationTakesTheDeepestPathOfTheTargetsChoices) {
+  // Root's children: node 0 (5) and node 2 (5) both match; node 0's path stops at node 1, node 2's
+  // goes on through 3 and 4. A first-match walk would stop after two tokens.
+  DraftTree t;
+  t.tokens = {5, 9, 5, 6, 7, 6};
+  t.parents = {-1, 0, -1, 2, 3, 0};
+  // choice[0] after the root, choice[1 + i] after node i.
+  const std::vector<int32_t> choice = {5, 6, 0, 6, 7, 8, 0};
+  std::vector<int32_t> emitted;
+  std::vector<int> path;
+  EXPECT_EQ(verify_tree_longest(t, choice, emitted, path, 10), 3);
+  EXPECT_EQ(path, (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(emitted, (std::vector<int32_t>{5, 6, 7, 8}));
+  // Capped at depth 2 the tie between nodes 5 and 3 goes to the lower index.
+  emitted.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_longest(t, choice, emitted, path, 2), 2);
+  EXPECT_EQ(path, (std::vector<int>{2, 3}));
+  EXPECT_EQ(emitted, (std::vector<int32_t>{5, 6, 7}));
+  // Nothing matches: the target's own token alone.
+  emitted.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_longest(t, {1, 0, 0, 0, 0, 0, 0}, emitted, path, 10), 0);
+  EXPECT_EQ(emitted, (std::vector<int32_t>{1}));
+}
+
+// Lookahead decoding on the tiny model: whatever the window, n-gram size and pool, the output is
+// the target's greedy decoding and the cache ends at prompt + output.
+TEST(SpecdecLookahead, OutputIsExactlyTheTargets) {
+  Pair m;
+  m.reset();
+  const auto reference = autoregressive_generate(*m.target, m.ts, m.prompt.back(), 80, {}, {}, false);
+  struct Case {
+    int w, n, g;
+    bool prompt_pool;
+  };
+  for (const Case& cs : {Case{5, 4, 5, false}, Case{1, 2, 0, false}, Case{4, 2, 3, false}, Case{7, 5, 7, true}, Case{3, 3, 0, true}}) {
+    m.reset();
+    LookaheadConfig cfg;
+    cfg.window = cs.w;
+    cfg.ngram = cs.n;
+    cfg.candidates = cs.g;
+    cfg.prompt_pool = cs.prompt_pool;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = lookahead_generate(*m.target, m.ts, m.prompt.back(), 80, cfg, {}, false, history, st);
+    EXPECT_EQ(out, reference) << "W " << cs.w << " N " << cs.n << " G " << cs.g;
+    EXPECT_EQ(m.target->length(m.ts), 23 + 80);
+    EXPECT_EQ(history.size(), m.prompt.size() + 80);
+    EXPECT_EQ(st.emitted, 80);
+    EXPECT_EQ(st.accepted + st.steps, 80);  // every step: its accepted tokens and the target's own
+    EXPECT_LE(st.tree_nodes, static_cast<int64_t>(lookahead_max_nodes(cfg)) * st.steps);
+    EXPECT_GT(st.pool_ngrams, 0);
+  }
+}
+
+// A forced text that repeats its prompt: with the prompt's n-grams in the pool the verification
+// branch accepts several tokens a step (prompt lookup inside lookahead decoding); without them
+// the window's model n-grams cannot predict a text the model does not write.
+TEST(SpecdecLookahead, PromptPoolAcceptsARepeatedText) {
+  Pair m;
+  std::vector<int32_t> text = m.prompt;
+  for (int r = 0; r < 3; ++r) text.insert(text.end(), m.prompt.begin(), m.prompt.end());
+  auto truth = [&](int64_t i) { return text[static_cast<size_t>(i)]; };
+  for (bool prompt_pool : {false, true}) {
+    m.reset();
+    LookaheadConfig cfg;
+    cfg.prompt_pool = prompt_pool;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = lookahead_generate(*m.target, m.ts, m.prompt.back(), 60, cfg, truth, true, history, st);
+    EXPECT_EQ(out, std::vector<int32_t>(text.begin(), text.begin() + 60));
+    EXPECT_EQ(m.target->length(m.ts), 23 + 60);
+    if (prompt_pool) {
+      EXPECT_GT(st.tokens_per_step(), 3.0);
+      EXPECT_GT(st.pool_accepted, 30);
+    } else {
+      EXPECT_LT(st.tokens_per_step(), 1.5);
     }
   }
 }

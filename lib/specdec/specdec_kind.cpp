@@ -67,8 +67,8 @@ KindInfo specdec_kind() {
       key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
                1.0, 16.0),
       key_spec("batch", ParamType::Int,
-               "autoregressive and draft_model: sequences decoded together (greedy); a batched step verifies every "
-               "sequence's drafts in one target pass",
+               "autoregressive and draft_model: sequences decoded together (greedy, or sampled with acceptance: model); a "
+               "batched step verifies every sequence's drafts in one target pass",
                Value(int64_t{1}), 1.0, 256.0),
       key_spec("temperature", ParamType::Float, "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)",
                Value(0.0), 0.0),
@@ -143,7 +143,6 @@ class SpecVariant : public Variant {
     }
     if (mode_ == Mode::Lookahead && p.number("temperature") > 0) return "lookahead rows verify greedily (temperature 0)";
     if (p.find("batch") && p.integer("batch") > 1) {
-      if (p.number("temperature") > 0) return "batched rows verify greedily";
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
     if (p.number("temperature") > 0) {
@@ -232,7 +231,7 @@ class SpecVariant : public Variant {
     }
     reset();
     // The target's own greedy trajectory: the reference of the gate and Controlled's truth.
-    if (batch_ > 1) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    if (batch_ > 1 && cfg_.sampling.greedy()) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
     else if (!forced_ && cfg_.sampling.greedy()) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
     // Calibration: the target's decode step at this context and batch (c and v are relative to it).
     std::vector<double> t;
@@ -320,43 +319,58 @@ class SpecVariant : public Variant {
   // corrupted cache gives ~0.5 and more). That the rejection sampling
   // preserves the distribution is proven by the unit tests (chi-square-style checks over many draws).
   Validation validate_sampled() {
-    std::vector<std::vector<float>> used;
-    if (mode_ != Mode::Autoregressive) cfg_.record_target = &used;
-    const std::vector<int32_t> out = generate();
-    cfg_.record_target = nullptr;
-    const int tv = target_->config().vocab, plen = static_cast<int>(prompt_.size());
-    const int cached = target_->length(tseq_), want = plen - 1 + n_;
-    if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
-    if (mode_ != Mode::Autoregressive && static_cast<int>(used.size()) != n_)
-      return {false, "recorded_rows", static_cast<double>(used.size()), static_cast<double>(n_), "target distributions recorded by verification"};
-    std::vector<int32_t> seq = prompt_;
-    for (int i = 0; i + 1 < n_; ++i) seq.push_back(out[static_cast<size_t>(i)] % tv);
-    for (auto& t : seq) t %= tv;
-    std::vector<float> fresh(static_cast<size_t>(n_) * static_cast<size_t>(tv)), pf(static_cast<size_t>(tv));
-    const int fs = target_->new_sequence(static_cast<int>(seq.size()) + 1);
-    model::StepOutput o;
-    o.logits = fresh.data();
-    target_->prefill(fs, seq.data(), static_cast<int>(seq.size()), n_, o);
-    target_->release(fs);
-    int64_t off = 0;
-    double worst = 0;
-    for (int i = 0; i < n_; ++i) {
-      model::sampling_distribution(&fresh[static_cast<size_t>(i) * static_cast<size_t>(tv)], tv, cfg_.sampling, pf.data());
-      const int32_t t = out[static_cast<size_t>(i)];
-      off += t < 0 || t >= tv || !(pf[static_cast<size_t>(t)] > 0);
-      if (used.empty()) continue;
-      double d = 0;
-      for (int x = 0; x < tv; ++x) d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - used[static_cast<size_t>(i)][static_cast<size_t>(x)]);
-      worst = std::max(worst, d / 2);
+    std::vector<std::vector<std::vector<float>>> used(static_cast<size_t>(batch_));
+    if (mode_ != Mode::Autoregressive) {
+      if (batch_ > 1) cfg_.record_batch = &used;
+      else cfg_.record_target = &used[0];
     }
+    const std::vector<std::vector<int32_t>> outs = batch_ > 1 ? generate_batch() : std::vector<std::vector<int32_t>>{generate()};
+    cfg_.record_target = nullptr;
+    cfg_.record_batch = nullptr;
     runs_ = 0;
     stats_ = {};
     cfg_.seed = cfg_.sampling.seed = base_seed_;
-    if (off > 0) return {false, "off_support", static_cast<double>(off), 0, fmt::format("of {} sampled tokens outside the target's distribution", n_)};
+    const int tv = target_->config().vocab;
+    int64_t off = 0;
+    double worst = 0;
+    for (int b = 0; b < batch_; ++b) {
+      const std::vector<int32_t>& prompt = batch_ > 1 ? bprompts_[static_cast<size_t>(b)] : prompt_;
+      const std::vector<int32_t>& out = outs[static_cast<size_t>(b)];
+      const std::vector<std::vector<float>>& rows = used[static_cast<size_t>(b)];
+      const int seq = batch_ > 1 ? btseqs_[static_cast<size_t>(b)] : tseq_;
+      const int cached = target_->length(seq), want = static_cast<int>(prompt.size()) - 1 + n_;
+      if (cached != want)
+        return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), fmt::format("the target's cache of sequence {} after generation", b)};
+      if (mode_ != Mode::Autoregressive && static_cast<int>(rows.size()) != n_)
+        return {false, "recorded_rows", static_cast<double>(rows.size()), static_cast<double>(n_),
+                fmt::format("target distributions recorded by verification of sequence {}", b)};
+      // The target's own distributions at every output position: one fresh prefill.
+      std::vector<int32_t> full = prompt;
+      for (int i = 0; i + 1 < n_; ++i) full.push_back(out[static_cast<size_t>(i)]);
+      for (auto& t : full) t %= tv;
+      std::vector<float> fresh(static_cast<size_t>(n_) * static_cast<size_t>(tv)), pf(static_cast<size_t>(tv));
+      const int fs = target_->new_sequence(static_cast<int>(full.size()) + 1);
+      model::StepOutput o;
+      o.logits = fresh.data();
+      target_->prefill(fs, full.data(), static_cast<int>(full.size()), n_, o);
+      target_->release(fs);
+      for (int i = 0; i < n_; ++i) {
+        model::sampling_distribution(&fresh[static_cast<size_t>(i) * static_cast<size_t>(tv)], tv, cfg_.sampling, pf.data());
+        const int32_t t = out[static_cast<size_t>(i)];
+        off += t < 0 || t >= tv || !(pf[static_cast<size_t>(t)] > 0);
+        if (rows.empty()) continue;
+        double d = 0;
+        for (int x = 0; x < tv; ++x) d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - rows[static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        worst = std::max(worst, d / 2);
+      }
+    }
+    const int64_t total = static_cast<int64_t>(batch_) * n_;
+    const std::string what = batch_ > 1 ? fmt::format("{} sequences × {} sampled tokens", batch_, n_) : fmt::format("{} sampled tokens", n_);
+    if (off > 0) return {false, "off_support", static_cast<double>(off), 0, fmt::format("of {} sampled tokens outside the target's distribution", total)};
+    if (mode_ == Mode::Autoregressive) return {true, "off_support", 0, 0, fmt::format("{}, all in the target's distribution (fresh prefill)", what)};
     const double tol = gpu_ ? 0.15 : 1e-3;
-    if (used.empty()) return {true, "off_support", 0, 0, fmt::format("{} sampled tokens, all in the target's distribution (fresh prefill)", n_)};
     return {worst <= tol, "tv_target", worst, tol,
-            fmt::format("{} sampled tokens in support; max total variation of the verification's target distributions vs a fresh prefill", n_)};
+            fmt::format("{} in support; max total variation of the verification's target distributions vs a fresh prefill", what)};
   }
 
   // Batched rows: every sequence's output equals its own greedy trajectory, every cache the
@@ -384,7 +398,7 @@ class SpecVariant : public Variant {
   }
   std::vector<std::vector<int32_t>> generate_batch() {
     reset();
-    if (mode_ == Mode::Autoregressive) return autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    if (mode_ == Mode::Autoregressive) return autoregressive_generate_batch(*target_, btseqs_, lasts(), n_, cfg_.sampling);
     std::vector<std::function<int32_t(int64_t)>> truths;
     for (int b = 0; b < batch_; ++b)
       truths.push_back([this, b](int64_t i) {

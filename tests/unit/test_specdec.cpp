@@ -424,6 +424,112 @@ TEST(SpecdecGenerate, BatchedSpeculationGivesEachSequenceItsOwnTokens) {
   }
 }
 
+// Batched sampled speculation: each sequence's chain is verified by rejection sampling against
+// its own rows of the batched pass, with its own stream of uniforms. The distributions the
+// verification used are the target's own at every position (a fresh prefill), and each
+// sequence's first token follows the target's sampling distribution over many seeds (counted in
+// six bins: the target's five most likely tokens and the rest). The draft (other weights) is
+// accepted part of the time, so a wrong q or p row moves the first token's distribution.
+TEST(SpecdecGenerate, BatchedSampledVerificationFollowsEachSequencesTarget) {
+  const model::ModelConfig c = *model::preset("tiny");
+  auto target = model::make_cpu_model(c, *model::random_weights(c, 1));
+  auto draft = model::make_cpu_model(c, *model::random_weights(c, 2));
+  const int B = 2, vocab = c.vocab;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> ts, ds;
+  std::vector<int32_t> lasts;
+  for (int b = 0; b < B; ++b) {
+    prompts.push_back(model::random_prompt(vocab, 10 + 5 * b, 60 + static_cast<uint64_t>(b)));
+    ts.push_back(target->new_sequence(128));
+    ds.push_back(draft->new_sequence(128));
+    lasts.push_back(prompts.back().back());
+    const auto& p = prompts.back();
+    target->prefill(ts.back(), p.data(), static_cast<int>(p.size()) - 1, 1, {});
+    draft->prefill(ds.back(), p.data(), static_cast<int>(p.size()) - 1, 1, {});
+  }
+  auto reset = [&] {
+    for (int b = 0; b < B; ++b) {
+      const int keep = static_cast<int>(prompts[static_cast<size_t>(b)].size()) - 1;
+      target->truncate(ts[static_cast<size_t>(b)], keep);
+      draft->truncate(ds[static_cast<size_t>(b)], keep);
+    }
+  };
+  SpecConfig cfg;
+  cfg.k = 3;
+  cfg.source = DraftSource::Model;
+  cfg.sampling.temperature = 1.5f;
+  // The target's distribution after position i of a sequence, from one prefill.
+  auto fresh_rows = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& out, int n) {
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), out.begin(), out.begin() + (n - 1));
+    std::vector<float> logits(static_cast<size_t>(n) * static_cast<size_t>(vocab)), rows(logits.size());
+    const int s = target->new_sequence(static_cast<int>(full.size()) + 1);
+    model::StepOutput o;
+    o.logits = logits.data();
+    target->prefill(s, full.data(), static_cast<int>(full.size()), n, o);
+    target->release(s);
+    for (int i = 0; i < n; ++i)
+      model::sampling_distribution(&logits[static_cast<size_t>(i) * static_cast<size_t>(vocab)], vocab, cfg.sampling,
+                                   &rows[static_cast<size_t>(i) * static_cast<size_t>(vocab)]);
+    return rows;
+  };
+  {
+    const int n = 20;
+    std::vector<std::vector<std::vector<float>>> used;
+    cfg.record_batch = &used;
+    SpecStats st;
+    const auto out = speculative_generate_batch(*target, ts, *draft, ds, lasts, n, cfg, {}, st);
+    cfg.record_batch = nullptr;
+    ASSERT_EQ(used.size(), static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      const auto& prompt = prompts[static_cast<size_t>(b)];
+      EXPECT_EQ(target->length(ts[static_cast<size_t>(b)]), static_cast<int>(prompt.size()) - 1 + n);
+      ASSERT_EQ(used[static_cast<size_t>(b)].size(), static_cast<size_t>(n));
+      const auto rows = fresh_rows(prompt, out[static_cast<size_t>(b)], n);
+      for (int i = 0; i < n; ++i) {
+        const float* want = &rows[static_cast<size_t>(i) * static_cast<size_t>(vocab)];
+        double tv = 0;
+        for (int x = 0; x < vocab; ++x) tv += std::fabs(static_cast<double>(want[x]) - used[static_cast<size_t>(b)][static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        EXPECT_LT(tv / 2, 1e-4) << b << " " << i;
+      }
+    }
+    EXPECT_GT(st.accepted, 0);
+    EXPECT_LT(st.accepted, st.drafted);  // both branches of the rejection sampling ran
+  }
+  // The first token of each sequence over many seeds, K = 3 drafts each.
+  const int runs = 4000;
+  std::vector<std::vector<float>> p0;
+  std::vector<std::vector<int32_t>> top(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    p0.push_back(fresh_rows(prompts[static_cast<size_t>(b)], {}, 1));
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    for (int x = 0; x < vocab; ++x) idx[static_cast<size_t>(x)] = x;
+    const auto& p = p0.back();
+    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t u, int32_t v) { return p[static_cast<size_t>(u)] > p[static_cast<size_t>(v)]; });
+    top[static_cast<size_t>(b)].assign(idx.begin(), idx.begin() + 5);
+  }
+  auto bin = [&](int b, int32_t t) {
+    const auto& tb = top[static_cast<size_t>(b)];
+    return static_cast<int>(std::find(tb.begin(), tb.end(), t) - tb.begin());  // 5: the rest
+  };
+  std::vector<std::vector<double>> freq(static_cast<size_t>(B), std::vector<double>(6, 0.0));
+  for (int r = 0; r < runs; ++r) {
+    reset();
+    cfg.seed = cfg.sampling.seed = 1000 + static_cast<uint64_t>(r);
+    SpecStats st;
+    const auto out = speculative_generate_batch(*target, ts, *draft, ds, lasts, 4, cfg, {}, st);
+    for (int b = 0; b < B; ++b) freq[static_cast<size_t>(b)][static_cast<size_t>(bin(b, out[static_cast<size_t>(b)][0]))] += 1.0 / runs;
+  }
+  reset();
+  for (int b = 0; b < B; ++b) {
+    std::vector<double> want(6, 0.0);
+    for (int x = 0; x < vocab; ++x) want[static_cast<size_t>(bin(b, x))] += p0[static_cast<size_t>(b)][static_cast<size_t>(x)];
+    double tv = 0;
+    for (int i = 0; i < 6; ++i) tv += std::fabs(freq[static_cast<size_t>(b)][static_cast<size_t>(i)] - want[static_cast<size_t>(i)]);
+    EXPECT_LT(tv / 2, 0.03) << "sequence " << b;
+  }
+}
+
 TEST(SpecdecGenerate, ATreeAcceptsMoreTokensPerStepThanAChainOfTheSameDepth) {
   Pair m;
   m.reset();

@@ -657,6 +657,9 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
 
 namespace {
 
+// Sequence b's own seed in a batch: its draws independent of the others'.
+uint64_t sequence_seed(uint64_t seed, int b) { return b == 0 ? seed : random_bits(seed ^ 0xBA7Cull, static_cast<uint64_t>(b)); }
+
 // Controlled drafting's decision for drafted position `pos` (i-th draft of `step`): the target's
 // token with probability alpha, else another one.
 int32_t controlled_draft(const SpecConfig& cfg, int32_t want, int64_t pos, uint64_t step, int i, int vocab, uint64_t stream = 0) {
@@ -672,7 +675,10 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
                                                              const std::vector<int>& draft_seqs, const std::vector<int32_t>& lasts, int n,
                                                              const SpecConfig& cfg,
                                                              const std::vector<std::function<int32_t(int64_t)>>& truths, SpecStats& stats) {
-  if (!cfg.sampling.greedy() || cfg.source == DraftSource::Ngram) throw std::invalid_argument("batched speculative decoding: greedy, draft model");
+  if (cfg.source == DraftSource::Ngram) throw std::invalid_argument("batched speculative decoding drafts with a draft model");
+  check_sampled(cfg, false);
+  const bool sampled = !cfg.sampling.greedy();
+  if (cfg.record_batch) cfg.record_batch->assign(target_seqs.size(), {});
   const int B = static_cast<int>(target_seqs.size());
   const int tv = target.config().vocab, dv = draft.config().vocab;
   const size_t TV = static_cast<size_t>(tv), DV = static_cast<size_t>(dv);
@@ -700,6 +706,7 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
     }
     // ---- draft: the sequences still drafting at depth i run together ----
     std::vector<std::vector<int32_t>> drafts(static_cast<size_t>(A));
+    std::vector<std::vector<std::vector<float>>> qs(static_cast<size_t>(A));  // sampled: draft i's distribution, per sequence
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<int> sel;  // active indices drafting now; row r of dl is sel[r]'s (after the first pass: last rows)
     for (int a = 0; a < A; ++a)
@@ -726,9 +733,16 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
         for (size_t r = 0; r < sel.size(); ++r) {
           const int a = sel[r], b = act[static_cast<size_t>(a)];
           const int64_t pos = static_cast<int64_t>(out[static_cast<size_t>(b)].size()) + i;
-          const int32_t d = cfg.source == DraftSource::Controlled
-                                ? controlled_draft(cfg, truths[static_cast<size_t>(b)](pos), pos, step, i, tv, static_cast<uint64_t>(b))
-                                : argmax_row(&dl[row[r] * DV], std::min(dv, tv));
+          int32_t d;
+          if (cfg.source == DraftSource::Controlled) {
+            d = controlled_draft(cfg, truths[static_cast<size_t>(b)](pos), pos, step, i, tv, static_cast<uint64_t>(b));
+          } else if (sampled) {
+            std::vector<float>& q = qs[static_cast<size_t>(a)].emplace_back();
+            draft_distribution(&dl[row[r] * DV], dv, tv, cfg.sampling, q);
+            d = draw(q.data(), tv, model::sample_uniform(sequence_seed(cfg.seed, b) ^ 0xD1ull, step, i));
+          } else {
+            d = argmax_row(&dl[row[r] * DV], std::min(dv, tv));
+          }
           drafts[static_cast<size_t>(a)].push_back(d);
           if (i + 1 < ks[static_cast<size_t>(a)]) {
             next_sel.push_back(a);
@@ -768,10 +782,23 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
     ++stats.passes;
     for (int a = 0; a < A; ++a) {
       const int b = act[static_cast<size_t>(a)], k = ks[static_cast<size_t>(a)];
-      std::vector<int32_t> choice(static_cast<size_t>(k + 1)), emitted;
-      for (int i = 0; i <= k; ++i)
-        choice[static_cast<size_t>(i)] = argmax_row(&logits[static_cast<size_t>(first_row[static_cast<size_t>(a)] + i) * TV], tv);
-      const int j = verify_greedy(drafts[static_cast<size_t>(a)], choice, emitted);
+      const float* rows = &logits[static_cast<size_t>(first_row[static_cast<size_t>(a)]) * TV];
+      std::vector<int32_t> emitted;
+      int j;
+      if (sampled) {
+        // This sequence's chain by rejection sampling, with its own stream of uniforms.
+        SpecConfig own = cfg;
+        own.seed = sequence_seed(cfg.seed, b);
+        own.record_target = cfg.record_batch ? &(*cfg.record_batch)[static_cast<size_t>(b)] : nullptr;
+        std::vector<std::vector<float>>& q = qs[static_cast<size_t>(a)];
+        q.resize(static_cast<size_t>(k) + 1);
+        std::vector<int> path;
+        j = verify_logits_sampled(DraftTree::chain(drafts[static_cast<size_t>(a)]), rows, tv, own, &q, step, emitted, path);
+      } else {
+        std::vector<int32_t> choice(static_cast<size_t>(k + 1));
+        for (int i = 0; i <= k; ++i) choice[static_cast<size_t>(i)] = argmax_row(rows + static_cast<size_t>(i) * TV, tv);
+        j = verify_greedy(drafts[static_cast<size_t>(a)], choice, emitted);
+      }
       ++stats.steps;
       stats.drafted += k;
       stats.accepted += j;
@@ -798,7 +825,7 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
 }
 
 std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
-                                                                const std::vector<int32_t>& lasts, int n) {
+                                                                const std::vector<int32_t>& lasts, int n, const model::SamplingParams& sampling) {
   const int B = static_cast<int>(target_seqs.size()), tv = target.config().vocab;
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   std::vector<int32_t> in(static_cast<size_t>(B)), next(static_cast<size_t>(B));
@@ -806,6 +833,8 @@ std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& ta
   for (int i = 0; i < n; ++i) {
     model::StepOutput o;
     o.next = next.data();
+    o.sampling = sampling;
+    o.step = static_cast<uint64_t>(i);
     target.decode(target_seqs.data(), in.data(), B, o);
     for (int b = 0; b < B; ++b) {
       out[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);

@@ -120,6 +120,8 @@ struct SpecConfig {
   // (vocab wide) it was accepted or drawn against — what a row's gate compares with the target's
   // own distribution from a fresh prefill.
   std::vector<std::vector<float>>* record_target = nullptr;
+  // The same for batched sampled verification (speculative_generate_batch): per sequence.
+  std::vector<std::vector<std::vector<float>>>* record_batch = nullptr;
   uint64_t seed = 1;
 };
 
@@ -132,6 +134,9 @@ struct SpecStats {
   double draft_seconds = 0, verify_seconds = 0;
   int64_t draft_forward = 0;    // draft model forward calls
   int64_t tree_nodes = 0;       // tree drafting: candidate tokens verified (all branches)
+  // Lookahead decoding: tokens accepted along pool n-grams and along the Jacobi window's own
+  // columns, and the pool's n-grams at the end.
+  int64_t pool_accepted = 0, window_accepted = 0, pool_ngrams = 0;
   // Per-token acceptance α̂: accepted among the drafted tokens verification reached (the tokens
   // after a rejection are never tested). The α of the analytic model.
   double acceptance() const { return tested ? static_cast<double>(accepted) / static_cast<double>(tested) : 0; }
@@ -160,8 +165,9 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
                                                int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
                                                bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
 
-// Batched speculative decoding (greedy; draft model, controlled or model acceptance): the
-// sequences step together — each step drafts min(K, tokens left − 1) tokens for every unfinished
+// Batched speculative decoding (draft model; greedy with controlled or model acceptance, or
+// sampled with model acceptance: each sequence's chain by rejection sampling, its draws from a
+// stream of its own): the sequences step together — each step drafts min(K, tokens left − 1) tokens for every unfinished
 // sequence (the draft's pending tokens in one prefill_batch, then batched decode steps of the
 // sequences still drafting), verifies them all
 // in one target prefill_batch, and keeps each sequence's agreeing prefix plus the target's token.
@@ -170,9 +176,10 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
                                                              const std::vector<int>& draft_seqs, const std::vector<int32_t>& lasts, int n,
                                                              const SpecConfig& cfg,
                                                              const std::vector<std::function<int32_t(int64_t)>>& truths, SpecStats& stats);
-// The target alone on a batch: n decode steps of every sequence together (greedy).
+// The target alone on a batch: n decode steps of every sequence together (greedy, or sampled:
+// the engine draws row b of step i with the uniform of (seed, i, b)).
 std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
-                                                                const std::vector<int32_t>& lasts, int n);
+                                                                const std::vector<int32_t>& lasts, int n, const model::SamplingParams& sampling = {});
 
 // Parses a tree shape "3x2x1" (children per node at each depth, 1..16 each); empty when malformed.
 std::vector<int> parse_tree_shape(const std::string& shape);

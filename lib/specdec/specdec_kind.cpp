@@ -10,6 +10,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "model/decode_variants.h"
+#include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/texts.h"
 
@@ -66,13 +67,19 @@ KindInfo specdec_kind() {
       key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
                1.0, 16.0),
       key_spec("batch", ParamType::Int,
-               "autoregressive and draft_model: sequences decoded together (greedy); a batched step verifies every "
-               "sequence's drafts in one target pass",
+               "autoregressive and draft_model: sequences decoded together (greedy, or sampled with acceptance: model); a "
+               "batched step verifies every sequence's drafts in one target pass",
                Value(int64_t{1}), 1.0, 256.0),
       key_spec("temperature", ParamType::Float, "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)",
                Value(0.0), 0.0),
       key_spec("top_k", ParamType::Int, "sampling: keep the k most likely tokens (0: all)", Value(int64_t{0}), 0.0),
       key_spec("top_p", ParamType::Float, "sampling: keep the smallest set whose mass reaches p (1: all)", Value(1.0), 0.0, 1.0),
+      key_spec("lookahead_window", ParamType::Int, "lookahead: W, columns of the Jacobi window", Value(int64_t{5}), 1.0, 64.0),
+      key_spec("lookahead_ngram", ParamType::Int, "lookahead: N, the n-gram size (the window has N − 1 levels)", Value(int64_t{4}), 2.0, 16.0),
+      key_spec("lookahead_candidates", ParamType::Int, "lookahead: G, pool n-grams starting with the last token verified per step",
+               Value(int64_t{5}), 0.0, 64.0),
+      key_spec("lookahead_prompt", ParamType::Bool,
+               "lookahead: also pool the n-grams of the prompt and of the output so far (prompt lookup inside lookahead)", Value(false)),
   };
   // Keys every variant reads, then each one's own.
   auto with = [](std::vector<std::string> own) {
@@ -84,6 +91,7 @@ KindInfo specdec_kind() {
   const std::vector<std::string> ng = with({"k", "ngram_min", "ngram_max"});
   const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
   const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
+  const std::vector<std::string> la = with({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
   k.variants = {
       {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
       {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", dm},
@@ -98,13 +106,18 @@ KindInfo specdec_kind() {
       {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass", nt},
       {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
       {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
+      {"lookahead", Backend::Cuda,
+       "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
+       "produced, both verified in one target pass under a tree mask (greedy)",
+       la},
+      {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
   return k;
 }
 
 const KindRegistration registration(specdec_kind());
 
-enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree };
+enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree, Lookahead };
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -128,8 +141,8 @@ class SpecVariant : public Variant {
       if (p.text("acceptance") == "controlled") return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
       if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
     }
+    if (mode_ == Mode::Lookahead && p.number("temperature") > 0) return "lookahead rows verify greedily (temperature 0)";
     if (p.find("batch") && p.integer("batch") > 1) {
-      if (p.number("temperature") > 0) return "batched rows verify greedily";
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
     if (p.number("temperature") > 0) {
@@ -166,10 +179,17 @@ class SpecVariant : public Variant {
       cfg_.tree = parse_tree_shape(p.text("tree"));
       cfg_.k = static_cast<int>(cfg_.tree.size());
       cfg_.dynamic_nodes = static_cast<int>(p.integer("dynamic_nodes"));
-    } else if (mode_ != Mode::Autoregressive) {
+    } else if (mode_ != Mode::Autoregressive && mode_ != Mode::Lookahead) {
       cfg_.k = static_cast<int>(p.integer("k"));
     }
     if (mode_ == Mode::NgramTree) cfg_.branches = static_cast<int>(p.integer("branches"));
+    if (mode_ == Mode::Lookahead) {
+      la_.window = static_cast<int>(p.integer("lookahead_window"));
+      la_.ngram = static_cast<int>(p.integer("lookahead_ngram"));
+      la_.candidates = static_cast<int>(p.integer("lookahead_candidates"));
+      la_.prompt_pool = p.flag("lookahead_prompt");
+      la_.seed = seed;
+    }
     cfg_.seed = base_seed_ = seed;
     cfg_.sampling.temperature = static_cast<float>(p.number("temperature"));
     cfg_.sampling.top_k = static_cast<int>(p.integer("top_k"));
@@ -193,6 +213,7 @@ class SpecVariant : public Variant {
     if (mode_ == Mode::DraftTree)
       for (int w = 1, t = 0; t < static_cast<int>(cfg_.tree.size()); ++t) tree_nodes += w *= cfg_.tree[static_cast<size_t>(t)];
     if (cfg_.dynamic_nodes > 0) tree_nodes = std::max(tree_nodes, cfg_.dynamic_nodes + cfg_.k * cfg_.tree[0]);
+    if (mode_ == Mode::Lookahead) tree_nodes = lookahead_max_nodes(la_) + la_.window + la_.ngram;
     const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
@@ -210,7 +231,7 @@ class SpecVariant : public Variant {
     }
     reset();
     // The target's own greedy trajectory: the reference of the gate and Controlled's truth.
-    if (batch_ > 1) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    if (batch_ > 1 && cfg_.sampling.greedy()) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
     else if (!forced_ && cfg_.sampling.greedy()) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
     // Calibration: the target's decode step at this context and batch (c and v are relative to it).
     std::vector<double> t;
@@ -251,6 +272,7 @@ class SpecVariant : public Variant {
     std::vector<Metric> m;
     m.push_back({"target step", target_step_ * 1e3, "ms"});
     if (mode_ == Mode::Autoregressive) return m;
+    if (mode_ == Mode::Lookahead) return lookahead_metrics(m);
     const double steps = static_cast<double>(stats_.steps);
     const double passes = static_cast<double>(stats_.passes);  // one per step, or per batched step
     const double verify = passes > 0 ? stats_.verify_seconds / passes : 0;
@@ -297,43 +319,58 @@ class SpecVariant : public Variant {
   // corrupted cache gives ~0.5 and more). That the rejection sampling
   // preserves the distribution is proven by the unit tests (chi-square-style checks over many draws).
   Validation validate_sampled() {
-    std::vector<std::vector<float>> used;
-    if (mode_ != Mode::Autoregressive) cfg_.record_target = &used;
-    const std::vector<int32_t> out = generate();
-    cfg_.record_target = nullptr;
-    const int tv = target_->config().vocab, plen = static_cast<int>(prompt_.size());
-    const int cached = target_->length(tseq_), want = plen - 1 + n_;
-    if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
-    if (mode_ != Mode::Autoregressive && static_cast<int>(used.size()) != n_)
-      return {false, "recorded_rows", static_cast<double>(used.size()), static_cast<double>(n_), "target distributions recorded by verification"};
-    std::vector<int32_t> seq = prompt_;
-    for (int i = 0; i + 1 < n_; ++i) seq.push_back(out[static_cast<size_t>(i)] % tv);
-    for (auto& t : seq) t %= tv;
-    std::vector<float> fresh(static_cast<size_t>(n_) * static_cast<size_t>(tv)), pf(static_cast<size_t>(tv));
-    const int fs = target_->new_sequence(static_cast<int>(seq.size()) + 1);
-    model::StepOutput o;
-    o.logits = fresh.data();
-    target_->prefill(fs, seq.data(), static_cast<int>(seq.size()), n_, o);
-    target_->release(fs);
-    int64_t off = 0;
-    double worst = 0;
-    for (int i = 0; i < n_; ++i) {
-      model::sampling_distribution(&fresh[static_cast<size_t>(i) * static_cast<size_t>(tv)], tv, cfg_.sampling, pf.data());
-      const int32_t t = out[static_cast<size_t>(i)];
-      off += t < 0 || t >= tv || !(pf[static_cast<size_t>(t)] > 0);
-      if (used.empty()) continue;
-      double d = 0;
-      for (int x = 0; x < tv; ++x) d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - used[static_cast<size_t>(i)][static_cast<size_t>(x)]);
-      worst = std::max(worst, d / 2);
+    std::vector<std::vector<std::vector<float>>> used(static_cast<size_t>(batch_));
+    if (mode_ != Mode::Autoregressive) {
+      if (batch_ > 1) cfg_.record_batch = &used;
+      else cfg_.record_target = &used[0];
     }
+    const std::vector<std::vector<int32_t>> outs = batch_ > 1 ? generate_batch() : std::vector<std::vector<int32_t>>{generate()};
+    cfg_.record_target = nullptr;
+    cfg_.record_batch = nullptr;
     runs_ = 0;
     stats_ = {};
     cfg_.seed = cfg_.sampling.seed = base_seed_;
-    if (off > 0) return {false, "off_support", static_cast<double>(off), 0, fmt::format("of {} sampled tokens outside the target's distribution", n_)};
+    const int tv = target_->config().vocab;
+    int64_t off = 0;
+    double worst = 0;
+    for (int b = 0; b < batch_; ++b) {
+      const std::vector<int32_t>& prompt = batch_ > 1 ? bprompts_[static_cast<size_t>(b)] : prompt_;
+      const std::vector<int32_t>& out = outs[static_cast<size_t>(b)];
+      const std::vector<std::vector<float>>& rows = used[static_cast<size_t>(b)];
+      const int seq = batch_ > 1 ? btseqs_[static_cast<size_t>(b)] : tseq_;
+      const int cached = target_->length(seq), want = static_cast<int>(prompt.size()) - 1 + n_;
+      if (cached != want)
+        return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), fmt::format("the target's cache of sequence {} after generation", b)};
+      if (mode_ != Mode::Autoregressive && static_cast<int>(rows.size()) != n_)
+        return {false, "recorded_rows", static_cast<double>(rows.size()), static_cast<double>(n_),
+                fmt::format("target distributions recorded by verification of sequence {}", b)};
+      // The target's own distributions at every output position: one fresh prefill.
+      std::vector<int32_t> full = prompt;
+      for (int i = 0; i + 1 < n_; ++i) full.push_back(out[static_cast<size_t>(i)]);
+      for (auto& t : full) t %= tv;
+      std::vector<float> fresh(static_cast<size_t>(n_) * static_cast<size_t>(tv)), pf(static_cast<size_t>(tv));
+      const int fs = target_->new_sequence(static_cast<int>(full.size()) + 1);
+      model::StepOutput o;
+      o.logits = fresh.data();
+      target_->prefill(fs, full.data(), static_cast<int>(full.size()), n_, o);
+      target_->release(fs);
+      for (int i = 0; i < n_; ++i) {
+        model::sampling_distribution(&fresh[static_cast<size_t>(i) * static_cast<size_t>(tv)], tv, cfg_.sampling, pf.data());
+        const int32_t t = out[static_cast<size_t>(i)];
+        off += t < 0 || t >= tv || !(pf[static_cast<size_t>(t)] > 0);
+        if (rows.empty()) continue;
+        double d = 0;
+        for (int x = 0; x < tv; ++x) d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - rows[static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        worst = std::max(worst, d / 2);
+      }
+    }
+    const int64_t total = static_cast<int64_t>(batch_) * n_;
+    const std::string what = batch_ > 1 ? fmt::format("{} sequences × {} sampled tokens", batch_, n_) : fmt::format("{} sampled tokens", n_);
+    if (off > 0) return {false, "off_support", static_cast<double>(off), 0, fmt::format("of {} sampled tokens outside the target's distribution", total)};
+    if (mode_ == Mode::Autoregressive) return {true, "off_support", 0, 0, fmt::format("{}, all in the target's distribution (fresh prefill)", what)};
     const double tol = gpu_ ? 0.15 : 1e-3;
-    if (used.empty()) return {true, "off_support", 0, 0, fmt::format("{} sampled tokens, all in the target's distribution (fresh prefill)", n_)};
     return {worst <= tol, "tv_target", worst, tol,
-            fmt::format("{} sampled tokens in support; max total variation of the verification's target distributions vs a fresh prefill", n_)};
+            fmt::format("{} in support; max total variation of the verification's target distributions vs a fresh prefill", what)};
   }
 
   // Batched rows: every sequence's output equals its own greedy trajectory, every cache the
@@ -361,7 +398,7 @@ class SpecVariant : public Variant {
   }
   std::vector<std::vector<int32_t>> generate_batch() {
     reset();
-    if (mode_ == Mode::Autoregressive) return autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    if (mode_ == Mode::Autoregressive) return autoregressive_generate_batch(*target_, btseqs_, lasts(), n_, cfg_.sampling);
     std::vector<std::function<int32_t(int64_t)>> truths;
     for (int b = 0; b < batch_; ++b)
       truths.push_back([this, b](int64_t i) {
@@ -369,6 +406,22 @@ class SpecVariant : public Variant {
         return tr.empty() ? 0 : tr[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(tr.size()) - 1))];
       });
     return speculative_generate_batch(*target_, btseqs_, *draft_, bdseqs_, lasts(), n_, cfg_, truths, stats_);
+  }
+
+  // Lookahead rows: no drafted-token acceptance (every node is a candidate); where the accepted
+  // tokens came from instead, the pool's size, and the host's bookkeeping per step.
+  std::vector<Metric> lookahead_metrics(std::vector<Metric> m) const {
+    const double steps = static_cast<double>(stats_.steps), acc = static_cast<double>(stats_.accepted);
+    const double verify = steps > 0 ? stats_.verify_seconds / steps : 0;
+    m.push_back({"tokens/step", stats_.tokens_per_step(), ""});
+    m.push_back({"tree nodes", steps > 0 ? static_cast<double>(stats_.tree_nodes) / steps : 0, ""});
+    m.push_back({"verify", verify * 1e3, "ms"});
+    m.push_back({"v", verify / target_step_, ""});
+    m.push_back({"from pool", acc > 0 ? 100.0 * static_cast<double>(stats_.pool_accepted) / acc : 0, "%"});
+    m.push_back({"from window", acc > 0 ? 100.0 * static_cast<double>(stats_.window_accepted) / acc : 0, "%"});
+    m.push_back({"pool n-grams", static_cast<double>(stats_.pool_ngrams), ""});
+    m.push_back({"bookkeeping", steps > 0 ? stats_.draft_seconds / steps * 1e3 : 0, "ms"});
+    return m;
   }
 
   bool tree() const { return mode_ == Mode::DraftTree || mode_ == Mode::NgramTree; }
@@ -404,6 +457,7 @@ class SpecVariant : public Variant {
     };
     if (mode_ == Mode::Autoregressive) return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, cfg_.sampling, truth, forced_);
     std::vector<int32_t> history = prompt_;
+    if (mode_ == Mode::Lookahead) return lookahead_generate(*target_, tseq_, prompt_.back(), n_, la_, truth, forced_, history, stats_);
     if (tree())
       return speculative_generate_tree(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
     return speculative_generate(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
@@ -412,6 +466,7 @@ class SpecVariant : public Variant {
   Backend backend_;
   Mode mode_;
   SpecConfig cfg_;
+  LookaheadConfig la_;
   std::unique_ptr<model::Model> target_, draft_;
   int tseq_ = -1, dseq_ = -1, n_ = 0, batch_ = 1;
   std::vector<std::vector<int32_t>> bprompts_, btruths_;  // batch > 1: every sequence's prompt and greedy trajectory
@@ -435,12 +490,14 @@ IB_SPEC_VARIANT(CpuDraftModel, Backend::Cpu, Mode::DraftModel, "cpu_draft_model"
 IB_SPEC_VARIANT(CpuNgram, Backend::Cpu, Mode::Ngram, "cpu_ngram");
 IB_SPEC_VARIANT(CpuDraftTree, Backend::Cpu, Mode::DraftTree, "cpu_draft_tree");
 IB_SPEC_VARIANT(CpuNgramTree, Backend::Cpu, Mode::NgramTree, "cpu_ngram_tree");
+IB_SPEC_VARIANT(CpuLookahead, Backend::Cpu, Mode::Lookahead, "cpu_lookahead");
 #if defined(INFER_BENCH_HAVE_CUDA_MODEL)
 IB_SPEC_VARIANT(CudaAutoregressive, Backend::Cuda, Mode::Autoregressive, "autoregressive");
 IB_SPEC_VARIANT(CudaDraftModel, Backend::Cuda, Mode::DraftModel, "draft_model");
 IB_SPEC_VARIANT(CudaNgram, Backend::Cuda, Mode::Ngram, "ngram");
 IB_SPEC_VARIANT(CudaDraftTree, Backend::Cuda, Mode::DraftTree, "draft_tree");
 IB_SPEC_VARIANT(CudaNgramTree, Backend::Cuda, Mode::NgramTree, "ngram_tree");
+IB_SPEC_VARIANT(CudaLookahead, Backend::Cuda, Mode::Lookahead, "lookahead");
 #endif
 
 }  // namespace

@@ -366,6 +366,45 @@ TEST(GpuModel, TreeVerificationMatchesTheCpu) {
   }
 }
 
+// The tree of a lookahead decoding step (specdec/lookahead.h): the root, two pool n-grams under
+// it, and a Jacobi window of W = 8 columns × 3 levels — level 0 a chain after the root, each
+// column a chain down the levels — so rows sit up to 11 deep. Every row's logits match the CPU,
+// and keeping a path through the window (root, level 0 columns 1–2, then column 2 down the levels)
+// leaves a cache that decodes like the CPU's.
+TEST(GpuModel, LookaheadTreeMatchesTheCpu) {
+  REQUIRE_GPU();
+  constexpr int W = 8, levels = 3;
+  std::vector<int32_t> tok = {7, 3, 4, 5, 3, 6}, parent = {-1, 0, 1, 2, 0, 4};
+  std::vector<std::vector<int>> node(levels, std::vector<int>(W, 0));
+  for (int j = 0; j < levels; ++j)
+    for (int c = 0; c < W; ++c) {
+      if (j == 0 && c == 0) continue;  // the root
+      node[j][c] = static_cast<int>(tok.size());
+      tok.push_back(10 + 3 * j + 5 * c);
+      parent.push_back(j == 0 ? node[0][c - 1] : node[j - 1][c]);
+    }
+  const int n = static_cast<int>(tok.size());
+  const std::vector<int> keep = {0, node[0][1], node[0][2], node[1][2], node[2][2]};
+  for (const ModelConfig& c : {P("tiny-gqa"), with_head_dim(128)}) {
+    Engines e(c, 23);
+    const auto p = prompt(c.vocab, 90, 17);
+    const int sc = e.cpu->new_sequence(90 + n + 4), sg = e.gpu->new_sequence(90 + n + 4);
+    prefill_logits(*e.cpu, sc, p, 1);
+    prefill_logits(*e.gpu, sg, p, 1);
+    std::vector<float> want(static_cast<size_t>(n) * e.vocab()), got(static_cast<size_t>(n) * e.vocab());
+    e.cpu->prefill_tree(sc, tok.data(), parent.data(), n, {want.data()});
+    e.gpu->prefill_tree(sg, tok.data(), parent.data(), n, {got.data()});
+    ASSERT_TRUE(all_finite(got)) << c.name;
+    for (int i = 0; i < n; ++i)
+      EXPECT_LT(rel_l2(got.data() + static_cast<size_t>(i) * e.vocab(), want.data() + static_cast<size_t>(i) * e.vocab(), e.vocab()), 2e-2)
+          << c.name << " node " << i;
+    e.cpu->keep_tree_path(sc, keep);
+    e.gpu->keep_tree_path(sg, keep);
+    EXPECT_EQ(e.gpu->length(sg), 90 + 5);
+    EXPECT_LT(rel_l2(decode_logits(*e.gpu, {sg}, {9}), decode_logits(*e.cpu, {sc}, {9})), 2e-2) << c.name;
+  }
+}
+
 TEST(GpuModel, CudaGraphsOnAndOffGiveTheSameTokens) {
   REQUIRE_GPU();
   for (const ModelConfig& c : {P("tiny-gqa"), with_head_dim(128)}) {

@@ -8,6 +8,7 @@
 
 #include "model/decode_variants.h"
 #include "model/model.h"
+#include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/texts.h"
 
@@ -423,6 +424,112 @@ TEST(SpecdecGenerate, BatchedSpeculationGivesEachSequenceItsOwnTokens) {
   }
 }
 
+// Batched sampled speculation: each sequence's chain is verified by rejection sampling against
+// its own rows of the batched pass, with its own stream of uniforms. The distributions the
+// verification used are the target's own at every position (a fresh prefill), and each
+// sequence's first token follows the target's sampling distribution over many seeds (counted in
+// six bins: the target's five most likely tokens and the rest). The draft (other weights) is
+// accepted part of the time, so a wrong q or p row moves the first token's distribution.
+TEST(SpecdecGenerate, BatchedSampledVerificationFollowsEachSequencesTarget) {
+  const model::ModelConfig c = *model::preset("tiny");
+  auto target = model::make_cpu_model(c, *model::random_weights(c, 1));
+  auto draft = model::make_cpu_model(c, *model::random_weights(c, 2));
+  const int B = 2, vocab = c.vocab;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> ts, ds;
+  std::vector<int32_t> lasts;
+  for (int b = 0; b < B; ++b) {
+    prompts.push_back(model::random_prompt(vocab, 10 + 5 * b, 60 + static_cast<uint64_t>(b)));
+    ts.push_back(target->new_sequence(128));
+    ds.push_back(draft->new_sequence(128));
+    lasts.push_back(prompts.back().back());
+    const auto& p = prompts.back();
+    target->prefill(ts.back(), p.data(), static_cast<int>(p.size()) - 1, 1, {});
+    draft->prefill(ds.back(), p.data(), static_cast<int>(p.size()) - 1, 1, {});
+  }
+  auto reset = [&] {
+    for (int b = 0; b < B; ++b) {
+      const int keep = static_cast<int>(prompts[static_cast<size_t>(b)].size()) - 1;
+      target->truncate(ts[static_cast<size_t>(b)], keep);
+      draft->truncate(ds[static_cast<size_t>(b)], keep);
+    }
+  };
+  SpecConfig cfg;
+  cfg.k = 3;
+  cfg.source = DraftSource::Model;
+  cfg.sampling.temperature = 1.5f;
+  // The target's distribution after position i of a sequence, from one prefill.
+  auto fresh_rows = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& out, int n) {
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), out.begin(), out.begin() + (n - 1));
+    std::vector<float> logits(static_cast<size_t>(n) * static_cast<size_t>(vocab)), rows(logits.size());
+    const int s = target->new_sequence(static_cast<int>(full.size()) + 1);
+    model::StepOutput o;
+    o.logits = logits.data();
+    target->prefill(s, full.data(), static_cast<int>(full.size()), n, o);
+    target->release(s);
+    for (int i = 0; i < n; ++i)
+      model::sampling_distribution(&logits[static_cast<size_t>(i) * static_cast<size_t>(vocab)], vocab, cfg.sampling,
+                                   &rows[static_cast<size_t>(i) * static_cast<size_t>(vocab)]);
+    return rows;
+  };
+  {
+    const int n = 20;
+    std::vector<std::vector<std::vector<float>>> used;
+    cfg.record_batch = &used;
+    SpecStats st;
+    const auto out = speculative_generate_batch(*target, ts, *draft, ds, lasts, n, cfg, {}, st);
+    cfg.record_batch = nullptr;
+    ASSERT_EQ(used.size(), static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      const auto& prompt = prompts[static_cast<size_t>(b)];
+      EXPECT_EQ(target->length(ts[static_cast<size_t>(b)]), static_cast<int>(prompt.size()) - 1 + n);
+      ASSERT_EQ(used[static_cast<size_t>(b)].size(), static_cast<size_t>(n));
+      const auto rows = fresh_rows(prompt, out[static_cast<size_t>(b)], n);
+      for (int i = 0; i < n; ++i) {
+        const float* want = &rows[static_cast<size_t>(i) * static_cast<size_t>(vocab)];
+        double tv = 0;
+        for (int x = 0; x < vocab; ++x) tv += std::fabs(static_cast<double>(want[x]) - used[static_cast<size_t>(b)][static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        EXPECT_LT(tv / 2, 1e-4) << b << " " << i;
+      }
+    }
+    EXPECT_GT(st.accepted, 0);
+    EXPECT_LT(st.accepted, st.drafted);  // both branches of the rejection sampling ran
+  }
+  // The first token of each sequence over many seeds, K = 3 drafts each.
+  const int runs = 4000;
+  std::vector<std::vector<float>> p0;
+  std::vector<std::vector<int32_t>> top(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    p0.push_back(fresh_rows(prompts[static_cast<size_t>(b)], {}, 1));
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    for (int x = 0; x < vocab; ++x) idx[static_cast<size_t>(x)] = x;
+    const auto& p = p0.back();
+    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t u, int32_t v) { return p[static_cast<size_t>(u)] > p[static_cast<size_t>(v)]; });
+    top[static_cast<size_t>(b)].assign(idx.begin(), idx.begin() + 5);
+  }
+  auto bin = [&](int b, int32_t t) {
+    const auto& tb = top[static_cast<size_t>(b)];
+    return static_cast<int>(std::find(tb.begin(), tb.end(), t) - tb.begin());  // 5: the rest
+  };
+  std::vector<std::vector<double>> freq(static_cast<size_t>(B), std::vector<double>(6, 0.0));
+  for (int r = 0; r < runs; ++r) {
+    reset();
+    cfg.seed = cfg.sampling.seed = 1000 + static_cast<uint64_t>(r);
+    SpecStats st;
+    const auto out = speculative_generate_batch(*target, ts, *draft, ds, lasts, 4, cfg, {}, st);
+    for (int b = 0; b < B; ++b) freq[static_cast<size_t>(b)][static_cast<size_t>(bin(b, out[static_cast<size_t>(b)][0]))] += 1.0 / runs;
+  }
+  reset();
+  for (int b = 0; b < B; ++b) {
+    std::vector<double> want(6, 0.0);
+    for (int x = 0; x < vocab; ++x) want[static_cast<size_t>(bin(b, x))] += p0[static_cast<size_t>(b)][static_cast<size_t>(x)];
+    double tv = 0;
+    for (int i = 0; i < 6; ++i) tv += std::fabs(freq[static_cast<size_t>(b)][static_cast<size_t>(i)] - want[static_cast<size_t>(i)]);
+    EXPECT_LT(tv / 2, 0.03) << "sequence " << b;
+  }
+}
+
 TEST(SpecdecGenerate, ATreeAcceptsMoreTokensPerStepThanAChainOfTheSameDepth) {
   Pair m;
   m.reset();
@@ -519,6 +626,113 @@ TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) 
       for (int t = 0; t < V; ++t) d += std::fabs(pf[static_cast<size_t>(t)] - used[static_cast<size_t>(i)][static_cast<size_t>(t)]);
       EXPECT_LT(d / 2, 1e-4) << cs.name << " position " << i;
       EXPECT_GT(pf[static_cast<size_t>(last_out[static_cast<size_t>(i)])], 0.0f) << cs.name << " position " << i;
+    }
+  }
+}
+
+TEST(SpecdecLookahead, PoolKeepsTheMostRecentDistinctNgramsPerFirstToken) {
+  NgramPool pool(3, 2);
+  const int32_t a[] = {1, 2}, b[] = {3, 4}, c[] = {5, 6};
+  pool.add(7, a);
+  pool.add(7, b);
+  pool.add(7, a);  // already there: moves to the front, not added twice
+  EXPECT_EQ(pool.size(), 2);
+  ASSERT_EQ(pool.candidates(7).size(), 2u);
+  EXPECT_EQ(pool.candidates(7)[0], (std::vector<int32_t>{1, 2}));
+  pool.add(7, c);  // past capacity the oldest ({3, 4}) goes
+  EXPECT_EQ(pool.size(), 2);
+  EXPECT_EQ(pool.candidates(7)[0], (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(pool.candidates(7)[1], (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(pool.candidates(8).empty());
+  // From a history: every 3-gram, then only those ending in the fresh tokens.
+  NgramPool h(3, 4);
+  std::vector<int32_t> hist = {10, 11, 12, 13};
+  h.add_history(hist, 4);
+  EXPECT_EQ(h.size(), 2);  // 10 11 12, 11 12 13
+  hist.push_back(14);
+  h.add_history(hist, 1);
+  EXPECT_EQ(h.size(), 3);
+  EXPECT_EQ(h.candidates(12)[0], (std::vector<int32_t>{13, 14}));
+}
+
+TEST(SpecdecLookahead, LongestVerificationTakesTheDeepestPathOfTheTargetsChoices) {
+  // Root's children: node 0 (5) and node 2 (5) both match; node 0's path stops at node 1, node 2's
+  // goes on through 3 and 4. A first-match walk would stop after two tokens.
+  DraftTree t;
+  t.tokens = {5, 9, 5, 6, 7, 6};
+  t.parents = {-1, 0, -1, 2, 3, 0};
+  // choice[0] after the root, choice[1 + i] after node i.
+  const std::vector<int32_t> choice = {5, 6, 0, 6, 7, 8, 0};
+  std::vector<int32_t> emitted;
+  std::vector<int> path;
+  EXPECT_EQ(verify_tree_longest(t, choice, emitted, path, 10), 3);
+  EXPECT_EQ(path, (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(emitted, (std::vector<int32_t>{5, 6, 7, 8}));
+  // Capped at depth 2 the tie between nodes 5 and 3 goes to the lower index.
+  emitted.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_longest(t, choice, emitted, path, 2), 2);
+  EXPECT_EQ(path, (std::vector<int>{2, 3}));
+  EXPECT_EQ(emitted, (std::vector<int32_t>{5, 6, 7}));
+  // Nothing matches: the target's own token alone.
+  emitted.clear();
+  path.clear();
+  EXPECT_EQ(verify_tree_longest(t, {1, 0, 0, 0, 0, 0, 0}, emitted, path, 10), 0);
+  EXPECT_EQ(emitted, (std::vector<int32_t>{1}));
+}
+
+// Lookahead decoding on the tiny model: whatever the window, n-gram size and pool, the output is
+// the target's greedy decoding and the cache ends at prompt + output.
+TEST(SpecdecLookahead, OutputIsExactlyTheTargets) {
+  Pair m;
+  m.reset();
+  const auto reference = autoregressive_generate(*m.target, m.ts, m.prompt.back(), 80, {}, {}, false);
+  struct Case {
+    int w, n, g;
+    bool prompt_pool;
+  };
+  for (const Case& cs : {Case{5, 4, 5, false}, Case{1, 2, 0, false}, Case{4, 2, 3, false}, Case{7, 5, 7, true}, Case{3, 3, 0, true}}) {
+    m.reset();
+    LookaheadConfig cfg;
+    cfg.window = cs.w;
+    cfg.ngram = cs.n;
+    cfg.candidates = cs.g;
+    cfg.prompt_pool = cs.prompt_pool;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = lookahead_generate(*m.target, m.ts, m.prompt.back(), 80, cfg, {}, false, history, st);
+    EXPECT_EQ(out, reference) << "W " << cs.w << " N " << cs.n << " G " << cs.g;
+    EXPECT_EQ(m.target->length(m.ts), 23 + 80);
+    EXPECT_EQ(history.size(), m.prompt.size() + 80);
+    EXPECT_EQ(st.emitted, 80);
+    EXPECT_EQ(st.accepted + st.steps, 80);  // every step: its accepted tokens and the target's own
+    EXPECT_LE(st.tree_nodes, static_cast<int64_t>(lookahead_max_nodes(cfg)) * st.steps);
+    EXPECT_GT(st.pool_ngrams, 0);
+  }
+}
+
+// A forced text that repeats its prompt: with the prompt's n-grams in the pool the verification
+// branch accepts several tokens a step (prompt lookup inside lookahead decoding); without them
+// the window's model n-grams cannot predict a text the model does not write.
+TEST(SpecdecLookahead, PromptPoolAcceptsARepeatedText) {
+  Pair m;
+  std::vector<int32_t> text = m.prompt;
+  for (int r = 0; r < 3; ++r) text.insert(text.end(), m.prompt.begin(), m.prompt.end());
+  auto truth = [&](int64_t i) { return text[static_cast<size_t>(i)]; };
+  for (bool prompt_pool : {false, true}) {
+    m.reset();
+    LookaheadConfig cfg;
+    cfg.prompt_pool = prompt_pool;
+    std::vector<int32_t> history = m.prompt;
+    SpecStats st;
+    const auto out = lookahead_generate(*m.target, m.ts, m.prompt.back(), 60, cfg, truth, true, history, st);
+    EXPECT_EQ(out, std::vector<int32_t>(text.begin(), text.begin() + 60));
+    EXPECT_EQ(m.target->length(m.ts), 23 + 60);
+    if (prompt_pool) {
+      EXPECT_GT(st.tokens_per_step(), 3.0);
+      EXPECT_GT(st.pool_accepted, 30);
+    } else {
+      EXPECT_LT(st.tokens_per_step(), 1.5);
     }
   }
 }

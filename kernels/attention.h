@@ -19,13 +19,13 @@ struct AttentionParams {
   int batch = 1, heads = 1, kv_heads = 1, head_dim = 128, seq_q = 1, seq_k = 1;
   // Causal, aligned bottom-right as in FlashAttention-2: query i sees keys j <= i + seq_k - seq_q.
   bool causal = false;
-  // FlashAttention-2 only, with causal: a sliding window of this many keys — query i sees keys
+  // flash2 and flash3 only, with causal: a sliding window of this many keys — query i sees keys
   // i + seq_k − seq_q − window < j <= i + seq_k − seq_q (Mistral: the last `window` positions,
   // its own included). 0: no window.
   int window = 0;
   float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
   bool fp16 = false;   // element type of q, k, v, o: fp16 when true, bf16 otherwise
-  // FlashAttention-2 only: elements between consecutive kv heads and batch entries of k and v
+  // flash2 and flash3 only: elements between consecutive kv heads and batch entries of k and v
   // (rows within a head stay contiguous, head_dim apart), so k and v can be views into a KV cache
   // of larger capacity. 0 means contiguous: seq_k·head_dim and kv_heads·seq_k·head_dim.
   int64_t k_head_stride = 0, v_head_stride = 0;
@@ -53,5 +53,23 @@ void launch_flash1(const AttentionParams& p, float* workspace, cudaStream_t stre
 // the rescale deferred to the end, fully masked causal tiles skipped. No workspace. ---
 std::string flash2_unsupported(const AttentionParams& p);  // "" when supported
 void launch_flash2(const AttentionParams& p, cudaStream_t stream);
+
+// What flash2 and flash3 both need of a problem ("" when it is fine); `kernel` names the kernel
+// in the reason: head_dim 64/128, scale > 0, causal windows, grid limits, 16-byte alignment, strides.
+std::string fused_attention_problem(const AttentionParams& p, const char* kernel);
+
+// --- FlashAttention-3 structure, Hopper only (sm_90a: wgmma, TMA, setmaxnreg): a producer warp
+// loads Q once and K/V tiles of 128 keys through a two-stage shared-memory ring with TMA
+// (mbarrier handshakes); two consumer warpgroups of 64 query rows each compute S = Q·Kᵀ and
+// O += P·V with wgmma, P staying in registers, online softmax in fp32; the softmax of tile j
+// overlaps the P·V wgmma of tile j − 1. Same problems as flash2 (strides, windows, GQA), on an
+// sm_90 device only. No workspace. See kernels/attention_flash3.cu. ---
+std::string flash3_unsupported(const AttentionParams& p);  // "" when supported (queries the current device)
+void launch_flash3(const AttentionParams& p, cudaStream_t stream);
+// For the staged GPU tests: Serial issues S = Q·Kᵀ and O += P·V one after the other (no overlap
+// of the softmax with the P·V wgmma), so a wrong result that only Overlapped shows is a pipeline
+// bug, not a layout bug. Serial is built for bf16 only.
+enum class Flash3Schedule { Overlapped, Serial };
+void launch_flash3_schedule(const AttentionParams& p, cudaStream_t stream, Flash3Schedule schedule);
 
 }  // namespace ib

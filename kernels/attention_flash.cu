@@ -13,6 +13,7 @@
 
 #include "attention.h"
 #include "element.cuh"
+#include "flash_common.cuh"
 #include "attention/online_softmax.h"
 #include "core/cuda_check.h"
 
@@ -348,27 +349,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
   }
 }
 
-// Two floats as one register of element pairs: lo in bits 0..15 (the lower column index).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);  // .x = lo is the low half
-    memcpy(&r, &v, sizeof r);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, sizeof r);
-  }
-  return r;
-}
-
-// 2^x; ex2.approx.ftz gives exactly 0 for x = -inf.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Byte offset of 16-byte chunk c of row r in a swizzled tile with D-element rows.
 template <int D>
 __device__ __forceinline__ uint32_t swz(int r, int c) {
@@ -532,15 +512,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
     float ms[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      // A row with no visible key so far keeps max -inf: use 0 as its offset so that
-      // exp2(-inf − offset) is 0, never exp2(-inf + inf) = NaN. The old max is -inf exactly
-      // when nothing was accumulated (alpha = 0 then multiplies zeros).
-      ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * sl2;
-      const float alpha = exp2_approx(fmaf(row_max[r], sl2, -ms[r]));
-      row_max[r] = mx[r];
-      row_sum[r] *= alpha;
+      const float alpha = online_softmax_rescale(row_max[r], row_sum[r], quad_max(mx[r]), sl2, &ms[r]);
 #pragma unroll
       for (int n = 0; n < kDTiles; ++n) {
         acc_o[n][2 * r] *= alpha;
@@ -625,9 +597,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_sum(row_sum[r]);
     inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: the row saw no key, output 0
   }
   unsigned char* stage = reinterpret_cast<unsigned char*>(f2_smem);
@@ -708,23 +678,26 @@ void launch_flash1(const AttentionParams& p, float* workspace, cudaStream_t stre
   }
 }
 
-std::string flash2_unsupported(const AttentionParams& p) {
-  if (std::string why = common_problem(p, "flash2"); !why.empty()) return why;
+std::string fused_attention_problem(const AttentionParams& p, const char* kernel) {
+  if (std::string why = common_problem(p, kernel); !why.empty()) return why;
+  const std::string k = kernel;
   // The max is taken on raw scores and masked scores are -inf·scale: both need scale > 0.
-  if (!(p.scale > 0.0f)) return "flash2 needs a positive softmax scale";
-  if (p.window < 0 || (p.window > 0 && !p.causal)) return "flash2's sliding window needs causal attention and window >= 0";
-  if (p.heads > 65535 || p.batch > 65535) return "flash2 supports heads and batch up to 65535 (grid y, z)";
-  // 16-byte cp.async and stores (cudaMalloc'd buffers always qualify; null = not allocated yet).
+  if (!(p.scale > 0.0f)) return k + " needs a positive softmax scale";
+  if (p.window < 0 || (p.window > 0 && !p.causal)) return k + "'s sliding window needs causal attention and window >= 0";
+  if (p.heads > 65535 || p.batch > 65535) return k + " supports heads and batch up to 65535 (grid y, z)";
+  // 16-byte copies and stores (cudaMalloc'd buffers always qualify; null = not allocated yet).
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.o)})
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "flash2 needs 16-byte aligned q, k, v and o";
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return k + " needs 16-byte aligned q, k, v and o";
   // Every head's rows must start 16-byte aligned too, and the strides must not overlap a head's rows.
   for (int64_t s : {p.k_head_stride, p.v_head_stride, p.k_batch_stride, p.v_batch_stride})
-    if (s < 0 || s % 8 != 0) return "flash2 needs k/v strides that are non-negative multiples of 8 elements";
+    if (s < 0 || s % 8 != 0) return k + " needs k/v strides that are non-negative multiples of 8 elements";
   const int64_t head = int64_t{p.seq_k} * p.head_dim;
   if ((p.k_head_stride && p.k_head_stride < head) || (p.v_head_stride && p.v_head_stride < head))
-    return "flash2 needs k/v head strides of at least seq_k·head_dim";
+    return k + " needs k/v head strides of at least seq_k·head_dim";
   return {};
 }
+
+std::string flash2_unsupported(const AttentionParams& p) { return fused_attention_problem(p, "flash2"); }
 
 void launch_flash2(const AttentionParams& p, cudaStream_t stream) {
   if (std::string why = flash2_unsupported(p); !why.empty()) throw std::invalid_argument(why);

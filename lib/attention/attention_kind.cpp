@@ -59,6 +59,12 @@ KindInfo attention_kind() {
        "FlashAttention-2 structure: blocks over query tiles × heads × batch, Q in registers, K/V tiles double-buffered "
        "through shared memory (cp.async), mma.sync m16n8k16 tensor cores, deferred rescaling, causal tiles skipped",
        shape},
+      {"flash3", Backend::Cuda,
+       "FlashAttention-3 structure, Hopper (sm_90) only: a producer warp loads K/V tiles with TMA into a two-stage "
+       "shared-memory ring (mbarriers), two consumer warpgroups run wgmma (S = Q·Kᵀ from shared memory, O += P·V with "
+       "P in registers) and the online softmax, the softmax of one tile overlapping the P·V of the previous; "
+       "unsupported on other GPUs",
+       shape},
       {"torch_sdpa", Backend::Cuda, "torch's own choice of SDPA backend (the note says which it picked). " + torch_doc, peer},
       {"torch_sdpa_flash", Backend::Cuda, "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)", peer},
       {"torch_sdpa_cudnn", Backend::Cuda, "torch SDPA forced to its cuDNN backend", peer},

@@ -1,6 +1,6 @@
 // CUDA variants of `attention`: standard (cuBLAS + our softmax kernel), flash1 and flash2 (our
-// fused kernels, kernels/attention_flash.cu). Inputs are filled on the device with the same
-// counter-based values the CPU reference regenerates.
+// fused kernels, kernels/attention_flash.cu), flash3 (Hopper only, kernels/attention_flash3.cu).
+// Inputs are filled on the device with the same counter-based values the CPU reference regenerates.
 #include <cstring>
 #include <vector>
 
@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "attention.h"
+#include "attention/cuda_params.h"
 #include "attention/problem.h"
 #include "attention/variant_common.h"
 #include "core/cublas.h"
@@ -80,20 +81,7 @@ class CudaAttention : public Variant {
  protected:
   virtual std::string kernel_unsupported(const AttentionParams&) const { return {}; }
   virtual void allocate_workspace() {}
-  static AttentionParams params_of(const AttentionShape& s) {
-    AttentionParams a;
-    a.batch = s.batch;
-    a.heads = s.heads;
-    a.kv_heads = s.kv_heads;
-    a.head_dim = s.head_dim;
-    a.seq_q = s.seq_q;
-    a.seq_k = s.seq_k;
-    a.causal = s.causal;
-    a.window = s.causal ? s.window : 0;
-    a.scale = static_cast<float>(s.scale());
-    a.fp16 = s.dtype == DType::F16;
-    return a;
-  }
+  static AttentionParams params_of(const AttentionShape& s) { return attention_params(s); }
 
   AttentionShape s_;
   AttentionInputs in_;
@@ -157,17 +145,22 @@ class Flash1 : public CudaAttention {
   DeviceBuffer<float> workspace_;
 };
 
-class Flash2 : public CudaAttention {
+// A fused kernel without workspace: its launcher and the reason it refuses a problem.
+template <void (*Launch)(const AttentionParams&, cudaStream_t), std::string (*Unsupported)(const AttentionParams&)>
+class FusedAttention : public CudaAttention {
  public:
-  void run(BackendRuntime& rt) override { launch_flash2(params_, stream_of(rt)); }
+  void run(BackendRuntime& rt) override { Launch(params_, stream_of(rt)); }
 
  protected:
-  std::string kernel_unsupported(const AttentionParams& p) const override { return flash2_unsupported(p); }
+  std::string kernel_unsupported(const AttentionParams& p) const override { return Unsupported(p); }
 };
+using Flash2 = FusedAttention<launch_flash2, flash2_unsupported>;
+using Flash3 = FusedAttention<launch_flash3, flash3_unsupported>;  // Hopper only: unsupported elsewhere
 
 IB_REGISTER_VARIANT("attention", "standard", Standard);
 IB_REGISTER_VARIANT("attention", "flash1", Flash1);
 IB_REGISTER_VARIANT("attention", "flash2", Flash2);
+IB_REGISTER_VARIANT("attention", "flash3", Flash3);
 
 }  // namespace
 }  // namespace ib::attention

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "../common/run_kind.h"
+#include "device_vectors.h"
 #include "require_gpu.h"
 #include "test_stream.h"
 
@@ -133,20 +134,8 @@ TEST(GpuKvDecode, UnsupportedHeadDimIsSaidSo) {
 // ---- the kernels directly ----
 
 using ib::testing::TestStream;
-
-template <class T>
-DeviceBuffer<T> to_device(const std::vector<T>& v) {
-  DeviceBuffer<T> d(v.size(), "test");
-  IB_CUDA_CHECK(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer<T>& d) {
-  std::vector<T> v(d.size());
-  IB_CUDA_CHECK(cudaMemcpy(v.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
+using ib::testing::to_device;
+using ib::testing::to_host;
 
 KvElem elem_of(KvFormat f) { return f == KvFormat::BF16 ? KvElem::BF16 : f == KvFormat::FP8 ? KvElem::FP8 : KvElem::INT8; }
 

@@ -12,7 +12,8 @@
 namespace ib::specdec {
 
 NgramPool::NgramPool(int n, int capacity) : n_(n), capacity_(capacity) {
-  if (n < 2 || capacity < 1) throw std::invalid_argument(fmt::format("n-gram pool of {}-grams, {} per token: want n >= 2, capacity >= 1", n, capacity));
+  if (n < 2 || capacity < 1)
+    throw std::invalid_argument(fmt::format("n-gram pool of {}-grams, {} per token: want n >= 2, capacity >= 1", n, capacity));
 }
 
 void NgramPool::add(int32_t first, const int32_t* cont) {
@@ -36,7 +37,8 @@ void NgramPool::add(int32_t first, const int32_t* cont) {
 
 void NgramPool::add_history(const std::vector<int32_t>& h, int fresh) {
   const int64_t size = static_cast<int64_t>(h.size());
-  for (int64_t i = std::max<int64_t>(0, size - fresh - (n_ - 1)); i + n_ <= size; ++i) add(h[static_cast<size_t>(i)], &h[static_cast<size_t>(i) + 1]);
+  for (int64_t i = std::max<int64_t>(0, size - fresh - (n_ - 1)); i + n_ <= size; ++i)
+    add(h[static_cast<size_t>(i)], &h[static_cast<size_t>(i) + 1]);
 }
 
 const std::deque<std::vector<int32_t>>& NgramPool::candidates(int32_t first) const {
@@ -87,7 +89,8 @@ std::vector<int32_t> lookahead_generate(model::Model& target, int target_seq, in
                                         SpecStats& stats) {
   const int W = cfg.window, N = cfg.ngram, G = cfg.candidates;
   if (W < 1 || N < 2 || G < 0)
-    throw std::invalid_argument(fmt::format("lookahead: window {} ngram {} candidates {}: want window >= 1, ngram >= 2, candidates >= 0", W, N, G));
+    throw std::invalid_argument(
+        fmt::format("lookahead: window {} ngram {} candidates {}: want window >= 1, ngram >= 2, candidates >= 0", W, N, G));
   const int tv = target.config().vocab, levels = N - 1;
   NgramPool pool(N, std::max(1, G));
   if (cfg.prompt_pool) pool.add_history(history, static_cast<int>(history.size()));

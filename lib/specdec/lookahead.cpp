@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/random.h"
+#include "specdec/step_helpers.h"
 
 namespace ib::specdec {
 
@@ -76,11 +77,9 @@ int lookahead_max_nodes(const LookaheadConfig& cfg) {
 
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-int32_t fit(int32_t token, int vocab) { return token % vocab; }  // text ids into a smaller random-weight vocabulary
-int32_t argmax_row(const float* l, int vocab) { return static_cast<int32_t>(std::max_element(l, l + vocab) - l); }
+using detail::argmax_row;
+using detail::fit;
+using detail::since;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/random.h"
+#include "specdec/step_helpers.h"
 
 namespace ib::specdec {
 
@@ -231,11 +232,9 @@ int verify_sampled(const std::vector<int32_t>& drafts, const std::vector<float>&
 
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-int32_t fit(int32_t token, int vocab) { return token % vocab; }  // text ids into a smaller random-weight vocabulary
-int32_t argmax_row(const float* l, int vocab) { return static_cast<int32_t>(std::max_element(l, l + vocab) - l); }
+using detail::argmax_row;
+using detail::fit;
+using detail::since;
 
 // One verify step in the statistics: `drafted` tokens verified, `accepted` of them kept, and
 // whether verification rejected one (the tokens after a rejection are never tested).

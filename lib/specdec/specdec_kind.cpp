@@ -12,6 +12,7 @@
 #include "model/decode_variants.h"
 #include "specdec/lookahead.h"
 #include "specdec/specdec.h"
+#include "specdec/step_helpers.h"
 #include "specdec/texts.h"
 
 namespace ib::specdec {
@@ -119,9 +120,7 @@ const KindRegistration registration(specdec_kind());
 
 enum class Mode { Autoregressive, DraftModel, Ngram, DraftTree, NgramTree, Lookahead };
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using detail::since;
 
 class SpecVariant : public Variant {
  public:

@@ -34,8 +34,7 @@ void run_chunks(bool parallel, size_t n, F&& body) {
 // fused multiply-add per input in input order, so a row's result is the same bit for bit whatever
 // the other rows of the batch (a verify pass of K tokens scores each exactly as a decode step
 // would, and greedy speculative decoding reproduces the target's own tokens). Rows go in blocks
-// of up to 4 against 16 output columns held in registers; each weight slice is read once per
-// block of rows.
+// of up to 4 against 16 output columns held in registers.
 template <int NR>
 __attribute__((target("avx2,fma"))) void gemv_tile_avx2(const float* x, int in, const float* wt, int out, int o, float* y) {
   __m256 acc[NR][2];
@@ -55,27 +54,29 @@ __attribute__((target("avx2,fma"))) void gemv_tile_avx2(const float* x, int in, 
   }
 }
 
+// Column slices outer, row blocks inner: a 16-column slice of the weights (in × 64 bytes) is read
+// from memory once and stays in the L1/L2 cache for every block of rows, so a verify pass of 30
+// rows streams the weights once, not once per 4 rows. Each output's operations are the same in
+// either order.
 __attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
-  for (int r0 = 0; r0 < rows; r0 += 4) {
-    const int nr = std::min(4, rows - r0);
-    const float* xr = x + static_cast<size_t>(r0) * in;
-    float* yr = y + static_cast<size_t>(r0) * out;
-    int o = o0;
-    for (; o + 16 <= o1; o += 16) {
-      switch (nr) {
+  int o = o0;
+  for (; o + 16 <= o1; o += 16)
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+      const float* xr = x + static_cast<size_t>(r0) * in;
+      float* yr = y + static_cast<size_t>(r0) * out;
+      switch (std::min(4, rows - r0)) {
         case 1: gemv_tile_avx2<1>(xr, in, wt, out, o, yr); break;
         case 2: gemv_tile_avx2<2>(xr, in, wt, out, o, yr); break;
         case 3: gemv_tile_avx2<3>(xr, in, wt, out, o, yr); break;
         default: gemv_tile_avx2<4>(xr, in, wt, out, o, yr); break;
       }
     }
-    for (; o < o1; ++o)  // the last columns: the same fused operations, one at a time
-      for (int r = 0; r < nr; ++r) {
-        float acc = 0;
-        for (int i = 0; i < in; ++i) acc = std::fma(xr[static_cast<size_t>(r) * in + i], wt[static_cast<size_t>(i) * out + o], acc);
-        yr[static_cast<size_t>(r) * out + o] = acc;
-      }
-  }
+  for (; o < o1; ++o)  // the last columns: the same fused operations, one at a time
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0;
+      for (int i = 0; i < in; ++i) acc = std::fma(x[static_cast<size_t>(r) * in + i], wt[static_cast<size_t>(i) * out + o], acc);
+      y[static_cast<size_t>(r) * out + o] = acc;
+    }
 }
 
 // Without AVX2/FMA: the same order of operations, one column at a time.
@@ -95,6 +96,42 @@ using GemvFn = void (*)(const float*, int, int, const float*, int, int, int, flo
 GemvFn pick_gemv() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gemv_avx2 : gemv_generic;
+}
+
+// An attention score's dot product q·k over d floats: two 8-lane fused multiply-add chains, then
+// the lanes summed in a fixed order and the last d mod 8 elements added one by one. The order
+// depends only on d, so a token's scores do not depend on the other rows of its batch (decode
+// steps and verify passes agree bit for bit). Without AVX2/FMA: one chain in element order.
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int e = 0;
+  for (; e + 16 <= d; e += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), _mm256_loadu_ps(b + e + 8), acc1);
+  }
+  if (e + 8 <= d) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
+    e += 8;
+  }
+  const __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
+  float r = _mm_cvtss_f32(s4);
+  for (; e < d; ++e) r = std::fma(a[e], b[e], r);
+  return r;
+}
+
+float dot_generic(const float* a, const float* b, int d) {
+  float acc = 0;
+  for (int e = 0; e < d; ++e) acc += a[e] * b[e];
+  return acc;
+}
+
+using DotFn = float (*)(const float*, const float*, int);
+DotFn pick_dot() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? dot_avx2 : dot_generic;
 }
 
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
@@ -533,6 +570,7 @@ class CpuModel : public Model {
       double attn_work = 0;
       for (int r = 0; r < rows; ++r) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
       run_chunks(attn_work >= (1 << 18), R * static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
+        static const DotFn dot = pick_dot();
         std::vector<float> score;
         for (size_t t = lo; t < hi; ++t) {
           const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
@@ -559,8 +597,7 @@ class CpuModel : public Model {
               score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
               continue;
             }
-            float acc = 0;
-            for (int e = 0; e < d; ++e) acc += qv[e] * kc[static_cast<size_t>(j) * d + e];
+            const float acc = dot(qv, kc + static_cast<size_t>(j) * d, d);
             score[static_cast<size_t>(jj)] = acc * scale;
             mx = std::max(mx, acc * scale);
           }

@@ -161,6 +161,7 @@ std::vector<int32_t> lookahead_generate(model::Model& target, int target_seq, in
     stats.tree_nodes += m - 1;
     stats.accepted += j;
     stats.emitted += static_cast<int64_t>(emitted.size());
+    stats.count_positions(std::min(left - 1, *std::max_element(depth.begin(), depth.end())), j);
     if (j > 0) (path[0] + 1 < window_first ? stats.pool_accepted : stats.window_accepted) += j;
     std::vector<int> keep = {0};
     for (int nd : path) keep.push_back(nd + 1);

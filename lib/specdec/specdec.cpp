@@ -11,6 +11,15 @@
 
 namespace ib::specdec {
 
+void SpecStats::count_positions(int drafted_depth, int accepted_depth) {
+  if (static_cast<int>(drafted_at.size()) < drafted_depth) {
+    drafted_at.resize(static_cast<size_t>(drafted_depth), 0);
+    accepted_at.resize(static_cast<size_t>(drafted_depth), 0);
+  }
+  for (int i = 0; i < drafted_depth; ++i) ++drafted_at[static_cast<size_t>(i)];
+  for (int i = 0; i < accepted_depth && i < drafted_depth; ++i) ++accepted_at[static_cast<size_t>(i)];
+}
+
 double expected_tokens(double alpha, int k) {
   if (alpha >= 1.0) return k + 1.0;
   return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
@@ -382,6 +391,7 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
       j = verify_greedy(drafts, choice, emitted);
     }
     count_step(stats, kk, j, j < kk, emitted);
+    stats.count_positions(kk, j);
     ++step;
     // Keep last + the accepted drafts in the target's cache; the new last token is not cached yet.
     target.truncate(target_seq, base + 1 + j);
@@ -626,6 +636,7 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
     const int stop = path.empty() ? -1 : path.back();
     const bool rejected = std::find(tree.parents.begin(), tree.parents.end(), stop) != tree.parents.end();
     count_step(stats, nodes, j, rejected, emitted);
+    stats.count_positions(tree.max_depth(), j);
     stats.tree_nodes += nodes;
     ++step;
     // The target keeps the root and the accepted path; the new last token is not cached yet.
@@ -801,6 +812,7 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
       ++stats.steps;
       stats.drafted += k;
       stats.accepted += j;
+      stats.count_positions(k, j);
       stats.tested += j + (j < k ? 1 : 0);
       stats.emitted += static_cast<int64_t>(emitted.size());
       target.truncate(ts[static_cast<size_t>(a)], base[static_cast<size_t>(a)] + 1 + j);

@@ -137,6 +137,13 @@ struct SpecStats {
   // Lookahead decoding: tokens accepted along pool n-grams and along the Jacobi window's own
   // columns, and the pool's n-grams at the end.
   int64_t pool_accepted = 0, window_accepted = 0, pool_ngrams = 0;
+  // Per draft position i (0-based; depth i + 1 of a tree): the steps that drafted it, and those
+  // whose first i + 1 tokens were all accepted. vLLM's acceptance per position is their ratio.
+  std::vector<int64_t> drafted_at, accepted_at;
+  void count_positions(int drafted_depth, int accepted_depth);
+  double acceptance_at(size_t i) const {
+    return i < drafted_at.size() && drafted_at[i] ? static_cast<double>(accepted_at[i]) / static_cast<double>(drafted_at[i]) : 0;
+  }
   // Per-token acceptance α̂: accepted among the drafted tokens verification reached (the tokens
   // after a rejection are never tested). The α of the analytic model.
   double acceptance() const { return tested ? static_cast<double>(accepted) / static_cast<double>(tested) : 0; }

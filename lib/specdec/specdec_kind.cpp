@@ -255,6 +255,7 @@ class SpecVariant : public Variant {
     if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
     runs_ = 0;
     stats_ = {};
+    run_seconds_.clear();
     cfg_.seed = base_seed_;
     return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
             fmt::format("{} tokens vs {}", n_, forced_ ? "the text" : "the target decoding alone (greedy)")};
@@ -264,13 +265,23 @@ class SpecVariant : public Variant {
   // average over runs instead of repeating one realisation.
   void run(BackendRuntime&) override {
     cfg_.seed = cfg_.sampling.seed = base_seed_ + static_cast<uint64_t>(++runs_);
+    const auto t0 = std::chrono::steady_clock::now();
     generate();
+    run_seconds_.push_back(since(t0));
   }
 
   std::vector<Metric> metrics() const override {
     std::vector<Metric> m;
     m.push_back({"target step", target_step_ * 1e3, "ms"});
+    if (!run_seconds_.empty()) {
+      // Per measured run (new_tokens for each of the batch's sequences): output tokens per second
+      // and time per output token of a sequence, medians over the runs.
+      const double t = summarize(run_seconds_).median;
+      m.push_back({"TPS", static_cast<double>(batch_) * n_ / t, "tok/s"});
+      m.push_back({"TPOT", t / n_ * 1e3, "ms"});
+    }
     if (mode_ == Mode::Autoregressive) return m;
+    add_positions(m);
     if (mode_ == Mode::Lookahead) return lookahead_metrics(m);
     const double steps = static_cast<double>(stats_.steps);
     const double passes = static_cast<double>(stats_.passes);  // one per step, or per batched step
@@ -328,6 +339,7 @@ class SpecVariant : public Variant {
     cfg_.record_batch = nullptr;
     runs_ = 0;
     stats_ = {};
+    run_seconds_.clear();
     cfg_.seed = cfg_.sampling.seed = base_seed_;
     const int tv = target_->config().vocab;
     int64_t off = 0;
@@ -386,6 +398,7 @@ class SpecVariant : public Variant {
                 fmt::format("the target's cache of sequence {} after generation", b)};
     runs_ = 0;
     stats_ = {};
+    run_seconds_.clear();
     cfg_.seed = cfg_.sampling.seed = base_seed_;
     return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
             fmt::format("{} sequences × {} tokens vs each one's target decoding alone (greedy)", batch_, n_)};
@@ -405,6 +418,13 @@ class SpecVariant : public Variant {
         return tr.empty() ? 0 : tr[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(tr.size()) - 1))];
       });
     return speculative_generate_batch(*target_, btseqs_, *draft_, bdseqs_, lasts(), n_, cfg_, truths, stats_);
+  }
+
+  // vLLM's acceptance per position: of the steps that drafted position i, the share whose first
+  // i tokens were all accepted (for a tree or lookahead, depth i). Up to 8 positions.
+  void add_positions(std::vector<Metric>& m) const {
+    for (size_t i = 0; i < std::min<size_t>(8, stats_.drafted_at.size()); ++i)
+      m.push_back({fmt::format("accepted @{}", i + 1), 100.0 * stats_.acceptance_at(i), "%"});
   }
 
   // Lookahead rows: no drafted-token acceptance (every node is a candidate); where the accepted
@@ -474,6 +494,7 @@ class SpecVariant : public Variant {
   std::vector<int32_t> prompt_, truth_;
   double target_step_ = 0;
   SpecStats stats_;
+  std::vector<double> run_seconds_;  // each measured run's generation
   int64_t runs_ = 0;
   uint64_t base_seed_ = 0;
 };

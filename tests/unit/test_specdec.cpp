@@ -286,6 +286,16 @@ TEST(SpecdecGenerate, ControlledAcceptanceGivesTheTokensPerStepTheModelPredicts)
     if (alpha == 0.6) {
       EXPECT_NEAR(st.acceptance(), 0.6, 0.12);
       EXPECT_NEAR(st.tokens_per_step(), expected_tokens(0.6, 4), 0.4);
+      // Acceptance per position (vLLM's): position i is accepted with its i − 1 predecessors, α^i.
+      ASSERT_EQ(st.drafted_at.size(), 4u);
+      EXPECT_NEAR(st.acceptance_at(0), 0.6, 0.15);
+      EXPECT_NEAR(st.acceptance_at(1), 0.36, 0.15);
+      EXPECT_GT(st.acceptance_at(0), st.acceptance_at(1));
+      EXPECT_GE(st.acceptance_at(1), st.acceptance_at(2));
+      EXPECT_GE(st.acceptance_at(2), st.acceptance_at(3));
+    }
+    if (alpha == 0.0) {
+      EXPECT_EQ(st.acceptance_at(0), 0.0);
     }
   }
 }

@@ -257,7 +257,13 @@ class SpecVariant : public Variant {
     stats_ = {};
     run_seconds_.clear();
     cfg_.seed = base_seed_;
-    if (wrong > 0 && gpu_ && !forced_) return greedy_up_to_rounding({prompt_}, {out}, wrong);
+    if (wrong > 0 && gpu_ && !forced_) {
+      const Validation v = greedy_up_to_rounding({prompt_}, {out}, wrong);
+      // Controlled drafts follow the trajectory the verify passes take (past the near-tie), not
+      // the decode steps' one, which verification would no longer meet.
+      if (v.ok) truth_ = out;
+      return v;
+    }
     return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
             fmt::format("{} tokens vs {}", n_, forced_ ? "the text" : "the target decoding alone (greedy)")};
   }
@@ -435,7 +441,11 @@ class SpecVariant : public Variant {
     stats_ = {};
     run_seconds_.clear();
     cfg_.seed = cfg_.sampling.seed = base_seed_;
-    if (wrong > 0 && gpu_) return greedy_up_to_rounding(bprompts_, out, wrong);
+    if (wrong > 0 && gpu_) {
+      const Validation v = greedy_up_to_rounding(bprompts_, out, wrong);
+      if (v.ok) btruths_ = out;  // as in validate(): controlled drafts follow the verify passes' trajectory
+      return v;
+    }
     return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
             fmt::format("{} sequences × {} tokens vs each one's target decoding alone (greedy)", batch_, n_)};
   }

@@ -268,6 +268,22 @@ class SpecVariant : public Variant {
             fmt::format("{} tokens vs {}", n_, forced_ ? "the text" : "the target decoding alone (greedy)")};
   }
 
+  // The target's logits before each of the n_ output tokens, from one fresh prefill of prompt +
+  // output (a sequence of its own): the reference the gates compare against.
+  std::vector<float> fresh_logits(const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+    const int tv = target_->config().vocab;
+    std::vector<int32_t> full = prompt;
+    for (int i = 0; i + 1 < n_; ++i) full.push_back(out[static_cast<size_t>(i)]);
+    for (auto& t : full) t %= tv;
+    std::vector<float> logits(static_cast<size_t>(n_) * static_cast<size_t>(tv));
+    const int fs = target_->new_sequence(static_cast<int>(full.size()) + 1);
+    model::StepOutput o;
+    o.logits = logits.data();
+    target_->prefill(fs, full.data(), static_cast<int>(full.size()), n_, o);
+    target_->release(fs);
+    return logits;
+  }
+
   // The GPU's verify pass (a GEMM over K + 1 rows) and its decode step (a GEMV) round bf16
   // differently, so where two tokens' logits nearly tie the speculative output may take the other
   // one and then continue from there. Such an output is still the target's greedy decoding up to
@@ -280,15 +296,7 @@ class SpecVariant : public Variant {
     const int tv = target_->config().vocab;
     double worst = 0;
     for (size_t b = 0; b < prompts.size(); ++b) {
-      std::vector<int32_t> full = prompts[b];
-      for (int i = 0; i + 1 < n_; ++i) full.push_back(outs[b][static_cast<size_t>(i)]);
-      for (auto& t : full) t %= tv;
-      std::vector<float> logits(static_cast<size_t>(n_) * static_cast<size_t>(tv));
-      const int fs = target_->new_sequence(static_cast<int>(full.size()) + 1);
-      model::StepOutput o;
-      o.logits = logits.data();
-      target_->prefill(fs, full.data(), static_cast<int>(full.size()), n_, o);
-      target_->release(fs);
+      const std::vector<float> logits = fresh_logits(prompts[b], outs[b]);
       for (int i = 0; i < n_; ++i) {
         const float* row = &logits[static_cast<size_t>(i) * static_cast<size_t>(tv)];
         const auto [lo, hi] = std::minmax_element(row, row + tv);
@@ -397,15 +405,8 @@ class SpecVariant : public Variant {
         return {false, "recorded_rows", static_cast<double>(rows.size()), static_cast<double>(n_),
                 fmt::format("target distributions recorded by verification of sequence {}", b)};
       // The target's own distributions at every output position: one fresh prefill.
-      std::vector<int32_t> full = prompt;
-      for (int i = 0; i + 1 < n_; ++i) full.push_back(out[static_cast<size_t>(i)]);
-      for (auto& t : full) t %= tv;
-      std::vector<float> fresh(static_cast<size_t>(n_) * static_cast<size_t>(tv)), pf(static_cast<size_t>(tv));
-      const int fs = target_->new_sequence(static_cast<int>(full.size()) + 1);
-      model::StepOutput o;
-      o.logits = fresh.data();
-      target_->prefill(fs, full.data(), static_cast<int>(full.size()), n_, o);
-      target_->release(fs);
+      const std::vector<float> fresh = fresh_logits(prompt, out);
+      std::vector<float> pf(static_cast<size_t>(tv));
       for (int i = 0; i < n_; ++i) {
         model::sampling_distribution(&fresh[static_cast<size_t>(i) * static_cast<size_t>(tv)], tv, cfg_.sampling, pf.data());
         const int32_t t = out[static_cast<size_t>(i)];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "constrain/interner.h"
@@ -87,6 +88,40 @@ struct Nfa {
     return hub[static_cast<size_t>(d.start)];
   }
 
+  // A repeated body as its minimal DFA, when that is small: the subset construction then meets
+  // one deterministic copy per repetition instead of the body's alternatives (a JSON string
+  // character's UTF-8 lengths and escapes), which made it build about twice the states the
+  // minimal DFA keeps and minimisation then merged. Compiled once per body node.
+  std::unordered_map<const RegexNode*, Re> compacted;
+  const Re& compact(const Re& x) {
+    if (x->kind == RegexNode::Kind::Bytes || x->kind == RegexNode::Kind::Automaton || x->kind == RegexNode::Kind::Empty)
+      return x;
+    auto [it, fresh] = compacted.emplace(x.get(), x);
+    int budget = kCompactNodes;
+    if (fresh && small_ast(*x, &budget)) {
+      CompileLimits small;
+      small.max_nfa_states = 4 * kCompactStates;
+      small.max_dfa_states = kCompactStates;
+      try {
+        it->second = re_automaton(std::make_shared<const Dfa>(compile_dfa(x, small)));
+      } catch (const RegexError&) {
+        // larger than a compact body: built inline
+      }
+    }
+    return it->second;
+  }
+  static constexpr int64_t kCompactStates = 64;
+  static constexpr int kCompactNodes = 256;
+  // Whether the AST has at most *budget nodes (a shared node counted at each use): a body that
+  // large would not compile to a compact DFA, and trying costs more than it saves.
+  static bool small_ast(const RegexNode& r, int* budget) {
+    if (--*budget < 0) return false;
+    if (r.kind == RegexNode::Kind::Automaton) return (*budget -= r.dfa->num_states) >= 0;
+    for (const auto& k : r.kids)
+      if (!small_ast(*k, budget)) return false;
+    return true;
+  }
+
   int32_t build(const Re& r, int32_t next) {
     const auto key = std::make_pair(r.get(), next);
     if (auto it = built.find(key); it != built.end()) return it->second;
@@ -112,7 +147,7 @@ struct Nfa {
         break;
       }
       case RegexNode::Kind::Repeat: {
-        const Re& x = r->kids[0];
+        const Re& x = compact(r->kids[0]);
         if (r->max < 0) {  // x{min,}: min copies, then a loop state that re-enters x or leaves
           const int32_t loop = add();
           const int32_t body = build(x, loop);
@@ -159,19 +194,52 @@ std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count
 
 namespace {
 
-// The minimal DFA of a raw one: states 0..n-1 with start 0, transitions raw_next (n × nclass, -1
-// for none) over the classes `byte_class`, accepting states raw_accept. States that cannot reach
+// A DFA as the subset and product constructions find it: states 0..n-1 with start 0, each with its
+// transitions (byte class, target) in class order, the classes absent leading nowhere. Sparse: a
+// state of a schema's DFA uses about one class in six.
+struct RawDfa {
+  int nclass = 0;
+  std::vector<int32_t> row_start = {0};  // state s: entries [row_start[s], row_start[s + 1])
+  std::vector<uint16_t> cls;
+  std::vector<int32_t> to;
+  std::vector<uint8_t> accept;
+  int32_t states() const { return static_cast<int32_t>(row_start.size()) - 1; }
+  void add(int c, int32_t t) {
+    cls.push_back(static_cast<uint16_t>(c));
+    to.push_back(t);
+  }
+  void end_row() { row_start.push_back(static_cast<int32_t>(to.size())); }
+};
+
+// The minimal DFA of a raw one over the byte classes `nfa_class`. States that cannot reach
 // acceptance are dropped. compile_dfa (after the subset construction) and product_dfa share it.
-Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t>& raw_accept, int32_t n, int nclass,
-                 const std::array<uint8_t, 256>& nfa_class) {
+Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
+  const int32_t n = raw.states();
+  const int nclass = raw.nclass;
+  const std::vector<uint8_t>& raw_accept = raw.accept;
+  // Predecessors of each state as CSR of (state, class), over every transition. A predecessor of a
+  // state that can reach acceptance can too, so the same lists serve the liveness search and,
+  // restricted to live targets, the refinement below.
+  const size_t nn = static_cast<size_t>(n), nc = static_cast<size_t>(nclass);
+  const int32_t sink = n;
+  const int32_t m = n + 1;
+  std::vector<int32_t> in_start(static_cast<size_t>(m) + 1, 0), in_from;
+  std::vector<uint16_t> in_class;
+  for (const int32_t t : raw.to) ++in_start[static_cast<size_t>(t) + 1];
+  for (int32_t t = 0; t < m; ++t) in_start[static_cast<size_t>(t) + 1] += in_start[static_cast<size_t>(t)];
+  in_from.resize(static_cast<size_t>(in_start[static_cast<size_t>(m)]));
+  in_class.resize(in_from.size());
+  {
+    std::vector<int32_t> fill(in_start.begin(), in_start.end() - 1);
+    for (size_t s = 0; s < nn; ++s)
+      for (int32_t x = raw.row_start[s]; x < raw.row_start[s + 1]; ++x) {
+        const size_t e = static_cast<size_t>(fill[static_cast<size_t>(raw.to[static_cast<size_t>(x)])]++);
+        in_from[e] = static_cast<int32_t>(s);
+        in_class[e] = raw.cls[static_cast<size_t>(x)];
+      }
+  }
   // Live states: those that can reach acceptance.
-  std::vector<std::vector<int32_t>> rev(static_cast<size_t>(n));
-  for (int32_t s = 0; s < n; ++s)
-    for (int c = 0; c < nclass; ++c) {
-      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
-      if (t >= 0) rev[static_cast<size_t>(t)].push_back(s);
-    }
-  std::vector<uint8_t> live(static_cast<size_t>(n), 0);
+  std::vector<uint8_t> live(nn, 0);
   std::vector<int32_t> work;
   for (int32_t s = 0; s < n; ++s)
     if (raw_accept[static_cast<size_t>(s)]) {
@@ -179,10 +247,10 @@ Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t
       work.push_back(s);
     }
   while (!work.empty()) {
-    int32_t s = work.back();
+    const int32_t s = work.back();
     work.pop_back();
-    for (int32_t p : rev[static_cast<size_t>(s)])
-      if (!live[static_cast<size_t>(p)]) {
+    for (int32_t e = in_start[static_cast<size_t>(s)]; e < in_start[static_cast<size_t>(s) + 1]; ++e)
+      if (const int32_t p = in_from[static_cast<size_t>(e)]; !live[static_cast<size_t>(p)]) {
         live[static_cast<size_t>(p)] = 1;
         work.push_back(p);
       }
@@ -197,35 +265,10 @@ Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t
     return out;
   }
 
-  // Hopcroft minimisation over the live states plus one sink that stands for "dead".
-  const int32_t sink = n;
-  const int32_t m = n + 1;
-  // Live predecessors of each state, as CSR of (state, class). Transitions into the sink are left
-  // out: the sink is alone in its block from the start (it alone cannot reach acceptance), so that
-  // block never splits and is never a splitter.
-  std::vector<int32_t> in_start(static_cast<size_t>(m) + 1, 0), in_from;
-  std::vector<uint16_t> in_class;
-  for (int32_t s = 0; s < n; ++s) {
-    if (!live[static_cast<size_t>(s)]) continue;
-    for (int c = 0; c < nclass; ++c)
-      if (const int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)]; t >= 0 && live[static_cast<size_t>(t)])
-        ++in_start[static_cast<size_t>(t) + 1];
-  }
-  for (int32_t t = 0; t < m; ++t) in_start[static_cast<size_t>(t) + 1] += in_start[static_cast<size_t>(t)];
-  in_from.resize(static_cast<size_t>(in_start[static_cast<size_t>(m)]));
-  in_class.resize(in_from.size());
-  {
-    std::vector<int32_t> fill(in_start.begin(), in_start.end() - 1);
-    for (int32_t s = 0; s < n; ++s) {
-      if (!live[static_cast<size_t>(s)]) continue;
-      for (int c = 0; c < nclass; ++c)
-        if (const int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)]; t >= 0 && live[static_cast<size_t>(t)]) {
-          const size_t e = static_cast<size_t>(fill[static_cast<size_t>(t)]++);
-          in_from[e] = s;
-          in_class[e] = static_cast<uint16_t>(c);
-        }
-    }
-  }
+  // Hopcroft minimisation over the live states plus one sink that stands for "dead". Transitions
+  // into the sink are left out: the sink is alone in its block from the start (it alone cannot
+  // reach acceptance), so that block never splits and is never a splitter; nor is a dead state
+  // ever in a splitter, so the lists' edges into dead states are never read.
   // The partition: elements grouped by block, each block a range [first, last) of `elems`.
   std::vector<int32_t> elems, pos(static_cast<size_t>(m)), block(static_cast<size_t>(m), -1);
   std::vector<int32_t> first, last, marked;
@@ -336,10 +379,10 @@ Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t
   order[static_cast<size_t>(block[0])] = 0;
   int32_t assigned = 1;
   for (size_t qi = 0; qi < queue.size(); ++qi) {
-    int32_t s = member[static_cast<size_t>(queue[qi])];
-    for (int c = 0; c < nclass; ++c) {
-      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
-      if (t < 0 || !live[static_cast<size_t>(t)]) continue;
+    const size_t s = static_cast<size_t>(member[static_cast<size_t>(queue[qi])]);
+    for (int32_t x = raw.row_start[s]; x < raw.row_start[s + 1]; ++x) {
+      const int32_t t = raw.to[static_cast<size_t>(x)];
+      if (!live[static_cast<size_t>(t)]) continue;
       int32_t b = block[static_cast<size_t>(t)];
       if (order[static_cast<size_t>(b)] < 0) {
         order[static_cast<size_t>(b)] = assigned++;
@@ -348,34 +391,76 @@ Dfa minimize_raw(const std::vector<int32_t>& raw_next, const std::vector<uint8_t
     }
   }
 
-  // Merge the NFA's byte classes that the minimal DFA does not tell apart.
-  std::vector<std::vector<int32_t>> column(static_cast<size_t>(nclass), std::vector<int32_t>(static_cast<size_t>(blocks)));
-  for (int32_t b = 0; b < blocks; ++b) {
-    int32_t s = member[static_cast<size_t>(b)];
-    for (int c = 0; c < nclass; ++c) {
-      int32_t t = raw_next[static_cast<size_t>(s) * nclass + static_cast<size_t>(c)];
-      column[static_cast<size_t>(c)][static_cast<size_t>(order[static_cast<size_t>(b)])] =
-          t >= 0 && live[static_cast<size_t>(t)] ? order[static_cast<size_t>(block[static_cast<size_t>(t)])] : -1;
+  // The minimal DFA's transitions over the NFA's byte classes, sparse, rows in BFS order.
+  std::vector<int32_t> mrow(static_cast<size_t>(blocks) + 1, 0), mto;
+  std::vector<uint16_t> mcls;
+  {
+    std::vector<int32_t> at_order(static_cast<size_t>(blocks));
+    for (int32_t b = 0; b < blocks; ++b) at_order[static_cast<size_t>(order[static_cast<size_t>(b)])] = b;
+    for (size_t o = 0; o < static_cast<size_t>(blocks); ++o) {
+      const size_t s = static_cast<size_t>(member[static_cast<size_t>(at_order[o])]);
+      for (int32_t x = raw.row_start[s]; x < raw.row_start[s + 1]; ++x)
+        if (const int32_t t = raw.to[static_cast<size_t>(x)]; live[static_cast<size_t>(t)]) {
+          mcls.push_back(raw.cls[static_cast<size_t>(x)]);
+          mto.push_back(order[static_cast<size_t>(block[static_cast<size_t>(t)])]);
+        }
+      mrow[o + 1] = static_cast<int32_t>(mto.size());
     }
   }
-  std::map<std::vector<int32_t>, int> merged;
-  std::vector<int> class_map(static_cast<size_t>(nclass));
-  for (int c = 0; c < nclass; ++c) {
-    auto it = merged.find(column[static_cast<size_t>(c)]);
-    if (it == merged.end()) it = merged.emplace(column[static_cast<size_t>(c)], static_cast<int>(merged.size())).first;
-    class_map[static_cast<size_t>(c)] = it->second;
+  // Merge the byte classes it does not tell apart (equal columns): grouped by each column's entry
+  // count and a sum of its entries' hashes, then confirmed entry by entry against the group's first
+  // class (equal counts and every entry matched: equal columns); on a hash collision, by the
+  // columns themselves.
+  std::vector<uint64_t> col_hash(nc, 0);
+  std::vector<int32_t> col_count(nc, 0);
+  for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
+    for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) {
+      const size_t c = mcls[static_cast<size_t>(x)];
+      col_hash[c] += mix64((static_cast<uint64_t>(o) << 32) | static_cast<uint32_t>(mto[static_cast<size_t>(x)]));
+      ++col_count[c];
+    }
+  std::vector<int> class_map(nc), class_rep;
+  {
+    std::map<std::pair<uint64_t, int32_t>, int> groups;
+    for (size_t c = 0; c < nc; ++c) {
+      auto [it, fresh] = groups.emplace(std::make_pair(col_hash[c], col_count[c]), static_cast<int>(class_rep.size()));
+      if (fresh) class_rep.push_back(static_cast<int>(c));
+      class_map[c] = it->second;
+    }
   }
+  bool confirmed = true;
+  {
+    std::vector<int32_t> dense(nc, -1);
+    for (size_t o = 0; o < static_cast<size_t>(blocks) && confirmed; ++o) {
+      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) dense[mcls[static_cast<size_t>(x)]] = mto[static_cast<size_t>(x)];
+      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x)
+        if (dense[static_cast<size_t>(class_rep[static_cast<size_t>(class_map[mcls[static_cast<size_t>(x)]])])] != mto[static_cast<size_t>(x)])
+          confirmed = false;
+      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) dense[mcls[static_cast<size_t>(x)]] = -1;
+    }
+  }
+  if (!confirmed) {
+    std::vector<std::vector<int32_t>> column(nc, std::vector<int32_t>(static_cast<size_t>(blocks), -1));
+    for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
+      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) column[mcls[static_cast<size_t>(x)]][o] = mto[static_cast<size_t>(x)];
+    std::map<std::vector<int32_t>, int> merged;
+    class_rep.clear();
+    for (size_t c = 0; c < nc; ++c) {
+      auto [it, fresh] = merged.emplace(column[c], static_cast<int>(class_rep.size()));
+      if (fresh) class_rep.push_back(static_cast<int>(c));
+      class_map[c] = it->second;
+    }
+  }
+  const size_t onc = class_rep.size();
   out.num_states = blocks;
-  out.num_classes = static_cast<int32_t>(merged.size());
+  out.num_classes = static_cast<int32_t>(onc);
   for (int b = 0; b < 256; ++b)
     out.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(class_map[nfa_class[static_cast<size_t>(b)]]);
-  out.next.assign(static_cast<size_t>(blocks) * static_cast<size_t>(out.num_classes), -1);
+  out.next.assign(static_cast<size_t>(blocks) * onc, -1);
+  for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
+    for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x)
+      out.next[o * onc + static_cast<size_t>(class_map[mcls[static_cast<size_t>(x)]])] = mto[static_cast<size_t>(x)];
   out.accepting.assign(static_cast<size_t>(blocks), 0);
-  for (int c = 0; c < nclass; ++c) {
-    const int mc = class_map[static_cast<size_t>(c)];
-    for (int32_t s = 0; s < blocks; ++s)
-      out.next[static_cast<size_t>(s) * out.num_classes + static_cast<size_t>(mc)] = column[static_cast<size_t>(c)][static_cast<size_t>(s)];
-  }
   for (int32_t b = 0; b < blocks; ++b)
     out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] = raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
   out.start = 0;
@@ -440,15 +525,15 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   };
 
   TupleInterner sets_of;  // DFA state -> its NFA state set
-  std::vector<int32_t> raw_next;  // states × nclass
-  std::vector<uint8_t> raw_accept;
+  RawDfa raw;
+  raw.nclass = nclass;
   auto intern = [&](const std::vector<int32_t>& set) {
     bool fresh = false;
     const int32_t id = sets_of.intern(set, &fresh);
     if (fresh) {
       if (static_cast<int64_t>(sets_of.size()) > limits.max_dfa_states)
         throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
-      raw_accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
+      raw.accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
     }
     return id;
   };
@@ -457,8 +542,8 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   intern(scratch);
   std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
   std::vector<int> used;
+  std::vector<std::tuple<uint64_t, int, int32_t>> seen_moves;  // (hash, class, DFA state)
   for (size_t d = 0; d < sets_of.size(); ++d) {
-    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
     for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
       const int32_t s = *it;
       const auto* cls = edge_classes[static_cast<size_t>(s)];
@@ -468,17 +553,33 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
         moved[c].push_back(nfa.states[static_cast<size_t>(s)].to);
       }
     }
+    std::sort(used.begin(), used.end());
+    // Classes whose moves reach the same NFA states (the classes an embedded DFA sends to one
+    // target share an edge) lead to one DFA state: its closure is found once per state d.
+    seen_moves.clear();
     for (int c : used) {
-      closure(moved[static_cast<size_t>(c)], &scratch);
-      moved[static_cast<size_t>(c)].clear();
-      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = intern(scratch);
+      const auto& mv = moved[static_cast<size_t>(c)];
+      uint64_t h = 0x9E3779B97F4A7C15ull ^ mv.size();
+      for (int32_t x : mv) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+      int32_t id = -1;
+      for (const auto& [hc, other, oid] : seen_moves)
+        if (hc == h && moved[static_cast<size_t>(other)] == mv) {
+          id = oid;
+          break;
+        }
+      if (id < 0) {
+        closure(mv, &scratch);
+        id = intern(scratch);
+        seen_moves.emplace_back(h, c, id);
+      }
+      raw.add(c, id);
     }
+    for (int c : used) moved[static_cast<size_t>(c)].clear();
+    raw.end_row();
     used.clear();
   }
-  const int32_t n = static_cast<int32_t>(sets_of.size());
   sets_of = TupleInterner();
-
-  return minimize_raw(raw_next, raw_accept, n, nclass, nfa_class);
+  return minimize_raw(raw, nfa_class);
 }
 
 Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const CompileLimits& limits) {
@@ -542,17 +643,22 @@ Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const Co
   };
 
   TupleInterner tuples;
-  std::vector<int32_t> raw_next;
-  std::vector<uint8_t> raw_accept;
+  RawDfa raw;
+  raw.nclass = nclass;
   std::vector<int32_t> t(k);
   for (size_t i = 0; i < k; ++i) t[i] = parts[i]->start;
-  if (hopeless(t)) return minimize_raw({-1}, {0}, 1, 1, std::array<uint8_t, 256>{});
+  if (hopeless(t)) {
+    RawDfa none;
+    none.nclass = 1;
+    none.accept = {0};
+    none.end_row();
+    return minimize_raw(none, std::array<uint8_t, 256>{});
+  }
   tuples.intern(t);
-  raw_accept.push_back(accepting(tuples.begin(0)) ? 1 : 0);
+  raw.accept.push_back(accepting(tuples.begin(0)) ? 1 : 0);
   std::vector<int32_t> from(k);
   for (size_t d = 0; d < tuples.size(); ++d) {
     std::copy(tuples.begin(static_cast<int32_t>(d)), tuples.end(static_cast<int32_t>(d)), from.begin());
-    raw_next.resize((d + 1) * static_cast<size_t>(nclass), -1);
     for (int c = 0; c < nclass; ++c) {
       const auto& cls = class_of[static_cast<size_t>(c)];
       for (size_t i = 0; i < k; ++i)
@@ -563,12 +669,13 @@ Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const Co
       if (fresh) {
         if (static_cast<int64_t>(tuples.size()) > limits.max_dfa_states)
           throw RegexError("the product automaton needs more than " + std::to_string(limits.max_dfa_states) + " states");
-        raw_accept.push_back(accepting(tuples.begin(id)) ? 1 : 0);
+        raw.accept.push_back(accepting(tuples.begin(id)) ? 1 : 0);
       }
-      raw_next[d * static_cast<size_t>(nclass) + static_cast<size_t>(c)] = id;
+      raw.add(c, id);
     }
+    raw.end_row();
   }
-  return minimize_raw(raw_next, raw_accept, static_cast<int32_t>(tuples.size()), nclass, byte_class);
+  return minimize_raw(raw, byte_class);
 }
 
 }  // namespace ib::constrain

@@ -96,7 +96,17 @@ Re json_escape() {
   return re_concat({re_byte('\\'), re_alt({re_bytes(simple), re_concat({re_byte('u'), u4})})});
 }
 
-Re json_char() { return re_alt({re_code_points(raw_string_chars()), json_escape()}); }
+// One character a JSON string holds unescaped. The AST is immutable, so one node serves every
+// string: the NFA construction then compiles a repeated character once per schema.
+Re raw_string_char() {
+  static const Re r = re_code_points(raw_string_chars());
+  return r;
+}
+
+Re json_char() {
+  static const Re r = re_alt({raw_string_char(), json_escape()});
+  return r;
+}
 
 // String contents with at least one escape: where the compiler writes raw characters only (pattern,
 // format, enum strings, keys), another spelling of the same string that an over-approximation
@@ -158,7 +168,7 @@ Re unnamed_key(const std::vector<std::string>& named) {
     }
     trie[at].end = true;
   }
-  const Re any = re_star(re_code_points(raw_string_chars()));
+  const Re any = re_star(raw_string_char());
   std::function<Re(size_t)> from = [&](size_t at) -> Re {
     const Node& n = trie[at];
     if (n.kids.empty() && !n.end) return any;
@@ -1070,12 +1080,12 @@ class Compiler {
         fail("pattern", ptr + "/pattern", e.what());
       }
       // JSON Schema patterns are not anchored: an unanchored side admits any characters.
-      Re any = re_star(re_code_points(raw_string_chars()));
+      Re any = re_star(raw_string_char());
       parts.push_back(re_concat({p.anchored_start ? re_empty() : any, p.re, p.anchored_end ? re_empty() : any}));
       what = what.empty() ? "pattern" : "pattern with " + what;
     }
     if (lengths) {
-      parts.push_back(re_repeat(re_code_points(raw_string_chars()), std::max(mn, 0), mx));
+      parts.push_back(re_repeat(raw_string_char(), std::max(mn, 0), mx));
       what += " with minLength/maxLength";
     }
     const std::string keyword = s.contains("pattern") ? "pattern" : "format";

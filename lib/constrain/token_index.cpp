@@ -129,20 +129,32 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
   std::vector<int32_t> edge_start(n + 1, 0);
   std::vector<Edge> edges;
   {
-    std::vector<int32_t> at(n + 1, -1);  // successor (dead: n) -> its edge of the current state
+    // The dead successor's weights are what the live ones leave of the classes' total (kept out
+    // of the loop: most classes lead nowhere, and summing them into one edge chains every step).
+    uint64_t all1 = 0, all2 = 0;
+    for (size_t c = 0; c < k; ++c)
+      if (!only || (*only)[c]) {
+        all1 += r1[c];
+        all2 += r2[c];
+      }
+    std::vector<int32_t> at(n, -1);  // successor -> its edge of the current state
     for (size_t s = 0; s < n; ++s) {
       const size_t first = edges.size();
+      const int32_t* row = dfa.next.data() + s * k;
+      uint64_t live1 = 0, live2 = 0;
       for (size_t c = 0; c < k; ++c) {
-        if (only && !(*only)[c]) continue;
-        const int32_t t = dfa.next[s * k + c];
-        const size_t ti = t < 0 ? n : static_cast<size_t>(t);
-        if (at[ti] < static_cast<int32_t>(first)) {
-          at[ti] = static_cast<int32_t>(edges.size());
+        const int32_t t = row[c];
+        if (t < 0 || (only && !(*only)[c])) continue;
+        if (at[static_cast<size_t>(t)] < static_cast<int32_t>(first)) {
+          at[static_cast<size_t>(t)] = static_cast<int32_t>(edges.size());
           edges.push_back({t, 0, 0});
         }
-        edges[static_cast<size_t>(at[ti])].w1 += r1[c];
-        edges[static_cast<size_t>(at[ti])].w2 += r2[c];
+        edges[static_cast<size_t>(at[static_cast<size_t>(t)])].w1 += r1[c];
+        edges[static_cast<size_t>(at[static_cast<size_t>(t)])].w2 += r2[c];
+        live1 += r1[c];
+        live2 += r2[c];
       }
+      if (live1 != all1 || live2 != all2) edges.push_back({-1, all1 - live1, all2 - live2});
       edge_start[s + 1] = static_cast<int32_t>(edges.size());
     }
   }
@@ -189,6 +201,14 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
     int32_t state;
   };
   std::vector<Mover> movers;
+  struct Slot {
+    int32_t block, group;
+    Sig sig;
+  };
+  std::vector<Slot> slots;
+  std::vector<uint32_t> slot_round;
+  std::vector<int32_t> moving(n + 1, 0), blocks_hit;  // per block: its movers this round
+  std::vector<uint8_t> keeps(n + 1, 0);  // per block this round: 1 whole (not yet kept), 2 kept
   std::vector<int32_t> changed, affected;
   std::vector<uint32_t> seen(n, 0);
   uint32_t epoch = 0;
@@ -233,36 +253,56 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
     for (int32_t s : affected)
       if (sig[static_cast<size_t>(s)] != block_sig[static_cast<size_t>(id[static_cast<size_t>(s)])])
         movers.push_back({id[static_cast<size_t>(s)], sig[static_cast<size_t>(s)], s});
-    std::sort(movers.begin(), movers.end(), [](const Mover& x, const Mover& y) {
-      return std::tie(x.block, x.sig, x.state) < std::tie(y.block, y.sig, y.state);
-    });
-    changed.clear();
-    for (size_t i = 0; i < movers.size();) {
-      const int32_t b = movers[i].block;
-      size_t end = i;
-      while (end < movers.size() && movers[end].block == b) ++end;
-      size_t g = i;
-      if (end - i == static_cast<size_t>(block_size[static_cast<size_t>(b)])) {
-        // The whole block moves: its first group keeps the block (no split for it).
-        block_sig[static_cast<size_t>(b)] = movers[i].sig;
-        while (g < end && movers[g].sig == movers[i].sig) ++g;
-      }
-      while (g < end) {
-        size_t h = g;
-        while (h < end && movers[h].sig == movers[g].sig) ++h;
-        const int32_t nb = static_cast<int32_t>(block_sig.size());
-        block_sig.push_back(movers[g].sig);
-        block_size.push_back(static_cast<int32_t>(h - g));
-        add_f(static_cast<uint64_t>(nb));
-        block_size[static_cast<size_t>(b)] -= static_cast<int32_t>(h - g);
-        for (size_t x = g; x < h; ++x) {
-          id[static_cast<size_t>(movers[x].state)] = nb;
-          changed.push_back(movers[x].state);
-        }
-        g = h;
-      }
-      i = end;
+    // Grouped through an open-addressing table of (block, signature) -> block, in the movers'
+    // order: when a whole block moves, its first group keeps the block (no split for it).
+    for (const Mover& mv : movers)
+      if (moving[static_cast<size_t>(mv.block)]++ == 0) blocks_hit.push_back(mv.block);
+    for (int32_t b : blocks_hit)  // whole: every state of the block moves (decided before any leaves)
+      keeps[static_cast<size_t>(b)] = moving[static_cast<size_t>(b)] == block_size[static_cast<size_t>(b)] ? 1 : 0;
+    size_t cap = 16;
+    while (cap < 2 * movers.size()) cap <<= 1;
+    if (slots.size() < cap) {
+      slots.resize(cap);
+      slot_round.resize(cap, 0);
     }
+    const size_t mask = cap - 1;
+    changed.clear();
+    for (const Mover& mv : movers) {
+      const size_t b = static_cast<size_t>(mv.block);
+      size_t i = static_cast<size_t>(mix64(mv.sig.first ^ (static_cast<uint64_t>(b) * 0x9E3779B97F4A7C15ull))) & mask;
+      int32_t g = -1;
+      for (;; i = (i + 1) & mask) {
+        if (slot_round[i] != epoch) {  // a new group
+          slot_round[i] = epoch;
+          if (keeps[b] == 1) {  // the first group of a whole block keeps it
+            keeps[b] = 2;
+            g = mv.block;
+            block_sig[b] = mv.sig;
+          } else {
+            g = static_cast<int32_t>(block_sig.size());
+            block_sig.push_back(mv.sig);
+            block_size.push_back(0);
+            add_f(static_cast<uint64_t>(g));
+          }
+          slots[i] = {mv.block, g, mv.sig};
+          break;
+        }
+        if (slots[i].block == mv.block && slots[i].sig == mv.sig) {
+          g = slots[i].group;
+          break;
+        }
+      }
+      if (g == mv.block) continue;
+      --block_size[b];
+      ++block_size[static_cast<size_t>(g)];
+      id[static_cast<size_t>(mv.state)] = g;
+      changed.push_back(mv.state);
+    }
+    for (int32_t b : blocks_hit) {
+      moving[static_cast<size_t>(b)] = 0;
+      keeps[static_cast<size_t>(b)] = 0;
+    }
+    blocks_hit.clear();
     if (changed.empty()) break;  // nothing moved: the partition is final
     *rounds = static_cast<int>(round);
     if (snapshots) snapshots->push_back(id);
@@ -446,7 +486,22 @@ int utf8_step(int state, uint8_t b) {
 struct WalkShared {
   WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x)
       : dfa(d), trie(t), text(x), n(static_cast<size_t>(d.num_states)), k(static_cast<size_t>(d.num_classes)), roots_in(k) {
-    moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
+    // The two refinements are independent: one per CPU thread when there are two.
+    parallel_for(2, [&](size_t b, size_t e) {
+      for (size_t part = b; part < e; ++part) {
+        if (part == 0) {
+          moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
+          transpose();
+        } else {
+          string_refinement();
+        }
+      }
+    });
+    for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)])
+      roots_in[dfa.byte_class[trie.byte[static_cast<size_t>(j)]]].push_back(j);
+  }
+
+  void string_refinement() {
     // The string-byte refinement runs on the DFA beside the UTF-8 automaton (states n..n + 7), over
     // byte classes that split the DFA's by the automaton's columns (non-string bytes: class 0, left
     // out): a state in one block with a UTF-8 state u after h rounds keeps alive exactly the strings
@@ -478,14 +533,22 @@ struct WalkShared {
     string_class[0] = 0;
     moore_refine(u, std::min<size_t>(trie.max_depth, 254), &string_rounds, &string_stable, &string_blocks, &string_class);
     utf8_of.resize(string_blocks.size());
-    for (size_t h = 0; h < string_blocks.size(); ++h)
-      for (int q = kUtf8States; q-- > 0;) utf8_of[h].emplace_back(string_blocks[h][n + static_cast<size_t>(q)], q);
-    // The transition table by byte class, then state: a child's batch at the root sweeps a column.
+    for (size_t h = 0; h < string_blocks.size(); ++h) {
+      for (int q = 0; q < kUtf8States; ++q) utf8_of[h].emplace_back(string_blocks[h][n + static_cast<size_t>(q)], q);
+      std::sort(utf8_of[h].begin(), utf8_of[h].end());  // by block, then state: a block's least state first
+    }
+  }
+
+  // The transition table by byte class, then state: a child's batch at the root sweeps a column.
+  // Transposed in tiles of 64 states, so the writes stay in cache.
+  void transpose() {
     column.resize(n * k);
-    for (size_t s = 0; s < n; ++s)
-      for (size_t c = 0; c < k; ++c) column[c * n + s] = dfa.next[s * k + c];
-    for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)])
-      roots_in[dfa.byte_class[trie.byte[static_cast<size_t>(j)]]].push_back(j);
+    constexpr size_t kTile = 64;
+    for (size_t s0 = 0; s0 < n; s0 += kTile) {
+      const size_t s1 = std::min(n, s0 + kTile);
+      for (size_t c = 0; c < k; ++c)
+        for (size_t s = s0; s < s1; ++s) column[c * n + s] = dfa.next[s * k + c];
+    }
   }
   const Dfa& dfa;
   const VocabTrie& trie;
@@ -514,10 +577,9 @@ class TokenClassWalk {
   }
 
   // The root's children of byte class c: from a state, they all lead to one state t, so their names
-  // are a function of t, named once per distinct t. Writes group[s * k + c], the name of s's root
+  // are a function of t, named once per distinct t. Writes group[c * n + s], the name of s's root
   // children of class c (left -1 where s dies on c).
   void root_class(size_t c, const std::vector<int32_t>& js, int32_t* group) {
-    const size_t k = static_cast<size_t>(dfa_.num_classes);
     if (js.empty()) return;
     Level& L1 = level_[1];
     const int32_t* col = column_.data() + c * n_;
@@ -554,7 +616,7 @@ class TokenClassWalk {
       gid_[y] = subs_.intern(tuple_);
     }
     for (size_t s = 0; s < n_; ++s)
-      if (const int32_t t = col[s]; t >= 0) group[s * k + c] = gid_[static_cast<size_t>(index_[static_cast<size_t>(t)])];
+      if (const int32_t t = col[s]; t >= 0) group[c * n_ + s] = gid_[static_cast<size_t>(index_[static_cast<size_t>(t)])];
   }
 
  private:
@@ -575,10 +637,9 @@ class TokenClassWalk {
     if (!trie_.string_below[node] || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
     const size_t round = static_cast<size_t>(std::min(h, sh_.string_rounds));
     const int32_t b = sh_.string_blocks[round][static_cast<size_t>(q)];
-    int u = -1;
-    for (const auto& [block, state] : sh_.utf8_of[round])
-      if (block == b) u = state;  // the least such state (pairs run from 7 down)
-    return u;
+    const auto& pairs = sh_.utf8_of[round];
+    const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(b, 0));
+    return it != pairs.end() && it->first == b ? it->second : -1;  // the least such state
   }
 
   int32_t key_of(size_t node, int32_t q) const {
@@ -723,20 +784,54 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfi
   mc.rounds = sh.rounds;
   mc.class_of.resize(n);
   mc.part_begin.assign(1, 0);
-  TupleInterner classes;
-  std::unordered_map<uint64_t, int32_t> part_of;  // (byte class, name) -> part
   std::vector<int32_t> tuple;
-  for (size_t s = 0; s < n; ++s) {
+  auto tuple_of = [&](size_t s) {
     tuple.assign(1, dfa.accepting[s]);
     for (size_t c = 0; c < k; ++c)
-      if (const int32_t g = group[s * k + c]; g >= 0) {
+      if (const int32_t g = group[c * n + s]; g >= 0) {
         tuple.push_back(static_cast<int32_t>(c));
         tuple.push_back(g);
       }
-    const size_t before = classes.size();
-    mc.class_of[s] = classes.intern(tuple);
-    if (classes.size() == before) continue;
-    mc.representative.push_back(static_cast<int32_t>(s));
+  };
+  // Hashed column by column (the names are stored by byte class), grouped by hash and confirmed
+  // against each group's first state; on a hash collision, by the tuples themselves.
+  {
+    std::vector<uint64_t> h(n);
+    for (size_t s = 0; s < n; ++s) h[s] = mix64(0x51ED2701ull + dfa.accepting[s]);
+    for (size_t c = 0; c < k; ++c) {
+      const int32_t* col = group.data() + c * n;
+      for (size_t s = 0; s < n; ++s)
+        if (col[s] >= 0) h[s] = mix64(h[s] ^ ((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(col[s])));
+    }
+    std::unordered_map<uint64_t, int32_t> by_hash;
+    for (size_t s = 0; s < n; ++s) {
+      auto [it, fresh] = by_hash.emplace(h[s], static_cast<int32_t>(mc.representative.size()));
+      if (fresh) mc.representative.push_back(static_cast<int32_t>(s));
+      mc.class_of[s] = it->second;
+    }
+    bool exact = true;
+    for (size_t s = 0; s < n && exact; ++s)
+      exact = dfa.accepting[s] == dfa.accepting[static_cast<size_t>(mc.representative[static_cast<size_t>(mc.class_of[s])])];
+    for (size_t c = 0; c < k && exact; ++c) {
+      const int32_t* col = group.data() + c * n;
+      for (size_t s = 0; s < n; ++s)
+        if (col[s] != col[mc.representative[static_cast<size_t>(mc.class_of[s])]]) exact = false;
+    }
+    if (!exact) {
+      TupleInterner classes;
+      mc.representative.clear();
+      for (size_t s = 0; s < n; ++s) {
+        tuple_of(s);
+        const size_t before = classes.size();
+        mc.class_of[s] = classes.intern(tuple);
+        if (classes.size() != before) mc.representative.push_back(static_cast<int32_t>(s));
+      }
+    }
+  }
+  std::unordered_map<uint64_t, int32_t> part_of;  // (byte class, name) -> part
+  for (const int32_t rs : mc.representative) {
+    const size_t s = static_cast<size_t>(rs);
+    tuple_of(s);
     for (size_t x = 1; x < tuple.size(); x += 2) {
       const size_t c = static_cast<size_t>(tuple[x]);
       auto [it, fresh] = part_of.emplace((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(tuple[x + 1]), static_cast<int32_t>(mc.part_target.size()));

@@ -11,6 +11,7 @@
 
 #include "constrain/constraint.h"
 #include "constrain/generate.h"
+#include "constrain/kind_setup.h"
 #include "constrain/keyword_cases.h"
 #include "constrain/masked_argmax.h"
 #include "constrain/token_index.h"
@@ -22,44 +23,46 @@
 #include "core/stats.h"
 
 namespace ib::constrain {
-namespace {
 
-// ---- keys shared by the kinds ----
-
-std::vector<KeySpec> constraint_keys() {
+std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
   return {
       key_spec("constraint", ParamType::String,
                "a bundled schema (experiments/schemas/<name>.json), a schema file, regex:PATTERN or choice:a|b|c",
                Value(std::string("tool_call"))),
       key_spec("vocab", ParamType::String, "gpt2 (50,257, built in), llama2 (32,000), deepseek-llm (102,400) or a tokenizer.json path",
-               Value(std::string("gpt2"))),
+               Value(default_vocab)),
       enum_key("whitespace", "JSON layout the generator may use: compact, or flexible (up to 2 of space/newline/tab between tokens)",
                "compact", {"compact", "flexible"}),
       key_spec("max_recursion", ParamType::Int, "levels a recursive $ref is expanded to", Value(int64_t{3}), 0.0, 10.0),
   };
 }
 
+void Setup::load(const Point& p, bool with_trie) {
+  constraint = p.text("constraint");
+  source = constraint_source(constraint);
+  options.whitespace = p.text("whitespace") == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
+  options.max_recursion = static_cast<int>(p.integer("max_recursion"));
+  vocab = load_vocabulary(p.text("vocab"));
+  if (with_trie) trie = vocab_trie(vocab);
+}
+
+std::function<bool(const std::string&)> validity_check(const CompiledConstraint& c) {
+  if (!c.schema) {
+    auto dfa = c.dfa;
+    return [dfa](const std::string& text) { return dfa->matches(text); };
+  }
+  auto schema = c.schema;
+  return [schema](const std::string& text) {
+    auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    return !doc.is_discarded() && SchemaValidator(*schema).valid(doc);
+  };
+}
+
+namespace {
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// The constraint and vocabulary a variant works on, read in prepare (file reading is not timed).
-struct Setup {
-  std::string constraint, source;
-  SchemaOptions options;
-  std::shared_ptr<const Vocabulary> vocab;
-  std::shared_ptr<const VocabTrie> trie;
-
-  void load(const Point& p) {
-    constraint = p.text("constraint");
-    source = constraint_source(constraint);
-    options.whitespace = p.text("whitespace") == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
-    options.max_recursion = static_cast<int>(p.integer("max_recursion"));
-    vocab = load_vocabulary(p.text("vocab"));
-    trie = vocab_trie(vocab);
-  }
-  CompiledConstraint compile() const { return compile_constraint(constraint, source, options); }
-};
 
 // Masks checked against a brute-force walk of every token on sampled states.
 size_t mask_mismatches(const Dfa& dfa, const Vocabulary& v, const std::function<const uint32_t*(int32_t)>& mask, uint64_t seed) {
@@ -220,18 +223,6 @@ struct MaskLazy : MaskVariant {
 };
 
 // ---- constrain-validity ----
-
-std::function<bool(const std::string&)> validity_check(const CompiledConstraint& c) {
-  if (!c.schema) {
-    auto dfa = c.dfa;
-    return [dfa](const std::string& text) { return dfa->matches(text); };
-  }
-  auto schema = c.schema;
-  return [schema](const std::string& text) {
-    auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
-    return !doc.is_discarded() && SchemaValidator(*schema).valid(doc);
-  };
-}
 
 class ValidityVariant : public Variant {
  public:

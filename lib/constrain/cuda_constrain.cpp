@@ -1,11 +1,13 @@
 // CUDA variants of `constrain-overhead`: the LM head (cuBLAS bf16 GEMV to fp32 logits) followed
-// by a greedy choice, with and without the step's token bitmask (uploaded every step).
+// by a greedy choice, with and without the step's token bitmask (uploaded every step); and of
+// `constrain-generate` (the CUDA engine returning each step's logits to the host, engine_generate.h).
 #include <cmath>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include "constrain/engine_generate.h"
 #include "constrain/masked_argmax.h"
 #include "constrain/token_index.h"
 #include "constrain_mask.h"
@@ -120,6 +122,11 @@ struct LmHeadMaskedArgmax : CudaLmHead {
 
 IB_REGISTER_VARIANT("constrain-overhead", "lm_head_argmax", LmHeadArgmax);
 IB_REGISTER_VARIANT("constrain-overhead", "lm_head_masked_argmax", LmHeadMaskedArgmax);
+
+const VariantRegistration generate_constrained("constrain-generate", "constrained",
+                                               [] { return make_engine_generate_variant(Backend::Cuda, true); });
+const VariantRegistration generate_unconstrained("constrain-generate", "unconstrained_retry",
+                                                 [] { return make_engine_generate_variant(Backend::Cuda, false); });
 
 }  // namespace
 }  // namespace ib::constrain

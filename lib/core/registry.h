@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ struct VariantDecl {
   bool host = false;
 };
 
+// A problem found across keys at spec validation: the keys it involves, most to blame first (the
+// error points at the first one the spec writes, else names the first), and what is wrong.
+struct KeyProblem {
+  std::vector<std::string> keys;
+  std::string message;
+};
+
 struct KindInfo {
   std::string name;   // the spec's `kind:`
   std::string group;  // first part of NVTX ranges: the subcommand the kind belongs to
@@ -35,6 +43,10 @@ struct KindInfo {
   // Rows also report `mem saving (×)`: the baseline's peak memory over the row's (both measured
   // by the tracker at the same point).
   bool memory_saving = false;
+  // Checks across keys, run at spec validation once every value is parsed: `values` holds each of
+  // the kind's keys with its values (a constant as one value, an axis as all of them). Returns
+  // the first problem (the error is "file:line:col: experiments[i].<key>: <message>", exit 2).
+  std::function<std::optional<KeyProblem>(const std::map<std::string, std::vector<Value>>& values)> check;
 };
 
 using VariantFactory = std::function<std::unique_ptr<Variant>()>;

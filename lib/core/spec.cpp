@@ -588,6 +588,7 @@ class SpecParser {
       if (d->uses.empty()) uses_all = true;
       used.insert(d->uses.begin(), d->uses.end());
     }
+    std::map<std::string, std::vector<Value>> all_values;  // every key's values, for kind.check
     for (const auto& ks : kind.keys) {
       Axis axis;
       axis.key = ks.name;
@@ -611,8 +612,15 @@ class SpecParser {
       } else {
         axis.values.push_back(convert(f->node, ks, f->loc, f->path));
       }
+      all_values[ks.name] = axis.values;
       if (uses_all || used.count(ks.name)) ex->axes.push_back(std::move(axis));
     }
+    if (kind.check)
+      if (std::optional<KeyProblem> problem = kind.check(all_values)) {
+        for (const auto& k : problem->keys)
+          if (const Field* f = fields.get(k)) throw spec_error(f->loc, f->path, problem->message);
+        throw spec_error(ex->loc, problem->keys.empty() ? path : path + "." + problem->keys[0], problem->message);
+      }
 
     if (const Field* f = fields.get("skip")) ex->skip = parse_skip(*f, kind);
     if (const Field* f = fields.get("book")) ex->book = parse_book(*f, kind);

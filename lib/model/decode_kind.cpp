@@ -18,14 +18,9 @@ KindInfo decode_kind() {
           "(end-to-end − TTFT)/(n − 1), TPS = all output tokens / wall time (vLLM's definitions). Every variant is first "
           "checked against a recomputation without the KV cache (the cached steps' logits vs one prefill of the whole "
           "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
-  KeySpec model = key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
-                           Value(std::string("tiny")));
-  model.choices = preset_names();
-  model.choices.push_back("checkpoint");
   k.keys = {
-      model,
-      key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
-               Value(std::string("random"))),
+      model_key("tiny"),
+      weights_key(),
       key_spec("batch", ParamType::Int, "sequences decoded together", Value(int64_t{1}), 1.0, 4096.0),
       key_spec("prompt", ParamType::Int, "prompt tokens (the context of a decode step)", Value(int64_t{512}), 1.0),
       key_spec("new_tokens", ParamType::Int, "tokens generated per sequence (generate)", Value(int64_t{128}), 1.0),

@@ -31,6 +31,19 @@ ModelChoice choose_model(const std::string& name, const std::string& weights, ui
   return m;
 }
 
+KeySpec model_key(const std::string& default_preset) {
+  KeySpec model = key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
+                           Value(default_preset));
+  model.choices = preset_names();
+  model.choices.push_back("checkpoint");
+  return model;
+}
+
+KeySpec weights_key() {
+  return key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+                  Value(std::string("random")));
+}
+
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));

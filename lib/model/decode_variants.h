@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/value.h"
 #include "core/variant.h"
 #include "model/model.h"
 
@@ -22,6 +23,10 @@ ModelChoice choose_model(const Point& p, uint64_t seed);
 // spec keys `model_key` / `weights_key` (named in errors).
 ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed, const std::string& model_key = "model",
                          const std::string& weights_key = "weights");
+// The `model` key of the kinds that run the engine (a preset with random weights unless `weights`,
+// or checkpoint) with its default preset, and the `weights` key.
+KeySpec model_key(const std::string& default_preset);
+KeySpec weights_key();
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
 

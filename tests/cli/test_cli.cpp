@@ -272,7 +272,9 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"bad_memory_limit", kHead, {"--memory-limit", "lots"}, "--memory-limit 'lots': expected a size like 80GiB"},
         Malformed{"bad_format", kHead, {"--format", "xml"}, "--format 'xml': expected md, csv or json"},
         Malformed{"bad_only", kHead, {"--only", "b"}, "--only b: no such experiment in bad.yaml"},
-        Malformed{"bad_max_noise", kHead, {"--max-noise", "2"}, "--max-noise '2': expected a fraction in (0, 1]"}),
+        Malformed{"bad_max_noise", kHead, {"--max-noise", "2"}, "--max-noise '2': expected a fraction in (0, 1]"},
+        Malformed{"model_vocab_below_tokenizer", "experiments:\n  - name: a\n    kind: constrain-generate\n    model: tiny\n", {},
+                  "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'"}),
     [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
 
 TEST(CliBackend, CudaWithoutAUsableGpuIsBadInput) {

@@ -1,0 +1,457 @@
+// Kind `constrain-generate`: the transformer engine writing documents for a constraint, under the
+// budget-aware token mask or free with parse-and-retry. The engine loop, its CPU variants and the
+// kind; the CUDA variants register in cuda_constrain.cpp.
+#include "constrain/engine_generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "constrain/generate.h"
+#include "constrain/kind_setup.h"
+#include "constrain/masked_argmax.h"
+#include "core/errors.h"
+#include "core/random.h"
+#include "core/stats.h"
+#include "model/decode_variants.h"
+
+namespace ib::constrain {
+
+int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, float temperature, float u, std::vector<double>& scratch) {
+  if (temperature <= 0.0f) return masked_argmax(logits, mask, n);
+  auto allowed = [&](int32_t t) { return !mask || mask_allows(mask, t); };
+  float top = -INFINITY;
+  for (int32_t t = 0; t < n; ++t)
+    if (allowed(t) && logits[t] > top) top = logits[t];  // NaN compares false: skipped
+  if (top == -INFINITY) return masked_argmax(logits, mask, n);  // nothing finite: -1 or an allowed -inf
+  scratch.assign(static_cast<size_t>(n), 0.0);
+  const double inv_t = 1.0 / static_cast<double>(temperature);
+  double sum = 0;
+  for (int32_t t = 0; t < n; ++t)
+    if (allowed(t) && !std::isnan(logits[t]))
+      sum += scratch[static_cast<size_t>(t)] = std::exp((static_cast<double>(logits[t]) - top) * inv_t);
+  // The token where u·sum falls in the cumulative weights, in index order; the last weighted
+  // token when rounding leaves the target past the end.
+  const double target = static_cast<double>(u) * sum;
+  double cum = 0;
+  int32_t last = -1;
+  for (int32_t t = 0; t < n; ++t) {
+    const double w = scratch[static_cast<size_t>(t)];
+    if (w <= 0) continue;
+    last = t;
+    cum += w;
+    if (cum > target) return t;
+  }
+  return last;
+}
+
+BudgetedConstraint::BudgetedConstraint(std::shared_ptr<const Dfa> d) : dfa(std::move(d)), dist(distance_to_accept(*dfa)) {
+  const size_t n = static_cast<size_t>(dfa->num_states), k = static_cast<size_t>(dfa->num_classes);
+  done.assign(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    max_dist = std::max(max_dist, dist[s]);
+    bool continues = false;
+    for (size_t c = 0; c < k && !continues; ++c) continues = dfa->next[s * k + c] >= 0;
+    done[s] = dfa->accepting[s] && !continues;
+  }
+}
+
+void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t state, const uint32_t* mask, int left, uint32_t* out) {
+  const size_t words = (static_cast<size_t>(vocab.size()) + 31) / 32;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t keep = 0;
+    for (uint32_t bits = mask[w]; bits; bits &= bits - 1) {
+      const int bit = __builtin_ctz(bits);
+      const int32_t t = static_cast<int32_t>(w * 32 + static_cast<size_t>(bit));
+      bool ok;
+      if (t == vocab.eos) {
+        ok = true;  // the state's mask holds EOS only where it accepts
+      } else {
+        const int32_t next = advance(*c.dfa, vocab, state, t);
+        ok = next >= 0 && c.dist[static_cast<size_t>(next)] <= left - 2;
+      }
+      if (ok) keep |= 1u << bit;
+    }
+    out[w] = keep;
+  }
+}
+
+BudgetMasker::BudgetMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
+    : c_(dfa), vocab_(vocab), masker_(dfa, vocab), step_(masker_.words()) {}
+
+const uint32_t* BudgetMasker::mask(int32_t state, int left) {
+  const uint32_t* m = masker_.mask(state);
+  if (left - 2 >= c_.max_dist) return m;  // no state is that far: the budget cannot bind
+  auto it = reach_.find(state);
+  if (it == reach_.end()) {
+    int32_t reach = 0;
+    for (size_t w = 0; w < masker_.words(); ++w)
+      for (uint32_t bits = m[w]; bits; bits &= bits - 1) {
+        const int32_t t = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
+        if (t == vocab_->eos) continue;
+        const int32_t next = advance(*c_.dfa, *vocab_, state, t);
+        if (next >= 0) reach = std::max(reach, c_.dist[static_cast<size_t>(next)]);
+      }
+    it = reach_.emplace(state, reach).first;
+  }
+  if (left - 2 >= it->second) return m;
+  budget_mask(c_, *vocab_, state, m, left, step_.data());
+  return step_.data();
+}
+
+std::string budget_guarantee_problem(const Vocabulary& vocab) {
+  if (vocab.eos < 0) return "the vocabulary has no EOS token";
+  std::vector<uint8_t> byte_token(256, 0);
+  for (int32_t t = 0; t < vocab.size(); ++t) {
+    const std::string& b = vocab.token_bytes[static_cast<size_t>(t)];
+    if (!vocab.special[static_cast<size_t>(t)] && b.size() == 1) byte_token[static_cast<unsigned char>(b[0])] = 1;
+  }
+  for (int b = 0; b < 256; ++b)
+    if (!byte_token[static_cast<size_t>(b)])
+      return fmt::format("the vocabulary has no token for the single byte 0x{:02X} (the token budget counts a token per byte)", b);
+  return {};
+}
+
+// ---- the engine loop ----
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+EngineWriter::EngineWriter(model::Model& model, std::shared_ptr<const Vocabulary> vocab, std::vector<int32_t> prompt, int max_tokens,
+                           float temperature)
+    : model_(model), vocab_(std::move(vocab)), prompt_(std::move(prompt)), max_tokens_(max_tokens), temperature_(temperature) {
+  if (model_.config().vocab < vocab_->size())
+    throw InputError(fmt::format("model {} has {} token ids, fewer than the {} tokens of vocab {}", model_.config().name,
+                                 model_.config().vocab, vocab_->size(), vocab_->name));
+  seq_ = model_.new_sequence(static_cast<int>(prompt_.size()) + max_tokens_);
+  logits_.resize(static_cast<size_t>(model_.config().vocab));
+}
+
+EngineWriter::~EngineWriter() {
+  if (seq_ >= 0) model_.release(seq_);
+}
+
+void EngineWriter::start() {
+  model_.truncate(seq_, 0);
+  model::StepOutput out;
+  out.logits = logits_.data();
+  model_.prefill(seq_, prompt_.data(), static_cast<int>(prompt_.size()), 1, out);
+}
+
+void EngineWriter::next_logits(int32_t token) {
+  model::StepOutput out;
+  out.logits = logits_.data();
+  model_.decode(&seq_, &token, 1, out);
+}
+
+EngineDocument EngineWriter::constrained(BudgetMasker& masker, uint64_t seed) {
+  const BudgetedConstraint& c = masker.constraint();
+  const Dfa& dfa = *c.dfa;
+  const Vocabulary& v = *vocab_;
+  EngineDocument doc;
+  int32_t s = dfa.start;
+  if (c.done[static_cast<size_t>(s)]) {  // the empty document is the only one
+    doc.ended = true;
+    return doc;
+  }
+  start();
+  for (int left = max_tokens_; left > 0; --left) {
+    auto t0 = std::chrono::steady_clock::now();
+    const uint32_t* mask = masker.mask(s, left);
+    mask_seconds_ += seconds_since(t0);
+    ++mask_steps_;
+    const int32_t tok = sample_masked(logits_.data(), v.size(), mask, temperature_,
+                                      model::sample_uniform(seed, doc.tokens.size(), 0), scratch_);
+    if (tok < 0)
+      throw std::logic_error(fmt::format("constrained generation: no token allowed in state {} with {} tokens left", s, left));
+    doc.tokens.push_back(tok);
+    if (tok == v.eos) {
+      doc.ended = true;
+      break;
+    }
+    t0 = std::chrono::steady_clock::now();
+    s = advance(dfa, v, s, tok);
+    mask_seconds_ += seconds_since(t0);
+    if (s < 0) throw std::logic_error(fmt::format("constrained generation: token {} left the language", tok));
+    doc.text += v.token_bytes[static_cast<size_t>(tok)];
+    if (c.done[static_cast<size_t>(s)]) {  // accepting, and nothing may follow: complete without EOS
+      doc.ended = true;
+      break;
+    }
+    if (left > 1) next_logits(tok);
+  }
+  return doc;
+}
+
+EngineDocument EngineWriter::unconstrained(uint64_t seed) {
+  const Vocabulary& v = *vocab_;
+  EngineDocument doc;
+  start();
+  for (int left = max_tokens_; left > 0; --left) {
+    const int32_t tok = sample_masked(logits_.data(), v.size(), nullptr, temperature_, model::sample_uniform(seed, doc.tokens.size(), 0),
+                                      scratch_);
+    if (tok < 0) throw std::runtime_error("unconstrained generation: every logit is NaN");
+    doc.tokens.push_back(tok);
+    if (tok == v.eos) {
+      doc.ended = true;
+      break;
+    }
+    doc.text += v.token_bytes[static_cast<size_t>(tok)];
+    if (left > 1) next_logits(tok);
+  }
+  return doc;
+}
+
+// ---- the variants ----
+
+namespace {
+
+struct Tally {
+  int documents = 0, valid = 0;
+  int64_t attempts = 0, tokens = 0, wasted_tokens = 0;
+};
+
+class EngineGenerateVariant : public Variant {
+ public:
+  EngineGenerateVariant(Backend backend, bool constrained) : backend_(backend), constrained_(constrained) {}
+
+  // Constrained: the budget's guarantee must hold (an EOS, a token per byte, max_tokens at least
+  // the shortest document's tokens). Problems found here are left to prepare to report.
+  std::string unsupported(const Point& p) const override {
+    if (!constrained_) return {};
+    try {
+      Setup setup;
+      setup.load(p, false);
+      if (std::string why = budget_guarantee_problem(*setup.vocab); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
+      BudgetedConstraint c(setup.compile().dfa);
+      const int64_t max_tokens = p.integer("max_tokens");
+      if (max_tokens < c.min_tokens())
+        return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)", max_tokens,
+                           c.min_tokens(), setup.constraint, c.min_tokens() - 1);
+    } catch (const std::exception&) {
+    }
+    return {};
+  }
+
+  void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
+    setup_.load(p);
+    compiled_ = setup_.compile();
+    constraint_ = std::make_unique<BudgetedConstraint>(compiled_.dfa);
+    if (constrained_) masker_ = std::make_unique<BudgetMasker>(compiled_.dfa, setup_.vocab);
+    valid_ = validity_check(compiled_);
+    documents_ = static_cast<int>(p.integer("documents"));
+    retries_ = p.find("retries") ? static_cast<int>(p.integer("retries")) : 1;
+    seed_ = seed;
+
+    model::ModelChoice m = model::choose_model(p.text("model"), p.text("weights"), seed);
+    if (backend_ == Backend::Cuda) {
+      model::EngineOptions o;
+      o.max_batch = 1;
+      o.max_prefill = std::max<int>(static_cast<int>(p.integer("prompt")), 16);
+      model_ = model::make_cuda_model(m.config, *m.weights, o, rt.stream());
+    } else {
+      model_ = model::make_cpu_model(m.config, *m.weights);
+    }
+    random_weights_ = m.weights->is_random();
+    // The prompt: seeded ordinary tokens of the tokenizer, the same before every document.
+    std::vector<int32_t> ordinary;
+    for (int32_t t = 0; t < setup_.vocab->size(); ++t)
+      if (!setup_.vocab->special[static_cast<size_t>(t)]) ordinary.push_back(t);
+    std::vector<int32_t> prompt(static_cast<size_t>(p.integer("prompt")));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = ordinary[random_bits(seed + 29, i) % ordinary.size()];
+    writer_ = std::make_unique<EngineWriter>(*model_, setup_.vocab, std::move(prompt), static_cast<int>(p.integer("max_tokens")),
+                                             static_cast<float>(p.number("temperature")));
+  }
+
+  // Constrained: every document valid by the independent validator (the claim under test).
+  // Both: the validator accepts random documents of the language, so a low unconstrained rate is
+  // the model's, not the oracle's.
+  Validation validate(BackendRuntime& rt) override {
+    run(rt);
+    std::mt19937_64 rng(seed_ + 17);
+    int oracle_rejects = 0;
+    for (int i = 0; i < 4; ++i)
+      oracle_rejects += !valid_(random_document(*compiled_.dfa, constraint_->dist, compiled_.dfa->start, rng));
+    const int invalid = constrained_ ? last_.documents - last_.valid : 0;
+    run_seconds_.clear();
+    mask_us_.clear();
+    mask_share_.clear();
+    const std::string oracle = fmt::format("{}; the validator accepts {}/4 random documents of the language",
+                                           random_weights_ ? "random weights" : "checkpoint weights", 4 - oracle_rejects);
+    return {invalid + oracle_rejects == 0, "invalid_documents", static_cast<double>(invalid + oracle_rejects), 0,
+            constrained_ ? fmt::format("{} engine documents under the mask, each checked by an independent validator; {}", last_.documents, oracle)
+                         : oracle + " (the unmasked rate is measured, not gated)"};
+  }
+
+  // All documents, from the same random numbers every run (stable metrics).
+  void run(BackendRuntime&) override {
+    Tally t;
+    const double mask0 = writer_->mask_seconds();
+    const int64_t steps0 = writer_->mask_steps();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int d = 0; d < documents_; ++d) {
+      ++t.documents;
+      for (int a = 0; a < (constrained_ ? 1 : retries_); ++a) {
+        const uint64_t seed = random_bits(seed_ ^ 0x5EEDC0DEull, static_cast<uint64_t>(d) * 4096 + static_cast<uint64_t>(a));
+        const EngineDocument doc = constrained_ ? writer_->constrained(*masker_, seed) : writer_->unconstrained(seed);
+        ++t.attempts;
+        const int64_t n = static_cast<int64_t>(doc.tokens.size());
+        t.tokens += n;
+        // Unconstrained, a text cut at max_tokens counts when it validates: a client cannot tell.
+        if ((doc.ended || !constrained_) && valid_(doc.text)) {
+          ++t.valid;
+          break;
+        }
+        t.wasted_tokens += n;
+      }
+    }
+    const double secs = seconds_since(t0);
+    last_ = t;
+    run_seconds_.push_back(secs);
+    const double mask = writer_->mask_seconds() - mask0;
+    const int64_t steps = writer_->mask_steps() - steps0;
+    if (steps > 0) mask_us_.push_back(mask * 1e6 / static_cast<double>(steps));
+    if (secs > 0) mask_share_.push_back(100.0 * mask / secs);
+  }
+
+  std::vector<Metric> metrics() const override {
+    const double docs = std::max(1, last_.documents);
+    const double secs = run_seconds_.empty() ? 0 : summarize(run_seconds_).median;
+    std::vector<Metric> m = {{"valid", 100.0 * last_.valid / docs, "%"},
+                             {"attempts_per_doc", static_cast<double>(last_.attempts) / docs, ""},
+                             {"tokens_per_doc", static_cast<double>(last_.tokens) / docs, ""},
+                             {"wasted_tokens_per_doc", static_cast<double>(last_.wasted_tokens) / docs, ""},
+                             {"ms_per_doc", secs * 1e3 / docs, "ms"},
+                             {"ms_per_token", secs * 1e3 / static_cast<double>(std::max<int64_t>(1, last_.tokens)), "ms"}};
+    if (constrained_ && !mask_us_.empty()) {
+      m.push_back({"mask_per_step", summarize(mask_us_).median, "us"});
+      m.push_back({"mask_share", summarize(mask_share_).median, "%"});
+    }
+    return m;
+  }
+
+ private:
+  Backend backend_;
+  bool constrained_;
+  Setup setup_;
+  CompiledConstraint compiled_;
+  std::unique_ptr<BudgetedConstraint> constraint_;  // distances, for the oracle's sanity documents
+  std::unique_ptr<BudgetMasker> masker_;
+  std::function<bool(const std::string&)> valid_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<EngineWriter> writer_;
+  int documents_ = 1, retries_ = 1;
+  uint64_t seed_ = 0;
+  bool random_weights_ = true;
+  Tally last_;
+  std::vector<double> run_seconds_, mask_us_, mask_share_;
+};
+
+// Spec-time check: the engine's vocabulary must cover the tokenizer's. A smaller one could not
+// write some tokens (the single-byte ones the budget relies on among them), and its ids would
+// not be the tokenizer's; a larger one (padded vocabularies) is fine: the extra ids are never chosen.
+std::optional<KeyProblem> check_vocab_sizes(const std::map<std::string, std::vector<Value>>& values) {
+  for (const Value& mv : values.at("model"))
+    for (const Value& wv : values.at("weights")) {
+      const std::string& name = std::get<std::string>(mv);
+      const std::string& weights = std::get<std::string>(wv);
+      int model_vocab = 0;
+      if (name == "checkpoint") {
+        if (weights == "random") return KeyProblem{{"weights", "model"}, "model checkpoint needs weights: DIR (a Hugging Face checkpoint directory)"};
+        try {
+          model_vocab = model::config_from_hf(weights).vocab;
+        } catch (const std::exception& e) {
+          return KeyProblem{{"weights"}, e.what()};
+        }
+      } else {
+        model_vocab = model::preset(name)->vocab;  // the key's choices are the presets
+      }
+      for (const Value& vv : values.at("vocab")) {
+        const std::string& vocab = std::get<std::string>(vv);
+        std::shared_ptr<const Vocabulary> v;
+        try {
+          v = load_vocabulary(vocab);
+        } catch (const std::exception& e) {
+          return KeyProblem{{"vocab"}, e.what()};
+        }
+        if (model_vocab < v->size()) {
+          const std::string model = name == "checkpoint" ? weights : name;
+          return KeyProblem{{name == "checkpoint" ? "weights" : "model", "vocab"},
+                            fmt::format("model '{}' has {} token ids, fewer than the {} tokens of vocab '{}': it could not write "
+                                        "every token the mask allows; use a model whose vocabulary covers it (deep-narrow and "
+                                        "llama2-7b have llama2's 32000)",
+                                        model, model_vocab, v->size(), vocab)};
+        }
+      }
+    }
+  return std::nullopt;
+}
+
+KindInfo generate_kind() {
+  KindInfo k;
+  k.name = "constrain-generate";
+  k.group = "constrain";
+  k.doc =
+      "The transformer engine (lib/model) writes `documents` documents for a constraint after a fixed prompt. Constrained: each "
+      "step the engine's logits for the last token, masked by the DFA state's token mask (lazy, cached across documents) and "
+      "a token budget (a token is allowed only if acceptance stays reachable in the tokens left, one token per byte, then "
+      "EOS), then sampled on the host; EOS only where the state accepts; so every document ends valid within max_tokens. "
+      "Unconstrained: the engine samples freely up to max_tokens (stopping at EOS), the text is parsed and validated, and "
+      "retried up to `retries` times. Validity by an independent validator; a constrained row with any invalid document "
+      "FAILS. With random weights (the default) the unmasked model essentially never writes a valid document. The model's "
+      "vocabulary must cover the tokenizer's (ids past the tokenizer's are never chosen).";
+  k.keys = constraint_keys("llama2");
+  for (KeySpec ks : {model::model_key("deep-narrow"), model::weights_key()}) k.keys.push_back(ks);
+  k.keys.push_back(key_spec("prompt", ParamType::Int,
+                            "prompt tokens before every document: seeded random ordinary tokens of the vocabulary, the same for every document",
+                            Value(int64_t{8}), 1.0, 1024.0));
+  k.keys.push_back(key_spec("max_tokens", ParamType::Int,
+                            "tokens per attempt, EOS included (constrained: at least the shortest document's bytes + 1)",
+                            Value(int64_t{256}), 1.0, 4096.0));
+  k.keys.push_back(key_spec("temperature", ParamType::Float,
+                            "0 = greedy (argmax of the allowed logits; retries repeat the same text); else sampling on the host, "
+                            "seeded per document and attempt",
+                            Value(1.0), 0.0));
+  k.keys.push_back(key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0, 100.0));
+  k.keys.push_back(key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{8}), 1.0));
+  std::vector<std::string> masked_keys;
+  for (const KeySpec& ks : k.keys)
+    if (ks.name != "retries") masked_keys.push_back(ks.name);
+  k.variants = {
+      {"cpu_constrained", Backend::Cpu, "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
+       masked_keys},
+      {"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry", {}},
+      {"constrained", Backend::Cuda,
+       "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there", masked_keys},
+      {"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
+       {}},
+  };
+  k.check = check_vocab_sizes;
+  return k;
+}
+
+const KindRegistration registration(generate_kind());
+
+struct CpuConstrained : EngineGenerateVariant {
+  CpuConstrained() : EngineGenerateVariant(Backend::Cpu, true) {}
+};
+struct CpuUnconstrainedRetry : EngineGenerateVariant {
+  CpuUnconstrainedRetry() : EngineGenerateVariant(Backend::Cpu, false) {}
+};
+IB_REGISTER_VARIANT("constrain-generate", "cpu_constrained", CpuConstrained);
+IB_REGISTER_VARIANT("constrain-generate", "cpu_unconstrained_retry", CpuUnconstrainedRetry);
+
+}  // namespace
+
+std::unique_ptr<Variant> make_engine_generate_variant(Backend backend, bool constrained) {
+  return std::make_unique<EngineGenerateVariant>(backend, constrained);
+}
+
+}  // namespace ib::constrain

@@ -285,7 +285,9 @@ class EngineGenerateVariant : public Variant {
     mask_share_.clear();
     const std::string oracle = fmt::format("{}; the validator accepts {}/4 random documents of the language",
                                            random_weights_ ? "random weights" : "checkpoint weights", 4 - oracle_rejects);
-    return {invalid + oracle_rejects == 0, "invalid_documents", static_cast<double>(invalid + oracle_rejects), 0,
+    // Unconstrained rows gate the validator only: their check names what it counts.
+    return {invalid + oracle_rejects == 0, constrained_ ? "invalid_documents" : "validator_rejects",
+            static_cast<double>(invalid + oracle_rejects), 0,
             constrained_ ? fmt::format("{} engine documents under the mask, each checked by an independent validator; {}", last_.documents, oracle)
                          : oracle + " (the unmasked rate is measured, not gated)"};
   }

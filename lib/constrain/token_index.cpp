@@ -102,6 +102,56 @@ struct PairHash {
 using Sig = std::pair<uint64_t, uint64_t>;
 }  // namespace
 
+// The block of every state after each refinement round. Rounds up to `dense` are stored whole;
+// a later round as the states that changed block since round `dense`, sorted, with their blocks:
+// a refinement that runs for hundreds of rounds (the string refinement of a counting DFA, one
+// counter position per round) then writes what changed instead of a table per round.
+class RoundBlocks {
+ public:
+  explicit RoundBlocks(size_t dense) : dense_(dense) {}
+  size_t size() const { return full_.size() + moved_.size(); }
+  int32_t at(size_t round, size_t q) const {
+    if (round < full_.size()) return full_[round][q];
+    const auto& m = moved_[round - full_.size()];
+    const auto it = std::lower_bound(m.begin(), m.end(), static_cast<int32_t>(q),
+                                     [](const std::pair<int32_t, int32_t>& e, int32_t s) { return e.first < s; });
+    return it != m.end() && it->first == static_cast<int32_t>(q) ? it->second : full_.back()[q];
+  }
+  void start(const std::vector<int32_t>& id) {
+    full_.assign(1, id);
+    moved_.clear();
+    since_.clear();
+    flag_.assign(id.size(), 0);
+  }
+  // The blocks after the next round; `changed`: the states whose block that round changed.
+  void push(const std::vector<int32_t>& id, const std::vector<int32_t>& changed) {
+    if (full_.size() <= dense_) {
+      full_.push_back(id);
+      return;
+    }
+    fresh_.clear();
+    for (int32_t s : changed)
+      if (!flag_[static_cast<size_t>(s)]) {
+        flag_[static_cast<size_t>(s)] = 1;
+        fresh_.push_back(s);
+      }
+    std::sort(fresh_.begin(), fresh_.end());
+    merged_.clear();
+    std::merge(since_.begin(), since_.end(), fresh_.begin(), fresh_.end(), std::back_inserter(merged_));
+    since_.swap(merged_);
+    auto& m = moved_.emplace_back();
+    m.reserve(since_.size());
+    for (int32_t s : since_) m.emplace_back(s, id[static_cast<size_t>(s)]);
+  }
+
+ private:
+  size_t dense_;
+  std::vector<std::vector<int32_t>> full_;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> moved_;
+  std::vector<int32_t> since_, fresh_, merged_;
+  std::vector<uint8_t> flag_;
+};
+
 // Moore refinement limited to `max_rounds` rounds, done incrementally: after a round only the
 // predecessors of states that changed block need a new signature, and within a block only those
 // states can leave it (the others keep the block's old signature). Returns the block of each state
@@ -110,7 +160,7 @@ using Sig = std::pair<uint64_t, uint64_t>;
 // Stops early when a round changes nothing (the partition is then final). With `only`, strings
 // over the byte classes c with only[c] set (the refinement of the DFA restricted to them).
 static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
-                                         std::vector<std::vector<int32_t>>* snapshots,
+                                         RoundBlocks* snapshots,
                                          const std::vector<uint8_t>* only = nullptr) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
   std::vector<int32_t> id(n, 0);
@@ -214,7 +264,7 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
   uint32_t epoch = 0;
   *rounds = 0;
   *stable = n == 0;
-  if (snapshots) snapshots->assign(1, id);
+  if (snapshots) snapshots->start(id);
   if (max_rounds == 0) return id;
   // Round 1 over every state (all in one block before it).
   {
@@ -234,7 +284,7 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
       if (id[s] != 0) changed.push_back(static_cast<int32_t>(s));
     }
     *rounds = 1;
-    if (snapshots) snapshots->push_back(id);
+    if (snapshots) snapshots->push(id, changed);
   }
   for (size_t round = 2; round <= max_rounds && !changed.empty(); ++round) {
     ++epoch;
@@ -305,7 +355,7 @@ static std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int*
     blocks_hit.clear();
     if (changed.empty()) break;  // nothing moved: the partition is final
     *rounds = static_cast<int>(round);
-    if (snapshots) snapshots->push_back(id);
+    if (snapshots) snapshots->push(id, changed);
   }
   *stable = changed.empty();
   return id;
@@ -426,6 +476,9 @@ namespace {
 // its state's Moore block of round h, a higher one by the state itself (unless the refinement
 // settled before).
 constexpr size_t kTokenClassRounds = 24;
+// String-refinement rounds stored whole: most trie nodes are that shallow (the rest look up what
+// changed after it).
+constexpr size_t kDenseStringRounds = 16;
 
 }  // namespace
 
@@ -484,16 +537,22 @@ int utf8_step(int state, uint8_t b) {
 // What the walkers share, read only: the Moore blocks, the transition table by column, and the
 // root's children by byte class.
 struct WalkShared {
-  WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x)
+  // With `text_out` (the profile `x` refers to), the text profile is computed here too.
+  WalkShared(const Dfa& d, const VocabTrie& t, const TextProfile& x, TextProfile* text_out = nullptr)
       : dfa(d), trie(t), text(x), n(static_cast<size_t>(d.num_states)), k(static_cast<size_t>(d.num_classes)), roots_in(k) {
-    // The two refinements are independent: one per CPU thread when there are two.
-    parallel_for(2, [&](size_t b, size_t e) {
-      for (size_t part = b; part < e; ++part) {
-        if (part == 0) {
+    // Independent tasks, the longest first (the string refinement of a counting DFA runs for
+    // hundreds of rounds), taken by the CPU threads as they come free.
+    std::atomic<int> next_task{0};
+    const int tasks = text_out ? 3 : 2;
+    parallel_for(2, [&](size_t, size_t) {
+      for (int task; (task = next_task.fetch_add(1)) < tasks;) {
+        if (task == 0) {
+          string_refinement();
+        } else if (task == 1) {
           moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
           transpose();
         } else {
-          string_refinement();
+          *text_out = text_profile(dfa);
         }
       }
     });
@@ -534,7 +593,7 @@ struct WalkShared {
     moore_refine(u, std::min<size_t>(trie.max_depth, 254), &string_rounds, &string_stable, &string_blocks, &string_class);
     utf8_of.resize(string_blocks.size());
     for (size_t h = 0; h < string_blocks.size(); ++h) {
-      for (int q = 0; q < kUtf8States; ++q) utf8_of[h].emplace_back(string_blocks[h][n + static_cast<size_t>(q)], q);
+      for (int q = 0; q < kUtf8States; ++q) utf8_of[h].emplace_back(string_blocks.at(h, n + static_cast<size_t>(q)), q);
       std::sort(utf8_of[h].begin(), utf8_of[h].end());  // by block, then state: a block's least state first
     }
   }
@@ -556,10 +615,10 @@ struct WalkShared {
   size_t n, k;
   int rounds = 0, string_rounds = 0;
   bool stable = false, string_stable = false;
-  std::vector<std::vector<int32_t>> blocks;
+  RoundBlocks blocks{kTokenClassRounds};  // every round stored whole
   // Blocks over strings of string bytes only: the key of a node with only string bytes below
   // (states n..n + 7: the UTF-8 automaton's), and per round the (block, UTF-8 state) pairs.
-  std::vector<std::vector<int32_t>> string_blocks;
+  RoundBlocks string_blocks{kDenseStringRounds};
   std::vector<std::vector<std::pair<int32_t, int>>> utf8_of;
   std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
@@ -636,7 +695,7 @@ class TokenClassWalk {
     const int h = trie_.height[node];
     if (!trie_.string_below[node] || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
     const size_t round = static_cast<size_t>(std::min(h, sh_.string_rounds));
-    const int32_t b = sh_.string_blocks[round][static_cast<size_t>(q)];
+    const int32_t b = sh_.string_blocks.at(round, static_cast<size_t>(q));
     const auto& pairs = sh_.utf8_of[round];
     const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(b, 0));
     return it != pairs.end() && it->first == b ? it->second : -1;  // the least such state
@@ -645,8 +704,8 @@ class TokenClassWalk {
   int32_t key_of(size_t node, int32_t q) const {
     const int h = trie_.height[node];
     if (trie_.string_below[node] && h < 255 && (sh_.string_stable || h <= sh_.string_rounds))
-      return sh_.string_blocks[static_cast<size_t>(std::min(h, sh_.string_rounds))][static_cast<size_t>(q)];
-    return h < 255 && (stable_ || h <= rounds_) ? blocks_[static_cast<size_t>(std::min(h, rounds_))][static_cast<size_t>(q)] : q;
+      return sh_.string_blocks.at(static_cast<size_t>(std::min(h, sh_.string_rounds)), static_cast<size_t>(q));
+    return h < 255 && (stable_ || h <= rounds_) ? blocks_.at(static_cast<size_t>(std::min(h, rounds_)), static_cast<size_t>(q)) : q;
   }
 
   // Names level d's batch at node i (d >= 1).
@@ -744,7 +803,7 @@ class TokenClassWalk {
   const WalkShared& sh_;
   int rounds_;
   bool stable_;
-  const std::vector<std::vector<int32_t>>& blocks_;
+  const RoundBlocks& blocks_;
   const std::vector<int32_t>& column_;
   std::vector<Level> level_;
   std::vector<int32_t> all_id_, tuple_;
@@ -758,8 +817,18 @@ class TokenClassWalk {
 // The root's byte classes are shared out over the CPU threads, largest subtrees first, each thread
 // naming whole classes with its own walker; a state's class is then (accepting, c1, g1, c2, g2, ...)
 // over the byte classes c it survives, g its class-c name (from the one walker that named c).
+static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out);
+
 MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
-  const WalkShared sh(dfa, trie, text);
+  return token_classes_impl(dfa, trie, text, nullptr);
+}
+
+MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, TextProfile* text) {
+  return token_classes_impl(dfa, trie, *text, text);
+}
+
+static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out) {
+  const WalkShared sh(dfa, trie, text, text_out);
   const size_t n = sh.n, k = sh.k;
   std::vector<int32_t> group(n * k, -1);
   std::vector<std::pair<int64_t, int32_t>> work;  // (-nodes, class)
@@ -911,9 +980,14 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
 }
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), text_(text_profile(*dfa_)),
-      classes_(classes == Classes::kToken ? token_classes(*dfa_, *trie_, text_) : mask_classes(*dfa_, vocab_->max_token_bytes)),
-      words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {}
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
+  if (classes == Classes::kToken) {
+    classes_ = token_classes(*dfa_, *trie_, &text_);
+  } else {
+    text_ = text_profile(*dfa_);
+    classes_ = mask_classes(*dfa_, vocab_->max_token_bytes);
+  }
+}
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
   compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);

@@ -81,6 +81,9 @@ TextProfile text_profile(const Dfa& dfa);
 // only strings no token spells could tell apart share a class. Exact: states of one class allow
 // the same tokens (classes may be split finer than that, never merged wrongly).
 MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text);
+// The same, computing the DFA's text profile into *text alongside the Moore refinements (on
+// another CPU thread where there is one).
+MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, TextProfile* text);
 
 // The mask of one state, written into `words` ((vocab size + 31) / 32 uint32 words). With the
 // DFA's text profile, a trie subtree of text bytes is taken without stepping the DFA through it:

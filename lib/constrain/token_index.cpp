@@ -91,6 +91,21 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
     for (auto it = first; it != last; ++it)
       trie->length_of[static_cast<size_t>(it - trie->by_length.begin())] = static_cast<uint16_t>(tb[static_cast<size_t>(*it)].size());
   }
+  trie->bitmap_words = (static_cast<size_t>(vocab->size()) + 31) / 32;
+  trie->bitmap_of.assign(nn, -1);
+  int32_t bitmaps = 0;
+  for (size_t i = 1; i < nn; ++i)
+    if (trie->token_begin[static_cast<size_t>(trie->subtree_end[i])] - trie->token_begin[i] >= VocabTrie::kSubtreeBitmapTokens)
+      trie->bitmap_of[i] = bitmaps++;
+  trie->bitmaps.assign(static_cast<size_t>(bitmaps) * trie->bitmap_words, 0u);
+  for (size_t i = 1; i < nn; ++i)
+    if (const int32_t b = trie->bitmap_of[i]; b >= 0) {
+      uint32_t* words = trie->bitmaps.data() + static_cast<size_t>(b) * trie->bitmap_words;
+      for (int32_t x = trie->token_begin[i]; x < trie->token_begin[static_cast<size_t>(trie->subtree_end[i])]; ++x) {
+        const uint32_t tok = static_cast<uint32_t>(trie->tokens[static_cast<size_t>(x)]);
+        words[tok >> 5] |= 1u << (tok & 31);
+      }
+    }
   cache[vocab.get()] = trie;
   return trie;
 }
@@ -918,7 +933,8 @@ static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, con
 namespace {
 
 // The tokens of trie node j's subtree alive when the DFA is in state tj (alive) after j's bytes:
-// emit(first, last) for each run trie.tokens[first, last) or trie.by_length[first, last). With the
+// emit(first, last, whole) for each run trie.tokens[first, last) or trie.by_length[first, last),
+// whole = the node whose subtree the run is when it is one taken whole (else -1). With the
 // DFA's text profile, a subtree of text bytes is taken without stepping the DFA through it: whole
 // when it is no deeper than the state's run, up to a token length when the state dies after a
 // fixed number of text bytes. `at` holds a state per depth (max_depth + 1).
@@ -933,24 +949,25 @@ void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text
       continue;
     }
     at[d] = t;
-    int32_t last = i + 1;
+    int32_t last = i + 1, whole = -1;
     if (text && trie.text_below[static_cast<size_t>(i)]) {
       const int h = trie.height[static_cast<size_t>(i)];
       if (h < 255 && h <= text->run[static_cast<size_t>(t)]) {
         // Every path below is text no longer than t survives: the subtree's tokens are allowed.
         last = trie.subtree_end[static_cast<size_t>(i)];
+        whole = i;
       } else if (const int r = text->dies_after[static_cast<size_t>(t)]; r != 255) {
         // Below, t takes exactly r more bytes: the subtree's tokens up to that length.
         const size_t limit = static_cast<size_t>(d) + static_cast<size_t>(r);
         const int32_t first = trie.by_length_begin[static_cast<size_t>(i)];
         int32_t stop = first;
         while (stop < trie.by_length_begin[static_cast<size_t>(i) + 1] && trie.length_of[static_cast<size_t>(stop)] <= limit) ++stop;
-        emit(trie.by_length.data() + first, trie.by_length.data() + stop);
+        emit(trie.by_length.data() + first, trie.by_length.data() + stop, -1);
         i = trie.subtree_end[static_cast<size_t>(i)];
         continue;
       }
     }
-    emit(trie.tokens.data() + trie.token_begin[static_cast<size_t>(i)], trie.tokens.data() + trie.token_begin[static_cast<size_t>(last)]);
+    emit(trie.tokens.data() + trie.token_begin[static_cast<size_t>(i)], trie.tokens.data() + trie.token_begin[static_cast<size_t>(last)], whole);
     i = last;
   }
 }
@@ -960,6 +977,19 @@ void set_bits(uint32_t* words, const int32_t* first, const int32_t* last) {
     const uint32_t tok = static_cast<uint32_t>(*first);
     words[tok >> 5] |= 1u << (tok & 31);
   }
+}
+
+void or_bits(uint32_t* words, const uint32_t* bits, size_t n) {
+  for (size_t w = 0; w < n; ++w) words[w] |= bits[w];
+}
+
+// An emit for walk_subtree that sets the run's bits in `words`: a whole subtree with a bitmap by
+// OR-ing that in.
+auto bit_setter(const VocabTrie& trie, uint32_t* words) {
+  return [&trie, words](const int32_t* first, const int32_t* last, int32_t whole) {
+    if (const uint32_t* bits = whole >= 0 ? trie.bitmap(whole) : nullptr) or_bits(words, bits, trie.bitmap_words);
+    else set_bits(words, first, last);
+  };
 }
 
 }  // namespace
@@ -972,7 +1002,7 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
   const int32_t n = static_cast<int32_t>(trie.nodes());
   for (int32_t j = 1; j < n; j = trie.subtree_end[static_cast<size_t>(j)])
     if (const int32_t t = dfa.step(state, trie.byte[static_cast<size_t>(j)]); t >= 0)
-      walk_subtree(dfa, trie, text, j, t, at.data(), [&](const int32_t* first, const int32_t* last) { set_bits(words, first, last); });
+      walk_subtree(dfa, trie, text, j, t, at.data(), bit_setter(trie, words));
   if (vocab.eos >= 0 && dfa.accepting[static_cast<size_t>(state)]) {
     const uint32_t e = static_cast<uint32_t>(vocab.eos);
     words[e >> 5] |= 1u << (e & 31);
@@ -1009,6 +1039,8 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
   for (int32_t p : classes_.parts) ++uses[static_cast<size_t>(p)];
   for (size_t p = 0; p < np; ++p)
     if (uses[p] > 1) shared.push_back(static_cast<int32_t>(p));
+  // A shared part: a list of its tokens while it is short, its bitmap once it is not (or takes a
+  // subtree with a bitmap whole).
   std::vector<std::vector<int32_t>> part_tokens(np);
   std::vector<std::vector<uint32_t>> part_bits(np);
   parallel_for(shared.size(), [&](size_t b, size_t e) {
@@ -1016,13 +1048,20 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
     for (size_t x = b; x < e; ++x) {
       const size_t p = static_cast<size_t>(shared[x]);
       std::vector<int32_t>& list = part_tokens[p];
+      std::vector<uint32_t>& bits = part_bits[p];
+      auto to_bits = [&] {
+        bits.assign(words_, 0u);
+        set_bits(bits.data(), list.data(), list.data() + list.size());
+        list = {};
+      };
       for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
-        walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(),
-                     [&](const int32_t* first, const int32_t* last) { list.insert(list.end(), first, last); });
-      if (list.size() > words_) {
-        part_bits[p].assign(words_, 0u);
-        set_bits(part_bits[p].data(), list.data(), list.data() + list.size());
-      }
+        walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
+          const uint32_t* sub = whole >= 0 ? trie.bitmap(whole) : nullptr;
+          if (bits.empty() && (sub || list.size() + static_cast<size_t>(last - first) > words_)) to_bits();
+          if (bits.empty()) list.insert(list.end(), first, last);
+          else if (sub) or_bits(bits.data(), sub, words_);
+          else set_bits(bits.data(), first, last);
+        });
     }
   });
   masks_.assign(num_classes() * words_, 0u);
@@ -1034,11 +1073,9 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
         const size_t p = static_cast<size_t>(classes_.parts[static_cast<size_t>(x)]);
         if (uses[p] == 1) {
           for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
-            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(),
-                         [&](const int32_t* first, const int32_t* last) { set_bits(words, first, last); });
+            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words));
         } else if (!part_bits[p].empty()) {
-          const uint32_t* bits = part_bits[p].data();
-          for (size_t w = 0; w < words_; ++w) words[w] |= bits[w];
+          or_bits(words, part_bits[p].data(), words_);
         } else {
           set_bits(words, part_tokens[p].data(), part_tokens[p].data() + part_tokens[p].size());
         }

@@ -41,6 +41,17 @@ struct VocabTrie {
   std::vector<int32_t> by_length;
   std::vector<uint16_t> length_of;
   size_t max_depth = 0;
+  // Bitmaps ((vocabulary size + 31) / 32 words each) of the tokens of the subtrees holding at least
+  // kSubtreeBitmapTokens tokens: a mask that takes such a subtree whole ORs its bitmap in instead
+  // of setting thousands of scattered bits one by one.
+  static constexpr int32_t kSubtreeBitmapTokens = 1024;
+  size_t bitmap_words = 0;
+  std::vector<int32_t> bitmap_of;  // per node: its bitmap's index, or -1
+  std::vector<uint32_t> bitmaps;
+  const uint32_t* bitmap(int32_t node) const {
+    const int32_t b = bitmap_of[static_cast<size_t>(node)];
+    return b < 0 ? nullptr : bitmaps.data() + static_cast<size_t>(b) * bitmap_words;
+  }
   size_t nodes() const { return byte.size(); }
 };
 std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabulary>& vocab);

@@ -1,6 +1,7 @@
 #include "constrain/automaton.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -172,17 +173,16 @@ struct Nfa {
 std::array<uint8_t, 256> classes_of(const std::vector<ByteSet>& sets, int* count) {
   std::array<int, 256> cls{};
   int n = 1;
+  std::array<int, 512> renumber;  // (class, in the set) -> new class
   for (const auto& s : sets) {
-    std::map<std::pair<int, bool>, int> renumber;
-    std::array<int, 256> next{};
+    renumber.fill(-1);
+    int fresh = 0;
     for (int b = 0; b < 256; ++b) {
-      auto key = std::make_pair(cls[static_cast<size_t>(b)], s.test(static_cast<size_t>(b)));
-      auto it = renumber.find(key);
-      if (it == renumber.end()) it = renumber.emplace(key, static_cast<int>(renumber.size())).first;
-      next[static_cast<size_t>(b)] = it->second;
+      int& to = renumber[static_cast<size_t>(2 * cls[static_cast<size_t>(b)] + (s.test(static_cast<size_t>(b)) ? 1 : 0))];
+      if (to < 0) to = fresh++;
+      cls[static_cast<size_t>(b)] = to;
     }
-    cls = next;
-    n = static_cast<int>(renumber.size());
+    n = fresh;
   }
   std::array<uint8_t, 256> out{};
   for (int b = 0; b < 256; ++b) out[static_cast<size_t>(b)] = static_cast<uint8_t>(cls[static_cast<size_t>(b)]);
@@ -501,8 +501,18 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   }
 
   // Subset construction. A DFA state is the sorted set of NFA states with a byte edge, plus
-  // the accept state when it is reachable.
-  std::vector<uint32_t> mark(nfa.states.size(), 0);
+  // the accept state when it is reachable. The NFA's edges as flat arrays first (the closures
+  // walk them for every transition).
+  const size_t nn = nfa.states.size();
+  std::vector<int32_t> eps_start(nn + 1, 0), eps, to(nn);
+  for (size_t i = 0; i < nn; ++i) {
+    const auto& st = nfa.states[i];
+    eps.insert(eps.end(), st.eps.begin(), st.eps.end());
+    eps_start[i + 1] = static_cast<int32_t>(eps.size());
+    to[i] = st.to;
+  }
+  to[static_cast<size_t>(accept)] = std::numeric_limits<int32_t>::max();  // kept in closures too
+  std::vector<uint32_t> mark(nn, 0);
   uint32_t epoch = 0;
   std::vector<int32_t> stack;
   auto closure = [&](const std::vector<int32_t>& seeds, std::vector<int32_t>* out) {
@@ -511,12 +521,11 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     stack.assign(seeds.begin(), seeds.end());
     for (int32_t s : stack) mark[static_cast<size_t>(s)] = epoch;
     while (!stack.empty()) {
-      int32_t s = stack.back();
+      const int32_t s = stack.back();
       stack.pop_back();
-      const auto& st = nfa.states[static_cast<size_t>(s)];
-      if (st.to >= 0 || s == accept) out->push_back(s);
-      for (int32_t e : st.eps)
-        if (mark[static_cast<size_t>(e)] != epoch) {
+      if (to[static_cast<size_t>(s)] >= 0) out->push_back(s);
+      for (int32_t x = eps_start[static_cast<size_t>(s)]; x < eps_start[static_cast<size_t>(s) + 1]; ++x)
+        if (const int32_t e = eps[static_cast<size_t>(x)]; mark[static_cast<size_t>(e)] != epoch) {
           mark[static_cast<size_t>(e)] = epoch;
           stack.push_back(e);
         }
@@ -550,7 +559,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
       if (!cls) continue;
       for (uint16_t c : *cls) {
         if (moved[c].empty()) used.push_back(c);
-        moved[c].push_back(nfa.states[static_cast<size_t>(s)].to);
+        moved[c].push_back(to[static_cast<size_t>(s)]);
       }
     }
     std::sort(used.begin(), used.end());

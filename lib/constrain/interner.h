@@ -13,7 +13,10 @@ namespace ib::constrain {
 
 class TupleInterner {
  public:
-  TupleInterner() : slots_(1024, -1) {}
+  TupleInterner() : slots_(1024, -1) {
+    start_.reserve(512);  // (also keeps GCC from reading start_ as a one-element array under inlining)
+    start_.push_back(0);
+  }
 
   // The tuple's id; `fresh` (if given) tells whether it was new.
   int32_t intern(const std::vector<int32_t>& t, bool* fresh = nullptr) {
@@ -57,7 +60,7 @@ class TupleInterner {
     return static_cast<size_t>(end(id) - begin(id)) == t.size() && std::equal(t.begin(), t.end(), begin(id));
   }
   std::vector<int32_t> arena_;
-  std::vector<uint32_t> start_ = {0};  // tuple i: arena_[start_[i], start_[i + 1])
+  std::vector<uint32_t> start_;  // tuple i: arena_[start_[i], start_[i + 1])
   std::vector<uint64_t> hash_;
   std::vector<int32_t> slots_;
 };

@@ -597,9 +597,12 @@ struct WalkShared {
     u.num_states = static_cast<int32_t>(n) + kUtf8States;
     u.next.assign(static_cast<size_t>(u.num_states) * kj, -1);
     u.accepting.assign(static_cast<size_t>(u.num_states), 0);
+    std::vector<size_t> dfa_class(kj);  // the DFA's class of each joint class's bytes
+    for (size_t c = 1; c < kj; ++c) dfa_class[c] = dfa.byte_class[static_cast<uint8_t>(rep_byte[c])];
+    for (size_t s = 0; s < n; ++s)  // row by row: the writes stay in cache
+      for (size_t c = 1; c < kj; ++c) u.next[s * kj + c] = dfa.next[s * k + dfa_class[c]];
     for (size_t c = 1; c < kj; ++c) {
       const uint8_t b = static_cast<uint8_t>(rep_byte[c]);
-      for (size_t s = 0; s < n; ++s) u.next[s * kj + c] = dfa.next[s * k + dfa.byte_class[b]];
       for (int q = 0; q < kUtf8States; ++q)
         if (const int to = utf8_step(q, b); to >= 0) u.next[(n + static_cast<size_t>(q)) * kj + c] = static_cast<int32_t>(n) + to;
     }

@@ -402,12 +402,14 @@ TextProfile text_profile(const Dfa& dfa) {
   std::vector<uint8_t> text_class(k, 0);
   for (int b = 0; b < 256; ++b)
     if (is_text_byte(static_cast<uint8_t>(b))) text_class[dfa.byte_class[static_cast<size_t>(b)]] = 1;
+  std::vector<size_t> text_classes;  // the loops below visit these only
+  for (size_t c = 0; c < k; ++c)
+    if (text_class[c]) text_classes.push_back(c);
   std::vector<int32_t> pred_start(n + 1, 0), preds;
   std::vector<uint8_t> run(n, 255);
   std::vector<int32_t> queue;
   for (size_t s = 0; s < n; ++s)
-    for (size_t c = 0; c < k; ++c) {
-      if (!text_class[c]) continue;
+    for (const size_t c : text_classes) {
       const int32_t t = dfa.next[s * k + c];
       if (t >= 0) ++pred_start[static_cast<size_t>(t) + 1];
       else if (run[s] != 0) {
@@ -419,9 +421,8 @@ TextProfile text_profile(const Dfa& dfa) {
   preds.resize(static_cast<size_t>(pred_start[n]));
   std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
   for (size_t s = 0; s < n; ++s)
-    for (size_t c = 0; c < k; ++c)
-      if (const int32_t t = dfa.next[s * k + c]; text_class[c] && t >= 0)
-        preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+    for (const size_t c : text_classes)
+      if (const int32_t t = dfa.next[s * k + c]; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
   for (size_t qi = 0; qi < queue.size(); ++qi) {
     const int32_t t = queue[qi];
     const int r = run[static_cast<size_t>(t)] + 1;
@@ -440,8 +441,7 @@ TextProfile text_profile(const Dfa& dfa) {
   std::vector<int32_t> uniform(n, kMixed);
   for (size_t s = 0; s < n; ++s) {
     int32_t u = kMixed;
-    for (size_t c = 0; c < k; ++c) {
-      if (!text_class[c]) continue;
+    for (const size_t c : text_classes) {
       const int32_t t = dfa.next[s * k + c];
       if (u == kMixed) u = t;
       else if (u != t) {
@@ -884,26 +884,32 @@ static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, con
   // against each group's first state; on a hash collision, by the tuples themselves.
   {
     std::vector<uint64_t> h(n);
-    for (size_t s = 0; s < n; ++s) h[s] = mix64(0x51ED2701ull + dfa.accepting[s]);
-    for (size_t c = 0; c < k; ++c) {
-      const int32_t* col = group.data() + c * n;
-      for (size_t s = 0; s < n; ++s)
-        if (col[s] >= 0) h[s] = mix64(h[s] ^ ((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(col[s])));
-    }
+    parallel_for(n, [&](size_t b, size_t e) {  // states split over the threads, every column each
+      for (size_t s = b; s < e; ++s) h[s] = mix64(0x51ED2701ull + dfa.accepting[s]);
+      for (size_t c = 0; c < k; ++c) {
+        const int32_t* col = group.data() + c * n;
+        for (size_t s = b; s < e; ++s)
+          if (col[s] >= 0) h[s] = mix64(h[s] ^ ((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(col[s])));
+      }
+    });
     std::unordered_map<uint64_t, int32_t> by_hash;
     for (size_t s = 0; s < n; ++s) {
       auto [it, fresh] = by_hash.emplace(h[s], static_cast<int32_t>(mc.representative.size()));
       if (fresh) mc.representative.push_back(static_cast<int32_t>(s));
       mc.class_of[s] = it->second;
     }
-    bool exact = true;
-    for (size_t s = 0; s < n && exact; ++s)
-      exact = dfa.accepting[s] == dfa.accepting[static_cast<size_t>(mc.representative[static_cast<size_t>(mc.class_of[s])])];
-    for (size_t c = 0; c < k && exact; ++c) {
-      const int32_t* col = group.data() + c * n;
-      for (size_t s = 0; s < n; ++s)
-        if (col[s] != col[mc.representative[static_cast<size_t>(mc.class_of[s])]]) exact = false;
-    }
+    std::atomic<bool> exact{true};
+    parallel_for(n, [&](size_t b, size_t e) {
+      bool ok = true;
+      for (size_t s = b; s < e && ok; ++s)
+        ok = dfa.accepting[s] == dfa.accepting[static_cast<size_t>(mc.representative[static_cast<size_t>(mc.class_of[s])])];
+      for (size_t c = 0; c < k && ok; ++c) {
+        const int32_t* col = group.data() + c * n;
+        for (size_t s = b; s < e; ++s)
+          if (col[s] != col[mc.representative[static_cast<size_t>(mc.class_of[s])]]) ok = false;
+      }
+      if (!ok) exact = false;
+    });
     if (!exact) {
       TupleInterner classes;
       mc.representative.clear();

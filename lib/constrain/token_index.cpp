@@ -91,6 +91,18 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
     for (auto it = first; it != last; ++it)
       trie->length_of[static_cast<size_t>(it - trie->by_length.begin())] = static_cast<uint16_t>(tb[static_cast<size_t>(*it)].size());
   }
+  trie->node.resize(nn + 1);
+  for (size_t i = 0; i <= nn; ++i) {
+    VocabTrie::Node& x = trie->node[i];
+    x.token_begin = trie->token_begin[i];
+    if (i == nn) break;
+    x.subtree_end = trie->subtree_end[i];
+    x.depth = trie->depth[i];
+    x.byte = trie->byte[i];
+    x.height = trie->height[i];
+    x.text_below = trie->text_below[i];
+    x.string_below = trie->string_below[i];
+  }
   trie->bitmap_words = (static_cast<size_t>(vocab->size()) + 31) / 32;
   trie->bitmap_of.assign(nn, -1);
   int32_t bitmaps = 0;
@@ -710,8 +722,9 @@ class TokenClassWalk {
   // A UTF-8 state whose string-byte block q shares after height(node) rounds (node: string bytes
   // below), or -1.
   int utf8_state(size_t node, int32_t q) const {
-    const int h = trie_.height[node];
-    if (!trie_.string_below[node] || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
+    const VocabTrie::Node& x = trie_.node[node];
+    const int h = x.height;
+    if (!x.string_below || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
     const size_t round = static_cast<size_t>(std::min(h, sh_.string_rounds));
     const int32_t b = sh_.string_blocks.at(round, static_cast<size_t>(q));
     const auto& pairs = sh_.utf8_of[round];
@@ -720,8 +733,9 @@ class TokenClassWalk {
   }
 
   int32_t key_of(size_t node, int32_t q) const {
-    const int h = trie_.height[node];
-    if (trie_.string_below[node] && h < 255 && (sh_.string_stable || h <= sh_.string_rounds))
+    const VocabTrie::Node& x = trie_.node[node];
+    const int h = x.height;
+    if (x.string_below && h < 255 && (sh_.string_stable || h <= sh_.string_rounds))
       return sh_.string_blocks.at(static_cast<size_t>(std::min(h, sh_.string_rounds)), static_cast<size_t>(q));
     return h < 255 && (stable_ || h <= rounds_) ? blocks_.at(static_cast<size_t>(std::min(h, rounds_)), static_cast<size_t>(q)) : q;
   }
@@ -730,15 +744,16 @@ class TokenClassWalk {
   void name(int32_t i, size_t d) {
     Level& L = level_[d];
     const size_t ui = static_cast<size_t>(i);
-    const int h = trie_.height[ui];
+    const VocabTrie::Node& x = trie_.node[ui];
+    const int h = x.height;
     L.names.assign(L.states.size(), 0);
     L.todo.clear();
     for (size_t r = 0; r < L.states.size(); ++r) {
       const size_t q = static_cast<size_t>(L.states[r]);
-      if (trie_.text_below[ui] && h < 255 && h <= text_.run[q]) {
+      if (x.text_below && h < 255 && h <= text_.run[q]) {
         if (all_id_[ui] < 0) all_id_[ui] = subs_.intern({i, kAll});
         L.names[r] = all_id_[ui];
-      } else if (trie_.text_below[ui] && text_.dies_after[q] != 255) {
+      } else if (x.text_below && text_.dies_after[q] != 255) {
         L.names[r] = subs_.intern({i, kUpTo, text_.dies_after[q]});
       } else if (const int u = utf8_state(ui, static_cast<int32_t>(q)); u >= 0) {
         // The tokens below that are valid UTF-8 content from u (a name per (i, u)).
@@ -769,9 +784,10 @@ class TokenClassWalk {
     L.pair_child.clear();
     L.pair_name.clear();
     L.target.resize(L.states.size());
-    for (int32_t j = i + 1; j < trie_.subtree_end[static_cast<size_t>(i)]; j = trie_.subtree_end[static_cast<size_t>(j)]) {
+    const VocabTrie::Node* node = trie_.node.data();
+    for (int32_t j = i + 1; j < node[i].subtree_end; j = node[j].subtree_end) {
       const size_t uj = static_cast<size_t>(j);
-      const int32_t* col = column_.data() + static_cast<size_t>(dfa_.byte_class[trie_.byte[uj]]) * n_;
+      const int32_t* col = column_.data() + static_cast<size_t>(dfa_.byte_class[node[j].byte]) * n_;
       const int32_t batch = serial_++;
       C.states.clear();
       for (int32_t r : todo) {
@@ -949,21 +965,23 @@ namespace {
 // fixed number of text bytes. `at` holds a state per depth (max_depth + 1).
 template <class Emit>
 void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit) {
-  const int32_t end = trie.subtree_end[static_cast<size_t>(j)];
+  const VocabTrie::Node* node = trie.node.data();
+  const int32_t end = node[j].subtree_end;
   for (int32_t i = j; i < end;) {
-    const uint16_t d = trie.depth[static_cast<size_t>(i)];
-    const int32_t t = i == j ? tj : dfa.step(at[d - 1u], trie.byte[static_cast<size_t>(i)]);
+    const VocabTrie::Node& x = node[i];
+    const uint16_t d = x.depth;
+    const int32_t t = i == j ? tj : dfa.step(at[d - 1u], x.byte);
     if (t < 0) {  // no token below this node can be completed
-      i = trie.subtree_end[static_cast<size_t>(i)];
+      i = x.subtree_end;
       continue;
     }
     at[d] = t;
     int32_t last = i + 1, whole = -1;
-    if (text && trie.text_below[static_cast<size_t>(i)]) {
-      const int h = trie.height[static_cast<size_t>(i)];
+    if (text && x.text_below) {
+      const int h = x.height;
       if (h < 255 && h <= text->run[static_cast<size_t>(t)]) {
         // Every path below is text no longer than t survives: the subtree's tokens are allowed.
-        last = trie.subtree_end[static_cast<size_t>(i)];
+        last = x.subtree_end;
         whole = i;
       } else if (const int r = text->dies_after[static_cast<size_t>(t)]; r != 255) {
         // Below, t takes exactly r more bytes: the subtree's tokens up to that length.
@@ -972,11 +990,11 @@ void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text
         int32_t stop = first;
         while (stop < trie.by_length_begin[static_cast<size_t>(i) + 1] && trie.length_of[static_cast<size_t>(stop)] <= limit) ++stop;
         emit(trie.by_length.data() + first, trie.by_length.data() + stop, -1);
-        i = trie.subtree_end[static_cast<size_t>(i)];
+        i = x.subtree_end;
         continue;
       }
     }
-    emit(trie.tokens.data() + trie.token_begin[static_cast<size_t>(i)], trie.tokens.data() + trie.token_begin[static_cast<size_t>(last)], whole);
+    emit(trie.tokens.data() + x.token_begin, trie.tokens.data() + node[last].token_begin, whole);
     i = last;
   }
 }

@@ -41,6 +41,14 @@ struct VocabTrie {
   std::vector<int32_t> by_length;
   std::vector<uint16_t> length_of;
   size_t max_depth = 0;
+  // The fields a walk reads at every node, packed (one cache line instead of one per array), with
+  // a sentinel at nodes() that holds the end of `tokens`.
+  struct Node {
+    int32_t subtree_end, token_begin;
+    uint16_t depth;
+    uint8_t byte, height, text_below, string_below;
+  };
+  std::vector<Node> node;
   // Bitmaps ((vocabulary size + 31) / 32 words each) of the tokens of the subtrees holding at least
   // kSubtreeBitmapTokens tokens: a mask that takes such a subtree whole ORs its bitmap in instead
   // of setting thousands of scattered bits one by one.
@@ -48,8 +56,8 @@ struct VocabTrie {
   size_t bitmap_words = 0;
   std::vector<int32_t> bitmap_of;  // per node: its bitmap's index, or -1
   std::vector<uint32_t> bitmaps;
-  const uint32_t* bitmap(int32_t node) const {
-    const int32_t b = bitmap_of[static_cast<size_t>(node)];
+  const uint32_t* bitmap(int32_t i) const {
+    const int32_t b = bitmap_of[static_cast<size_t>(i)];
     return b < 0 ? nullptr : bitmaps.data() + static_cast<size_t>(b) * bitmap_words;
   }
   size_t nodes() const { return byte.size(); }

@@ -561,6 +561,68 @@ int utf8_step(int state, uint8_t b) {
   return t + 8 * (level - 1);
 }
 
+}  // namespace
+
+// The DFA's refinement over strings of string bytes only, run beside the UTF-8 content automaton
+// (states n..n + kUtf8States - 1) over byte classes that split the DFA's by the automaton's columns
+// (non-string bytes: class 0, left out): a state in one block with a UTF-8 state u after h rounds
+// keeps alive exactly the strings of at most h string bytes that are valid content from u.
+struct StringRefinement {
+  RoundBlocks blocks{kDenseStringRounds};
+  int rounds = 0;
+  bool stable = false;
+  std::vector<std::vector<std::pair<int32_t, int>>> utf8_of;  // per round: (block, UTF-8 state), sorted
+  // State q's block over the strings below node x (string bytes only, at most its height), or -1
+  // when x has other bytes below or the refinement stopped short of its height.
+  int32_t key(const VocabTrie::Node& x, int32_t q) const {
+    const int h = x.height;
+    if (!x.string_below || h >= 255 || !(stable || h <= rounds)) return -1;
+    return blocks.at(static_cast<size_t>(std::min(h, rounds)), static_cast<size_t>(q));
+  }
+};
+
+namespace {
+
+StringRefinement refine_strings(const Dfa& dfa, size_t max_depth) {
+  const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
+  StringRefinement out;
+  Dfa u;
+  std::map<std::vector<int>, uint8_t> joint;
+  std::vector<int> rep_byte(1, 0), key(kUtf8States + 1);
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t ub = static_cast<uint8_t>(b);
+    if (!is_string_byte(ub)) continue;
+    key[0] = dfa.byte_class[ub];
+    for (int q = 0; q < kUtf8States; ++q) key[static_cast<size_t>(q) + 1] = utf8_step(q, ub);
+    auto [it, fresh] = joint.emplace(key, static_cast<uint8_t>(rep_byte.size()));
+    if (fresh) rep_byte.push_back(b);
+    u.byte_class[ub] = it->second;
+  }
+  const size_t kj = rep_byte.size();
+  u.num_classes = static_cast<int32_t>(kj);
+  u.num_states = static_cast<int32_t>(n) + kUtf8States;
+  u.next.assign(static_cast<size_t>(u.num_states) * kj, -1);
+  u.accepting.assign(static_cast<size_t>(u.num_states), 0);
+  std::vector<size_t> dfa_class(kj);  // the DFA's class of each joint class's bytes
+  for (size_t c = 1; c < kj; ++c) dfa_class[c] = dfa.byte_class[static_cast<uint8_t>(rep_byte[c])];
+  for (size_t s = 0; s < n; ++s)  // row by row: the writes stay in cache
+    for (size_t c = 1; c < kj; ++c) u.next[s * kj + c] = dfa.next[s * k + dfa_class[c]];
+  for (size_t c = 1; c < kj; ++c) {
+    const uint8_t b = static_cast<uint8_t>(rep_byte[c]);
+    for (int q = 0; q < kUtf8States; ++q)
+      if (const int to = utf8_step(q, b); to >= 0) u.next[(n + static_cast<size_t>(q)) * kj + c] = static_cast<int32_t>(n) + to;
+  }
+  std::vector<uint8_t> string_class(kj, 1);
+  string_class[0] = 0;
+  moore_refine(u, std::min<size_t>(max_depth, 254), &out.rounds, &out.stable, &out.blocks, &string_class);
+  out.utf8_of.resize(out.blocks.size());
+  for (size_t h = 0; h < out.blocks.size(); ++h) {
+    for (int q = 0; q < kUtf8States; ++q) out.utf8_of[h].emplace_back(out.blocks.at(h, n + static_cast<size_t>(q)), q);
+    std::sort(out.utf8_of[h].begin(), out.utf8_of[h].end());  // by block, then state: a block's least state first
+  }
+  return out;
+}
+
 // What the walkers share, read only: the Moore blocks, the transition table by column, and the
 // root's children by byte class.
 struct WalkShared {
@@ -574,7 +636,7 @@ struct WalkShared {
     parallel_for(2, [&](size_t, size_t) {
       for (int task; (task = next_task.fetch_add(1)) < tasks;) {
         if (task == 0) {
-          string_refinement();
+          strings = refine_strings(dfa, trie.max_depth);
         } else if (task == 1) {
           moore_refine(dfa, kTokenClassRounds, &rounds, &stable, &blocks);
           transpose();
@@ -585,47 +647,6 @@ struct WalkShared {
     });
     for (int32_t j = 1; j < static_cast<int32_t>(trie.nodes()); j = trie.subtree_end[static_cast<size_t>(j)])
       roots_in[dfa.byte_class[trie.byte[static_cast<size_t>(j)]]].push_back(j);
-  }
-
-  void string_refinement() {
-    // The string-byte refinement runs on the DFA beside the UTF-8 automaton (states n..n + 7), over
-    // byte classes that split the DFA's by the automaton's columns (non-string bytes: class 0, left
-    // out): a state in one block with a UTF-8 state u after h rounds keeps alive exactly the strings
-    // of at most h string bytes that are valid content from u.
-    Dfa u;
-    std::map<std::vector<int>, uint8_t> joint;
-    std::vector<int> rep_byte(1, 0), key(kUtf8States + 1);
-    for (int b = 0; b < 256; ++b) {
-      const uint8_t ub = static_cast<uint8_t>(b);
-      if (!is_string_byte(ub)) continue;
-      key[0] = dfa.byte_class[ub];
-      for (int q = 0; q < kUtf8States; ++q) key[static_cast<size_t>(q) + 1] = utf8_step(q, ub);
-      auto [it, fresh] = joint.emplace(key, static_cast<uint8_t>(rep_byte.size()));
-      if (fresh) rep_byte.push_back(b);
-      u.byte_class[ub] = it->second;
-    }
-    const size_t kj = rep_byte.size();
-    u.num_classes = static_cast<int32_t>(kj);
-    u.num_states = static_cast<int32_t>(n) + kUtf8States;
-    u.next.assign(static_cast<size_t>(u.num_states) * kj, -1);
-    u.accepting.assign(static_cast<size_t>(u.num_states), 0);
-    std::vector<size_t> dfa_class(kj);  // the DFA's class of each joint class's bytes
-    for (size_t c = 1; c < kj; ++c) dfa_class[c] = dfa.byte_class[static_cast<uint8_t>(rep_byte[c])];
-    for (size_t s = 0; s < n; ++s)  // row by row: the writes stay in cache
-      for (size_t c = 1; c < kj; ++c) u.next[s * kj + c] = dfa.next[s * k + dfa_class[c]];
-    for (size_t c = 1; c < kj; ++c) {
-      const uint8_t b = static_cast<uint8_t>(rep_byte[c]);
-      for (int q = 0; q < kUtf8States; ++q)
-        if (const int to = utf8_step(q, b); to >= 0) u.next[(n + static_cast<size_t>(q)) * kj + c] = static_cast<int32_t>(n) + to;
-    }
-    std::vector<uint8_t> string_class(kj, 1);
-    string_class[0] = 0;
-    moore_refine(u, std::min<size_t>(trie.max_depth, 254), &string_rounds, &string_stable, &string_blocks, &string_class);
-    utf8_of.resize(string_blocks.size());
-    for (size_t h = 0; h < string_blocks.size(); ++h) {
-      for (int q = 0; q < kUtf8States; ++q) utf8_of[h].emplace_back(string_blocks.at(h, n + static_cast<size_t>(q)), q);
-      std::sort(utf8_of[h].begin(), utf8_of[h].end());  // by block, then state: a block's least state first
-    }
   }
 
   // The transition table by byte class, then state: a child's batch at the root sweeps a column.
@@ -643,13 +664,11 @@ struct WalkShared {
   const VocabTrie& trie;
   const TextProfile& text;
   size_t n, k;
-  int rounds = 0, string_rounds = 0;
-  bool stable = false, string_stable = false;
+  int rounds = 0;
+  bool stable = false;
   RoundBlocks blocks{kTokenClassRounds};  // every round stored whole
-  // Blocks over strings of string bytes only: the key of a node with only string bytes below
-  // (states n..n + 7: the UTF-8 automaton's), and per round the (block, UTF-8 state) pairs.
-  RoundBlocks string_blocks{kDenseStringRounds};
-  std::vector<std::vector<std::pair<int32_t, int>>> utf8_of;
+  // Blocks over strings of string bytes only: the key of a node with only string bytes below.
+  StringRefinement strings;
   std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
 };
@@ -724,10 +743,10 @@ class TokenClassWalk {
   int utf8_state(size_t node, int32_t q) const {
     const VocabTrie::Node& x = trie_.node[node];
     const int h = x.height;
-    if (!x.string_below || h >= 255 || !(sh_.string_stable || h <= sh_.string_rounds)) return -1;
-    const size_t round = static_cast<size_t>(std::min(h, sh_.string_rounds));
-    const int32_t b = sh_.string_blocks.at(round, static_cast<size_t>(q));
-    const auto& pairs = sh_.utf8_of[round];
+    if (!x.string_below || h >= 255 || !(sh_.strings.stable || h <= sh_.strings.rounds)) return -1;
+    const size_t round = static_cast<size_t>(std::min(h, sh_.strings.rounds));
+    const int32_t b = sh_.strings.blocks.at(round, static_cast<size_t>(q));
+    const auto& pairs = sh_.strings.utf8_of[round];
     const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(b, 0));
     return it != pairs.end() && it->first == b ? it->second : -1;  // the least such state
   }
@@ -735,8 +754,7 @@ class TokenClassWalk {
   int32_t key_of(size_t node, int32_t q) const {
     const VocabTrie::Node& x = trie_.node[node];
     const int h = x.height;
-    if (x.string_below && h < 255 && (sh_.string_stable || h <= sh_.string_rounds))
-      return sh_.string_blocks.at(static_cast<size_t>(std::min(h, sh_.string_rounds)), static_cast<size_t>(q));
+    if (const int32_t b = sh_.strings.key(x, q); b >= 0) return b;
     return h < 255 && (stable_ || h <= rounds_) ? blocks_.at(static_cast<size_t>(std::min(h, rounds_)), static_cast<size_t>(q)) : q;
   }
 
@@ -1040,9 +1058,15 @@ MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Voc
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
   if (classes == Classes::kToken) {
     classes_ = token_classes(*dfa_, *trie_, &text_);
-  } else {
-    text_ = text_profile(*dfa_);
-    classes_ = mask_classes(*dfa_, vocab_->max_token_bytes);
+  } else {  // three independent tasks for the CPU threads
+    std::atomic<int> next_task{0};
+    parallel_for(2, [&](size_t, size_t) {
+      for (int task; (task = next_task.fetch_add(1)) < 3;) {
+        if (task == 0) strings_ = std::make_shared<const StringRefinement>(refine_strings(*dfa_, trie_->max_depth));
+        else if (task == 1) classes_ = mask_classes(*dfa_, vocab_->max_token_bytes);
+        else text_ = text_profile(*dfa_);
+      }
+    });
   }
 }
 
@@ -1116,17 +1140,59 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
 }
 
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {}
+    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {
+  at_.resize(trie_->max_depth + 1);
+}
 
 const uint32_t* LazyTokenMasker::mask(int32_t state) {
   const int32_t c = class_of(state);
   auto it = cache_.find(c);
   if (it == cache_.end()) {
-    std::vector<uint32_t> m(words_);
-    compute_class_mask(c, m.data());
+    std::vector<uint32_t> m(words_, 0u);
+    fill(classes_.representative[static_cast<size_t>(c)], m.data());
     it = cache_.emplace(c, std::move(m)).first;
   }
   return it->second.data();
+}
+
+// compute_mask, with the root's subtrees of string bytes (64 nodes or more) taken from pieces.
+void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
+  constexpr int32_t kPieceNodes = 64;  // smaller subtrees are walked each time
+  const Dfa& d = *dfa_;
+  const VocabTrie& trie = *trie_;
+  const VocabTrie::Node* node = trie.node.data();
+  const int32_t nodes = static_cast<int32_t>(trie.nodes());
+  // The piece of root child i from state t, built on first use; false when i does not qualify.
+  auto take = [&](int32_t i, int32_t t) {
+    const int32_t block = node[i].subtree_end - i >= kPieceNodes ? strings_->key(node[i], t) : -1;
+    if (block < 0) return false;
+    auto [it, fresh] = pieces_.try_emplace((static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(block));
+    Piece& p = it->second;
+    if (fresh)
+      walk_subtree(d, trie, &text_, i, t, at_.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
+        const uint32_t* sub = whole >= 0 ? trie.bitmap(whole) : nullptr;
+        if (p.bits.empty() && (sub || p.tokens.size() + static_cast<size_t>(last - first) > words_)) {
+          p.bits.assign(words_, 0u);
+          set_bits(p.bits.data(), p.tokens.data(), p.tokens.data() + p.tokens.size());
+          p.tokens = {};
+        }
+        if (p.bits.empty()) p.tokens.insert(p.tokens.end(), first, last);
+        else if (sub) or_bits(p.bits.data(), sub, words_);
+        else set_bits(p.bits.data(), first, last);
+      });
+    if (!p.bits.empty()) or_bits(words, p.bits.data(), words_);
+    else set_bits(words, p.tokens.data(), p.tokens.data() + p.tokens.size());
+    return true;
+  };
+  for (int32_t j = 1; j < nodes; j = node[j].subtree_end) {
+    const int32_t t = d.step(state, node[j].byte);
+    if (t < 0 || take(j, t)) continue;
+    walk_subtree(d, trie, &text_, j, t, at_.data(), bit_setter(trie, words));
+  }
+  if (vocab_->eos >= 0 && d.accepting[static_cast<size_t>(state)]) {
+    const uint32_t e = static_cast<uint32_t>(vocab_->eos);
+    words[e >> 5] |= 1u << (e & 31);
+  }
 }
 
 }  // namespace ib::constrain

@@ -111,6 +111,8 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, TextProfile* te
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
                   const TextProfile* text = nullptr);
 
+struct StringRefinement;  // token_index.cpp: the DFA refined over strings of string bytes
+
 // What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes: the
 // token classes for the precomputed index (fewest masks to build up front), the Moore classes
 // (mask_classes, cheaper to find, finer) for the lazy masker, which defers the mask work.
@@ -133,6 +135,7 @@ class MaskSource {
   TextProfile text_;
   MaskClasses classes_;
   size_t words_;
+  std::shared_ptr<const StringRefinement> strings_;  // Moore classes only (the lazy masker's)
 };
 
 class TokenMaskIndex : public MaskSource {
@@ -151,11 +154,26 @@ class LazyTokenMasker : public MaskSource {
   LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
   // Computes the state's class mask on first use.
   const uint32_t* mask(int32_t state);
-  void clear() { cache_.clear(); }  // forget computed masks (a cold start)
+  void clear() {  // forget computed masks and pieces (a cold start)
+    cache_.clear();
+    pieces_.clear();
+  }
   size_t cached() const { return cache_.size(); }
 
  private:
+  // The tokens of a root child's subtree of string bytes alive from a state: the same for every
+  // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
+  // walks such a subtree once per (child, block) — every field of unconstrained string content
+  // shares one — and later masks reuse it. A list while short, a bitmap once not.
+  struct Piece {
+    std::vector<int32_t> tokens;
+    std::vector<uint32_t> bits;
+  };
+  void fill(int32_t state, uint32_t* words);
+
   std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
+  std::unordered_map<uint64_t, Piece> pieces_;  // (root child << 32 | block) -> piece
+  std::vector<int32_t> at_;
 };
 
 // After emitting `token` from `state`: the next state (-1 if the token was not allowed).

@@ -1028,6 +1028,27 @@ void or_bits(uint32_t* words, const uint32_t* bits, size_t n) {
   for (size_t w = 0; w < n; ++w) words[w] |= bits[w];
 }
 
+}  // namespace
+
+void TokenSet::add(const VocabTrie& trie, size_t words, const int32_t* first, const int32_t* last, int32_t whole) {
+  const uint32_t* sub = whole >= 0 ? trie.bitmap(whole) : nullptr;
+  if (bits.empty() && (sub || tokens.size() + static_cast<size_t>(last - first) > words)) {
+    bits.assign(words, 0u);
+    set_bits(bits.data(), tokens.data(), tokens.data() + tokens.size());
+    tokens = {};
+  }
+  if (bits.empty()) tokens.insert(tokens.end(), first, last);
+  else if (sub) or_bits(bits.data(), sub, words);
+  else set_bits(bits.data(), first, last);
+}
+
+void TokenSet::set_in(uint32_t* out, size_t words) const {
+  if (!bits.empty()) or_bits(out, bits.data(), words);
+  else set_bits(out, tokens.data(), tokens.data() + tokens.size());
+}
+
+namespace {
+
 // An emit for walk_subtree that sets the run's bits in `words`: a whole subtree with a bitmap by
 // OR-ing that in.
 auto bit_setter(const VocabTrie& trie, uint32_t* words) {
@@ -1090,28 +1111,14 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
   for (int32_t p : classes_.parts) ++uses[static_cast<size_t>(p)];
   for (size_t p = 0; p < np; ++p)
     if (uses[p] > 1) shared.push_back(static_cast<int32_t>(p));
-  // A shared part: a list of its tokens while it is short, its bitmap once it is not (or takes a
-  // subtree with a bitmap whole).
-  std::vector<std::vector<int32_t>> part_tokens(np);
-  std::vector<std::vector<uint32_t>> part_bits(np);
+  std::vector<TokenSet> shared_parts(np);
   parallel_for(shared.size(), [&](size_t b, size_t e) {
     std::vector<int32_t> at(trie.max_depth + 1);
     for (size_t x = b; x < e; ++x) {
       const size_t p = static_cast<size_t>(shared[x]);
-      std::vector<int32_t>& list = part_tokens[p];
-      std::vector<uint32_t>& bits = part_bits[p];
-      auto to_bits = [&] {
-        bits.assign(words_, 0u);
-        set_bits(bits.data(), list.data(), list.data() + list.size());
-        list = {};
-      };
       for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
         walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
-          const uint32_t* sub = whole >= 0 ? trie.bitmap(whole) : nullptr;
-          if (bits.empty() && (sub || list.size() + static_cast<size_t>(last - first) > words_)) to_bits();
-          if (bits.empty()) list.insert(list.end(), first, last);
-          else if (sub) or_bits(bits.data(), sub, words_);
-          else set_bits(bits.data(), first, last);
+          shared_parts[p].add(trie, words_, first, last, whole);
         });
     }
   });
@@ -1125,10 +1132,8 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
         if (uses[p] == 1) {
           for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
             walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words));
-        } else if (!part_bits[p].empty()) {
-          or_bits(words, part_bits[p].data(), words_);
         } else {
-          set_bits(words, part_tokens[p].data(), part_tokens[p].data() + part_tokens[p].size());
+          shared_parts[p].set_in(words, words_);
         }
       }
       if (vocab_->eos >= 0 && d.accepting[static_cast<size_t>(classes_.representative[c])]) {
@@ -1167,21 +1172,12 @@ void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
     const int32_t block = node[i].subtree_end - i >= kPieceNodes ? strings_->key(node[i], t) : -1;
     if (block < 0) return false;
     auto [it, fresh] = pieces_.try_emplace((static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(block));
-    Piece& p = it->second;
+    TokenSet& piece = it->second;
     if (fresh)
       walk_subtree(d, trie, &text_, i, t, at_.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
-        const uint32_t* sub = whole >= 0 ? trie.bitmap(whole) : nullptr;
-        if (p.bits.empty() && (sub || p.tokens.size() + static_cast<size_t>(last - first) > words_)) {
-          p.bits.assign(words_, 0u);
-          set_bits(p.bits.data(), p.tokens.data(), p.tokens.data() + p.tokens.size());
-          p.tokens = {};
-        }
-        if (p.bits.empty()) p.tokens.insert(p.tokens.end(), first, last);
-        else if (sub) or_bits(p.bits.data(), sub, words_);
-        else set_bits(p.bits.data(), first, last);
+        piece.add(trie, words_, first, last, whole);
       });
-    if (!p.bits.empty()) or_bits(words, p.bits.data(), words_);
-    else set_bits(words, p.tokens.data(), p.tokens.data() + p.tokens.size());
+    piece.set_in(words, words_);
     return true;
   };
   for (int32_t j = 1; j < nodes; j = node[j].subtree_end) {

@@ -113,6 +113,16 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
 
 struct StringRefinement;  // token_index.cpp: the DFA refined over strings of string bytes
 
+// Tokens gathered by trie walks for reuse: a list while short, a bitmap (`words` words) once it
+// holds more tokens than the bitmap has words or takes a subtree with a bitmap whole.
+struct TokenSet {
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> bits;
+  // A walk's run trie.tokens / by_length [first, last); `whole`: the node whose subtree it is, or -1.
+  void add(const VocabTrie& trie, size_t words, const int32_t* first, const int32_t* last, int32_t whole);
+  void set_in(uint32_t* out, size_t words) const;  // ORs the set into a mask
+};
+
 // What both strategies hold: the DFA, the vocabulary and its trie, and the mask classes: the
 // token classes for the precomputed index (fewest masks to build up front), the Moore classes
 // (mask_classes, cheaper to find, finer) for the lazy masker, which defers the mask work.
@@ -161,18 +171,14 @@ class LazyTokenMasker : public MaskSource {
   size_t cached() const { return cache_.size(); }
 
  private:
-  // The tokens of a root child's subtree of string bytes alive from a state: the same for every
-  // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
-  // walks such a subtree once per (child, block) — every field of unconstrained string content
-  // shares one — and later masks reuse it. A list while short, a bitmap once not.
-  struct Piece {
-    std::vector<int32_t> tokens;
-    std::vector<uint32_t> bits;
-  };
   void fill(int32_t state, uint32_t* words);
 
   std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
-  std::unordered_map<uint64_t, Piece> pieces_;  // (root child << 32 | block) -> piece
+  // The tokens of a root child's subtree of string bytes alive from a state: the same for every
+  // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
+  // walks such a subtree once per (child, block) — every field of unconstrained string content
+  // shares one — and later masks reuse it. (root child << 32 | block) -> its tokens.
+  std::unordered_map<uint64_t, TokenSet> pieces_;
   std::vector<int32_t> at_;
 };
 

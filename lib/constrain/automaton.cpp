@@ -1,9 +1,12 @@
 #include "constrain/automaton.h"
 
 #include <algorithm>
+#include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "constrain/interner.h"
@@ -23,22 +26,74 @@ int Dfa::forced_byte(int32_t s) const {
 
 namespace {
 
-// Thompson NFA: each state has epsilon edges and at most one byte-set edge.
+// The distinct byte sets of an NFA's edges, interned: an edge stores a small id, and the byte
+// classes are computed once per distinct set instead of once per edge (a schema's NFA has tens of
+// thousands of edges over a few dozen sets).
+class ByteSetTable {
+ public:
+  ByteSetTable() : slots_(64, -1) {}
+  int32_t intern(const ByteSet& b) {
+    static_assert(std::is_trivially_copyable_v<ByteSet> && sizeof(ByteSet) == 4 * sizeof(uint64_t),
+                  "ByteSet is hashed through its four words");
+    uint64_t w[4];
+    std::memcpy(w, &b, sizeof w);
+    const uint64_t h = mix64(w[0] ^ mix64(w[1] ^ mix64(w[2] ^ mix64(w[3]))));
+    size_t mask = slots_.size() - 1;
+    size_t i = static_cast<size_t>(h) & mask;
+    for (; slots_[i] >= 0; i = (i + 1) & mask)
+      if (hash_[static_cast<size_t>(slots_[i])] == h && sets_[static_cast<size_t>(slots_[i])] == b) return slots_[i];
+    const int32_t id = static_cast<int32_t>(sets_.size());
+    sets_.push_back(b);
+    hash_.push_back(h);
+    if (sets_.size() * 2 > slots_.size()) {
+      slots_.assign(slots_.size() * 2, -1);
+      mask = slots_.size() - 1;
+      for (size_t j = 0; j < sets_.size(); ++j) {
+        size_t k = static_cast<size_t>(hash_[j]) & mask;
+        while (slots_[k] >= 0) k = (k + 1) & mask;
+        slots_[k] = static_cast<int32_t>(j);
+      }
+    } else {
+      slots_[i] = id;
+    }
+    return id;
+  }
+  const std::vector<ByteSet>& sets() const { return sets_; }
+
+ private:
+  std::vector<ByteSet> sets_;
+  std::vector<uint64_t> hash_;
+  std::vector<int32_t> slots_;
+};
+
+// Thompson NFA in flat arrays: state s has the epsilon edges pool[eps_at[s] .. + eps_n[s]) (set
+// once, when its targets are known) and at most one byte-set edge, bytes set[s] (an id in `sets`,
+// -1 for none) to state to[s].
 struct Nfa {
-  struct State {
-    std::vector<int32_t> eps;
-    ByteSet on;
-    int32_t to = -1;
-  };
-  std::vector<State> states;
+  std::vector<int32_t> eps_at, eps_n, set, to;
+  std::vector<int32_t> pool;
+  ByteSetTable sets;
   int64_t limit = 0;
 
+  size_t size() const { return to.size(); }
   int32_t add() {
-    if (static_cast<int64_t>(states.size()) >= limit)
+    if (static_cast<int64_t>(to.size()) >= limit)
       throw RegexError("the automaton needs more than " + std::to_string(limit) +
                        " NFA states (bounds such as maxLength or maxItems are too large)");
-    states.emplace_back();
-    return static_cast<int32_t>(states.size() - 1);
+    eps_at.push_back(0);
+    eps_n.push_back(0);
+    set.push_back(-1);
+    to.push_back(-1);
+    return static_cast<int32_t>(to.size() - 1);
+  }
+  void set_eps(int32_t s, const int32_t* b, const int32_t* e) {
+    eps_at[static_cast<size_t>(s)] = static_cast<int32_t>(pool.size());
+    eps_n[static_cast<size_t>(s)] = static_cast<int32_t>(e - b);
+    pool.insert(pool.end(), b, e);
+  }
+  void set_edge(int32_t s, int32_t set_id, int32_t target) {
+    set[static_cast<size_t>(s)] = set_id;
+    to[static_cast<size_t>(s)] = target;
   }
 
   // Continuation-passing Thompson construction: build(r, next) returns a state whose language is
@@ -52,39 +107,58 @@ struct Nfa {
   };
   std::unordered_map<std::pair<const RegexNode*, int32_t>, int32_t, PairHash> built;
 
-  int32_t eps_to(std::vector<int32_t> targets) {
+  int32_t eps_to(std::initializer_list<int32_t> targets) {
     const int32_t a = add();
-    states[static_cast<size_t>(a)].eps = std::move(targets);
+    set_eps(a, targets.begin(), targets.end());
     return a;
   }
 
   // A DFA as a fragment followed by `next`: a hub state per DFA state with an epsilon edge to one
   // byte-set edge per target (the classes that lead there, merged) and, when it accepts, to next.
   // Only new states get edges, as build() requires; the subset construction sees a deterministic
-  // part and does not grow it.
-  int32_t embed(const Dfa& d, int32_t next) {
+  // part and does not grow it. The edges per state are worked out once per DFA (a body repeated
+  // 500 times is embedded 500 times).
+  struct EmbedPlan {
+    std::vector<int32_t> row;                        // state s: edges [row[s], row[s + 1])
+    std::vector<std::pair<int32_t, int32_t>> edges;  // (target state, byte-set id)
+  };
+  std::unordered_map<const Dfa*, EmbedPlan> plans;
+  const EmbedPlan& plan(const Dfa& d) {
+    auto [it, fresh] = plans.emplace(&d, EmbedPlan{});
+    if (!fresh) return it->second;
+    EmbedPlan& p = it->second;
     std::vector<ByteSet> class_bytes(static_cast<size_t>(d.num_classes));
     for (int b = 0; b < 256; ++b) class_bytes[d.byte_class[static_cast<size_t>(b)]].set(static_cast<size_t>(b));
-    std::vector<int32_t> hub(static_cast<size_t>(d.num_states));
-    for (auto& h : hub) h = add();
-    std::vector<std::pair<int32_t, int32_t>> targets;  // (target, edge state)
+    std::vector<std::pair<int32_t, ByteSet>> targets;
+    p.row.push_back(0);
     for (int32_t s = 0; s < d.num_states; ++s) {
       targets.clear();
       for (int32_t c = 0; c < d.num_classes; ++c) {
         const int32_t t = d.next[static_cast<size_t>(s) * d.num_classes + static_cast<size_t>(c)];
         if (t < 0) continue;
-        auto it = std::find_if(targets.begin(), targets.end(), [&](const auto& p) { return p.first == t; });
-        if (it == targets.end()) {
-          const int32_t e = add();
-          states[static_cast<size_t>(e)].to = hub[static_cast<size_t>(t)];
-          targets.emplace_back(t, e);
-          it = targets.end() - 1;
-        }
-        states[static_cast<size_t>(it->second)].on |= class_bytes[static_cast<size_t>(c)];
+        auto at = std::find_if(targets.begin(), targets.end(), [&](const auto& q) { return q.first == t; });
+        if (at == targets.end()) at = targets.emplace(targets.end(), t, ByteSet{});
+        at->second |= class_bytes[static_cast<size_t>(c)];
       }
-      auto& eps = states[static_cast<size_t>(hub[static_cast<size_t>(s)])].eps;
-      for (const auto& p : targets) eps.push_back(p.second);
-      if (d.accepting[static_cast<size_t>(s)]) eps.push_back(next);
+      for (const auto& [t, bytes] : targets) p.edges.emplace_back(t, sets.intern(bytes));
+      p.row.push_back(static_cast<int32_t>(p.edges.size()));
+    }
+    return p;
+  }
+  std::vector<int32_t> hub, hub_eps;
+  int32_t embed(const Dfa& d, int32_t next) {
+    const EmbedPlan& p = plan(d);
+    hub.resize(static_cast<size_t>(d.num_states));
+    for (auto& h : hub) h = add();
+    for (int32_t s = 0; s < d.num_states; ++s) {
+      hub_eps.clear();
+      for (int32_t x = p.row[static_cast<size_t>(s)]; x < p.row[static_cast<size_t>(s) + 1]; ++x) {
+        const int32_t e = add();
+        set_edge(e, p.edges[static_cast<size_t>(x)].second, hub[static_cast<size_t>(p.edges[static_cast<size_t>(x)].first)]);
+        hub_eps.push_back(e);
+      }
+      if (d.accepting[static_cast<size_t>(s)]) hub_eps.push_back(next);
+      set_eps(hub[static_cast<size_t>(s)], hub_eps.data(), hub_eps.data() + hub_eps.size());
     }
     return hub[static_cast<size_t>(d.start)];
   }
@@ -135,8 +209,7 @@ struct Nfa {
         break;
       case RegexNode::Kind::Bytes:
         in = add();
-        states[static_cast<size_t>(in)].on = r->bytes;
-        states[static_cast<size_t>(in)].to = next;
+        set_edge(in, sets.intern(r->bytes), next);
         break;
       case RegexNode::Kind::Concat:
         for (size_t i = r->kids.size(); i-- > 0;) in = build(r->kids[i], in);
@@ -144,7 +217,8 @@ struct Nfa {
       case RegexNode::Kind::Alt: {
         std::vector<int32_t> ins;
         for (const auto& k : r->kids) ins.push_back(build(k, next));
-        in = eps_to(std::move(ins));
+        in = add();
+        set_eps(in, ins.data(), ins.data() + ins.size());
         break;
       }
       case RegexNode::Kind::Repeat: {
@@ -152,7 +226,8 @@ struct Nfa {
         if (r->max < 0) {  // x{min,}: min copies, then a loop state that re-enters x or leaves
           const int32_t loop = add();
           const int32_t body = build(x, loop);
-          states[static_cast<size_t>(loop)].eps = {body, next};
+          const int32_t out[2] = {body, next};
+          set_eps(loop, out, out + 2);
           in = loop;
         } else {  // x{0,k} then next = next | x x{0,k-1} next
           for (int i = r->min; i < r->max; ++i) in = eps_to({build(x, in), next});
@@ -391,22 +466,16 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     }
   }
 
-  // The minimal DFA's transitions over the NFA's byte classes, sparse, rows in BFS order.
-  std::vector<int32_t> mrow(static_cast<size_t>(blocks) + 1, 0), mto;
-  std::vector<uint16_t> mcls;
-  {
-    std::vector<int32_t> at_order(static_cast<size_t>(blocks));
-    for (int32_t b = 0; b < blocks; ++b) at_order[static_cast<size_t>(order[static_cast<size_t>(b)])] = b;
-    for (size_t o = 0; o < static_cast<size_t>(blocks); ++o) {
-      const size_t s = static_cast<size_t>(member[static_cast<size_t>(at_order[o])]);
-      for (int32_t x = raw.row_start[s]; x < raw.row_start[s + 1]; ++x)
-        if (const int32_t t = raw.to[static_cast<size_t>(x)]; live[static_cast<size_t>(t)]) {
-          mcls.push_back(raw.cls[static_cast<size_t>(x)]);
-          mto.push_back(order[static_cast<size_t>(block[static_cast<size_t>(t)])]);
-        }
-      mrow[o + 1] = static_cast<int32_t>(mto.size());
-    }
-  }
+  // The minimal DFA's transitions over the NFA's byte classes: block o's (in BFS order) are its
+  // first member's raw transitions into live states, read in place (three passes below).
+  std::vector<int32_t> at_order(static_cast<size_t>(blocks));
+  for (int32_t b = 0; b < blocks; ++b) at_order[static_cast<size_t>(order[static_cast<size_t>(b)])] = b;
+  auto for_each_edge = [&](size_t o, auto&& f) {
+    const size_t s = static_cast<size_t>(member[static_cast<size_t>(at_order[o])]);
+    for (int32_t x = raw.row_start[s]; x < raw.row_start[s + 1]; ++x)
+      if (const int32_t t = raw.to[static_cast<size_t>(x)]; live[static_cast<size_t>(t)])
+        f(static_cast<size_t>(raw.cls[static_cast<size_t>(x)]), order[static_cast<size_t>(block[static_cast<size_t>(t)])]);
+  };
   // Merge the byte classes it does not tell apart (equal columns): grouped by each column's entry
   // count and a sum of its entries' hashes, then confirmed entry by entry against the group's first
   // class (equal counts and every entry matched: equal columns); on a hash collision, by the
@@ -414,11 +483,10 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   std::vector<uint64_t> col_hash(nc, 0);
   std::vector<int32_t> col_count(nc, 0);
   for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
-    for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) {
-      const size_t c = mcls[static_cast<size_t>(x)];
-      col_hash[c] += mix64((static_cast<uint64_t>(o) << 32) | static_cast<uint32_t>(mto[static_cast<size_t>(x)]));
+    for_each_edge(o, [&](size_t c, int32_t t) {
+      col_hash[c] += mix64((static_cast<uint64_t>(o) << 32) | static_cast<uint32_t>(t));
       ++col_count[c];
-    }
+    });
   std::vector<int> class_map(nc), class_rep;
   {
     std::map<std::pair<uint64_t, int32_t>, int> groups;
@@ -431,18 +499,22 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   bool confirmed = true;
   {
     std::vector<int32_t> dense(nc, -1);
+    std::vector<size_t> row_classes;
     for (size_t o = 0; o < static_cast<size_t>(blocks) && confirmed; ++o) {
-      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) dense[mcls[static_cast<size_t>(x)]] = mto[static_cast<size_t>(x)];
-      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x)
-        if (dense[static_cast<size_t>(class_rep[static_cast<size_t>(class_map[mcls[static_cast<size_t>(x)]])])] != mto[static_cast<size_t>(x)])
-          confirmed = false;
-      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) dense[mcls[static_cast<size_t>(x)]] = -1;
+      for_each_edge(o, [&](size_t c, int32_t t) {
+        dense[c] = t;
+        row_classes.push_back(c);
+      });
+      for (size_t c : row_classes)
+        if (dense[static_cast<size_t>(class_rep[static_cast<size_t>(class_map[c])])] != dense[c]) confirmed = false;
+      for (size_t c : row_classes) dense[c] = -1;
+      row_classes.clear();
     }
   }
   if (!confirmed) {
     std::vector<std::vector<int32_t>> column(nc, std::vector<int32_t>(static_cast<size_t>(blocks), -1));
     for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
-      for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x) column[mcls[static_cast<size_t>(x)]][o] = mto[static_cast<size_t>(x)];
+      for_each_edge(o, [&](size_t c, int32_t t) { column[c][o] = t; });
     std::map<std::vector<int32_t>, int> merged;
     class_rep.clear();
     for (size_t c = 0; c < nc; ++c) {
@@ -458,8 +530,7 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     out.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(class_map[nfa_class[static_cast<size_t>(b)]]);
   out.next.assign(static_cast<size_t>(blocks) * onc, -1);
   for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
-    for (int32_t x = mrow[o]; x < mrow[o + 1]; ++x)
-      out.next[o * onc + static_cast<size_t>(class_map[mcls[static_cast<size_t>(x)]])] = mto[static_cast<size_t>(x)];
+    for_each_edge(o, [&](size_t c, int32_t t) { out.next[o * onc + static_cast<size_t>(class_map[c])] = t; });
   out.accepting.assign(static_cast<size_t>(blocks), 0);
   for (int32_t b = 0; b < blocks; ++b)
     out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] = raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
@@ -476,41 +547,29 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   const int32_t top_in = nfa.build(re, accept);
 
   // Byte classes of the NFA's edges.
-  std::vector<ByteSet> sets;
-  {
-    std::unordered_map<ByteSet, int> seen;
-    for (const auto& st : nfa.states)
-      if (st.to >= 0 && seen.emplace(st.on, 0).second) sets.push_back(st.on);
-  }
   int nclass = 0;
+  const std::vector<ByteSet>& sets = nfa.sets.sets();
   const std::array<uint8_t, 256> nfa_class = classes_of(sets, &nclass);
   std::vector<uint8_t> rep(static_cast<size_t>(nclass));  // a representative byte per class
   for (int b = 255; b >= 0; --b) rep[nfa_class[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
 
-  // The byte classes each NFA edge accepts (edges usually cover one or two classes).
-  std::unordered_map<ByteSet, std::vector<uint16_t>> classes_by_set;
-  std::vector<const std::vector<uint16_t>*> edge_classes(nfa.states.size(), nullptr);
-  for (size_t i = 0; i < nfa.states.size(); ++i) {
-    const auto& st = nfa.states[i];
-    if (st.to < 0) continue;
-    auto [it, fresh] = classes_by_set.emplace(st.on, std::vector<uint16_t>{});
-    if (fresh)
-      for (int c = 0; c < nclass; ++c)
-        if (st.on.test(rep[static_cast<size_t>(c)])) it->second.push_back(static_cast<uint16_t>(c));
-    edge_classes[i] = &it->second;
+  // The byte classes of each distinct edge set (edges usually cover one or two classes).
+  std::vector<int32_t> set_classes_at(sets.size() + 1, 0);
+  std::vector<uint16_t> set_classes;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    for (int c = 0; c < nclass; ++c)
+      if (sets[i].test(rep[static_cast<size_t>(c)])) set_classes.push_back(static_cast<uint16_t>(c));
+    set_classes_at[i + 1] = static_cast<int32_t>(set_classes.size());
   }
 
   // Subset construction. A DFA state is the sorted set of NFA states with a byte edge, plus
-  // the accept state when it is reachable. The NFA's edges as flat arrays first (the closures
-  // walk them for every transition).
-  const size_t nn = nfa.states.size();
-  std::vector<int32_t> eps_start(nn + 1, 0), eps, to(nn);
-  for (size_t i = 0; i < nn; ++i) {
-    const auto& st = nfa.states[i];
-    eps.insert(eps.end(), st.eps.begin(), st.eps.end());
-    eps_start[i + 1] = static_cast<int32_t>(eps.size());
-    to[i] = st.to;
-  }
+  // the accept state when it is reachable.
+  const size_t nn = nfa.size();
+  const std::vector<int32_t>& eps_at = nfa.eps_at;
+  const std::vector<int32_t>& eps_n = nfa.eps_n;
+  const std::vector<int32_t>& eps = nfa.pool;
+  const std::vector<int32_t>& edge_set = nfa.set;
+  std::vector<int32_t>& to = nfa.to;
   to[static_cast<size_t>(accept)] = std::numeric_limits<int32_t>::max();  // kept in closures too
   std::vector<uint32_t> mark(nn, 0);
   uint32_t epoch = 0;
@@ -524,7 +583,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
       const int32_t s = stack.back();
       stack.pop_back();
       if (to[static_cast<size_t>(s)] >= 0) out->push_back(s);
-      for (int32_t x = eps_start[static_cast<size_t>(s)]; x < eps_start[static_cast<size_t>(s) + 1]; ++x)
+      for (int32_t x = eps_at[static_cast<size_t>(s)], x_end = x + eps_n[static_cast<size_t>(s)]; x < x_end; ++x)
         if (const int32_t e = eps[static_cast<size_t>(x)]; mark[static_cast<size_t>(e)] != epoch) {
           mark[static_cast<size_t>(e)] = epoch;
           stack.push_back(e);
@@ -555,9 +614,10 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   for (size_t d = 0; d < sets_of.size(); ++d) {
     for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
       const int32_t s = *it;
-      const auto* cls = edge_classes[static_cast<size_t>(s)];
-      if (!cls) continue;
-      for (uint16_t c : *cls) {
+      const int32_t sid = edge_set[static_cast<size_t>(s)];
+      if (sid < 0) continue;
+      for (int32_t y = set_classes_at[static_cast<size_t>(sid)]; y < set_classes_at[static_cast<size_t>(sid) + 1]; ++y) {
+        const uint16_t c = set_classes[static_cast<size_t>(y)];
         if (moved[c].empty()) used.push_back(c);
         moved[c].push_back(to[static_cast<size_t>(s)]);
       }

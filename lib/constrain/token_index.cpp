@@ -679,10 +679,8 @@ class TokenClassWalk {
  public:
   explicit TokenClassWalk(const WalkShared& sh)
       : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), sh_(sh), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
-        column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n) {
-    level_[1].stamp.assign(n_ + kUtf8States, -1);
-    level_[1].slot.assign(n_ + kUtf8States, 0);
-  }
+        column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n),
+        stamp_(n_ + kUtf8States, -1), slot_(n_ + kUtf8States, 0) {}
 
   // The root's children of byte class c: from a state, they all lead to one state t, so their names
   // are a function of t, named once per distinct t. Writes group[c * n + s], the name of s's root
@@ -705,17 +703,18 @@ class TokenClassWalk {
       const size_t uj = static_cast<size_t>(js[x]);
       const int32_t batch = serial_++;
       L1.states.clear();
-      for (int32_t t : targets_) {
-        const size_t key = static_cast<size_t>(key_of(uj, t));
-        if (L1.stamp[key] != batch) {
-          L1.stamp[key] = batch;
-          L1.slot[key] = static_cast<int32_t>(L1.states.size());
-          L1.states.push_back(t);
+      root_slot_.resize(targets_.size());
+      for (size_t y = 0; y < targets_.size(); ++y) {
+        const size_t key = static_cast<size_t>(key_of(uj, targets_[y]));
+        if (stamp_[key] != batch) {
+          stamp_[key] = batch;
+          slot_[key] = static_cast<int32_t>(L1.states.size());
+          L1.states.push_back(targets_[y]);
         }
+        root_slot_[y] = slot_[key];  // (the deeper levels' batches reuse stamp_ and slot_)
       }
-      name(js[x], 1);  // level 1's stamps and slots stay this batch's (deeper levels use their own)
-      for (size_t y = 0; y < targets_.size(); ++y)
-        names_[y * m + x] = L1.names[static_cast<size_t>(L1.slot[static_cast<size_t>(key_of(uj, targets_[y]))])];
+      name(js[x], 1);
+      for (size_t y = 0; y < targets_.size(); ++y) names_[y * m + x] = L1.names[static_cast<size_t>(root_slot_[y])];
     }
     gid_.resize(targets_.size());
     for (size_t y = 0; y < targets_.size(); ++y) {
@@ -731,7 +730,6 @@ class TokenClassWalk {
   static constexpr int32_t kAll = -1, kUpTo = -2, kUtf8 = -4;
   struct Level {
     std::vector<int32_t> states, names;  // the batch of the node being named at this depth
-    std::vector<int32_t> stamp, slot;    // key -> slot in the batch, valid where stamp is the batch's serial
     std::vector<int32_t> todo, target;
     std::vector<int32_t> pair_req, pair_child, pair_name;  // alive children's names, in child order
     std::vector<int32_t> first;                            // pairs of request r: [first[r], first[r + 1])
@@ -794,10 +792,6 @@ class TokenClassWalk {
   void expand(int32_t i, size_t d, const std::vector<int32_t>& todo) {
     Level& L = level_[d];
     Level& C = level_[d + 1];
-    if (C.stamp.empty()) {
-      C.stamp.assign(n_ + kUtf8States, -1);  // keys: states or blocks, UTF-8 states' included
-      C.slot.assign(n_ + kUtf8States, 0);
-    }
     L.pair_req.clear();
     L.pair_child.clear();
     L.pair_name.clear();
@@ -815,12 +809,12 @@ class TokenClassWalk {
           continue;
         }
         const size_t k = static_cast<size_t>(key_of(uj, t));
-        if (C.stamp[k] != batch) {
-          C.stamp[k] = batch;
-          C.slot[k] = static_cast<int32_t>(C.states.size());
+        if (stamp_[k] != batch) {
+          stamp_[k] = batch;
+          slot_[k] = static_cast<int32_t>(C.states.size());
           C.states.push_back(t);
         }
-        L.target[static_cast<size_t>(r)] = C.slot[k];
+        L.target[static_cast<size_t>(r)] = slot_[k];
       }
       if (C.states.empty()) continue;
       name(j, d + 1);
@@ -859,7 +853,11 @@ class TokenClassWalk {
   const std::vector<int32_t>& column_;
   std::vector<Level> level_;
   std::vector<int32_t> all_id_, tuple_;
-  std::vector<int32_t> seen_, index_, targets_, names_, gid_;  // root_class's scratch
+  std::vector<int32_t> seen_, index_, targets_, names_, gid_, root_slot_;  // root_class's scratch
+  // A batch's key -> its slot in the batch, valid where stamp_ holds the batch's serial. Keys are
+  // states, blocks or UTF-8 states. One pair for every level: a batch is built, its slots noted
+  // (Level::target, root_slot_), and only then are deeper batches built.
+  std::vector<int32_t> stamp_, slot_;
   int32_t serial_ = 0;
   TupleInterner subs_;
 };

@@ -540,7 +540,7 @@ const KindRegistration mask_kind(kind(
     "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
     "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
     with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)}),
-    {host("precomputed", "mask lookup in the precomputed index"), host("lazy", "lazy masks, cold at the start of every sample")}));
+    {host("precomputed", "mask lookup in the precomputed index"), host("lazy", "lazy masks, cold at the start of every sample (the vocabulary's string-content pieces are kept, like its trie)")}));
 
 const KindRegistration validity_kind(kind(
     "constrain-validity",

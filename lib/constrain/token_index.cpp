@@ -579,6 +579,13 @@ struct StringRefinement {
     if (!x.string_below || h >= 255 || !(stable || h <= rounds)) return -1;
     return blocks.at(static_cast<size_t>(std::min(h, rounds)), static_cast<size_t>(q));
   }
+  // The least UTF-8 state in `block` (a key() of node x), or -1: below x, a state of that block
+  // keeps alive exactly the tokens that are valid string content from it.
+  int utf8_state(const VocabTrie::Node& x, int32_t block) const {
+    const auto& pairs = utf8_of[static_cast<size_t>(std::min<int>(x.height, rounds))];
+    const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(block, 0));
+    return it != pairs.end() && it->first == block ? it->second : -1;
+  }
 };
 
 namespace {
@@ -740,13 +747,8 @@ class TokenClassWalk {
   // below), or -1.
   int utf8_state(size_t node, int32_t q) const {
     const VocabTrie::Node& x = trie_.node[node];
-    const int h = x.height;
-    if (!x.string_below || h >= 255 || !(sh_.strings.stable || h <= sh_.strings.rounds)) return -1;
-    const size_t round = static_cast<size_t>(std::min(h, sh_.strings.rounds));
-    const int32_t b = sh_.strings.blocks.at(round, static_cast<size_t>(q));
-    const auto& pairs = sh_.strings.utf8_of[round];
-    const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::make_pair(b, 0));
-    return it != pairs.end() && it->first == b ? it->second : -1;  // the least such state
+    const int32_t b = sh_.strings.key(x, q);
+    return b < 0 ? -1 : sh_.strings.utf8_state(x, b);
   }
 
   int32_t key_of(size_t node, int32_t q) const {
@@ -1073,6 +1075,67 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
   }
 }
 
+namespace {
+
+// The UTF-8 content automaton with its character budgets (utf8_step) as a DFA over bytes, and its
+// text profile: what a trie walk needs to run through it.
+const Dfa& utf8_dfa() {
+  static const Dfa d = [] {
+    Dfa u;
+    u.num_states = kUtf8States;
+    u.num_classes = 256;
+    for (int b = 0; b < 256; ++b) u.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(b);
+    u.next.assign(static_cast<size_t>(kUtf8States) * 256, -1);
+    u.accepting.assign(static_cast<size_t>(kUtf8States), 0);
+    for (int q = 0; q < kUtf8States; ++q) {
+      for (int b = 0; b < 256; ++b) u.next[static_cast<size_t>(q) * 256 + static_cast<size_t>(b)] = utf8_step(q, static_cast<uint8_t>(b));
+      u.accepting[static_cast<size_t>(q)] = q % 8 == 0;
+    }
+    return u;
+  }();
+  return d;
+}
+
+const TextProfile& utf8_text() {
+  static const TextProfile t = text_profile(utf8_dfa());
+  return t;
+}
+
+}  // namespace
+
+// The tokens below trie node i (its own included) alive from UTF-8 state u after i's bytes: valid
+// string content within u's character budget. They depend on the vocabulary alone, so every lazy
+// masker of one vocabulary shares them, each built on first use. A string field's states (a
+// budget counted down, or none) meet the same few dozen; a masker finds them through its string
+// refinement (a block holding a UTF-8 state).
+struct Utf8Pieces {
+  explicit Utf8Pieces(std::shared_ptr<const VocabTrie> t) : trie(std::move(t)), at(trie->max_depth + 1) {}
+  const TokenSet& piece(int32_t i, int u, size_t words) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, fresh] = sets.try_emplace((static_cast<uint64_t>(i) << 8) | static_cast<uint32_t>(u));
+    if (fresh)
+      walk_subtree(utf8_dfa(), *trie, &utf8_text(), i, u, at.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
+        it->second.add(*trie, words, first, last, whole);
+      });
+    return it->second;  // (entries are never changed or erased once built)
+  }
+  std::shared_ptr<const VocabTrie> trie;
+  std::mutex mu;
+  std::unordered_map<uint64_t, TokenSet> sets;  // (node << 8 | u) -> its tokens
+  std::vector<int32_t> at;
+};
+
+std::shared_ptr<Utf8Pieces> utf8_pieces(const std::shared_ptr<const VocabTrie>& trie) {
+  static std::mutex mu;
+  static std::map<const VocabTrie*, std::weak_ptr<Utf8Pieces>> cache;  // alive: holds its trie
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(trie.get()); it != cache.end())
+    if (auto p = it->second.lock()) return p;
+  auto p = std::make_shared<Utf8Pieces>(trie);
+  cache[trie.get()] = p;
+  return p;
+}
+
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes)
     : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
   if (classes == Classes::kToken) {
@@ -1143,7 +1206,7 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
 }
 
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {
+    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore), utf8_(utf8_pieces(trie_)) {
   at_.resize(trie_->max_depth + 1);
 }
 
@@ -1169,6 +1232,10 @@ void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
   auto take = [&](int32_t i, int32_t t) {
     const int32_t block = node[i].subtree_end - i >= kPieceNodes ? strings_->key(node[i], t) : -1;
     if (block < 0) return false;
+    if (const int u = strings_->utf8_state(node[i], block); u >= 0) {
+      utf8_->piece(i, u, words_).set_in(words, words_);
+      return true;
+    }
     auto [it, fresh] = pieces_.try_emplace((static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(block));
     TokenSet& piece = it->second;
     if (fresh)

@@ -112,6 +112,7 @@ void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie
                   const TextProfile* text = nullptr);
 
 struct StringRefinement;  // token_index.cpp: the DFA refined over strings of string bytes
+struct Utf8Pieces;        // token_index.cpp: a vocabulary's subtrees of valid string content
 
 // Tokens gathered by trie walks for reuse: a list while short, a bitmap (`words` words) once it
 // holds more tokens than the bitmap has words or takes a subtree with a bitmap whole.
@@ -164,7 +165,9 @@ class LazyTokenMasker : public MaskSource {
   LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab);
   // Computes the state's class mask on first use.
   const uint32_t* mask(int32_t state);
-  void clear() {  // forget computed masks and pieces (a cold start)
+  // Forget computed masks and pieces (a cold start). The vocabulary's string-content pieces stay:
+  // they belong to the vocabulary (like its trie), shared by every masker of it.
+  void clear() {
     cache_.clear();
     pieces_.clear();
   }
@@ -178,7 +181,9 @@ class LazyTokenMasker : public MaskSource {
   // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
   // walks such a subtree once per (child, block) — every field of unconstrained string content
   // shares one — and later masks reuse it. (root child << 32 | block) -> its tokens.
+  // (A piece whose block holds a UTF-8 content state is the vocabulary's: utf8_.)
   std::unordered_map<uint64_t, TokenSet> pieces_;
+  std::shared_ptr<Utf8Pieces> utf8_;
   std::vector<int32_t> at_;
 };
 

@@ -127,6 +127,26 @@ TEST(TokenMasks, TextSubtreesTakenWholeAreExact) {
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
   TokenMaskIndex index(d, v);
   expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
+  LazyTokenMasker lazy(d, v);
+  expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
+}
+
+// The lazy masker takes a root subtree of string content from the vocabulary's shared pieces
+// (valid UTF-8 within a character budget): on a vocabulary rich in multi-byte characters, two
+// constraints with different budgets (the second meeting pieces the first built) get exact masks,
+// cold or not.
+TEST(TokenMasks, LazyMasksShareTheVocabularysStringPieces) {
+  auto v = load_vocabulary("deepseek-llm");
+  for (const char* schema_text : {R"({"type":"object","properties":{"a":{"type":"string","maxLength":30},
+                                     "b":{"type":"string"}},"required":["a","b"]})",
+                                  R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":9},"maxItems":2})"}) {
+    auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(nlohmann::ordered_json::parse(schema_text))));
+    LazyTokenMasker lazy(d, v);
+    for (int pass = 0; pass < 2; ++pass) {
+      expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
+      lazy.clear();
+    }
+  }
 }
 
 TEST(TokenMasks, TextProfileCountsTheTextBytesEveryStateTakes) {

@@ -344,21 +344,27 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   // into the sink are left out: the sink is alone in its block from the start (it alone cannot
   // reach acceptance), so that block never splits and is never a splitter; nor is a dead state
   // ever in a splitter, so the lists' edges into dead states are never read.
-  // The partition: elements grouped by block, each block a range [first, last) of `elems`.
-  std::vector<int32_t> elems, pos(static_cast<size_t>(m)), block(static_cast<size_t>(m), -1);
-  std::vector<int32_t> first, last, marked;
-  std::vector<uint8_t> in_work;  // per block: pending as a splitter
+  // The partition: elements grouped by block, each block a range [first, last) of `elems`. What a
+  // step reads together sits together: a state's block and position, a block's range, marks and
+  // pending flag (the loop below is bound by these scattered reads).
+  struct StateAt {
+    int32_t block, pos;
+  };
+  struct Block {
+    int32_t first, last, marked;
+    int32_t in_work;  // pending as a splitter
+  };
+  std::vector<int32_t> elems;
+  std::vector<StateAt> at_(static_cast<size_t>(m), StateAt{-1, 0});
+  std::vector<Block> blk;
   std::vector<int32_t> pending;
   auto new_block = [&](int32_t f, int32_t l) {
-    first.push_back(f);
-    last.push_back(l);
-    marked.push_back(0);
-    in_work.push_back(0);
-    return static_cast<int32_t>(first.size() - 1);
+    blk.push_back(Block{f, l, 0, 0});
+    return static_cast<int32_t>(blk.size() - 1);
   };
   auto push_work = [&](int32_t b) {
-    if (!in_work[static_cast<size_t>(b)]) {
-      in_work[static_cast<size_t>(b)] = 1;
+    if (!blk[static_cast<size_t>(b)].in_work) {
+      blk[static_cast<size_t>(b)].in_work = 1;
       pending.push_back(b);
     }
   };
@@ -367,12 +373,12 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     for (int32_t s = 0; s < m; ++s) {
       const int kind = s == sink ? 2 : !live[static_cast<size_t>(s)] ? -1 : raw_accept[static_cast<size_t>(s)] ? 0 : 1;
       if (kind != pass) continue;
-      pos[static_cast<size_t>(s)] = static_cast<int32_t>(elems.size());
+      at_[static_cast<size_t>(s)].pos = static_cast<int32_t>(elems.size());
       elems.push_back(s);
     }
     if (static_cast<int32_t>(elems.size()) > f) {
       const int32_t b = new_block(f, static_cast<int32_t>(elems.size()));
-      for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = b;
+      for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i) at_[static_cast<size_t>(elems[static_cast<size_t>(i)])].block = b;
       if (pass < 2) push_work(b);  // every initial block but the sink's
     }
   }
@@ -384,8 +390,8 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   while (!pending.empty()) {
     const int32_t a = pending.back();
     pending.pop_back();
-    in_work[static_cast<size_t>(a)] = 0;
-    members.assign(elems.begin() + first[static_cast<size_t>(a)], elems.begin() + last[static_cast<size_t>(a)]);
+    blk[static_cast<size_t>(a)].in_work = 0;
+    members.assign(elems.begin() + blk[static_cast<size_t>(a)].first, elems.begin() + blk[static_cast<size_t>(a)].last);
     classes_hit.clear();
     size_t edges = 0;
     for (int32_t t : members)
@@ -408,38 +414,46 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     for (int32_t c : classes_hit) {
       const int32_t end = count[static_cast<size_t>(c)];
       count[static_cast<size_t>(c)] = 0;
-      // Mark every state with a c-transition into a, moving it to the front of its block.
+      // Mark every state with a c-transition into a, moving it to the front of its block (a
+      // block of one state cannot split: left alone).
       for (int32_t k = bucket_start[static_cast<size_t>(c)]; k < end; ++k) {
         const int32_t q = bucket[static_cast<size_t>(k)];
-        const int32_t y = block[static_cast<size_t>(q)];
-        const int32_t slot = first[static_cast<size_t>(y)] + marked[static_cast<size_t>(y)];
-        if (pos[static_cast<size_t>(q)] < slot) continue;  // already marked
-        if (marked[static_cast<size_t>(y)] == 0) touched.push_back(y);
+        StateAt& sq = at_[static_cast<size_t>(q)];
+        Block& y = blk[static_cast<size_t>(sq.block)];
+        const int32_t slot = y.first + y.marked;
+        if (sq.pos < slot || y.last - y.first == 1) continue;  // already marked, or alone
+        if (y.marked == 0) touched.push_back(sq.block);
         const int32_t other = elems[static_cast<size_t>(slot)];
-        std::swap(elems[static_cast<size_t>(slot)], elems[static_cast<size_t>(pos[static_cast<size_t>(q)])]);
-        pos[static_cast<size_t>(other)] = pos[static_cast<size_t>(q)];
-        pos[static_cast<size_t>(q)] = slot;
-        ++marked[static_cast<size_t>(y)];
+        elems[static_cast<size_t>(slot)] = q;
+        elems[static_cast<size_t>(sq.pos)] = other;
+        at_[static_cast<size_t>(other)].pos = sq.pos;
+        sq.pos = slot;
+        ++y.marked;
       }
-      for (int32_t y : touched) {
-        const int32_t size = last[static_cast<size_t>(y)] - first[static_cast<size_t>(y)], mk = marked[static_cast<size_t>(y)];
-        marked[static_cast<size_t>(y)] = 0;
+      for (int32_t yi : touched) {
+        Block& y = blk[static_cast<size_t>(yi)];
+        const int32_t size = y.last - y.first, mk = y.marked;
+        y.marked = 0;
         if (mk == size) continue;
         // Split: the marked front part becomes a new block.
-        const int32_t z = new_block(first[static_cast<size_t>(y)], first[static_cast<size_t>(y)] + mk);
-        first[static_cast<size_t>(y)] += mk;
-        for (int32_t i = first[static_cast<size_t>(z)]; i < last[static_cast<size_t>(z)]; ++i) block[static_cast<size_t>(elems[static_cast<size_t>(i)])] = z;
-        if (in_work[static_cast<size_t>(y)]) push_work(z);
-        else push_work(mk <= size - mk ? z : y);
+        const int32_t f = y.first;
+        y.first += mk;
+        const bool y_pending = y.in_work != 0;
+        const int32_t z = new_block(f, f + mk);  // (y may move: blk grows)
+        for (int32_t i = f; i < f + mk; ++i) at_[static_cast<size_t>(elems[static_cast<size_t>(i)])].block = z;
+        if (y_pending) push_work(z);
+        else push_work(mk <= size - mk ? z : yi);
       }
       touched.clear();
     }
   }
+  std::vector<int32_t> block(static_cast<size_t>(m));
+  for (size_t s = 0; s < static_cast<size_t>(m); ++s) block[s] = at_[s].block;
   // Live blocks only (the sink's block is "dead").
   const int32_t sink_block = block[static_cast<size_t>(sink)];
   int32_t blocks = 0;
-  std::vector<int32_t> compact(first.size(), -1);
-  for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
+  std::vector<int32_t> compact(blk.size(), -1);
+  for (int32_t b = 0; b < static_cast<int32_t>(blk.size()); ++b)
     if (b != sink_block) compact[static_cast<size_t>(b)] = blocks++;
   for (int32_t s = 0; s < n; ++s) block[static_cast<size_t>(s)] = live[static_cast<size_t>(s)] ? compact[static_cast<size_t>(block[static_cast<size_t>(s)])] : -1;
   block.resize(static_cast<size_t>(n));
@@ -608,42 +622,88 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   std::vector<int32_t> scratch;
   closure({top_in}, &scratch);
   intern(scratch);
+  // A class's move from d is fixed by which of d's NFA states have an edge on it: classes are
+  // grouped by that (a bit per state, d rarely has more than a few), so each distinct move set is
+  // found once, its closure taken and interned once per state d. Past 64 edge states, each class's
+  // move set is compared as a list.
+  std::vector<uint64_t> sig(static_cast<size_t>(nclass), 0);
   std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
   std::vector<int> used;
-  std::vector<std::tuple<uint64_t, int, int32_t>> seen_moves;  // (hash, class, DFA state)
+  std::vector<int32_t> edge_states, mv;
+  std::vector<int32_t> single(nn, -1);  // NFA state t -> the DFA state of the move {t}, once found
+  std::vector<std::pair<uint64_t, int32_t>> seen_sigs;                 // (signature, DFA state)
+  std::vector<std::tuple<uint64_t, int, int32_t>> seen_moves;          // (hash, class, DFA state)
   for (size_t d = 0; d < sets_of.size(); ++d) {
-    for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it) {
-      const int32_t s = *it;
-      const int32_t sid = edge_set[static_cast<size_t>(s)];
-      if (sid < 0) continue;
-      for (int32_t y = set_classes_at[static_cast<size_t>(sid)]; y < set_classes_at[static_cast<size_t>(sid) + 1]; ++y) {
-        const uint16_t c = set_classes[static_cast<size_t>(y)];
-        if (moved[c].empty()) used.push_back(c);
-        moved[c].push_back(to[static_cast<size_t>(s)]);
-      }
-    }
-    std::sort(used.begin(), used.end());
-    // Classes whose moves reach the same NFA states (the classes an embedded DFA sends to one
-    // target share an edge) lead to one DFA state: its closure is found once per state d.
-    seen_moves.clear();
-    for (int c : used) {
-      const auto& mv = moved[static_cast<size_t>(c)];
-      uint64_t h = 0x9E3779B97F4A7C15ull ^ mv.size();
-      for (int32_t x : mv) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
-      int32_t id = -1;
-      for (const auto& [hc, other, oid] : seen_moves)
-        if (hc == h && moved[static_cast<size_t>(other)] == mv) {
-          id = oid;
-          break;
+    edge_states.clear();
+    for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it)
+      if (edge_set[static_cast<size_t>(*it)] >= 0) edge_states.push_back(*it);
+    if (edge_states.size() <= 64) {
+      for (size_t i = 0; i < edge_states.size(); ++i) {
+        const size_t sid = static_cast<size_t>(edge_set[static_cast<size_t>(edge_states[i])]);
+        for (int32_t y = set_classes_at[sid]; y < set_classes_at[sid + 1]; ++y) {
+          const uint16_t c = set_classes[static_cast<size_t>(y)];
+          if (sig[c] == 0) used.push_back(c);
+          sig[c] |= uint64_t{1} << i;
         }
-      if (id < 0) {
-        closure(mv, &scratch);
-        id = intern(scratch);
-        seen_moves.emplace_back(h, c, id);
       }
-      raw.add(c, id);
+      std::sort(used.begin(), used.end());
+      seen_sigs.clear();
+      for (int c : used) {
+        const uint64_t g = sig[static_cast<size_t>(c)];
+        sig[static_cast<size_t>(c)] = 0;
+        int32_t id = -1;
+        for (const auto& [sg, sid] : seen_sigs)
+          if (sg == g) {
+            id = sid;
+            break;
+          }
+        if (id < 0) {
+          mv.clear();
+          for (uint64_t bits = g; bits; bits &= bits - 1)
+            mv.push_back(to[static_cast<size_t>(edge_states[static_cast<size_t>(__builtin_ctzll(bits))])]);
+          // A move to one NFA state (the usual case) leads where it led before.
+          int32_t* known = mv.size() == 1 ? &single[static_cast<size_t>(mv[0])] : nullptr;
+          if (known && *known >= 0) {
+            id = *known;
+          } else {
+            closure(mv, &scratch);
+            id = intern(scratch);
+            if (known) *known = id;
+          }
+          seen_sigs.emplace_back(g, id);
+        }
+        raw.add(c, id);
+      }
+    } else {
+      for (const int32_t s : edge_states) {
+        const size_t sid = static_cast<size_t>(edge_set[static_cast<size_t>(s)]);
+        for (int32_t y = set_classes_at[sid]; y < set_classes_at[sid + 1]; ++y) {
+          const uint16_t c = set_classes[static_cast<size_t>(y)];
+          if (moved[c].empty()) used.push_back(c);
+          moved[c].push_back(to[static_cast<size_t>(s)]);
+        }
+      }
+      std::sort(used.begin(), used.end());
+      seen_moves.clear();
+      for (int c : used) {
+        const auto& m = moved[static_cast<size_t>(c)];
+        uint64_t h = 0x9E3779B97F4A7C15ull ^ m.size();
+        for (int32_t x : m) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+        int32_t id = -1;
+        for (const auto& [hc, other, oid] : seen_moves)
+          if (hc == h && moved[static_cast<size_t>(other)] == m) {
+            id = oid;
+            break;
+          }
+        if (id < 0) {
+          closure(m, &scratch);
+          id = intern(scratch);
+          seen_moves.emplace_back(h, c, id);
+        }
+        raw.add(c, id);
+      }
+      for (int c : used) moved[static_cast<size_t>(c)].clear();
     }
-    for (int c : used) moved[static_cast<size_t>(c)].clear();
     raw.end_row();
     used.clear();
   }

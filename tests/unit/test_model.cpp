@@ -1,5 +1,7 @@
 // The CPU transformer engine: published shapes, the KV cache against recomputation, batching,
-// fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors.
+// fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors; the
+// engine's matmul option.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +41,22 @@ std::vector<float> last_logits(Model& m, const std::vector<int32_t>& tokens) {
   m.prefill(s, tokens.data(), static_cast<int>(tokens.size()), 1, out);
   m.release(s);
   return l;
+}
+
+TEST(EngineOptions, MatmulIsCublasUnlessGemvIsAsked) {
+  EXPECT_EQ(EngineOptions{}.matmul, Matmul::Cublas);
+  EXPECT_EQ(parse_matmul("cublas"), Matmul::Cublas);
+  EXPECT_EQ(parse_matmul("gemv"), Matmul::Gemv);
+  EXPECT_EQ(matmul_names(), (std::vector<std::string>{"cublas", "gemv"}));
+  for (Matmul m : {Matmul::Cublas, Matmul::Gemv}) EXPECT_EQ(parse_matmul(to_string(m)), m);
+  for (const char* bad : {"GEMV", "", "cutlass", "gemv "}) {
+    try {
+      parse_matmul(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("cublas, gemv"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {

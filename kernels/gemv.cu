@@ -24,6 +24,11 @@
 // (8 fmaf per chunk, element order), then a fixed xor-shuffle tree, then the slices in order: the
 // summation order of an output depends on (in, S) only, so a row gives bitwise the same result
 // whatever the number of rows launched with it, and whatever G and U that row count picks.
+//
+// v2: the gate/up GEMV may end in SwiGLU (kSwiGlu): a warp's G rows are then P = G/2 gate rows and
+// the P up rows of the same columns, so one thread ends holding both sums of an activation and
+// writes bf16(silu(g)·u) – once per element – instead of g and u for a second kernel. The rows'
+// sums are those of v1 (same chunks, lanes and split), so the result is bit-identical.
 #include "gemv.h"
 
 #include <algorithm>
@@ -32,6 +37,7 @@
 
 #include "core/cuda_check.h"
 #include "core/half.h"
+#include "swiglu.cuh"
 
 namespace ib {
 
@@ -46,10 +52,10 @@ constexpr int outs_per_warp(int rows) { return rows <= 2 ? 2 : 4; }
 struct GemvArgs {
   const uint4* w;  // [out][chunks]
   const uint4* x;  // [rows][chunks]
-  void* y;         // [rows][out]
-  GemvOut kind;
+  void* y;         // [rows][out]; SwiGLU: act, [rows][out] bf16
+  GemvOut kind;    // not SwiGLU
   int chunks;      // in / 8
-  int out;
+  int out;         // columns of Y (SwiGLU: mlp, W having 2·mlp rows)
   int split;       // warps per output (S); a block holds kGemvWarps / split output groups
   int slice;       // chunks per warp: ceil(chunks / split)
 };
@@ -127,14 +133,21 @@ __device__ __forceinline__ void store(const GemvArgs& a, int r, int o, float v) 
   }
 }
 
-template <int R>
+// SwiGLU of the gate and up sums of act[r][o].
+__device__ __forceinline__ void store_swiglu(const GemvArgs& a, int r, int o, float gate, float up) {
+  static_cast<uint16_t*>(a.y)[static_cast<size_t>(r) * a.out + o] =
+      swiglu_bf16(bf16_bits_to_float(float_to_bf16_bits(gate)), bf16_bits_to_float(float_to_bf16_bits(up)));
+}
+
+template <int R, bool kSwiGlu>
 __global__ void __launch_bounds__(kGemvThreads, 2) gemv_kernel(const GemvArgs a) {
   constexpr int G = outs_per_warp(R), U = kGemvLoads / G;
+  constexpr int P = kSwiGlu ? G / 2 : G;     // columns of Y per warp (SwiGLU: a gate and an up row each)
   __shared__ float part[kGemvWarps][G * R];  // split > 1: each warp's sums, added slice by slice
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / a.split, s = warp % a.split;  // warps of one output group are adjacent
-  const int o0 = (blockIdx.x * (kGemvWarps / a.split) + group) * G;
+  const int o0 = (blockIdx.x * (kGemvWarps / a.split) + group) * P;
   const int c_begin = min(s * a.slice, a.chunks);
   const int c_end = o0 < a.out ? min(c_begin + a.slice, a.chunks) : c_begin;  // a warp past `out` only joins the barrier
 
@@ -143,7 +156,10 @@ __global__ void __launch_bounds__(kGemvThreads, 2) gemv_kernel(const GemvArgs a)
   const uint64_t policy = weight_policy();
   const uint4* wrow[G];
 #pragma unroll
-  for (int g = 0; g < G; ++g) wrow[g] = a.w + static_cast<size_t>(min(o0 + g, a.out - 1)) * a.chunks;
+  for (int g = 0; g < G; ++g) {
+    const int row = g < P ? min(o0 + g, a.out - 1) : a.out + min(o0 + g - P, a.out - 1);  // up rows follow the gate rows
+    wrow[g] = a.w + static_cast<size_t>(row) * a.chunks;
+  }
 
   float acc[G][R];
 #pragma unroll
@@ -192,32 +208,75 @@ __global__ void __launch_bounds__(kGemvThreads, 2) gemv_kernel(const GemvArgs a)
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[g][r] += __shfl_xor_sync(0xffffffffu, acc[g][r], off);
 
-  const float v = pick<G, R>(acc, lane);  // every lane holds the warp's sums; lane j keeps one
-  if (a.split == 1) {
+  // Element j = p·R + r of a warp's sums is column o0 + p, row r; with SwiGLU, its up sum is
+  // element j + P·R.
+  if (a.split == 1) {  // every lane holds the warp's sums; lane j < P·R writes element j
+    const float v = pick<G, R>(acc, lane);
     const int o = o0 + lane / R;
-    if (lane < G * R && o < a.out) store(a, lane % R, o, v);
+    if constexpr (kSwiGlu) {
+      const float up = pick<G, R>(acc, lane + P * R);
+      if (lane < P * R && o < a.out) store_swiglu(a, lane % R, o, v, up);
+    } else {
+      if (lane < P * R && o < a.out) store(a, lane % R, o, v);
+    }
     return;
   }
-  if (lane < G * R) part[warp][lane] = v;
+  if (lane < G * R) part[warp][lane] = pick<G, R>(acc, lane);
   __syncthreads();
-  // Thread t < groups · G · R finishes element j = t % (G·R) of group t / (G·R): slices in order.
+  // Thread t < groups · P · R finishes element j = t % (P·R) of group t / (P·R): slices in order.
   const int groups = kGemvWarps / a.split;
   const int t = threadIdx.x;
-  if (t < groups * G * R) {
-    const int gi = t / (G * R), j = t % (G * R);
+  if (t < groups * P * R) {
+    const int gi = t / (P * R), j = t % (P * R);
+    const int o = (blockIdx.x * groups + gi) * P + j / R;
     float sum = 0.0f;
     for (int k = 0; k < a.split; ++k) sum += part[gi * a.split + k][j];
-    const int o = (blockIdx.x * groups + gi) * G + j / R;
-    if (o < a.out) store(a, j % R, o, sum);
+    if constexpr (kSwiGlu) {
+      float up = 0.0f;
+      for (int k = 0; k < a.split; ++k) up += part[gi * a.split + k][j + P * R];
+      if (o < a.out) store_swiglu(a, j % R, o, sum, up);
+    } else {
+      if (o < a.out) store(a, j % R, o, sum);
+    }
   }
 }
 
-template <int R>
+template <int R, bool kSwiGlu>
 void launch_rows(const GemvArgs& a, cudaStream_t stream) {
-  const int64_t per_block = int64_t{kGemvWarps / a.split} * outs_per_warp(R);
+  const int64_t per_block = int64_t{kGemvWarps / a.split} * (kSwiGlu ? outs_per_warp(R) / 2 : outs_per_warp(R));
   const int64_t blocks = (a.out + per_block - 1) / per_block;
-  gemv_kernel<R><<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(a);
+  gemv_kernel<R, kSwiGlu><<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(a);
   IB_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kSwiGlu>
+void launch_any(const GemvArgs& a, int rows, cudaStream_t stream) {
+  switch (rows) {
+    case 1: launch_rows<1, kSwiGlu>(a, stream); break;
+    case 2: launch_rows<2, kSwiGlu>(a, stream); break;
+    case 3: launch_rows<3, kSwiGlu>(a, stream); break;
+    case 4: launch_rows<4, kSwiGlu>(a, stream); break;
+    case 5: launch_rows<5, kSwiGlu>(a, stream); break;
+    case 6: launch_rows<6, kSwiGlu>(a, stream); break;
+    case 7: launch_rows<7, kSwiGlu>(a, stream); break;
+    default: launch_rows<8, kSwiGlu>(a, stream); break;
+  }
+}
+
+GemvArgs args(const uint16_t* w, const uint16_t* x, void* y, int in, int out) {
+  GemvArgs a;
+  a.w = reinterpret_cast<const uint4*>(w);
+  a.x = reinterpret_cast<const uint4*>(x);
+  a.y = y;
+  a.kind = GemvOut::Fp32;
+  a.chunks = in / 8;
+  a.out = out;
+  return a;
+}
+
+std::invalid_argument unsupported(int in) {
+  return std::invalid_argument("gemv: rows must be 1.." + std::to_string(kGemvMaxRows) + ", in a positive multiple of 8 (got " +
+                               std::to_string(in) + "), W and X 16-byte aligned");
 }
 
 }  // namespace
@@ -239,28 +298,21 @@ int gemv_split(int in, int out, int sm_count) {
 
 void launch_gemv_bf16(const uint16_t* w, const uint16_t* x, void* y, GemvOut y_kind, int rows, int in, int out, int sm_count,
                       cudaStream_t stream) {
-  if (!gemv_bf16_supports(rows, in, out, w, x) || !y)
-    throw std::invalid_argument("gemv: rows must be 1.." + std::to_string(kGemvMaxRows) + ", in a positive multiple of 8 (got " +
-                                std::to_string(in) + "), W and X 16-byte aligned");
-  GemvArgs a;
-  a.w = reinterpret_cast<const uint4*>(w);
-  a.x = reinterpret_cast<const uint4*>(x);
-  a.y = y;
+  if (!gemv_bf16_supports(rows, in, out, w, x) || !y) throw unsupported(in);
+  GemvArgs a = args(w, x, y, in, out);
   a.kind = y_kind;
-  a.chunks = in / 8;
-  a.out = out;
   a.split = gemv_split(in, out, sm_count);
   a.slice = (a.chunks + a.split - 1) / a.split;
-  switch (rows) {
-    case 1: launch_rows<1>(a, stream); break;
-    case 2: launch_rows<2>(a, stream); break;
-    case 3: launch_rows<3>(a, stream); break;
-    case 4: launch_rows<4>(a, stream); break;
-    case 5: launch_rows<5>(a, stream); break;
-    case 6: launch_rows<6>(a, stream); break;
-    case 7: launch_rows<7>(a, stream); break;
-    default: launch_rows<8>(a, stream); break;
-  }
+  launch_any<false>(a, rows, stream);
+}
+
+void launch_gemv_swiglu_bf16(const uint16_t* w, const uint16_t* x, uint16_t* act, int rows, int in, int mlp, int sm_count,
+                             cudaStream_t stream) {
+  if (mlp < 1 || mlp > (1 << 30) || !gemv_bf16_supports(rows, in, 2 * mlp, w, x) || !act) throw unsupported(in);
+  GemvArgs a = args(w, x, act, in, mlp);
+  a.split = gemv_split(in, 2 * mlp, sm_count);  // the unfused gate/up GEMV's: the same sums
+  a.slice = (a.chunks + a.split - 1) / a.split;
+  launch_any<true>(a, rows, stream);
 }
 
 }  // namespace ib

@@ -31,4 +31,11 @@ int gemv_split(int in, int out, int sm_count);
 void launch_gemv_bf16(const uint16_t* w, const uint16_t* x, void* y, GemvOut y_kind, int rows, int in, int out, int sm_count,
                       cudaStream_t stream);
 
+// The gate/up GEMV with SwiGLU in its epilogue: W = [gate rows; up rows] ([2·mlp][in]), and
+// act[r][j] = bf16(silu(g)·u) for g, u the bf16-rounded X[r]·W[j]ᵀ and X[r]·W[mlp + j]ᵀ. Bit for
+// bit launch_gemv_bf16 (Bf16, out = 2·mlp) followed by launch_swiglu, in one kernel and without
+// the gate/up buffer. Takes what gemv_bf16_supports(rows, in, 2·mlp, w, x) accepts.
+void launch_gemv_swiglu_bf16(const uint16_t* w, const uint16_t* x, uint16_t* act, int rows, int in, int mlp, int sm_count,
+                             cudaStream_t stream);
+
 }  // namespace ib

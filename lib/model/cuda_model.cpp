@@ -2,7 +2,8 @@
 // Matmuls are cuBLAS (the Q/K/V and gate/up projections fused into one GEMM each at load time;
 // o_proj and down_proj accumulate straight into the fp32 residual with beta = 1), or with
 // EngineOptions::matmul = gemv our weight-streaming GEMV (kernels/gemv.h) for products of at most
-// 8 rows (decode steps, short verify passes, the LM head of a prefill's last token), prefill
+// 8 rows (decode steps, short verify passes, the LM head of a prefill's last token; there the
+// gate/up GEMV applies SwiGLU itself), prefill
 // attention is FlashAttention-2 reading the KV cache in place, decode attention a split-K kernel
 // over each sequence's cache (kernels/model_ops.cu). A decode step can be captured once per batch
 // size into a CUDA graph and replayed: its per-step inputs (token ids, cache pointers, positions)
@@ -603,11 +604,15 @@ class CudaModel final : public Model {
     IB_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), cublas_ws_.data(), cublas_ws_.bytes()));
   }
 
+  bool use_gemv(int rows, int in, int out, const uint16_t* w, const uint16_t* x) const {
+    return o_.matmul == Matmul::Gemv && gemv_bf16_supports(rows, in, out, w, x);
+  }
+
   // Y[rows][out] (= or +=, beta) X[rows][in] · W[out][in]ᵀ on stream s (cuBLAS: the stream
   // bind_cublas gave the handle). matmul = gemv: our kernel where it takes the shape (rows <= 8,
   // in % 8 == 0), cuBLAS otherwise. Column-major view for cuBLAS: Yᵀ = W·Xᵀ.
   void gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type, float beta) {
-    if (o_.matmul == Matmul::Gemv && (y_type == CUDA_R_32F || beta == 0.0f) && gemv_bf16_supports(rows, in, out, w, x)) {
+    if (use_gemv(rows, in, out, w, x) && (y_type == CUDA_R_32F || beta == 0.0f)) {
       const GemvOut kind = y_type == CUDA_R_16BF ? GemvOut::Bf16 : beta != 0.0f ? GemvOut::Fp32Add : GemvOut::Fp32;
       launch_gemv_bf16(w, x, y, kind, rows, in, out, sm_count_, s);
       return;
@@ -693,8 +698,12 @@ class CudaModel final : public Model {
       }
       gemm(s, L.wo.data(), attn_.data(), x_.data(), rows, qd, h, CUDA_R_32F, 1.0f);  // x += o_proj(attn)
       launch_add_rmsnorm(x_.data(), nullptr, L.post_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
-      gemm(s, L.wgu.data(), h_.data(), gu_.data(), rows, h, 2 * mlp, CUDA_R_16BF, 0.0f);
-      launch_swiglu(gu_.data(), rows, mlp, act_.data(), s);
+      if (use_gemv(rows, h, 2 * mlp, L.wgu.data(), h_.data())) {
+        launch_gemv_swiglu_bf16(L.wgu.data(), h_.data(), act_.data(), rows, h, mlp, sm_count_, s);  // gate/up + SwiGLU, one kernel
+      } else {
+        gemm(s, L.wgu.data(), h_.data(), gu_.data(), rows, h, 2 * mlp, CUDA_R_16BF, 0.0f);
+        launch_swiglu(gu_.data(), rows, mlp, act_.data(), s);
+      }
       gemm(s, L.wd.data(), act_.data(), x_.data(), rows, mlp, h, CUDA_R_32F, 1.0f);  // x += down_proj(act)
     }
   }

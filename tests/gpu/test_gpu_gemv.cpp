@@ -26,6 +26,7 @@
 #include "core/half.h"
 #include "core/random.h"
 #include "gemv.h"
+#include "model_ops.h"
 
 namespace ib {
 namespace {
@@ -258,6 +259,34 @@ TEST(Gemv, EverySplitGivesTheSameValues) {
       ASSERT_LE(std::fabs(got[i] - ref.y[i]), fp32_tol(ref.mag[i])) << "split " << gemv_split(s.in, s.out, sms) << " at " << i;
   }
   EXPECT_EQ(splits, (std::set<int>{1, 2, 4, 8}));
+}
+
+// The gate/up GEMV with SwiGLU in its epilogue writes bitwise what the gate/up GEMV (bf16) and
+// launch_swiglu write, over rows 1..8 and MLP widths below and past a block's columns.
+TEST(Gemv, SwigluEpilogueIsBitwiseTheGemvThenLaunchSwiglu) {
+  REQUIRE_GPU();
+  TestStream stream;
+  const int sms = sm_count();
+  for (const Shape& s : std::vector<Shape>{{64, 160}, {136, 77}, {256, 512}, {896, 1000}, {4104, 300}, {8, 3}}) {
+    const int mlp = s.out;
+    const auto w = random_bf16(static_cast<size_t>(2 * mlp) * s.in, 1000 + s.in, 0.5f);
+    const auto x = random_bf16(static_cast<size_t>(kGemvMaxRows) * s.in, 1100 + mlp, 1.0f);
+    const auto dw = to_device(w), dx = to_device(x);
+    DeviceBuffer<uint16_t> gu(static_cast<size_t>(kGemvMaxRows) * 2 * mlp, "gate/up"), want(static_cast<size_t>(kGemvMaxRows) * mlp, "act"),
+        got(want.size(), "fused act");
+    for (int rows = 1; rows <= kGemvMaxRows; ++rows) {
+      IB_CUDA_CHECK(cudaMemsetAsync(want.data(), 0, want.bytes(), stream.get()));
+      IB_CUDA_CHECK(cudaMemsetAsync(got.data(), 0, got.bytes(), stream.get()));
+      launch_gemv_bf16(dw.data(), dx.data(), gu.data(), GemvOut::Bf16, rows, s.in, 2 * mlp, sms, stream.get());
+      launch_swiglu(gu.data(), rows, mlp, want.data(), stream.get());
+      launch_gemv_swiglu_bf16(dw.data(), dx.data(), got.data(), rows, s.in, mlp, sms, stream.get());
+      IB_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      ASSERT_EQ(to_host(got), to_host(want)) << "in " << s.in << " mlp " << mlp << " rows " << rows;
+    }
+  }
+  alignas(16) static uint16_t buf[64];
+  EXPECT_THROW(launch_gemv_swiglu_bf16(buf, buf, buf, 1, 12, 4, sms, nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_gemv_swiglu_bf16(buf, buf, buf, 1, 8, 0, sms, nullptr), std::invalid_argument);
 }
 
 // Launches captured into a graph (as the engine's decode step is) replay to the eager bits: the

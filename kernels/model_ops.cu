@@ -14,6 +14,7 @@
 #include "core/cuda_check.h"
 #include "core/half.h"
 #include "model/sample.h"
+#include "swiglu.cuh"
 
 namespace ib {
 
@@ -520,7 +521,7 @@ __global__ void swiglu_kernel(const uint16_t* __restrict__ gu, int rows, int mlp
     const size_t r = i / mlp, j = i % mlp;
     const float g = bf2f(gu[r * 2 * mlp + j]);
     const float u = bf2f(gu[r * 2 * mlp + mlp + j]);
-    out[i] = f2bf(g / (1.0f + expf(-g)) * u);
+    out[i] = swiglu_bf16(g, u);
   }
 }
 

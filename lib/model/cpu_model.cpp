@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <immintrin.h>
 
 #include "ceiling/sgemm.h"
@@ -697,6 +698,18 @@ void Model::set_kept_head(int, int, int, int, bool) {
 void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
 const AttentionRecord& Model::attention_record(int) const {
   throw std::runtime_error("attention_record is not supported by this engine");
+}
+
+const std::vector<std::string>& matmul_names() {
+  static const std::vector<std::string> names = {"cublas", "gemv"};
+  return names;
+}
+const char* to_string(Matmul m) { return matmul_names()[static_cast<size_t>(m)].c_str(); }
+Matmul parse_matmul(const std::string& name) {
+  const auto& names = matmul_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (name == names[i]) return static_cast<Matmul>(i);
+  throw InputError(fmt::format("matmul: '{}' is not one of {}", name, fmt::join(names, ", ")));
 }
 
 std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) { return std::make_unique<CpuModel>(c, w); }

@@ -1,6 +1,9 @@
 // The CUDA engine: bf16 weights and activations, fp32 residual stream, accumulation and logits.
 // Matmuls are cuBLAS (the Q/K/V and gate/up projections fused into one GEMM each at load time;
-// o_proj and down_proj accumulate straight into the fp32 residual with beta = 1), prefill
+// o_proj and down_proj accumulate straight into the fp32 residual with beta = 1), or with
+// EngineOptions::matmul = gemv our weight-streaming GEMV (kernels/gemv.h) for products of at most
+// 8 rows (decode steps, short verify passes, the LM head of a prefill's last token; there the
+// gate/up GEMV applies SwiGLU itself), prefill
 // attention is FlashAttention-2 reading the KV cache in place, decode attention a split-K kernel
 // over each sequence's cache (kernels/model_ops.cu). A decode step can be captured once per batch
 // size into a CUDA graph and replayed: its per-step inputs (token ids, cache pointers, positions)
@@ -26,6 +29,7 @@
 #include "core/errors.h"
 #include "core/half.h"
 #include "fill.h"
+#include "gemv.h"
 #include "model/model.h"
 #include "model/sequence_table.h"
 #include "model/token_tree.h"
@@ -600,8 +604,19 @@ class CudaModel final : public Model {
     IB_CUBLAS_CHECK(cublasSetWorkspace(cublas_.get(), cublas_ws_.data(), cublas_ws_.bytes()));
   }
 
-  // Y[rows][out] (= or +=, beta) X[rows][in] · W[out][in]ᵀ. Column-major view: Yᵀ = W·Xᵀ.
-  void gemm(const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type, float beta) {
+  bool use_gemv(int rows, int in, int out, const uint16_t* w, const uint16_t* x) const {
+    return o_.matmul == Matmul::Gemv && gemv_bf16_supports(rows, in, out, w, x);
+  }
+
+  // Y[rows][out] (= or +=, beta) X[rows][in] · W[out][in]ᵀ on stream s (cuBLAS: the stream
+  // bind_cublas gave the handle). matmul = gemv: our kernel where it takes the shape (rows <= 8,
+  // in % 8 == 0), cuBLAS otherwise. Column-major view for cuBLAS: Yᵀ = W·Xᵀ.
+  void gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type, float beta) {
+    if (use_gemv(rows, in, out, w, x) && (y_type == CUDA_R_32F || beta == 0.0f)) {
+      const GemvOut kind = y_type == CUDA_R_16BF ? GemvOut::Bf16 : beta != 0.0f ? GemvOut::Fp32Add : GemvOut::Fp32;
+      launch_gemv_bf16(w, x, y, kind, rows, in, out, sm_count_, s);
+      return;
+    }
     const float alpha = 1.0f;
     IB_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF,
                                  in, &beta, y, y_type, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -657,7 +672,7 @@ class CudaModel final : public Model {
     for (int l = 0; l < c_.layers; ++l) {
       LayerWeights& L = layers_[static_cast<size_t>(l)];
       launch_add_rmsnorm(x_.data(), nullptr, L.in_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
-      gemm(L.wqkv.data(), h_.data(), qkv_.data(), rows, h, qkv_dim_, CUDA_R_16BF, 0.0f);
+      gemm(s, L.wqkv.data(), h_.data(), qkv_.data(), rows, h, qkv_dim_, CUDA_R_16BF, 0.0f);
       launch_qkv_rope_append(qkv_.data(), c_.qkv_bias ? L.bqkv.data() : nullptr, table, rows, l, c_.heads, c_.kv_heads, D,
                              c_.rope_theta, flash ? qh_.data() : nullptr, s, tree ? tree->slots : nullptr);
       if (tree) {
@@ -681,11 +696,15 @@ class CudaModel final : public Model {
         a.workspace = attn_ws_.data();
         launch_decode_attention(a, s);
       }
-      gemm(L.wo.data(), attn_.data(), x_.data(), rows, qd, h, CUDA_R_32F, 1.0f);  // x += o_proj(attn)
+      gemm(s, L.wo.data(), attn_.data(), x_.data(), rows, qd, h, CUDA_R_32F, 1.0f);  // x += o_proj(attn)
       launch_add_rmsnorm(x_.data(), nullptr, L.post_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
-      gemm(L.wgu.data(), h_.data(), gu_.data(), rows, h, 2 * mlp, CUDA_R_16BF, 0.0f);
-      launch_swiglu(gu_.data(), rows, mlp, act_.data(), s);
-      gemm(L.wd.data(), act_.data(), x_.data(), rows, mlp, h, CUDA_R_32F, 1.0f);  // x += down_proj(act)
+      if (use_gemv(rows, h, 2 * mlp, L.wgu.data(), h_.data())) {
+        launch_gemv_swiglu_bf16(L.wgu.data(), h_.data(), act_.data(), rows, h, mlp, sm_count_, s);  // gate/up + SwiGLU, one kernel
+      } else {
+        gemm(s, L.wgu.data(), h_.data(), gu_.data(), rows, h, 2 * mlp, CUDA_R_16BF, 0.0f);
+        launch_swiglu(gu_.data(), rows, mlp, act_.data(), s);
+      }
+      gemm(s, L.wd.data(), act_.data(), x_.data(), rows, mlp, h, CUDA_R_32F, 1.0f);  // x += down_proj(act)
     }
   }
 
@@ -693,7 +712,7 @@ class CudaModel final : public Model {
   void lm_head(cudaStream_t s, int first, int count) {
     const int h = c_.hidden;
     launch_add_rmsnorm(x_.data() + static_cast<size_t>(first) * h, nullptr, final_norm_.data(), c_.rms_eps, count, h, h_.data(), s);
-    gemm(lm_head_weights(), h_.data(), logits_.data(), count, h, c_.vocab, CUDA_R_32F, 0.0f);
+    gemm(s, lm_head_weights(), h_.data(), logits_.data(), count, h, c_.vocab, CUDA_R_32F, 0.0f);
   }
 
   // Final norm, LM head and emit of residual rows 0 .. rows − 1 to out rows 0 .. rows − 1,

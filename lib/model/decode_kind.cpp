@@ -7,8 +7,14 @@
 namespace ib::model {
 namespace {
 
+// The CUDA variants also read `matmul`; the CPU engine has one matmul (its rows would repeat).
 const std::vector<std::string> kStepKeys = {"model", "weights", "batch", "prompt", "temperature"};
 const std::vector<std::string> kPrefillKeys = {"model", "weights", "prompt", "temperature"};
+const std::vector<std::string> kGenerateKeys = {"model", "weights", "batch", "prompt", "new_tokens", "temperature"};
+std::vector<std::string> with_matmul(std::vector<std::string> keys) {
+  keys.push_back("matmul");
+  return keys;
+}
 
 KindInfo decode_kind() {
   KindInfo k;
@@ -25,13 +31,19 @@ KindInfo decode_kind() {
       key_spec("prompt", ParamType::Int, "prompt tokens (the context of a decode step)", Value(int64_t{512}), 1.0),
       key_spec("new_tokens", ParamType::Int, "tokens generated per sequence (generate)", Value(int64_t{128}), 1.0),
       key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend", Value(0.0), 0.0),
+      enum_key("matmul",
+               "CUDA engine matmuls: cublas, or gemv (our weight-streaming GEMV for products of <= 8 rows whose `in` is a "
+               "multiple of 8, cuBLAS for the others)",
+               "cublas", matmul_names()),
   };
   k.variants = {
-      {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS"},
-      {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", kStepKeys},
-      {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save", kStepKeys},
-      {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", kPrefillKeys},
-      {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)"},
+      {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
+       with_matmul(kGenerateKeys)},
+      {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", with_matmul(kStepKeys)},
+      {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save",
+       with_matmul(kStepKeys)},
+      {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", with_matmul(kPrefillKeys)},
+      {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
       {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys},
       {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
   };

@@ -73,6 +73,7 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   if (backend_ == Backend::Cuda) {
     EngineOptions o;
     o.cuda_graph = cuda_graph_;
+    o.matmul = p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas;
     o.max_batch = std::max(batch_, 1);
     o.max_prefill = std::min(std::max(prompt_ + new_tokens_, 16), 8192);
     model_ = make_cuda_model(config_, *m.weights, o, rt.stream());

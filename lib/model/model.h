@@ -104,8 +104,17 @@ class Model {
   virtual int64_t kv_bytes() const = 0;
 };
 
+// How the CUDA engine runs its matmuls: cuBLAS for every shape, or our weight-streaming GEMV
+// (kernels/gemv.h) for the products of at most 8 rows whose shapes it takes, cuBLAS for the rest.
+enum class Matmul { Cublas, Gemv };
+const std::vector<std::string>& matmul_names();  // {"cublas", "gemv"}, in enum order
+const char* to_string(Matmul m);
+// "cublas" or "gemv"; anything else is an InputError naming the choices.
+Matmul parse_matmul(const std::string& name);
+
 struct EngineOptions {
   bool cuda_graph = true;  // CUDA: capture the decode step per batch size and replay it
+  Matmul matmul = Matmul::Cublas;  // CUDA
   int max_batch = 256;     // CUDA: activation buffers are sized for this many decode rows
   int max_prefill = 8192;  // CUDA: ... and this many prefill tokens per call
 };

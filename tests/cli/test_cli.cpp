@@ -109,6 +109,22 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
   EXPECT_TRUE(bad.out.empty());
 }
 
+// `matmul` is validated on every backend (a bad value is exit 2 before anything runs) and left
+// out of the CPU rows, whose engine has one matmul.
+TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
+  auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "-o", dir_ + "/mm", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu_decode_step"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("matmul ="), std::string::npos) << r.out;  // neither a constant above the table
+  EXPECT_EQ(r.out.find("| matmul"), std::string::npos) << r.out;  // nor a column
+  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "--set",
+                 "gemv-matmul.matmul=cutlass", "-o", dir_ + "/mm2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("matmul"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("cublas, gemv"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty());
+}
+
 TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
   auto r = ib({"specdec", kSource + "/experiments/specdec.yaml", "--backend", "cpu", "--only", "specdec-ngram", "--set",
                "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",

@@ -1,7 +1,8 @@
 // The CUDA engine against the CPU reference engine (each test skips itself without a device):
 // prefill logits, greedy and sampled decoding, the KV cache (decode after prefill, batches of
 // different lengths, fork, truncate, chunked prefill, the sliding window), CUDA graphs, the
-// token sampler on identical logits, and OutOfMemory for a cache past the memory limit.
+// token sampler on identical logits, OutOfMemory for a cache past the memory limit, and the
+// engine with matmul = gemv (kernels/gemv.h) against the cuBLAS one.
 // Presets tiny and tiny-gqa (head_dim 16: split-K attention everywhere; tiny-gqa adds GQA, q/k/v
 // biases, tied embeddings and a 48-token window) and two small shapes with head_dim 64 and 128,
 // whose prefills of >= 16 tokens go through FlashAttention-2 reading the cache in place.
@@ -438,6 +439,94 @@ TEST(GpuModel, CudaGraphsOnAndOffGiveTheSameTokens) {
       }
     }
     EXPECT_EQ(t_on, t_off) << c.name;
+  }
+}
+
+EngineOptions gemv_options(bool graph = true) {
+  EngineOptions o = small_options(graph);
+  o.matmul = Matmul::Gemv;
+  return o;
+}
+
+int argmax(const float* l, int vocab) { return static_cast<int>(std::max_element(l, l + vocab) - l); }
+
+// matmul = gemv: our GEMV takes every product of <= 8 rows whose `in` is a multiple of 8 (tiny's
+// down_proj, in = 172, stays on cuBLAS), cuBLAS the longer prefills. Same logits as the cuBLAS
+// engine to rounding, the CPU's greedy tokens (teacher-forced, so a near tie cannot derail the rest).
+TEST(GpuModel, GemvMatmulsGiveTheCublasLogitsAndTheCpuTokens) {
+  REQUIRE_GPU();
+  for (const ModelConfig& c : all_configs()) {
+    auto w = random_weights(c, 19);
+    TestStream stream;
+    auto cpu = make_cpu_model(c, *w);
+    auto cub = make_cuda_model(c, *w, small_options(), stream.get());
+    auto gem = make_cuda_model(c, *w, gemv_options(), stream.get());
+    const size_t V = static_cast<size_t>(c.vocab);
+    // Sequence 0: a 5-token prompt, a prefill of GEMVs only; sequence 1: 40 tokens, cuBLAS GEMMs
+    // and a GEMV LM head.
+    std::vector<int> sc, sb, sg;
+    std::vector<int32_t> next(2);
+    for (int b = 0; b < 2; ++b) {
+      const auto p = prompt(c.vocab, b == 0 ? 5 : 40, 40 + static_cast<uint64_t>(b));
+      sc.push_back(cpu->new_sequence(64));
+      sb.push_back(cub->new_sequence(64));
+      sg.push_back(gem->new_sequence(64));
+      const auto lc = prefill_logits(*cpu, sc.back(), p, 1);
+      const auto lb = prefill_logits(*cub, sb.back(), p, 1);
+      const auto lg = prefill_logits(*gem, sg.back(), p, 1);
+      ASSERT_TRUE(all_finite(lg)) << c.name;
+      EXPECT_LT(rel_l2(lg, lb), 1e-2) << c.name << " prefill " << p.size();
+      EXPECT_LT(rel_l2(lg, lc), 2e-2) << c.name << " prefill " << p.size();
+      next[static_cast<size_t>(b)] = argmax(lc.data(), c.vocab);
+    }
+    for (int step = 0; step < 12; ++step) {
+      std::vector<int32_t> tg(2, -1);
+      const auto lc = decode_logits(*cpu, sc, next);
+      const auto lb = decode_logits(*cub, sb, next);
+      const auto lg = decode_logits(*gem, sg, next, tg.data());
+      ASSERT_TRUE(all_finite(lg)) << c.name;
+      EXPECT_LT(rel_l2(lg, lb), 1e-2) << c.name << " step " << step;
+      EXPECT_LT(rel_l2(lg, lc), 2e-2) << c.name << " step " << step;
+      for (size_t b = 0; b < 2; ++b) {
+        const int want = argmax(lc.data() + b * V, c.vocab);
+        if (tg[b] != want) {
+          EXPECT_LT(top2_gap(lc.data() + b * V, c.vocab), 0.05f) << c.name << " step " << step << " row " << b;
+        }
+        next[b] = want;
+      }
+    }
+  }
+}
+
+// With every matmul of a short prefill and of the decode steps on our GEMV (and attention on the
+// split-K kernel), nothing in a step is left to a library's choice: graph replays and eager
+// launches give the same bits.
+TEST(GpuModel, GemvDecodeStepsReplayFromCudaGraphsBitwise) {
+  REQUIRE_GPU();
+  for (const ModelConfig& c : {P("tiny-gqa"), with_head_dim(128)}) {
+    auto w = random_weights(c, 20);
+    TestStream stream;
+    auto on = make_cuda_model(c, *w, gemv_options(true), stream.get());
+    auto off = make_cuda_model(c, *w, gemv_options(false), stream.get());
+    std::vector<int> s_on, s_off;
+    std::vector<int32_t> t_on(2), t_off(2);
+    for (int b = 0; b < 2; ++b) {
+      const auto p = prompt(c.vocab, 5 + 3 * b, 50 + static_cast<uint64_t>(b));  // <= 8 rows: GEMV prefills
+      s_on.push_back(on->new_sequence(64));
+      s_off.push_back(off->new_sequence(64));
+      StepOutput o1, o2;
+      o1.next = &t_on[static_cast<size_t>(b)];
+      o2.next = &t_off[static_cast<size_t>(b)];
+      on->prefill(s_on.back(), p.data(), static_cast<int>(p.size()), 1, o1);
+      off->prefill(s_off.back(), p.data(), static_cast<int>(p.size()), 1, o2);
+    }
+    for (int step = 0; step < 10; ++step) {
+      ASSERT_EQ(t_on, t_off) << c.name << " step " << step;
+      const std::vector<int32_t> in_on = t_on, in_off = t_off;
+      const auto l_on = decode_logits(*on, s_on, in_on, t_on.data());
+      const auto l_off = decode_logits(*off, s_off, in_off, t_off.data());
+      EXPECT_EQ(l_on, l_off) << c.name << " step " << step;  // step 0 runs eager on both, the rest replay on `on`
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 // The CPU transformer engine: published shapes, the KV cache against recomputation, batching,
-// fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors.
+// fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors; the
+// engine's matmul option and its `decode` key.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "core/errors.h"
+#include "core/registry.h"
+#include "core/spec.h"
 #include "model/decode_variants.h"
 #include "model/model.h"
 
@@ -39,6 +43,68 @@ std::vector<float> last_logits(Model& m, const std::vector<int32_t>& tokens) {
   m.prefill(s, tokens.data(), static_cast<int>(tokens.size()), 1, out);
   m.release(s);
   return l;
+}
+
+TEST(EngineOptions, MatmulIsCublasUnlessGemvIsAsked) {
+  EXPECT_EQ(EngineOptions{}.matmul, Matmul::Cublas);
+  EXPECT_EQ(parse_matmul("cublas"), Matmul::Cublas);
+  EXPECT_EQ(parse_matmul("gemv"), Matmul::Gemv);
+  EXPECT_EQ(matmul_names(), (std::vector<std::string>{"cublas", "gemv"}));
+  for (Matmul m : {Matmul::Cublas, Matmul::Gemv}) EXPECT_EQ(parse_matmul(to_string(m)), m);
+  for (const char* bad : {"GEMV", "", "cutlass", "gemv "}) {
+    try {
+      parse_matmul(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("cublas, gemv"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// `matmul` is a key of the decode kind that the CUDA variants read and the CPU ones leave out
+// (the CPU engine has one matmul: a sweep would repeat its rows); a bad value is a spec error.
+TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
+  const KindInfo* k = Registry::instance().kind("decode");
+  ASSERT_NE(k, nullptr);
+  const auto key = std::find_if(k->keys.begin(), k->keys.end(), [](const KeySpec& ks) { return ks.name == "matmul"; });
+  ASSERT_NE(key, k->keys.end());
+  EXPECT_EQ(key->type, ParamType::Enum);
+  EXPECT_EQ(key->choices, matmul_names());
+  ASSERT_TRUE(key->default_value.has_value());
+  EXPECT_EQ(std::get<std::string>(*key->default_value), "cublas");
+  for (const VariantDecl& v : k->variants) {
+    const bool reads = std::find(v.uses.begin(), v.uses.end(), "matmul") != v.uses.end();
+    EXPECT_FALSE(v.uses.empty()) << v.name;  // listed explicitly, so that CPU variants can leave matmul out
+    EXPECT_EQ(reads, v.backend == Backend::Cuda) << v.name;
+  }
+
+  auto spec = [](const std::string& variant, const std::string& matmul, Backend b) {
+    SpecOptions o;
+    o.backend = b;
+    return parse_spec("version: 1\nexperiments:\n  - name: mm\n    kind: decode\n    variants: [" + variant + "]\n    matmul: " + matmul +
+                          "\n",
+                      "t.yaml", o);
+  };
+  auto matmul_axis = [](const Spec& s) -> const Axis* {
+    for (const Axis& a : s.experiments.at(0).axes)
+      if (a.key == "matmul") return &a;
+    return nullptr;
+  };
+  const Spec cuda = spec("decode_step, decode_step_eager", "[cublas, gemv]", Backend::Cuda);
+  const Axis* a = matmul_axis(cuda);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->values.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(a->values[1]), "gemv");
+  EXPECT_EQ(matmul_axis(spec("cpu_decode_step", "[cublas, gemv]", Backend::Cpu)), nullptr);
+  try {
+    spec("decode_step", "cutlass", Backend::Cuda);
+    ADD_FAILURE() << "matmul: cutlass was accepted";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("t.yaml:6:"), std::string::npos) << m;  // file:line:col of the value
+    EXPECT_NE(m.find("matmul"), std::string::npos) << m;
+    EXPECT_NE(m.find("cublas, gemv"), std::string::npos) << m;
+  }
 }
 
 TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {

@@ -658,13 +658,32 @@ struct WalkShared {
 
   // The transition table by byte class, then state: a child's batch at the root sweeps a column.
   // Transposed in tiles of 64 states, so the writes stay in cache.
+  // Also the live entries of each column, in state order: live_state/live_target[live_begin[c] ..
+  // live_begin[c + 1]) (a schema's state lives on about one class in six).
   void transpose() {
     column.resize(n * k);
+    live_begin.assign(k + 1, 0);
     constexpr size_t kTile = 64;
     for (size_t s0 = 0; s0 < n; s0 += kTile) {
       const size_t s1 = std::min(n, s0 + kTile);
       for (size_t c = 0; c < k; ++c)
-        for (size_t s = s0; s < s1; ++s) column[c * n + s] = dfa.next[s * k + c];
+        for (size_t s = s0; s < s1; ++s) {
+          const int32_t t = dfa.next[s * k + c];
+          column[c * n + s] = t;
+          if (t >= 0) ++live_begin[c + 1];
+        }
+    }
+    for (size_t c = 0; c < k; ++c) live_begin[c + 1] += live_begin[c];
+    live_state.resize(static_cast<size_t>(live_begin[k]));
+    live_target.resize(live_state.size());
+    for (size_t c = 0; c < k; ++c) {
+      size_t at = static_cast<size_t>(live_begin[c]);
+      const int32_t* col = column.data() + c * n;
+      for (size_t s = 0; s < n; ++s)
+        if (col[s] >= 0) {
+          live_state[at] = static_cast<int32_t>(s);
+          live_target[at++] = col[s];
+        }
     }
   }
   const Dfa& dfa;
@@ -677,6 +696,7 @@ struct WalkShared {
   // Blocks over strings of string bytes only: the key of a node with only string bytes below.
   StringRefinement strings;
   std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
+  std::vector<int32_t> live_begin, live_state, live_target;
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
 };
 
@@ -695,10 +715,10 @@ class TokenClassWalk {
   void root_class(size_t c, const std::vector<int32_t>& js, int32_t* group) {
     if (js.empty()) return;
     Level& L1 = level_[1];
-    const int32_t* col = column_.data() + c * n_;
+    const size_t live0 = static_cast<size_t>(sh_.live_begin[c]), live1 = static_cast<size_t>(sh_.live_begin[c + 1]);
     targets_.clear();
-    for (size_t s = 0; s < n_; ++s)
-      if (const int32_t t = col[s]; t >= 0 && seen_[static_cast<size_t>(t)] != static_cast<int32_t>(c)) {
+    for (size_t e = live0; e < live1; ++e)
+      if (const int32_t t = sh_.live_target[e]; seen_[static_cast<size_t>(t)] != static_cast<int32_t>(c)) {
         seen_[static_cast<size_t>(t)] = static_cast<int32_t>(c);
         index_[static_cast<size_t>(t)] = static_cast<int32_t>(targets_.size());
         targets_.push_back(t);
@@ -729,8 +749,8 @@ class TokenClassWalk {
       tuple_.insert(tuple_.end(), names_.begin() + static_cast<std::ptrdiff_t>(y * m), names_.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
       gid_[y] = subs_.intern(tuple_);
     }
-    for (size_t s = 0; s < n_; ++s)
-      if (const int32_t t = col[s]; t >= 0) group[c * n_ + s] = gid_[static_cast<size_t>(index_[static_cast<size_t>(t)])];
+    for (size_t e = live0; e < live1; ++e)
+      group[c * n_ + static_cast<size_t>(sh_.live_state[e])] = gid_[static_cast<size_t>(index_[static_cast<size_t>(sh_.live_target[e])])];
   }
 
  private:
@@ -918,12 +938,23 @@ static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, con
   // against each group's first state; on a hash collision, by the tuples themselves.
   {
     std::vector<uint64_t> h(n);
+    std::vector<int32_t> lives(n, 0);  // named classes a state lives on
+    // The live entries of class c for states [b, e) (each class's are in state order).
+    auto live_range = [&](size_t c, size_t b, size_t e) {
+      const auto first = sh.live_state.begin() + sh.live_begin[c], last = sh.live_state.begin() + sh.live_begin[c + 1];
+      return std::make_pair(std::lower_bound(first, last, static_cast<int32_t>(b)), std::lower_bound(first, last, static_cast<int32_t>(e)));
+    };
     parallel_for(n, [&](size_t b, size_t e) {  // states split over the threads, every column each
       for (size_t s = b; s < e; ++s) h[s] = mix64(0x51ED2701ull + dfa.accepting[s]);
       for (size_t c = 0; c < k; ++c) {
         const int32_t* col = group.data() + c * n;
-        for (size_t s = b; s < e; ++s)
-          if (col[s] >= 0) h[s] = mix64(h[s] ^ ((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(col[s])));
+        const auto [x0, x1] = live_range(c, b, e);
+        for (auto x = x0; x != x1; ++x) {
+          const size_t s = static_cast<size_t>(*x);
+          if (col[s] < 0) continue;  // a class no token starts with: never named
+          h[s] = mix64(h[s] ^ ((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(col[s])));
+          ++lives[s];
+        }
       }
     });
     std::unordered_map<uint64_t, int32_t> by_hash;
@@ -935,12 +966,17 @@ static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, con
     std::atomic<bool> exact{true};
     parallel_for(n, [&](size_t b, size_t e) {
       bool ok = true;
-      for (size_t s = b; s < e && ok; ++s)
-        ok = dfa.accepting[s] == dfa.accepting[static_cast<size_t>(mc.representative[static_cast<size_t>(mc.class_of[s])])];
+      for (size_t s = b; s < e && ok; ++s) {  // equal live counts, then every live entry equal: equal tuples
+        const size_t r = static_cast<size_t>(mc.representative[static_cast<size_t>(mc.class_of[s])]);
+        ok = dfa.accepting[s] == dfa.accepting[r] && lives[s] == lives[r];
+      }
       for (size_t c = 0; c < k && ok; ++c) {
         const int32_t* col = group.data() + c * n;
-        for (size_t s = b; s < e; ++s)
+        const auto [x0, x1] = live_range(c, b, e);
+        for (auto x = x0; x != x1; ++x) {
+          const size_t s = static_cast<size_t>(*x);
           if (col[s] != col[mc.representative[static_cast<size_t>(mc.class_of[s])]]) ok = false;
+        }
       }
       if (!ok) exact = false;
     });

@@ -889,7 +889,10 @@ class TokenClassWalk {
 // The root's byte classes are shared out over the CPU threads, largest subtrees first, each thread
 // naming whole classes with its own walker; a state's class is then (accepting, c1, g1, c2, g2, ...)
 // over the byte classes c it survives, g its class-c name (from the one walker that named c).
-static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out);
+// With `strings_out`, the refinement over string bytes it ran is handed out (the index's walks use
+// it to find the vocabulary's string-content pieces).
+static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out,
+                                      std::shared_ptr<const StringRefinement>* strings_out = nullptr);
 
 MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text) {
   return token_classes_impl(dfa, trie, text, nullptr);
@@ -899,8 +902,9 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, TextProfile* te
   return token_classes_impl(dfa, trie, *text, text);
 }
 
-static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out) {
-  const WalkShared sh(dfa, trie, text, text_out);
+static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const TextProfile& text, TextProfile* text_out,
+                                      std::shared_ptr<const StringRefinement>* strings_out) {
+  WalkShared sh(dfa, trie, text, text_out);
   const size_t n = sh.n, k = sh.k;
   std::vector<int32_t> group(n * k, -1);
   std::vector<std::pair<int64_t, int32_t>> work;  // (-nodes, class)
@@ -1006,6 +1010,7 @@ static MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, con
     }
     mc.part_begin.push_back(static_cast<int32_t>(mc.parts.size()));
   }
+  if (strings_out) *strings_out = std::make_shared<const StringRefinement>(std::move(sh.strings));
   return mc;
 }
 
@@ -1076,6 +1081,21 @@ void TokenSet::add(const VocabTrie& trie, size_t words, const int32_t* first, co
   if (bits.empty()) tokens.insert(tokens.end(), first, last);
   else if (sub) or_bits(bits.data(), sub, words);
   else set_bits(bits.data(), first, last);
+}
+
+void TokenSet::add_set(const TokenSet& other, size_t words) {
+  if (other.bits.empty()) {
+    if (bits.empty() && tokens.size() + other.tokens.size() <= words) {
+      tokens.insert(tokens.end(), other.tokens.begin(), other.tokens.end());
+      return;
+    }
+  }
+  if (bits.empty()) {
+    bits.assign(words, 0u);
+    set_bits(bits.data(), tokens.data(), tokens.data() + tokens.size());
+    tokens = {};
+  }
+  other.set_in(bits.data(), words);
 }
 
 void TokenSet::set_in(uint32_t* out, size_t words) const {
@@ -1173,9 +1193,10 @@ std::shared_ptr<Utf8Pieces> utf8_pieces(const std::shared_ptr<const VocabTrie>& 
 }
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32) {
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32),
+      utf8_(utf8_pieces(trie_)) {
   if (classes == Classes::kToken) {
-    classes_ = token_classes(*dfa_, *trie_, &text_);
+    classes_ = token_classes_impl(*dfa_, *trie_, text_, &text_, &strings_);
   } else {  // three independent tasks for the CPU threads
     std::atomic<int> next_task{0};
     parallel_for(2, [&](size_t, size_t) {
@@ -1190,6 +1211,16 @@ MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Voc
 
 void MaskSource::compute_class_mask(int32_t cls, uint32_t* words) const {
   compute_mask(*dfa_, *vocab_, *trie_, classes_.representative[static_cast<size_t>(cls)], words, &text_);
+}
+
+const TokenSet* MaskSource::string_piece(int32_t j, int32_t t, int32_t* block) const {
+  const VocabTrie::Node& x = trie_->node[static_cast<size_t>(j)];
+  *block = -1;
+  if (!strings_ || x.subtree_end - j < kPieceNodes) return nullptr;
+  *block = strings_->key(x, t);
+  if (*block < 0) return nullptr;
+  const int u = strings_->utf8_state(x, *block);
+  return u < 0 ? nullptr : &utf8_->piece(j, u, words_);
 }
 
 // Each part shared by classes walked once (its tokens as a list, or as a bitmask when that is the
@@ -1209,26 +1240,37 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
   for (size_t p = 0; p < np; ++p)
     if (uses[p] > 1) shared.push_back(static_cast<int32_t>(p));
   std::vector<TokenSet> shared_parts(np);
+  // A root child's subtree of string content comes from the vocabulary's pieces (string_piece);
+  // the others are walked.
   parallel_for(shared.size(), [&](size_t b, size_t e) {
     std::vector<int32_t> at(trie.max_depth + 1);
+    int32_t block;
     for (size_t x = b; x < e; ++x) {
       const size_t p = static_cast<size_t>(shared[x]);
-      for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
+      for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])]) {
+        if (const TokenSet* vp = string_piece(j, classes_.part_target[p], &block)) {
+          shared_parts[p].add_set(*vp, words_);
+          continue;
+        }
         walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
           shared_parts[p].add(trie, words_, first, last, whole);
         });
+      }
     }
   });
   masks_.assign(num_classes() * words_, 0u);
   parallel_for(num_classes(), [&](size_t b, size_t e) {
     std::vector<int32_t> at(trie.max_depth + 1);
+    int32_t block;
     for (size_t c = b; c < e; ++c) {
       uint32_t* words = masks_.data() + c * words_;
       for (int32_t x = classes_.part_begin[c]; x < classes_.part_begin[c + 1]; ++x) {
         const size_t p = static_cast<size_t>(classes_.parts[static_cast<size_t>(x)]);
         if (uses[p] == 1) {
-          for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])])
-            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words));
+          for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])]) {
+            if (const TokenSet* vp = string_piece(j, classes_.part_target[p], &block)) vp->set_in(words, words_);
+            else walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words));
+          }
         } else {
           shared_parts[p].set_in(words, words_);
         }
@@ -1242,7 +1284,7 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
 }
 
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore), utf8_(utf8_pieces(trie_)) {
+    : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {
   at_.resize(trie_->max_depth + 1);
 }
 
@@ -1259,19 +1301,18 @@ const uint32_t* LazyTokenMasker::mask(int32_t state) {
 
 // compute_mask, with the root's subtrees of string bytes (64 nodes or more) taken from pieces.
 void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
-  constexpr int32_t kPieceNodes = 64;  // smaller subtrees are walked each time
   const Dfa& d = *dfa_;
   const VocabTrie& trie = *trie_;
   const VocabTrie::Node* node = trie.node.data();
   const int32_t nodes = static_cast<int32_t>(trie.nodes());
   // The piece of root child i from state t, built on first use; false when i does not qualify.
   auto take = [&](int32_t i, int32_t t) {
-    const int32_t block = node[i].subtree_end - i >= kPieceNodes ? strings_->key(node[i], t) : -1;
-    if (block < 0) return false;
-    if (const int u = strings_->utf8_state(node[i], block); u >= 0) {
-      utf8_->piece(i, u, words_).set_in(words, words_);
+    int32_t block;
+    if (const TokenSet* vp = string_piece(i, t, &block)) {
+      vp->set_in(words, words_);
       return true;
     }
+    if (block < 0) return false;
     auto [it, fresh] = pieces_.try_emplace((static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(block));
     TokenSet& piece = it->second;
     if (fresh)

@@ -121,6 +121,7 @@ struct TokenSet {
   std::vector<uint32_t> bits;
   // A walk's run trie.tokens / by_length [first, last); `whole`: the node whose subtree it is, or -1.
   void add(const VocabTrie& trie, size_t words, const int32_t* first, const int32_t* last, int32_t whole);
+  void add_set(const TokenSet& other, size_t words);
   void set_in(uint32_t* out, size_t words) const;  // ORs the set into a mask
 };
 
@@ -139,6 +140,11 @@ class MaskSource {
  protected:
   int32_t class_of(int32_t state) const { return classes_.class_of[static_cast<size_t>(state)]; }
   void compute_class_mask(int32_t cls, uint32_t* words) const;
+  // Root child j's subtree (kPieceNodes nodes or more) from state t after j's byte, when it holds
+  // only string bytes and t's block of the string refinement (*block, else -1) holds a UTF-8
+  // content state: the vocabulary's piece of those tokens; otherwise nullptr.
+  static constexpr int32_t kPieceNodes = 64;  // smaller subtrees are walked each time
+  const TokenSet* string_piece(int32_t j, int32_t t, int32_t* block) const;
 
   std::shared_ptr<const Dfa> dfa_;
   std::shared_ptr<const Vocabulary> vocab_;
@@ -146,7 +152,8 @@ class MaskSource {
   TextProfile text_;
   MaskClasses classes_;
   size_t words_;
-  std::shared_ptr<const StringRefinement> strings_;  // Moore classes only (the lazy masker's)
+  std::shared_ptr<const StringRefinement> strings_;  // the refinement over string bytes
+  std::shared_ptr<Utf8Pieces> utf8_;                 // the vocabulary's string-content pieces
 };
 
 class TokenMaskIndex : public MaskSource {
@@ -181,9 +188,8 @@ class LazyTokenMasker : public MaskSource {
   // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
   // walks such a subtree once per (child, block) — every field of unconstrained string content
   // shares one — and later masks reuse it. (root child << 32 | block) -> its tokens.
-  // (A piece whose block holds a UTF-8 content state is the vocabulary's: utf8_.)
+  // (A piece whose block holds a UTF-8 content state is the vocabulary's: string_piece.)
   std::unordered_map<uint64_t, TokenSet> pieces_;
-  std::shared_ptr<Utf8Pieces> utf8_;
   std::vector<int32_t> at_;
 };
 

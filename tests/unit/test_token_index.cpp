@@ -131,11 +131,11 @@ TEST(TokenMasks, TextSubtreesTakenWholeAreExact) {
   expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
 }
 
-// The lazy masker takes a root subtree of string content from the vocabulary's shared pieces
+// Both strategies take a root subtree of string content from the vocabulary's shared pieces
 // (valid UTF-8 within a character budget): on a vocabulary rich in multi-byte characters, two
 // constraints with different budgets (the second meeting pieces the first built) get exact masks,
-// cold or not.
-TEST(TokenMasks, LazyMasksShareTheVocabularysStringPieces) {
+// lazy ones cold or not.
+TEST(TokenMasks, MasksShareTheVocabularysStringPieces) {
   auto v = load_vocabulary("deepseek-llm");
   for (const char* schema_text : {R"({"type":"object","properties":{"a":{"type":"string","maxLength":30},
                                      "b":{"type":"string"}},"required":["a","b"]})",
@@ -146,6 +146,8 @@ TEST(TokenMasks, LazyMasksShareTheVocabularysStringPieces) {
       expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
       lazy.clear();
     }
+    TokenMaskIndex index(d, v);  // its parts take the same pieces
+    expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
   }
 }
 

@@ -1218,7 +1218,7 @@ const TokenSet* MaskSource::string_piece(int32_t j, int32_t t, int32_t* block) c
   *block = -1;
   if (!strings_ || x.subtree_end - j < kPieceNodes) return nullptr;
   *block = strings_->key(x, t);
-  if (*block < 0) return nullptr;
+  if (*block < 0 || x.text_below) return nullptr;  // (a text subtree's walk takes it whole or by length)
   const int u = strings_->utf8_state(x, *block);
   return u < 0 ? nullptr : &utf8_->piece(j, u, words_);
 }

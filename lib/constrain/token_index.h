@@ -141,7 +141,8 @@ class MaskSource {
   int32_t class_of(int32_t state) const { return classes_.class_of[static_cast<size_t>(state)]; }
   void compute_class_mask(int32_t cls, uint32_t* words) const;
   // Root child j's subtree (kPieceNodes nodes or more) from state t after j's byte, when it holds
-  // only string bytes and t's block of the string refinement (*block, else -1) holds a UTF-8
+  // only string bytes, not all of them text (a text subtree's walk takes it whole or by length
+  // without stepping), and t's block of the string refinement (*block, else -1) holds a UTF-8
   // content state: the vocabulary's piece of those tokens; otherwise nullptr.
   static constexpr int32_t kPieceNodes = 64;  // smaller subtrees are walked each time
   const TokenSet* string_piece(int32_t j, int32_t t, int32_t* block) const;

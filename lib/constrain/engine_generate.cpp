@@ -253,6 +253,7 @@ class EngineGenerateVariant : public Variant {
     model::ModelChoice m = model::choose_model(p.text("model"), p.text("weights"), seed);
     if (backend_ == Backend::Cuda) {
       model::EngineOptions o;
+      o.matmul = model::matmul_of(p);
       o.max_batch = 1;
       o.max_prefill = std::max<int>(static_cast<int>(p.integer("prompt")), 16);
       model_ = model::make_cuda_model(m.config, *m.weights, o, rt.stream());
@@ -410,7 +411,7 @@ KindInfo generate_kind() {
       "FAILS. With random weights (the default) the unmasked model essentially never writes a valid document. The model's "
       "vocabulary must cover the tokenizer's (ids past the tokenizer's are never chosen).";
   k.keys = constraint_keys("llama2");
-  for (KeySpec ks : {model::model_key("deep-narrow"), model::weights_key()}) k.keys.push_back(ks);
+  for (KeySpec ks : {model::model_key("deep-narrow"), model::weights_key(), model::matmul_key()}) k.keys.push_back(ks);
   k.keys.push_back(key_spec("prompt", ParamType::Int,
                             "prompt tokens before every document: seeded random ordinary tokens of the vocabulary, the same for every document",
                             Value(int64_t{8}), 1.0, 1024.0));
@@ -423,17 +424,23 @@ KindInfo generate_kind() {
                             Value(1.0), 0.0));
   k.keys.push_back(key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0, 100.0));
   k.keys.push_back(key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{8}), 1.0));
-  std::vector<std::string> masked_keys;
-  for (const KeySpec& ks : k.keys)
-    if (ks.name != "retries") masked_keys.push_back(ks.name);
+  // The masked variants do not retry; the CPU ones leave out `matmul` (the CPU engine has one
+  // matmul: a sweep over the key would repeat their rows).
+  auto reads = [&](bool masked, Backend b) {
+    std::vector<std::string> keys;
+    for (const KeySpec& ks : k.keys)
+      if (!(masked && ks.name == "retries") && !(b == Backend::Cpu && ks.name == "matmul")) keys.push_back(ks.name);
+    return keys;
+  };
   k.variants = {
       {"cpu_constrained", Backend::Cpu, "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
-       masked_keys},
-      {"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry", {}},
+       reads(true, Backend::Cpu)},
+      {"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry", reads(false, Backend::Cpu)},
       {"constrained", Backend::Cuda,
-       "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there", masked_keys},
+       "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there",
+       reads(true, Backend::Cuda)},
       {"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
-       {}},
+       reads(false, Backend::Cuda)},
   };
   k.check = check_vocab_sizes;
   return k;

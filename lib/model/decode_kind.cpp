@@ -11,10 +11,6 @@ namespace {
 const std::vector<std::string> kStepKeys = {"model", "weights", "batch", "prompt", "temperature"};
 const std::vector<std::string> kPrefillKeys = {"model", "weights", "prompt", "temperature"};
 const std::vector<std::string> kGenerateKeys = {"model", "weights", "batch", "prompt", "new_tokens", "temperature"};
-std::vector<std::string> with_matmul(std::vector<std::string> keys) {
-  keys.push_back("matmul");
-  return keys;
-}
 
 KindInfo decode_kind() {
   KindInfo k;
@@ -31,10 +27,7 @@ KindInfo decode_kind() {
       key_spec("prompt", ParamType::Int, "prompt tokens (the context of a decode step)", Value(int64_t{512}), 1.0),
       key_spec("new_tokens", ParamType::Int, "tokens generated per sequence (generate)", Value(int64_t{128}), 1.0),
       key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend", Value(0.0), 0.0),
-      enum_key("matmul",
-               "CUDA engine matmuls: cublas, or gemv (our weight-streaming GEMV for products of <= 8 rows whose `in` is a "
-               "multiple of 8, cuBLAS for the others)",
-               "cublas", matmul_names()),
+      matmul_key(),
   };
   k.variants = {
       {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",

@@ -44,6 +44,20 @@ KeySpec weights_key() {
                   Value(std::string("random")));
 }
 
+KeySpec matmul_key(const std::string& engines) {
+  return enum_key("matmul",
+                  engines + " matmuls: cublas, or gemv (our weight-streaming GEMV for products of <= 8 rows whose `in` is a "
+                            "multiple of 8, cuBLAS for the others)",
+                  "cublas", matmul_names());
+}
+
+std::vector<std::string> with_matmul(std::vector<std::string> keys) {
+  keys.push_back("matmul");
+  return keys;
+}
+
+Matmul matmul_of(const Point& p) { return p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas; }
+
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
@@ -73,7 +87,7 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   if (backend_ == Backend::Cuda) {
     EngineOptions o;
     o.cuda_graph = cuda_graph_;
-    o.matmul = p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas;
+    o.matmul = matmul_of(p);
     o.max_batch = std::max(batch_, 1);
     o.max_prefill = std::min(std::max(prompt_ + new_tokens_, 16), 8192);
     model_ = make_cuda_model(config_, *m.weights, o, rt.stream());

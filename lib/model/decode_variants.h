@@ -27,6 +27,13 @@ ModelChoice choose_model(const std::string& name, const std::string& weights, ui
 // or checkpoint) with its default preset, and the `weights` key.
 KeySpec model_key(const std::string& default_preset);
 KeySpec weights_key();
+// The `matmul` key (EngineOptions::matmul, default cublas) of the kinds that run the CUDA engine;
+// `engines` says whose matmuls it sets in its doc ("CUDA engine"). Only CUDA variants read it:
+// the CPU engine has one matmul, and a sweep over the key would repeat its rows. `with_matmul`
+// adds it to a CUDA variant's keys; `matmul_of` is a point's choice (cublas where it is absent).
+KeySpec matmul_key(const std::string& engines = "CUDA engine");
+std::vector<std::string> with_matmul(std::vector<std::string> keys);
+Matmul matmul_of(const Point& p);
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
 

@@ -43,7 +43,8 @@ std::vector<KeySpec> model_keys() {
   models.push_back("checkpoint");
   return {enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models),
           key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
-                   Value(std::string("random")))};
+                   Value(std::string("random"))),
+          model::matmul_key()};
 }
 
 KeySpec block_size_key() {
@@ -115,6 +116,7 @@ struct Engine {
       throw InputError(fmt::format("a {}-token prompt exceeds {}'s {} positions", max_prompt, config.name, config.max_positions));
     if (backend == Backend::Cuda) {
       model::EngineOptions o;
+      o.matmul = model::matmul_of(p);
       o.max_batch = 1;
       o.max_prefill = std::min(std::max(max_prompt, 16), 8192);
       model = model::make_cuda_model(config, *m.weights, o, rt.stream());
@@ -495,23 +497,27 @@ class CostVariant : public Variant {
 
 // ---- kinds ----
 
-std::vector<std::string> all_but(const std::vector<KeySpec>& keys, std::initializer_list<const char*> drop) {
+std::vector<std::string> all_but(const std::vector<KeySpec>& keys, const std::vector<std::string>& drop) {
   std::vector<std::string> v;
   for (const auto& k : keys)
-    if (std::none_of(drop.begin(), drop.end(), [&](const char* d) { return k.name == d; })) v.push_back(k.name);
+    if (std::find(drop.begin(), drop.end(), k.name) == drop.end()) v.push_back(k.name);
   return v;
 }
 
-std::vector<VariantDecl> engine_variants(const std::vector<KeySpec>& keys, std::initializer_list<const char*> cache_only) {
-  const auto none_keys = all_but(keys, cache_only);
-  std::vector<std::string> radix_keys = all_but(keys, {"block_size"});
+std::vector<VariantDecl> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only) {
+  // none reads no cache key, radix no block_size; the CPU variants leave out `matmul` as well (the
+  // CPU engine has one matmul: a sweep over the key would repeat their rows).
+  auto reads = [&](std::vector<std::string> drop, Backend b) {
+    if (b == Backend::Cpu) drop.push_back("matmul");
+    return all_but(keys, drop);
+  };
   return {
-      {"none", Backend::Cuda, kind_label(CacheKind::None), none_keys},
-      {"block_hash", Backend::Cuda, kind_label(CacheKind::BlockHash)},
-      {"radix", Backend::Cuda, kind_label(CacheKind::Radix), radix_keys},
-      {"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine", none_keys},
-      {"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine"},
-      {"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine", radix_keys},
+      {"none", Backend::Cuda, kind_label(CacheKind::None), reads(cache_only, Backend::Cuda)},
+      {"block_hash", Backend::Cuda, kind_label(CacheKind::BlockHash), reads({}, Backend::Cuda)},
+      {"radix", Backend::Cuda, kind_label(CacheKind::Radix), reads({"block_size"}, Backend::Cuda)},
+      {"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine", reads(cache_only, Backend::Cpu)},
+      {"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine", reads({}, Backend::Cpu)},
+      {"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine", reads({"block_size"}, Backend::Cpu)},
   };
 }
 

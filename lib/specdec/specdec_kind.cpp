@@ -51,6 +51,9 @@ KindInfo specdec_kind() {
                Value(std::string("random"))),
       key_spec("draft_weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                Value(std::string("random"))),
+      // A verify pass of k + 1 <= 8 rows and the draft's steps are the GEMV's shapes (bigger passes,
+      // most trees and batches, stay on cuBLAS).
+      model::matmul_key("CUDA target and draft engines'"),
       key_spec("k", ParamType::Int, "tokens drafted per step", Value(int64_t{5}), 1.0, 16.0),
       enum_key("acceptance", "draft_model: controlled (alpha) or model (the draft's own agreement)", "controlled", {"controlled", "model"}),
       key_spec("alpha", ParamType::Float, "controlled acceptance: probability a drafted token is the target's", Value(0.8), 0.0, 1.0),
@@ -93,24 +96,27 @@ KindInfo specdec_kind() {
   const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
   const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
   const std::vector<std::string> la = with({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
+  // The CUDA variants also read `matmul` (model::with_matmul); the CPU engine has one matmul.
+  using model::with_matmul;
   k.variants = {
-      {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", ar},
-      {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", dm},
-      {"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", ng},
+      {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", with_matmul(ar)},
+      {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", with_matmul(dm)},
+      {"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", with_matmul(ng)},
       {"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", ar},
       {"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", dm},
       {"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", ng},
       {"draft_tree", Backend::Cuda,
        "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
        "mechanism)",
-       dt},
-      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass", nt},
+       with_matmul(dt)},
+      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass",
+       with_matmul(nt)},
       {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
       {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
       {"lookahead", Backend::Cuda,
        "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
        "produced, both verified in one target pass under a tree mask (greedy)",
-       la},
+       with_matmul(la)},
       {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
   return k;
@@ -153,6 +159,7 @@ class SpecVariant : public Variant {
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
+    engine_.matmul = model::matmul_of(p);  // the CUDA target's and draft's
     const model::ModelChoice tm = model::choose_model(p.text("target"), p.text("target_weights"), seed, "target", "target_weights");
     target_ = make(tm, rt);
     const model::ModelConfig& tc = target_->config();
@@ -494,7 +501,7 @@ class SpecVariant : public Variant {
   bool drafts() const { return mode_ == Mode::DraftModel || mode_ == Mode::DraftTree; }
   bool lookup() const { return mode_ == Mode::Ngram || mode_ == Mode::NgramTree; }
   std::unique_ptr<model::Model> make(const model::ModelChoice& m, BackendRuntime& rt) {
-    if (backend_ == Backend::Cuda) return model::make_cuda_model(m.config, *m.weights, model::EngineOptions{}, rt.stream());
+    if (backend_ == Backend::Cuda) return model::make_cuda_model(m.config, *m.weights, engine_, rt.stream());
     return model::make_cpu_model(m.config, *m.weights);
   }
   // Both caches back to the prompt minus its last token (the first token fed at generation).
@@ -533,6 +540,7 @@ class SpecVariant : public Variant {
   Mode mode_;
   SpecConfig cfg_;
   LookaheadConfig la_;
+  model::EngineOptions engine_;  // of the CUDA engines: the defaults but for `matmul`
   std::unique_ptr<model::Model> target_, draft_;
   int tseq_ = -1, dseq_ = -1, n_ = 0, batch_ = 1;
   std::vector<std::vector<int32_t>> bprompts_, btruths_;  // batch > 1: every sequence's prompt and greedy trajectory

@@ -125,6 +125,27 @@ TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
   EXPECT_TRUE(bad.out.empty());
 }
 
+// specdec (like prefix and constrain-generate) takes decode's `matmul` key for its CUDA engines:
+// a bad value is a spec error at its file:line (exit 2, nothing written), and the CPU variants
+// leave it out (a matmul axis does not repeat their rows).
+TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
+  const std::string spec = "version: 1\nexperiments:\n  - name: mm\n    kind: specdec\n    variants: [cpu_autoregressive, cpu_ngram]\n"
+                           "    target: tiny\n    matmul: ";
+  write_text(dir_ + "/mm.yaml", spec + "[cublas, gemv]\n");
+  auto l = ib({"list", "mm.yaml", "--backend", "cpu"}, in_dir());
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_NE(l.out.find("1 configuration × 2 variants = 2 rows"), std::string::npos) << l.out;
+  EXPECT_EQ(l.out.find("matmul"), std::string::npos) << l.out;  // neither a constant nor a config
+  write_text(dir_ + "/bad.yaml", spec + "cutlass\n");
+  auto bad = ib({"specdec", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad.yaml:7:"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("matmul"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("cublas, gemv"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty());
+  EXPECT_EQ(list_files(dir_), (std::vector<std::string>{"bad.yaml", "mm.yaml", "quick.yaml"}));  // no output directory
+}
+
 TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
   auto r = ib({"specdec", kSource + "/experiments/specdec.yaml", "--backend", "cpu", "--only", "specdec-ngram", "--set",
                "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",

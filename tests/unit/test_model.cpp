@@ -1,6 +1,6 @@
 // The CPU transformer engine: published shapes, the KV cache against recomputation, batching,
 // fork/truncate, the sliding window, sampling, weight scales over 32 layers, safetensors; the
-// engine's matmul option and its `decode` key.
+// engine's matmul option and its `matmul` key (decode and the other kinds that run the engine).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -61,10 +61,13 @@ TEST(EngineOptions, MatmulIsCublasUnlessGemvIsAsked) {
   }
 }
 
-// `matmul` is a key of the decode kind that the CUDA variants read and the CPU ones leave out
-// (the CPU engine has one matmul: a sweep would repeat its rows); a bad value is a spec error.
-TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
-  const KindInfo* k = Registry::instance().kind("decode");
+// `matmul` is a key of every kind that runs the engine (decode, specdec, prefix-system-prompt,
+// prefix-mixed, constrain-generate): the CUDA variants read it and the CPU ones leave it out (the
+// CPU engine has one matmul: a sweep would repeat its rows); a bad value is a spec error at its
+// file:line naming the key. `cuda` lists CUDA variants of the kind, `cpu` one CPU variant.
+void expect_matmul_on_cuda_variants_only(const std::string& kind, const std::string& cuda, const std::string& cpu) {
+  SCOPED_TRACE(kind);
+  const KindInfo* k = Registry::instance().kind(kind);
   ASSERT_NE(k, nullptr);
   const auto key = std::find_if(k->keys.begin(), k->keys.end(), [](const KeySpec& ks) { return ks.name == "matmul"; });
   ASSERT_NE(key, k->keys.end());
@@ -78,11 +81,11 @@ TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
     EXPECT_EQ(reads, v.backend == Backend::Cuda) << v.name;
   }
 
-  auto spec = [](const std::string& variant, const std::string& matmul, Backend b) {
+  auto spec = [&](const std::string& variant, const std::string& matmul, Backend b) {
     SpecOptions o;
     o.backend = b;
-    return parse_spec("version: 1\nexperiments:\n  - name: mm\n    kind: decode\n    variants: [" + variant + "]\n    matmul: " + matmul +
-                          "\n",
+    return parse_spec("version: 1\nexperiments:\n  - name: mm\n    kind: " + kind + "\n    variants: [" + variant + "]\n    matmul: " +
+                          matmul + "\n",
                       "t.yaml", o);
   };
   auto matmul_axis = [](const Spec& s) -> const Axis* {
@@ -90,21 +93,36 @@ TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
       if (a.key == "matmul") return &a;
     return nullptr;
   };
-  const Spec cuda = spec("decode_step, decode_step_eager", "[cublas, gemv]", Backend::Cuda);
-  const Axis* a = matmul_axis(cuda);
+  const Spec on_cuda = spec(cuda, "[cublas, gemv]", Backend::Cuda);
+  const Axis* a = matmul_axis(on_cuda);
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(a->values.size(), 2u);
   EXPECT_EQ(std::get<std::string>(a->values[1]), "gemv");
-  EXPECT_EQ(matmul_axis(spec("cpu_decode_step", "[cublas, gemv]", Backend::Cpu)), nullptr);
-  try {
-    spec("decode_step", "cutlass", Backend::Cuda);
-    ADD_FAILURE() << "matmul: cutlass was accepted";
-  } catch (const InputError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("t.yaml:6:"), std::string::npos) << m;  // file:line:col of the value
-    EXPECT_NE(m.find("matmul"), std::string::npos) << m;
-    EXPECT_NE(m.find("cublas, gemv"), std::string::npos) << m;
+  EXPECT_EQ(matmul_axis(spec(cpu, "[cublas, gemv]", Backend::Cpu)), nullptr);
+  for (Backend b : {Backend::Cuda, Backend::Cpu}) {  // validated on either backend
+    try {
+      spec(b == Backend::Cuda ? cuda : cpu, "cutlass", b);
+      ADD_FAILURE() << "matmul: cutlass was accepted";
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("t.yaml:6:"), std::string::npos) << m;  // file:line:col of the value
+      EXPECT_NE(m.find("matmul"), std::string::npos) << m;
+      EXPECT_NE(m.find("cublas, gemv"), std::string::npos) << m;
+    }
   }
+}
+
+TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
+  expect_matmul_on_cuda_variants_only("decode", "decode_step, decode_step_eager", "cpu_decode_step");
+}
+
+// The other kinds that build the CUDA engine: specdec's target and draft (its verify passes of
+// k + 1 <= 8 rows are the GEMV's shapes), the prefix caches' engine, constrain-generate's writer.
+TEST(EngineKinds, MatmulIsAnAxisOfTheirCudaVariantsOnly) {
+  expect_matmul_on_cuda_variants_only("specdec", "autoregressive, draft_model, ngram, draft_tree, ngram_tree, lookahead", "cpu_draft_model");
+  expect_matmul_on_cuda_variants_only("prefix-system-prompt", "none, block_hash, radix", "cpu_block_hash");
+  expect_matmul_on_cuda_variants_only("prefix-mixed", "none, block_hash, radix", "cpu_radix");
+  expect_matmul_on_cuda_variants_only("constrain-generate", "constrained, unconstrained_retry", "cpu_unconstrained_retry");
 }
 
 TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {

@@ -406,6 +406,29 @@ TEST(GpuModel, LookaheadTreeMatchesTheCpu) {
   }
 }
 
+// Two engines given the same two prompts (prompt b: len + step·b tokens, seed + b), each in a
+// sequence of capacity 64: the sequences and the first tokens each engine chose.
+struct TwoStarts {
+  std::vector<int> s_on, s_off;
+  std::vector<int32_t> t_on, t_off;
+};
+TwoStarts prefill_two(Model& on, Model& off, int vocab, int len, int step, uint64_t seed) {
+  TwoStarts r;
+  r.t_on.resize(2);
+  r.t_off.resize(2);
+  for (int b = 0; b < 2; ++b) {
+    const auto p = prompt(vocab, len + step * b, seed + static_cast<uint64_t>(b));
+    r.s_on.push_back(on.new_sequence(64));
+    r.s_off.push_back(off.new_sequence(64));
+    StepOutput o1, o2;
+    o1.next = &r.t_on[static_cast<size_t>(b)];
+    o2.next = &r.t_off[static_cast<size_t>(b)];
+    on.prefill(r.s_on.back(), p.data(), static_cast<int>(p.size()), 1, o1);
+    off.prefill(r.s_off.back(), p.data(), static_cast<int>(p.size()), 1, o2);
+  }
+  return r;
+}
+
 TEST(GpuModel, CudaGraphsOnAndOffGiveTheSameTokens) {
   REQUIRE_GPU();
   for (const ModelConfig& c : {P("tiny-gqa"), with_head_dim(128)}) {
@@ -413,18 +436,7 @@ TEST(GpuModel, CudaGraphsOnAndOffGiveTheSameTokens) {
     TestStream stream;
     auto on = make_cuda_model(c, *w, small_options(true), nullptr);  // graphs captured privately, launched on the legacy stream
     auto off = make_cuda_model(c, *w, small_options(false), stream.get());
-    std::vector<int> s_on, s_off;
-    std::vector<int32_t> t_on(2), t_off(2);
-    for (int b = 0; b < 2; ++b) {
-      const auto p = prompt(c.vocab, 10 + 25 * b, 30 + static_cast<uint64_t>(b));
-      s_on.push_back(on->new_sequence(64));
-      s_off.push_back(off->new_sequence(64));
-      StepOutput o1, o2;
-      o1.next = &t_on[static_cast<size_t>(b)];
-      o2.next = &t_off[static_cast<size_t>(b)];
-      on->prefill(s_on.back(), p.data(), static_cast<int>(p.size()), 1, o1);
-      off->prefill(s_off.back(), p.data(), static_cast<int>(p.size()), 1, o2);
-    }
+    auto [s_on, s_off, t_on, t_off] = prefill_two(*on, *off, c.vocab, 10, 25, 30);
     std::vector<float> l_on, l_off;
     for (int step = 0; step < 16; ++step) {
       ASSERT_EQ(t_on, t_off) << c.name << " step " << step;
@@ -508,18 +520,7 @@ TEST(GpuModel, GemvDecodeStepsReplayFromCudaGraphsBitwise) {
     TestStream stream;
     auto on = make_cuda_model(c, *w, gemv_options(true), stream.get());
     auto off = make_cuda_model(c, *w, gemv_options(false), stream.get());
-    std::vector<int> s_on, s_off;
-    std::vector<int32_t> t_on(2), t_off(2);
-    for (int b = 0; b < 2; ++b) {
-      const auto p = prompt(c.vocab, 5 + 3 * b, 50 + static_cast<uint64_t>(b));  // <= 8 rows: GEMV prefills
-      s_on.push_back(on->new_sequence(64));
-      s_off.push_back(off->new_sequence(64));
-      StepOutput o1, o2;
-      o1.next = &t_on[static_cast<size_t>(b)];
-      o2.next = &t_off[static_cast<size_t>(b)];
-      on->prefill(s_on.back(), p.data(), static_cast<int>(p.size()), 1, o1);
-      off->prefill(s_off.back(), p.data(), static_cast<int>(p.size()), 1, o2);
-    }
+    auto [s_on, s_off, t_on, t_off] = prefill_two(*on, *off, c.vocab, 5, 3, 50);  // <= 8 rows: GEMV prefills
     for (int step = 0; step < 10; ++step) {
       ASSERT_EQ(t_on, t_off) << c.name << " step " << step;
       const std::vector<int32_t> in_on = t_on, in_off = t_off;

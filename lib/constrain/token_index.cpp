@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "constrain/interner.h"
 #include "core/backend.h"
@@ -1021,9 +1022,12 @@ namespace {
 // whole = the node whose subtree the run is when it is one taken whole (else -1). With the
 // DFA's text profile, a subtree of text bytes is taken without stepping the DFA through it: whole
 // when it is no deeper than the state's run, up to a token length when the state dies after a
-// fixed number of text bytes. `at` holds a state per depth (max_depth + 1).
-template <class Emit>
-void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit) {
+// fixed number of text bytes. `at` holds a state per depth (max_depth + 1). A node below j that
+// the walk would descend into is first offered to skip(i, t) (t: the state after its bytes); when
+// that returns true (it took the node's tokens itself), the walk passes over its subtree.
+template <class Emit, class Skip>
+void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit,
+                  Skip&& skip) {
   const VocabTrie::Node* node = trie.node.data();
   const int32_t end = node[j].subtree_end;
   for (int32_t i = j; i < end;) {
@@ -1053,9 +1057,18 @@ void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text
         continue;
       }
     }
+    if (whole < 0 && i != j && skip(i, t)) {
+      i = x.subtree_end;
+      continue;
+    }
     emit(trie.tokens.data() + x.token_begin, trie.tokens.data() + node[last].token_begin, whole);
     i = last;
   }
+}
+
+template <class Emit>
+void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit) {
+  walk_subtree(dfa, trie, text, j, tj, at, std::forward<Emit>(emit), [](int32_t, int32_t) { return false; });
 }
 
 void set_bits(uint32_t* words, const int32_t* first, const int32_t* last) {
@@ -1286,6 +1299,7 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
 LazyTokenMasker::LazyTokenMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
     : MaskSource(std::move(dfa), std::move(vocab), Classes::kMoore) {
   at_.resize(trie_->max_depth + 1);
+  piece_at_.resize(trie_->max_depth + 1);
 }
 
 const uint32_t* LazyTokenMasker::mask(int32_t state) {
@@ -1305,7 +1319,8 @@ void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
   const VocabTrie& trie = *trie_;
   const VocabTrie::Node* node = trie.node.data();
   const int32_t nodes = static_cast<int32_t>(trie.nodes());
-  // The piece of root child i from state t, built on first use; false when i does not qualify.
+  // The piece of node i from state t (a root child, or a node a root child's walk reaches), built
+  // on first use; false when i does not qualify.
   auto take = [&](int32_t i, int32_t t) {
     int32_t block;
     if (const TokenSet* vp = string_piece(i, t, &block)) {
@@ -1315,8 +1330,8 @@ void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
     if (block < 0) return false;
     auto [it, fresh] = pieces_.try_emplace((static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(block));
     TokenSet& piece = it->second;
-    if (fresh)
-      walk_subtree(d, trie, &text_, i, t, at_.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
+    if (fresh)  // (its own scratch: take may be called from inside the walk below)
+      walk_subtree(d, trie, &text_, i, t, piece_at_.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
         piece.add(trie, words_, first, last, whole);
       });
     piece.set_in(words, words_);
@@ -1325,7 +1340,8 @@ void LazyTokenMasker::fill(int32_t state, uint32_t* words) {
   for (int32_t j = 1; j < nodes; j = node[j].subtree_end) {
     const int32_t t = d.step(state, node[j].byte);
     if (t < 0 || take(j, t)) continue;
-    walk_subtree(d, trie, &text_, j, t, at_.data(), bit_setter(trie, words));
+    // A root subtree with other bytes below: its subtrees of string bytes are taken as pieces.
+    walk_subtree(d, trie, &text_, j, t, at_.data(), bit_setter(trie, words), take);
   }
   if (vocab_->eos >= 0 && d.accepting[static_cast<size_t>(state)]) {
     const uint32_t e = static_cast<uint32_t>(vocab_->eos);

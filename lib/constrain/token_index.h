@@ -140,7 +140,7 @@ class MaskSource {
  protected:
   int32_t class_of(int32_t state) const { return classes_.class_of[static_cast<size_t>(state)]; }
   void compute_class_mask(int32_t cls, uint32_t* words) const;
-  // Root child j's subtree (kPieceNodes nodes or more) from state t after j's byte, when it holds
+  // Trie node j's subtree (kPieceNodes nodes or more) from state t after j's bytes, when it holds
   // only string bytes, not all of them text (a text subtree's walk takes it whole or by length
   // without stepping), and t's block of the string refinement (*block, else -1) holds a UTF-8
   // content state: the vocabulary's piece of those tokens; otherwise nullptr.
@@ -185,13 +185,14 @@ class LazyTokenMasker : public MaskSource {
   void fill(int32_t state, uint32_t* words);
 
   std::unordered_map<int32_t, std::vector<uint32_t>> cache_;
-  // The tokens of a root child's subtree of string bytes alive from a state: the same for every
-  // state in one block of the DFA's refinement over string bytes (StringRefinement), so a mask
-  // walks such a subtree once per (child, block) — every field of unconstrained string content
-  // shares one — and later masks reuse it. (root child << 32 | block) -> its tokens.
+  // The tokens of a trie subtree of string bytes (a root child's, or one below a root child with
+  // other bytes) alive from a state: the same for every state in one block of the DFA's
+  // refinement over string bytes (StringRefinement), so a mask walks such a subtree once per
+  // (node, block) — every field of unconstrained string content shares one — and later masks
+  // reuse it. (node << 32 | block) -> its tokens.
   // (A piece whose block holds a UTF-8 content state is the vocabulary's: string_piece.)
   std::unordered_map<uint64_t, TokenSet> pieces_;
-  std::vector<int32_t> at_;
+  std::vector<int32_t> at_, piece_at_;
 };
 
 // After emitting `token` from `state`: the next state (-1 if the token was not allowed).

@@ -1253,8 +1253,8 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
   for (size_t p = 0; p < np; ++p)
     if (uses[p] > 1) shared.push_back(static_cast<int32_t>(p));
   std::vector<TokenSet> shared_parts(np);
-  // A root child's subtree of string content comes from the vocabulary's pieces (string_piece);
-  // the others are walked.
+  // A subtree of string content (a root child's, or one its walk reaches) comes from the
+  // vocabulary's pieces (string_piece); the rest is walked.
   parallel_for(shared.size(), [&](size_t b, size_t e) {
     std::vector<int32_t> at(trie.max_depth + 1);
     int32_t block;
@@ -1265,9 +1265,14 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
           shared_parts[p].add_set(*vp, words_);
           continue;
         }
-        walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), [&](const int32_t* first, const int32_t* last, int32_t whole) {
-          shared_parts[p].add(trie, words_, first, last, whole);
-        });
+        walk_subtree(
+            d, trie, &text_, j, classes_.part_target[p], at.data(),
+            [&](const int32_t* first, const int32_t* last, int32_t whole) { shared_parts[p].add(trie, words_, first, last, whole); },
+            [&](int32_t i, int32_t t) {
+              const TokenSet* below = string_piece(i, t, &block);
+              if (below) shared_parts[p].add_set(*below, words_);
+              return below != nullptr;
+            });
       }
     }
   });
@@ -1281,8 +1286,15 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
         const size_t p = static_cast<size_t>(classes_.parts[static_cast<size_t>(x)]);
         if (uses[p] == 1) {
           for (int32_t j : roots_in[static_cast<size_t>(classes_.part_byte_class[p])]) {
-            if (const TokenSet* vp = string_piece(j, classes_.part_target[p], &block)) vp->set_in(words, words_);
-            else walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words));
+            if (const TokenSet* vp = string_piece(j, classes_.part_target[p], &block)) {
+              vp->set_in(words, words_);
+              continue;
+            }
+            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words), [&](int32_t i, int32_t t) {
+              const TokenSet* below = string_piece(i, t, &block);
+              if (below) below->set_in(words, words_);
+              return below != nullptr;
+            });
           }
         } else {
           shared_parts[p].set_in(words, words_);

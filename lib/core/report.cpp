@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/output.h"
+#include "core/plot.h"
 #include "core/units.h"
 
 namespace ib {
@@ -151,6 +153,10 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
   return out;
 }
 
+std::string plot_subtitle(const RunMeta& m) {
+  return fmt::format("{} · {} backend · infer-bench {} (git {})", m.device.name, to_string(m.backend), m.version, m.git_sha);
+}
+
 std::string markdown_report(const ResultSet& rs) {
   const RunMeta& m = rs.meta;
   std::string s = "# infer-bench results\n\n";
@@ -168,8 +174,20 @@ std::string markdown_report(const ResultSet& rs) {
   for (const auto& e : rs.experiments) {
     s += "\n" + markdown_heading(e.spec, e.plan, m.backend);
     s += markdown_table(e, m.ceilings);
+    for (const auto& f : render_plots(e, m.ceilings, plot_subtitle(m))) s += "\n![" + e.spec.name + ": " + f.title + "](" + f.file + ")\n";
   }
   return s;
+}
+
+std::vector<std::string> write_plots(const ResultSet& rs, const std::string& dir, std::vector<std::string>* skipped,
+                                     const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& e : rs.experiments)
+    for (const auto& f : render_plots(e, rs.meta.ceilings, plot_subtitle(rs.meta), skipped)) {
+      write_file_atomic(dir + "/" + prefix + f.file, f.svg);
+      names.push_back(prefix + f.file);
+    }
+  return names;
 }
 
 std::string csv_field(const std::string& s) {
@@ -391,6 +409,8 @@ ResultSet results_from_json(const nlohmann::json& j) {
       e.spec.baseline = e.spec.resolved["baseline"].get<std::string>();
     e.spec.description = e.spec.resolved.value("description", std::string());
     e.spec.cpu_overrides_applied = e.spec.resolved.value("cpu_overrides_applied", false);
+    if (e.spec.resolved.contains("plot"))
+      for (const auto& pj : e.spec.resolved.at("plot")) e.spec.plots.push_back(plot_from_json(pj));
     std::map<std::string, ParamType> types;
     for (const auto& a : ej.at("axes")) {
       Axis axis;

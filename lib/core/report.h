@@ -35,8 +35,16 @@ struct ResultSet {
 std::string markdown_heading(const ExperimentSpec& spec, const SweepPlan& plan, Backend backend);
 // The line of constant parameters and the table (columns that never vary are folded above it).
 std::string markdown_table(const ExperimentResult& result, const Ceilings& ceilings);
-// report.md: the run's metadata, then every experiment's heading and table.
+// The line under every plot's title: device, backend, version and git revision.
+std::string plot_subtitle(const RunMeta& m);
+// report.md: the run's metadata, then every experiment's heading, table and plots (links to the
+// SVG files write_plots puts beside it).
 std::string markdown_report(const ResultSet& results);
+// Writes every experiment's plots (core/plot.h) into `dir`, each atomically and named `prefix` +
+// its file name; returns the names written. `skipped` (optional) receives one line per declared
+// plot without data.
+std::vector<std::string> write_plots(const ResultSet& results, const std::string& dir, std::vector<std::string>* skipped = nullptr,
+                                     const std::string& prefix = "");
 
 std::string csv_report(const ResultSet& results);
 

@@ -1,6 +1,11 @@
 #include "core/session.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -11,6 +16,7 @@
 #include "core/interrupt.h"
 #include "core/nvtx.h"
 #include "core/output.h"
+#include "core/plot.h"
 #include "core/report.h"
 #include "core/runner.h"
 #include "core/sysinfo.h"
@@ -123,6 +129,7 @@ class SessionObserver : public RunObserver {
     write_file_atomic(dir_ + "/results.json", json_report(rs_).dump(2) + "\n");
     write_file_atomic(dir_ + "/results.csv", csv_report(rs_));
     write_file_atomic(dir_ + "/report.md", markdown_report(rs_));
+    write_plots(rs_, dir_);
   }
 
  private:
@@ -190,7 +197,12 @@ int run_spec_file(const std::string& path, const SessionOptions& o) {
   observer.write();
   if (o.format == "csv") out(csv_report(rs));
   if (o.format == "json") out(json_report(rs).dump(2) + "\n");
-  notes.say("results in " + dir + "/ (results.json, results.csv, report.md)");
+  std::vector<std::string> skipped;
+  std::vector<std::string> plots = write_plots(rs, dir, &skipped);
+  for (const auto& line : skipped) notes.say(line);
+  std::string files = "results.json, results.csv, report.md";
+  for (const auto& p : plots) files += ", " + p;
+  notes.say("results in " + dir + "/ (" + files + ")");
   if (rs.meta.interrupted) {
     std::fprintf(stderr, "infer-bench: interrupted: the rows measured so far are in %s/\n", dir.c_str());
     return 130;
@@ -230,6 +242,53 @@ int list_spec_file(const std::string& path, const SessionOptions& o) {
   }
   s += fmt::format("\n{} rows in all\n", total);
   out(s);
+  return 0;
+}
+
+int plot_results_file(const std::string& results_path, const std::string& spec_path, const std::string& out_dir,
+                      const std::string& prefix, bool quiet) {
+  Notes notes(quiet);
+  for (char c : prefix)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      throw InputError("--prefix '" + prefix + "': letters, digits, '-', '_' and '.' only");
+  std::ifstream in(results_path, std::ios::binary);
+  if (!in) throw InputError(results_path + ": cannot read: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  ResultSet rs;
+  try {
+    rs = results_from_json(nlohmann::json::parse(text.str()));
+  } catch (const std::exception& e) {
+    throw InputError(results_path + ": not a results.json of infer-bench: " + e.what());
+  }
+  if (!spec_path.empty()) {
+    SpecOptions so;
+    so.backend = rs.meta.backend;
+    const Spec spec = load_spec(spec_path, so);
+    size_t matched = 0;
+    for (auto& e : rs.experiments)
+      for (const auto& se : spec.experiments)
+        if (se.name == e.spec.name) {
+          e.spec.plots = se.plots;
+          ++matched;
+        }
+    if (matched == 0) throw InputError(spec_path + ": no experiment of " + results_path + " is in this spec (matched by name)");
+  }
+  size_t declared = 0;
+  for (const auto& e : rs.experiments) declared += e.spec.plots.size();
+  if (declared == 0)
+    throw InputError(results_path + ": no experiment declares a plot (add plot: blocks to the spec and pass it with --spec)");
+  std::string dir = out_dir;
+  if (dir.empty()) {
+    const size_t slash = results_path.rfind('/');
+    dir = slash == std::string::npos ? "." : results_path.substr(0, slash == 0 ? 1 : slash);
+  }
+  create_run_dir(dir);
+  std::vector<std::string> skipped;
+  const std::vector<std::string> files = write_plots(rs, dir, &skipped, prefix);
+  for (const auto& line : skipped) notes.say(line);
+  for (const auto& f : files) std::printf("%s/%s\n", dir.c_str(), f.c_str());
+  if (files.empty()) throw InputError(results_path + ": none of the " + std::to_string(declared) + " declared plots has data to draw");
   return 0;
 }
 

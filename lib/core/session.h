@@ -27,4 +27,12 @@ int run_spec_file(const std::string& path, const SessionOptions& options);
 int list_spec_file(const std::string& path, const SessionOptions& options);
 int show_info(const SessionOptions& options);
 
+// `infer-bench plot`: redraws the plots of a results.json (written by `run`) into `out_dir`
+// (default: beside the file), each named `prefix` + "<experiment>[-N].svg". With `spec_path`,
+// the plot: blocks of that spec's experiments of the same name replace the recorded ones (to
+// plot results measured before the spec declared them). Returns 0, or throws InputError (bad
+// file, bad spec, nothing to plot).
+int plot_results_file(const std::string& results_path, const std::string& spec_path, const std::string& out_dir,
+                      const std::string& prefix, bool quiet);
+
 }  // namespace ib

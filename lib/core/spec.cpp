@@ -24,7 +24,7 @@ namespace {
 
 // Keys that are not parameters of a kind; handled by the parser itself.
 const std::set<std::string> kStructuralKeys = {"name", "kind", "description", "variants", "baseline",
-                                               "skip", "book", "cpu"};
+                                               "skip", "book", "plot", "cpu"};
 
 // Run-control and structural keys are never axes.
 KeySpec key(std::string name, ParamType type, std::string doc, std::optional<Value> def = std::nullopt,
@@ -624,6 +624,7 @@ class SpecParser {
 
     if (const Field* f = fields.get("skip")) ex->skip = parse_skip(*f, kind);
     if (const Field* f = fields.get("book")) ex->book = parse_book(*f, kind);
+    if (const Field* f = fields.get("plot")) ex->plots = parse_plots(*f, kind);
     ex->resolved = resolved_json(*ex);
   }
 
@@ -668,6 +669,70 @@ class SpecParser {
       rules.push_back(std::move(rule));
     }
     return rules;
+  }
+
+  // plot: {x: seq, y: ms, ...} or a list of them (core/plot.h draws them).
+  std::vector<PlotSpec> parse_plots(const Field& f, const KindInfo& kind) const {
+    std::vector<YAML::Node> maps;
+    std::vector<std::string> paths;
+    if (f.node.IsMap()) {
+      maps.push_back(f.node);
+      paths.push_back(f.path);
+    } else if (f.node.IsSequence() && f.node.size() > 0) {
+      for (size_t i = 0; i < f.node.size(); ++i) {
+        maps.push_back(f.node[i]);
+        paths.push_back(f.path + fmt::format("[{}]", i));
+      }
+    } else {
+      throw spec_error(f.loc, f.path, std::string("expected a map like {x: seq, y: ms} or a non-empty list of them, got ") +
+                                          node_kind(f.node));
+    }
+    const std::vector<std::string> known = {"x", "y", "book", "log_x", "log_y", "title"};
+    std::vector<PlotSpec> plots;
+    for (size_t i = 0; i < maps.size(); ++i) {
+      const YAML::Node& m = maps[i];
+      if (!m.IsMap()) throw spec_error(loc_of(m, file_), paths[i], std::string("expected a map like {x: seq, y: ms}, got ") + node_kind(m));
+      PlotSpec p;
+      bool has_x = false;
+      for (auto it = m.begin(); it != m.end(); ++it) {
+        const std::string k = it->first.Scalar();
+        const std::string kp = paths[i] + "." + k;
+        const SourceLoc vl = it->second.IsNull() ? loc_of(it->first, file_) : loc_of(it->second, file_);
+        if (k == "x") {
+          p.x = scalar_text(it->second, kp, vl);
+          const KeySpec* ks = find_key(kind.keys, p.x);
+          if (!ks) {
+            std::vector<std::string> names;
+            for (const auto& x : kind.keys) names.push_back(x.name);
+            throw spec_error(vl, kp, "'" + p.x + "' is not a key of kind " + kind.name + did_you_mean(p.x, names));
+          }
+          if (ks->type != ParamType::Int && ks->type != ParamType::Float && ks->type != ParamType::Bytes &&
+              ks->type != ParamType::Seconds)
+            throw spec_error(vl, kp, "'" + p.x + "' is a " + to_string(ks->type) + " key: the x axis needs an integer, number, size or duration key");
+          has_x = true;
+        } else if (k == "y") {
+          p.y.clear();
+          for (const auto& v : string_list(Field{it->second, vl, kp})) {
+            if (v.empty()) throw spec_error(vl, kp, "expected a name, got an empty text");
+            if (std::find(p.y.begin(), p.y.end(), v) != p.y.end()) throw spec_error(vl, kp, "'" + v + "' is listed twice");
+            p.y.push_back(v);
+          }
+        } else if (k == "book" || k == "title") {
+          std::string v = scalar_text(it->second, kp, vl);
+          if (v.empty() && k != "title") throw spec_error(vl, kp, "expected a name, got an empty text");
+          (k == "book" ? p.book : p.title) = v;
+        } else if (k == "log_x" || k == "log_y") {
+          KeySpec b = key(k, ParamType::Bool, "");
+          const bool v = std::get<bool>(convert(it->second, b, vl, kp));
+          (k == "log_x" ? p.log_x : p.log_y) = v;
+        } else {
+          throw spec_error(loc_of(it->first, file_), kp, "unknown key '" + k + "' in plot" + did_you_mean(k, known));
+        }
+      }
+      if (!has_x) throw spec_error(loc_of(m, file_), paths[i], "a plot needs x: the numeric parameter on the x axis");
+      plots.push_back(std::move(p));
+    }
+    return plots;
   }
 
   Book parse_book(const Field& f, const KindInfo& kind) const {
@@ -759,6 +824,11 @@ class SpecParser {
       b["rows"] = rows;
       j["book"] = b;
     }
+    if (!ex.plots.empty()) {
+      nlohmann::json plots = nlohmann::json::array();
+      for (const auto& p : ex.plots) plots.push_back(plot_to_json(p));
+      j["plot"] = plots;
+    }
     return j;
   }
 
@@ -779,6 +849,26 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
+nlohmann::json plot_to_json(const PlotSpec& p) {
+  nlohmann::json j = {{"x", p.x}, {"y", p.y.size() == 1 ? nlohmann::json(p.y[0]) : nlohmann::json(p.y)}};
+  if (!p.book.empty()) j["book"] = p.book;
+  if (p.log_x) j["log_x"] = *p.log_x;
+  if (p.log_y) j["log_y"] = *p.log_y;
+  if (!p.title.empty()) j["title"] = p.title;
+  return j;
+}
+
+PlotSpec plot_from_json(const nlohmann::json& j) {
+  PlotSpec p;
+  p.x = j.at("x").get<std::string>();
+  if (j.contains("y")) p.y = j.at("y").is_array() ? j.at("y").get<std::vector<std::string>>() : std::vector<std::string>{j.at("y").get<std::string>()};
+  p.book = j.value("book", std::string());
+  if (j.contains("log_x")) p.log_x = j.at("log_x").get<bool>();
+  if (j.contains("log_y")) p.log_y = j.at("log_y").get<bool>();
+  p.title = j.value("title", std::string());
+  return p;
+}
+
 const std::vector<KeySpec>& common_keys() {
   static const std::vector<KeySpec> keys = [] {
     std::vector<KeySpec> k = {
@@ -790,6 +880,10 @@ const std::vector<KeySpec>& common_keys() {
             Value(std::string("none"))),
         key("skip", ParamType::String, "list of rules {key: value(s), variant: name(s)}: matching rows are not run"),
         key("book", ParamType::String, "the chapter's figures: {source, note, rows: [{<param>: v, variant: v, <figure>: number}]}"),
+        key("plot", ParamType::String,
+            "SVG plots written beside the tables: {x: a numeric param, y: ms, speedup, tflops, gbps or a metric's name (or a list "
+            "of them), book: the figure to show, log_x, log_y, title}, or a list of such maps; one line per variant and "
+            "combination of the other varying params"),
         key("cpu", ParamType::String, "map of keys that replace these on the CPU backend (scaled sizes)"),
     };
     for (const auto& c : control_keys()) k.push_back(c);

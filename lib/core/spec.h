@@ -69,6 +69,21 @@ struct Book {
   bool empty() const { return rows.empty(); }
 };
 
+// A plot of the experiment's rows (core/plot.h renders it): `plot: {x: seq, y: ms}` or a list.
+struct PlotSpec {
+  std::string x;              // a numeric parameter of the kind (int, float, bytes, seconds)
+  // ms | speedup | tflops | gbps | a metric's key, as in the table; several share the y axis
+  // (measured speedup beside the analytic prediction, say), one line style each.
+  std::vector<std::string> y = {"ms"};
+  std::string book;           // the book figure drawn beside y ("" = the figure named like y)
+  std::optional<bool> log_x;  // unset: log when every value is positive and they span >= 16x
+  std::optional<bool> log_y;
+  std::string title;          // "" = "<y> vs <x>"
+};
+
+nlohmann::json plot_to_json(const PlotSpec& p);
+PlotSpec plot_from_json(const nlohmann::json& j);
+
 struct ExperimentSpec {
   std::string name;
   std::string kind;
@@ -79,6 +94,7 @@ struct ExperimentSpec {
   std::vector<Axis> axes;
   std::vector<SkipRule> skip;
   Book book;
+  std::vector<PlotSpec> plots;
   RunControl control;
   bool cpu_overrides_applied = false;  // the `cpu:` block replaced keys (scaled sizes)
   nlohmann::json resolved;             // the experiment as run, for results.json

@@ -200,6 +200,46 @@ TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   EXPECT_EQ(read_text(dir_ + "/out/results.json"), before);
 }
 
+TEST_F(Cli, PlotsAreWrittenBesideTheTablesAndRedrawnFromResults) {
+  write_text(dir_ + "/plotted.yaml", std::string(kQuickSpec) + "    plot: {x: m, y: gbps}\n" +
+                                         "  - name: copy-sweep\n    kind: ceiling\n    variants: [memcpy]\n"
+                                         "    bytes: [1MiB, 2MiB, 4MiB]\n    plot: [{x: bytes, y: gbps}, {x: bytes, y: nothing}]\n");
+  auto r = ib({"run", "plotted.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // tiny-gemm has one m: its plot is left out, and the note says why; copy-sweep's second plot has no data.
+  EXPECT_EQ(list_files(dir_ + "/out"), (std::vector<std::string>{"copy-sweep.svg", "report.md", "results.csv", "results.json"}));
+  EXPECT_NE(r.err.find("tiny-gemm: plot 1 (gbps vs m) not drawn: fewer than two values of m"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("copy-sweep: plot 2 (nothing vs bytes) not drawn: no row has a value of nothing"), std::string::npos) << r.err;
+  const std::string svg = read_text(dir_ + "/out/copy-sweep.svg");
+  EXPECT_EQ(svg.rfind("<svg xmlns=", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(read_text(dir_ + "/out/report.md").find("![copy-sweep: gbps vs bytes](copy-sweep.svg)"), std::string::npos);
+
+  // `plot` redraws the same file from results.json, here into another directory with a prefix.
+  auto p = ib({"plot", "out/results.json", "-o", "figs", "--prefix", "cpu-"}, in_dir());
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.out, "figs/cpu-copy-sweep.svg\n");
+  EXPECT_EQ(read_text(dir_ + "/figs/cpu-copy-sweep.svg"), svg);
+  // --spec supplies plot: blocks for results measured without them.
+  ASSERT_EQ(ib({"run", "quick.yaml", "--backend", "cpu", "--output", "plain"}, in_dir()).exit_code, 0);
+  auto none = ib({"plot", "plain/results.json"}, in_dir());
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("plain/results.json: no experiment declares a plot"), std::string::npos) << none.err;
+  write_text(dir_ + "/plots.yaml", std::string(kQuickSpec).replace(std::string(kQuickSpec).find("    bytes:"), 0, "    plot: {x: bytes, y: ms}\n"));
+  auto with_spec = ib({"plot", "plain/results.json", "--spec", "plots.yaml"}, in_dir());
+  ASSERT_EQ(with_spec.exit_code, 0) << with_spec.err;
+  EXPECT_EQ(with_spec.out, "plain/tiny-copy.svg\n");
+  // Bad input: one line, exit 2.
+  for (const auto& args : std::vector<std::vector<std::string>>{{"plot", "missing.json"},
+                                                                {"plot", "quick.yaml"},
+                                                                {"plot", "plain/results.json", "--spec", "nope.yaml"},
+                                                                {"plot", "out/results.json", "--prefix", "a/b"}}) {
+    auto bad = ib(args, in_dir());
+    EXPECT_EQ(bad.exit_code, 2) << args[1];
+    EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+  }
+}
+
 TEST_F(Cli, DefaultOutputIsATimestampedRunDirectory) {
   auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "-q"}, in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -164,8 +164,43 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"no_experiments", "version: 1\n", "missing required key 'experiments'", {}},
         BadCase{"bad_version", "version: 2\nexperiments: []\n", "t.yaml:1:10: version: only version 1 exists", {}},
         BadCase{"unknown_top_key", "experiment: []\n", "unknown top-level key 'experiment' (did you mean 'experiments'?)", {}},
-        BadCase{"duplicate_key", kHead + "    m: 1\n    m: 2\n", "t.yaml:5:5: experiments[0].m: duplicate key", {}}),
+        BadCase{"duplicate_key", kHead + "    m: 1\n    m: 2\n", "t.yaml:5:5: experiments[0].m: duplicate key", {}},
+        BadCase{"plot_unknown_x", kHead + "    plot: {x: mm}\n",
+                "t.yaml:4:15: experiments[0].plot.x: 'mm' is not a key of kind ceiling (did you mean 'm'?)", {}},
+        BadCase{"plot_text_x", kHead + "    plot: {x: dtype}\n",
+                "t.yaml:4:15: experiments[0].plot.x: 'dtype' is a choice key: the x axis needs an integer, number, size or duration key", {}},
+        BadCase{"plot_no_x", kHead + "    plot: [{y: ms}]\n", "t.yaml:4:12: experiments[0].plot[0]: a plot needs x", {}},
+        BadCase{"plot_unknown_key", kHead + "    plot: {x: m, logy: true}\n",
+                "t.yaml:4:18: experiments[0].plot.logy: unknown key 'logy' in plot (did you mean 'log_y'?)", {}},
+        BadCase{"plot_bad_bool", kHead + "    plot: {x: m, log_x: maybe}\n",
+                "experiments[0].plot.log_x: expected true or false, got 'maybe'", {}},
+        BadCase{"plot_y_twice", kHead + "    plot: {x: m, y: [ms, ms]}\n", "experiments[0].plot.y: 'ms' is listed twice", {}},
+        BadCase{"plot_y_empty", kHead + "    plot: {x: m, y: []}\n", "experiments[0].plot.y: the list is empty", {}},
+        BadCase{"plot_scalar", kHead + "    plot: m\n", "t.yaml:4:11: experiments[0].plot: expected a map like {x: seq, y: ms}", {}}),
     [](const ::testing::TestParamInfo<BadCase>& p) { return p.param.name; });
+
+TEST(Spec, PlotsAreParsedAndKeptInTheResolvedSpec) {
+  Spec s = parse(kHead + "    m: [64, 128]\n    plot:\n      - {x: m, y: speedup, book: speedup, log_x: true, title: T}\n"
+                         "      - {x: bytes}\n      - {x: m, y: [speedup, predicted speedup]}\n");
+  const auto& plots = s.experiments[0].plots;
+  ASSERT_EQ(plots.size(), 3u);
+  EXPECT_EQ(plots[2].y, (std::vector<std::string>{"speedup", "predicted speedup"}));
+  EXPECT_EQ(plots[0].x, "m");
+  EXPECT_EQ(plots[0].y, std::vector<std::string>{"speedup"});
+  EXPECT_EQ(plots[0].book, "speedup");
+  EXPECT_EQ(plots[0].log_x, std::optional<bool>(true));
+  EXPECT_FALSE(plots[0].log_y.has_value());
+  EXPECT_EQ(plots[0].title, "T");
+  EXPECT_EQ(plots[1].x, "bytes");
+  EXPECT_EQ(plots[1].y, std::vector<std::string>{"ms"});
+  const auto& j = s.experiments[0].resolved.at("plot");
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(plot_from_json(j[2]).y, plots[2].y);
+  const PlotSpec back = plot_from_json(j[0]);
+  EXPECT_EQ(back.x, "m");
+  EXPECT_EQ(back.log_x, std::optional<bool>(true));
+  EXPECT_EQ(back.title, "T");
+}
 
 TEST(Spec, UnreadableFileIsAnInputError) {
   SpecOptions opt;

@@ -65,12 +65,13 @@ YQuantity describe_one(const std::string& y, const ExperimentResult& result) {
   return {y};
 }
 
+// One quantity: its full label; several: their names (the legend tells the lines apart).
 YQuantity describe_y(const PlotSpec& p, const ExperimentResult& result) {
+  if (p.y.size() == 1) return describe_one(p.y[0], result);
   YQuantity q;
   for (const auto& y : p.y) {
-    const YQuantity one = describe_one(y, result);
-    q.label += (q.label.empty() ? "" : " / ") + one.label;
-    q.reference_one = q.reference_one || one.reference_one;
+    q.label += (q.label.empty() ? "" : " / ") + y;
+    q.reference_one = q.reference_one || describe_one(y, result).reference_one;
   }
   return q;
 }

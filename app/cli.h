@@ -42,6 +42,7 @@ void register_list(Cli& cli);
 void register_info(Cli& cli);
 void register_keys(Cli& cli);
 void register_plot(Cli& cli);
+void register_compare(Cli& cli);
 void register_attention(Cli& cli);
 void register_constrain(Cli& cli);
 void register_decode(Cli& cli);

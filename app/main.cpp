@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   ib::app::register_info(cli);
   ib::app::register_keys(cli);
   ib::app::register_plot(cli);
+  ib::app::register_compare(cli);
   ib::app::register_attention(cli);
   ib::app::register_constrain(cli);
   ib::app::register_decode(cli);

@@ -1,6 +1,10 @@
 #include "core/session.h"
 
+#include <sys/stat.h>
+
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/build_info.h"
+#include "core/compare.h"
 #include "core/ceilings.h"
 #include "core/errors.h"
 #include "core/interrupt.h"
@@ -245,22 +250,66 @@ int list_spec_file(const std::string& path, const SessionOptions& o) {
   return 0;
 }
 
+namespace {
+
+// A results.json written by `run` (or a curated copy); InputError naming the file otherwise.
+ResultSet load_results(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw InputError(path + ": cannot read: is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return results_from_json(nlohmann::json::parse(text.str()));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 160) + "...";
+    throw InputError(path + ": not a results.json of infer-bench: " + what);
+  }
+}
+
+}  // namespace
+
+int compare_results_files(const std::string& base_path, const std::string& new_path, const CompareFileOptions& o) {
+  if (o.format != "md" && o.format != "csv") throw InputError("--format '" + o.format + "': expected md or csv");
+  double fail = 0;
+  if (!o.fail_slower.empty()) {
+    std::string t = o.fail_slower;
+    double scale = 1;
+    if (t.back() == '%') {
+      scale = 0.01;
+      t.pop_back();
+    }
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end || !std::isfinite(v) || v < 0 || v * scale > 10)
+      throw InputError("--fail-slower '" + o.fail_slower + "': expected a fraction like 0.05 or 5%");
+    fail = v * scale;
+  }
+  const ResultSet base = load_results(base_path);
+  const ResultSet next = load_results(new_path);
+  for (const auto& name : o.only) {
+    bool found = false;
+    for (const auto& e : base.experiments) found = found || e.spec.name == name;
+    for (const auto& e : next.experiments) found = found || e.spec.name == name;
+    if (!found) throw InputError("--only " + name + ": neither " + base_path + " nor " + new_path + " has this experiment");
+  }
+  const Comparison c = compare_results(base, next, o.only);
+  std::fputs((o.format == "csv" ? comparison_csv(c) : comparison_markdown(c, base_path, new_path)).c_str(), stdout);
+  if (o.fail_slower.empty()) return 0;
+  const std::vector<std::string> slow = slower_rows(c, fail);
+  for (const auto& line : slow) std::fprintf(stderr, "infer-bench: slower: %s\n", line.c_str());
+  return slow.empty() ? 0 : 1;
+}
+
 int plot_results_file(const std::string& results_path, const std::string& spec_path, const std::string& out_dir,
                       const std::string& prefix, bool quiet) {
   Notes notes(quiet);
   for (char c : prefix)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
       throw InputError("--prefix '" + prefix + "': letters, digits, '-', '_' and '.' only");
-  std::ifstream in(results_path, std::ios::binary);
-  if (!in) throw InputError(results_path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  ResultSet rs;
-  try {
-    rs = results_from_json(nlohmann::json::parse(text.str()));
-  } catch (const std::exception& e) {
-    throw InputError(results_path + ": not a results.json of infer-bench: " + e.what());
-  }
+  ResultSet rs = load_results(results_path);
   if (!spec_path.empty()) {
     SpecOptions so;
     so.backend = rs.meta.backend;

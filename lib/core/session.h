@@ -27,6 +27,16 @@ int run_spec_file(const std::string& path, const SessionOptions& options);
 int list_spec_file(const std::string& path, const SessionOptions& options);
 int show_info(const SessionOptions& options);
 
+struct CompareFileOptions {
+  std::vector<std::string> only;  // experiments to compare (all by default)
+  std::string format = "md";      // md | csv
+  std::string fail_slower;        // "5%" or "0.05": exit 1 when a row is slower than that, its interval included
+};
+
+// `infer-bench compare BASE NEW`: core/compare.h on two results.json files, to stdout. Returns 0,
+// or 1 when --fail-slower finds a slower row (listed on stderr); throws InputError on bad input.
+int compare_results_files(const std::string& base_path, const std::string& new_path, const CompareFileOptions& options);
+
 // `infer-bench plot`: redraws the plots of a results.json (written by `run`) into `out_dir`
 // (default: beside the file), each named `prefix` + "<experiment>[-N].svg". With `spec_path`,
 // the plot: blocks of that spec's experiments of the same name replace the recorded ones (to

@@ -240,6 +240,33 @@ TEST_F(Cli, PlotsAreWrittenBesideTheTablesAndRedrawnFromResults) {
   }
 }
 
+TEST_F(Cli, CompareMatchesTwoRunsRowByRow) {
+  ASSERT_EQ(ib({"run", "quick.yaml", "--backend", "cpu", "--output", "a", "-q"}, in_dir()).exit_code, 0);
+  ASSERT_EQ(ib({"run", "quick.yaml", "--backend", "cpu", "--output", "b", "-q", "--only", "tiny-copy"}, in_dir()).exit_code, 0);
+  auto r = ib({"compare", "a/results.json", "b/results.json"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("- base: `a/results.json` — "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| variant | bytes | base ms | new ms | new vs base (95% CI) | verdict |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| memcpy | 1 MiB |"), std::string::npos);
+  EXPECT_NE(r.out.find("2 rows timed in both runs"), std::string::npos);
+  EXPECT_NE(r.out.find("experiments only in base: tiny-gemm"), std::string::npos);
+  auto csv = ib({"compare", "a/results.json", "b/results.json", "--format", "csv"}, in_dir());
+  ASSERT_EQ(csv.exit_code, 0);
+  EXPECT_EQ(lines(csv.out), 3u);  // header + the two tiny-copy rows
+  // A gate no row can fail (1000% slower) passes.
+  EXPECT_EQ(ib({"compare", "a/results.json", "b/results.json", "--fail-slower", "1000%"}, in_dir()).exit_code, 0);
+  for (const auto& args : std::vector<std::vector<std::string>>{{"compare", "a/results.json", "missing.json"},
+                                                                {"compare", "a/results.json", "quick.yaml"},
+                                                                {"compare", "a/results.json", "b/results.json", "--only", "nope"},
+                                                                {"compare", "a/results.json", "b/results.json", "--fail-slower", "x"},
+                                                                {"compare", "a/results.json", "b/results.json", "--format", "json"}}) {
+    auto bad = ib(args, in_dir());
+    EXPECT_EQ(bad.exit_code, 2) << args[2];
+    EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+    EXPECT_TRUE(bad.out.empty()) << bad.out;
+  }
+}
+
 TEST_F(Cli, DefaultOutputIsATimestampedRunDirectory) {
   auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "-q"}, in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;

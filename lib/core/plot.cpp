@@ -420,7 +420,12 @@ std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceiling
   std::vector<PlotFile> files;
   for (size_t i = 0; i < result.spec.plots.size(); ++i) {
     std::string why;
-    std::optional<PlotFile> f = render_one(result, result.spec.plots[i], ceilings, device, &why);
+    std::optional<PlotFile> f;
+    try {  // a plot is a view of the results: it never costs the run its files
+      f = render_one(result, result.spec.plots[i], ceilings, device, &why);
+    } catch (const std::exception& e) {
+      why = std::string("internal error: ") + e.what();
+    }
     if (!f) {
       if (skipped) skipped->push_back(fmt::format("{}: plot {} ({} vs {}) not drawn: {}", result.spec.name, i + 1,
                                                   join_y(result.spec.plots[i]), result.spec.plots[i].x, why));

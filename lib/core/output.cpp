@@ -70,20 +70,42 @@ std::string choose_run_dir(const std::string& requested, const std::string& labe
   return dir;
 }
 
-void create_run_dir(const std::string& dir) {
+std::vector<std::string> create_run_dir(const std::string& dir) {
+  std::vector<std::string> created;
   std::string partial;
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = dir.find('/', pos + 1);
     partial = dir.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(errno));
+    if (::mkdir(partial.c_str(), 0755) == 0) {
+      created.push_back(partial);
+    } else if (errno != EEXIST) {
+      const int e = errno;
+      remove_run_output(dir, created);
+      throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(e));
+    }
   }
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    remove_run_output(dir, created);
     throw InputError("--output " + dir + ": not a directory");
-  if (::access(dir.c_str(), W_OK) != 0) throw InputError("--output " + dir + ": not writable: " + std::strerror(errno));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    const int e = errno;
+    remove_run_output(dir, created);
+    throw InputError("--output " + dir + ": not writable: " + std::strerror(e));
+  }
+  return created;
+}
+
+void remove_run_output(const std::string& dir, const std::vector<std::string>& created) {
+  for (const char* name : {"results.json", "results.csv", "report.md"}) {
+    const std::string path = dir + "/" + name;
+    ::unlink(path.c_str());
+    ::unlink((path + ".tmp").c_str());
+  }
+  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());  // fails, harmlessly, when not empty
 }
 
 }  // namespace ib

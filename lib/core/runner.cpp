@@ -170,7 +170,12 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
     if (!host_rt_) host_rt_ = make_cpu_runtime();
     target = host_rt_.get();
   }
-  return run_row_on(*target, spec, *decl, point, point_index);
+  try {
+    return run_row_on(*target, spec, *decl, point, point_index);
+  } catch (const InputError& e) {
+    // Bad input only the variant could see: named at the experiment, like a spec error.
+    throw spec_error(spec.loc, fmt::format("experiment {} ({}, {})", spec.name, variant, config_label(spec, point)), e.what());
+  }
 }
 
 Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const VariantDecl& decl, const Point& point,

@@ -146,15 +146,10 @@ RunMeta make_meta(const SessionOptions& o, Backend backend, const std::string& s
 
 }  // namespace
 
-int run_spec_file(const std::string& path, const SessionOptions& o) {
-  check_format(o.format);
-  const Backend backend = resolve_backend(o.backend);
-  Spec spec = load_selected(path, o, backend);
-  // Everything the user gave is valid from here on: only now is anything written.
-  const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
-  const std::string dir = choose_run_dir(o.output, label);
-  create_run_dir(dir);
+namespace {
 
+// The run proper, into a created run directory.
+int run_into_dir(const std::string& path, const SessionOptions& o, Backend backend, const Spec& spec, const std::string& dir) {
   Notes notes(o.quiet);
   auto rt = make_runtime(backend);
   ResultSet rs;
@@ -196,6 +191,26 @@ int run_spec_file(const std::string& path, const SessionOptions& o) {
     return 130;
   }
   return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int run_spec_file(const std::string& path, const SessionOptions& o) {
+  check_format(o.format);
+  const Backend backend = resolve_backend(o.backend);
+  Spec spec = load_selected(path, o, backend);
+  // Everything the user gave is valid from here on: only now is anything written.
+  const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
+  const std::string dir = choose_run_dir(o.output, label);
+  const std::vector<std::string> created = create_run_dir(dir);
+  try {
+    return run_into_dir(path, o, backend, spec, dir);
+  } catch (const InputError&) {
+    // Bad input that only a variant could see (a checkpoint's tensors, a limit across keys): exit 2
+    // leaves no run behind, as a spec error does.
+    remove_run_output(dir, created);
+    throw;
+  }
 }
 
 int list_spec_file(const std::string& path, const SessionOptions& o) {

@@ -257,6 +257,26 @@ TEST_F(Cli, CtrlCKeepsTheRowsMeasuredSoFar) {
   EXPECT_FALSE(path_exists(dir_ + "/out/results.json.tmp"));
 }
 
+// Bad input only a variant sees (here kv-evict's whole-number budget above 1) is still exit 2 with
+// the experiment's file:line, and the run directory made for it (parents included) is removed.
+TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
+  write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: kv-evict\n    variants: [sliding_window]\n    context: 64\n"
+                                 "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
+  for (const std::string out : {"out", "deep/er/out"}) {
+    auto r = ib({"kvcache", "bad.yaml", "--backend", "cpu", "-q", "--format", "json", "-o", out}, in_dir());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("infer-bench: bad.yaml:2:5: experiment a (sliding_window", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("budget 2.5"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(path_exists(dir_ + "/out")) << out;
+    EXPECT_FALSE(path_exists(dir_ + "/deep")) << out;
+  }
+  auto r = ib({"kvcache", "bad.yaml", "--backend", "cpu", "-q", "--format", "json"}, in_dir());  // the default results/runs/...
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(path_exists(dir_ + "/results")) << r.err;
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)

@@ -539,6 +539,7 @@ KindInfo system_prompt_kind() {
   k.keys.push_back(key_spec("reference_runs", ParamType::Int, "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
                             Value(int64_t{7}), 1.0));
   k.variants = engine_variants(k.keys, {"qps", "block_size", "capacity", "reference_runs"});
+  k.check = [](const auto& values) { return model::check_model_weights(values); };
   return k;
 }
 
@@ -558,6 +559,7 @@ KindInfo mixed_kind() {
   k.keys.push_back(block_size_key());
   k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded", Value(int64_t{0}), 0.0));
   k.variants = engine_variants(k.keys, {"block_size", "capacity"});
+  k.check = [](const auto& values) { return model::check_model_weights(values); };
   return k;
 }
 

@@ -277,6 +277,45 @@ TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
   EXPECT_FALSE(path_exists(dir_ + "/results")) << r.err;
 }
 
+// `weights: DIR` is read when the spec is (config.json and the safetensors headers): a missing
+// directory, one without config.json or with a garbage one is exit 2 at the key's file:line,
+// never a crash (num_attention_heads: 0 divided by zero), a FAILED row or a run directory.
+TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
+  const std::string fields = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256)";
+  struct Case {
+    std::string config;  // "" = no config.json
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "/config.json: cannot open (a Hugging Face checkpoint directory needs config.json)"},
+      {"garbage{", "/config.json: not JSON: "},
+      {"[1, 2]", "/config.json: expected a JSON object of model settings"},
+      {"{" + fields + R"(, "num_attention_heads": 0})", "/config.json: num_attention_heads: 0 is out of range (at least 1)"},
+      {"{" + fields + R"(, "num_attention_heads": 4, "rope_theta": "big"})", "/config.json: rope_theta: not a number"},
+      {"{" + fields + R"(, "num_attention_heads": 4})", ": no model.safetensors or model.safetensors.index.json"},
+  };
+  for (const std::string sub : {"decode", "specdec"}) {
+    for (const auto& c : cases) {
+      const std::string ckpt = make_temp_dir();
+      if (!c.config.empty()) write_text(ckpt + "/config.json", c.config);
+      const std::string spec = sub == "decode" ? "experiments:\n  - name: a\n    kind: decode\n    model: checkpoint\n    weights: " + ckpt + "\n"
+                                               : "experiments:\n  - name: a\n    kind: specdec\n    target: checkpoint\n    target_weights: " + ckpt + "\n";
+      write_text(dir_ + "/bad.yaml", spec);
+      auto r = ib({sub, "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+      EXPECT_EQ(r.exit_code, 2) << sub << " " << c.config << "\n" << r.err;
+      EXPECT_EQ(lines(r.err), 1u) << r.err;
+      const std::string key = sub == "decode" ? "bad.yaml:5:14: experiments[0].weights: " : "bad.yaml:5:21: experiments[0].target_weights: ";
+      EXPECT_NE(r.err.find(key + ckpt + c.expected), std::string::npos) << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_FALSE(path_exists(dir_ + "/out"));
+    }
+  }
+  write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: specdec\n    target: tiny\n    draft: checkpoint\n");
+  auto r = ib({"specdec", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos) << r.err;
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)

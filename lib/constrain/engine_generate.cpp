@@ -443,6 +443,7 @@ KindInfo generate_kind() {
        reads(false, Backend::Cuda)},
   };
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+    if (auto problem = check_constraint_keys(values)) return problem;
     if (auto problem = model::check_model_weights(values)) return problem;
     return check_vocab_sizes(values);
   };

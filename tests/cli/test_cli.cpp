@@ -316,6 +316,38 @@ TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
   EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos) << r.err;
 }
 
+// A constraint or vocabulary that cannot be used is bad input found with the spec (exit 2 at the
+// key's file:line, nothing written), not FAILED rows after the run started.
+TEST_F(Cli, ConstraintsAndVocabulariesAreCheckedWithTheSpec) {
+  write_text(dir_ + "/broken.json", "{\"type\": \"object\", \"properties\": {\n");
+  write_text(dir_ + "/unsupported.json", R"({"type": "object", "unevaluatedProperties": false})");
+  struct Case {
+    std::string line;  // line 5 of the spec
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"    constraint: broken.json\n", "bad.yaml:5:17: experiments[0].constraint: 'broken.json': the schema is not JSON: "},
+      {"    constraint: nope.json\n",
+       "bad.yaml:5:17: experiments[0].constraint: 'nope.json' is no schema file, nor a bundled schema (calendar_event, extraction, "
+       "order, person, tool_call, tool_union, tree), nor regex:PATTERN or choice:a|b|c"},
+      {"    constraint: unsupported.json\n",
+       "bad.yaml:5:17: experiments[0].constraint: 'unsupported.json': schema /unevaluatedProperties: unsupported keyword "
+       "'unevaluatedProperties'"},
+      {"    constraint: [tool_call, 'regex:(ab']\n", "bad.yaml:5:17: experiments[0].constraint: 'regex:(ab': pattern /(ab/ at offset 3"},
+      {"    vocab: gpt3\n", "bad.yaml:5:12: experiments[0].vocab: 'gpt3' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json"},
+  };
+  for (const char* kind : {"constrain-compile", "constrain-generate"})
+    for (const auto& c : cases) {
+      write_text(dir_ + "/bad.yaml", std::string("experiments:\n  - name: a\n    kind: ") + kind + "\n    min_samples: 1\n" + c.line);
+      auto r = ib({"constrain", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+      EXPECT_EQ(r.exit_code, 2) << kind << " " << c.line << r.err;
+      EXPECT_EQ(lines(r.err), 1u) << r.err;
+      EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_FALSE(path_exists(dir_ + "/out"));
+    }
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)

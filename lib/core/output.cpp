@@ -20,6 +20,11 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// Removes the directories a failed create_run_dir made, deepest first (nothing was written in them).
+void remove_dirs(const std::vector<std::string>& created) {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+}
+
 std::string stamp(const char* format) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -82,18 +87,25 @@ std::vector<std::string> create_run_dir(const std::string& dir) {
       created.push_back(partial);
     } else if (errno != EEXIST) {
       const int e = errno;
-      remove_run_output(dir, created);
+      remove_dirs(created);
       throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(e));
     }
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    remove_run_output(dir, created);
+    remove_dirs(created);
     throw InputError("--output " + dir + ": not a directory");
   }
-  if (::access(dir.c_str(), W_OK) != 0) {
+  // Tried, not asked (access(W_OK) says yes to root where the file system still refuses, as sysfs
+  // does): the first result file is created, then removed.
+  const std::string probe = dir + "/results.json.tmp";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  } else if (errno != EEXIST) {
     const int e = errno;
-    remove_run_output(dir, created);
+    remove_dirs(created);
     throw InputError("--output " + dir + ": not writable: " + std::strerror(e));
   }
   return created;
@@ -105,7 +117,7 @@ void remove_run_output(const std::string& dir, const std::vector<std::string>& c
     ::unlink(path.c_str());
     ::unlink((path + ".tmp").c_str());
   }
-  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());  // fails, harmlessly, when not empty
+  remove_dirs(created);  // an rmdir fails, harmlessly, where something else is in the directory
 }
 
 }  // namespace ib

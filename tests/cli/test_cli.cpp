@@ -348,6 +348,17 @@ TEST_F(Cli, ConstraintsAndVocabulariesAreCheckedWithTheSpec) {
     }
 }
 
+// An output directory the file system refuses is refused before anything runs, even for root
+// (whom access(W_OK) would let through on sysfs): one line, exit 2, nothing on stdout.
+TEST_F(Cli, UnwritableOutputDirectoryIsRefusedUpFront) {
+  if (!path_exists("/sys/kernel")) GTEST_SKIP() << "no /sys/kernel";
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "-o", "/sys/kernel"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("infer-bench: --output /sys/kernel: not writable: ", 0), 0u) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)

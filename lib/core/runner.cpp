@@ -1,6 +1,7 @@
 #include "core/runner.h"
 
 #include <chrono>
+#include <new>
 #include <optional>
 #include <stdexcept>
 
@@ -295,6 +296,12 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
   } catch (const OutOfMemory& e) {
     row.status = RowStatus::Oom;
     row.message = e.what();
+  } catch (const std::bad_alloc&) {  // host memory a variant holds outside the tracker (tables, traces)
+    row.status = RowStatus::Oom;
+    row.message = "a host allocation outside the tracked buffers failed (std::bad_alloc)";
+  } catch (const std::length_error& e) {  // a std::vector asked for more than max_size()
+    row.status = RowStatus::Oom;
+    row.message = std::string("a host allocation outside the tracked buffers is too large (") + e.what() + ")";
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {

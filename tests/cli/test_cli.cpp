@@ -359,6 +359,22 @@ TEST_F(Cli, UnwritableOutputDirectoryIsRefusedUpFront) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+// Host memory a variant holds outside the tracked buffers (here cpu_paged's block tables for two
+// billion sequences) is an OOM row too when it cannot be had, not a FAILED one. Run under a 4 GB
+// address-space limit so that the allocation fails at once, whatever the machine.
+TEST_F(Cli, UntrackedHostAllocationFailureIsAnOomRow) {
+  write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: kv-paged\n    variants: [cpu_paged]\n    batch: 2000000000\n"
+                                 "    heads: 1\n    context: 2000000000\n    min_samples: 1\n    min_time: 0\n");
+  auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", kBinary, "kvcache", "big.yaml", "--backend", "cpu",
+                        "-o", "out", "-q", "--format", "json"},
+                       in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& row = j["experiments"][0]["rows"][0];
+  EXPECT_EQ(row["status"], "OOM") << row.dump();
+  EXPECT_NE(row["message"].get<std::string>().find("std::bad_alloc"), std::string::npos) << row.dump();
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)

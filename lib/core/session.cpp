@@ -75,6 +75,8 @@ Spec load_selected(const std::string& path, const SessionOptions& o, Backend bac
     std::vector<ExperimentSpec> kept;
     for (const auto& want : o.only) {
       bool found = false;
+      for (const auto& e : kept) found = found || e.name == want;  // named twice: run once
+      if (found) continue;
       for (const auto& e : spec.experiments)
         if (e.name == want) {
           kept.push_back(e);

@@ -166,6 +166,14 @@ TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
   EXPECT_EQ(list_files(dir_), std::vector<std::string>{"quick.yaml"});  // list writes nothing
 }
 
+// An experiment named twice by --only runs once (twice would repeat its rows under one name).
+TEST_F(Cli, OnlyNamingAnExperimentTwiceRunsItOnce) {
+  auto r = ib({"list", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "--only", "tiny-gemm"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 experiment for the cpu backend"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n1 rows in all"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -37,12 +37,18 @@ SessionOptions Cli::session() const {
   s.quiet = common.quiet;
   s.profile = common.profile;
   RunControlOverrides& o = s.overrides;
-  if (common.warmup >= 0) o.warmup = common.warmup;
-  if (common.min_samples >= 0) {
+  if (common.warmup != CommonOptions::kUnset) {
+    if (common.warmup < 0) throw InputError("--warmup: must be at least 0");
+    o.warmup = common.warmup;
+  }
+  if (common.min_samples != CommonOptions::kUnset) {
     if (common.min_samples < 1) throw InputError("--min-samples: must be at least 1");
     o.min_samples = common.min_samples;
   }
-  if (common.seed >= 0) o.seed = common.seed;
+  if (common.seed != CommonOptions::kUnset) {
+    if (common.seed < 0) throw InputError("--seed: must be at least 0");
+    o.seed = common.seed;
+  }
   auto seconds = [](const std::string& flag, const std::string& v) {
     auto secs = parse_seconds(v);
     if (!secs || *secs < 0) throw InputError(flag + " '" + v + "': expected a duration like 0.5, 500ms or 30s");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ struct CommonOptions {
   std::string output;
   std::vector<std::string> sets;
   std::vector<std::string> only;
-  int64_t warmup = -1, min_samples = -1, seed = -1;
+  // kUnset: not given (any other value, negative ones included, is checked).
+  static constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+  int64_t warmup = kUnset, min_samples = kUnset, seed = kUnset;
   std::string min_time, max_noise, timeout, memory_limit;
   bool cold_l2 = false, profile = false, quiet = false;
 };

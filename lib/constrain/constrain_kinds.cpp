@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "constrain/constraint.h"
 #include "constrain/generate.h"
@@ -35,6 +37,59 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
                "compact", {"compact", "flexible"}),
       key_spec("max_recursion", ParamType::Int, "levels a recursive $ref is expanded to", Value(int64_t{3}), 0.0, 10.0),
   };
+}
+
+std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values) {
+  auto all = [&](const char* key) {
+    auto it = values.find(key);
+    return it == values.end() ? std::vector<Value>{} : it->second;
+  };
+  for (const Value& cv : all("constraint")) {
+    const std::string& c = std::get<std::string>(cv);
+    std::string source;
+    try {
+      source = constraint_source(c);
+    } catch (const std::exception&) {
+      std::vector<std::string> bundled;
+      std::error_code ec;
+      for (const auto& entry : std::filesystem::directory_iterator(schema_directory(), ec))
+        if (entry.path().extension() == ".json") bundled.push_back(entry.path().stem().string());
+      std::sort(bundled.begin(), bundled.end());
+      return KeyProblem{{"constraint"}, fmt::format("'{}' is no schema file, nor a bundled schema ({}), nor regex:PATTERN or choice:a|b|c", c,
+                                                    fmt::join(bundled, ", "))};
+    }
+    if (c.rfind("choice:", 0) == 0) continue;
+    for (const Value& wv : all("whitespace"))
+      for (const Value& rv : all("max_recursion")) {
+        SchemaOptions options;
+        options.whitespace = std::get<std::string>(wv) == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
+        options.max_recursion = static_cast<int>(std::get<int64_t>(rv));
+        try {
+          if (c.rfind("regex:", 0) == 0) {
+            parse_regex(c.substr(6));
+          } else {
+            nlohmann::ordered_json schema;
+            try {
+              schema = nlohmann::ordered_json::parse(source);
+            } catch (const nlohmann::json::exception& e) {
+              return KeyProblem{{"constraint"}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
+            }
+            schema_to_regex(schema, options);
+          }
+        } catch (const std::exception& e) {
+          return KeyProblem{{"constraint"}, fmt::format("'{}': {}", c, e.what())};
+        }
+      }
+  }
+  for (const Value& vv : all("vocab")) {
+    const std::string& v = std::get<std::string>(vv);
+    try {
+      load_vocabulary(v);
+    } catch (const std::exception& e) {
+      return KeyProblem{{"vocab"}, fmt::format("'{}' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json ({})", v, e.what())};
+    }
+  }
+  return std::nullopt;
 }
 
 void Setup::load(const Point& p, bool with_trie) {
@@ -513,6 +568,8 @@ KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySp
   k.doc = doc;
   k.keys = std::move(keys);
   k.variants = std::move(variants);
+  for (const auto& key : k.keys)
+    if (key.name == "constraint") k.check = check_constraint_keys;
   return k;
 }
 

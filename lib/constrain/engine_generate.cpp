@@ -442,7 +442,11 @@ KindInfo generate_kind() {
       {"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
        reads(false, Backend::Cuda)},
   };
-  k.check = check_vocab_sizes;
+  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+    if (auto problem = check_constraint_keys(values)) return problem;
+    if (auto problem = model::check_model_weights(values)) return problem;
+    return check_vocab_sizes(values);
+  };
   return k;
 }
 

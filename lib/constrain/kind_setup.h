@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "constrain/constraint.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
+#include "core/registry.h"
 #include "core/sweep.h"
 #include "core/value.h"
 
@@ -17,6 +20,12 @@ namespace ib::constrain {
 
 // constraint, vocab (default `default_vocab`), whitespace, max_recursion.
 std::vector<KeySpec> constraint_keys(const std::string& default_vocab = "gpt2");
+
+// Spec-time check of the constraint keys (KindInfo::check of the kinds that have them): every
+// constraint is found (a file, a bundled schema, regex: or choice:), parses, and compiles to a
+// regex under each whitespace and max_recursion given (unsupported keywords are refused here,
+// naming the JSON pointer); every vocab loads (cached for the run).
+std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values);
 
 // The constraint and vocabulary a variant works on, read in prepare (file reading is not timed).
 struct Setup {

@@ -20,6 +20,11 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// Removes the directories a failed create_run_dir made, deepest first (nothing was written in them).
+void remove_dirs(const std::vector<std::string>& created) {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+}
+
 std::string stamp(const char* format) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -70,20 +75,49 @@ std::string choose_run_dir(const std::string& requested, const std::string& labe
   return dir;
 }
 
-void create_run_dir(const std::string& dir) {
+std::vector<std::string> create_run_dir(const std::string& dir) {
+  std::vector<std::string> created;
   std::string partial;
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = dir.find('/', pos + 1);
     partial = dir.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(errno));
+    if (::mkdir(partial.c_str(), 0755) == 0) {
+      created.push_back(partial);
+    } else if (errno != EEXIST) {
+      const int e = errno;
+      remove_dirs(created);
+      throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(e));
+    }
   }
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    remove_dirs(created);
     throw InputError("--output " + dir + ": not a directory");
-  if (::access(dir.c_str(), W_OK) != 0) throw InputError("--output " + dir + ": not writable: " + std::strerror(errno));
+  }
+  // Tried, not asked (access(W_OK) says yes to root where the file system still refuses, as sysfs
+  // does): the first result file is created, then removed.
+  const std::string probe = dir + "/results.json.tmp";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  } else if (errno != EEXIST) {
+    const int e = errno;
+    remove_dirs(created);
+    throw InputError("--output " + dir + ": not writable: " + std::strerror(e));
+  }
+  return created;
+}
+
+void remove_run_output(const std::string& dir, const std::vector<std::string>& created) {
+  for (const char* name : {"results.json", "results.csv", "report.md"}) {
+    const std::string path = dir + "/" + name;
+    ::unlink(path.c_str());
+    ::unlink((path + ".tmp").c_str());
+  }
+  remove_dirs(created);  // an rmdir fails, harmlessly, where something else is in the directory
 }
 
 }  // namespace ib

@@ -1,6 +1,7 @@
 #include "core/runner.h"
 
 #include <chrono>
+#include <new>
 #include <optional>
 #include <stdexcept>
 
@@ -170,7 +171,12 @@ Row Runner::run_row(const ExperimentSpec& spec, const Point& point, const std::s
     if (!host_rt_) host_rt_ = make_cpu_runtime();
     target = host_rt_.get();
   }
-  return run_row_on(*target, spec, *decl, point, point_index);
+  try {
+    return run_row_on(*target, spec, *decl, point, point_index);
+  } catch (const InputError& e) {
+    // Bad input only the variant could see: named at the experiment, like a spec error.
+    throw spec_error(spec.loc, fmt::format("experiment {} ({}, {})", spec.name, variant, config_label(spec, point)), e.what());
+  }
 }
 
 Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const VariantDecl& decl, const Point& point,
@@ -290,6 +296,12 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
   } catch (const OutOfMemory& e) {
     row.status = RowStatus::Oom;
     row.message = e.what();
+  } catch (const std::bad_alloc&) {  // host memory a variant holds outside the tracker (tables, traces)
+    row.status = RowStatus::Oom;
+    row.message = "a host allocation outside the tracked buffers failed (std::bad_alloc)";
+  } catch (const std::length_error& e) {  // a std::vector asked for more than max_size()
+    row.status = RowStatus::Oom;
+    row.message = std::string("a host allocation outside the tracked buffers is too large (") + e.what() + ")";
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {

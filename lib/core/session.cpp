@@ -86,6 +86,8 @@ Spec load_selected(const std::string& path, const SessionOptions& o, Backend bac
     std::vector<ExperimentSpec> kept;
     for (const auto& want : o.only) {
       bool found = false;
+      for (const auto& e : kept) found = found || e.name == want;  // named twice: run once
+      if (found) continue;
       for (const auto& e : spec.experiments)
         if (e.name == want) {
           kept.push_back(e);
@@ -158,15 +160,10 @@ RunMeta make_meta(const SessionOptions& o, Backend backend, const std::string& s
 
 }  // namespace
 
-int run_spec_file(const std::string& path, const SessionOptions& o) {
-  check_format(o.format);
-  const Backend backend = resolve_backend(o.backend);
-  Spec spec = load_selected(path, o, backend);
-  // Everything the user gave is valid from here on: only now is anything written.
-  const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
-  const std::string dir = choose_run_dir(o.output, label);
-  create_run_dir(dir);
+namespace {
 
+// The run proper, into a created run directory.
+int run_into_dir(const std::string& path, const SessionOptions& o, Backend backend, const Spec& spec, const std::string& dir) {
   Notes notes(o.quiet);
   auto rt = make_runtime(backend);
   ResultSet rs;
@@ -213,6 +210,26 @@ int run_spec_file(const std::string& path, const SessionOptions& o) {
     return 130;
   }
   return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int run_spec_file(const std::string& path, const SessionOptions& o) {
+  check_format(o.format);
+  const Backend backend = resolve_backend(o.backend);
+  Spec spec = load_selected(path, o, backend);
+  // Everything the user gave is valid from here on: only now is anything written.
+  const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
+  const std::string dir = choose_run_dir(o.output, label);
+  const std::vector<std::string> created = create_run_dir(dir);
+  try {
+    return run_into_dir(path, o, backend, spec, dir);
+  } catch (const InputError&) {
+    // Bad input that only a variant could see (a checkpoint's tensors, a limit across keys): exit 2
+    // leaves no run behind, as a spec error does.
+    remove_run_output(dir, created);
+    throw;
+  }
 }
 
 int list_spec_file(const std::string& path, const SessionOptions& o) {

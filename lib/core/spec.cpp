@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -100,8 +101,7 @@ bool parse_int(const std::string& text, int64_t* out) {
   char* end = nullptr;
   long long v = std::strtoll(t.c_str(), &end, 10);
   if (t.empty() || *end != '\0' || errno == ERANGE) return false;
-  *out = static_cast<int64_t>(v) * mult;
-  return true;
+  return !__builtin_mul_overflow(static_cast<int64_t>(v), mult, out);  // 9223372036854775807K is out of range
 }
 
 bool parse_float(const std::string& text, double* out) {
@@ -589,6 +589,13 @@ class SpecParser {
       used.insert(d->uses.begin(), d->uses.end());
     }
     std::map<std::string, std::vector<Value>> all_values;  // every key's values, for kind.check
+    // The kinds hold their integers in int (sizes, counts, token ids): a larger one would wrap.
+    auto convert_param = [&](const YAML::Node& n, const KeySpec& ks, const SourceLoc& l, const std::string& p) {
+      Value v = convert(n, ks, l, p);
+      if (ks.type == ParamType::Int && !ks.max && std::get<int64_t>(v) > std::numeric_limits<int32_t>::max())
+        throw spec_error(l, p, fmt::format("must be at most {}, got {}", std::numeric_limits<int32_t>::max(), std::get<int64_t>(v)));
+      return v;
+    };
     for (const auto& ks : kind.keys) {
       Axis axis;
       axis.key = ks.name;
@@ -603,14 +610,14 @@ class SpecParser {
         for (size_t i = 0; i < f->node.size(); ++i) {
           SourceLoc l = loc_of(f->node[i], file_);
           if (l.line == 0) l = f->loc;
-          Value v = convert(f->node[i], ks, l, f->path + fmt::format("[{}]", i));
+          Value v = convert_param(f->node[i], ks, l, f->path + fmt::format("[{}]", i));
           for (const auto& prev : axis.values)
             if (values_equal(prev, v))
               throw spec_error(l, f->path, "value " + format_value(v, ks.type) + " appears twice in the axis");
           axis.values.push_back(v);
         }
       } else {
-        axis.values.push_back(convert(f->node, ks, f->loc, f->path));
+        axis.values.push_back(convert_param(f->node, ks, f->loc, f->path));
       }
       all_values[ks.name] = axis.values;
       if (uses_all || used.count(ks.name)) ex->axes.push_back(std::move(axis));

@@ -361,6 +361,7 @@ KindInfo engine_kind() {
                         "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
                         "attention, summed over its query heads) + recent window; on the CPU engine",
                         keys_for(k.keys, "h2o"), true});
+  k.check = [](const auto& values) { return model::check_model_weights(values); };
   return k;
 }
 

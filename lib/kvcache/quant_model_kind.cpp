@@ -10,6 +10,7 @@
 
 #include "core/registry.h"
 #include "kvcache/engine_compare.h"
+#include "model/decode_variants.h"
 
 namespace ib::kvcache {
 namespace {
@@ -108,6 +109,7 @@ KindInfo quant_model_kind() {
       {"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {}, true},
       {"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
   };
+  k.check = [](const auto& values) { return model::check_model_weights(values); };
   return k;
 }
 

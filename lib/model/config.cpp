@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -112,32 +113,57 @@ ModelConfig config_from_hf(const std::string& dir) {
   } catch (const std::exception& e) {
     throw InputError(path + ": not JSON: " + e.what());
   }
-  auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key) || !j[key].is_number_integer()) throw InputError(fmt::format("{}: {}: missing or not an integer", path, key));
-    return j[key];
+  // Every field is checked for its JSON type (and integers for range) before use: a garbage
+  // config is an InputError naming the file and the key, never a type_error or a division by 0.
+  if (!j.is_object()) throw InputError(path + ": expected a JSON object of model settings");
+  auto present = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  auto integer = [&](const char* key, int min) {
+    if (!present(key) || !j[key].is_number_integer()) throw InputError(fmt::format("{}: {}: missing or not an integer", path, key));
+    const int64_t v = j[key].get<int64_t>();
+    if (v < min || v > std::numeric_limits<int>::max())
+      throw InputError(fmt::format("{}: {}: {} is out of range (at least {})", path, key, v, min));
+    return static_cast<int>(v);
   };
-  std::string type = j.value("model_type", std::string());
+  auto need = [&](const char* key) { return integer(key, 1); };
+  auto real = [&](const char* key, float def) {
+    if (!present(key)) return def;
+    if (!j[key].is_number()) throw InputError(fmt::format("{}: {}: not a number", path, key));
+    return j[key].get<float>();
+  };
+  auto flag = [&](const char* key, bool def) {
+    if (!present(key)) return def;
+    if (!j[key].is_boolean()) throw InputError(fmt::format("{}: {}: not true or false", path, key));
+    return j[key].get<bool>();
+  };
+  auto text = [&](const char* key, const std::string& def) {
+    if (!present(key)) return def;
+    if (!j[key].is_string()) throw InputError(fmt::format("{}: {}: not a string", path, key));
+    return j[key].get<std::string>();
+  };
+  std::string type = text("model_type", "");
   if (type != "llama" && type != "qwen2" && type != "mistral")
     throw InputError(fmt::format("{}: model_type: '{}' is not supported (llama, qwen2, mistral)", path, type));
-  if (j.value("hidden_act", std::string("silu")) != "silu")
+  if (text("hidden_act", "silu") != "silu")
     throw InputError(fmt::format("{}: hidden_act: only silu (SwiGLU) is supported", path));
   ModelConfig c;
   c.name = dir;
-  c.layers = need("num_hidden_layers").get<int>();
-  c.hidden = need("hidden_size").get<int>();
-  c.heads = need("num_attention_heads").get<int>();
-  c.kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? need("num_key_value_heads").get<int>() : c.heads;
-  c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int>() : c.hidden / c.heads;
-  c.mlp = need("intermediate_size").get<int>();
-  c.vocab = need("vocab_size").get<int>();
-  c.tied_embeddings = j.value("tie_word_embeddings", false);
-  c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
-  c.rope_theta = j.value("rope_theta", 10000.0f);
-  c.rms_eps = j.value("rms_norm_eps", 1e-5f);
-  c.max_positions = j.value("max_position_embeddings", 4096);
-  const bool window_on = type == "mistral" || j.value("use_sliding_window", false);
-  if (window_on && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) c.sliding_window = j["sliding_window"].get<int>();
-  if (c.heads <= 0 || c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+  c.layers = need("num_hidden_layers");
+  c.hidden = need("hidden_size");
+  c.heads = need("num_attention_heads");
+  c.kv_heads = present("num_key_value_heads") ? need("num_key_value_heads") : c.heads;
+  c.head_dim = present("head_dim") ? need("head_dim") : c.hidden / c.heads;
+  if (c.head_dim <= 0)
+    throw InputError(fmt::format("{}: hidden_size: {} is smaller than num_attention_heads {}", path, c.hidden, c.heads));
+  c.mlp = need("intermediate_size");
+  c.vocab = need("vocab_size");
+  c.tied_embeddings = flag("tie_word_embeddings", false);
+  c.qkv_bias = type == "qwen2" || flag("attention_bias", false);
+  c.rope_theta = real("rope_theta", 10000.0f);
+  c.rms_eps = real("rms_norm_eps", 1e-5f);
+  c.max_positions = present("max_position_embeddings") ? need("max_position_embeddings") : 4096;
+  const bool window_on = type == "mistral" || flag("use_sliding_window", false);
+  if (window_on && present("sliding_window") && j["sliding_window"].is_number_integer()) c.sliding_window = integer("sliding_window", 0);
+  if (c.heads % c.kv_heads != 0)
     throw InputError(fmt::format("{}: num_key_value_heads: {} does not divide num_attention_heads {}", path, c.kv_heads, c.heads));
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     throw InputError(fmt::format("{}: rope_scaling: not supported yet", path));

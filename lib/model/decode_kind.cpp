@@ -40,6 +40,7 @@ KindInfo decode_kind() {
       {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys},
       {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
   };
+  k.check = [](const auto& values) { return check_model_weights(values); };
   return k;
 }
 

@@ -31,6 +31,32 @@ ModelChoice choose_model(const std::string& name, const std::string& weights, ui
   return m;
 }
 
+std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values, const std::string& model_key,
+                                              const std::string& weights_key) {
+  auto m = values.find(model_key);
+  auto w = values.find(weights_key);
+  if (m == values.end() || w == values.end()) return std::nullopt;
+  for (const Value& wv : w->second) {
+    const std::string& weights = std::get<std::string>(wv);
+    for (const Value& mv : m->second) {
+      const std::string& name = std::get<std::string>(mv);
+      if (weights == "random") {
+        if (name == "checkpoint")
+          return KeyProblem{{weights_key, model_key},
+                            fmt::format("{} checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key)};
+        continue;
+      }
+      try {
+        std::optional<ModelConfig> c = name == "checkpoint" ? config_from_hf(weights) : preset(name);
+        if (c) safetensors_weights(*c, weights);  // headers only: every tensor's name, dtype and shape
+      } catch (const std::exception& e) {  // InputError, or a JSON type error in an index file
+        return KeyProblem{{weights_key}, e.what()};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 KeySpec model_key(const std::string& default_preset) {
   KeySpec model = key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
                            Value(default_preset));

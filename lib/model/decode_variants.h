@@ -2,11 +2,14 @@
 // (TTFT, TPOT, TPS), one decode step at a fixed context, and one prefill.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/registry.h"
 #include "core/value.h"
 #include "core/variant.h"
 #include "model/model.h"
@@ -23,6 +26,12 @@ ModelChoice choose_model(const Point& p, uint64_t seed);
 // spec keys `model_key` / `weights_key` (named in errors).
 ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed, const std::string& model_key = "model",
                          const std::string& weights_key = "weights");
+// Spec-time check of a model key and its weights key (every value of each): checkpoint needs a
+// directory; a directory's config.json (for checkpoint) and safetensors headers are read and
+// every tensor the config needs is checked, nothing is loaded. The problem names the weights key
+// first. For KindInfo::check.
+std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
+                                              const std::string& model_key = "model", const std::string& weights_key = "weights");
 // The `model` key of the kinds that run the engine (a preset with random weights unless `weights`,
 // or checkpoint) with its default preset, and the `weights` key.
 KeySpec model_key(const std::string& default_preset);

@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "core/registry.h"
 #include "core/stats.h"
+#include "core/units.h"
 #include "model/decode_variants.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
@@ -76,6 +77,30 @@ std::vector<KeySpec> mixed_keys() {
       key_spec("fewshot_share", ParamType::Float, "fraction of requests that are few-shot prompts (the rest: system prompt + question)",
                Value(0.25), 0.0, 1.0),
   };
+}
+
+// Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
+// chat_share + fewshot_share at most 1 wherever a mixed workload reads them.
+std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values) {
+  auto all = [&](const char* key) {
+    auto it = values.find(key);
+    return it == values.end() ? std::vector<Value>{} : it->second;
+  };
+  for (const Value& lo : all("query_min"))
+    for (const Value& hi : all("query_max"))
+      if (std::get<int64_t>(lo) > std::get<int64_t>(hi))
+        return KeyProblem{{"query_max", "query_min"},
+                          fmt::format("query_max {} is below query_min {}", std::get<int64_t>(hi), std::get<int64_t>(lo))};
+  const auto workloads = all("workload");
+  const bool mixed = workloads.empty() || std::any_of(workloads.begin(), workloads.end(),
+                                                      [](const Value& w) { return std::get<std::string>(w) == "mixed"; });
+  if (mixed)
+    for (const Value& chat : all("chat_share"))
+      for (const Value& fewshot : all("fewshot_share"))
+        if (std::get<double>(chat) + std::get<double>(fewshot) > 1.0 + 1e-9)
+          return KeyProblem{{"fewshot_share", "chat_share"}, fmt::format("chat_share {} + fewshot_share {} exceeds 1", format_number(std::get<double>(chat)),
+                                                                         format_number(std::get<double>(fewshot)))};
+  return std::nullopt;
 }
 
 MixedOptions mixed_options(const Point& p) {
@@ -539,6 +564,10 @@ KindInfo system_prompt_kind() {
   k.keys.push_back(key_spec("reference_runs", ParamType::Int, "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
                             Value(int64_t{7}), 1.0));
   k.variants = engine_variants(k.keys, {"qps", "block_size", "capacity", "reference_runs"});
+  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+    if (auto problem = check_workload_keys(values)) return problem;
+    return model::check_model_weights(values);
+  };
   return k;
 }
 
@@ -558,6 +587,10 @@ KindInfo mixed_kind() {
   k.keys.push_back(block_size_key());
   k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded", Value(int64_t{0}), 0.0));
   k.variants = engine_variants(k.keys, {"block_size", "capacity"});
+  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+    if (auto problem = check_workload_keys(values)) return problem;
+    return model::check_model_weights(values);
+  };
   return k;
 }
 
@@ -589,6 +622,7 @@ KindInfo cost_kind() {
   VariantDecl bh{"block_hash", Backend::Cpu, "hits of the block-hash cache (16-token blocks)", {}, true};
   VariantDecl rx{"radix", Backend::Cpu, "hits of the radix cache (token-granular)", radix_keys, true};
   k.variants = {none, bh, rx};
+  k.check = check_workload_keys;
   return k;
 }
 

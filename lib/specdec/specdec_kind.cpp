@@ -119,6 +119,10 @@ KindInfo specdec_kind() {
        with_matmul(la)},
       {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
+  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+    if (auto problem = model::check_model_weights(values, "target", "target_weights")) return problem;
+    return model::check_model_weights(values, "draft", "draft_weights");
+  };
   return k;
 }
 

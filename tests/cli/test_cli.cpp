@@ -166,6 +166,14 @@ TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
   EXPECT_EQ(list_files(dir_), std::vector<std::string>{"quick.yaml"});  // list writes nothing
 }
 
+// An experiment named twice by --only runs once (twice would repeat its rows under one name).
+TEST_F(Cli, OnlyNamingAnExperimentTwiceRunsItOnce) {
+  auto r = ib({"list", "quick.yaml", "--backend", "cpu", "--only", "tiny-gemm", "--only", "tiny-gemm"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 experiment for the cpu backend"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n1 rows in all"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -324,6 +332,124 @@ TEST_F(Cli, CtrlCKeepsTheRowsMeasuredSoFar) {
   EXPECT_FALSE(path_exists(dir_ + "/out/results.json.tmp"));
 }
 
+// Bad input only a variant sees (here kv-evict's whole-number budget above 1) is still exit 2 with
+// the experiment's file:line, and the run directory made for it (parents included) is removed.
+TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
+  write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: kv-evict\n    variants: [sliding_window]\n    context: 64\n"
+                                 "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
+  for (const std::string out : {"out", "deep/er/out"}) {
+    auto r = ib({"kvcache", "bad.yaml", "--backend", "cpu", "-q", "--format", "json", "-o", out}, in_dir());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("infer-bench: bad.yaml:2:5: experiment a (sliding_window", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("budget 2.5"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(path_exists(dir_ + "/out")) << out;
+    EXPECT_FALSE(path_exists(dir_ + "/deep")) << out;
+  }
+  auto r = ib({"kvcache", "bad.yaml", "--backend", "cpu", "-q", "--format", "json"}, in_dir());  // the default results/runs/...
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(path_exists(dir_ + "/results")) << r.err;
+}
+
+// `weights: DIR` is read when the spec is (config.json and the safetensors headers): a missing
+// directory, one without config.json or with a garbage one is exit 2 at the key's file:line,
+// never a crash (num_attention_heads: 0 divided by zero), a FAILED row or a run directory.
+TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
+  const std::string fields = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256)";
+  struct Case {
+    std::string config;  // "" = no config.json
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "/config.json: cannot open (a Hugging Face checkpoint directory needs config.json)"},
+      {"garbage{", "/config.json: not JSON: "},
+      {"[1, 2]", "/config.json: expected a JSON object of model settings"},
+      {"{" + fields + R"(, "num_attention_heads": 0})", "/config.json: num_attention_heads: 0 is out of range (at least 1)"},
+      {"{" + fields + R"(, "num_attention_heads": 4, "rope_theta": "big"})", "/config.json: rope_theta: not a number"},
+      {"{" + fields + R"(, "num_attention_heads": 4})", ": no model.safetensors or model.safetensors.index.json"},
+  };
+  for (const std::string sub : {"decode", "specdec"}) {
+    for (const auto& c : cases) {
+      const std::string ckpt = make_temp_dir();
+      if (!c.config.empty()) write_text(ckpt + "/config.json", c.config);
+      const std::string spec = sub == "decode" ? "experiments:\n  - name: a\n    kind: decode\n    model: checkpoint\n    weights: " + ckpt + "\n"
+                                               : "experiments:\n  - name: a\n    kind: specdec\n    target: checkpoint\n    target_weights: " + ckpt + "\n";
+      write_text(dir_ + "/bad.yaml", spec);
+      auto r = ib({sub, "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+      EXPECT_EQ(r.exit_code, 2) << sub << " " << c.config << "\n" << r.err;
+      EXPECT_EQ(lines(r.err), 1u) << r.err;
+      const std::string key = sub == "decode" ? "bad.yaml:5:14: experiments[0].weights: " : "bad.yaml:5:21: experiments[0].target_weights: ";
+      EXPECT_NE(r.err.find(key + ckpt + c.expected), std::string::npos) << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_FALSE(path_exists(dir_ + "/out"));
+    }
+  }
+  write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: specdec\n    target: tiny\n    draft: checkpoint\n");
+  auto r = ib({"specdec", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos) << r.err;
+}
+
+// A constraint or vocabulary that cannot be used is bad input found with the spec (exit 2 at the
+// key's file:line, nothing written), not FAILED rows after the run started.
+TEST_F(Cli, ConstraintsAndVocabulariesAreCheckedWithTheSpec) {
+  write_text(dir_ + "/broken.json", "{\"type\": \"object\", \"properties\": {\n");
+  write_text(dir_ + "/unsupported.json", R"({"type": "object", "unevaluatedProperties": false})");
+  struct Case {
+    std::string line;  // line 5 of the spec
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"    constraint: broken.json\n", "bad.yaml:5:17: experiments[0].constraint: 'broken.json': the schema is not JSON: "},
+      {"    constraint: nope.json\n",
+       "bad.yaml:5:17: experiments[0].constraint: 'nope.json' is no schema file, nor a bundled schema (calendar_event, extraction, "
+       "order, person, tool_call, tool_union, tree), nor regex:PATTERN or choice:a|b|c"},
+      {"    constraint: unsupported.json\n",
+       "bad.yaml:5:17: experiments[0].constraint: 'unsupported.json': schema /unevaluatedProperties: unsupported keyword "
+       "'unevaluatedProperties'"},
+      {"    constraint: [tool_call, 'regex:(ab']\n", "bad.yaml:5:17: experiments[0].constraint: 'regex:(ab': pattern /(ab/ at offset 3"},
+      {"    vocab: gpt3\n", "bad.yaml:5:12: experiments[0].vocab: 'gpt3' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json"},
+  };
+  for (const char* kind : {"constrain-compile", "constrain-generate"})
+    for (const auto& c : cases) {
+      write_text(dir_ + "/bad.yaml", std::string("experiments:\n  - name: a\n    kind: ") + kind + "\n    min_samples: 1\n" + c.line);
+      auto r = ib({"constrain", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+      EXPECT_EQ(r.exit_code, 2) << kind << " " << c.line << r.err;
+      EXPECT_EQ(lines(r.err), 1u) << r.err;
+      EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_FALSE(path_exists(dir_ + "/out"));
+    }
+}
+
+// An output directory the file system refuses is refused before anything runs, even for root
+// (whom access(W_OK) would let through on sysfs): one line, exit 2, nothing on stdout.
+TEST_F(Cli, UnwritableOutputDirectoryIsRefusedUpFront) {
+  if (!path_exists("/sys/kernel")) GTEST_SKIP() << "no /sys/kernel";
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "-o", "/sys/kernel"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("infer-bench: --output /sys/kernel: not writable: ", 0), 0u) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// Host memory a variant holds outside the tracked buffers (here cpu_paged's block tables for two
+// billion sequences) is an OOM row too when it cannot be had, not a FAILED one. Run under a 4 GB
+// address-space limit so that the allocation fails at once, whatever the machine.
+TEST_F(Cli, UntrackedHostAllocationFailureIsAnOomRow) {
+  write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: kv-paged\n    variants: [cpu_paged]\n    batch: 2000000000\n"
+                                 "    heads: 1\n    context: 2000000000\n    min_samples: 1\n    min_time: 0\n");
+  auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", kBinary, "kvcache", "big.yaml", "--backend", "cpu",
+                        "-o", "out", "-q", "--format", "json"},
+                       in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& row = j["experiments"][0]["rows"][0];
+  EXPECT_EQ(row["status"], "OOM") << row.dump();
+  EXPECT_NE(row["message"].get<std::string>().find("std::bad_alloc"), std::string::npos) << row.dump();
+}
+
 struct Malformed {
   const char* name;
   std::string spec;                 // written to bad.yaml ("" = do not write)
@@ -364,6 +490,14 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"unknown_key", kHead + "    byts: 1MiB\n", {}, "bad.yaml:5:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)"},
         Malformed{"wrong_type", kHead + "    bytes: lots\n", {}, "bad.yaml:5:12: experiments[0].bytes: expected a size like 4096, 64MiB or 80GB, got 'lots'"},
         Malformed{"negative_size", kHead + "    bytes: -64MiB\n", {}, "bad.yaml:5:12: experiments[0].bytes: must be at least 4 KiB, got -64 MiB"},
+        Malformed{"int_past_int32", kHead + "    bytes: 1MiB\n  - name: b\n    kind: attention\n    seq: [64, 3000000000]\n", {},
+                  "bad.yaml:8:15: experiments[1].seq[1]: must be at most 2147483647, got 3000000000"},
+        Malformed{"int_suffix_overflow", "experiments:\n  - name: a\n    kind: attention\n    seq: 9223372036854775807K\n", {},
+                  "bad.yaml:4:10: experiments[0].seq: expected an integer, got '9223372036854775807K'"},
+        Malformed{"prefix_query_range", "experiments:\n  - name: a\n    kind: prefix-cost\n    query_min: 10\n    query_max: 5\n", {},
+                  "bad.yaml:5:16: experiments[0].query_max: query_max 5 is below query_min 10"},
+        Malformed{"prefix_shares", "experiments:\n  - name: a\n    kind: prefix-mixed\n    chat_share: 0.8\n    fewshot_share: 0.5\n", {},
+                  "bad.yaml:5:20: experiments[0].fewshot_share: chat_share 0.8 + fewshot_share 0.5 exceeds 1"},
         Malformed{"empty_axis", kHead + "    bytes: []\n", {}, "bad.yaml:5:12: experiments[0].bytes: empty list: an axis needs at least one value"},
         Malformed{"unknown_kind", "experiments:\n  - name: a\n    kind: attentoin\n", {}, "bad.yaml:3:11: experiments[0].kind: unknown kind 'attentoin'"},
         Malformed{"unknown_variant", "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcopy]\n", {},
@@ -376,6 +510,9 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"bad_memory_limit", kHead, {"--memory-limit", "lots"}, "--memory-limit 'lots': expected a size like 80GiB"},
         Malformed{"bad_format", kHead, {"--format", "xml"}, "--format 'xml': expected md, csv or json"},
         Malformed{"bad_only", kHead, {"--only", "b"}, "--only b: no such experiment in bad.yaml"},
+        Malformed{"negative_warmup", kHead, {"--warmup", "-5"}, "--warmup: must be at least 0"},
+        Malformed{"negative_seed", kHead, {"--seed", "-3"}, "--seed: must be at least 0"},
+        Malformed{"negative_min_samples", kHead, {"--min-samples", "-1"}, "--min-samples: must be at least 1"},
         Malformed{"bad_max_noise", kHead, {"--max-noise", "2"}, "--max-noise '2': expected a fraction in (0, 1]"},
         Malformed{"model_vocab_below_tokenizer", "experiments:\n  - name: a\n    kind: constrain-generate\n    model: tiny\n", {},
                   "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'"}),

@@ -100,11 +100,18 @@ TEST(ConstrainKinds, KeywordExperimentListsEveryCase) {
   }
 }
 
-TEST(ConstrainKinds, UnknownSchemaIsAFailedRowWithTheReason) {
-  auto r = run_spec_text("  - {name: x, kind: constrain-compile, variants: [lazy], constraint: no_such_schema}\n");
-  ASSERT_EQ(r.rows.size(), 1u);
-  EXPECT_EQ(r.rows[0].status, RowStatus::Failed);
-  EXPECT_NE(r.rows[0].message.find("no_such_schema"), std::string::npos) << r.rows[0].message;
+// An unknown schema is bad input found with the spec (exit 2 at its line), not a FAILED row.
+TEST(ConstrainKinds, UnknownSchemaIsASpecErrorNamingIt) {
+  try {
+    run_spec_text("  - {name: x, kind: constrain-compile, variants: [lazy], constraint: no_such_schema}\n");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("t.yaml:3:", 0), 0u) << what;
+    EXPECT_NE(what.find("experiments[0].constraint: 'no_such_schema' is no schema file, nor a bundled schema (calendar_event"),
+              std::string::npos)
+        << what;
+  }
 }
 
 }  // namespace

@@ -111,8 +111,10 @@ std::vector<std::string> create_run_dir(const std::string& dir) {
   return created;
 }
 
-void remove_run_output(const std::string& dir, const std::vector<std::string>& created) {
-  for (const char* name : {"results.json", "results.csv", "report.md"}) {
+void remove_run_output(const std::string& dir, const std::vector<std::string>& created, const std::vector<std::string>& extra_files) {
+  std::vector<std::string> names = {"results.json", "results.csv", "report.md"};
+  names.insert(names.end(), extra_files.begin(), extra_files.end());
+  for (const auto& name : names) {
     const std::string path = dir + "/" + name;
     ::unlink(path.c_str());
     ::unlink((path + ".tmp").c_str());

@@ -22,6 +22,7 @@ std::string choose_run_dir(const std::string& requested, const std::string& labe
 std::vector<std::string> create_run_dir(const std::string& dir);
 // Undoes a run that ended in bad input: removes the result files (and their temporaries) from
 // `dir`, then the directories `created` by create_run_dir, deepest first, when they are empty.
-void remove_run_output(const std::string& dir, const std::vector<std::string>& created);
+void remove_run_output(const std::string& dir, const std::vector<std::string>& created,
+                       const std::vector<std::string>& extra_files = {});
 
 }  // namespace ib

@@ -413,6 +413,13 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
 
 }  // namespace
 
+std::vector<std::string> plot_file_names(const ExperimentSpec& spec) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < spec.plots.size(); ++i)
+    names.push_back(i == 0 ? spec.name + ".svg" : fmt::format("{}-{}.svg", spec.name, i + 1));
+  return names;
+}
+
 bool plot_y_is_builtin(const std::string& y) { return y == "ms" || y == "speedup" || y == "tflops" || y == "gbps"; }
 
 std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceilings& ceilings, const std::string& device,
@@ -431,8 +438,7 @@ std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceiling
                                                   join_y(result.spec.plots[i]), result.spec.plots[i].x, why));
       continue;
     }
-    // Named by position in the spec, so a plot keeps its file name whichever others have data.
-    f->file = i == 0 ? result.spec.name + ".svg" : fmt::format("{}-{}.svg", result.spec.name, i + 1);
+    f->file = plot_file_names(result.spec)[i];
     files.push_back(std::move(*f));
   }
   return files;

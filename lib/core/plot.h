@@ -25,6 +25,10 @@ struct PlotFile {
   std::string svg;
 };
 
+// The file each declared plot is written to, in the spec's order: "<experiment>.svg", then
+// "<experiment>-2.svg", ... (by position, so a plot keeps its name whichever others have data).
+std::vector<std::string> plot_file_names(const ExperimentSpec& spec);
+
 // Renders every plot the experiment declares that has data: at least two distinct x values in
 // one series. `skipped` (optional) receives one line per plot left out and why.
 std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceilings& ceilings, const std::string& device,

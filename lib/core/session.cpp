@@ -227,7 +227,10 @@ int run_spec_file(const std::string& path, const SessionOptions& o) {
   } catch (const InputError&) {
     // Bad input that only a variant could see (a checkpoint's tensors, a limit across keys): exit 2
     // leaves no run behind, as a spec error does.
-    remove_run_output(dir, created);
+    std::vector<std::string> plots;
+    for (const auto& e : spec.experiments)
+      for (const auto& f : plot_file_names(e)) plots.push_back(f);
+    remove_run_output(dir, created, plots);
     throw;
   }
 }

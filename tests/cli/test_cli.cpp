@@ -352,6 +352,18 @@ TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
   EXPECT_FALSE(path_exists(dir_ + "/results")) << r.err;
 }
 
+// The same after an earlier experiment has drawn its plot: the SVG goes with the run.
+TEST_F(Cli, BadInputFoundWhileRunningRemovesThePlotsToo) {
+  write_text(dir_ + "/bad.yaml",
+             "experiments:\n  - name: copy\n    kind: ceiling\n    variants: [memcpy]\n    bytes: [1MiB, 2MiB]\n"
+             "    plot: {x: bytes, y: gbps}\n    min_samples: 2\n    min_time: 0\n"
+             "  - name: a\n    kind: kv-evict\n    variants: [sliding_window]\n    context: 64\n"
+             "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
+  auto r = ib({"run", "bad.yaml", "--backend", "cpu", "-q", "-o", "out"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(path_exists(dir_ + "/out")) << (path_exists(dir_ + "/out") ? list_files(dir_ + "/out").size() : 0);
+}
+
 // `weights: DIR` is read when the spec is (config.json and the safetensors headers): a missing
 // directory, one without config.json or with a garbage one is exit 2 at the key's file:line,
 // never a crash (num_attention_heads: 0 divided by zero), a FAILED row or a run directory.

@@ -151,6 +151,13 @@ class SpecVariant : public Variant {
       if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
     }
     if (mode_ == Mode::Lookahead && p.number("temperature") > 0) return "lookahead rows verify greedily (temperature 0)";
+    // The prompt and the new tokens must fit the models' positions (a bundled text's prompt is short).
+    const int64_t need = (p.text("text") == "none" && p.find("prompt") ? p.integer("prompt") : 0) + p.integer("new_tokens");
+    for (const char* role : {"target", "draft"}) {
+      if (std::string(role) == "draft" && !drafts()) continue;
+      if (const auto c = model::preset(p.text(role)); c && need > c->max_positions)
+        return fmt::format("a {}-token sequence exceeds the {} {}'s {} positions", need, role, c->name, c->max_positions);
+    }
     if (p.find("batch") && p.integer("batch") > 1) {
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
@@ -225,6 +232,11 @@ class SpecVariant : public Variant {
     if (cfg_.dynamic_nodes > 0) tree_nodes = std::max(tree_nodes, cfg_.dynamic_nodes + cfg_.k * cfg_.tree[0]);
     if (mode_ == Mode::Lookahead) tree_nodes = lookahead_max_nodes(la_) + la_.window + la_.ngram;
     const int cap = static_cast<int>(prompt_.size()) + n_ + tree_nodes + 2;
+    const int need = static_cast<int>(prompt_.size()) + n_;
+    for (const model::Model* m : {target_.get(), draft_.get()})
+      if (m && need > m->config().max_positions)  // a checkpoint's max_position_embeddings (presets: unsupported rows)
+        throw InputError(fmt::format("a {}-token sequence exceeds {}'s {} positions (max_position_embeddings)", need, m->config().name,
+                                     m->config().max_positions));
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
     batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;

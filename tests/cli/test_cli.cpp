@@ -154,6 +154,20 @@ TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
   for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 
+// A prompt and new tokens past the target's (or draft's) positions are an unsupported row saying
+// so, not a prefill that runs for minutes.
+TEST_F(Cli, SpecdecRefusesSequencesPastTheModelsPositions) {
+  write_text(dir_ + "/long.yaml", "experiments:\n  - name: target\n    kind: specdec\n    variants: [cpu_autoregressive]\n"
+                                  "    target: tiny\n    prompt: 100000\n    new_tokens: 8\n    min_samples: 1\n    min_time: 0\n"
+                                  "  - name: draft\n    kind: specdec\n    variants: [cpu_draft_model]\n"
+                                  "    target: deep-narrow\n    draft: tiny\n    prompt: 3000\n    new_tokens: 8\n"
+                                  "    min_samples: 1\n    min_time: 0\n");
+  auto r = ib({"specdec", "long.yaml", "--backend", "cpu", "-q", "-o", "out"}, in_dir());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("a 100008-token sequence exceeds the target tiny's 2048 positions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a 3008-token sequence exceeds the draft tiny's 2048 positions"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
   auto r = ib({"list", kSource + "/experiments/chapter8.yaml", "--backend", "cpu"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

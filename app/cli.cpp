@@ -26,6 +26,14 @@ void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only) {
   sub->add_flag("--quiet,-q", c.quiet, "no notes or progress line on stderr (tables still go to stdout)");
 }
 
+void add_list_options(CLI::App* sub, CommonOptions& c) {
+  sub->add_option("--backend", c.backend, "auto (CUDA when a GPU is usable, else CPU), cuda or cpu")->default_str("auto");
+  sub->add_option("--set", c.sets, "override a spec key: key=value or experiment.key=value (YAML value, repeatable)")
+      ->allow_extra_args(false);
+  sub->add_option("--only", c.only, "list only the named experiments (repeatable)")->allow_extra_args(false);
+  sub->add_flag("--quiet,-q", c.quiet, "accepted for symmetry with run (list prints nothing on stderr but errors)");
+}
+
 SessionOptions Cli::session() const {
   SessionOptions s;
   s.argv = argv;

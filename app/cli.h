@@ -39,6 +39,9 @@ struct Cli {
 
 // Registers common options on a subcommand that runs experiments.
 void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only);
+// The options that change what `list` shows (it measures and writes nothing, so the output and
+// stopping-rule flags would be silently ignored: they are refused instead).
+void add_list_options(CLI::App* sub, CommonOptions& c);
 
 void register_run(Cli& cli);
 void register_list(Cli& cli);

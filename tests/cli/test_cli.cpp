@@ -178,6 +178,14 @@ TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
   EXPECT_NE(q.out.find("2 configurations × 1 variant = 2 rows"), std::string::npos) << q.out;
   EXPECT_NE(q.out.find("`ceiling/tiny-copy/memcpy/bytes=2MiB`"), std::string::npos) << q.out;
   EXPECT_EQ(list_files(dir_), std::vector<std::string>{"quick.yaml"});  // list writes nothing
+  // Flags that only mean something to a run are refused, not silently ignored.
+  for (const char* flag : {"--format", "--output", "--timeout", "--memory-limit"}) {
+    auto bad = ib({"list", "quick.yaml", "--backend", "cpu", flag, "1"}, in_dir());
+    EXPECT_EQ(bad.exit_code, 2) << flag;
+    EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+    EXPECT_TRUE(bad.out.empty()) << flag;
+  }
+  EXPECT_EQ(ib({"list", "quick.yaml", "--backend", "cpu", "--set", "bytes=4MiB", "--only", "tiny-copy", "-q"}, in_dir()).exit_code, 0);
 }
 
 // An experiment named twice by --only runs once (twice would repeat its rows under one name).

@@ -420,8 +420,6 @@ std::vector<std::string> plot_file_names(const ExperimentSpec& spec) {
   return names;
 }
 
-bool plot_y_is_builtin(const std::string& y) { return y == "ms" || y == "speedup" || y == "tflops" || y == "gbps"; }
-
 std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceilings& ceilings, const std::string& device,
                                    std::vector<std::string>* skipped) {
   std::vector<PlotFile> files;

@@ -15,9 +15,6 @@
 
 namespace ib {
 
-// The y quantities with a fixed meaning; any other y names a metric.
-bool plot_y_is_builtin(const std::string& y);
-
 // One rendered plot: the file name inside the run directory and the SVG document.
 struct PlotFile {
   std::string file;   // "<experiment>.svg", then "<experiment>-2.svg", ...

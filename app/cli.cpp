@@ -68,17 +68,10 @@ SessionOptions Cli::session() const {
     if (*o.timeout <= 0) throw InputError("--timeout: must be above 0");
   }
   if (!common.max_noise.empty()) {
-    std::string t = common.max_noise;
-    double scale = 1;
-    if (!t.empty() && t.back() == '%') {
-      scale = 0.01;
-      t.pop_back();
-    }
-    char* end = nullptr;
-    double v = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end || !std::isfinite(v) || v <= 0 || v * scale > 1)
+    const std::optional<double> v = parse_fraction(common.max_noise);
+    if (!v || *v <= 0 || *v > 1)
       throw InputError("--max-noise '" + common.max_noise + "': expected a fraction in (0, 1] like 0.01 or 1%");
-    o.max_noise = v * scale;
+    o.max_noise = *v;
   }
   if (common.cold_l2) o.cold_l2 = true;
   if (!common.memory_limit.empty()) {

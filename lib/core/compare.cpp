@@ -35,12 +35,6 @@ std::string cell(RowStatus s, double median) {
   return s == RowStatus::Oom ? "OOM" : s == RowStatus::Failed ? "FAILED" : "unsupported";
 }
 
-std::string md_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c == '\n' ? ' ' : c);
-  return out;
-}
-
 // The parameter keys whose values differ across an experiment's compared rows (table columns).
 std::vector<std::string> varying_keys(const ExperimentComparison& e) {
   std::vector<std::string> out;

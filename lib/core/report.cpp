@@ -13,8 +13,6 @@
 
 namespace ib {
 
-namespace {
-
 std::string md_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -24,6 +22,8 @@ std::string md_escape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 std::string ms(double seconds) { return format_number(seconds * 1e3); }
 

@@ -52,6 +52,9 @@ nlohmann::json json_report(const ResultSet& results);
 // Reads a results.json back (checks the schema version; throws std::runtime_error).
 ResultSet results_from_json(const nlohmann::json& j);
 
+// Text for a Markdown table cell: '|' escaped, line breaks as spaces.
+std::string md_escape(const std::string& s);
+
 // RFC 4180 field quoting.
 std::string csv_field(const std::string& s);
 

@@ -295,17 +295,9 @@ int compare_results_files(const std::string& base_path, const std::string& new_p
   if (o.format != "md" && o.format != "csv") throw InputError("--format '" + o.format + "': expected md or csv");
   double fail = 0;
   if (!o.fail_slower.empty()) {
-    std::string t = o.fail_slower;
-    double scale = 1;
-    if (t.back() == '%') {
-      scale = 0.01;
-      t.pop_back();
-    }
-    char* end = nullptr;
-    const double v = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end || !std::isfinite(v) || v < 0 || v * scale > 10)
-      throw InputError("--fail-slower '" + o.fail_slower + "': expected a fraction like 0.05 or 5%");
-    fail = v * scale;
+    const std::optional<double> v = parse_fraction(o.fail_slower);
+    if (!v || *v < 0 || *v > 10) throw InputError("--fail-slower '" + o.fail_slower + "': expected a fraction like 0.05 or 5%");
+    fail = *v;
   }
   const ResultSet base = load_results(base_path);
   const ResultSet next = load_results(new_path);

@@ -105,18 +105,9 @@ bool parse_int(const std::string& text, int64_t* out) {
 }
 
 bool parse_float(const std::string& text, double* out) {
-  if (text.empty()) return false;
-  std::string t = text;
-  double scale = 1.0;
-  if (t.back() == '%') {
-    scale = 0.01;
-    t.pop_back();
-  }
-  char* end = nullptr;
-  double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || !std::isfinite(v)) return false;
-  *out = v * scale;
-  return true;
+  const std::optional<double> v = parse_fraction(text);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 // A value with the place it came from.

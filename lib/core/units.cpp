@@ -65,6 +65,20 @@ std::string format_bytes(double bytes) {
   return fmt::format("{} {}", format_number(v), units[u]);
 }
 
+std::optional<double> parse_fraction(const std::string& text) {
+  std::string t = text;
+  double scale = 1.0;
+  if (!t.empty() && t.back() == '%') {
+    scale = 0.01;
+    t.pop_back();
+  }
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v * scale;
+}
+
 std::optional<double> parse_seconds(const std::string& text) {
   double v = 0;
   std::string unit;

@@ -17,6 +17,9 @@ std::optional<double> parse_seconds(const std::string& text);
 // 0.0123 -> "12.3 ms".
 std::string format_seconds(double seconds);
 
+// A finite number, or a percentage of one: "0.05" -> 0.05, "5%" -> 0.05. nullopt otherwise.
+std::optional<double> parse_fraction(const std::string& text);
+
 // Engineering-style number: 3 significant digits, no exponent for ordinary magnitudes.
 std::string format_number(double value);
 

@@ -61,3 +61,16 @@ TEST(Suggestions, NearestKey) {
 
 }  // namespace
 }  // namespace ib
+
+namespace ib {
+namespace {
+
+TEST(Units, FractionsAndPercentages) {
+  EXPECT_EQ(parse_fraction("0.05"), std::optional<double>(0.05));
+  EXPECT_DOUBLE_EQ(*parse_fraction("5%"), 0.05);
+  EXPECT_DOUBLE_EQ(*parse_fraction("-2"), -2.0);
+  for (const char* bad : {"", "%", "x", "5 %", "1e999", "nan%", "0.1x"}) EXPECT_FALSE(parse_fraction(bad).has_value()) << bad;
+}
+
+}  // namespace
+}  // namespace ib

@@ -38,16 +38,28 @@ void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, floa
                         uint16_t* out, cudaStream_t stream);
 
 // What follows the fused QKV GEMM, in one kernel per row: qkv[r] = [q (heads·D) | k (kv·D) |
-// v (kv·D)] bf16, optionally + bias (same layout), RoPE on q and k (Hugging Face rotate-half:
-// pairs (i, i + D/2), angle pos·theta^(−2i/D), pos = rows[r].pos), then
+// v (kv·D)] bf16, optionally + bias (same layout; with qk_bias_applied only v's part is added:
+// launch_head_rmsnorm added q's and k's), RoPE on q and k (Hugging Face rotate-half: pairs
+// (i, i + D/2), angle pos·inv_freq[i], pos = rows[r].pos, cos and sin times attention_factor;
+// inv_freq: device, [D/2], ModelConfig::rope_inv_freq), then
 //   - q: back into qkv in place (q_heads_major == nullptr), or into q_heads_major laid out
 //     [heads][n_rows][D] (the layout FlashAttention-2 reads);
 //   - k, v: into the cache of rows[r] at position pos (layer `layer`).
 //   With `slots` (tree verification), row r's k and v go to position slots[r] of its cache
 //   instead of rows[r].pos (which stays its RoPE position).
-void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, const AttnRow* rows, int n_rows, int layer, int heads,
-                            int kv_heads, int head_dim, float rope_theta, uint16_t* q_heads_major, cudaStream_t stream,
-                            const int32_t* slots = nullptr);
+void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, bool qk_bias_applied, const AttnRow* rows, int n_rows, int layer,
+                            int heads, int kv_heads, int head_dim, const double* inv_freq, double attention_factor,
+                            uint16_t* q_heads_major, cudaStream_t stream, const int32_t* slots = nullptr);
+
+// Qwen3's q_norm / k_norm on qkv[r] (layout as above), in place, before RoPE: each q head (and
+// k head) x (+ its bias, when `bias`) becomes bf16(x / sqrt(mean(x²) + eps) · q_w (k_w)).
+void launch_head_rmsnorm(uint16_t* qkv, const uint16_t* bias, int n_rows, int heads, int kv_heads, int head_dim, const uint16_t* q_w,
+                         const uint16_t* k_w, float eps, cudaStream_t stream);
+
+// y[r][i] += bias[i] over rows × n fp32 (o_proj and down_proj biases on the residual stream).
+void launch_add_bias_f32(float* y, const uint16_t* bias, int rows, int n, cudaStream_t stream);
+// y[r][i] = bf16(y[r][i] + bias[i]) over rows × n bf16 (gate/up biases before SwiGLU).
+void launch_add_bias_bf16(uint16_t* y, const uint16_t* bias, int rows, int n, cudaStream_t stream);
 
 // rows[i] = {cache, capacity, first_pos + i} for i < n (the rows of one prefill chunk).
 void launch_fill_attn_rows(AttnRow* rows, int n, uint16_t* cache, int capacity, int first_pos, cudaStream_t stream);

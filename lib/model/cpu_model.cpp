@@ -166,13 +166,14 @@ void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* 
   }
 }
 
-// Hugging Face Llama's rotate-half RoPE on one head vector at position `pos`.
-void rope(float* v, int d, int pos, float theta) {
+// Hugging Face Llama's rotate-half RoPE on one head vector at position `pos`: pairs (i, i + d/2)
+// rotated by pos · inv_freq[i] (ModelConfig::rope_inv_freq: theta and scaling applied), cos and
+// sin multiplied by `attention_factor` (YaRN; 1 otherwise), as transformers' rotary embedding does.
+void rope(float* v, int d, int pos, const double* inv_freq, double attention_factor) {
   const int half = d / 2;
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / d);
-    const double angle = pos * inv_freq;
-    const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+    const double angle = pos * inv_freq[i];
+    const float c = static_cast<float>(std::cos(angle) * attention_factor), s = static_cast<float>(std::sin(angle) * attention_factor);
     const float a = v[i], b = v[i + half];
     v[i] = a * c - b * s;
     v[i + half] = b * c + a * s;
@@ -180,7 +181,7 @@ void rope(float* v, int d, int pos, float theta) {
 }
 
 struct Layer {
-  Buf in_norm, post_norm, wq, wk, wv, bq, bk, bv, wo, wg, wu, wd;
+  Buf in_norm, post_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, wg, wu, wd, bg, bu, bd;
 };
 
 struct Sequence {
@@ -209,7 +210,7 @@ struct TreeRows {
 
 class CpuModel : public Model {
  public:
-  CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c) {
+  CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c), inv_freq_(c.rope_inv_freq()), rope_factor_(c.rope_attention_factor()) {
     const auto specs = tensor_specs(c);
     auto load = [&](const std::string& name, Buf& dst, bool transpose) {
       for (const auto& s : specs)
@@ -246,10 +247,20 @@ class CpuModel : public Model {
         load(p + "self_attn.k_proj.bias", L.bk, false);
         load(p + "self_attn.v_proj.bias", L.bv, false);
       }
+      if (c.qk_norm) {
+        load(p + "self_attn.q_norm.weight", L.q_norm, false);
+        load(p + "self_attn.k_norm.weight", L.k_norm, false);
+      }
       load(p + "self_attn.o_proj.weight", L.wo, true);
+      if (c.o_bias) load(p + "self_attn.o_proj.bias", L.bo, false);
       load(p + "mlp.gate_proj.weight", L.wg, true);
       load(p + "mlp.up_proj.weight", L.wu, true);
       load(p + "mlp.down_proj.weight", L.wd, true);
+      if (c.mlp_bias) {
+        load(p + "mlp.gate_proj.bias", L.bg, false);
+        load(p + "mlp.up_proj.bias", L.bu, false);
+        load(p + "mlp.down_proj.bias", L.bd, false);
+      }
     }
     load("model.norm.weight", final_norm_, false);
     load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
@@ -555,8 +566,14 @@ class CpuModel : public Model {
       matmul(xn.data(), rows, h, L.wv.data(), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
       for (int r = 0; r < rows; ++r) {
         const int p = pos[static_cast<size_t>(r)];
-        for (int hh = 0; hh < c_.heads; ++hh) rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, c_.rope_theta);
-        for (int kh = 0; kh < c_.kv_heads; ++kh) rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, p, c_.rope_theta);
+        if (c_.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
+          rmsnorm(&q[static_cast<size_t>(r) * qd], c_.heads, d, L.q_norm.data(), c_.rms_eps, &q[static_cast<size_t>(r) * qd]);
+          rmsnorm(&k[static_cast<size_t>(r) * kvd], c_.kv_heads, d, L.k_norm.data(), c_.rms_eps, &k[static_cast<size_t>(r) * kvd]);
+        }
+        for (int hh = 0; hh < c_.heads; ++hh)
+          rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, inv_freq_.data(), rope_factor_);
+        for (int kh = 0; kh < c_.kv_heads; ++kh)
+          rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, p, inv_freq_.data(), rope_factor_);
       }
       round_kv(l, rows, seq_of, k.data(), v.data());
       for (int r = 0; r < rows; ++r) {
@@ -577,7 +594,8 @@ class CpuModel : public Model {
           const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
           const int p = pos[static_cast<size_t>(r)];
           Sequence& s = at(seq_of[static_cast<size_t>(r)]);
-          const int first = c_.sliding_window > 0 ? std::max(0, p - c_.sliding_window + 1) : 0;
+          const int window = c_.window(l);
+          const int first = window > 0 ? std::max(0, p - window + 1) : 0;
           const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
           const float* kc = cache_k(s, l, hh / g);
           const float* vc = cache_v(s, l, hh / g);
@@ -631,13 +649,13 @@ class CpuModel : public Model {
           }
         }
       }
-      matmul(att.data(), rows, qd, L.wo.data(), h, nullptr, tmp.data());
+      matmul(att.data(), rows, qd, L.wo.data(), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
       for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
-      matmul(xn.data(), rows, h, L.wg.data(), c_.mlp, nullptr, gate.data());
-      matmul(xn.data(), rows, h, L.wu.data(), c_.mlp, nullptr, up.data());
+      matmul(xn.data(), rows, h, L.wg.data(), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
+      matmul(xn.data(), rows, h, L.wu.data(), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
       for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-      matmul(gate.data(), rows, c_.mlp, L.wd.data(), h, nullptr, tmp.data());
+      matmul(gate.data(), rows, c_.mlp, L.wd.data(), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
       for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
     }
     for (int r = 0; r < rows; ++r) {
@@ -661,6 +679,8 @@ class CpuModel : public Model {
   }
 
   ModelConfig c_;
+  std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied
+  double rope_factor_ = 1.0;       // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   SequenceTable<Sequence> seqs_;

@@ -134,9 +134,13 @@ struct LayerWeights {
   Bf16Buffer in_norm, post_norm;
   Bf16Buffer wqkv;  // [q_dim + 2·kv_dim][hidden]: q_proj, k_proj, v_proj rows one after the other
   Bf16Buffer bqkv;  // [q_dim + 2·kv_dim] when the model has q/k/v biases
+  Bf16Buffer q_norm, k_norm;  // [head_dim] each (Qwen3)
   Bf16Buffer wo;    // [hidden][q_dim]
+  Bf16Buffer bo;    // [hidden] (Llama attention_bias)
   Bf16Buffer wgu;   // [2·mlp][hidden]: gate_proj rows, then up_proj rows
+  Bf16Buffer bgu;   // [2·mlp]: gate then up biases (Llama mlp_bias)
   Bf16Buffer wd;    // [hidden][mlp]
+  Bf16Buffer bd;    // [hidden] (Llama mlp_bias)
 };
 
 struct Sequence {
@@ -178,6 +182,12 @@ class CudaModel final : public Model {
     IB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
 
     cublas_ws_.allocate(kCublasWorkspaceBytes, "cuBLAS workspace");
+    {  // RoPE frequencies (theta and scaling applied on the host, as the CPU engine uses them)
+      const std::vector<double> f = c.rope_inv_freq();
+      inv_freq_.allocate(f.size(), "RoPE frequencies");
+      IB_CUDA_CHECK(cudaMemcpyAsync(inv_freq_.data(), f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice, stream_));
+      IB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // f is freed at the end of this block
+    }
     load_weights(w);
     allocate_activations();
     IB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // weights in place, host staging released
@@ -532,13 +542,30 @@ class CudaModel final : public Model {
         put(p + "self_attn.k_proj.bias", L.bqkv.data() + qd, kvd);
         put(p + "self_attn.v_proj.bias", L.bqkv.data() + qd + kvd, kvd);
       }
+      if (c_.qk_norm) {
+        alloc(L.q_norm, c_.head_dim, p + "q_norm");
+        put(p + "self_attn.q_norm.weight", L.q_norm.data(), c_.head_dim);
+        alloc(L.k_norm, c_.head_dim, p + "k_norm");
+        put(p + "self_attn.k_norm.weight", L.k_norm.data(), c_.head_dim);
+      }
       alloc(L.wo, h * qd, p + "o_proj");
       put(p + "self_attn.o_proj.weight", L.wo.data(), h * qd);
+      if (c_.o_bias) {
+        alloc(L.bo, h, p + "o_proj_bias");
+        put(p + "self_attn.o_proj.bias", L.bo.data(), h);
+      }
       alloc(L.wgu, 2 * mlp * h, p + "gate_up_proj");
       put(p + "mlp.gate_proj.weight", L.wgu.data(), mlp * h);
       put(p + "mlp.up_proj.weight", L.wgu.data() + mlp * h, mlp * h);
       alloc(L.wd, h * mlp, p + "down_proj");
       put(p + "mlp.down_proj.weight", L.wd.data(), h * mlp);
+      if (c_.mlp_bias) {
+        alloc(L.bgu, 2 * mlp, p + "gate_up_bias");
+        put(p + "mlp.gate_proj.bias", L.bgu.data(), mlp);
+        put(p + "mlp.up_proj.bias", L.bgu.data() + mlp, mlp);
+        alloc(L.bd, h, p + "down_bias");
+        put(p + "mlp.down_proj.bias", L.bd.data(), h);
+      }
     }
     alloc(final_norm_, h, "model.norm");
     put("model.norm.weight", final_norm_.data(), h);
@@ -634,7 +661,7 @@ class CudaModel final : public Model {
     a.heads = c_.heads;
     a.kv_heads = c_.kv_heads;
     a.head_dim = c_.head_dim;
-    a.window = c_.sliding_window;
+    a.window = c_.window(l);
     a.scale = scale;
     a.out = attn_.data();
   }
@@ -662,7 +689,7 @@ class CudaModel final : public Model {
       fp.seq_q = rows;
       fp.seq_k = pc->start + rows;
       fp.causal = true;
-      fp.window = c_.sliding_window > 0 ? c_.sliding_window : 0;
+      fp.window = 0;  // per layer below
       fp.scale = scale;
       fp.fp16 = false;
       fp.k_head_stride = fp.v_head_stride = int64_t{pc->capacity} * D;
@@ -675,8 +702,11 @@ class CudaModel final : public Model {
       LayerWeights& L = layers_[static_cast<size_t>(l)];
       launch_add_rmsnorm(x_.data(), nullptr, L.in_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
       gemm(s, L.wqkv.data(), h_.data(), qkv_.data(), rows, h, qkv_dim_, CUDA_R_16BF, 0.0f);
-      launch_qkv_rope_append(qkv_.data(), c_.qkv_bias ? L.bqkv.data() : nullptr, table, rows, l, c_.heads, c_.kv_heads, D,
-                             c_.rope_theta, flash ? qh_.data() : nullptr, s, tree ? tree->slots : nullptr);
+      const uint16_t* qkv_bias = c_.qkv_bias ? L.bqkv.data() : nullptr;
+      if (c_.qk_norm)  // Qwen3: per-head RMSNorm of q and k (their biases added first), then RoPE
+        launch_head_rmsnorm(qkv_.data(), qkv_bias, rows, c_.heads, c_.kv_heads, D, L.q_norm.data(), L.k_norm.data(), c_.rms_eps, s);
+      launch_qkv_rope_append(qkv_.data(), qkv_bias, c_.qk_norm, table, rows, l, c_.heads, c_.kv_heads, D, inv_freq_.data(),
+                             c_.rope_attention_factor(), flash ? qh_.data() : nullptr, s, tree ? tree->slots : nullptr);
       if (tree) {
         TreeAttentionArgs a;
         row_attention_args(a, table, rows, l, scale);
@@ -685,6 +715,7 @@ class CudaModel final : public Model {
         a.anc = tree->anc;
         launch_tree_attention(a, s);
       } else if (flash) {
+        fp.window = c_.window(l);
         const size_t head_elems = static_cast<size_t>(pc->capacity) * D;
         const uint16_t* k = pc->cache + static_cast<size_t>(l) * 2 * c_.kv_heads * head_elems;
         fp.k = k;
@@ -699,14 +730,17 @@ class CudaModel final : public Model {
         launch_decode_attention(a, s);
       }
       gemm(s, L.wo.data(), attn_.data(), x_.data(), rows, qd, h, CUDA_R_32F, 1.0f);  // x += o_proj(attn)
+      if (c_.o_bias) launch_add_bias_f32(x_.data(), L.bo.data(), rows, h, s);
       launch_add_rmsnorm(x_.data(), nullptr, L.post_norm.data(), c_.rms_eps, rows, h, h_.data(), s);
-      if (use_gemv(rows, h, 2 * mlp, L.wgu.data(), h_.data())) {
+      if (!c_.mlp_bias && use_gemv(rows, h, 2 * mlp, L.wgu.data(), h_.data())) {
         launch_gemv_swiglu_bf16(L.wgu.data(), h_.data(), act_.data(), rows, h, mlp, sm_count_, s);  // gate/up + SwiGLU, one kernel
       } else {
         gemm(s, L.wgu.data(), h_.data(), gu_.data(), rows, h, 2 * mlp, CUDA_R_16BF, 0.0f);
+        if (c_.mlp_bias) launch_add_bias_bf16(gu_.data(), L.bgu.data(), rows, 2 * mlp, s);
         launch_swiglu(gu_.data(), rows, mlp, act_.data(), s);
       }
       gemm(s, L.wd.data(), act_.data(), x_.data(), rows, mlp, h, CUDA_R_32F, 1.0f);  // x += down_proj(act)
+      if (c_.mlp_bias) launch_add_bias_f32(x_.data(), L.bd.data(), rows, h, s);
     }
   }
 
@@ -782,6 +816,7 @@ class CudaModel final : public Model {
   OwnedCublas cublas_;
   OwnedEvent step_uploaded_;
 
+  DeviceBuffer<double> inv_freq_;  // RoPE [head_dim / 2]
   Bf16Buffer embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -41,11 +42,21 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
       t.push_back({p + "self_attn.k_proj.bias", {kv}});
       t.push_back({p + "self_attn.v_proj.bias", {kv}});
     }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      t.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
     t.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    if (c.o_bias) t.push_back({p + "self_attn.o_proj.bias", {h}});
     t.push_back({p + "post_attention_layernorm.weight", {h}});
     t.push_back({p + "mlp.gate_proj.weight", {m, h}});
     t.push_back({p + "mlp.up_proj.weight", {m, h}});
     t.push_back({p + "mlp.down_proj.weight", {h, m}});
+    if (c.mlp_bias) {
+      t.push_back({p + "mlp.gate_proj.bias", {m}});
+      t.push_back({p + "mlp.up_proj.bias", {m}});
+      t.push_back({p + "mlp.down_proj.bias", {h}});
+    }
   }
   t.push_back({"model.norm.weight", {h}});
   if (!c.tied_embeddings) t.push_back({"lm_head.weight", {c.vocab, h}});
@@ -153,7 +164,24 @@ class SafetensorsWeights : public WeightSource {
       throw InputError(dir_ + ": no model.safetensors or model.safetensors.index.json");
     }
     // Check every tensor up front: a missing or mis-shaped one is an error before any work.
-    for (const auto& spec : tensor_specs(c)) entry(spec);
+    std::set<std::string> used;
+    for (const auto& spec : tensor_specs(c)) {
+      entry(spec);
+      used.insert(spec.name);
+    }
+    // A tensor the engine would not read means the config describes another model (a bias, a
+    // norm, an expert it does not know): refused, never silently dropped. The one exception is
+    // transformers' own: with tied embeddings it ignores a stored lm_head.weight.
+    std::vector<std::string> unused;
+    for (const auto& [name, file] : where_)
+      if (!used.count(name) && !(c.tied_embeddings && name == "lm_head.weight")) unused.push_back(name);
+    if (!unused.empty()) {
+      const size_t shown = std::min<size_t>(unused.size(), 6);
+      throw InputError(fmt::format("{}: {} tensor{} the model described by config.json does not use: {}{}", dir_, unused.size(),
+                                   unused.size() == 1 ? "" : "s", fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                                   unused.size() > shown ? fmt::format(" and {} more", unused.size() - shown) : ""));
+    }
+    tied_head_ignored_ = c.tied_embeddings && where_.count("lm_head.weight");
   }
 
   void read(const TensorSpec& spec, float* dst) const override {
@@ -176,7 +204,9 @@ class SafetensorsWeights : public WeightSource {
       }
     }
   }
-  std::string describe() const override { return "safetensors checkpoint " + dir_; }
+  std::string describe() const override {
+    return "safetensors checkpoint " + dir_ + (tied_head_ignored_ ? " (its lm_head.weight ignored: tied embeddings, as transformers does)" : "");
+  }
 
  private:
   std::pair<const SafetensorsFile*, const nlohmann::json&> entry(const TensorSpec& spec) const {
@@ -203,6 +233,7 @@ class SafetensorsWeights : public WeightSource {
   std::string dir_;
   std::map<std::string, SafetensorsFile> files_;
   std::map<std::string, std::string> where_;  // tensor -> file
+  bool tied_head_ignored_ = false;
 };
 
 }  // namespace

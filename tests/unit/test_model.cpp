@@ -131,7 +131,8 @@ TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {
   EXPECT_EQ(P("qwen2-7b").parameters(), 7615616512);
   EXPECT_EQ(P("mistral-7b").parameters(), 7241732096);
   EXPECT_EQ(P("llama2-7b").kv_elems_per_token() * 2, 524288);  // 0.5 MiB per token in bf16
-  EXPECT_FALSE(preset("llama3-8b").has_value());
+  EXPECT_EQ(P("llama3-8b").parameters(), 8030261248);  // Meta-Llama-3-8B
+  EXPECT_EQ(P("llama3-8b").rope_scaling.type, "llama3");
 }
 
 TEST(CpuModel, DecodeStepsMatchARecomputationWithoutTheCache) {
@@ -470,7 +471,7 @@ TEST(Safetensors, ACheckpointOfTheRandomWeightsGivesTheSameModel) {
   std::ofstream(dir / "config.json") << R"({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
     "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 600,
     "tie_word_embeddings": true, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "use_sliding_window": true,
-    "sliding_window": 48, "max_position_embeddings": 2048, "hidden_act": "silu"})";
+    "sliding_window": 48, "max_window_layers": 0, "max_position_embeddings": 2048, "hidden_act": "silu"})";
   ModelConfig hc = config_from_hf(dir.string());
   EXPECT_EQ(hc.parameters(), c.parameters());
   EXPECT_TRUE(hc.qkv_bias);

@@ -168,15 +168,6 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
   return v;
 }
 
-std::string data_directory() {
-  if (const char* env = std::getenv("INFER_BENCH_DATA")) return env;
-#ifdef INFER_BENCH_SOURCE_DATA_DIR
-  return INFER_BENCH_SOURCE_DATA_DIR;
-#else
-  return "data";
-#endif
-}
-
 std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const Vocabulary>> cache;

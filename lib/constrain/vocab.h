@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/data_dir.h"
+
 namespace ib::constrain {
 
 struct Vocabulary {
@@ -27,6 +29,6 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
 std::string gunzip(const std::string& compressed);
 
 // Where named vocabularies live: $INFER_BENCH_DATA/tokenizers, else the source tree's data/.
-std::string data_directory();
+inline std::string data_directory() { return ib::data_directory(); }
 
 }  // namespace ib::constrain

@@ -314,6 +314,11 @@ nlohmann::json row_json(const Row& r, const Ceilings& c) {
                        {"tolerance", r.validation->tolerance},
                        {"detail", r.validation->detail}};
   j["work"] = {{"flops", r.work.flops}, {"bytes", r.work.bytes}};
+  if (!r.texts.empty()) {
+    nlohmann::json t = nlohmann::json::object();
+    for (const auto& [k, v] : r.texts) t[k] = v;
+    j["texts"] = t;
+  }
   Roofline rf = roofline(r, c);
   nlohmann::json d = nlohmann::json::object();
   if (rf.tflops) d["tflops"] = *rf.tflops;
@@ -467,6 +472,9 @@ ResultSet results_from_json(const nlohmann::json& j) {
         r.validation = Validation{v.at("ok").get<bool>(), v.at("metric").get<std::string>(), v.at("value").get<double>(),
                                   v.at("tolerance").get<double>(), v.at("detail").get<std::string>()};
       }
+      if (rj.contains("texts") && rj["texts"].is_object())
+        for (auto it = rj["texts"].begin(); it != rj["texts"].end(); ++it)
+          if (it.value().is_string()) r.texts.emplace_back(it.key(), it.value().get<std::string>());
       r.work.flops = rj.at("work").at("flops").get<double>();
       r.work.bytes = rj.at("work").at("bytes").get<double>();
       for (const auto& mj : rj.at("metrics"))

@@ -290,6 +290,11 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
       row.work = v->work();
       row.metrics = v->metrics();
     }
+    if (row.validation->ok) {
+      const std::string note = v->note();
+      if (!note.empty()) row.message = row.message.empty() ? note : row.message + "; " + note;
+      row.texts = v->texts();
+    }
   } catch (const UnsupportedByTrying& e) {
     row.status = RowStatus::Unsupported;
     row.message = e.what();

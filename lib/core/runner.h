@@ -49,6 +49,7 @@ struct Row {
   bool is_baseline = false;
   std::vector<std::pair<std::string, nlohmann::json>> book;  // matched chapter figures
   int64_t peak_memory = -1;          // bytes allocated above the row's start, at peak
+  std::vector<std::pair<std::string, std::string>> texts;  // Variant::texts (prompt, output) of an ok row
 };
 
 // Derived columns every report shows, from a row's stats, work and the ceilings.

@@ -133,7 +133,7 @@ class SessionObserver : public RunObserver {
     write();
   }
   void write() const {
-    write_file_atomic(dir_ + "/results.json", json_report(rs_).dump(2) + "\n");
+    write_file_atomic(dir_ + "/results.json", json_report(rs_).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     write_file_atomic(dir_ + "/results.csv", csv_report(rs_));
     write_file_atomic(dir_ + "/report.md", markdown_report(rs_));
     write_plots(rs_, dir_);
@@ -198,7 +198,7 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   rs.meta.finished_utc = utc_stamp_iso();
   observer.write();
   if (o.format == "csv") out(csv_report(rs));
-  if (o.format == "json") out(json_report(rs).dump(2) + "\n");
+  if (o.format == "json") out(json_report(rs).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::vector<std::string> skipped;
   std::vector<std::string> plots = write_plots(rs, dir, &skipped);
   for (const auto& line : skipped) notes.say(line);

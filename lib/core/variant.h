@@ -72,6 +72,11 @@ class Variant {
   }
   virtual Work work() const { return {}; }
   virtual std::vector<Metric> metrics() const { return {}; }
+  // What ran, when a user should see it beside the numbers (the model a checkpoint described,
+  // a text prompt and its continuation): the note of an ok row. "" for none.
+  virtual std::string note() const { return {}; }
+  // Texts kept whole in results.json (name -> text: "prompt", "output"), after the run.
+  virtual std::vector<std::pair<std::string, std::string>> texts() const { return {}; }
 };
 
 }  // namespace ib

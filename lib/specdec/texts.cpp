@@ -2,32 +2,12 @@
 
 #include <fstream>
 #include <sstream>
-#include <unordered_map>
 
+#include "constrain/vocab.h"
 #include "core/errors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ib::specdec {
-
-std::vector<int32_t> tokenize_longest_match(const std::string& text, const constrain::Vocabulary& vocab) {
-  std::unordered_map<std::string, int32_t> ids;
-  for (int32_t t = 0; t < vocab.size(); ++t)
-    if (!vocab.special[static_cast<size_t>(t)] && !vocab.token_bytes[static_cast<size_t>(t)].empty())
-      ids.emplace(vocab.token_bytes[static_cast<size_t>(t)], t);
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < text.size();) {
-    size_t len = std::min(vocab.max_token_bytes, text.size() - i);
-    for (; len > 0; --len) {
-      auto it = ids.find(text.substr(i, len));
-      if (it != ids.end()) {
-        out.push_back(it->second);
-        break;
-      }
-    }
-    if (len == 0) throw InputError("byte " + std::to_string(static_cast<unsigned char>(text[i])) + " has no token");
-    i += len;
-  }
-  return out;
-}
 
 std::vector<std::string> text_names() { return {"code", "json", "edit"}; }
 
@@ -41,8 +21,10 @@ TokenizedText load_text(const std::string& name) {
   const std::string marker = "<<<OUTPUT>>>\n";
   const size_t at = all.find(marker);
   if (at == std::string::npos) throw InputError(path + ": no '<<<OUTPUT>>>' line");
-  auto vocab = constrain::load_vocabulary("gpt2");
-  return {name, tokenize_longest_match(all.substr(0, at), *vocab), tokenize_longest_match(all.substr(at + marker.size()), *vocab)};
+  // GPT-2's own BPE (tokenizer.json with its merges); the prompt and the output are encoded
+  // apart, as a request's prompt and its completion are.
+  auto tok = tokenizer::Tokenizer::load("gpt2");
+  return {name, tok->encode(all.substr(0, at), false), tok->encode(all.substr(at + marker.size()), false)};
 }
 
 }  // namespace ib::specdec

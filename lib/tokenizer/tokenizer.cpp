@@ -25,7 +25,7 @@
 
 #include <zlib.h>
 
-#include "constrain/vocab.h"
+#include "core/data_dir.h"
 #include "core/errors.h"
 #include "tokenizer/added_vocab.h"
 
@@ -305,7 +305,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& what) {
   bool embedded = false;
   std::error_code ec;
   if (what == "gpt2" || what == "llama2" || what == "deepseek-llm") {
-    path = constrain::data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
+    path = ib::data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
     if (what == "gpt2" && !fs::exists(path, ec)) embedded = true;
   } else if (fs::is_directory(what, ec)) {
     path = (fs::path(what) / "tokenizer.json").string();

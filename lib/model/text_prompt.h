@@ -1,0 +1,51 @@
+// Text prompts for the kinds that run the engine: `prompt_text`, `prompt_file` or `prompts`
+// (JSONL of {"prompt": ...} or of chat {"messages": [...]} rendered with `template`), tokenized
+// with the checkpoint's own tokenizer.json (`tokenizer: auto`) or a named one; generated ids
+// decoded back to text for the results.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/sweep.h"
+#include "core/value.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib::model {
+
+// The keys, to add to a kind's keys and to the variants that take prompt tokens.
+std::vector<KeySpec> text_prompt_keys();
+const std::vector<std::string>& text_prompt_key_names();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
+
+struct TextPrompts {
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::vector<std::string> texts;             // as rendered (chat messages through the template)
+  std::vector<std::vector<int32_t>> tokens;   // encoded with the tokenizer's special tokens (BOS)
+  // Prompt b of a batch of n: line b mod lines.
+  const std::vector<int32_t>& for_sequence(size_t b) const { return tokens[b % tokens.size()]; }
+};
+
+// The point's text prompts, or nullopt when it names none (random prompt tokens then).
+// `weights` is the model's weights key ("random" or a checkpoint directory: `tokenizer: auto`
+// reads DIR/tokenizer.json). Throws InputError naming the key when a prompt cannot be read or
+// tokenized, or when a token id is not below `model_vocab`.
+// `tokenizer_key` names the key that holds the tokenizer (constrain-generate: its `vocab`).
+std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
+                                        const std::string& tokenizer_key = "tokenizer");
+
+// Spec-time check of those keys over every value (KindInfo::check): files exist and parse, the
+// tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
+// `model_key` / `weights_key` name the keys of the model (a preset or checkpoint) and its weights.
+std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
+                                             const std::string& weights_key = "weights", const std::string& tokenizer_key = "tokenizer",
+                                             const std::string& model_key = "model");
+
+// "'Once upon a time' → ' there was a'": a short, one-line view of a prompt and its continuation
+// for a row's note (each side cut to `width` characters, newlines shown as ⏎).
+std::string short_text(const std::string& text, size_t width = 40);
+
+}  // namespace ib::model

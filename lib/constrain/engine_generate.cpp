@@ -14,6 +14,7 @@
 #include "constrain/generate.h"
 #include "constrain/kind_setup.h"
 #include "constrain/masked_argmax.h"
+#include "model/text_prompt.h"
 #include "core/errors.h"
 #include "core/random.h"
 #include "core/stats.h"
@@ -267,6 +268,8 @@ class EngineGenerateVariant : public Variant {
       if (!setup_.vocab->special[static_cast<size_t>(t)]) ordinary.push_back(t);
     std::vector<int32_t> prompt(static_cast<size_t>(p.integer("prompt")));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = ordinary[random_bits(seed + 29, i) % ordinary.size()];
+    text_ = model::text_prompts(p, p.text("weights"), model_->config().vocab, "vocab");
+    if (text_) prompt = text_->for_sequence(0);
     writer_ = std::make_unique<EngineWriter>(*model_, setup_.vocab, std::move(prompt), static_cast<int>(p.integer("max_tokens")),
                                              static_cast<float>(p.number("temperature")));
   }
@@ -324,6 +327,15 @@ class EngineGenerateVariant : public Variant {
     if (secs > 0) mask_share_.push_back(100.0 * mask / secs);
   }
 
+  std::string note() const override {
+    if (!text_) return {};
+    return fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), text_->tokens[0].size(), text_->tokenizer->name());
+  }
+  std::vector<std::pair<std::string, std::string>> texts() const override {
+    if (!text_) return {};
+    return {{"prompt", text_->texts[0]}};
+  }
+
   std::vector<Metric> metrics() const override {
     const double docs = std::max(1, last_.documents);
     const double secs = run_seconds_.empty() ? 0 : summarize(run_seconds_).median;
@@ -353,6 +365,7 @@ class EngineGenerateVariant : public Variant {
   int documents_ = 1, retries_ = 1;
   uint64_t seed_ = 0;
   bool random_weights_ = true;
+  std::optional<model::TextPrompts> text_;  // a text prompt in place of the random one
   Tally last_;
   std::vector<double> run_seconds_, mask_us_, mask_share_;
 };
@@ -415,6 +428,9 @@ KindInfo generate_kind() {
   k.keys.push_back(key_spec("prompt", ParamType::Int,
                             "prompt tokens before every document: seeded random ordinary tokens of the vocabulary, the same for every document",
                             Value(int64_t{8}), 1.0, 1024.0));
+  // A text prompt instead of the random one, tokenized with `vocab` (the constraint's tokenizer).
+  for (KeySpec ks : model::text_prompt_keys())
+    if (ks.name != "tokenizer") k.keys.push_back(ks);
   k.keys.push_back(key_spec("max_tokens", ParamType::Int,
                             "tokens per attempt, EOS included (constrained: at least the shortest document's bytes + 1)",
                             Value(int64_t{256}), 1.0, 4096.0));
@@ -445,6 +461,7 @@ KindInfo generate_kind() {
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_constraint_keys(values)) return problem;
     if (auto problem = model::check_model_weights(values)) return problem;
+    if (auto problem = model::check_text_prompts(values, "weights", "vocab")) return problem;
     return check_vocab_sizes(values);
   };
   return k;

@@ -3,14 +3,20 @@
 #include "core/registry.h"
 #include "model/config.h"
 #include "model/decode_variants.h"
+#include "model/text_prompt.h"
 
 namespace ib::model {
 namespace {
 
 // The CUDA variants also read `matmul`; the CPU engine has one matmul (its rows would repeat).
-const std::vector<std::string> kStepKeys = {"model", "weights", "batch", "prompt", "temperature"};
-const std::vector<std::string> kPrefillKeys = {"model", "weights", "prompt", "temperature"};
-const std::vector<std::string> kGenerateKeys = {"model", "weights", "batch", "prompt", "new_tokens", "temperature"};
+// Every variant takes a text prompt (text_prompt.h) in place of the random `prompt` tokens.
+std::vector<std::string> with_text(std::vector<std::string> keys) {
+  for (const auto& k : text_prompt_key_names()) keys.push_back(k);
+  return keys;
+}
+const std::vector<std::string> kStepKeys = with_text({"model", "weights", "batch", "prompt", "temperature"});
+const std::vector<std::string> kPrefillKeys = with_text({"model", "weights", "prompt", "temperature"});
+const std::vector<std::string> kGenerateKeys = with_text({"model", "weights", "batch", "prompt", "new_tokens", "temperature"});
 
 KindInfo decode_kind() {
   KindInfo k;
@@ -29,6 +35,7 @@ KindInfo decode_kind() {
       key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend", Value(0.0), 0.0),
       matmul_key(),
   };
+  for (auto& t : text_prompt_keys()) k.keys.push_back(std::move(t));
   k.variants = {
       {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
        with_matmul(kGenerateKeys)},
@@ -40,7 +47,10 @@ KindInfo decode_kind() {
       {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys},
       {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
   };
-  k.check = [](const auto& values) { return check_model_weights(values); };
+  k.check = [](const auto& values) {
+    if (auto problem = check_model_weights(values)) return problem;
+    return check_text_prompts(values);
+  };
   return k;
 }
 

@@ -107,6 +107,11 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   // Points hold only the keys the variant declares it uses (a prefill has no batch).
   batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
   prompt_ = static_cast<int>(p.integer("prompt"));
+  text_ = text_prompts(p, p.text("weights"), config_.vocab);
+  if (text_) {  // the longest of the batch's prompts sizes the caches; each keeps its own length
+    prompt_ = 0;
+    for (int b = 0; b < batch_; ++b) prompt_ = std::max(prompt_, static_cast<int>(text_->for_sequence(static_cast<size_t>(b)).size()));
+  }
   new_tokens_ = p.find("new_tokens") ? static_cast<int>(p.integer("new_tokens")) : 0;
   sampling_.temperature = static_cast<float>(p.number("temperature"));
   sampling_.seed = seed;
@@ -124,13 +129,16 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   prompts_.clear();
   seqs_.clear();
   for (int b = 0; b < batch_; ++b) {
-    prompts_.push_back(random_prompt(config_.vocab, prompt_, seed + 17 + static_cast<uint64_t>(b)));
+    prompts_.push_back(text_ ? text_->for_sequence(static_cast<size_t>(b))
+                             : random_prompt(config_.vocab, prompt_, seed + 17 + static_cast<uint64_t>(b)));
     seqs_.push_back(model_->new_sequence(capacity));
   }
   // A decode step runs at a fixed context: the prompts are prefilled once here.
   if (what_ == DecodeMeasure::Step)
-    for (int b = 0; b < batch_; ++b) model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), prompt_, 1, {});
+    for (int b = 0; b < batch_; ++b) model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), length_of(b), 1, {});
 }
+
+int DecodeVariant::length_of(int b) const { return static_cast<int>(prompts_[static_cast<size_t>(b)].size()); }
 
 // The cached path (decode steps) against a recomputation without a cache: one prefill of the
 // whole sequence, whose per-position logits must match the step logits.
@@ -162,6 +170,7 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
   const double tol = backend_ == Backend::Cpu ? 1e-3 : 2e-2;
   const int seq = seqs_[0];
   const std::vector<int32_t>& prompt = prompts_[0];
+  const int n0 = length_of(0);
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> tokens = prompt;
   if (what_ == DecodeMeasure::Step) {
@@ -172,7 +181,7 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     out.logits = l.data();
     out.next = next.data();
     model_->decode(seqs_.data(), in.data(), batch_, out);
-    for (int s : seqs_) model_->truncate(s, prompt_);
+    for (int b = 0; b < batch_; ++b) model_->truncate(seqs_[static_cast<size_t>(b)], length_of(b));
     logits.emplace_back(l.begin(), l.begin() + config_.vocab);
     tokens.push_back(1);
   } else if (what_ == DecodeMeasure::Prefill) {
@@ -181,9 +190,9 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     StepOutput out;
     out.logits = l.data();
     model_->truncate(seq, 0);
-    const int half = prompt_ / 2;
+    const int half = n0 / 2;
     if (half > 0) model_->prefill(seq, prompt.data(), half, 1, {});
-    model_->prefill(seq, prompt.data() + half, prompt_ - half, 1, out);
+    model_->prefill(seq, prompt.data() + half, n0 - half, 1, out);
     model_->truncate(seq, 0);
     logits.push_back(l);
   } else {
@@ -196,9 +205,9 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     out.logits = l.data();
     out.next = &next;
     const int cap = model_->capacity(seq);
-    model_->prefill(seq, prompt.data(), prompt_, 1, out);
+    model_->prefill(seq, prompt.data(), n0, 1, out);
     logits.push_back(l);
-    for (int i = 1; i < steps && prompt_ + i < cap; ++i) {
+    for (int i = 1; i < steps && n0 + i < cap; ++i) {
       tokens.push_back(next);
       model_->decode(&seq, &tokens.back(), 1, out);
       logits.push_back(l);
@@ -207,7 +216,7 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
   }
   rt.synchronize();
   // Sequence 0 from its prompt: the last len(logits) positions of `tokens` produced them.
-  return check_against_recompute(logits, tokens, prompt_, tol);
+  return check_against_recompute(logits, tokens, n0, tol);
 }
 
 void DecodeVariant::run(BackendRuntime&) {
@@ -222,13 +231,13 @@ void DecodeVariant::run(BackendRuntime&) {
     const auto t0 = std::chrono::steady_clock::now();
     model_->decode(seqs_.data(), in.data(), batch_, out);
     tps_.push_back(batch_ / seconds_since(t0));
-    for (int s : seqs_) model_->truncate(s, prompt_);
+    for (int b = 0; b < batch_; ++b) model_->truncate(seqs_[static_cast<size_t>(b)], length_of(b));
     return;
   }
   if (what_ == DecodeMeasure::Prefill) {
     model_->truncate(seqs_[0], 0);
     out.step = step_++;
-    model_->prefill(seqs_[0], prompts_[0].data(), prompt_, 1, out);
+    model_->prefill(seqs_[0], prompts_[0].data(), length_of(0), 1, out);
     return;
   }
   // Generation: every prompt prefilled (first tokens on the host = TTFT), then new_tokens − 1
@@ -237,14 +246,17 @@ void DecodeVariant::run(BackendRuntime&) {
   for (int b = 0; b < batch_; ++b) {
     model_->truncate(seqs_[static_cast<size_t>(b)], 0);
     out.step = step_++;
-    model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), prompt_, 1, {nullptr, &next[static_cast<size_t>(b)], sampling_, out.step});
+    model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), length_of(b), 1,
+                    {nullptr, &next[static_cast<size_t>(b)], sampling_, out.step});
   }
   const double ttft = seconds_since(t0);
   std::vector<int32_t> cur = next;
+  if (text_) generated_.assign(1, next[0]);  // sequence 0's text, kept for the row (one push per step)
   for (int i = 1; i < new_tokens_; ++i) {
     out.step = step_++;
     model_->decode(seqs_.data(), cur.data(), batch_, out);
     cur = next;
+    if (text_) generated_.push_back(next[0]);
   }
   const double total = seconds_since(t0);
   ttft_.push_back(ttft);
@@ -261,8 +273,9 @@ Work DecodeVariant::work() const {
       return {batch_ * config_.flops_per_token(prompt_), wbytes + batch_ * (prompt_ + 1.0) * kv_token};
     case DecodeMeasure::Prefill: {
       double f = 0;
-      for (int i = 0; i < prompt_; ++i) f += config_.flops_per_token(i);
-      return {f - (prompt_ - 1.0) * 2.0 * config_.vocab * config_.hidden, wbytes + prompt_ * kv_token};  // LM head on the last token only
+      const int n = length_of(0);
+      for (int i = 0; i < n; ++i) f += config_.flops_per_token(i);
+      return {f - (n - 1.0) * 2.0 * config_.vocab * config_.hidden, wbytes + n * kv_token};  // LM head on the last token only
     }
     case DecodeMeasure::Generate:
       break;
@@ -278,9 +291,27 @@ std::vector<Metric> DecodeVariant::metrics() const {
     m.push_back({"TPS", summarize(tps_).median, "tok/s"});
   }
   if (what_ == DecodeMeasure::Step && !tps_.empty()) m.push_back({"TPS", summarize(tps_).median, "tok/s"});
+  if (text_) m.push_back({"prompt tokens", static_cast<double>(length_of(0)), ""});  // the text's, not the `prompt` key's
   m.push_back({"weights", static_cast<double>(model_->weight_bytes()) / (1 << 30), "GiB"});
   m.push_back({"KV", static_cast<double>(model_->kv_bytes()) / (1 << 20), "MiB"});
   return m;
+}
+
+std::string DecodeVariant::note() const {
+  std::string n = config_.model_type.empty() ? std::string() : config_.describe_details();
+  if (text_) {
+    std::string t = fmt::format("prompt '{}' ({} tokens, {})", short_text(text_->texts[0]), prompts_[0].size(), text_->tokenizer->name());
+    if (!generated_.empty()) t += fmt::format(" -> '{}'", short_text(text_->tokenizer->decode(generated_)));
+    n = n.empty() ? t : n + "; " + t;
+  }
+  return n;
+}
+
+std::vector<std::pair<std::string, std::string>> DecodeVariant::texts() const {
+  if (!text_) return {};
+  std::vector<std::pair<std::string, std::string>> t = {{"prompt", text_->texts[0]}};
+  if (!generated_.empty()) t.emplace_back("output", text_->tokenizer->decode(generated_));
+  return t;
 }
 
 }  // namespace ib::model

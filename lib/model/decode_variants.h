@@ -13,6 +13,7 @@
 #include "core/value.h"
 #include "core/variant.h"
 #include "model/model.h"
+#include "model/text_prompt.h"
 
 namespace ib::model {
 
@@ -57,8 +58,11 @@ class DecodeVariant : public Variant {
   void run(BackendRuntime& rt) override;
   Work work() const override;
   std::vector<Metric> metrics() const override;
+  std::string note() const override;
+  std::vector<std::pair<std::string, std::string>> texts() const override;
 
  private:
+  int length_of(int b) const;  // prompt tokens of sequence b
   Validation check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
                                      int prompt_len, double tolerance);
 
@@ -69,7 +73,9 @@ class DecodeVariant : public Variant {
   std::unique_ptr<Model> model_;
   int batch_ = 1, prompt_ = 0, new_tokens_ = 0;
   SamplingParams sampling_;
-  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<std::vector<int32_t>> prompts_;  // prompt_ tokens each, or a text prompt's own count
+  std::optional<TextPrompts> text_;            // when the point names a text prompt
+  std::vector<int32_t> generated_;             // sequence 0's tokens of the last generation (text prompts)
   std::vector<int> seqs_;
   uint64_t step_ = 0;
   // Per-run phase times and rates: medians reported as metrics (the runner's warmup runs are

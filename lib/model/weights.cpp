@@ -170,11 +170,19 @@ class SafetensorsWeights : public WeightSource {
       used.insert(spec.name);
     }
     // A tensor the engine would not read means the config describes another model (a bias, a
-    // norm, an expert it does not know): refused, never silently dropped. The one exception is
-    // transformers' own: with tied embeddings it ignores a stored lm_head.weight.
+    // norm, an expert it does not know): refused, never silently dropped. The exceptions are
+    // transformers' own: with tied embeddings it ignores a stored lm_head.weight, and older
+    // checkpoints carry each layer's RoPE inv_freq buffer, which it recomputes from the config.
     std::vector<std::string> unused;
-    for (const auto& [name, file] : where_)
-      if (!used.count(name) && !(c.tied_embeddings && name == "lm_head.weight")) unused.push_back(name);
+    for (const auto& [name, file] : where_) {
+      if (used.count(name)) continue;
+      if (c.tied_embeddings && name == "lm_head.weight") continue;
+      if (ends_with(name, ".rotary_emb.inv_freq")) {
+        ++ignored_inv_freq_;
+        continue;
+      }
+      unused.push_back(name);
+    }
     if (!unused.empty()) {
       const size_t shown = std::min<size_t>(unused.size(), 6);
       throw InputError(fmt::format("{}: {} tensor{} the model described by config.json does not use: {}{}", dir_, unused.size(),
@@ -205,7 +213,10 @@ class SafetensorsWeights : public WeightSource {
     }
   }
   std::string describe() const override {
-    return "safetensors checkpoint " + dir_ + (tied_head_ignored_ ? " (its lm_head.weight ignored: tied embeddings, as transformers does)" : "");
+    std::string d = "safetensors checkpoint " + dir_;
+    if (tied_head_ignored_) d += " (its lm_head.weight ignored: tied embeddings, as transformers does)";
+    if (ignored_inv_freq_ > 0) d += fmt::format(" ({} stored rotary_emb.inv_freq buffers ignored, as transformers does)", ignored_inv_freq_);
+    return d;
   }
 
  private:
@@ -234,6 +245,7 @@ class SafetensorsWeights : public WeightSource {
   std::map<std::string, SafetensorsFile> files_;
   std::map<std::string, std::string> where_;  // tensor -> file
   bool tied_head_ignored_ = false;
+  int ignored_inv_freq_ = 0;
 };
 
 }  // namespace

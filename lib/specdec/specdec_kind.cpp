@@ -10,6 +10,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "model/decode_variants.h"
+#include "model/text_prompt.h"
 #include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/step_helpers.h"
@@ -88,6 +89,7 @@ KindInfo specdec_kind() {
   // Keys every variant reads, then each one's own.
   auto with = [](std::vector<std::string> own) {
     for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"}) own.push_back(key);
+    for (const auto& key : model::text_prompt_key_names()) own.push_back(key);
     return own;
   };
   const std::vector<std::string> ar = with({"batch"});
@@ -119,9 +121,11 @@ KindInfo specdec_kind() {
        with_matmul(la)},
       {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
+  for (auto& t : model::text_prompt_keys()) k.keys.push_back(std::move(t));
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = model::check_model_weights(values, "target", "target_weights")) return problem;
-    return model::check_model_weights(values, "draft", "draft_weights");
+    if (auto problem = model::check_model_weights(values, "draft", "draft_weights")) return problem;
+    return model::check_text_prompts(values, "target_weights", "tokenizer", "target");  // auto: the target's tokenizer.json
   };
   return k;
 }
@@ -161,6 +165,8 @@ class SpecVariant : public Variant {
     if (p.find("batch") && p.integer("batch") > 1) {
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
+    if (p.text("text") != "none" && (!p.text("prompt_text").empty() || !p.text("prompt_file").empty() || !p.text("prompts").empty()))
+      return "a bundled text brings its own prompt: give text: none with prompt_text, prompt_file or prompts";
     if (p.number("temperature") > 0) {
       if (p.text("text") != "none") return "a bundled text forces a greedy trajectory; sampled rows need text: none";
       if (drafts() && p.text("acceptance") == "controlled")
@@ -216,11 +222,17 @@ class SpecVariant : public Variant {
     n_ = static_cast<int>(p.integer("new_tokens"));
     const std::string text = p.text("text");
     forced_ = text != "none";
+    text_.reset();
     if (forced_) {
       TokenizedText t = load_text(text);
       prompt_ = t.prompt;
       truth_ = t.output;
       n_ = std::min<int>(n_, static_cast<int>(truth_.size()));
+    } else if ((text_ = model::text_prompts(p, p.text("target_weights"), tc.vocab))) {
+      prompt_ = text_->for_sequence(0);
+      if (draft_ && text_->tokenizer->vocab_size() > draft_->config().vocab)
+        throw InputError(fmt::format("tokenizer: {} has {} tokens, past the draft's vocabulary of {}", text_->tokenizer->name(),
+                                     text_->tokenizer->vocab_size(), draft_->config().vocab));
     } else {
       prompt_ = model::random_prompt(tc.vocab, static_cast<int>(p.integer("prompt")), seed + 5);
     }
@@ -246,7 +258,8 @@ class SpecVariant : public Variant {
       btseqs_ = {tseq_};
       bdseqs_ = {dseq_};
       for (int b = 1; b < batch_; ++b) {
-        bprompts_.push_back(model::random_prompt(tc.vocab, static_cast<int>(prompt_.size()), seed + 5 + 1000 * static_cast<uint64_t>(b)));
+        bprompts_.push_back(text_ ? text_->for_sequence(static_cast<size_t>(b))
+                                  : model::random_prompt(tc.vocab, static_cast<int>(prompt_.size()), seed + 5 + 1000 * static_cast<uint64_t>(b)));
         btseqs_.push_back(target_->new_sequence(cap));
         if (draft_) bdseqs_.push_back(draft_->new_sequence(cap));
       }
@@ -340,6 +353,25 @@ class SpecVariant : public Variant {
     const auto t0 = std::chrono::steady_clock::now();
     generate();
     run_seconds_.push_back(since(t0));
+  }
+
+  // The target checkpoint's settings and, with a text prompt, the prompt and the target's greedy
+  // continuation (what every verified output equals), decoded.
+  std::string note() const override {
+    const model::ModelConfig& c = target_->config();
+    std::string n = c.model_type.empty() ? std::string() : "target " + c.describe_details();
+    if (text_) {
+      std::string t = fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), prompt_.size(), text_->tokenizer->name());
+      if (!truth_.empty()) t += fmt::format(" -> '{}'", model::short_text(text_->tokenizer->decode(truth_)));
+      n = n.empty() ? t : n + "; " + t;
+    }
+    return n;
+  }
+  std::vector<std::pair<std::string, std::string>> texts() const override {
+    if (!text_) return {};
+    std::vector<std::pair<std::string, std::string>> t = {{"prompt", text_->texts[0]}};
+    if (!truth_.empty()) t.emplace_back("output", text_->tokenizer->decode(truth_));
+    return t;
   }
 
   std::vector<Metric> metrics() const override {
@@ -563,6 +595,7 @@ class SpecVariant : public Variant {
   std::vector<int> btseqs_, bdseqs_;
   bool forced_ = false, gpu_ = false;
   std::vector<int32_t> prompt_, truth_;
+  std::optional<model::TextPrompts> text_;  // a text prompt (prompt_text, prompt_file, prompts)
   double target_step_ = 0;
   SpecStats stats_;
   std::vector<double> run_seconds_;  // each measured run's generation

@@ -102,7 +102,7 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
                "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
-  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama3-8b", "-o",
+  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama9-70b", "-o",
                  dir_ + "/dec2"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("llama2-7b"), std::string::npos) << bad.err;  // the known presets are listed

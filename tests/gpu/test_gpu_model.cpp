@@ -55,8 +55,37 @@ ModelConfig with_head_dim(int d, bool qwen = false) {
   return c;
 }
 
+// What Hugging Face checkpoints add (lib/model/config.cpp reads them from config.json): Llama's
+// attention_bias (q/k/v and o_proj) and mlp_bias, llama3 RoPE scaling and a window on one layer
+// of two (Qwen2 layer_types); and Qwen3's per-head q/k RMSNorm with YaRN scaling at head_dim 64.
+ModelConfig hf_features() {
+  ModelConfig c = P("tiny");
+  c.name = "tiny-bias-llama3-layer-window";
+  c.qkv_bias = c.o_bias = c.mlp_bias = true;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling.type = "llama3";
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_positions = 32;
+  c.layer_windows = {0, 6};
+  c.sliding_window = 6;
+  return c;
+}
+ModelConfig qwen3_yarn() {
+  ModelConfig c = with_head_dim(64);
+  c.name = "tiny-qwen3-yarn";
+  c.qk_norm = true;
+  c.rope_theta = 1000000.0f;
+  c.rope_scaling.type = "yarn";
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.original_max_positions = 16;
+  c.rope_scaling.attention_factor = 0.1 * std::log(4.0) + 1.0;
+  return c;
+}
+
 std::vector<ModelConfig> all_configs() {
-  return {P("tiny"), P("tiny-gqa"), with_head_dim(64), with_head_dim(128), with_head_dim(64, true)};
+  return {P("tiny"), P("tiny-gqa"), with_head_dim(64), with_head_dim(128), with_head_dim(64, true), hf_features(), qwen3_yarn()};
 }
 
 std::vector<int32_t> prompt(int vocab, int n, uint64_t seed) {

@@ -552,6 +552,66 @@ INSTANTIATE_TEST_SUITE_P(
                   "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'"}),
     [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
 
+// The README's main command on the CPU backend (quick stopping rule): every stdout table fits 160
+// characters, every experiment with a book: block shows the chapter's figures, and the summary,
+// one line per experiment, is the last thing printed.
+TEST_F(Cli, MainCommandTablesFitAndEndWithTheSummary) {
+  auto r = ib({"run", kSource + "/experiments/chapter8.yaml", "--backend", "cpu", "-q", "--output", dir_ + "/ch8", "--warmup", "0",
+               "--min-samples", "1", "--min-time", "0", "--timeout", "0.01"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t widest = 0, tables = 0;
+  std::string line;
+  for (size_t i = 0; i <= r.out.size(); ++i) {
+    if (i < r.out.size() && r.out[i] != '\n') {
+      line += r.out[i];
+      continue;
+    }
+    if (line.rfind("| ", 0) == 0) {
+      size_t n = 0;
+      for (unsigned char c : line) n += (c & 0xC0) != 0x80;
+      widest = std::max(widest, n);
+      tables += line.rfind("| variant", 0) == 0;
+      EXPECT_LE(n, 160u) << line;
+    }
+    line.clear();
+  }
+  EXPECT_EQ(tables, 14u);
+  EXPECT_GT(widest, 40u);
+  // The experiments with a book: block print its figures (a "book …" column).
+  for (const char* name : {"flash-vs-standard", "cuda-graph", "specdec-acceptance", "kv-memory", "prefix-system-prompt",
+                           "constrain-compile", "constrain-mask", "constrain-validity", "constrain-overhead"}) {
+    const auto at = r.out.find(std::string("### ") + name + " (");
+    ASSERT_NE(at, std::string::npos) << name;
+    const auto next = r.out.find("\n### ", at + 1);
+    const std::string section = r.out.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    EXPECT_NE(section.find("| book "), std::string::npos) << section;
+  }
+  const auto summary = r.out.rfind("\n## Summary\n");
+  ASSERT_NE(summary, std::string::npos);
+  EXPECT_EQ(r.out.find("\n### ", summary), std::string::npos) << "the summary comes last";
+  size_t items = 0;
+  for (size_t at = r.out.find("\n- **", summary); at != std::string::npos; at = r.out.find("\n- **", at + 1)) ++items;
+  EXPECT_EQ(items, 14u);
+  EXPECT_NE(r.out.find("**flash-vs-standard**: chapter flash2 beats standard", summary), std::string::npos);
+  // report.md keeps every column, the summary first.
+  const std::string report = read_text(dir_ + "/ch8/report.md");
+  EXPECT_LT(report.find("## Summary"), report.find("### copy-bandwidth"));
+  EXPECT_NE(report.find("| samples |"), std::string::npos);
+}
+
+TEST_F(Cli, ColumnsFlagChoosesTheStdoutColumns) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "-q", "--output", "out", "--columns", "ms,samples"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| samples |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("check"), std::string::npos) << r.out;
+  auto all = ib({"run", "quick.yaml", "--backend", "cpu", "-q", "--output", "out2", "--columns", "all"}, in_dir());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_NE(all.out.find("| stop"), std::string::npos) << all.out;
+  auto bad = ib({"run", "quick.yaml", "--backend", "cpu", "--columns", "ms,,check"}, in_dir());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+}
+
 TEST(CliBackend, CudaWithoutAUsableGpuIsBadInput) {
   if (path_exists("/dev/nvidiactl")) GTEST_SKIP() << "a GPU driver is present";
   auto r = ib({"info", "--backend", "cuda"});

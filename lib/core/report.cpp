@@ -205,7 +205,11 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
   // Which columns: every one (report.md, --columns all), else the requested ones; variant and
   // the varying params always. Params constant over the measured rows (and the chapter's rows
   // that name them) fold into the line above the table.
-  const bool all = !options.compact || (options.columns.size() == 1 && options.columns[0] == "all");
+  if (options.compact && options.columns.size() == 1 && options.columns[0] == "all") {
+    TableOptions full;  // --columns all: report.md's table, every column as it is
+    return markdown_table(result, ceilings, full);
+  }
+  const bool all = !options.compact;
   const std::vector<std::string>& wanted =
       !options.columns.empty() ? options.columns : !result.spec.columns.empty() ? result.spec.columns : kDefaultColumns;
   std::vector<std::string> shown, constants;

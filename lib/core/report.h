@@ -39,7 +39,8 @@ struct TableOptions {
   // into aligned columns and fitted: the unrequested ones dropped past target_width, then the
   // requested ones and long cells shortened past max_width (0: no limit).
   bool compact = false;
-  std::vector<std::string> columns;  // compact: the columns to show ("all": every one); empty = the spec's `columns:`, else the default
+  // compact: the columns to show ({"all"}: report.md's whole table); empty = the spec's `columns:`, else the default
+  std::vector<std::string> columns;
   size_t target_width = 120;
   size_t max_width = 160;
 };

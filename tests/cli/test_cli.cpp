@@ -80,7 +80,7 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 
 TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
   auto r = ib({"kvcache", kSource + "/experiments/kvcache.yaml", "--backend", "cpu", "--only", "kv-memory", "--only",
-               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q"});
+               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_fp8", "cpu_int8", "rel L2 vs bf16 KV", "KV batch (formula)", "book: Chapter 8"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
@@ -89,7 +89,7 @@ TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
 
 TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
   auto r = ib({"attention", kSource + "/experiments/attention.yaml", "--backend", "cpu", "--only", "flash-vs-standard", "--set",
-               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q"});
+               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
@@ -99,7 +99,7 @@ TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
 
 TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
   auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "decode-metrics", "--set",
-               "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q"});
+               "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama3-8b", "-o",
@@ -149,7 +149,7 @@ TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
 TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
   auto r = ib({"specdec", kSource + "/experiments/specdec.yaml", "--backend", "cpu", "--only", "specdec-ngram", "--set",
                "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",
-               dir_ + "/spec", "-q"});
+               dir_ + "/spec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
@@ -201,8 +201,11 @@ TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("### tiny-copy (ceiling)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 configurations × 1 variant = 2 rows"), std::string::npos);
-  EXPECT_NE(r.out.find("| variant | bytes | ms | GB/s |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| sgemm |"), std::string::npos);
+  // stdout's table: the default columns, aligned (report.md keeps every column).
+  EXPECT_NE(r.out.find("| variant | bytes |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | GB/s |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n## Summary\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| sgemm "), std::string::npos);
   EXPECT_EQ(list_files(dir_ + "/out"), (std::vector<std::string>{"report.md", "results.csv", "results.json"}));
 
   auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));

@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.h"
@@ -22,6 +23,9 @@ void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only) {
   sub->add_flag("--cold-l2", c.cold_l2, "flush L2 (GPU) / last-level cache (CPU) before every sample");
   sub->add_option("--memory-limit", c.memory_limit, "emulate a smaller card: allocations past this are OOM rows (80GiB)");
   sub->add_option("--seed", c.seed, "seed of the random inputs");
+  sub->add_option("--columns", c.columns,
+                  "stdout tables: all, or a comma-separated list (ms,speedup,book,check,note, a metric's name, ...) in place of "
+                  "each experiment's `columns:`; report.md, CSV and JSON keep every column");
   sub->add_flag("--profile", c.profile, "a few runs per row between cudaProfilerStart/Stop, for ncu and nsys");
   sub->add_flag("--quiet,-q", c.quiet, "no notes or progress line on stderr (tables still go to stdout)");
 }
@@ -44,6 +48,23 @@ SessionOptions Cli::session() const {
   s.only = common.only;
   s.quiet = common.quiet;
   s.profile = common.profile;
+  if (!common.columns.empty()) {
+    std::string item;
+    for (size_t i = 0; i <= common.columns.size(); ++i) {
+      const char ch = i < common.columns.size() ? common.columns[i] : ',';
+      if (ch != ',') {
+        item += ch;
+        continue;
+      }
+      while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      if (item.empty()) throw InputError("--columns '" + common.columns + "': an empty column name");
+      s.columns.push_back(item);
+      item.clear();
+    }
+    if (s.columns.size() > 1 && std::find(s.columns.begin(), s.columns.end(), "all") != s.columns.end())
+      throw InputError("--columns '" + common.columns + "': all stands alone");
+  }
   RunControlOverrides& o = s.overrides;
   if (common.warmup != CommonOptions::kUnset) {
     if (common.warmup < 0) throw InputError("--warmup: must be at least 0");

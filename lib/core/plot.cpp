@@ -15,9 +15,12 @@ namespace ib {
 namespace {
 
 // Canvas: the plot area, then the legend on its right.
-constexpr double kWidth = 940, kHeight = 470;
-constexpr double kLeft = 78, kRight = 560, kTop = 62, kBottom = 400;
-constexpr double kLegendX = 580;
+// The plot takes the whole width; the legend sits under the x axis, in as many columns as its
+// longest label allows, and the image grows by its rows.
+constexpr double kWidth = 940;
+constexpr double kLeft = 78, kRight = 910, kTop = 62, kBottom = 400;
+constexpr double kLegendTop = kBottom + 62, kLegendRow = 18;
+constexpr size_t kLegendLabel = 46, kLegendMaxEntries = 24;
 // Tableau 10: distinct in colour and in grey, readable on white.
 const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
                                 "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
@@ -318,13 +321,33 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
     yt = linear_ticks(&sy.lo, &sy.hi, 6);
   }
 
+  bool any_book = false, any_oom = false;
+  for (const auto& se : series)
+    for (const auto& pt : se.points) {
+      any_book = any_book || pt.book.size() == 1 || pt.book.size() == 2;
+      any_oom = any_oom || pt.oom;
+    }
+  // Legend layout: entries (series, then the chapter's diamond and the OOM cross) in columns.
+  const size_t shown = std::min(series.size(), kLegendMaxEntries);
+  size_t longest = 0;
+  for (size_t i = 0; i < shown; ++i) longest = std::max(longest, std::min(series[i].label.size(), kLegendLabel));
+  longest = std::max<size_t>(longest, 24);  // "figure from the chapter", "… N more (hover a line)"
+  const double entry_w = 36 + 6.6 * static_cast<double>(longest);
+  const size_t columns = std::max<size_t>(1, std::min<size_t>(4, static_cast<size_t>((kWidth - kLeft) / entry_w)));
+  const size_t entries = shown + (shown < series.size()) + any_book + any_oom;
+  const size_t legend_rows = (entries + columns - 1) / columns;
+  const double height = kLegendTop + static_cast<double>(legend_rows) * kLegendRow + 6;
+  auto legend_at = [&](size_t k) {
+    return std::make_pair(kLeft + static_cast<double>(k % columns) * entry_w, kLegendTop + static_cast<double>(k / columns) * kLegendRow);
+  };
+
   const std::string title = p.title.empty() ? (join_y(p) + " vs " + p.x) : p.title;
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
-      kWidth, kHeight);
+      kWidth, num(height));
   s += fmt::format("<title>{}</title>\n", xml_escape(result.spec.name + ": " + title));
-  s += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, kHeight);
+  s += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, num(height));
   s += text(kLeft, 24, result.spec.name + ": " + title, "font-size=\"15\" font-weight=\"bold\"");
   s += text(kLeft, 43, truncate(device + (result.spec.cpu_overrides_applied ? " · scaled sizes (cpu: block)" : ""), 110),
             "fill=\"#555\"");
@@ -348,7 +371,6 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#666\" stroke-dasharray=\"5 4\"/>\n", num(kLeft),
                      num(sy(1.0)), num(kRight), num(sy(1.0)));
 
-  bool any_book = false, any_oom = false;
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = color_of(series[i]);
     std::string line;
@@ -368,44 +390,41 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
       if (pt.oom) {
         s += cross(px, kTop + 12, color);
         s += text(px, kTop + 30, "OOM", fmt::format("text-anchor=\"middle\" font-size=\"10\" fill=\"{}\"", color));
-        any_oom = true;
       }
       if (pt.book.size() == 1) {
         s += diamond(px + 7, sy(pt.book[0]), color);
-        any_book = true;
       } else if (pt.book.size() == 2) {
         s += fmt::format("<path d=\"M{0} {1}V{2}M{3} {1}h8M{3} {2}h8\" stroke=\"{4}\" stroke-width=\"2\" stroke-dasharray=\"3 2\"/>\n",
                          num(px + 7), num(sy(pt.book[0])), num(sy(pt.book[1])), num(px + 3), color);
         s += diamond(px + 7, sy((pt.book[0] + pt.book[1]) / 2), color);
-        any_book = true;
       }
     }
     s += "</g>\n";
   }
 
-  // Legend.
-  double ly = kTop + 6;
-  size_t shown = 0;
-  for (size_t i = 0; i < series.size() && ly < kHeight - 58; ++i, ly += 18, ++shown) {
+  // Legend, under the plot.
+  size_t k = 0;
+  for (size_t i = 0; i < shown; ++i, ++k) {
+    const auto [lx, ly] = legend_at(k);
     const char* color = color_of(series[i]);
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", num(kLegendX), num(ly),
-                     num(kLegendX + 22), num(ly), color, dash_of(series[i]));
-    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.6\" fill=\"{}\"/>\n", num(kLegendX + 11), num(ly), color);
-    s += text(kLegendX + 30, ly + 4, truncate(series[i].label, 46));
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", num(lx), num(ly),
+                     num(lx + 22), num(ly), color, dash_of(series[i]));
+    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.6\" fill=\"{}\"/>\n", num(lx + 11), num(ly), color);
+    s += text(lx + 30, ly + 4, truncate(series[i].label, kLegendLabel));
   }
   if (shown < series.size()) {
-    s += text(kLegendX + 30, ly + 4, fmt::format("… {} more (hover a line for its name)", series.size() - shown), "fill=\"#555\"");
-    ly += 18;
+    const auto [lx, ly] = legend_at(k++);
+    s += text(lx + 30, ly + 4, fmt::format("… {} more (hover a line)", series.size() - shown), "fill=\"#555\"");
   }
   if (any_book) {
-    s += diamond(kLegendX + 11, ly, "#444");
-    s += text(kLegendX + 30, ly + 4, "figure from the chapter");
-    ly += 18;
+    const auto [lx, ly] = legend_at(k++);
+    s += diamond(lx + 11, ly, "#444");
+    s += text(lx + 30, ly + 4, "figure from the chapter");
   }
   if (any_oom) {
-    s += cross(kLegendX + 11, ly, "#444");
-    s += text(kLegendX + 30, ly + 4, "out of memory");
-    ly += 18;
+    const auto [lx, ly] = legend_at(k++);
+    s += cross(lx + 11, ly, "#444");
+    s += text(lx + 30, ly + 4, "out of memory");
   }
   s += "</svg>\n";
   return PlotFile{"", title, std::move(s)};

@@ -1,5 +1,6 @@
 #include "core/registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace ib {
@@ -46,6 +47,26 @@ const VariantDecl* find_variant(const KindInfo& kind, const std::string& name) {
   for (const auto& v : kind.variants)
     if (v.name == name) return &v;
   return nullptr;
+}
+
+std::string variant_role(const KindInfo& kind, const std::string& name) {
+  const VariantDecl* d = find_variant(kind, name);
+  if (d && !d->role.empty()) return d->role;
+  const std::string prefix = "cpu_";
+  if (d && d->backend == Backend::Cpu && name.compare(0, prefix.size(), prefix) == 0) {
+    const VariantDecl* twin = find_variant(kind, name.substr(prefix.size()));
+    if (twin && twin->backend != Backend::Cpu) return twin->name;
+  }
+  return name;
+}
+
+std::vector<std::string> kind_roles(const KindInfo& kind) {
+  std::vector<std::string> roles;
+  for (const auto& v : kind.variants) {
+    std::string r = variant_role(kind, v.name);
+    if (std::find(roles.begin(), roles.end(), r) == roles.end()) roles.push_back(r);
+  }
+  return roles;
 }
 
 }  // namespace ib

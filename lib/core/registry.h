@@ -25,6 +25,10 @@ struct VariantDecl {
   // Host work (token masks, compilers): runs on the CPU, timed with steady_clock, whichever
   // backend the run uses. Declared with backend Cpu.
   bool host = false;
+  // The part this variant plays in the chapter's comparison, the same on every backend: a book
+  // row's `role:` names it, so the chapter's figures land on the CPU stand-in too. "" = the
+  // default: a CPU variant `cpu_X` plays X where the kind declares an X, any other plays itself.
+  std::string role;
 };
 
 // A problem found across keys at spec validation: the keys it involves, most to blame first (the
@@ -70,6 +74,10 @@ class Registry {
 };
 
 const VariantDecl* find_variant(const KindInfo& kind, const std::string& name);
+// The role `name` plays in the kind's comparisons (VariantDecl::role; its own name if undeclared).
+std::string variant_role(const KindInfo& kind, const std::string& name);
+// Every role some variant of the kind plays, in declaration order.
+std::vector<std::string> kind_roles(const KindInfo& kind);
 
 struct KindRegistration {
   explicit KindRegistration(KindInfo kind) { Registry::instance().add_kind(std::move(kind)); }

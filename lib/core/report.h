@@ -33,8 +33,27 @@ struct ResultSet {
 
 // "### name (kind)", the description and the row count: printed before an experiment runs.
 std::string markdown_heading(const ExperimentSpec& spec, const SweepPlan& plan, Backend backend);
+// How a table is printed. The default is report.md's: every column, unpadded.
+struct TableOptions {
+  // stdout's table: only the requested columns (besides variant and the varying params), padded
+  // into aligned columns and fitted: the unrequested ones dropped past target_width, then the
+  // requested ones and long cells shortened past max_width (0: no limit).
+  bool compact = false;
+  // compact: the columns to show ({"all"}: report.md's whole table); empty = the spec's `columns:`, else the default
+  std::vector<std::string> columns;
+  size_t target_width = 120;
+  size_t max_width = 160;
+};
+
 // The line of constant parameters and the table (columns that never vary are folded above it).
-std::string markdown_table(const ExperimentResult& result, const Ceilings& ceilings);
+// Book rows no row matches (a role this backend has no variant for, a point the sweep does not
+// hold) are "(chapter)" rows with nothing measured in them.
+std::string markdown_table(const ExperimentResult& result, const Ceilings& ceilings, const TableOptions& options = {});
+// The experiment's line in the run's summary: the chapter's claim (spec `summary:`), the measured
+// figure's range, and whether the measured shape is the claim's.
+std::string summary_line(const ExperimentResult& e, const Ceilings& c);
+// "## Summary" and one list item per experiment.
+std::string markdown_summary(const ResultSet& results);
 // The line under every plot's title: device, backend, version and git revision.
 std::string plot_subtitle(const RunMeta& m);
 // report.md: the run's metadata, then every experiment's heading, table and plots (links to the

@@ -66,18 +66,27 @@ Roofline roofline(const Row& row, const Ceilings& c) {
   return r;
 }
 
-std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant) {
-  std::vector<std::pair<std::string, nlohmann::json>> out;
-  for (const auto& row : book.rows) {
-    bool ok = true;
-    for (const auto& [k, v] : row.match) {
-      if (k == "variant") ok = ok && std::get<std::string>(v) == variant;
-      else if (const Param* q = p.find(k)) ok = ok && values_equal(q->value, v);
-      else ok = false;
+bool book_row_matches(const BookRow& book_row, const Point& p, const std::string& variant, const std::string& role) {
+  for (const auto& [k, v] : book_row.match) {
+    if (k == "variant") {
+      if (std::get<std::string>(v) != variant) return false;
+    } else if (k == "role") {
+      if (std::get<std::string>(v) != role) return false;
+    } else if (const Param* q = p.find(k)) {
+      if (!values_equal(q->value, v)) return false;
+    } else {
+      return false;
     }
-    if (ok)
-      for (const auto& f : row.figures) out.push_back(f);
   }
+  return true;
+}
+
+std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant,
+                                                               const std::string& role) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const auto& row : book.rows)
+    if (book_row_matches(row, p, variant, role))
+      for (const auto& f : row.figures) out.push_back(f);
   return out;
 }
 
@@ -188,7 +197,8 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
   row.variant = variant;
   row.backend = rt.backend();
   row.point = point;
-  row.book = match_book(spec.book, point, variant);
+  if (const KindInfo* kind = Registry::instance().kind(spec.kind)) row.role = variant_role(*kind, variant);
+  row.book = match_book(spec.book, point, variant, row.role.empty() ? variant : row.role);
 
   NvtxRange variant_range(variant);
   NvtxRange config_range(config_label(spec, point));

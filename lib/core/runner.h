@@ -35,6 +35,7 @@ struct Row {
   std::string experiment;
   std::string kind;
   std::string variant;
+  std::string role;                  // the part the variant plays in the chapter's comparison (VariantDecl::role)
   Backend backend = Backend::Cpu;
   Point point;
   RowStatus status = RowStatus::Ok;
@@ -101,7 +102,10 @@ std::string config_label(const ExperimentSpec& spec, const Point& p);
 // the "infer-bench" domain, as Nsight Compute's --nvtx-include expects them.
 std::string row_range_name(const ExperimentSpec& spec, const std::string& variant, const Point& p);
 
-// Book figures whose match keys all equal the row's point/variant.
-std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant);
+// Whether a book row's match keys all equal the row's point, variant (`variant:`) and role (`role:`).
+bool book_row_matches(const BookRow& book_row, const Point& p, const std::string& variant, const std::string& role);
+// Book figures of every book row that matches.
+std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant,
+                                                               const std::string& role);
 
 }  // namespace ib

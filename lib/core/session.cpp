@@ -109,7 +109,10 @@ std::string file_stem(const std::string& path) {
 class SessionObserver : public RunObserver {
  public:
   SessionObserver(ResultSet& rs, std::string dir, const SessionOptions& o)
-      : rs_(rs), dir_(std::move(dir)), markdown_(o.format == "md"), progress_(!o.quiet && isatty(2)) {}
+      : rs_(rs), dir_(std::move(dir)), markdown_(o.format == "md"), progress_(!o.quiet && isatty(2)) {
+    table_.compact = true;
+    table_.columns = o.columns;
+  }
 
   void experiment_started(const ExperimentSpec& spec, const SweepPlan& plan) override {
     if (markdown_) out("\n" + markdown_heading(spec, plan, rs_.meta.backend));
@@ -129,7 +132,7 @@ class SessionObserver : public RunObserver {
   void experiment_finished(const ExperimentResult& result) override {
     progress_.clear();
     rs_.experiments.back() = result;
-    if (markdown_) out(markdown_table(result, rs_.meta.ceilings));
+    if (markdown_) out(markdown_table(result, rs_.meta.ceilings, table_));
     write();
   }
   void write() const {
@@ -144,6 +147,7 @@ class SessionObserver : public RunObserver {
   std::string dir_;
   bool markdown_;
   ProgressLine progress_;
+  TableOptions table_;  // stdout's: the spec's columns, fitted to a terminal
 };
 
 RunMeta make_meta(const SessionOptions& o, Backend backend, const std::string& spec_file) {
@@ -197,6 +201,8 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   rs.meta.interrupted = interrupted();
   rs.meta.finished_utc = utc_stamp_iso();
   observer.write();
+  // Last, where the terminal leaves it: one line per experiment, the chapter's claim beside the measured figure.
+  if (o.format == "md") out("\n" + markdown_summary(rs));
   if (o.format == "csv") out(csv_report(rs));
   if (o.format == "json") out(json_report(rs).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::vector<std::string> skipped;
@@ -372,7 +378,10 @@ int show_info(const SessionOptions& o) {
   for (const auto& e : spec.experiments) {
     if (interrupted()) break;
     results.push_back(runner.run(e));
-    out("\n" + markdown_heading(e, results.back().plan, backend) + markdown_table(results.back(), Ceilings{}));
+    TableOptions compact;
+    compact.compact = true;
+    compact.columns = o.columns;
+    out("\n" + markdown_heading(e, results.back().plan, backend) + markdown_table(results.back(), Ceilings{}, compact));
   }
   Ceilings c = ceilings_from_results(results);
   out(fmt::format("\nceilings: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", format_number(c.copy_bytes_per_s / 1e9),

@@ -17,6 +17,7 @@ struct SessionOptions {
   std::vector<std::string> sets;         // --set overrides
   std::vector<std::string> only;         // run only these experiments
   RunControlOverrides overrides;
+  std::vector<std::string> columns;     // --columns: stdout tables' columns ({"all"}: every one; empty: each spec's)
   bool quiet = false;
   bool profile = false;
 };

@@ -1,5 +1,6 @@
 #include "core/spec.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -25,7 +26,7 @@ namespace {
 
 // Keys that are not parameters of a kind; handled by the parser itself.
 const std::set<std::string> kStructuralKeys = {"name", "kind", "description", "variants", "baseline",
-                                               "skip", "book", "plot", "cpu"};
+                                               "skip", "book", "plot", "cpu", "columns", "summary"};
 
 // Run-control and structural keys are never axes.
 KeySpec key(std::string name, ParamType type, std::string doc, std::optional<Value> def = std::nullopt,
@@ -623,6 +624,8 @@ class SpecParser {
     if (const Field* f = fields.get("skip")) ex->skip = parse_skip(*f, kind);
     if (const Field* f = fields.get("book")) ex->book = parse_book(*f, kind);
     if (const Field* f = fields.get("plot")) ex->plots = parse_plots(*f, kind);
+    if (const Field* f = fields.get("columns")) ex->columns = string_list(*f);
+    if (const Field* f = fields.get("summary")) ex->summary = parse_summary(*f, kind);
     ex->resolved = resolved_json(*ex);
   }
 
@@ -733,6 +736,50 @@ class SpecParser {
     return plots;
   }
 
+  SummarySpec parse_summary(const Field& f, const KindInfo& kind) const {
+    if (!f.node.IsMap()) throw spec_error(f.loc, f.path, std::string("expected a map {claim, figure, role, holds}, got ") + node_kind(f.node));
+    SummarySpec sum;
+    for (auto it = f.node.begin(); it != f.node.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      const std::string kp = f.path + "." + k;
+      if (k == "claim") sum.claim = scalar_text(it->second, kp);
+      else if (k == "figure") sum.figure = scalar_text(it->second, kp);
+      else if (k == "role") {
+        sum.role = scalar_text(it->second, kp);
+        const std::vector<std::string> roles = kind_roles(kind);
+        if (std::find(roles.begin(), roles.end(), sum.role) == roles.end())
+          throw spec_error(loc_of(it->second, file_), kp, "no variant of kind " + kind.name + " plays the role '" + sum.role + "'" +
+                                                              did_you_mean(sum.role, roles));
+      } else if (k == "holds") {
+        std::vector<YAML::Node> items;
+        if (it->second.IsSequence())
+          for (size_t i = 0; i < it->second.size(); ++i) items.push_back(it->second[i]);
+        else
+          items.push_back(it->second);
+        for (const auto& n : items) {
+          const SourceLoc vl = loc_of(n, file_);
+          const std::string h = scalar_text(n, kp);
+          auto starts = [&](const char* p) { return h.rfind(p, 0) == 0; };
+          double x = 0;
+          if (h == "faster") {
+          } else if (starts("grows with ") || starts("shrinks with ")) {
+            const std::string key = h.substr(h.find(" with ") + 6);
+            if (!find_key(kind.keys, key)) throw spec_error(vl, kp, "'" + key + "' is not a key of kind " + kind.name);
+          } else if (((starts("below ") || starts("above ")) && parse_float(h.substr(6), &x)) ||
+                     ((starts("at least ") || starts("at most ")) && parse_float(h.substr(h.find(' ', 3) + 1), &x))) {
+          } else {
+            throw spec_error(vl, kp, "expected faster, grows with <key>, shrinks with <key>, below <n>, above <n>, at least <n> or "
+                                     "at most <n>, got '" + h + "'");
+          }
+          sum.holds.push_back(h);
+        }
+      } else {
+        throw spec_error(loc_of(it->first, file_), kp, "unknown key '" + k + "' in summary" + did_you_mean(k, {"claim", "figure", "role", "holds"}));
+      }
+    }
+    return sum;
+  }
+
   Book parse_book(const Field& f, const KindInfo& kind) const {
     if (!f.node.IsMap()) throw spec_error(f.loc, f.path, std::string("expected a map with source and rows, got ") + node_kind(f.node));
     Book book;
@@ -755,6 +802,16 @@ class SpecParser {
             if (rk == "variant") {
               std::string v = scalar_text(jt->second, fp);
               check_variant(kind, v, vl, fp);
+              row.match.emplace_back(rk, v);
+            } else if (rk == "role") {
+              std::string v = scalar_text(jt->second, fp);
+              const std::vector<std::string> roles = kind_roles(kind);
+              if (std::find(roles.begin(), roles.end(), v) == roles.end()) {
+                std::string list;
+                for (const auto& r : roles) list += (list.empty() ? "" : ", ") + r;
+                throw spec_error(vl, fp, "no variant of kind " + kind.name + " plays the role '" + v + "' (roles: " + list + ")" +
+                                             did_you_mean(v, roles));
+              }
               row.match.emplace_back(rk, v);
             } else if (const KeySpec* ks = find_key(kind.keys, rk)) {
               row.match.emplace_back(rk, convert(jt->second, *ks, vl, fp));
@@ -822,6 +879,8 @@ class SpecParser {
       b["rows"] = rows;
       j["book"] = b;
     }
+    if (!ex.columns.empty()) j["columns"] = ex.columns;
+    if (!ex.summary.empty()) j["summary"] = summary_to_json(ex.summary);
     if (!ex.plots.empty()) {
       nlohmann::json plots = nlohmann::json::array();
       for (const auto& p : ex.plots) plots.push_back(plot_to_json(p));
@@ -867,6 +926,19 @@ PlotSpec plot_from_json(const nlohmann::json& j) {
   return p;
 }
 
+nlohmann::json summary_to_json(const SummarySpec& s) {
+  return {{"claim", s.claim}, {"figure", s.figure}, {"role", s.role}, {"holds", s.holds}};
+}
+
+SummarySpec summary_from_json(const nlohmann::json& j) {
+  SummarySpec s;
+  s.claim = j.value("claim", std::string());
+  s.figure = j.value("figure", std::string());
+  s.role = j.value("role", std::string());
+  s.holds = j.value("holds", std::vector<std::string>{});
+  return s;
+}
+
 const std::vector<KeySpec>& common_keys() {
   static const std::vector<KeySpec> keys = [] {
     std::vector<KeySpec> k = {
@@ -877,12 +949,23 @@ const std::vector<KeySpec>& common_keys() {
         key("baseline", ParamType::String, "variant the others are compared with (speedup, verdict); 'none' for no comparison",
             Value(std::string("none"))),
         key("skip", ParamType::String, "list of rules {key: value(s), variant: name(s)}: matching rows are not run"),
-        key("book", ParamType::String, "the chapter's figures: {source, note, rows: [{<param>: v, variant: v, <figure>: number}]}"),
+        key("book", ParamType::String,
+            "the chapter's figures: {source, note, rows: [{<param>: v, role: r, <figure>: number}]}; `role` matches every "
+            "variant that plays it on any backend (cpu_flash plays flash2, cpu_X plays X), `variant` one variant by name"),
         key("plot", ParamType::String,
             "SVG plots written beside the tables: {x: a numeric param, y: ms, speedup, tflops, gbps or a metric's name (or a list "
             "of them), book: the figure to show, log_x, log_y, title}, or a list of such maps; one line per variant and "
             "combination of the other varying params"),
         key("cpu", ParamType::String, "map of keys that replace these on the CPU backend (scaled sizes)"),
+        key("columns", ParamType::String,
+            "the columns of the stdout table besides variant and the varying params (report.md, CSV and JSON keep every "
+            "one): ms, tflops, pct_gemm, gbps, pct_copy, peak_mem, speedup, verdict, book (every book figure) or book_<figure>, "
+            "check, samples, stop, note, or a metric's name; default ms, tflops, gbps, speedup, book, check, note; "
+            "`--columns all|LIST` overrides"),
+        key("summary", ParamType::String,
+            "the experiment's line in the run's summary: {claim: the chapter's claim in words, figure: the column summarised "
+            "(default ms; overhead = 100·(1/speedup − 1) %), role: only the rows of that role, holds: a check or a list of "
+            "them — faster, grows with <param>, shrinks with <param>, below <n>, above <n>, at least <n>, at most <n>}"),
     };
     for (const auto& c : control_keys()) k.push_back(c);
     return k;

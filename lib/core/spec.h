@@ -84,6 +84,24 @@ struct PlotSpec {
 nlohmann::json plot_to_json(const PlotSpec& p);
 PlotSpec plot_from_json(const nlohmann::json& j);
 
+// The experiment's line in the run's summary: the chapter's claim, the measured figure beside it
+// and whether the measured shape is the claim's.
+struct SummarySpec {
+  std::string claim;   // the chapter's claim in words ("" = the experiment makes none)
+  // The column summarised: ms, speedup, overhead (100·(1/speedup − 1) %), tflops, gbps or a
+  // metric's key ("" = ms).
+  std::string figure;
+  std::string role;    // only the rows of the variants playing this role ("" = every row)
+  // The shape checks, each: "faster" (every compared row's verdict), "grows with <param>" /
+  // "shrinks with <param>" (the figure along that axis, per variant), "below <n>", "above <n>",
+  // "at least <n>", "at most <n>" (every row).
+  std::vector<std::string> holds;
+  bool empty() const { return claim.empty() && figure.empty() && holds.empty() && role.empty(); }
+};
+
+nlohmann::json summary_to_json(const SummarySpec& s);
+SummarySpec summary_from_json(const nlohmann::json& j);
+
 struct ExperimentSpec {
   std::string name;
   std::string kind;
@@ -95,6 +113,8 @@ struct ExperimentSpec {
   std::vector<SkipRule> skip;
   Book book;
   std::vector<PlotSpec> plots;
+  std::vector<std::string> columns;  // the stdout table's columns (besides variant and varying params); empty = the default
+  SummarySpec summary;
   RunControl control;
   bool cpu_overrides_applied = false;  // the `cpu:` block replaced keys (scaled sizes)
   nlohmann::json resolved;             // the experiment as run, for results.json

@@ -44,7 +44,7 @@ KindInfo decode_kind() {
        with_matmul(kStepKeys)},
       {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", with_matmul(kPrefillKeys)},
       {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
-      {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys},
+      {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys, false, "decode_step_eager"},  // no graph
       {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
   };
   k.check = [](const auto& values) {

@@ -80,7 +80,7 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 
 TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
   auto r = ib({"kvcache", kSource + "/experiments/kvcache.yaml", "--backend", "cpu", "--only", "kv-memory", "--only",
-               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q"});
+               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_fp8", "cpu_int8", "rel L2 vs bf16 KV", "KV batch (formula)", "book: Chapter 8"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
@@ -89,7 +89,7 @@ TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
 
 TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
   auto r = ib({"attention", kSource + "/experiments/attention.yaml", "--backend", "cpu", "--only", "flash-vs-standard", "--set",
-               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q"});
+               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
@@ -99,7 +99,7 @@ TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
 
 TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
   auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "decode-metrics", "--set",
-               "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q"});
+               "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama9-70b", "-o",
@@ -149,7 +149,7 @@ TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
 TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
   auto r = ib({"specdec", kSource + "/experiments/specdec.yaml", "--backend", "cpu", "--only", "specdec-ngram", "--set",
                "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",
-               dir_ + "/spec", "-q"});
+               dir_ + "/spec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
@@ -201,8 +201,11 @@ TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("### tiny-copy (ceiling)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 configurations × 1 variant = 2 rows"), std::string::npos);
-  EXPECT_NE(r.out.find("| variant | bytes | ms | GB/s |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| sgemm |"), std::string::npos);
+  // stdout's table: the default columns, aligned (report.md keeps every column).
+  EXPECT_NE(r.out.find("| variant | bytes |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | GB/s |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n## Summary\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| sgemm "), std::string::npos);
   EXPECT_EQ(list_files(dir_ + "/out"), (std::vector<std::string>{"report.md", "results.csv", "results.json"}));
 
   auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));
@@ -551,6 +554,66 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"model_vocab_below_tokenizer", "experiments:\n  - name: a\n    kind: constrain-generate\n    model: tiny\n", {},
                   "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'"}),
     [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
+
+// The README's main command on the CPU backend (quick stopping rule): every stdout table fits 160
+// characters, every experiment with a book: block shows the chapter's figures, and the summary,
+// one line per experiment, is the last thing printed.
+TEST_F(Cli, MainCommandTablesFitAndEndWithTheSummary) {
+  auto r = ib({"run", kSource + "/experiments/chapter8.yaml", "--backend", "cpu", "-q", "--output", dir_ + "/ch8", "--warmup", "0",
+               "--min-samples", "1", "--min-time", "0", "--timeout", "0.01"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t widest = 0, tables = 0;
+  std::string line;
+  for (size_t i = 0; i <= r.out.size(); ++i) {
+    if (i < r.out.size() && r.out[i] != '\n') {
+      line += r.out[i];
+      continue;
+    }
+    if (line.rfind("| ", 0) == 0) {
+      size_t n = 0;
+      for (unsigned char c : line) n += (c & 0xC0) != 0x80;
+      widest = std::max(widest, n);
+      tables += line.rfind("| variant", 0) == 0;
+      EXPECT_LE(n, 160u) << line;
+    }
+    line.clear();
+  }
+  EXPECT_EQ(tables, 14u);
+  EXPECT_GT(widest, 40u);
+  // The experiments with a book: block print its figures (a "book …" column).
+  for (const char* name : {"flash-vs-standard", "cuda-graph", "specdec-acceptance", "kv-memory", "prefix-system-prompt",
+                           "constrain-compile", "constrain-mask", "constrain-validity", "constrain-overhead"}) {
+    const auto at = r.out.find(std::string("### ") + name + " (");
+    ASSERT_NE(at, std::string::npos) << name;
+    const auto next = r.out.find("\n### ", at + 1);
+    const std::string section = r.out.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    EXPECT_NE(section.find("| book "), std::string::npos) << section;
+  }
+  const auto summary = r.out.rfind("\n## Summary\n");
+  ASSERT_NE(summary, std::string::npos);
+  EXPECT_EQ(r.out.find("\n### ", summary), std::string::npos) << "the summary comes last";
+  size_t items = 0;
+  for (size_t at = r.out.find("\n- **", summary); at != std::string::npos; at = r.out.find("\n- **", at + 1)) ++items;
+  EXPECT_EQ(items, 14u);
+  EXPECT_NE(r.out.find("**flash-vs-standard**: chapter flash2 beats standard", summary), std::string::npos);
+  // report.md keeps every column, the summary first.
+  const std::string report = read_text(dir_ + "/ch8/report.md");
+  EXPECT_LT(report.find("## Summary"), report.find("### copy-bandwidth"));
+  EXPECT_NE(report.find("| samples |"), std::string::npos);
+}
+
+TEST_F(Cli, ColumnsFlagChoosesTheStdoutColumns) {
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "-q", "--output", "out", "--columns", "ms,samples"}, in_dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| samples |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("check"), std::string::npos) << r.out;
+  auto all = ib({"run", "quick.yaml", "--backend", "cpu", "-q", "--output", "out2", "--columns", "all"}, in_dir());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_NE(all.out.find("| stop"), std::string::npos) << all.out;
+  auto bad = ib({"run", "quick.yaml", "--backend", "cpu", "--columns", "ms,,check"}, in_dir());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+}
 
 TEST(CliBackend, CudaWithoutAUsableGpuIsBadInput) {
   if (path_exists("/dev/nvidiactl")) GTEST_SKIP() << "a GPU driver is present";

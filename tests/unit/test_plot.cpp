@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "core/plot.h"
@@ -111,6 +113,24 @@ TEST(Plot, OneLinePerVariantWithPointsWhereTheValuesAre) {
   EXPECT_NE(svg.find("out of memory"), std::string::npos);
   EXPECT_EQ(count(svg, "fill=\"white\" stroke="), 3u + 1u);  // a diamond per memcpy book figure, one in the legend
   EXPECT_NE(svg.find("figure from the chapter"), std::string::npos);
+}
+
+// The legend sits under the x axis, so the plot keeps the image's width: the lines reach past the
+// old legend column (x 560), and every legend label is below the plot's frame (y 400).
+TEST(Plot, TheLegendIsUnderThePlotNotBesideIt) {
+  ExperimentResult e = fixture("{x: m, y: ms, log_y: false}");
+  const std::string svg = render_plots(e, Ceilings{}, "dev")[0].svg;
+  double right = 0;
+  for (const auto& l : polylines(svg))
+    for (const auto& pt : l) right = std::max(right, pt.first);
+  EXPECT_GT(right, 800.0);
+  for (const char* label : {"figure from the chapter", "out of memory"}) {
+    const auto at = svg.find(std::string(">") + label + "<");
+    ASSERT_NE(at, std::string::npos) << label;
+    const auto y = svg.rfind(" y=\"", at);
+    ASSERT_NE(y, std::string::npos);
+    EXPECT_GT(std::stod(svg.substr(y + 4)), 420.0) << label;
+  }
 }
 
 TEST(Plot, SpeedupsLeaveTheBaselineOutAndDrawTheBooksRange) {

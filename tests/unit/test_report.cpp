@@ -1,11 +1,16 @@
 // Report writers: golden Markdown and CSV for a fixed result set, and a JSON round trip.
+#include <dirent.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
+#include "core/registry.h"
 #include "core/report.h"
 #include "core/spec.h"
+#include "core/units.h"
 
 namespace ib {
 namespace {
@@ -151,6 +156,172 @@ TEST(Report, JsonRejectsOtherSchemaVersions) {
   EXPECT_THROW(results_from_json(j), std::runtime_error);
   j["schema"] = "something else";
   EXPECT_THROW(results_from_json(j), std::runtime_error);
+}
+
+// ---- the chapter's figures on both backends, stdout's compact tables, the summary ----
+
+// The rows a spec's experiment would produce (every planned variant × point, ok, with the book
+// figures the runner matches), without running anything.
+ExperimentResult planned_result(const ExperimentSpec& spec, Backend backend) {
+  ExperimentResult e;
+  e.spec = spec;
+  e.plan = plan_sweep(spec);
+  const KindInfo* kind = Registry::instance().kind(spec.kind);
+  for (const auto& p : expand_sweep(spec))
+    for (const auto& v : spec.variants) {
+      if (is_skipped(spec, p, v)) continue;
+      Row r;
+      r.experiment = spec.name;
+      r.kind = spec.kind;
+      r.variant = v;
+      r.role = variant_role(*kind, v);
+      r.backend = backend;
+      r.point = p;
+      r.samples = {0.001, 0.0011, 0.0012};
+      r.stats = summarize(r.samples);
+      r.stop_reason = "noise settled at 1.00%";
+      r.validation = Validation{true, "rel_l2", 1e-7, 1e-4, ""};
+      r.is_baseline = v == spec.baseline;
+      if (!spec.baseline.empty() && !r.is_baseline) r.speedup = Speedup{1.5, 1.4, 1.6, Verdict::Faster};
+      r.book = match_book(spec.book, p, v, r.role);
+      e.rows.push_back(r);
+    }
+  return e;
+}
+
+std::vector<std::string> spec_files() {
+  std::vector<std::string> files;
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/experiments";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* ent = readdir(d)) {
+      const std::string n = ent->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".yaml") files.push_back(dir + "/" + n);
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Every experiment with a book: block, in every spec of experiments/ and on both backends' variant
+// sets, prints the chapter's figures in its stdout table: on rows of the variant playing the role
+// (cpu_flash plays flash2), or as "(chapter)" rows where no variant of that backend plays it. In
+// the main suite, only cuda-graph on the CPU (no CUDA Graph there) has no measured row beside them.
+TEST(BookRoles, EverySpecShowsTheChaptersFiguresOnBothBackends) {
+  const std::vector<std::string> files = spec_files();
+  ASSERT_GE(files.size(), 7u);
+  size_t with_book = 0;
+  for (const auto& file : files)
+    for (Backend b : {Backend::Cpu, Backend::Cuda}) {
+      SpecOptions opt;
+      opt.backend = b;
+      for (const auto& spec : load_spec(file, opt).experiments) {
+        if (spec.book.empty()) continue;
+        ++with_book;
+        const ExperimentResult e = planned_result(spec, b);
+        TableOptions compact;
+        compact.compact = true;
+        const std::string table = markdown_table(e, Ceilings{}, compact);
+        const std::string where = file + " " + spec.name + " on " + to_string(b);
+        EXPECT_NE(table.find("| book "), std::string::npos) << where << "\n" << table;
+        for (const auto& br : spec.book.rows)
+          for (const auto& [k, v] : br.figures) {
+            const std::string text = v.is_string() ? v.get<std::string>() : format_number(v.get<double>());
+            EXPECT_NE(table.find(text), std::string::npos) << where << ": book " << k << " = " << text << "\n" << table;
+          }
+        bool beside_measured = false;
+        for (const auto& r : e.rows) beside_measured = beside_measured || !r.book.empty();
+        const bool no_counterpart = file.find("chapter8.yaml") != std::string::npos && spec.name == "cuda-graph" && b == Backend::Cpu;
+        if (file.find("chapter8.yaml") != std::string::npos) {
+          EXPECT_EQ(beside_measured, !no_counterpart) << where << ": the chapter's figures beside a measured row";
+        }
+      }
+    }
+  EXPECT_GE(with_book, 20u);
+}
+
+TEST(BookRoles, CpuVariantsPlayTheirGpuTwinsRoles) {
+  const KindInfo* attention = Registry::instance().kind("attention");
+  const KindInfo* specdec = Registry::instance().kind("specdec");
+  const KindInfo* decode = Registry::instance().kind("decode");
+  ASSERT_TRUE(attention && specdec && decode);
+  EXPECT_EQ(variant_role(*attention, "cpu_flash"), "flash2");
+  EXPECT_EQ(variant_role(*attention, "cpu_standard"), "standard");
+  EXPECT_EQ(variant_role(*attention, "flash1"), "flash1");
+  EXPECT_EQ(variant_role(*specdec, "cpu_draft_model"), "draft_model");
+  // The CPU step is launched op by op: it plays the eager step, never the graph's.
+  EXPECT_EQ(variant_role(*decode, "cpu_decode_step"), "decode_step_eager");
+}
+
+size_t widest_line(const std::string& s) {
+  size_t w = 0, n = 0;
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      w = std::max(w, n);
+      n = 0;
+    } else if ((c & 0xC0) != 0x80) {
+      ++n;
+    }
+  }
+  return std::max(w, n);
+}
+
+TEST(CompactTable, PrintsTheDeclaredColumnsAndFitsTheWidth) {
+  ResultSet rs = fixture();
+  ExperimentResult e = rs.experiments[0];
+  for (auto& r : e.rows) r.message += std::string(300, 'x');  // a note longer than any terminal
+  TableOptions compact;
+  compact.compact = true;
+  const std::string table = markdown_table(e, rs.meta.ceilings, compact);
+  EXPECT_LE(widest_line(table), 160u) << table;
+  EXPECT_EQ(table.find("samples"), std::string::npos) << "not a default column";
+  EXPECT_NE(table.find("book ms"), std::string::npos);
+  EXPECT_NE(table.find("columns in report.md"), std::string::npos);
+  EXPECT_NE(table.find("…"), std::string::npos) << "the long note is shortened on stdout";
+  // Declared columns replace the default; --columns all shows every one (unfitted).
+  e.spec.columns = {"ms", "samples"};
+  const std::string declared = markdown_table(e, rs.meta.ceilings, compact);
+  EXPECT_NE(declared.find("| samples"), std::string::npos) << declared;
+  EXPECT_EQ(declared.find("check"), std::string::npos) << declared;
+  compact.columns = {"all"};
+  const std::string all = markdown_table(e, rs.meta.ceilings, compact);
+  EXPECT_NE(all.find("% copy peak"), std::string::npos);
+  EXPECT_NE(all.find(std::string(300, 'x')), std::string::npos) << "--columns all: whole cells";
+  // report.md's table keeps every column.
+  EXPECT_NE(markdown_table(e, rs.meta.ceilings).find("| stop |"), std::string::npos);
+}
+
+TEST(CompactTable, BookRowsNoRowMatchesAreChapterRows) {
+  ResultSet rs = fixture();
+  ExperimentResult e = rs.experiments[0];
+  BookRow extra;
+  extra.match = {{"role", Value(std::string("sgemm"))}, {"m", Value(int64_t{4096})}};
+  extra.figures = {{"ms", nlohmann::json(123.0)}};
+  e.spec.book.rows.push_back(extra);
+  const std::string table = markdown_table(e, rs.meta.ceilings);
+  EXPECT_NE(table.find("| sgemm (chapter) | 4096 | — |"), std::string::npos) << table;
+  EXPECT_NE(table.find("(chapter) rows:"), std::string::npos);
+  e.interrupted = true;  // rows not run yet are not "not measured here"
+  EXPECT_EQ(markdown_table(e, rs.meta.ceilings).find("(chapter)"), std::string::npos);
+}
+
+TEST(Summary, OneLinePerExperimentWithTheShapeVerdict) {
+  ResultSet rs = fixture();
+  ExperimentResult& e = rs.experiments[0];
+  e.spec.summary.claim = "memcpy is 2.4× faster";
+  e.spec.summary.figure = "speedup";
+  e.spec.summary.holds = {"faster", "above 3"};
+  const std::string line = summary_line(e, rs.meta.ceilings);
+  EXPECT_NE(line.find("**demo**: chapter memcpy is 2.4× faster"), std::string::npos) << line;
+  EXPECT_NE(line.find("measured speedup 2.44×"), std::string::npos) << line;
+  EXPECT_NE(line.find("faster: holds 1/1"), std::string::npos) << line;
+  EXPECT_NE(line.find("above 3: does not hold 0/1"), std::string::npos) << line;
+  e.spec.summary = {};
+  EXPECT_NE(summary_line(e, rs.meta.ceilings).find("no chapter claim · measured median ms 4.50–11.0"), std::string::npos)
+      << summary_line(e, rs.meta.ceilings);
+  const std::string all = markdown_summary(rs);
+  EXPECT_EQ(all.rfind("## Summary", 0), 0u);
+  EXPECT_NE(all.find("\n- **demo**"), std::string::npos);
 }
 
 }  // namespace

@@ -88,6 +88,19 @@ TEST(Spec, ValidSpecOnTheCpuBackend) {
   EXPECT_EQ(gemm.resolved["params"]["m"], nlohmann::json({16, 32}));
 }
 
+TEST(Spec, ColumnsAndSummaryAreRead) {
+  Spec s = parse(std::string("experiments:\n  - name: a\n    kind: ceiling\n") + "    variants: [memcpy]\n    columns: [ms, gbps]\n"
+                         "    summary: {claim: fast, figure: gbps, holds: [above 1, grows with bytes]}\n"
+                         "    book: {source: s, rows: [{role: memcpy, gbps: 10}]}\n");
+  const ExperimentSpec& e = s.experiments[0];
+  EXPECT_EQ(e.columns, (std::vector<std::string>{"ms", "gbps"}));
+  EXPECT_EQ(e.summary.claim, "fast");
+  EXPECT_EQ(e.summary.holds, (std::vector<std::string>{"above 1", "grows with bytes"}));
+  ASSERT_EQ(e.book.rows.size(), 1u);
+  EXPECT_EQ(e.book.rows[0].match[0].first, "role");
+  EXPECT_EQ(summary_from_json(e.resolved.at("summary")).holds, e.summary.holds);
+}
+
 TEST(Spec, CpuBlockIsNotAppliedOnTheGpuBackend) {
   Spec s = parse(kValid, Backend::Cuda);
   EXPECT_FALSE(s.experiments[0].cpu_overrides_applied);
@@ -170,6 +183,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"plot_text_x", kHead + "    plot: {x: dtype}\n",
                 "t.yaml:4:15: experiments[0].plot.x: 'dtype' is a choice key: the x axis needs an integer, number, size or duration key", {}},
         BadCase{"plot_no_x", kHead + "    plot: [{y: ms}]\n", "t.yaml:4:12: experiments[0].plot[0]: a plot needs x", {}},
+        BadCase{"book_unknown_role", kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
+                "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: copy, gemm, memcpy, sgemm) "
+                "(did you mean 'memcpy'?)", {}},
+        BadCase{"summary_bad_check", kHead + "    summary: {figure: ms, holds: quicker}\n",
+                "t.yaml:4:34: experiments[0].summary.holds: expected faster, grows with <key>", {}},
+        BadCase{"summary_unknown_axis", kHead + "    summary: {holds: grows with mm}\n", "'mm' is not a key of kind ceiling", {}},
+        BadCase{"summary_unknown_key", kHead + "    summary: {claims: x}\n", "unknown key 'claims' in summary (did you mean 'claim'?)", {}},
         BadCase{"plot_unknown_key", kHead + "    plot: {x: m, logy: true}\n",
                 "t.yaml:4:18: experiments[0].plot.logy: unknown key 'logy' in plot (did you mean 'log_y'?)", {}},
         BadCase{"plot_bad_bool", kHead + "    plot: {x: m, log_x: maybe}\n",

@@ -302,7 +302,7 @@ std::string DecodeVariant::note() const {
   if (text_) {
     std::string t = fmt::format("prompt '{}' ({} tokens, {})", short_text(text_->texts[0]), prompts_[0].size(), text_->tokenizer->name());
     if (!generated_.empty()) t += fmt::format(" -> '{}'", short_text(text_->tokenizer->decode(generated_)));
-    n = n.empty() ? t : n + "; " + t;
+    n = n.empty() ? t : t + "; " + n;  // the text first: a terminal's shortened note keeps it
   }
   return n;
 }

@@ -22,7 +22,7 @@ const std::string& text_of(const Point& p, const char* key) {
   return p.find(key) ? p.text(key) : empty;
 }
 
-std::string read_file(const std::string& key, const std::string& path) {
+std::string read_text_file_impl(const std::string& key, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: '{}' is not a readable file", key, path));
@@ -53,8 +53,8 @@ std::string render(const std::string& tmpl, const std::string& role, const std::
 }
 
 // The JSONL lines of `prompts`: {"prompt": text} or {"messages": [{"role", "content"}, ...]}.
-std::vector<std::string> read_jsonl(const std::string& path, const std::string& tmpl) {
-  const std::string text = read_file("prompts", path);
+std::vector<std::string> read_jsonl_impl(const std::string& path, const std::string& tmpl) {
+  const std::string text = read_text_file_impl("prompts", path);
   std::vector<std::string> out;
   std::istringstream lines(text);
   std::string line;
@@ -93,7 +93,7 @@ std::vector<std::string> read_jsonl(const std::string& path, const std::string& 
   return out;
 }
 
-std::shared_ptr<const tokenizer::Tokenizer> choose_tokenizer(const std::string& name, const std::string& weights) {
+std::shared_ptr<const tokenizer::Tokenizer> choose_tokenizer_impl(const std::string& name, const std::string& weights) {
   if (name == "auto") {
     if (weights.empty() || weights == "random")
       throw InputError("tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
@@ -106,6 +106,12 @@ std::shared_ptr<const tokenizer::Tokenizer> choose_tokenizer(const std::string& 
 }
 
 }  // namespace
+
+std::string read_prompt_file(const std::string& key, const std::string& path) { return read_text_file_impl(key, path); }
+std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl) { return read_jsonl_impl(path, tmpl); }
+std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights) {
+  return choose_tokenizer_impl(name, weights);
+}
 
 std::vector<KeySpec> text_prompt_keys() {
   return {
@@ -138,10 +144,10 @@ std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weigh
   if (given > 1) throw InputError("prompt_text, prompt_file, prompts: give one of them");
   TextPrompts t;
   if (!text.empty()) t.texts = {text};
-  else if (!file.empty()) t.texts = {read_file("prompt_file", file)};
-  else t.texts = read_jsonl(jsonl, text_of(p, "template"));
+  else if (!file.empty()) t.texts = {read_prompt_file("prompt_file", file)};
+  else t.texts = read_prompt_lines(jsonl, text_of(p, "template"));
   const std::string tok = p.find(tokenizer_key) ? p.text(tokenizer_key) : std::string("auto");
-  t.tokenizer = choose_tokenizer(tok, weights);
+  t.tokenizer = prompt_tokenizer(tok, weights);
   for (const auto& s : t.texts) {
     std::vector<int32_t> ids = t.tokenizer->encode(s, true);
     if (ids.empty()) throw InputError(fmt::format("prompt: '{}' encodes to no tokens", short_text(s)));
@@ -174,10 +180,10 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
   if (sources > 1) return KeyProblem{{"prompt_text", "prompt_file", "prompts"}, "give one of prompt_text, prompt_file and prompts"};
   try {
     for (const auto& f : files)
-      if (!f.empty()) read_file("prompt_file", f);
+      if (!f.empty()) read_prompt_file("prompt_file", f);
     const auto templates = all("template");
     for (const auto& f : jsonls)
-      if (!f.empty()) read_jsonl(f, templates.empty() ? std::string() : templates.front());
+      if (!f.empty()) read_prompt_lines(f, templates.empty() ? std::string() : templates.front());
   } catch (const InputError& e) {
     return KeyProblem{{any(files) ? "prompt_file" : "prompts"}, e.what()};
   }
@@ -185,7 +191,7 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
   try {
     for (const auto& t : toks.empty() ? std::vector<std::string>{"auto"} : toks)
       for (const auto& w : weights.empty() ? std::vector<std::string>{"random"} : weights) {
-        auto tok = choose_tokenizer(t, w);
+        auto tok = prompt_tokenizer(t, w);
         // The tokenizer's ids must be ids of the model (a larger model vocabulary, padded, is fine).
         for (const auto& m : models) {
           int vocab = 0;

@@ -44,6 +44,13 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
                                              const std::string& weights_key = "weights", const std::string& tokenizer_key = "tokenizer",
                                              const std::string& model_key = "model");
 
+// The pieces, for kinds with prompts of their own shape (prefix: a system prompt and queries).
+// A text file (at most 16 MiB) named in errors by `key`; the JSONL lines of `prompts` (chat
+// messages rendered with `tmpl`); `name` ("auto": weights' tokenizer.json) loaded.
+std::string read_prompt_file(const std::string& key, const std::string& path);
+std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl);
+std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights);
+
 // "'Once upon a time' → ' there was a'": a short, one-line view of a prompt and its continuation
 // for a row's note (each side cut to `width` characters, newlines shown as ⏎).
 std::string short_text(const std::string& text, size_t width = 40);

@@ -18,6 +18,7 @@
 #include "core/stats.h"
 #include "core/units.h"
 #include "model/decode_variants.h"
+#include "model/text_prompt.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 
@@ -178,6 +179,94 @@ std::string argmax_note(const std::vector<float>& a, const std::vector<float>& b
 
 // ---- prefix-system-prompt ----
 
+// The system prompt and the queries as text (system_text or system_file, queries), in place of
+// the random system_prompt / query_min..query_max tokens.
+std::vector<KeySpec> system_prompt_text_keys() {
+  return {
+      key_spec("system_text", ParamType::String,
+               "the shared system prompt as text, tokenized with `tokenizer` (BOS as its post-processor adds it); replaces the "
+               "random `system_prompt` tokens",
+               Value(std::string())),
+      key_spec("system_file", ParamType::String, "a file whose whole text is the system prompt (as system_text)", Value(std::string())),
+      key_spec("queries", ParamType::String,
+               "a JSONL file of {\"prompt\": text}: request i's own query is line i mod lines, tokenized without special tokens; "
+               "replaces the random query_min..query_max tokens (needs system_text or system_file)",
+               Value(std::string())),
+      key_spec("tokenizer", ParamType::String, "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
+               Value(std::string("auto"))),
+  };
+}
+
+struct SystemPromptTexts {
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::string system;
+  std::vector<int32_t> system_tokens;
+  std::vector<std::vector<int32_t>> queries;
+};
+
+const std::string& text_key(const Point& p, const char* key) {
+  static const std::string empty;
+  return p.find(key) ? p.text(key) : empty;
+}
+
+// nullopt when the point gives no system text. InputError naming the key for what cannot be read.
+std::optional<SystemPromptTexts> system_prompt_texts(const Point& p) {
+  const std::string &text = text_key(p, "system_text"), &file = text_key(p, "system_file"), &queries = text_key(p, "queries");
+  if (text.empty() && file.empty()) {
+    if (!queries.empty()) throw InputError("queries: needs system_text or system_file (the shared prompt they follow)");
+    return std::nullopt;
+  }
+  if (!text.empty() && !file.empty()) throw InputError("system_text, system_file: give one of them");
+  SystemPromptTexts t;
+  t.system = !text.empty() ? text : model::read_prompt_file("system_file", file);
+  t.tokenizer = model::prompt_tokenizer(text_key(p, "tokenizer").empty() ? "auto" : text_key(p, "tokenizer"), p.text("weights"));
+  t.system_tokens = t.tokenizer->encode(t.system, true);
+  if (queries.empty()) throw InputError("queries: a text system prompt needs its queries as text too (a JSONL of {\"prompt\": ...})");
+  for (const auto& q : model::read_prompt_lines(queries, "")) {
+    std::vector<int32_t> ids = t.tokenizer->encode(q, false);
+    if (ids.empty()) throw InputError(fmt::format("queries: '{}' encodes to no tokens", model::short_text(q)));
+    t.queries.push_back(std::move(ids));
+  }
+  return t;
+}
+
+void check_ids(const SystemPromptTexts& t, int vocab) {
+  auto check = [&](const std::vector<int32_t>& ids) {
+    for (int32_t id : ids)
+      if (id < 0 || id >= vocab)
+        throw InputError(fmt::format("tokenizer: {} gives token id {}, past the model's vocabulary of {}", t.tokenizer->name(), id, vocab));
+  };
+  check(t.system_tokens);
+  for (const auto& q : t.queries) check(q);
+}
+
+// Spec time: every value of the text keys reads and tokenizes (KindInfo::check).
+std::optional<KeyProblem> check_system_prompt_texts(const std::map<std::string, std::vector<Value>>& values) {
+  auto all = [&](const char* key) {
+    std::vector<std::string> out;
+    if (auto it = values.find(key); it != values.end())
+      for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
+    return out;
+  };
+  try {
+    for (const auto& text : all("system_text"))
+      for (const auto& file : all("system_file"))
+        for (const auto& queries : all("queries"))
+          for (const auto& tok : all("tokenizer"))
+            for (const auto& weights : all("weights")) {
+              if (text.empty() && file.empty() && queries.empty()) continue;
+              Point p;
+              for (const auto& [k, v] : std::map<std::string, std::string>{
+                       {"system_text", text}, {"system_file", file}, {"queries", queries}, {"tokenizer", tok}, {"weights", weights}})
+                p.params.push_back(Param{k, Value(v), ParamType::String});
+              system_prompt_texts(p);
+            }
+  } catch (const InputError& e) {
+    return KeyProblem{{"system_text", "queries"}, e.what()};
+  }
+  return std::nullopt;
+}
+
 class SystemPromptVariant : public Variant {
  public:
   SystemPromptVariant(Backend b, CacheKind k) : backend_(b), kind_(k) {}
@@ -190,11 +279,22 @@ class SystemPromptVariant : public Variant {
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    const int s = static_cast<int>(p.integer("system_prompt"));
-    const int qmin = static_cast<int>(p.integer("query_min")), qmax = static_cast<int>(p.integer("query_max"));
+    int s = static_cast<int>(p.integer("system_prompt"));
+    int qmin = static_cast<int>(p.integer("query_min")), qmax = static_cast<int>(p.integer("query_max"));
     if (qmax < qmin) throw InputError("query_max must be at least query_min");
+    text_ = system_prompt_texts(p);
+    if (text_) {  // the text's lengths, not the keys'
+      s = static_cast<int>(text_->system_tokens.size());
+      qmax = 0;
+      for (const auto& q : text_->queries) qmax = std::max(qmax, static_cast<int>(q.size()));
+    }
     engine_.build(p, backend_, rt, seed, s + qmax);
-    workload_ = std::make_unique<SystemPromptWorkload>(engine_.config.vocab, s, qmin, qmax, seed);
+    if (text_) {
+      check_ids(*text_, engine_.config.vocab);
+      workload_ = std::make_unique<SystemPromptWorkload>(text_->system_tokens, text_->queries);
+    } else {
+      workload_ = std::make_unique<SystemPromptWorkload>(engine_.config.vocab, s, qmin, qmax, seed);
+    }
     // Default capacity: the system prompt and 8 blocks more, so the per-request tails cycle
     // through LRU eviction instead of piling up holders.
     const ServerOptions so = server_options(p, kind_, s + 128);
@@ -278,6 +378,16 @@ class SystemPromptVariant : public Variant {
     return {f, bytes};
   }
 
+  std::string note() const override {
+    if (!text_) return {};
+    return fmt::format("system prompt '{}' ({} tokens, {}), {} text queries", model::short_text(text_->system), text_->system_tokens.size(),
+                       text_->tokenizer->name(), text_->queries.size());
+  }
+  std::vector<std::pair<std::string, std::string>> texts() const override {
+    if (!text_) return {};
+    return {{"system_prompt", text_->system}};
+  }
+
   std::vector<Metric> metrics() const override {
     std::vector<Metric> m;
     double hit = 0, prompt = 0;
@@ -287,6 +397,7 @@ class SystemPromptVariant : public Variant {
     }
     std::vector<double> prefilled;
     for (size_t i = 0; i < hit_.size(); ++i) prefilled.push_back(prompt_[i] - hit_[i]);
+    if (text_) m.push_back({"system prompt tokens", static_cast<double>(text_->system_tokens.size()), ""});  // the text's
     m.push_back({"hit rate", prompt > 0 ? 100.0 * hit / prompt : 0, "%"});
     m.push_back({"prefilled", median_of(prefilled), "tok/req"});
     if (kind_ != CacheKind::None && !uncached_ms_.empty() && !ttft_ms_.empty()) {
@@ -308,6 +419,7 @@ class SystemPromptVariant : public Variant {
   CacheKind kind_;
   Engine engine_;
   std::unique_ptr<SystemPromptWorkload> workload_;
+  std::optional<SystemPromptTexts> text_;  // a text system prompt and queries
   std::unique_ptr<PrefixServer> server_;  // after engine_: destroyed first, gives its sequences back
   double qps_ = 0;
   int reference_runs_ = 0;
@@ -563,10 +675,12 @@ KindInfo system_prompt_kind() {
                             Value(int64_t{0}), 0.0));
   k.keys.push_back(key_spec("reference_runs", ParamType::Int, "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
                             Value(int64_t{7}), 1.0));
+  for (auto& key : system_prompt_text_keys()) k.keys.push_back(key);
   k.variants = engine_variants(k.keys, {"qps", "block_size", "capacity", "reference_runs"});
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
-    return model::check_model_weights(values);
+    if (auto problem = model::check_model_weights(values)) return problem;
+    return check_system_prompt_texts(values);
   };
   return k;
 }

@@ -32,7 +32,18 @@ SystemPromptWorkload::SystemPromptWorkload(int vocab, int system_prompt, int que
   system_ = random_tokens(vocab, system_prompt, mix64(seed ^ 0x5157ull));
 }
 
+SystemPromptWorkload::SystemPromptWorkload(std::vector<int32_t> system, std::vector<std::vector<int32_t>> queries)
+    : system_(std::move(system)), queries_(std::move(queries)) {
+  if (queries_.empty()) throw std::invalid_argument("system-prompt workload: no queries");
+}
+
 std::vector<int32_t> SystemPromptWorkload::request(uint64_t i) const {
+  if (!queries_.empty()) {
+    std::vector<int32_t> t = system_;
+    const auto& q = queries_[i % queries_.size()];
+    t.insert(t.end(), q.begin(), q.end());
+    return t;
+  }
   const uint64_t s = mix64(seed_ + 0x9E3779B97F4A7C15ull * (i + 1));
   const int q = query_min_ + static_cast<int>(s % static_cast<uint64_t>(query_max_ - query_min_ + 1));
   std::vector<int32_t> t = system_;

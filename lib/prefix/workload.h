@@ -21,13 +21,16 @@ struct Request {
 class SystemPromptWorkload {
  public:
   SystemPromptWorkload(int vocab, int system_prompt, int query_min, int query_max, uint64_t seed);
+  // Text prompts, tokenized: request i is `system` + queries[i mod queries.size()].
+  SystemPromptWorkload(std::vector<int32_t> system, std::vector<std::vector<int32_t>> queries);
   std::vector<int32_t> request(uint64_t i) const;
   int system_prompt() const { return static_cast<int>(system_.size()); }
 
  private:
-  int vocab_, query_min_, query_max_;
-  uint64_t seed_;
+  int vocab_ = 0, query_min_ = 1, query_max_ = 1;
+  uint64_t seed_ = 0;
   std::vector<int32_t> system_;
+  std::vector<std::vector<int32_t>> queries_;  // text queries; empty: random ones
 };
 
 struct MixedOptions {

@@ -363,7 +363,7 @@ class SpecVariant : public Variant {
     if (text_) {
       std::string t = fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), prompt_.size(), text_->tokenizer->name());
       if (!truth_.empty()) t += fmt::format(" -> '{}'", model::short_text(text_->tokenizer->decode(truth_)));
-      n = n.empty() ? t : n + "; " + t;
+      n = n.empty() ? t : t + "; " + n;  // the text first: a terminal's shortened note keeps it
     }
     return n;
   }

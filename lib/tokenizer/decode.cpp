@@ -205,11 +205,7 @@ class BpeSuffixDecoder : public Decoder {
 std::unique_ptr<Decoder> parse_decoder(const Json& j, int depth) {
   const std::string type = j.type();
   if (type == "Sequence") {
-    if (depth >= kMaxSequenceDepth) j.fail("Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
-    Json list = j["decoders"];
-    std::vector<std::unique_ptr<Decoder>> parts;
-    for (size_t i = 0; i < list.size(); ++i) parts.push_back(parse_decoder(list.at(i), depth + 1));
-    return std::make_unique<SequenceDecoder>(std::move(parts));
+    return std::make_unique<SequenceDecoder>(parse_sequence(j, "decoders", depth, parse_decoder));
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Replace") return std::make_unique<ReplaceDecoder>(Pattern::from_json(j["pattern"]), j["content"].str());

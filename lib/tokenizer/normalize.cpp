@@ -111,11 +111,7 @@ class ByteLevelNormalizer : public Normalizer {
 std::unique_ptr<Normalizer> parse_normalizer(const Json& j, int depth) {
   const std::string type = j.type();
   if (type == "Sequence") {
-    if (depth >= kMaxSequenceDepth) j.fail("Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
-    Json list = j["normalizers"];
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    for (size_t i = 0; i < list.size(); ++i) parts.push_back(parse_normalizer(list.at(i), depth + 1));
-    return std::make_unique<SequenceNormalizer>(std::move(parts));
+    return std::make_unique<SequenceNormalizer>(parse_sequence(j, "normalizers", depth, parse_normalizer));
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(j["prepend"].str());
   if (type == "Replace") return std::make_unique<ReplaceNormalizer>(Pattern::from_json(j["pattern"]), j["content"].str());

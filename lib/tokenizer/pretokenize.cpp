@@ -200,11 +200,7 @@ class CharDelimiterPreTokenizer : public PreTokenizer {
 std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Json& j, int depth) {
   const std::string type = j.type();
   if (type == "Sequence") {
-    if (depth >= kMaxSequenceDepth) j.fail("Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
-    Json list = j["pretokenizers"];
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (size_t i = 0; i < list.size(); ++i) parts.push_back(parse_pre_tokenizer(list.at(i), depth + 1));
-    return std::make_unique<SequencePreTokenizer>(std::move(parts));
+    return std::make_unique<SequencePreTokenizer>(parse_sequence(j, "pretokenizers", depth, parse_pre_tokenizer));
   }
   if (type == "Split")
     return std::make_unique<SplitPreTokenizer>(Pattern::from_json(j["pattern"]), parse_behavior(j["behavior"]), j["invert"].boolean());

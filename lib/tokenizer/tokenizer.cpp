@@ -167,11 +167,7 @@ std::unique_ptr<PostProcessor> parse_post_processor(const Json& j, int depth) {
     return std::make_unique<ClsSepPostProcessor>(token_id_pair(j["cls"]), token_id_pair(j["sep"]));
   if (type == "ByteLevel") return std::make_unique<IdentityPostProcessor>();
   if (type == "Sequence") {
-    if (depth >= kMaxSequenceDepth) j.fail("Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
-    Json list = j["processors"];
-    std::vector<std::unique_ptr<PostProcessor>> parts;
-    for (size_t i = 0; i < list.size(); ++i) parts.push_back(parse_post_processor(list.at(i), depth + 1));
-    return std::make_unique<SequencePostProcessor>(std::move(parts));
+    return std::make_unique<SequencePostProcessor>(parse_sequence(j, "processors", depth, parse_post_processor));
   }
   j["type"].fail("'" + type + "' is not supported (TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, Sequence)");
 }

@@ -62,6 +62,17 @@ class Json {
   const std::string* source_;
 };
 
+// The components of a Sequence (key `list_key`: "normalizers", "decoders", ...), each parsed by
+// `parse(component, depth + 1)`; past kMaxSequenceDepth levels the file is refused.
+template <class Parse>
+auto parse_sequence(const Json& j, const char* list_key, int depth, Parse parse) {
+  if (depth >= kMaxSequenceDepth) j.fail("Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
+  Json list = j[list_key];
+  std::vector<decltype(parse(list, depth))> parts;
+  for (size_t i = 0; i < list.size(); ++i) parts.push_back(parse(list.at(i), depth + 1));
+  return parts;
+}
+
 // "a" -> "/a", with JSON-pointer escaping of '~' and '/'.
 std::string pointer_token(const std::string& key);
 

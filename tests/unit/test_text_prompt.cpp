@@ -111,6 +111,30 @@ TEST(TextPrompt, ChatMessagesThroughTheTemplateAreTransformersRenderedPrompt) {
   EXPECT_EQ(tok->encode(chat.at("rendered").get<std::string>(), true), chat.at("rendered_ids").get<std::vector<int32_t>>());
 }
 
+TEST(TextPrompt, PrefixCachingServesATextSystemPromptAndTextQueries) {
+  const std::string dir = (kModels / "qwen2-tokenizer").string();
+  const std::string system = "You are the build bot. Answer in one line, and say when the servers are back.";
+  const fs::path jsonl = fs::temp_directory_path() / ("ib_queries_" + std::to_string(::getpid()) + ".jsonl");
+  {
+    std::ofstream out(jsonl);
+    for (const char* q : {" When is the build back?", " Which jobs were lost?", " Can I restart mine?"})
+      out << nlohmann::json{{"prompt", q}}.dump() << "\n";
+  }
+  auto r = run_spec_text(kFast, "  - {name: p, kind: prefix-system-prompt, variants: [cpu_none, cpu_radix], baseline: cpu_none, model: "
+                                    "checkpoint, weights: " + yaml_quote(dir) + ", system_text: " + yaml_quote(system) +
+                                    ", queries: " + yaml_quote(jsonl.string()) + ", reference_runs: 1}");
+  fs::remove(jsonl);
+  expect_all_ok(r, 2);
+  auto tok = tokenizer::Tokenizer::load(dir);
+  const double system_tokens = static_cast<double>(tok->encode(system, true).size());
+  for (const Row& row : r.rows) {
+    EXPECT_EQ(metric(row, "system prompt tokens"), system_tokens) << row.variant;
+    EXPECT_EQ(text_of(row, "system_prompt"), system);
+  }
+  EXPECT_GT(metric(r.rows[1], "hit rate"), 50.0);  // the radix cache reuses the system prompt
+  EXPECT_EQ(metric(r.rows[0], "hit rate"), 0.0);
+}
+
 TEST(TextPrompt, BadInputIsASpecErrorNamingTheKey) {
   auto error_of = [](const std::string& body) {
     try {
@@ -127,6 +151,9 @@ TEST(TextPrompt, BadInputIsASpecErrorNamingTheKey) {
             std::string::npos);
   // A prompt file that is not there.
   EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], tokenizer: gpt2, prompt_file: /no/such/file}").find("prompt_file"),
+            std::string::npos);
+  // Queries without the system prompt they follow.
+  EXPECT_NE(error_of("  - {name: p, kind: prefix-system-prompt, variants: [cpu_none], tokenizer: gpt2, queries: x.jsonl}").find("queries"),
             std::string::npos);
   // A tokenizer whose ids run past the model's vocabulary: gpt2's 50,257 ids against tiny's 512.
   EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], model: tiny, tokenizer: gpt2, prompt_text: hi}").find("50257 ids"),

@@ -300,8 +300,9 @@ std::vector<Metric> DecodeVariant::metrics() const {
 std::string DecodeVariant::note() const {
   std::string n = config_.model_type.empty() ? std::string() : config_.describe_details();
   if (text_) {
-    std::string t = fmt::format("prompt '{}' ({} tokens, {})", short_text(text_->texts[0]), prompts_[0].size(), text_->tokenizer->name());
-    if (!generated_.empty()) t += fmt::format(" -> '{}'", short_text(text_->tokenizer->decode(generated_)));
+    std::string t = fmt::format("'{}'", short_text(text_->texts[0], 24));
+    if (!generated_.empty()) t += fmt::format(" -> '{}'", short_text(text_->tokenizer->decode(generated_), 32));
+    t += fmt::format(" ({} prompt tokens, {})", prompts_[0].size(), text_->tokenizer->name());
     n = n.empty() ? t : t + "; " + n;  // the text first: a terminal's shortened note keeps it
   }
   return n;

@@ -361,8 +361,9 @@ class SpecVariant : public Variant {
     const model::ModelConfig& c = target_->config();
     std::string n = c.model_type.empty() ? std::string() : "target " + c.describe_details();
     if (text_) {
-      std::string t = fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), prompt_.size(), text_->tokenizer->name());
-      if (!truth_.empty()) t += fmt::format(" -> '{}'", model::short_text(text_->tokenizer->decode(truth_)));
+      std::string t = fmt::format("'{}'", model::short_text(text_->texts[0], 24));
+      if (!truth_.empty()) t += fmt::format(" -> '{}'", model::short_text(text_->tokenizer->decode(truth_), 32));
+      t += fmt::format(" ({} prompt tokens, {})", prompt_.size(), text_->tokenizer->name());
       n = n.empty() ? t : t + "; " + n;  // the text first: a terminal's shortened note keeps it
     }
     return n;

@@ -68,7 +68,7 @@ TEST_P(TextCase, DecodeGeneratesTransformersGreedyText) {
   EXPECT_EQ(text_of(row, "output"), t.at("new_text").get<std::string>());
   // The note says what ran: the checkpoint's settings and the prompt.
   EXPECT_NE(row.message.find("rope theta"), std::string::npos) << row.message;
-  EXPECT_NE(row.message.find("prompt '"), std::string::npos) << row.message;
+  EXPECT_NE(row.message.find("prompt tokens"), std::string::npos) << row.message;
 }
 
 TEST_P(TextCase, SpecdecVerifiesTowardsTransformersGreedyText) {

@@ -130,6 +130,7 @@ TEST_P(HfCase, MatchesTransformers) {
       EXPECT_TRUE(same_argmax(row, logits[static_cast<size_t>(i)])) << "position " << i;
     }
     EXPECT_LE(worst, kTolerance) << "prefill logits";
+    RecordProperty("prefill_rel_l2", std::to_string(worst));  // in --gtest_output=json
     m->release(s);
   }
   // The same positions through the KV cache: a prefill of K tokens, then one token at a time.
@@ -149,6 +150,7 @@ TEST_P(HfCase, MatchesTransformers) {
       worst = std::max(worst, row_error(out.data(), dec[static_cast<size_t>(i - k)]));
     }
     EXPECT_LE(worst, kTolerance) << "cached decode logits";
+    RecordProperty("decode_rel_l2", std::to_string(worst));
     m->release(s);
   }
   // transformers' greedy continuation, token for token.

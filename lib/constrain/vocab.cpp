@@ -1,5 +1,6 @@
 #include "constrain/vocab.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -119,12 +120,32 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
   const bool byte_fallback = j["model"].value("byte_fallback", false) || uses(j.value("decoder", nlohmann::json()), "ByteFallback");
   Vocabulary v;
   v.name = name;
+  // Every id and size read from the file is checked before it sizes or indexes anything.
+  constexpr int64_t kMaxId = (int64_t{1} << 24) - 1;
+  constexpr size_t kMaxTokenBytes = 65535;  // the token index stores trie depths in 16 bits
+  auto checked_id = [&](const nlohmann::json& id, const std::string& where) {
+    if (!id.is_number_integer()) throw std::runtime_error(name + ": " + where + ": the id is not an integer");
+    const int64_t value = id.get<int64_t>();
+    if (value < 0 || value > kMaxId) throw std::runtime_error(name + ": " + where + ": id " + std::to_string(value) + " is outside 0 .. 2^24 - 1");
+    return value;
+  };
   int64_t max_id = -1;
-  for (const auto& [tok, id] : j["model"]["vocab"].items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  for (const auto& [tok, id] : j["model"]["vocab"].items()) {
+    max_id = std::max<int64_t>(max_id, checked_id(id, "/model/vocab/" + tok.substr(0, 40)));
+    if (tok.size() > kMaxTokenBytes)
+      throw std::runtime_error(name + ": /model/vocab: a token of " + std::to_string(tok.size()) + " bytes (at most " +
+                               std::to_string(kMaxTokenBytes) + ")");
+  }
   std::map<std::string, bool> added;  // content -> special
-  for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
-    max_id = std::max<int64_t>(max_id, a.value("id", int64_t{-1}));
-    added[a.value("content", std::string())] = a.value("special", true);
+  const nlohmann::json added_tokens = j.value("added_tokens", nlohmann::json::array());
+  if (!added_tokens.is_array()) throw std::runtime_error(name + ": /added_tokens: not a list");
+  for (size_t i = 0; i < added_tokens.size(); ++i) {
+    const auto& a = added_tokens[i];
+    const std::string where = "/added_tokens/" + std::to_string(i);
+    if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+      throw std::runtime_error(name + ": " + where + ": needs an integer id and a string content");
+    max_id = std::max<int64_t>(max_id, checked_id(a["id"], where + "/id"));
+    added[a["content"].get<std::string>()] = a.value("special", true);
   }
   v.token_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
   v.special.assign(static_cast<size_t>(max_id + 1), 1);  // ids without an entry are never produced
@@ -145,7 +166,8 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
       }
       if (!ok) throw std::runtime_error(name + ": token '" + tok + "' is not byte-level encoded");
     } else {
-      if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>') {
+      if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>' && std::isxdigit(static_cast<unsigned char>(tok[3])) &&
+          std::isxdigit(static_cast<unsigned char>(tok[4]))) {
         bytes += static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16));
       } else {
         for (uint32_t cp : code_points(tok)) {
@@ -158,12 +180,12 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
     v.special[id] = bytes.empty() ? 1 : 0;
     v.max_token_bytes = std::max(v.max_token_bytes, bytes.size());
   }
-  for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
-    const std::string content = a.value("content", std::string());
+  for (const auto& a : added_tokens) {
+    const std::string content = a["content"].get<std::string>();
     static const char* eos_names[] = {"<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>",
                                       "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
     for (const char* e : eos_names)
-      if (content == e && v.eos < 0) v.eos = static_cast<int32_t>(a.value("id", int64_t{-1}));
+      if (content == e && v.eos < 0) v.eos = static_cast<int32_t>(a["id"].get<int64_t>());
   }
   return v;
 }

@@ -75,6 +75,24 @@ TEST(Vocabulary, BadFilesAreClearErrors) {
   EXPECT_THROW(load_vocabulary("/nonexistent/tokenizer.json"), std::runtime_error);
   EXPECT_THROW(parse_tokenizer_json("{\"model\":{}}", "t"), std::runtime_error);
   EXPECT_THROW(parse_tokenizer_json("not json", "t"), std::runtime_error);
+  // Ids and sizes from the file are checked before they size or index anything (issue #19's
+  // reproducers: a negative id wrote out of bounds, a huge one allocated gigabytes).
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_tokenizer_json(text, "t.json");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0, "b": 1, "c": -1}}})").find("/model/vocab/c: id -1 is outside"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 400000000}}})").find("id 400000000 is outside"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": "x"}}})").find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": -5, "content": "x"}]})").find("/added_tokens/0/id"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"content": "x"}]})").find("/added_tokens/0"), std::string::npos);
+  EXPECT_NE(error_of("{\"model\": {\"vocab\": {\"" + std::string(65536, 'a') + "\": 0}}}").find("65536 bytes"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"model": {"vocab": {"a": 0, "b": 1}}})"), "no error");
 }
 
 TEST(VocabTrie, HoldsEveryNonSpecialTokenOnce) {

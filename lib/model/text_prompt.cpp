@@ -22,7 +22,9 @@ const std::string& text_of(const Point& p, const char* key) {
   return p.find(key) ? p.text(key) : empty;
 }
 
-std::string read_text_file_impl(const std::string& key, const std::string& path) {
+}  // namespace
+
+std::string read_prompt_file(const std::string& key, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: '{}' is not a readable file", key, path));
@@ -34,6 +36,8 @@ std::string read_text_file_impl(const std::string& key, const std::string& path)
   if (!in && !in.eof()) throw InputError(fmt::format("{}: '{}' cannot be read", key, path));
   return s.str();
 }
+
+namespace {
 
 // One chat message through the template: {role} and {content} replaced, "\n" as written.
 std::string render(const std::string& tmpl, const std::string& role, const std::string& content) {
@@ -52,9 +56,11 @@ std::string render(const std::string& tmpl, const std::string& role, const std::
   return out;
 }
 
+}  // namespace
+
 // The JSONL lines of `prompts`: {"prompt": text} or {"messages": [{"role", "content"}, ...]}.
-std::vector<std::string> read_jsonl_impl(const std::string& path, const std::string& tmpl) {
-  const std::string text = read_text_file_impl("prompts", path);
+std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl) {
+  const std::string text = read_prompt_file("prompts", path);
   std::vector<std::string> out;
   std::istringstream lines(text);
   std::string line;
@@ -93,7 +99,7 @@ std::vector<std::string> read_jsonl_impl(const std::string& path, const std::str
   return out;
 }
 
-std::shared_ptr<const tokenizer::Tokenizer> choose_tokenizer_impl(const std::string& name, const std::string& weights) {
+std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights) {
   if (name == "auto") {
     if (weights.empty() || weights == "random")
       throw InputError("tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
@@ -103,14 +109,6 @@ std::shared_ptr<const tokenizer::Tokenizer> choose_tokenizer_impl(const std::str
     return tokenizer::Tokenizer::load(weights);
   }
   return tokenizer::Tokenizer::load(name);
-}
-
-}  // namespace
-
-std::string read_prompt_file(const std::string& key, const std::string& path) { return read_text_file_impl(key, path); }
-std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl) { return read_jsonl_impl(path, tmpl); }
-std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights) {
-  return choose_tokenizer_impl(name, weights);
 }
 
 std::vector<KeySpec> text_prompt_keys() {
@@ -127,9 +125,13 @@ std::vector<KeySpec> text_prompt_keys() {
       key_spec("template", ParamType::String,
                "how `prompts` chat messages become text: rendered per message with {role} and {content} replaced, then joined",
                Value(std::string())),
-      key_spec("tokenizer", ParamType::String,
-               "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path", Value(std::string("auto"))),
+      tokenizer_key_spec(),
   };
+}
+
+KeySpec tokenizer_key_spec() {
+  return key_spec("tokenizer", ParamType::String, "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
+                  Value(std::string("auto")));
 }
 
 const std::vector<std::string>& text_prompt_key_names() {

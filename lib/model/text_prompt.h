@@ -19,7 +19,9 @@ namespace ib::model {
 
 // The keys, to add to a kind's keys and to the variants that take prompt tokens.
 std::vector<KeySpec> text_prompt_keys();
-const std::vector<std::string>& text_prompt_key_names();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
+const std::vector<std::string>& text_prompt_key_names();
+// The `tokenizer` key alone (auto: the checkpoint's tokenizer.json), for kinds with keys of their own.
+KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
 
 struct TextPrompts {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;

@@ -192,8 +192,7 @@ std::vector<KeySpec> system_prompt_text_keys() {
                "a JSONL file of {\"prompt\": text}: request i's own query is line i mod lines, tokenized without special tokens; "
                "replaces the random query_min..query_max tokens (needs system_text or system_file)",
                Value(std::string())),
-      key_spec("tokenizer", ParamType::String, "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
-               Value(std::string("auto"))),
+      model::tokenizer_key_spec(),
   };
 }
 

@@ -135,7 +135,10 @@ struct Scale {
 
 // Linear ticks at 1, 2 or 5 × 10^k, about `want` of them, covering [lo, hi] (which it widens).
 std::vector<double> linear_ticks(double* lo, double* hi, int want) {
-  if (*hi <= *lo) *hi = *lo + (*lo == 0 ? 1 : std::fabs(*lo) * 0.1);
+  // An empty range, or one too narrow for the doubles around it (values an ulp apart: a step
+  // below the ulp would never advance), is widened to 10% of the magnitude.
+  const double scale = std::max(std::fabs(*lo), std::fabs(*hi));
+  if (!(*hi - *lo > scale * 1e-9)) *hi = *lo + (scale == 0 ? 1 : scale * 0.1);
   const double raw = (*hi - *lo) / want;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
@@ -147,7 +150,12 @@ std::vector<double> linear_ticks(double* lo, double* hi, int want) {
   *lo = std::floor(*lo / step + 1e-9) * step;
   *hi = std::ceil(*hi / step - 1e-9) * step;
   std::vector<double> t;
-  for (double v = *lo; v <= *hi + step * 1e-6; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  // Counted, not accumulated: about `want` ticks whatever the rounding.
+  const long n = std::lround((*hi - *lo) / step);
+  for (long i = 0; i <= std::min<long>(n, 10L * want + 10); ++i) {
+    const double v = *lo + static_cast<double>(i) * step;
+    t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  }
   return t;
 }
 

@@ -710,9 +710,14 @@ ResultSet results_from_json(const nlohmann::json& j) {
   rs.meta.git_sha = m.at("git_sha").get<std::string>();
   rs.meta.started_utc = m.at("started_utc").get<std::string>();
   rs.meta.finished_utc = m.at("finished_utc").get<std::string>();
-  rs.meta.backend = *backend_from_string(m.at("backend").get<std::string>());
+  auto backend_at = [](const nlohmann::json& b, const char* pointer) {
+    const auto parsed = backend_from_string(b.get<std::string>());
+    if (!parsed) throw std::runtime_error(fmt::format("{}: unknown backend '{}'", pointer, b.get<std::string>()));
+    return *parsed;
+  };
+  rs.meta.backend = backend_at(m.at("backend"), "/meta/backend");
   const auto& dev = m.at("device");
-  rs.meta.device.backend = *backend_from_string(dev.at("backend").get<std::string>());
+  rs.meta.device.backend = backend_at(dev.at("backend"), "/meta/device/backend");
   rs.meta.device.name = dev.at("name").get<std::string>();
   for (const auto& [k, v] : dev.at("properties").items()) rs.meta.device.properties.emplace_back(k, v.get<std::string>());
   rs.meta.ceilings = Ceilings::from_json(m.at("ceilings"));
@@ -768,7 +773,7 @@ ResultSet results_from_json(const nlohmann::json& j) {
       r.role = rj.value("role", r.variant);
       r.status = row_status_from_string(rj.at("status").get<std::string>());
       r.message = rj.at("message").get<std::string>();
-      r.backend = *backend_from_string(rj.at("backend").get<std::string>());
+      r.backend = backend_at(rj.at("backend"), "/experiments/*/rows/*/backend");
       for (const auto& a : e.spec.axes)
         if (rj.at("params").contains(a.key))
           r.point.params.push_back(Param{a.key, value_from_json(rj.at("params").at(a.key)), types[a.key]});

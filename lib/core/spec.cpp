@@ -919,6 +919,9 @@ PlotSpec plot_from_json(const nlohmann::json& j) {
   PlotSpec p;
   p.x = j.at("x").get<std::string>();
   if (j.contains("y")) p.y = j.at("y").is_array() ? j.at("y").get<std::vector<std::string>>() : std::vector<std::string>{j.at("y").get<std::string>()};
+  // The spec parser refuses these; a results.json edited by hand must not get further (#19).
+  if (p.x.empty() || p.y.empty() || std::any_of(p.y.begin(), p.y.end(), [](const std::string& y) { return y.empty(); }))
+    throw std::runtime_error("/spec/plot: a plot needs an x and at least one y, none empty");
   p.book = j.value("book", std::string());
   if (j.contains("log_x")) p.log_x = j.at("log_x").get<bool>();
   if (j.contains("log_y")) p.log_y = j.at("log_y").get<bool>();

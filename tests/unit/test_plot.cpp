@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/run_kind.h"
 #include "core/plot.h"
 #include "core/report.h"
 #include "core/spec.h"
@@ -237,6 +238,20 @@ TEST(Plot, TheReportLinksThePlotsAndTheyComeBackFromJson) {
   const auto b = render_plots(back.experiments[0], back.meta.ceilings, "dev");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].svg, b[i].svg);
+}
+
+// #19: two x values one ulp apart (0.3 and 0.30000000000000004) made the tick loop step by less
+// than an ulp, forever. Now the axis is widened and the plot is drawn.
+TEST(Plot, XValuesAnUlpApartStillMakeAPlot) {
+  const ExperimentResult e = testing::run_spec_text(
+      "{warmup: 0, min_samples: 1, min_time: 0, max_noise: 1, timeout: 5s}",
+      "  - {name: u, kind: kv-evict, variants: [sliding_window], context: 256, decode_steps: 8, head_dim: 16,"
+      " budget: [0.3, 0.30000000000000004], plot: {x: budget, y: err mean}}\n");
+  ASSERT_EQ(e.rows.size(), 2u);
+  const std::vector<PlotFile> files = render_plots(e, Ceilings{}, "Test GPU");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].svg.find("</svg>"), std::string::npos);
+  EXPECT_LT(count(files[0].svg, "<text"), 200u);  // a bounded number of ticks
 }
 
 }  // namespace

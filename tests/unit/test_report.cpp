@@ -158,6 +158,31 @@ TEST(Report, JsonRejectsOtherSchemaVersions) {
   EXPECT_THROW(results_from_json(j), std::runtime_error);
 }
 
+// #19: a hand-edited results.json with an unknown backend, or a plot block without a y (the
+// spec parser refuses it, the reader did not: `plot` crashed) is an error naming where.
+TEST(Report, JsonRejectsUnknownBackendsAndEmptyPlots) {
+  const nlohmann::json good = json_report(fixture());
+  nlohmann::json j = good;
+  j["meta"]["backend"] = "tpu";
+  try {
+    results_from_json(j);
+    ADD_FAILURE() << "accepted backend tpu";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/meta/backend: unknown backend 'tpu'"), std::string::npos) << e.what();
+  }
+  j = good;
+  j["experiments"][0]["rows"][0]["backend"] = "";
+  EXPECT_THROW(results_from_json(j), std::runtime_error);
+  j = good;
+  j["experiments"][0]["spec"]["plot"] = nlohmann::json::array({{{"x", "m"}, {"y", nlohmann::json::array()}}});
+  try {
+    results_from_json(j);
+    ADD_FAILURE() << "accepted a plot without y";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/spec/plot"), std::string::npos) << e.what();
+  }
+}
+
 // ---- the chapter's figures on both backends, stdout's compact tables, the summary ----
 
 // The rows a spec's experiment would produce (every planned variant × point, ok, with the book

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -217,6 +220,8 @@ namespace {
 struct Tally {
   int documents = 0, valid = 0;
   int64_t attempts = 0, tokens = 0, wasted_tokens = 0;
+  // Per document its last attempt's text (the valid one, or the last refused), and whether valid.
+  std::vector<std::pair<std::string, bool>> texts;
 };
 
 class EngineGenerateVariant : public Variant {
@@ -304,15 +309,18 @@ class EngineGenerateVariant : public Variant {
     const auto t0 = std::chrono::steady_clock::now();
     for (int d = 0; d < documents_; ++d) {
       ++t.documents;
+      t.texts.emplace_back(std::string(), false);
       for (int a = 0; a < (constrained_ ? 1 : retries_); ++a) {
         const uint64_t seed = random_bits(seed_ ^ 0x5EEDC0DEull, static_cast<uint64_t>(d) * 4096 + static_cast<uint64_t>(a));
         const EngineDocument doc = constrained_ ? writer_->constrained(*masker_, seed) : writer_->unconstrained(seed);
         ++t.attempts;
         const int64_t n = static_cast<int64_t>(doc.tokens.size());
         t.tokens += n;
+        t.texts.back().first = doc.text;
         // Unconstrained, a text cut at max_tokens counts when it validates: a client cannot tell.
         if ((doc.ended || !constrained_) && valid_(doc.text)) {
           ++t.valid;
+          t.texts.back().second = true;
           break;
         }
         t.wasted_tokens += n;
@@ -331,9 +339,13 @@ class EngineGenerateVariant : public Variant {
     if (!text_) return {};
     return fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), text_->tokens[0].size(), text_->tokenizer->name());
   }
+  // The prompt (when a text) and the documents of the last measured run, each marked valid or not.
   std::vector<std::pair<std::string, std::string>> texts() const override {
-    if (!text_) return {};
-    return {{"prompt", text_->texts[0]}};
+    std::vector<std::pair<std::string, std::string>> out;
+    if (text_) out.emplace_back("prompt", text_->texts[0]);
+    for (size_t d = 0; d < last_.texts.size(); ++d)
+      out.emplace_back(fmt::format("document {} ({})", d + 1, last_.texts[d].second ? "valid" : "invalid"), last_.texts[d].first);
+    return out;
   }
 
   std::vector<Metric> metrics() const override {

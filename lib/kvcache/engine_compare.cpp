@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "model/decode_variants.h"
+#include "model/text_prompt.h"
 
 namespace ib::kvcache {
 
@@ -18,7 +19,68 @@ std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_toke
                    Value(std::string("random"))),
           key_spec("prompt", ParamType::Int, "random prompt tokens decoded before the measured steps", Value(int64_t{default_prompt}), 1.0),
           key_spec("new_tokens", ParamType::Int, "measured steps: tokens the reference generates greedily (fed to both)",
-                   Value(int64_t{default_new_tokens}), 1.0)};
+                   Value(int64_t{default_new_tokens}), 1.0),
+          key_spec("text", ParamType::String,
+                   "random: a random prompt and the reference's greedy continuation; or a text file whose first prompt + "
+                   "new_tokens tokens (BOS and the text, through `tokenizer`) are decoded instead, the measured ones scored "
+                   "(perplexity)",
+                   Value(std::string("random"))),
+          model::tokenizer_key_spec()};
+}
+
+namespace {
+
+// The text's tokens (the tokenizer's special tokens, BOS, included), checked against the model.
+std::vector<int32_t> text_tokens(const std::string& path, const std::string& tokenizer, const std::string& weights, int vocab,
+                                 size_t needed) {
+  const std::string text = model::read_prompt_file("text", path);
+  const auto tok = model::prompt_tokenizer(tokenizer, weights);
+  std::vector<int32_t> ids = tok->encode(text, true);
+  if (ids.size() < needed)
+    throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", path, ids.size(), tok->name(), needed));
+  ids.resize(needed);
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab)
+      throw InputError(fmt::format("text: {} gives token id {} with {}, past the model's vocabulary of {}", path, id, tok->name(), vocab));
+  return ids;
+}
+
+std::vector<std::string> strings_of(const std::map<std::string, std::vector<Value>>& values, const char* key, const char* fallback) {
+  std::vector<std::string> out;
+  if (auto it = values.find(key); it != values.end())
+    for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
+  if (out.empty()) out.push_back(fallback);
+  return out;
+}
+
+}  // namespace
+
+std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values) {
+  if (auto problem = model::check_model_weights(values)) return problem;
+  for (const auto& text : strings_of(values, "text", "random")) {
+    if (text == "random") continue;
+    // The longest decode the sweep asks for must fit in the text.
+    int64_t longest = 0;
+    for (const char* key : {"prompt", "new_tokens"}) {
+      int64_t most = 0;
+      if (auto it = values.find(key); it != values.end())
+        for (const Value& v : it->second) most = std::max(most, std::get<int64_t>(v));
+      longest += most;
+    }
+    try {
+      const std::string body = model::read_prompt_file("text", text);
+      for (const auto& tok : strings_of(values, "tokenizer", "auto"))
+        for (const auto& w : strings_of(values, "weights", "random")) {
+          const auto t = model::prompt_tokenizer(tok, w);
+          const size_t n = t->encode(body, true).size();
+          if (static_cast<int64_t>(n) < longest)
+            throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", text, n, t->name(), longest));
+        }
+    } catch (const InputError& e) {
+      return KeyProblem{{"text"}, e.what()};
+    }
+  }
+  return std::nullopt;
 }
 
 std::string engine_decode_unsupported(const Point& p) {
@@ -37,8 +99,18 @@ ReferenceDecode reference_decode(const Point& p, uint64_t seed) {
   if (r.context() > r.config.max_positions)
     throw InputError(fmt::format("a {}-token decode exceeds {}'s {} positions", r.context(), r.config.name, r.config.max_positions));
   r.model = model::make_cpu_model(r.config, *m.weights);
-  r.tokens = model::random_prompt(r.config.vocab, r.prompt, seed + 17);
-  r.tokens.resize(static_cast<size_t>(r.context()));
+  const std::string text = p.find("text") ? p.text("text") : std::string("random");
+  r.scored = text != "random";
+  if (r.scored) {
+    r.text_source = text;
+    r.tokens = text_tokens(text, p.find("tokenizer") ? p.text("tokenizer") : std::string("auto"), p.text("weights"), r.config.vocab,
+                           static_cast<size_t>(r.context()));
+  } else {
+    r.tokens = model::random_prompt(r.config.vocab, r.prompt, seed + 17);
+    r.tokens.resize(static_cast<size_t>(r.context()));
+  }
+  r.first_token_mass.assign(static_cast<size_t>(r.config.layers), 0.0);
+  r.first4_mass.assign(static_cast<size_t>(r.config.layers), 0.0);
   r.logits.assign(static_cast<size_t>(r.new_tokens) * r.vocab(), 0.0f);
   r.attn.assign(static_cast<size_t>(r.new_tokens) * r.attn_size(), 0.0f);
   const int seq = r.model->new_sequence(r.context());
@@ -50,8 +122,17 @@ ReferenceDecode reference_decode(const Point& p, uint64_t seed) {
     if (i >= 0) out.logits = &r.logits[static_cast<size_t>(i) * V];
     r.model->decode(&seq, &r.tokens[static_cast<size_t>(t)], 1, out);
     if (i < 0) continue;
-    const auto& rec = r.model->attention_record(seq).output;
-    std::copy(rec.begin(), rec.end(), r.attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
+    const model::AttentionRecord& record = r.model->attention_record(seq);
+    std::copy(record.output.begin(), record.output.end(), r.attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
+    // kv_head_weights is [layers][kv_heads][t + 1], each row summed over its group's query heads.
+    const size_t n = static_cast<size_t>(t) + 1, H = static_cast<size_t>(r.config.kv_heads);
+    for (size_t l = 0; l < static_cast<size_t>(r.config.layers); ++l)
+      for (size_t h = 0; h < H; ++h) {
+        const float* w = record.kv_head_weights.data() + (l * H + h) * n;
+        r.first_token_mass[l] += w[0] / r.config.heads / r.new_tokens;
+        for (size_t q = 0; q < std::min<size_t>(4, n); ++q) r.first4_mass[l] += w[q] / r.config.heads / r.new_tokens;
+      }
+    if (r.scored) continue;  // the text's next token, not the reference's own choice
     const float* l = out.logits;
     r.tokens[static_cast<size_t>(t) + 1] = static_cast<int32_t>(std::max_element(l, l + V) - l);
   }
@@ -118,7 +199,36 @@ DecodeComparison compare_decode(const ReferenceDecode& ref, const std::vector<fl
   c.kl_mean /= ref.new_tokens;
   c.attn_err /= ref.new_tokens;
   c.top1_agree = 100.0 * agree / ref.new_tokens;
+  if (ref.scored) {
+    c.scored = true;
+    c.ppl = text_perplexity(ref, logits);
+    c.ref_ppl = text_perplexity(ref, ref.logits);
+  }
   return c;
+}
+
+double text_perplexity(const ReferenceDecode& ref, const std::vector<float>& logits) {
+  const size_t V = ref.vocab();
+  double nll = 0;
+  for (int i = 0; i < ref.new_tokens; ++i) {
+    // Step i decodes token prompt - 1 + i; its logits predict token prompt + i.
+    const float* l = &logits[static_cast<size_t>(i) * V];
+    const double top = *std::max_element(l, l + V);
+    double z = 0;
+    for (size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(l[v]) - top);
+    nll += std::log(z) + top - l[static_cast<size_t>(ref.tokens[static_cast<size_t>(ref.prompt + i)])];
+  }
+  return std::exp(nll / ref.new_tokens);
+}
+
+std::string first_token_note(const ReferenceDecode& ref) {
+  std::string one, four;
+  for (size_t l = 0; l < ref.first_token_mass.size(); ++l) {
+    one += fmt::format(" {:.1f}%", 100 * ref.first_token_mass[l]);
+    four += fmt::format(" {:.1f}%", 100 * ref.first4_mass[l]);
+  }
+  return fmt::format("full attention's mass on the first token, by layer:{}; on the first 4:{} (uniform over the context: {:.1f}%)", one, four,
+                     100.0 * 4 / (ref.prompt + ref.new_tokens / 2.0));
 }
 
 void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m) {
@@ -126,6 +236,9 @@ void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m
   m.push_back({"KL worst", c.kl_worst, "nats"});
   m.push_back({"top-1 agree", c.top1_agree, "%"});
   m.push_back({"attn err", c.attn_err, "rel L2"});
+  if (!c.scored) return;
+  m.push_back({"ppl", c.ppl, ""});
+  m.push_back({"ppl ×full", c.ppl / c.ref_ppl, "×"});
 }
 
 }  // namespace ib::kvcache

@@ -1,15 +1,20 @@
 // Comparing a modified KV cache with the full-precision one on the transformer engine: the
 // reference decode (a random prompt, then the float32 cache's greedy continuation, one token at a
-// time), a teacher-forced decode of the same tokens on a sequence with the modification, and
-// what the modification costs: KL(reference ‖ modified) of the next-token distribution, top-1
-// agreement, and the relative L2 error of every layer's attention output.
+// time; or the tokens of a real text, `text: FILE`), a teacher-forced decode of the same tokens on
+// a sequence with the modification, and what the modification costs: KL(reference ‖ modified) of
+// the next-token distribution, top-1 agreement, the relative L2 error of every layer's attention
+// output and, on a text, the perplexity of its measured tokens.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "core/sweep.h"
 #include "core/value.h"
 #include "core/variant.h"
@@ -17,8 +22,11 @@
 
 namespace ib::kvcache {
 
-// model, weights, prompt, new_tokens.
+// model, weights, prompt, new_tokens, text, tokenizer.
 std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_tokens);
+// Spec-time check (KindInfo::check): the model and its weights, and a `text` file that reads and
+// tokenizes to ids of the model.
+std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values);
 // Why the point's decode does not fit the preset's positions ("" when it does).
 std::string engine_decode_unsupported(const Point& p);
 
@@ -26,9 +34,14 @@ struct ReferenceDecode {
   model::ModelConfig config;
   std::unique_ptr<model::Model> model;  // the CPU engine, reused by the modified decodes
   int prompt = 0, new_tokens = 0;
-  std::vector<int32_t> tokens;  // prompt + new_tokens: the prompt, then the reference's greedy tokens
+  std::vector<int32_t> tokens;  // prompt + new_tokens: the prompt, then the reference's greedy tokens (or the text's)
+  bool scored = false;          // tokens are a real text's: the measured steps are scored (perplexity)
+  std::string text_source;      // the text file, when scored
   std::vector<float> logits;    // [new_tokens][vocab] of the measured steps
   std::vector<float> attn;      // [new_tokens][layers·q_dim]
+  // Per layer, over the measured steps: the attention mass (mean over query heads) on the first
+  // token and on the first 4 (StreamingLLM's attention sinks, when the model has learned them).
+  std::vector<double> first_token_mass, first4_mass;
   int context() const { return prompt + new_tokens; }
   size_t vocab() const { return static_cast<size_t>(config.vocab); }
   size_t attn_size() const { return static_cast<size_t>(config.layers) * static_cast<size_t>(config.q_dim()); }
@@ -47,9 +60,15 @@ double kl_divergence(const float* p_logits, const float* q_logits, int n);
 
 struct DecodeComparison {
   double kl_mean = 0, kl_worst = 0, top1_agree = 0, attn_err = 0;
+  bool scored = false;
+  double ppl = 0, ref_ppl = 0;  // when scored: perplexity of the text's measured tokens, modified and reference
 };
+// Perplexity of the text's measured tokens under a decode's logits (ref.scored).
+double text_perplexity(const ReferenceDecode& ref, const std::vector<float>& logits);
+// "attention on the first token by layer: 3% 41% …; first 4: …" (ref.first_token_mass).
+std::string first_token_note(const ReferenceDecode& ref);
 DecodeComparison compare_decode(const ReferenceDecode& ref, const std::vector<float>& logits, const std::vector<float>& attn);
-// KL mean, KL worst, top-1 agree, attn err.
+// KL mean, KL worst, top-1 agree, attn err; ppl and ppl ×ref when scored.
 void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m);
 
 }  // namespace ib::kvcache

@@ -275,6 +275,8 @@ class EngineVariant : public Variant {
     m.push_back({"bookkeeping", bookkeeping_s_ / steps * 1e6, "µs/step"});
     return m;
   }
+  // Do the sinks exist? The full cache's attention on the first tokens, by layer.
+  std::string note() const override { return policy_ == "full" ? first_token_note(ref_) : std::string(); }
 
  private:
   struct Check {
@@ -351,7 +353,9 @@ KindInfo engine_kind() {
           "of the attention outputs of every layer. A sample is one decode with the policy (bookkeeping, masked "
           "attention, recording the attention it needs). `KV held` = the tokens a cache holding only the kept ones "
           "would allocate (bf16). With random weights the model has no learned sinks or heavy hitters: the claims need "
-          "real weights (weights: DIR).";
+          "real weights (weights: DIR). With `text: FILE` the decode is the text's own tokens and the measured ones are "
+          "scored: perplexity per policy and its ratio to the full cache's (StreamingLLM's table); the cpu_full row's note "
+          "gives the attention mass on the first tokens by layer.";
   k.keys = engine_keys();
   for (const auto& name : policy_names()) {
     VariantDecl v{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(k.keys, name), true};
@@ -361,7 +365,7 @@ KindInfo engine_kind() {
                         "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
                         "attention, summed over its query heads) + recent window; on the CPU engine",
                         keys_for(k.keys, "h2o"), true});
-  k.check = [](const auto& values) { return model::check_model_weights(values); };
+  k.check = check_engine_decode;
   return k;
 }
 

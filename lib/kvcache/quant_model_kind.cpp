@@ -15,6 +15,30 @@
 namespace ib::kvcache {
 namespace {
 
+// Per (layer, kv head): the largest channel's |max| over the median channel's, for K and for V;
+// the mean over heads and the worst head.
+struct ChannelOutliers {
+  double key_mean = 0, key_worst = 0, value_mean = 0, value_worst = 0;
+};
+ChannelOutliers channel_outliers(const std::vector<float>& amax, const model::ModelConfig& c) {
+  ChannelOutliers o;
+  const size_t D = static_cast<size_t>(c.head_dim), H = static_cast<size_t>(c.kv_heads);
+  std::vector<float> ch(D);
+  for (size_t l = 0; l < static_cast<size_t>(c.layers); ++l)
+    for (size_t kv = 0; kv < 2; ++kv)
+      for (size_t h = 0; h < H; ++h) {
+        const float* a = amax.data() + ((l * 2 + kv) * H + h) * D;
+        ch.assign(a, a + D);
+        std::nth_element(ch.begin(), ch.begin() + static_cast<std::ptrdiff_t>(D / 2), ch.end());
+        const double median = ch[D / 2], top = *std::max_element(a, a + D);
+        const double ratio = median > 0 ? top / median : 0;
+        (kv == 0 ? o.key_mean : o.value_mean) += ratio / static_cast<double>(c.layers * H);
+        double& worst = kv == 0 ? o.key_worst : o.value_worst;
+        worst = std::max(worst, ratio);
+      }
+  return o;
+}
+
 class QuantModel : public Variant {
  public:
   explicit QuantModel(KvFormat f) : format_(f) {}
@@ -22,15 +46,18 @@ class QuantModel : public Variant {
   std::string unsupported(const Point& p) const override { return engine_decode_unsupported(p); }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
     ref_ = reference_decode(p, seed);
-    if (format_ != KvFormat::FP8) return;
-    // Static fp8 scales, calibrated as offline calibration does: amax/448 per layer, K/V and kv
-    // head over the prompt (one prefill of it with the float32 cache). Generated tokens whose
-    // K/V exceed the prompt's range saturate.
+    // One prefill of the prompt with the float32 cache: its channel ranges (the outliers KIVI's
+    // per-channel keys answer) and, for fp8, the static scales as offline calibration makes them:
+    // amax/448 per layer, K/V and kv head. Generated tokens whose K/V exceed the prompt's range
+    // saturate.
     const int seq = ref_.model->new_sequence(ref_.prompt);
     ref_.model->prefill(seq, ref_.tokens.data(), ref_.prompt, 1, model::StepOutput{});
-    fp8_scales_ = ref_.model->kv_amax(seq);
+    outliers_ = channel_outliers(ref_.model->kv_channel_amax(seq), ref_.config);
+    if (format_ == KvFormat::FP8) {
+      fp8_scales_ = ref_.model->kv_amax(seq);
+      for (float& s : fp8_scales_) s = fp8_scale(s);
+    }
     ref_.model->release(seq);
-    for (float& s : fp8_scales_) s = fp8_scale(s);
   }
   Validation validate(BackendRuntime& rt) override {
     run(rt);
@@ -63,13 +90,21 @@ class QuantModel : public Variant {
                    kv_scale_bytes_per_token_head(format_, c.head_dim, std::min(kKiviGroup, c.head_dim)));
     std::vector<Metric> m = {{"KV/token", bytes / 1024.0, "KiB"}};
     append_comparison_metrics(compare_decode(ref_, logits_, attn_), m);
+    m.push_back({"K outlier", outliers_.key_mean, "× median ch"});
+    m.push_back({"V outlier", outliers_.value_mean, "× median ch"});
     return m;
+  }
+  std::string note() const override {
+    return fmt::format("over the prompt's float32 K/V, per layer and kv head: the largest channel's |max| is {:.1f}× the median "
+                       "channel's for keys (worst head {:.1f}×), {:.1f}× for values (worst {:.1f}×)",
+                       outliers_.key_mean, outliers_.key_worst, outliers_.value_mean, outliers_.value_worst);
   }
 
  private:
   KvFormat format_;
   ReferenceDecode ref_;
   std::vector<float> fp8_scales_;
+  ChannelOutliers outliers_;
   std::vector<float> logits_, attn_;
 };
 
@@ -100,7 +135,10 @@ KindInfo quant_model_kind() {
           "per token in groups of min(32, head_dim) channels, 4 or 2 bits), fed the "
           "float32 cache's greedy tokens (teacher forcing). Over the measured steps: KL(float32 ‖ format) of the next-token "
           "distribution, top-1 agreement, relative L2 of every layer's attention output. A sample is one such decode on "
-          "the CPU: quality only – kv-quant times the formats' decode-attention kernels.";
+          "the CPU: quality only – kv-quant times the formats' decode-attention kernels. With `text: FILE` the decode is "
+          "the text's tokens and the measured ones are scored (perplexity, and its ratio to the float32 cache's). `K outlier` / "
+          "`V outlier`: per layer and kv head, the largest channel's |max| over the median channel's in the prompt's float32 "
+          "cache (KIVI's case for per-channel keys).";
   k.keys = engine_decode_keys(256, 64);
   k.variants = {
       {"cpu_bf16", Backend::Cpu, "bf16 cache (what the CUDA engine stores)", {}, true},
@@ -109,7 +147,7 @@ KindInfo quant_model_kind() {
       {"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {}, true},
       {"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
   };
-  k.check = [](const auto& values) { return model::check_model_weights(values); };
+  k.check = check_engine_decode;
   return k;
 }
 

@@ -459,6 +459,15 @@ class CpuModel : public Model {
       for (size_t e = 0; e < used; ++e) amax[i] = std::max(amax[i], std::fabs(s.cache[i * per + e]));
     return amax;
   }
+  std::vector<float> kv_channel_amax(int seq) const override {
+    const Sequence& s = at(seq);
+    const size_t D = static_cast<size_t>(c_.head_dim), per = static_cast<size_t>(s.capacity) * D;
+    std::vector<float> amax(static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads) * D, 0.0f);
+    for (size_t i = 0; i < amax.size() / D; ++i)  // the cache is [layers][K, V][kv_heads][capacity][head_dim]
+      for (size_t t = 0; t < static_cast<size_t>(s.length); ++t)
+        for (size_t d = 0; d < D; ++d) amax[i * D + d] = std::max(amax[i * D + d], std::fabs(s.cache[i * per + t * D + d]));
+    return amax;
+  }
   const AttentionRecord& attention_record(int seq) const override { return at(seq).record; }
 
   int64_t weight_bytes() const override { return weight_bytes_; }
@@ -694,6 +703,7 @@ void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
   throw std::runtime_error("set_kv_format is not supported by this engine");
 }
 std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
+std::vector<float> Model::kv_channel_amax(int) const { throw std::runtime_error("kv_channel_amax is not supported by this engine"); }
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
   const size_t V = static_cast<size_t>(config().vocab);
   int row = 0;

@@ -98,6 +98,9 @@ class Model {
   // the calibration of fp8 scales. The default implementations throw std::runtime_error.
   virtual void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales = {});
   virtual std::vector<float> kv_amax(int seq) const;
+  // The largest |K| and |V| per channel over the sequence's cached positions, [layers][K, V]
+  // [kv_heads][head_dim]: the per-channel key outliers that motivate KIVI's per-channel keys.
+  virtual std::vector<float> kv_channel_amax(int seq) const;
 
   // Bytes of weights, and of the KV caches of live sequences.
   virtual int64_t weight_bytes() const = 0;

@@ -2,6 +2,9 @@
 // under the budget-aware token mask, and without it.
 #include <random>
 
+#include <regex>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "../common/run_kind.h"
@@ -138,6 +141,22 @@ TEST(EngineGenerate, KindRowsThroughTheRunner) {
   EXPECT_GT(testing::metric(r.rows[1], "mask_per_step"), 0);
   EXPECT_LT(testing::metric(r.rows[0], "valid"), 100);
   EXPECT_GT(testing::metric(r.rows[0], "wasted_tokens_per_doc"), 0);
+  // The documents themselves are in the row (results.json "texts"), each marked: the masked ones
+  // are addresses, valid; an unmasked one marked valid must be one too.
+  const std::regex address("[a-z]{2,12}@[a-z]{2,8}\\.(com|org)");
+  for (const Row* row : {&r.rows[0], &r.rows[1]}) {
+    ASSERT_EQ(row->texts.size(), 2u) << row->variant;
+    for (size_t d = 0; d < 2; ++d) {
+      const auto& [label, text] = row->texts[d];
+      EXPECT_EQ(label.rfind(fmt::format("document {} (", d + 1), 0), 0u) << label;
+      if (label.find("(valid)") != std::string::npos) {
+        EXPECT_TRUE(std::regex_match(text, address)) << text;
+      }
+      if (row == &r.rows[1]) {
+        EXPECT_NE(label.find("(valid)"), std::string::npos) << label;
+      }
+    }
+  }
   auto small = testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
                                       "  - {name: g, kind: constrain-generate, variants: [cpu_constrained], constraint: tool_call, max_tokens: 8}\n");
   ASSERT_EQ(small.rows.size(), 1u);

@@ -7,7 +7,11 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -18,6 +22,9 @@
 #include "kvcache/synthetic_attention.h"
 #include "model/decode_variants.h"
 #include "model/model.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ib::kvcache {
 namespace {
@@ -495,6 +502,78 @@ TEST(KvEvictKinds, PerHeadH2oKeepsItsBudgetInEveryHead) {
   EXPECT_GT(metric(row(r, "cpu_h2o_head", 0.25), "KL mean"), 0);
   // Each head chooses its own heavy hitters: not the shared set's result.
   EXPECT_NE(metric(row(r, "cpu_h2o_head", 0.25), "attn err"), metric(row(r, "cpu_h2o", 0.25), "attn err"));
+}
+
+// `text: FILE`: the decode is the text's own tokens, the measured ones scored. The full cache's
+// perplexity must be the text's perplexity under one plain prefill of the same tokens (an
+// independent path: all positions' logits at once), so the scoring is not off by a position.
+TEST(KvEvictKinds, ATextIsScoredAsItsPerplexity) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/tests/data/hf/models/qwen2-tokenizer";
+  const std::string text = std::string(IB_SOURCE_DIR) + "/data/texts/code.txt";
+  const int prompt = 48, fresh = 64;
+  auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm], baseline: cpu_full,"
+                         " model: checkpoint, weights: " + dir + ", text: " + text + ", prompt: 48, new_tokens: 64, budget: 16, sinks: 2}\n");
+  testing::expect_all_ok(r, 3);
+  const double full = metric(r.rows[0], "ppl");
+  EXPECT_EQ(metric(r.rows[0], "ppl ×full"), 1.0);
+  EXPECT_NE(r.rows[0].message.find("first token, by layer"), std::string::npos) << r.rows[0].message;
+  EXPECT_NE(metric(r.rows[1], "ppl"), full);
+  EXPECT_NEAR(metric(r.rows[1], "ppl ×full"), metric(r.rows[1], "ppl") / full, 1e-9);
+
+  const model::ModelConfig c = model::config_from_hf(dir);
+  auto weights = model::safetensors_weights(c, dir);
+  auto m = model::make_cpu_model(c, *weights);
+  std::ifstream in(text);
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> ids = tokenizer::Tokenizer::load(dir)->encode(body, true);
+  ASSERT_GE(ids.size(), static_cast<size_t>(prompt + fresh));
+  ids.resize(static_cast<size_t>(prompt + fresh));
+  const size_t V = static_cast<size_t>(c.vocab);
+  std::vector<float> logits(ids.size() * V);
+  const int seq = m->new_sequence(static_cast<int>(ids.size()));
+  model::StepOutput o;
+  o.logits = logits.data();
+  m->prefill(seq, ids.data(), static_cast<int>(ids.size()), static_cast<int>(ids.size()), o);
+  double nll = 0;
+  for (int t = prompt - 1; t < prompt + fresh - 1; ++t) {
+    const float* l = &logits[static_cast<size_t>(t) * V];
+    const double top = *std::max_element(l, l + V);
+    double z = 0;
+    for (size_t v = 0; v < V; ++v) z += std::exp(l[v] - top);
+    nll += std::log(z) + top - l[static_cast<size_t>(ids[static_cast<size_t>(t) + 1])];
+  }
+  EXPECT_NEAR(full, std::exp(nll / fresh), 1e-4 * full);
+}
+
+TEST(KvEvictKinds, ATextTooShortForTheDecodeIsAnInputError) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/tests/data/hf/models/qwen2-tokenizer";
+  const std::string text = ::testing::TempDir() + "ib_short_text.txt";
+  std::ofstream(text) << "def f(x):\n    return x\n";
+  try {
+    run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full], model: checkpoint, weights: " + dir + ", text: " + text +
+                  ", prompt: 100, new_tokens: 27}\n");
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("text:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prompt + new_tokens = 127"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KvEvictEngine, ChannelRangesAgreeWithTheHeadRanges) {
+  // kv_channel_amax's largest channel per (layer, K/V, head) is kv_amax's value for that head.
+  const auto c = *model::preset("tiny-gqa");
+  auto w = model::random_weights(c, 5);
+  auto m = model::make_cpu_model(c, *w);
+  const auto toks = model::random_prompt(c.vocab, 40, 9);
+  const int seq = m->new_sequence(64);
+  m->prefill(seq, toks.data(), 40, 1, model::StepOutput{});
+  const auto head = m->kv_amax(seq), channel = m->kv_channel_amax(seq);
+  const size_t D = static_cast<size_t>(c.head_dim);
+  ASSERT_EQ(channel.size(), head.size() * D);
+  for (size_t i = 0; i < head.size(); ++i) {
+    EXPECT_EQ(*std::max_element(channel.begin() + static_cast<std::ptrdiff_t>(i * D), channel.begin() + static_cast<std::ptrdiff_t>((i + 1) * D)), head[i]);
+    EXPECT_GT(head[i], 0.0f);
+  }
 }
 
 }  // namespace

@@ -168,6 +168,17 @@ TEST_F(Cli, SpecdecRefusesSequencesPastTheModelsPositions) {
   EXPECT_NE(r.out.find("a 3008-token sequence exceeds the draft tiny's 2048 positions"), std::string::npos) << r.out;
 }
 
+// experiments/real.yaml names our trained checkpoints and held-out texts relative to the
+// repository root: from there every key checks (the checkpoints' headers, the texts' token counts).
+TEST_F(Cli, TheRealWeightsSpecChecksFromTheRepositoryRoot) {
+  ProcessOptions root;
+  root.cwd = kSource;
+  auto r = ib({"list", "experiments/real.yaml", "--backend", "cpu"}, root);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("real-streaming-llm"), std::string::npos);
+  EXPECT_NE(r.out.find("rows in all"), std::string::npos);
+}
+
 TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
   auto r = ib({"list", kSource + "/experiments/chapter8.yaml", "--backend", "cpu"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

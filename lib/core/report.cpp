@@ -223,7 +223,10 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
       if (i < measured || !t.empty()) constant = constant && t == first;
     }
     if (rank == kParam && constant) {
-      constants.push_back(h + " = " + first);
+      // A value with line breaks (a text prompt) stays on its line: ⏎ marks them.
+      std::string value;
+      for (char ch : first) value += ch == '\n' ? std::string("⏎") : std::string(1, ch);
+      constants.push_back(h + " = " + value);
     } else if (all || rank == kVariant || rank == kParam || column_requested(wanted, id, h)) {
       shown.push_back(h);
       requested.push_back(all || rank == kVariant || rank == kParam || column_requested(wanted, id, h));

@@ -1,3 +1,4 @@
+#include "core/data_dir.h"
 #include "constrain/vocab.h"
 
 #include <cctype>
@@ -75,7 +76,8 @@ bool uses(const nlohmann::json& node, const std::string& type) {
   return false;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& given) {
+  const std::string path = data_path(given);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot read");
   std::ostringstream ss;

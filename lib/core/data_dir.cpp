@@ -1,6 +1,7 @@
 #include "core/data_dir.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 namespace ib {
 
@@ -11,6 +12,14 @@ std::string data_directory() {
 #else
   return "data";
 #endif
+}
+
+std::string data_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.rfind("data/", 0) != 0 || fs::exists(path, ec)) return path;
+  const fs::path under = fs::path(data_directory()) / path.substr(5);
+  return fs::exists(under, ec) ? under.string() : path;
 }
 
 }  // namespace ib

@@ -1,3 +1,4 @@
+#include "core/data_dir.h"
 #include "model/config.h"
 
 #include <algorithm>
@@ -390,7 +391,7 @@ void read_windows(const ConfigReader& r, const std::string& type, ModelConfig& c
 }  // namespace
 
 ModelConfig config_from_hf(const std::string& dir) {
-  const std::string path = dir + "/config.json";
+  const std::string path = data_path(dir) + "/config.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
   std::ostringstream text;

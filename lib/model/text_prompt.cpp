@@ -1,3 +1,4 @@
+#include "core/data_dir.h"
 #include "model/text_prompt.h"
 
 #include <filesystem>
@@ -24,8 +25,9 @@ const std::string& text_of(const Point& p, const char* key) {
 
 }  // namespace
 
-std::string read_prompt_file(const std::string& key, const std::string& path) {
+std::string read_prompt_file(const std::string& key, const std::string& given) {
   namespace fs = std::filesystem;
+  const std::string path = data_path(given);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: '{}' is not a readable file", key, path));
   if (fs::file_size(path, ec) > kMaxPromptBytes)
@@ -104,7 +106,7 @@ std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& 
     if (weights.empty() || weights == "random")
       throw InputError("tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
                        "weights needs a named tokenizer (gpt2, llama2, deepseek-llm or a tokenizer.json path)");
-    if (!std::filesystem::exists(weights + "/tokenizer.json"))
+    if (!std::filesystem::exists(data_path(weights) + "/tokenizer.json"))
       throw InputError(fmt::format("tokenizer: auto: {}/tokenizer.json does not exist (name one with tokenizer:)", weights));
     return tokenizer::Tokenizer::load(weights);
   }

@@ -1,3 +1,4 @@
+#include "core/data_dir.h"
 #include "model/weights.h"
 
 #include <cmath>
@@ -283,7 +284,7 @@ ModelConfig first_layers_config(const ModelConfig& c, int layers) {
 }
 
 std::unique_ptr<WeightSource> safetensors_weights(const ModelConfig& c, const std::string& dir) {
-  return std::make_unique<SafetensorsWeights>(c, dir);
+  return std::make_unique<SafetensorsWeights>(c, data_path(dir));
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<TensorSpec, std::vector<float>>>& tensors) {

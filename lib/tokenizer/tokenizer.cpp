@@ -292,8 +292,9 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   return Tokenizer(detail::parse(json_text, source_name));
 }
 
-std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& what) {
+std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   namespace fs = std::filesystem;
+  const std::string what = ib::data_path(given);
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
 

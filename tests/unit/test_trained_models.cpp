@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/data_dir.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -79,6 +80,15 @@ TEST_P(TrainedModel, MatchesTransformersOnHeldOutCode) {
   }
   EXPECT_EQ(got, want_next);
   EXPECT_EQ(tok->decode(got), g["greedy_text"].get<std::string>());
+}
+
+// experiments/real.yaml names data/models/... relative to the repository root; from any other
+// directory (ctest runs in the build tree) the bundled data directory answers for data/.
+TEST(TrainedModelPaths, DataPathsResolveFromAnyDirectory) {
+  EXPECT_TRUE(fs::exists(data_path("data/models/ib-target-16m/config.json")));
+  EXPECT_NO_THROW(config_from_hf("data/models/ib-draft-1m"));
+  EXPECT_EQ(data_path("data/no/such/file"), "data/no/such/file");  // the error then names what was given
+  EXPECT_EQ(data_path("models/ib-target-16m"), "models/ib-target-16m");  // only data/ is looked up
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, TrainedModel, ::testing::ValuesIn(kFamily),

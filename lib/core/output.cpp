@@ -65,8 +65,11 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 
 std::string choose_run_dir(const std::string& requested, const std::string& label) {
   if (!requested.empty()) {
-    if (exists(requested + "/results.json"))
-      throw InputError("--output " + requested + ": already holds a run (results.json); runs are never overwritten, choose another directory");
+    // Any file a run writes there, not only results.json: a report.md or results.csv left by
+    // someone is not overwritten either.
+    for (const char* file : {"results.json", "results.csv", "report.md"})
+      if (exists(requested + "/" + file))
+        throw InputError(fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", requested, file));
     return requested;
   }
   const std::string base = "results/runs/" + utc_stamp_compact() + "-" + label;

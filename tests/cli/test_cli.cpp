@@ -2,6 +2,8 @@
 // CPU runs that print a table and write the three result files.
 #include <algorithm>
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -240,8 +242,20 @@ TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
   std::string before = read_text(dir_ + "/out/results.json");
   auto again = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
   EXPECT_EQ(again.exit_code, 2);
-  EXPECT_NE(again.err.find("already holds a run"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("already holds results.json"), std::string::npos) << again.err;
   EXPECT_EQ(read_text(dir_ + "/out/results.json"), before);
+  // #19: nor a directory holding only someone's report.md, nor an empty --output (it fell back to
+  // the default directory).
+  ASSERT_EQ(::mkdir((dir_ + "/mine").c_str(), 0755), 0);
+  write_text(dir_ + "/mine/report.md", "my notes\n");
+  auto mine = ib({"run", "quick.yaml", "--backend", "cpu", "--output", "mine"}, in_dir());
+  EXPECT_EQ(mine.exit_code, 2);
+  EXPECT_NE(mine.err.find("already holds report.md"), std::string::npos) << mine.err;
+  EXPECT_EQ(read_text(dir_ + "/mine/report.md"), "my notes\n");
+  auto empty = ib({"run", "quick.yaml", "--backend", "cpu", "--output", ""}, in_dir());
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.err.find("empty path"), std::string::npos) << empty.err;
+  EXPECT_EQ(lines(empty.err), 1u) << empty.err;
 }
 
 TEST_F(Cli, PlotsAreWrittenBesideTheTablesAndRedrawnFromResults) {

@@ -441,9 +441,16 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
 }  // namespace
 
 std::vector<std::string> plot_file_names(const ExperimentSpec& spec) {
+  // A file in the output directory whatever the name says: a results.json edited by hand can name
+  // an experiment "../escaped" (the spec parser cannot), so path separators and control
+  // characters become '_'.
+  std::string base = spec.name;
+  for (char& ch : base)
+    if (ch == '/' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
+  if (base.empty()) base = "_";
   std::vector<std::string> names;
   for (size_t i = 0; i < spec.plots.size(); ++i)
-    names.push_back(i == 0 ? spec.name + ".svg" : fmt::format("{}-{}.svg", spec.name, i + 1));
+    names.push_back(i == 0 ? base + ".svg" : fmt::format("{}-{}.svg", base, i + 1));
   return names;
 }
 

@@ -254,5 +254,17 @@ TEST(Plot, XValuesAnUlpApartStillMakeAPlot) {
   EXPECT_LT(count(files[0].svg, "<text"), 200u);  // a bounded number of ticks
 }
 
+// #19: `plot` on a results.json whose experiment is named "../escaped" wrote outside -o.
+TEST(Plot, FileNamesStayInTheOutputDirectory) {
+  ExperimentSpec spec;
+  spec.name = "../escaped";
+  spec.plots.resize(2);
+  const auto names = plot_file_names(spec);
+  ASSERT_EQ(names.size(), 2u);
+  for (const auto& n : names) EXPECT_EQ(n.find('/'), std::string::npos) << n;
+  EXPECT_EQ(names[0], ".._escaped.svg");
+  EXPECT_EQ(names[1], ".._escaped-2.svg");
+}
+
 }  // namespace
 }  // namespace ib

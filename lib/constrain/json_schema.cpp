@@ -113,13 +113,6 @@ Re json_char() {
 // must hold.
 Re escaped_content() { return re_concat({re_star(json_char()), json_escape(), re_star(json_char())}); }
 
-// Any bytes: inside an over-approximation, where no regular language says exactly what is valid.
-Re any_bytes() {
-  ByteSet all;
-  all.set();
-  return re_star(re_bytes(all));
-}
-
 Re quoted(Re inner) { return re_concat({re_byte('"'), std::move(inner), re_byte('"')}); }
 
 // The code points of a UTF-8 string; false when it is not valid UTF-8.
@@ -1365,7 +1358,9 @@ class Compiler {
 
   // An object as an over-approximation: members in any order (repeats too), a named key's value its
   // property's, an unnamed raw key's value additionalProperties' (any value when absent), a key
-  // with escapes any value; each required key's quoted name (or some escape) appears somewhere.
+  // with escapes any value; each required key is the key of some member, spelt raw or with
+  // escapes (an escape in a value does not stand for a key: a regular language of members, not of
+  // bytes, so {"b":"x\"y"} is not taken for a document holding a required "a").
   Re object_over(const std::vector<std::pair<std::string, Re>>& props, const std::set<std::string>& required, const Re& extra,
                  const std::string& ptr) {
     ++over_changes_;
@@ -1378,12 +1373,23 @@ class Compiler {
     if (extra->kind != RegexNode::Kind::Never)
       members.push_back(re_concat({quoted(unnamed_key(names)), ws_, re_byte(':'), ws_, extra}));
     members.push_back(re_concat({quoted(escaped_content()), ws_, re_byte(':'), ws_, json_value_regex_ws(o_.any_depth)}));
+    const Re escaped_member = members.back();
     const Re m = re_alt(std::move(members));
-    Re body = re_concat({re_byte('{'), ws_, re_optional(re_concat({m, re_star(re_concat({ws_, re_byte(','), ws_, m}))})), ws_, re_byte('}')});
+    const Re sep = re_concat({ws_, re_byte(','), ws_});
+    Re body = re_concat({re_byte('{'), ws_, re_optional(re_concat({m, re_star(re_concat({sep, m}))})), ws_, re_byte('}')});
     if (required.empty()) return body;
-    std::vector<Re> langs = {body};
-    for (const auto& r : required)
-      langs.push_back(re_concat({any_bytes(), re_alt({re_literal(json(r).dump()), re_byte('\\')}), any_bytes()}));
+    std::vector<Re> langs;
+    for (const auto& r : required) {
+      // The members that may carry key r: its own (a declared property's value, else an extra
+      // key's), or any key with escapes.
+      std::vector<Re> carriers = {escaped_member};
+      const auto named = std::find_if(props.begin(), props.end(), [&](const auto& p) { return p.first == r; });
+      if (named != props.end()) carriers.push_back(member(r, named->second));
+      else if (extra->kind != RegexNode::Kind::Never) carriers.push_back(member(r, extra));
+      langs.push_back(re_concat({re_byte('{'), ws_, re_star(re_concat({m, sep})), re_alt(std::move(carriers)),
+                                 re_star(re_concat({sep, m})), ws_, re_byte('}')}));
+    }
+    if (langs.size() == 1) return langs[0];
     return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required", "oneOf: a branch's required keys in any order");
   }
 

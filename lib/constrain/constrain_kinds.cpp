@@ -36,8 +36,26 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
       enum_key("whitespace", "JSON layout the generator may use: compact, or flexible (up to 2 of space/newline/tab between tokens)",
                "compact", {"compact", "flexible"}),
       key_spec("max_recursion", ParamType::Int, "levels a recursive $ref is expanded to", Value(int64_t{3}), 0.0, 10.0),
+      key_spec("strict_properties", ParamType::Bool,
+               "without additionalProperties, no keys but the declared ones (true: what a model should write) or any other "
+               "keys (false: the JSON Schema meaning)",
+               Value(true)),
+      enum_key("schema_draft", "the draft of a schema whose $schema names none (auto: 2020-12, as the specification says)", "auto",
+               {"auto", "4", "6", "7", "2019-09", "2020-12"}),
   };
 }
+
+namespace {
+// The schema options a point asks for (whitespace, recursion, properties, draft).
+SchemaOptions schema_options(const std::string& whitespace, int64_t recursion, bool strict, const std::string& draft) {
+  SchemaOptions o;
+  o.whitespace = whitespace == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
+  o.max_recursion = static_cast<int>(recursion);
+  o.strict_properties = strict;
+  o.default_draft = draft == "auto" ? "" : draft;
+  return o;
+}
+}  // namespace
 
 std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values) {
   auto all = [&](const char* key) {
@@ -59,11 +77,15 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
                                                     fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
+    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft");
+    if (stricts.empty()) stricts.push_back(Value(true));
+    if (drafts.empty()) drafts.push_back(Value(std::string("auto")));
     for (const Value& wv : all("whitespace"))
-      for (const Value& rv : all("max_recursion")) {
-        SchemaOptions options;
-        options.whitespace = std::get<std::string>(wv) == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
-        options.max_recursion = static_cast<int>(std::get<int64_t>(rv));
+      for (const Value& rv : all("max_recursion"))
+      for (const Value& sv : stricts)
+      for (const Value& dv : drafts) {
+        const SchemaOptions options = schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
+                                                     std::get<std::string>(dv));
         try {
           if (c.rfind("regex:", 0) == 0) {
             parse_regex(c.substr(6));
@@ -95,8 +117,8 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
 void Setup::load(const Point& p, bool with_trie) {
   constraint = p.text("constraint");
   source = constraint_source(constraint);
-  options.whitespace = p.text("whitespace") == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
-  options.max_recursion = static_cast<int>(p.integer("max_recursion"));
+  options = schema_options(p.text("whitespace"), p.integer("max_recursion"), p.find("strict_properties") ? p.flag("strict_properties") : true,
+                           p.find("schema_draft") ? p.text("schema_draft") : "auto");
   vocab = load_vocabulary(p.text("vocab"));
   if (with_trie) trie = vocab_trie(vocab);
 }
@@ -107,9 +129,11 @@ std::function<bool(const std::string&)> validity_check(const CompiledConstraint&
     return [dfa](const std::string& text) { return dfa->matches(text); };
   }
   auto schema = c.schema;
-  return [schema](const std::string& text) {
+  Draft draft = Draft::Draft2020_12;
+  parse_draft(c.notes.draft, &draft);  // the draft the compiler read it as
+  return [schema, draft](const std::string& text) {
     auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
-    return !doc.is_discarded() && SchemaValidator(*schema).valid(doc);
+    return !doc.is_discarded() && SchemaValidator(*schema, draft).valid(doc);
   };
 }
 
@@ -162,6 +186,7 @@ class CompileVariant : public Variant {
     dfa_ms_ += c.dfa_seconds * 1e3;
     ++runs_;
     states_ = c.dfa->num_states;
+    notes_ = describe(c.notes);
     classes_ = precompute_ ? index_->num_classes() : lazy_->num_classes();
     index_mb_ = precompute_ ? static_cast<double>(index_->bytes()) / 1e6 : 0;
   }
@@ -173,10 +198,12 @@ class CompileVariant : public Variant {
     if (precompute_) m.push_back({"index", index_mb_, "MB"});
     return m;
   }
+  std::string note() const override { return notes_; }
 
  private:
   bool precompute_;
   Setup setup_;
+  std::string notes_;
   uint64_t seed_ = 0;
   std::unique_ptr<TokenMaskIndex> index_;
   std::unique_ptr<LazyTokenMasker> lazy_;
@@ -537,8 +564,11 @@ class KeywordCheck : public Variant {
   void run(BackendRuntime&) override {
     if (!case_) return;
     const bool schema = case_->constraint.rfind("regex:", 0) != 0 && case_->constraint.rfind("choice:", 0) != 0;
-    dfa_ = compile_constraint(schema ? case_->name : case_->constraint, case_->constraint, case_->options).dfa;
+    CompiledConstraint c = compile_constraint(schema ? case_->name : case_->constraint, case_->constraint, case_->options);
+    dfa_ = c.dfa;
+    note_ = describe(c.notes);
   }
+  std::string note() const override { return note_; }
   std::vector<Metric> metrics() const override {
     const KeywordReport& r = report_;
     return {{"dfa_states", static_cast<double>(r.dfa_states), ""},
@@ -557,6 +587,7 @@ class KeywordCheck : public Variant {
   uint64_t seed_ = 0;
   KeywordReport report_;
   std::shared_ptr<const Dfa> dfa_;
+  std::string note_;
 };
 
 // ---- registrations ----

@@ -63,7 +63,7 @@ CompiledConstraint compile_constraint(const std::string& c, const std::string& s
       throw std::runtime_error("constraint '" + c + "': the schema is not JSON: " + e.what());
     }
     out.schema = std::make_shared<const nlohmann::ordered_json>(schema);
-    re = schema_to_regex(schema, options);
+    re = schema_to_regex(schema, options, &out.notes);
   }
   out.regex_seconds = since(t0);
   auto t1 = std::chrono::steady_clock::now();

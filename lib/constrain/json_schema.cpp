@@ -1,5 +1,8 @@
 #include "constrain/json_schema.h"
 
+#include "constrain/schema_dialect.h"
+#include "constrain/schema_formats.h"
+
 #include "constrain/automaton.h"
 
 #include <algorithm>
@@ -196,6 +199,10 @@ constexpr size_t kMaxDependentProperties = 12;
 // contains: the largest count tracked (minContains, maxContains + 1), and positions × counts spelt
 // out (up to maxItems, else up to minItems / prefixItems; each is a state of the construction).
 constexpr int kMaxContainsCount = 32;
+// Subschemas nested in one another (with $ref expansions): past it the schema is refused.
+constexpr int kMaxSchemaDepth = 200;
+// dependentSchemas in one schema object: each doubles the cases compiled.
+constexpr size_t kMaxDependentSchemas = 6;
 constexpr int64_t kMaxContainsPositions = 4096;
 
 Re unsigned_integer_regex() {
@@ -327,36 +334,77 @@ std::string escape_pointer(const std::string& key) {
   return out;
 }
 
-const std::set<std::string>& annotations() {
-  static const std::set<std::string> a = {"title", "description", "default", "examples", "$schema", "$id",
-                                          "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
-  return a;
-}
-
 const std::set<std::string>& supported() {
   static const std::set<std::string> s = {
       "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
       "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "minLength", "maxLength", "pattern", "format",
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable", "not", "if", "then", "else",
       "multipleOf", "minProperties", "maxProperties", "dependentRequired", "propertyNames", "patternProperties",
-      "contains", "minContains", "maxContains"};
+      "contains", "minContains", "maxContains", "dependentSchemas"};
   return s;
 }
 
 class Compiler {
  public:
-  Compiler(const json& root, const SchemaOptions& o) : root_(root), o_(o), ws_(ws_of(o)) {}
-
-  Re compile(const json& s, const std::string& ptr) {
-    if (s.is_boolean()) return s.get<bool>() ? json_value_regex_ws(o_.any_depth) : re_never();
-    if (!s.is_object()) fail("", ptr, "a schema is an object or a boolean");
-    for (const auto& [k, v] : s.items()) {
-      if (annotations().count(k) || supported().count(k)) continue;
-      fail(k, ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
+  Compiler(const json& root, const SchemaOptions& o) : root_(root), o_(o), ws_(ws_of(o)) {
+    Draft fallback = Draft::Draft2020_12;
+    if (!o.default_draft.empty() && !parse_draft(o.default_draft, &fallback))
+      fail("$schema", "", "unknown draft '" + o.default_draft + "' (4, 6, 7, 2019-09, 2020-12)");
+    try {
+      draft_ = root.is_object() && root.contains("$schema") ? draft_of(root) : fallback;
+    } catch (const std::runtime_error& e) {
+      fail("$schema", "/$schema", e.what());
     }
-    std::vector<std::string> validation;
+  }
+
+  // What was read past, for SchemaNotes.
+  void report(SchemaNotes* notes) const {
+    notes->draft = draft_name(draft_);
+    for (const auto& [k, at] : ignored_) notes->ignored[k] = static_cast<int>(at.size());
+    for (const auto& [f, at] : unasserted_) notes->unasserted_formats[f] = static_cast<int>(at.size());
+  }
+
+  Re compile(const json& raw, const std::string& ptr) {
+    if (raw.is_boolean()) return raw.get<bool>() ? json_value_regex_ws(o_.any_depth) : re_never();
+    if (!raw.is_object()) fail("", ptr, "a schema is an object or a boolean");
+    // Nesting is bounded (a schema of thousands of nested items would overflow the stack).
+    if (depth_ >= kMaxSchemaDepth)
+      fail("", ptr, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels (subschemas and $ref expansions)");
+    struct Nest {
+      int& d;
+      explicit Nest(int& x) : d(++x) {}
+      ~Nest() { --d; }
+    } nest(depth_);
+    const json s = read(raw, ptr);
     for (const auto& [k, v] : s.items())
-      if (!annotations().count(k)) validation.push_back(k);
+      if (!supported().count(k)) fail(k, ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
+    std::vector<std::string> validation;
+    for (const auto& [k, v] : s.items()) validation.push_back(k);
+
+    // dependentSchemas {a: S}: objects holding a satisfy S as well. Split on a's presence: (the
+    // rest with a required, merged with S) or (the rest with a ruled out); the two cases are
+    // disjoint, so each is compiled as exactly as the rest is. Non-objects fall in the second.
+    if (s.contains("dependentSchemas")) {
+      const std::string dp = ptr + "/dependentSchemas";
+      const json& deps = s["dependentSchemas"];
+      if (!deps.is_object()) fail("dependentSchemas", dp, "dependentSchemas must be an object of schemas");
+      if (deps.size() > kMaxDependentSchemas)
+        fail("dependentSchemas", dp, "more than " + std::to_string(kMaxDependentSchemas) + " dependent schemas in one object");
+      json rest = s;
+      rest.erase("dependentSchemas");
+      if (deps.empty()) return compile(rest, ptr);
+      const std::string name = deps.begin().key();
+      json remaining = deps;
+      remaining.erase(name);
+      if (!remaining.empty()) rest["dependentSchemas"] = remaining;
+      json present = rest, absent = rest;
+      if (!present.contains("required")) present["required"] = json::array();
+      if (std::find(present["required"].begin(), present["required"].end(), json(name)) == present["required"].end())
+        present["required"].push_back(name);
+      if (!absent.contains("properties")) absent["properties"] = json::object();
+      absent["properties"][name] = false;
+      return re_alt({compile_conjunction({present, deps.begin().value()}, dp + "/" + escape_pointer(name)), compile(absent, ptr)});
+    }
 
     // not: the rest of the schema minus the negated schema's over-approximation (see json_schema.h).
     if (s.contains("not")) {
@@ -409,7 +457,7 @@ class Compiler {
       if (!list.is_array() || list.empty()) fail(comb, ptr + "/" + comb, std::string(comb) + " must be a non-empty array");
       json siblings = json::object();
       for (const auto& [k, v] : s.items())
-        if (k != comb && !annotations().count(k)) siblings[k] = v;
+        if (k != comb) siblings[k] = v;
       std::vector<Re> alts;
       auto branch = [&](size_t i) {
         const std::string bp = ptr + "/" + comb + "/" + std::to_string(i);
@@ -473,7 +521,49 @@ class Compiler {
   const json& root_;
   SchemaOptions o_;
   Re ws_;
+  Draft draft_ = Draft::Draft2020_12;
+  std::map<std::string, std::set<std::string>> ignored_, unasserted_;  // key / format -> pointers
   std::map<std::string, int> ref_depth_;
+  int recursive_entries_ = 0;  // re-entered references on the current path
+  int depth_ = 0;              // compile() calls on the current path
+
+  // The references a compile is inside of, left when the scope ends. A deeper level of a
+  // recursive schema is dropped (enter() is false): past max_recursion re-entries of one
+  // reference, or of all references together on the way here (schemas whose definitions refer to
+  // one another would otherwise nest max_recursion levels per definition: exponentially).
+  class RefScope {
+   public:
+    explicit RefScope(Compiler& c) : c_(c) {}
+    RefScope(const RefScope&) = delete;
+    RefScope& operator=(const RefScope&) = delete;
+    ~RefScope() {
+      for (const auto& [key, recursive] : entered_) {
+        --c_.ref_depth_[key];
+        c_.recursive_entries_ -= recursive;
+      }
+    }
+    bool enter(const std::string& key) {
+      int& depth = c_.ref_depth_[key];
+      if (depth > c_.o_.max_recursion || (depth > 0 && c_.recursive_entries_ >= c_.o_.max_recursion)) return false;
+      const bool recursive = depth > 0;
+      ++depth;
+      c_.recursive_entries_ += recursive;
+      entered_.emplace_back(key, recursive);
+      return true;
+    }
+
+   private:
+    Compiler& c_;
+    std::vector<std::pair<std::string, bool>> entered_;
+  };
+
+  // A schema object in 2020-12 spelling (schema_dialect.h), what it ignored recorded by pointer.
+  json read(const json& raw, const std::string& ptr) {
+    std::map<std::string, int> dropped;
+    json s = to_2020_12(raw, draft_, &dropped);
+    for (const auto& [k, n] : dropped) ignored_[k].insert(ptr);
+    return s;
+  }
   // Compiling a oneOf branch as an over-approximation: every valid document in every spelling a
   // compiled language may write is held (see json_schema.h); over_changes_ counts the places where
   // that differs from the exact compile, so an unchanged branch reuses its exact language.
@@ -647,12 +737,27 @@ class Compiler {
   // intersection (types intersect, bounds tighten, required and properties unite, a property in
   // several conjuncts becomes an allOf of its schemas). What cannot be merged soundly is refused.
   Re compile_conjunction(std::vector<json> conjuncts, const std::string& ptr) {
+    RefScope entered(*this);
     json merged = json::object();
     int expansions = 0;
-    // additionalProperties only sees the properties of its own schema object, items only the
-    // prefixItems of its own: merging such pairs from different conjuncts would change meaning.
+    // contains and its counts must come from one schema object (merging them from different
+    // conjuncts would change meaning).
     std::map<std::string, int> source;  // keyword -> the part it came from (-1: several)
     int part_no = 0;
+    // additionalProperties only sees the properties and patternProperties of its own schema
+    // object, items only the prefixItems of its own: kept per part and applied at the end.
+    struct ObjectPart {
+      std::set<std::string> names;
+      bool patterns = false;
+      json additional;  // null: none
+    };
+    struct ArrayPart {
+      json prefix = json::array();
+      json items;  // null: none
+    };
+    std::vector<ObjectPart> objects;
+    std::vector<ArrayPart> arrays;
+    json conditionals = json::array();  // if/then/else of parts after the first that has one
     // In document order: a part's own keywords, then its allOf members and its $ref target.
     std::deque<json> parts(conjuncts.begin(), conjuncts.end());
     while (!parts.empty()) {
@@ -663,6 +768,7 @@ class Compiler {
         continue;
       }
       if (!part.is_object()) fail("allOf", ptr, "a schema is an object or a boolean");
+      part = read(part, ptr);
       std::vector<json> next;
       if (part.contains("allOf")) {
         for (const auto& x : part["allOf"]) next.push_back(x);
@@ -670,12 +776,46 @@ class Compiler {
       }
       if (part.contains("$ref")) {
         if (++expansions > 32) fail("$ref", ptr, "too many references inside allOf");
+        // The same recursion bound as ref(): the merged schema is compiled inside the expansion.
+        if (!entered.enter(part["$ref"].is_string() ? part["$ref"].get<std::string>() : std::string()))
+          return over_ ? over_also(re_never(), json_value_regex_ws(0)) : re_never();
         next.push_back(resolve(part["$ref"], ptr + "/$ref"));
         part.erase("$ref");
       }
       parts.insert(parts.begin(), next.begin(), next.end());
+      if (!part.contains("if")) {  // then / else without if are ignored
+        part.erase("then");
+        part.erase("else");
+      } else if (merged.contains("if")) {  // a second conditional: both apply (compiled one inside the other)
+        json c = json::object();
+        for (const char* k : {"if", "then", "else"})
+          if (part.contains(k)) {
+            c[k] = part[k];
+            part.erase(k);
+          }
+        conditionals.push_back(c);
+      }
+      if (part.contains("additionalProperties") || part.contains("properties") || part.contains("patternProperties")) {
+        ObjectPart o;
+        if (part.contains("properties") && part["properties"].is_object())
+          for (const auto& [name, sub] : part["properties"].items()) o.names.insert(name);
+        o.patterns = part.contains("patternProperties");
+        if (part.contains("additionalProperties")) o.additional = part["additionalProperties"];
+        objects.push_back(std::move(o));
+        part.erase("additionalProperties");
+      }
+      if (part.contains("prefixItems") || part.contains("items")) {
+        ArrayPart a;
+        if (part.contains("prefixItems")) {
+          if (!part["prefixItems"].is_array()) fail("prefixItems", ptr + "/prefixItems", "prefixItems must be an array");
+          a.prefix = part["prefixItems"];
+        }
+        if (part.contains("items")) a.items = part["items"];
+        arrays.push_back(std::move(a));
+        part.erase("prefixItems");
+        part.erase("items");
+      }
       for (const auto& [k, v] : part.items()) {
-        if (annotations().count(k)) continue;
         if (!supported().count(k)) fail(k, ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
         merge_keyword(merged, k, v, ptr);
         auto [it, fresh] = source.emplace(k, part_no);
@@ -683,16 +823,65 @@ class Compiler {
       }
       ++part_no;
     }
-    for (const auto& [dependent, on] : {std::make_pair("additionalProperties", "properties"), std::make_pair("items", "prefixItems"),
-                                        std::make_pair("additionalProperties", "patternProperties"), std::make_pair("then", "if"),
-                                        std::make_pair("minContains", "contains"), std::make_pair("maxContains", "contains"),
-                                        std::make_pair("else", "if")}) {
+    for (const auto& [dependent, on] : {std::make_pair("then", "if"), std::make_pair("minContains", "contains"),
+                                        std::make_pair("maxContains", "contains"), std::make_pair("else", "if")}) {
       auto d = source.find(dependent), o = source.find(on);
       if (d != source.end() && o != source.end() && (d->second < 0 || o->second < 0 || d->second != o->second))
         fail(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
                                  "' from different schemas cannot be merged");
     }
+    merge_additional_properties(merged, objects, ptr);
+    merge_items(merged, arrays);
+    if (!conditionals.empty()) {  // compiled inside the first conditional's branches (see compile)
+      if (!merged.contains("allOf")) merged["allOf"] = json::array();
+      for (const auto& c : conditionals) merged["allOf"].push_back(c);
+    }
     return compile(merged, ptr);
+  }
+
+  // additionalProperties of part X applies to the keys X does not declare: each merged property X
+  // does not name takes X's additionalProperties as well, and extra keys take every part's.
+  template <typename ObjectPart>
+  static void merge_additional_properties(json& merged, const std::vector<ObjectPart>& objects, const std::string& ptr) {
+    json extras = json::array();
+    for (const auto& x : objects) {
+      if (x.additional.is_null() || x.additional == json(true)) continue;
+      extras.push_back(x.additional);
+      if (x.patterns || (merged.contains("patternProperties") && objects.size() > 1))
+        fail("additionalProperties", ptr,
+             "allOf that combines 'additionalProperties' with patternProperties from different schemas cannot be merged");
+      if (!merged.contains("properties")) continue;
+      for (auto& [name, sub] : merged["properties"].items())
+        if (!x.names.count(name)) sub = x.additional == json(false) ? json(false) : json{{"allOf", json::array({sub, x.additional})}};
+    }
+    bool any = false;
+    for (const auto& x : objects) any = any || !x.additional.is_null();
+    if (!any) return;
+    if (extras.empty()) merged["additionalProperties"] = true;
+    else if (extras.size() == 1) merged["additionalProperties"] = extras[0];
+    else merged["additionalProperties"] = json{{"allOf", extras}};
+  }
+
+  // items of part X applies past X's own prefixItems: each merged prefix position beyond them takes
+  // X's items as well, and the items after every prefix take every part's.
+  template <typename ArrayPart>
+  static void merge_items(json& merged, const std::vector<ArrayPart>& arrays) {
+    if (arrays.empty()) return;
+    size_t longest = 0;
+    for (const auto& a : arrays) longest = std::max(longest, a.prefix.size());
+    json prefix = json::array(), items = json::array();
+    for (size_t i = 0; i < longest; ++i) {
+      json all = json::array();
+      for (const auto& a : arrays) {
+        if (i < a.prefix.size()) all.push_back(a.prefix[i]);
+        else if (!a.items.is_null()) all.push_back(a.items);
+      }
+      prefix.push_back(all.size() == 1 ? all[0] : json{{"allOf", all}});
+    }
+    for (const auto& a : arrays)
+      if (!a.items.is_null()) items.push_back(a.items);
+    if (longest > 0) merged["prefixItems"] = prefix;
+    if (!items.empty()) merged["items"] = items.size() == 1 ? items[0] : json{{"allOf", items}};
   }
 
   static void merge_keyword(json& m, const std::string& k, const json& v, const std::string& ptr) {
@@ -768,11 +957,45 @@ class Compiler {
     }
   }
 
-  // The schema a local reference points at ("#", "#/$defs/x", percent-encoded or not).
+  // The root's base URI ($id, or id in draft 4) without its fragment: a reference that starts with
+  // it is local.
+  std::string base_uri() const {
+    const char* key = draft_ == Draft::Draft4 ? "id" : "$id";
+    if (!root_.is_object() || !root_.contains(key) || !root_[key].is_string()) return {};
+    std::string id = root_[key].get<std::string>();
+    return id.substr(0, id.find('#'));
+  }
+
+  // The subschema that declares a plain-name fragment: $anchor (2019-09 on), or an $id / id of
+  // "#name" (drafts 4-7). Depth-first, bounded like the compiler's own recursion.
+  static const json* find_anchor(const json& node, const std::string& name, int depth) {
+    if (depth > 512) return nullptr;
+    if (node.is_object()) {
+      for (const char* k : {"$anchor", "$id", "id"})
+        if (node.contains(k) && node[k].is_string()) {
+          const std::string v = node[k].get<std::string>();
+          if ((std::string(k) == "$anchor" && v == name) || (std::string(k) != "$anchor" && v == "#" + name)) return &node;
+        }
+      for (const auto& [k, v] : node.items()) {
+        if (k == "enum" || k == "const" || k == "default" || k == "examples") continue;  // values, not schemas
+        if (const json* hit = find_anchor(v, name, depth + 1)) return hit;
+      }
+    } else if (node.is_array()) {
+      for (const auto& v : node)
+        if (const json* hit = find_anchor(v, name, depth + 1)) return hit;
+    }
+    return nullptr;
+  }
+
+  // The schema a local reference points at ("#", "#/$defs/x", percent-encoded or not, "#anchor",
+  // or any of these after the root's own $id).
   json resolve(const json& r, const std::string& ptr) {
     if (!r.is_string()) fail("$ref", ptr, "$ref must be a string");
-    const std::string target = r.get<std::string>();
-    if (target.empty() || target[0] != '#') fail("$ref", ptr, "only local references (#/...) are supported, not '" + target + "'");
+    std::string target = r.get<std::string>();
+    const std::string base = base_uri();
+    if (!base.empty() && target.rfind(base, 0) == 0) target = target.substr(base.size());
+    if (target.empty()) target = "#";
+    if (target[0] != '#') fail("$ref", ptr, "only local references (#/..., #anchor) are supported, not '" + target + "'");
     std::string p;
     for (size_t i = 1; i < target.size(); ++i) {  // percent-decoding (URI fragment)
       if (target[i] == '%' && i + 2 < target.size() + 0 && std::isxdigit(static_cast<unsigned char>(target[i + 1])) &&
@@ -785,7 +1008,11 @@ class Compiler {
     }
     const json* node = &root_;
     if (!p.empty()) {
-      if (p[0] != '/') fail("$ref", ptr, "unsupported reference '" + target + "' (anchors are not supported)");
+      if (p[0] != '/') {
+        const json* anchored = find_anchor(root_, p, 0);
+        if (!anchored) fail("$ref", ptr, "reference '" + target + "': no subschema declares the anchor '" + p + "'");
+        return *anchored;
+      }
       size_t pos = 1;
       while (pos <= p.size()) {
         size_t next = p.find('/', pos);
@@ -814,15 +1041,9 @@ class Compiler {
   Re ref(const json& r, const std::string& ptr) {
     const json target = resolve(r, ptr);
     const std::string key = r.get<std::string>();
-    int& depth = ref_depth_[key];
-    if (depth > o_.max_recursion) {  // a deeper level of a recursive schema: dropped
-      if (over_) return over_also(re_never(), json_value_regex_ws(0));
-      return re_never();
-    }
-    ++depth;
-    Re out = compile(target, key.size() > 1 ? key.substr(1) : "");
-    --depth;
-    return out;
+    RefScope entered(*this);
+    if (!entered.enter(key)) return over_ ? over_also(re_never(), json_value_regex_ws(0)) : re_never();
+    return compile(target, key.size() > 1 ? key.substr(1) : "");
   }
 
   Re typed(const json& s, const std::string& t, const std::string& ptr) {
@@ -850,6 +1071,16 @@ class Compiler {
     if (auto v = num(s, "exclusiveMinimum", ptr)) lo = std::max(lo, clamp(std::floor(*v) + 1));
     if (auto v = num(s, "maximum", ptr)) hi = std::min(hi, clamp(std::floor(*v)));
     if (auto v = num(s, "exclusiveMaximum", ptr)) hi = std::min(hi, clamp(std::ceil(*v) - 1));
+    // OpenAPI's int32, int64, ...: bounds (validators do not assert them, so an over-approximation,
+    // which must hold every document a validator accepts, leaves them out).
+    if (s.contains("format") && s["format"].is_string())
+      if (auto r = integer_format_range(s["format"].get<std::string>())) {
+        if (over_) ++over_changes_;
+        else {
+          lo = std::max(lo, r->first == std::numeric_limits<int64_t>::min() ? kNoLower : r->first);
+          hi = std::min(hi, r->second == std::numeric_limits<int64_t>::max() ? kNoUpper : r->second);
+        }
+      }
     if (lo != kNoLower && hi != kNoUpper && lo > hi) fail("minimum", ptr, "no integer satisfies the bounds");
     Re exact = integer_range_regex(lo, hi);
     if (s.contains("multipleOf")) {
@@ -999,44 +1230,25 @@ class Compiler {
     return re_alt(std::move(alts));
   }
 
-  Re format(const std::string& f, const std::string& ptr) {
-    auto lit = [](const char* s) { return re_literal(s); };
-    auto dig = [](int n) { return re_repeat(digit(), n, n); };
-    Re date = re_concat({dig(4), lit("-"),
-                         re_alt({re_concat({lit("0"), re_bytes(range_set('1', '9'))}), re_concat({lit("1"), re_bytes(range_set('0', '2'))})}),
-                         lit("-"),
-                         re_alt({re_concat({lit("0"), re_bytes(range_set('1', '9'))}),
-                                 re_concat({re_bytes(range_set('1', '2')), digit()}),
-                                 re_concat({lit("3"), re_bytes(range_set('0', '1'))})})});
-    Re hour = re_alt({re_concat({re_bytes(range_set('0', '1')), digit()}), re_concat({lit("2"), re_bytes(range_set('0', '3'))})});
-    Re minute = re_concat({re_bytes(range_set('0', '5')), digit()});
-    Re second = re_alt({minute, lit("60")});
-    ByteSet pm, tz, t;
-    pm.set('+');
-    pm.set('-');
-    tz.set('Z');
-    tz.set('z');
-    t.set('T');
-    t.set('t');
-    Re offset = re_alt({re_bytes(tz), re_concat({re_bytes(pm), hour, lit(":"), minute})});
-    Re time = re_concat({hour, lit(":"), minute, lit(":"), second, re_optional(re_concat({lit("."), re_plus(digit())})), offset});
-    if (f == "date") return date;
-    if (f == "time") return time;
-    if (f == "date-time") return re_concat({date, re_bytes(t), time});
-    if (f == "uuid") {
-      auto hex = [](int n) { return re_repeat(hex_digit(), n, n); };
-      return re_concat({hex(8), lit("-"), hex(4), lit("-"), hex(4), lit("-"), hex(4), lit("-"), hex(12)});
+  // A format's language of raw characters (schema_formats.h); nullptr where it asserts nothing
+  // on strings (a format this table does not know is reported, see SchemaNotes).
+  Re format(const json& s, const std::string& ptr) {
+    if (!s.contains("format")) return nullptr;
+    if (!s["format"].is_string()) fail("format", ptr + "/format", "format must be a string");
+    const std::string f = s["format"].get<std::string>();
+    if (over_ && f == "byte") {  // OpenAPI's, which validators do not assert (see integer)
+      ++over_changes_;
+      return nullptr;
     }
-    if (f == "email") {
-      ByteSet atext = range_set('a', 'z') | range_set('A', 'Z') | range_set('0', '9');
-      for (char c : std::string("!#$%&'*+/=?^_`{|}~-")) atext.set(static_cast<unsigned char>(c));
-      Re word = re_plus(re_bytes(atext));
-      Re local = re_concat({word, re_star(re_concat({lit("."), word}))});
-      ByteSet alnum = range_set('a', 'z') | range_set('A', 'Z') | range_set('0', '9');
-      Re label = re_concat({re_bytes(alnum), re_optional(re_concat({re_star(re_bytes(alnum | range_set('-', '-'))), re_bytes(alnum)}))});
-      return re_concat({local, lit("@"), label, re_plus(re_concat({lit("."), label}))});
+    const auto pattern = format_pattern(f);
+    if (!pattern) {
+      if (!integer_format_range(f) && !format_without_constraint(f)) unasserted_[f].insert(ptr + "/format");
+      return nullptr;
     }
-    fail("format", ptr + "/format", "unsupported format '" + f + "' (supported: date, time, date-time, uuid, email)");
+    static std::map<std::string, Re> cache;  // the table is fixed: parse each format once
+    auto it = cache.find(f);
+    if (it == cache.end()) it = cache.emplace(f, parse_regex(*pattern, &raw_string_chars()).re).first;
+    return it->second;
   }
 
   static int length_bound(const json& s, const char* k, const std::string& ptr) {
@@ -1053,15 +1265,15 @@ class Compiler {
     const int mn = length_bound(s, "minLength", ptr), mx = length_bound(s, "maxLength", ptr);
     const bool lengths = mn >= 0 || mx >= 0;
     if (mn >= 0 && mx >= 0 && mn > mx) fail("minLength", ptr, "minLength is above maxLength");
-    if (!s.contains("format") && !s.contains("pattern")) return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
+    const Re format_lang = format(s, ptr);
+    if (!format_lang && !s.contains("pattern")) return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
     // Under a pattern or a format the content is written without escapes (documented), so the
     // decoded string is the written one: each keyword is a language of raw characters, lengths
     // count them (code points), and together they are the intersection.
     std::vector<Re> parts;
     std::string what;
-    if (s.contains("format")) {
-      if (!s["format"].is_string()) fail("format", ptr + "/format", "format must be a string");
-      parts.push_back(format(s["format"].get<std::string>(), ptr));
+    if (format_lang) {
+      parts.push_back(format_lang);
       what = "format";
     }
     if (s.contains("pattern")) {
@@ -1139,6 +1351,11 @@ class Compiler {
   }
 
   Re object(const json& s, const std::string& ptr) {
+    if (!o_.strict_properties && !s.contains("additionalProperties")) {  // the JSON Schema meaning
+      json open = s;
+      open["additionalProperties"] = true;
+      return object(open, ptr);
+    }
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) fail("required", ptr + "/required", "required must be an array of names");
@@ -1551,8 +1768,32 @@ Re integer_range_regex(int64_t lo, int64_t hi) {
   return re_alt(std::move(alts));
 }
 
-Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
-  return Compiler(schema, options).compile(schema, "");
+Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options, SchemaNotes* notes) {
+  Compiler c(schema, options);
+  Re out = c.compile(schema, "");
+  if (notes) c.report(notes);
+  return out;
+}
+
+std::string describe(const SchemaNotes& n) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
+  if (!n.draft.empty() && n.draft != "2020-12") add("draft " + n.draft);
+  auto list = [](const std::map<std::string, int>& m, const char* quote) {
+    std::string l;
+    int shown = 0;
+    for (const auto& [k, c] : m) {
+      if (++shown > 8) {
+        l += ", +" + std::to_string(m.size() - 8) + " more";
+        break;
+      }
+      l += (l.empty() ? "" : ", ") + std::string(quote) + k + quote + (c > 1 ? " ×" + std::to_string(c) : "");
+    }
+    return l;
+  };
+  if (!n.ignored.empty()) add("ignored: " + list(n.ignored, ""));
+  if (!n.unasserted_formats.empty()) add("formats not asserted: " + list(n.unasserted_formats, "'"));
+  return out;
 }
 
 }  // namespace ib::constrain

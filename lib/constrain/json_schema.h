@@ -62,13 +62,26 @@
 // - in an over-approximation, min/maxProperties, dependentRequired, propertyNames, contains and
 //   uniqueItems are left out, and keys a pattern matches take any value;
 // - allOf (and $ref or anyOf beside other keywords) by merging keywords; unmergeable -> refused;
-// - formats: date (day 01-31 for every month), time, date-time, uuid, email (a practical subset);
+// - drafts: `$schema` decides (4, 6, 7, 2019-09, 2020-12; none: 2020-12, or SchemaOptions::draft);
+//   each schema object is read in 2020-12 spelling (schema_dialect.h); keys that are not keywords
+//   of the draft (x-*, vendor keys, annotations) are ignored and reported in SchemaNotes;
+// - formats: schema_formats.h (exact or a documented subset, never an invalid value); integer
+//   formats (int32, ...) bound integers; a format it does not know is not asserted (reported);
+// - dependentSchemas (and draft 4-7 `dependencies` of schemas): each dependency splits the
+//   object's language in two, the key present (with the dependent schema merged in) or absent; at
+//   most 6 per schema object (64 cases);
 // - recursive $ref: expanded to `max_recursion` levels, deeper branches dropped;
 // - true / {} (any value): nested to `any_depth` levels.
-// Anything else is refused with a SchemaError naming the keyword and the JSON pointer.
+// - absent additionalProperties: no other keys (strict_properties, the default: a model writes the
+//   declared keys only, as XGrammar's strict mode does) or any other keys with any values (the
+//   JSON Schema meaning, strict_properties = false).
+// Anything else (unevaluatedProperties, $dynamicRef, remote references, ...) is refused with a
+// SchemaError naming the keyword and the JSON pointer.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -87,7 +100,22 @@ struct SchemaOptions {
   // Cap on the states of each product automaton (pattern ∩ lengths ∩ format, oneOf): past it the
   // schema is refused naming the keyword and the JSON pointer.
   int64_t max_product_states = 200'000;
+  // Absent additionalProperties: true = no keys but the declared ones; false = any other keys (the
+  // JSON Schema meaning).
+  bool strict_properties = true;
+  // The draft when the schema's $schema names none ("" = 2020-12; "4", "6", "7", "2019-09").
+  std::string default_draft;
 };
+
+// What the compiler read past: reported in a row's note.
+struct SchemaNotes {
+  std::string draft;                              // the draft the schema was read as
+  std::map<std::string, int> ignored;             // ignored key -> schema objects it was in
+  std::map<std::string, int> unasserted_formats;  // formats not known -> schema objects
+};
+// One line for a note ("draft 7; ignored: x-order ×3, self; format 'foo' not asserted"), "" when
+// there is nothing to say beyond 2020-12.
+std::string describe(const SchemaNotes& notes);
 
 class SchemaError : public std::runtime_error {
  public:
@@ -101,7 +129,8 @@ class SchemaError : public std::runtime_error {
   std::string keyword_, pointer_;
 };
 
-Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options = {});
+// `notes`, when given, receives what was ignored (see SchemaNotes).
+Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options = {}, SchemaNotes* notes = nullptr);
 
 // Pieces other constraints reuse.
 Re json_string_regex();             // any JSON string, quotes included

@@ -60,6 +60,12 @@ inline SchemaOptions flexible_whitespace() {
   return o;
 }
 
+inline SchemaOptions open_properties() {
+  SchemaOptions o;
+  o.strict_properties = false;
+  return o;
+}
+
 inline SchemaOptions recursion(int levels) {
   SchemaOptions o;
   o.max_recursion = levels;
@@ -126,6 +132,44 @@ inline const std::vector<KeywordCase>& keyword_cases() {
       // additionalProperties (here any value).
       {"dependentRequired-undeclared", R"({"type":"object","properties":{"a":{"type":"integer"}},"dependentRequired":{"a":["b"]}})",
        {"{}", "{\"b\":null}", "{\"a\":1,\"b\":[true]}"}, {"{\"a\":1}", "{\"a\":\"1\",\"b\":1}"}, {}},
+      // dependentSchemas: with the key present, the dependent schema holds too (a case split on presence).
+      {"dependentSchemas",
+       R"({"type":"object","properties":{"card":{"type":"string"},"zip":{"type":"string"},"n":{"type":"integer"}},)"
+       R"("dependentSchemas":{"card":{"required":["zip"],"properties":{"n":{"minimum":1}}}}})",
+       {"{}", "{\"zip\":\"x\"}", "{\"n\":0}", "{\"card\":\"4\",\"zip\":\"x\"}", "{\"card\":\"4\",\"zip\":\"x\",\"n\":2}"},
+       {"{\"card\":\"4\"}", "{\"card\":\"4\",\"zip\":\"x\",\"n\":0}", "{\"card\":1,\"zip\":\"x\"}"}, {}},
+      // Draft 7: array-form items with additionalItems, dependencies of both kinds.
+      {"draft7-items-array",
+       R"({"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"type":"string"},{"type":"integer"}],)"
+       R"("additionalItems":false})",
+       {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",1,2]", "[\"a\",\"b\"]"}, {}},
+      {"draft7-dependencies",
+       R"({"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"a":{},"b":{},"c":{"type":"integer"}},)"
+       R"("dependencies":{"a":["b"],"b":{"properties":{"c":{"maximum":5}}}}})",
+       {"{}", "{\"a\":1,\"b\":2}", "{\"b\":1,\"c\":5}", "{\"c\":9}"}, {"{\"a\":1}", "{\"b\":1,\"c\":6}"}, {}},
+      // Draft 7: $ref beside other keywords is alone (its siblings are ignored, as the draft says).
+      {"draft7-ref-siblings",
+       R"({"$schema":"http://json-schema.org/draft-07/schema#","definitions":{"i":{"type":"integer"}},"$ref":"#/definitions/i","maximum":3})",
+       {"1", "7"}, {"\"a\"", "1.5"}, {}},
+      // Draft 4: boolean exclusiveMinimum / exclusiveMaximum modify minimum / maximum; id is an identifier.
+      {"draft4-exclusive",
+       R"({"$schema":"http://json-schema.org/draft-04/schema#","id":"http://x.org/s","type":"integer","minimum":0,)"
+       R"("exclusiveMinimum":true,"maximum":5,"exclusiveMaximum":false})",
+       {"1", "5"}, {"0", "6", "-1"}, {}},
+      // Keys that are no keyword of the draft (x-*, vendor keys, a later draft's keyword) are ignored.
+      {"unknown-keywords-ignored",
+       R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"object","self":{"vendor":"x"},"x-order":2,)"
+       R"("properties":{"a":{"type":"integer","x-kubernetes-int-or-string":true},"b":{"const":1}}})",
+       {"{}", "{\"a\":1}", "{\"b\":2}", "{\"a\":1,\"b\":\"s\"}"}, {"{\"a\":\"1\"}", "[]"}, {"{\"c\":1}"}},  // const is not draft 4's
+      // $anchor and a reference through the root's $id.
+      {"$ref-anchor",
+       R"({"$id":"https://x.org/root.json","$defs":{"n":{"$anchor":"num","type":"integer","minimum":0}},)"
+       R"("type":"array","prefixItems":[{"$ref":"https://x.org/root.json#num"}],"items":{"$ref":"#num"}})",
+       {"[]", "[0]", "[3,4]"}, {"[-1]", "[\"x\"]", "[1,-2]"}, {}},
+      // Absent additionalProperties in the JSON Schema meaning: any other keys, after the declared ones.
+      {"additionalProperties-absent-open", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
+       {"{\"a\":1}", "{\"a\":1,\"b\":[2]}", "{\"a\":1,\"b\":null,\"c\":\"x\"}"}, {"{\"b\":1}", "{\"a\":\"1\"}"},
+       {"{\"b\":1,\"a\":1}"}, open_properties()},  // extra keys follow the declared ones
       // propertyNames: extra keys are intersected with its language; a declared name outside it is dropped.
       {"propertyNames",
        R"({"type":"object","properties":{"id":{"type":"integer"},"LONGNAME":{"type":"integer"}},"additionalProperties":{"type":"boolean"},)"
@@ -251,17 +295,47 @@ inline const std::vector<KeywordCase>& keyword_cases() {
        {"0", "0.25", "-1.5", "100", "0.750", "-0.75", "99.75", "-123456789012.25"},
        {"0.3", "0.125", "100.25", "-0.1", "0.2500001", "101", "1.1"},
        {"2.5e-1", "1e2", "1.00000000000000000"}},
-      {"format-date", R"({"type":"string","format":"date"})", {"\"2026-11-30\""}, {"\"2026-13-01\"", "\"2026-1-01\"", "\"26-01-01\""},
+      // Calendar days per month, 29 February in leap years only (2000 is one, 1900 and 2100 are not).
+      {"format-date", R"({"type":"string","format":"date"})", {"\"2026-11-30\"", "\"2024-02-29\"", "\"2000-02-29\"", "\"0004-02-29\""},
+       {"\"2026-13-01\"", "\"2026-1-01\"", "\"26-01-01\"", "\"2026-02-29\"", "\"1900-02-29\"", "\"2100-02-29\"", "\"2026-04-31\"",
+        "\"2026-02-30\"", "\"0000-01-01\""},
        {}},
-      {"format-time", R"({"type":"string","format":"time"})", {"\"12:30:00Z\"", "\"23:59:60.5+05:30\""},
-       {"\"24:00:00Z\"", "\"12:30\""}, {}},
+      // The leap second: valid only at 23:59:60 UTC, and left out by design.
+      {"format-time", R"({"type":"string","format":"time"})", {"\"12:30:00Z\"", "\"23:59:59.5+05:30\""},
+       {"\"24:00:00Z\"", "\"12:30\"", "\"22:59:60Z\"", "\"12:30:00\""}, {"\"23:59:60Z\"", "\"05:29:60+05:30\""}},
       {"format-date-time", R"({"type":"string","format":"date-time"})",
-       {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:60.5+05:30\""}, {"\"2026-11-30 12:30:00Z\"", "\"2026-11-30T24:00:00Z\""}, {}},
+       {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:59.5+05:30\""},
+       {"\"2026-11-30 12:30:00Z\"", "\"2026-11-30T24:00:00Z\"", "\"2026-02-29T00:00:00Z\""}, {"\"2016-12-31T23:59:60Z\""}},
+      {"format-hostname", R"({"type":"string","format":"hostname"})", {"\"example.com\"", "\"a-b.c9.example\"", "\"localhost\""},
+       {"\"-a.com\"", "\"a-.com\"", "\"a..com\"", "\"a_b.com\"", "\"\"",
+        "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com\""},  // a label of 64
+       {"\"example.com.\"", "\"1.2.3.4.5.com\"", "\"x.123\""}},  // a subset: no root dot, at most 4 labels, a last label of letters
+      {"format-ipv4", R"({"type":"string","format":"ipv4"})", {"\"0.0.0.0\"", "\"192.168.1.255\""},
+       {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", "\"1.2.3.4.5\"", "\"1.2.3.a\""}, {}},
+      {"format-ipv6", R"({"type":"string","format":"ipv6"})", {"\"::1\"", "\"::\"", "\"fe80::1:2\"", "\"1:2:3:4:5:6:7:8\""},
+       {"\"1:2:3:4:5:6:7:8:9\"", "\"1::2::3\"", "\"12345::\"", "\"g::1\"", "\":1\""},
+       {"\"::ffff:1.2.3.4\"", "\"1:2:3:4:5:6:7::\""}},  // no IPv4 tail; "::" with at most six groups written
+      {"format-uri", R"({"type":"string","format":"uri"})",
+       {"\"https://example.com/a/b?x=1#top\"", "\"urn:isbn:0451450523\"", "\"mailto:a@b.org\"", "\"file:///etc/hosts\""},
+       {"\"//example.com\"", "\"/a/b\"", "\"1http://x\"", "\"http://a b\"", "\"http://%zz\""},
+       {"\"http://[::1]/\""}},  // no IP literal host
+      {"format-uri-reference", R"({"type":"string","format":"uri-reference"})", {"\"../a?b\"", "\"#frag\"", "\"http://x.org\"", "\"\""},
+       {"\"a b\"", "\"%g0\""}, {}},
+      {"format-duration", R"({"type":"string","format":"duration"})", {"\"P1Y2M3DT4H5M6S\"", "\"PT1H\"", "\"P2W\"", "\"P1D\""},
+       {"\"P\"", "\"PT\"", "\"P1H\"", "\"1Y\"", "\"P1M1Y\"", "\"P0.5Y\""}, {}},
+      {"format-json-pointer", R"({"type":"string","format":"json-pointer"})", {"\"\"", "\"/a/b~0c~1d\"", "\"/\""},
+       {"\"a/b\"", "\"/a~2\"", "\"/~\""}, {}},
+      // Integer formats (OpenAPI) bound the integers.
+      {"format-int32", R"({"type":"integer","format":"int32"})", {"0", "-2147483648", "2147483647"}, {"1.5", "\"1\""},
+       {"2147483648", "-2147483649"}},  // JSON Schema does not assert int32 (OpenAPI does): left out by design
+      // A format no table holds is not asserted (as validators do); the row's note names it.
+      {"format-unknown", R"({"type":"string","format":"x-color","maxLength":3})", {"\"red\"", "\"\""}, {"\"blue\"", "1"}, {}},
       {"format-uuid", R"({"type":"string","format":"uuid"})",
        {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"123E4567-E89B-12D3-A456-426614174000\""},
        {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""}, {}},
       {"format-email", R"({"type":"string","format":"email"})", {"\"a.b+c@example.co.uk\"", "\"x@y.org\""},
-       {"\"@example.com\"", "\"a@b\"", "\"a b@c.de\""}, {"\"user@[192.168.0.1]\""}},  // a practical subset of RFC 5321
+       {"\"@example.com\"", "\"a@b\"", "\"a b@c.de\"", "\"a@-b.com\""},
+       {"\"user@[192.168.0.1]\"", "\"a.b.c@x.org\""}},  // a practical subset of RFC 5321: no domain literal, one dot in the local part
       {"$ref-local", R"({"$defs":{"qty":{"type":"integer","minimum":1}},"type":"array","items":{"$ref":"#/$defs/qty"}})",
        {"[]", "[1,5]"}, {"[0]", "[\"1\"]"}, {}},
       {"$ref-recursive",
@@ -290,7 +364,9 @@ inline const std::vector<KeywordCase>& keyword_cases() {
 // One row per unsupported keyword: the schema must be refused, naming the keyword and where.
 inline const std::vector<RefusalCase>& refusal_cases() {
   static const std::vector<RefusalCase> cases = {
-      {"dependentSchemas", R"({"type":"object","dependentSchemas":{"a":{"required":["b"]}}})", "dependentSchemas",
+      // More dependentSchemas in one object than kMaxDependentSchemas (each doubles the cases).
+      {"dependentSchemas-too-many",
+       R"({"type":"object","dependentSchemas":{"a":{},"b":{},"c":{},"d":{},"e":{},"f":{},"g":{}}})", "dependentSchemas",
        "/dependentSchemas"},
       {"uniqueItems", R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})", "uniqueItems", "/uniqueItems"},
       // contains counts past kMaxContainsCount.
@@ -308,8 +384,8 @@ inline const std::vector<RefusalCase>& refusal_cases() {
       {"$dynamicRef", R"({"items":{"$dynamicRef":"#meta"}})", "$dynamicRef", "/items/$dynamicRef"},
       {"$ref-remote", R"({"type":"object","properties":{"addr":{"$ref":"https://example.com/address.json"}}})", "$ref",
        "/properties/addr/$ref"},
-      {"$ref-anchor", R"({"$defs":{"a":{"type":"integer"}},"$ref":"#a"})", "$ref", "/$ref"},
-      {"format-hostname", R"({"type":"string","format":"hostname"})", "format", "/format"},
+      {"$ref-anchor-missing", R"({"$defs":{"a":{"type":"integer"}},"$ref":"#a"})", "$ref", "/$ref"},
+      {"$schema-draft-03", R"({"$schema":"http://json-schema.org/draft-03/schema#","type":"object"})", "$schema", "/$schema"},
       {"pattern-lookahead", R"({"type":"string","pattern":"^(?!admin)[a-z]+$"})", "pattern", "/pattern"},
       // The product automaton above SchemaOptions::max_product_states (the pattern alone needs 2^18 states).
       {"pattern-product-too-large", R"({"properties":{"code":{"type":"string","pattern":"[ab]*a[ab]{17}","maxLength":64}}})",

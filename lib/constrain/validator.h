@@ -1,7 +1,9 @@
 // An independent JSON Schema validator for the keywords the compiler supports: the oracle that
 // generated documents are checked against (tests and the validity experiment). Written from the
 // specification, not from the compiler, so the two can disagree when one is wrong. Patterns use
-// std::regex (ECMAScript) on the UTF-8 bytes.
+// std::regex (ECMAScript) on the UTF-8 bytes; formats are parsed (format_check.h). Drafts are read
+// as schema_dialect.h spells them (shared with the compiler: the golden labels of the
+// JSON-Schema-Test-Suite's drafts and of the jsonschema package check that part).
 #pragma once
 
 #include <cctype>
@@ -13,17 +15,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "constrain/format_check.h"
+#include "constrain/schema_dialect.h"
+
 namespace ib::constrain {
 
 class SchemaValidator {
  public:
   using json = nlohmann::ordered_json;
-  explicit SchemaValidator(const json& root) : root_(root) {}
+  // `default_draft`: the draft where the root's $schema names none.
+  explicit SchemaValidator(const json& root, Draft default_draft = Draft::Draft2020_12) : root_(root), draft_(default_draft) {
+    try {
+      if (root.is_object() && root.contains("$schema")) draft_ = draft_of(root);
+    } catch (const std::exception&) {
+    }
+  }
 
   bool valid(const json& doc) const { return check(root_, doc); }
 
  private:
   const json& root_;
+  Draft draft_;
 
   static size_t code_points(const std::string& s) {
     size_t n = 0;
@@ -112,43 +124,71 @@ class SchemaValidator {
     return r == 0;
   }
 
-  const json& resolve(const std::string& ref) const {
+  // A plain-name fragment: the subschema whose $anchor is the name, or whose $id / id is "#name".
+  static const json* anchor(const json& node, const std::string& name) {
+    if (node.is_object()) {
+      if (node.contains("$anchor") && node["$anchor"] == name) return &node;
+      for (const char* k : {"$id", "id"})
+        if (node.contains(k) && node[k] == "#" + name) return &node;
+      for (const auto& [k, v] : node.items())
+        if (k != "enum" && k != "const" && k != "default" && k != "examples")
+          if (const json* hit = anchor(v, name)) return hit;
+    } else if (node.is_array()) {
+      for (const auto& v : node)
+        if (const json* hit = anchor(v, name)) return hit;
+    }
+    return nullptr;
+  }
+
+  const json& resolve(std::string ref) const {
+    const char* id_key = draft_ == Draft::Draft4 ? "id" : "$id";
+    if (root_.is_object() && root_.contains(id_key) && root_[id_key].is_string()) {
+      const std::string id = root_[id_key].get<std::string>(), base = id.substr(0, id.find('#'));
+      if (!base.empty() && ref.rfind(base, 0) == 0) ref = ref.substr(base.size());
+    }
+    if (ref.empty()) ref = "#";
+    if (ref.size() > 1 && ref[1] != '/') {
+      static const json never = false;
+      const json* hit = anchor(root_, ref.substr(1));
+      return hit ? *hit : never;
+    }
     const json* node = &root_;
-    std::string p = ref.substr(1);
+    std::string p;
+    for (size_t i = 1; i < ref.size(); ++i) {  // percent-decoding
+      if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(static_cast<unsigned char>(ref[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(ref[i + 2]))) {
+        p += static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        p += ref[i];
+      }
+    }
+    static const json unresolved = false;  // a reference to nothing: no document is valid
     size_t pos = 1;
     while (!p.empty() && pos <= p.size()) {
       size_t next = p.find('/', pos);
-      std::string key = p.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-      node = node->is_array() ? &(*node)[std::stoul(key)] : &(*node)[key];
+      std::string part = p.substr(pos, next == std::string::npos ? std::string::npos : next - pos), key;
+      for (size_t i = 0; i < part.size(); ++i) {
+        if (part[i] == '~' && i + 1 < part.size()) key += part[++i] == '1' ? '/' : '~';
+        else key += part[i];
+      }
+      if (node->is_object() && node->contains(key)) node = &(*node)[key];
+      else if (node->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+               std::stoul(key) < node->size())
+        node = &(*node)[std::stoul(key)];
+      else return unresolved;
       if (next == std::string::npos) break;
       pos = next + 1;
     }
     return *node;
   }
 
-  static bool is_date(const std::string& s) {
-    static const std::regex re("^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$");
-    return std::regex_match(s, re);
-  }
-
-  static bool format_ok(const std::string& f, const std::string& s) {
-    static const std::regex time("^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([zZ]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$");
-    static const std::regex uuid("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
-    static const std::regex email("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$");
-    if (f == "date") return is_date(s);
-    if (f == "time") return std::regex_match(s, time);
-    if (f == "date-time") {
-      if (s.size() < 11 || (s[10] != 'T' && s[10] != 't')) return false;
-      return is_date(s.substr(0, 10)) && std::regex_match(s.substr(11), time);
-    }
-    if (f == "uuid") return std::regex_match(s, uuid);
-    if (f == "email") return std::regex_match(s, email);
-    return true;
-  }
-
-  bool check(const json& s, const json& v) const {
-    if (s.is_boolean()) return s.get<bool>();
-    if (s.contains("$ref")) return check(resolve(s["$ref"].get<std::string>()), v);
+  bool check(const json& raw, const json& v) const {
+    if (raw.is_boolean()) return raw.get<bool>();
+    if (!raw.is_object()) return true;
+    const json s = to_2020_12(raw, draft_);
+    // $ref and its siblings both apply (2019-09 on; schema_dialect.h drops the siblings before that).
+    if (s.contains("$ref") && s["$ref"].is_string() && !check(resolve(s["$ref"].get<std::string>()), v)) return false;
     if (s.contains("type")) {
       bool ok = false;
       if (s["type"].is_string()) ok = has_type(v, s["type"].get<std::string>());
@@ -195,7 +235,7 @@ class SchemaValidator {
       if (s.contains("maxLength") && code_points(str) > s["maxLength"].get<size_t>()) return false;
       if (s.contains("pattern") && !std::regex_search(str, std::regex(s["pattern"].get<std::string>(), std::regex::ECMAScript)))
         return false;
-      if (s.contains("format") && !format_ok(s["format"].get<std::string>(), str)) return false;
+      if (s.contains("format") && s["format"].is_string() && !format_valid(s["format"].get<std::string>(), str)) return false;
     }
     if (v.is_object()) {
       if (s.contains("required"))
@@ -203,6 +243,9 @@ class SchemaValidator {
           if (!v.contains(r.get<std::string>())) return false;
       if (s.contains("minProperties") && v.size() < s["minProperties"].get<size_t>()) return false;
       if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>()) return false;
+      if (s.contains("dependentSchemas"))
+        for (const auto& [a, sub] : s["dependentSchemas"].items())
+          if (v.contains(a) && !check(sub, v)) return false;
       if (s.contains("dependentRequired"))
         for (const auto& [a, list] : s["dependentRequired"].items())
           if (v.contains(a))

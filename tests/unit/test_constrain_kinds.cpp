@@ -62,7 +62,7 @@ TEST(ConstrainKinds, CpuOverheadPicksTheMaskedArgmax) {
 // the compiler's error, naming the keyword and the JSON pointer.
 TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
   auto r = run_spec_text("  - {name: k, kind: constrain-keywords, variants: [dfa], walks: 30,"
-                         " keyword: [additionalProperties-schema, $ref-recursive, regex, dependentSchemas, pattern-product-too-large]}\n");
+                         " keyword: [additionalProperties-schema, $ref-recursive, regex, unevaluatedProperties, pattern-product-too-large]}\n");
   ASSERT_EQ(r.rows.size(), 5u);
   for (size_t i = 0; i < 3; ++i) {
     const Row& row = r.rows[i];
@@ -75,7 +75,7 @@ TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
   }
   EXPECT_GT(metric(r.rows[0], "by_design_rejected"), 0);
   EXPECT_EQ(r.rows[3].status, RowStatus::Unsupported);
-  EXPECT_EQ(r.rows[3].message, "error: schema /dependentSchemas: unsupported keyword 'dependentSchemas'");
+  EXPECT_EQ(r.rows[3].message, "error: schema /unevaluatedProperties: unsupported keyword 'unevaluatedProperties'");
   EXPECT_EQ(r.rows[4].status, RowStatus::Unsupported);
   EXPECT_NE(r.rows[4].message.find("/properties/code"), std::string::npos) << r.rows[4].message;
   EXPECT_NE(r.rows[4].message.find("pattern"), std::string::npos) << r.rows[4].message;

@@ -41,7 +41,7 @@ TEST(JsonSchema, KeywordTable) {
       {R"({"type":"string","pattern":"^[a-z]+[0-9]?$"})", {"\"abc\"", "\"ab7\""}, {"\"\"", "\"7\"", "\"ab77\""}},
       {R"({"type":"string","pattern":"ab"})", {"\"ab\"", "\"xxabyy\""}, {"\"a b\""}},
       {R"({"type":"string","format":"date"})", {"\"2026-11-30\""}, {"\"2026-13-01\"", "\"2026-1-01\""}},
-      {R"({"type":"string","format":"date-time"})", {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:60.5+05:30\""},
+      {R"({"type":"string","format":"date-time"})", {"\"2026-11-30T12:30:00Z\"", "\"2026-11-30t23:59:59.5+05:30\""},
        {"\"2026-11-30 12:30:00Z\"", "\"2026-11-30T24:00:00Z\""}},
       {R"({"type":"string","format":"uuid"})", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567e89b12d3a456426614174000\""}},
       {R"({"type":"string","format":"email"})", {"\"a.b+c@example.co.uk\""}, {"\"@example.com\"", "\"a@b\""}},
@@ -100,18 +100,18 @@ TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {R"({"type":"object","patternProperties":{"^x":{},"y":{}}})", "patternProperties", "/patternProperties"},
       {R"({"properties":{"o":{"patternProperties":{"(":{}}}}})", "patternProperties", "/properties/o/patternProperties/("},
-      {R"({"properties":{"a":{"type":"object","dependentSchemas":{}}}})", "dependentSchemas", "/properties/a/dependentSchemas"},
+      {R"({"properties":{"a":{"type":"object","unevaluatedProperties":false}}})", "unevaluatedProperties", "/properties/a/unevaluatedProperties"},
       {R"({"type":"array","uniqueItems":true})", "uniqueItems", "/uniqueItems"},
       {R"({"type":"number","maximum":3.5})", "maximum", "/maximum"},
       {R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "pattern", "/pattern"},
-      {R"({"type":"string","format":"hostname"})", "format", "/format"},
+      {R"({"items":{"$ref":"#nowhere"}})", "$ref", "/items/$ref"},
       {R"js({"type":"string","pattern":"(?=x)"})js", "pattern", "/pattern"},
       {R"({"$ref":"http://example.com/s.json"})", "$ref", "/$ref"},
       {R"({"$ref":"#/$defs/missing"})", "$ref", "/$ref"},
       {R"({"type":"object","required":["x"],"additionalProperties":false})", "required", "/required"},
       {R"({"type":"integer","minimum":5,"maximum":1})", "minimum", ""},
       {R"({"type":"number","exclusiveMinimum":1,"maximum":1})", "minimum", ""},
-      {R"({"allOf":[{"properties":{"a":{}}}],"additionalProperties":false})", "additionalProperties", ""},
+      {R"({"allOf":[{"patternProperties":{"^a":{}}}],"additionalProperties":false})", "additionalProperties", ""},
       {R"({"type":"object","properties":{"a~b/c":{"unevaluatedItems":{}}}})", "unevaluatedItems", "/properties/a~0b~1c/unevaluatedItems"},
       {R"({"type":"strin"})", "type", "/type"},
   };
@@ -684,6 +684,26 @@ TEST(JsonSchema, OneOfOfRequiredBranchesKeepsEscapesInValues) {
   const Dfa d = compile(schema);
   EXPECT_TRUE(d.matches(R"({"b":"x\"y"})"));
   EXPECT_FALSE(d.matches(R"({"a":"x\"y","b":"z"})"));  // both branches hold: not exactly one
+}
+
+// #21: allOf members merge additionalProperties, items and if/then/else across members, exactly:
+// X's additionalProperties applies to the merged keys X does not declare, X's items past X's own
+// prefixItems, and two conditionals both hold.
+TEST(JsonSchema, AllOfMergesAcrossMembers) {
+  expect_exact_on(R"({"allOf":[{"properties":{"a":{"type":"integer"}}},{"properties":{"b":{"type":"string"}},"additionalProperties":false}]})",
+                  {"{}", R"({"b":"x"})", R"({"a":1})", R"({"a":1,"b":"x"})", R"({"c":1})", R"({"b":1})"});
+  expect_exact_on(R"({"type":"object","allOf":[{"properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}}],)"
+                  R"("properties":{"a":{"minimum":0},"b":{"maxLength":2}}})",
+                  {"{}", R"({"a":1})", R"({"a":-1})", R"({"b":"xy"})", R"({"b":"xyz"})", R"({"b":1})", R"({"a":1,"b":"q"})"});
+  expect_exact_on(R"({"allOf":[{"type":"array","prefixItems":[{"type":"integer"}]},{"items":{"type":"integer","maximum":5}}]})",
+                  {"[]", "[7]", "[1,2]", "[9,9]", "[1,\"a\"]", "[\"a\"]"});
+  expect_exact_on(R"({"allOf":[{"type":"array","prefixItems":[{"type":"integer"},{"type":"integer"}],"items":false},{"items":{"minimum":1}}]})",
+                  {"[]", "[0]", "[0,1]", "[0,0]", "[1,2,3]"});
+  expect_exact_on(R"({"type":"object","properties":{"k":{"type":"string"},"n":{"type":"integer"}},"allOf":[)"
+                  R"({"if":{"properties":{"k":{"const":"a"}},"required":["k"]},"then":{"required":["n"]}},)"
+                  R"({"if":{"properties":{"k":{"const":"z"}},"required":["k"]},"then":{"properties":{"n":{"const":0}},"required":["n"]}}]})",
+                  {"{}", R"({"k":"a"})", R"({"k":"a","n":1})", R"({"k":"a","n":0})", R"({"k":"z","n":0})", R"({"k":"z"})", R"({"k":"z","n":1})",
+                   R"({"n":0})", R"({"k":"b"})"});
 }
 
 }  // namespace

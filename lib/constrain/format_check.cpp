@@ -159,7 +159,8 @@ bool relative_json_pointer(const std::string& s) {
   return rest == "#" || json_pointer(rest);
 }
 
-// P(nY)(nM)(nD)(T(nH)(nM)(nS)) in that order with at least one, or PnW.
+// P(nY)(nM)(nD)(T(nH)(nM)(nS)) in that order, the units written contiguous, with at least one;
+// or PnW.
 bool duration(const std::string& s) {
   if (s.size() < 3 || s[0] != 'P') return false;
   size_t i = 1;
@@ -170,7 +171,7 @@ bool duration(const std::string& s) {
       while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
       if (j == s.size()) return false;
       const size_t u = order.find(s[j], next);
-      if (u == std::string::npos) return false;
+      if (u == std::string::npos || (next > 0 && u != next)) return false;  // contiguous units (RFC 3339 appendix A)
       next = u + 1;
       *any = true;
       i = j + 1;

@@ -73,8 +73,9 @@ std::string email() {
 
 std::string duration() {
   const std::string n = "[0-9]{1,9}";
-  const std::string t = "T(?:" + n + "H(?:" + n + "M)?(?:" + n + "S)?|" + n + "M(?:" + n + "S)?|" + n + "S)";
-  return "P(?:" + n + "W|(?:" + n + "Y(?:" + n + "M)?(?:" + n + "D)?|" + n + "M(?:" + n + "D)?|" + n + "D)(?:" + t + ")?|" + t + ")";
+  // RFC 3339 appendix A: the units written are contiguous (P1Y2D and PT1H2S are not durations).
+  const std::string t = "T(?:" + n + "H(?:" + n + "M(?:" + n + "S)?)?|" + n + "M(?:" + n + "S)?|" + n + "S)";
+  return "P(?:" + n + "W|(?:" + n + "Y(?:" + n + "M(?:" + n + "D)?)?|" + n + "M(?:" + n + "D)?|" + n + "D)(?:" + t + ")?|" + t + ")";
 }
 
 std::string uri_template() {

@@ -18,7 +18,8 @@
 //   names with :prefix or * modifiers);
 // - json-pointer: exact (RFC 6901); relative-json-pointer: its number with a 0 only as the last
 //   digit (the jsonschema package refuses any digit after a 0); uri-template prefixes below 1000;
-// - duration: ISO 8601 PnW or P[nY][nM][nD][T[nH][nM][nS]] with whole numbers of up to 9 digits;
+// - duration: RFC 3339 appendix A (PnW, or P with contiguous units of Y M D, T with H M S) with
+//   whole numbers of up to 9 digits;
 // - regex: literal letters, digits, space, '_', '-', '.', classes of letters, digits and '_', each
 //   with at most one of * + ?, optionally between ^ and $ (valid in ECMA 262 and in Python);
 // - uuid: 8-4-4-4-12 hex digits; byte (OpenAPI): base64 with padding.

@@ -370,6 +370,12 @@ class Compiler {
     // Nesting is bounded (a schema of thousands of nested items would overflow the stack).
     if (depth_ >= kMaxSchemaDepth)
       fail("", ptr, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels (subschemas and $ref expansions)");
+    // So is the work: conditionals and oneOf compile their parts more than once, recursive
+    // references multiply that, and a schema past the budget is refused rather than compiled for
+    // minutes.
+    if (++steps_ > o_.max_compile_steps)
+      fail("", ptr, "compiling the schema takes more than " + std::to_string(o_.max_compile_steps) +
+                        " subschema compiles (max_compile_steps; nested if/then/else, oneOf and recursive $ref multiply them)");
     struct Nest {
       int& d;
       explicit Nest(int& x) : d(++x) {}
@@ -526,6 +532,7 @@ class Compiler {
   std::map<std::string, int> ref_depth_;
   int recursive_entries_ = 0;  // re-entered references on the current path
   int depth_ = 0;              // compile() calls on the current path
+  int64_t steps_ = 0;          // compile() calls in all
 
   // The references a compile is inside of, left when the scope ends. A deeper level of a
   // recursive schema is dropped (enter() is false): past max_recursion re-entries of one

@@ -103,6 +103,9 @@ struct SchemaOptions {
   // Absent additionalProperties: true = no keys but the declared ones; false = any other keys (the
   // JSON Schema meaning).
   bool strict_properties = true;
+  // Subschema compiles for the whole schema (each is one compile() of an object): past it the
+  // schema is refused, so that a compile never runs for minutes.
+  int64_t max_compile_steps = 5'000;
   // The draft when the schema's $schema names none ("" = 2020-12; "4", "6", "7", "2019-09").
   std::string default_draft;
 };

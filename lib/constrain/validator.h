@@ -32,6 +32,11 @@ class SchemaValidator {
   }
 
   bool valid(const json& doc) const { return check(root_, doc); }
+  // A subschema of the root (its references resolve in the root).
+  bool valid_at(const json& schema, const json& doc) const { return check(schema, doc); }
+  // The schema a reference names ("#/...", "#anchor", after the root's $id); `false` when none.
+  const json& target(const std::string& ref) const { return resolve(ref); }
+  Draft draft() const { return draft_; }
 
  private:
   const json& root_;

@@ -1,0 +1,195 @@
+// The `constrain-realworld` kind: the JSON Schema compiler on the real-world corpus
+// (schema_corpus.h), one row per source: how many schemas compile, compile-time percentiles,
+// valid instances refused and invalid ones accepted (a row with one is a FAILED row: the mask
+// would be unsound), and the per-step mask time of the precomputed index on a seeded sample of
+// the compiled schemas, walking their valid instances. The whole pass is one sample (measure_self:
+// compiling a few hundred schemas is the measurement, not something to repeat ten times).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "constrain/automaton.h"
+#include "constrain/generate.h"
+#include "constrain/schema_corpus.h"
+#include "constrain/token_index.h"
+#include "constrain/vocab.h"
+#include "core/registry.h"
+#include "core/stats.h"
+
+namespace ib::constrain {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class Realworld : public Variant {
+ public:
+  void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
+    source_ = p.text("source");
+    options_.strict_properties = p.flag("strict_properties");
+    mask_schemas_ = static_cast<size_t>(p.integer("mask_schemas"));
+    vocab_name_ = p.text("vocab");
+    seed_ = seed;
+    for (auto& e : load_corpus(corpus_path()))
+      if (source_ == "all" || e.source == source_) entries_.push_back(std::move(e));
+    if (entries_.empty()) throw std::runtime_error("the corpus has no schema of source '" + source_ + "'");
+  }
+  Validation validate(BackendRuntime&) override { return {}; }  // measure_self gates its own pass
+  void run(BackendRuntime&) override {}
+
+  std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl&) override {
+    SelfMeasurement m;
+    std::vector<size_t> compiled;
+    std::map<std::string, int> refusals, ignored;
+    std::vector<std::string> unsound;
+    double total_ms = 0;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const CorpusResult r = evaluate_corpus_entry(entries_[i], options_);
+      total_ms += r.compile_ms;
+      valid_ += r.compiled ? r.valid : 0;
+      valid_refused_ += r.valid_refused;
+      invalid_ += r.compiled ? r.invalid : 0;
+      invalid_accepted_ += r.invalid_accepted;
+      for (const auto& d : r.accepted_invalid) unsound.push_back(entries_[i].id + ": " + d.substr(0, 120));
+      for (const auto& [k, n] : r.notes.ignored) ++ignored[k];
+      if (r.compiled) {
+        compiled.push_back(i);
+        compile_ms_.push_back(r.compile_ms);
+      } else {
+        ++refusals[r.keyword.empty() ? "automaton limits" : r.keyword];
+      }
+    }
+    std::sort(compile_ms_.begin(), compile_ms_.end());
+    compiled_ = compiled.size();
+    measure_masks(compiled);
+    m.validation = {invalid_accepted_ == 0, "invalid_accepted", static_cast<double>(invalid_accepted_), 0,
+                    invalid_accepted_ == 0
+                        ? fmt::format("{} invalid instances of the compiled schemas, each as written and in schema order", invalid_)
+                        : fmt::format("accepted: {}", unsound.front())};
+    m.samples = {total_ms / 1e3};
+    m.stop_reason = "one pass over the corpus";
+    // The note: why schemas were refused (first error's keyword) and the keys most often ignored.
+    auto top = [](const std::map<std::string, int>& counts, size_t n) {
+      std::vector<std::pair<int, std::string>> v;
+      for (const auto& [k, c] : counts) v.emplace_back(-c, k);
+      std::sort(v.begin(), v.end());
+      std::string out;
+      for (size_t i = 0; i < std::min(n, v.size()); ++i) out += fmt::format("{}{} {}", i ? ", " : "", v[i].second, -v[i].first);
+      return out;
+    };
+    note_ = fmt::format("refused by keyword: {}; keys ignored (schemas): {}", refusals.empty() ? "none" : top(refusals, 6),
+                        ignored.empty() ? "none" : top(ignored, 5));
+    m.note = note_;
+    return m;
+  }
+
+  std::vector<Metric> metrics() const override {
+    const double n = static_cast<double>(entries_.size());
+    auto pct = [&](double q) { return compile_ms_.empty() ? 0.0 : percentile_sorted(compile_ms_, q); };
+    std::vector<double> steps = step_us_;
+    std::sort(steps.begin(), steps.end());
+    return {{"schemas", n, ""},
+            {"compiled", 100.0 * static_cast<double>(compiled_) / n, "%"},
+            {"compile_p50", pct(0.5), "ms"},
+            {"compile_p90", pct(0.9), "ms"},
+            {"valid", static_cast<double>(valid_), ""},
+            {"valid_refused", static_cast<double>(valid_refused_), ""},
+            {"invalid", static_cast<double>(invalid_), ""},
+            {"invalid_accepted", static_cast<double>(invalid_accepted_), ""},
+            {"mask_schemas", static_cast<double>(masked_schemas_), ""},
+            {"mask_mean", steps.empty() ? 0.0 : summarize(steps).mean, "us"},
+            {"mask_p99", steps.empty() ? 0.0 : percentile_sorted(steps, 0.99), "us"},
+            {"mask_worst_mean", worst_schema_mean_us_, "us"}};
+  }
+
+ private:
+  // The precomputed index of a seeded sample of the compiled schemas; each step copies the state's
+  // mask into the bitmask and advances by the token, walking the canonical spelling of each valid
+  // instance the DFA accepts, tokenised greedily (as constrain-mask does with random documents).
+  void measure_masks(const std::vector<size_t>& compiled) {
+    if (mask_schemas_ == 0 || compiled.empty()) return;
+    auto vocab = load_vocabulary(vocab_name_);
+    auto trie = vocab_trie(vocab);
+    std::vector<size_t> pick = compiled;
+    std::mt19937_64 rng(seed_);
+    std::shuffle(pick.begin(), pick.end(), rng);
+    if (pick.size() > mask_schemas_) pick.resize(mask_schemas_);
+    std::vector<uint32_t> bitmask((static_cast<size_t>(vocab->size()) + 31) / 32);
+    for (size_t i : pick) {
+      const CorpusEntry& e = entries_[i];
+      auto dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options_)));
+      const TokenMaskIndex index(dfa, vocab);
+      std::vector<std::string> docs;
+      for (const auto& x : e.valid) {
+        std::string d = canonical_spelling(x, e.schema);
+        if (dfa->matches(d)) docs.push_back(std::move(d));
+      }
+      if (docs.empty()) {  // no instance to walk: random documents of the language
+        const auto dist = distance_to_accept(*dfa);
+        for (int k = 0; k < 4; ++k) docs.push_back(random_document(*dfa, dist, dfa->start, rng));
+      }
+      double sum = 0;
+      size_t n = 0;
+      for (const auto& d : docs) {
+        int32_t s = dfa->start;
+        const auto tokens = tokenize_greedy(d, *dfa, s, *trie);
+        for (size_t t = 0; t <= tokens.size() && s >= 0; ++t) {
+          const auto t0 = std::chrono::steady_clock::now();
+          std::memcpy(bitmask.data(), index.mask(s), bitmask.size() * sizeof(uint32_t));
+          if (t < tokens.size()) s = advance(*dfa, *vocab, s, tokens[t]);
+          const double us = ms_since(t0) * 1e3;
+          step_us_.push_back(us);
+          sum += us;
+          ++n;
+        }
+      }
+      if (n) worst_schema_mean_us_ = std::max(worst_schema_mean_us_, sum / static_cast<double>(n));
+      ++masked_schemas_;
+    }
+  }
+
+  std::string source_, vocab_name_, note_;
+  SchemaOptions options_;
+  size_t mask_schemas_ = 0, compiled_ = 0, masked_schemas_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<CorpusEntry> entries_;
+  std::vector<double> compile_ms_, step_us_;
+  double worst_schema_mean_us_ = 0;
+  int valid_ = 0, valid_refused_ = 0, invalid_ = 0, invalid_accepted_ = 0;
+};
+
+KindInfo realworld_info() {
+  KindInfo k;
+  k.name = "constrain-realworld";
+  k.group = "constrain";
+  k.doc =
+      "The JSON Schema compiler on the real-world corpus (data/schema-corpus: SchemaStore, Kubernetes, BFCL tool "
+      "schemas; instances labelled by the jsonschema package): schemas compiled, compile p50/p90, valid instances "
+      "refused (spelt compactly in schema key order) and invalid ones accepted (as written or in schema order; any is a "
+      "FAILED row), and the precomputed mask's per-step time on a sample. The note lists why schemas were refused. One "
+      "sample = one pass over the source's schemas.";
+  k.keys = {enum_key("source", "the corpus part: all, schemastore, kubernetes or bfcl", "all", {"all", "schemastore", "kubernetes", "bfcl"}),
+            key_spec("strict_properties", ParamType::Bool,
+                     "without additionalProperties, no keys but the declared ones (true) or any others (false: the JSON "
+                     "Schema meaning, what the instances' labels use)",
+                     Value(false)),
+            key_spec("vocab", ParamType::String, "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm or a tokenizer.json)",
+                     Value(std::string("gpt2"))),
+            key_spec("mask_schemas", ParamType::Int, "compiled schemas (a seeded sample) whose precomputed masks are timed",
+                     Value(int64_t{16}), 0.0, 1000.0)};
+  VariantDecl d{"dfa", Backend::Cpu, "our compiler: schema -> regex -> minimal DFA (precomputed masks for the timing)", {}};
+  d.host = true;
+  k.variants = {d};
+  return k;
+}
+
+const KindRegistration realworld_kind(realworld_info());
+IB_REGISTER_VARIANT("constrain-realworld", "dfa", Realworld);
+
+}  // namespace
+}  // namespace ib::constrain

@@ -16,6 +16,7 @@
 #include "constrain/kind_setup.h"
 #include "constrain/keyword_cases.h"
 #include "constrain/masked_argmax.h"
+#include "constrain/python_peer.h"
 #include "constrain/token_index.h"
 #include "constrain/validator.h"
 #include "core/memory.h"
@@ -40,6 +41,10 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
                "without additionalProperties, no keys but the declared ones (true: what a model should write) or any other "
                "keys (false: the JSON Schema meaning)",
                Value(true)),
+      enum_key("unique_items",
+               "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it; the "
+               "finished document is checked, the row says so)",
+               "refuse", {"refuse", "validator"}),
       enum_key("schema_draft", "the draft of a schema whose $schema names none (auto: 2020-12, as the specification says)", "auto",
                {"auto", "4", "6", "7", "2019-09", "2020-12"}),
   };
@@ -47,8 +52,10 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
 
 namespace {
 // The schema options a point asks for (whitespace, recursion, properties, draft).
-SchemaOptions schema_options(const std::string& whitespace, int64_t recursion, bool strict, const std::string& draft) {
+SchemaOptions schema_options(const std::string& whitespace, int64_t recursion, bool strict, const std::string& draft,
+                             const std::string& unique = "refuse") {
   SchemaOptions o;
+  o.unique_items_by_validator = unique == "validator";
   o.whitespace = whitespace == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
   o.max_recursion = static_cast<int>(recursion);
   o.strict_properties = strict;
@@ -77,15 +84,17 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
                                                     fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
-    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft");
+    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft"), uniques = all("unique_items");
+    if (uniques.empty()) uniques.push_back(Value(std::string("refuse")));
     if (stricts.empty()) stricts.push_back(Value(true));
     if (drafts.empty()) drafts.push_back(Value(std::string("auto")));
     for (const Value& wv : all("whitespace"))
       for (const Value& rv : all("max_recursion"))
       for (const Value& sv : stricts)
-      for (const Value& dv : drafts) {
+      for (const Value& dv : drafts)
+      for (const Value& uv : uniques) {
         const SchemaOptions options = schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
-                                                     std::get<std::string>(dv));
+                                                     std::get<std::string>(dv), std::get<std::string>(uv));
         try {
           if (c.rfind("regex:", 0) == 0) {
             parse_regex(c.substr(6));
@@ -118,7 +127,8 @@ void Setup::load(const Point& p, bool with_trie) {
   constraint = p.text("constraint");
   source = constraint_source(constraint);
   options = schema_options(p.text("whitespace"), p.integer("max_recursion"), p.find("strict_properties") ? p.flag("strict_properties") : true,
-                           p.find("schema_draft") ? p.text("schema_draft") : "auto");
+                           p.find("schema_draft") ? p.text("schema_draft") : "auto",
+                           p.find("unique_items") ? p.text("unique_items") : "refuse");
   vocab = load_vocabulary(p.text("vocab"));
   if (with_trie) trie = vocab_trie(vocab);
 }
@@ -615,20 +625,39 @@ std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more) 
   return keys;
 }
 
-const KindRegistration compile_kind(kind(
+const KindRegistration compile_kind(with_python_peers(kind(
     "constrain-compile",
     "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
     "classes only, masks on first use). One sample = one full compile.",
     constraint_keys(),
     {host("precomputed", "outlines-style: every mask built ahead of generation"),
-     host("lazy", "XGrammar-style adaptive: DFA and mask classes now, each mask on first use")}));
+     host("lazy", "XGrammar-style adaptive: DFA and mask classes now, each mask on first use"),
+     python_peer_decl("xgrammar",
+                      "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
+                      "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
+                      "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
+                      "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
+                      "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
+                      "it refuses the schema"),
+     python_peer_decl("llguidance",
+                      "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
+                      "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
+                      "match; it has no strict mode (undeclared keys stay allowed)")})));
 
-const KindRegistration mask_kind(kind(
+const KindRegistration mask_kind(with_python_peers(kind(
     "constrain-mask",
     "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
     "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
     with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)}),
-    {host("precomputed", "mask lookup in the precomputed index"), host("lazy", "lazy masks, cold at the start of every sample (the vocabulary's string-content pieces are kept, like its trie)")}));
+    {host("precomputed", "mask lookup in the precomputed index"), host("lazy", "lazy masks, cold at the start of every sample (the vocabulary's string-content pieces are kept, like its trie)"),
+     python_peer_decl("xgrammar",
+                      "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
+                      "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
+                      "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
+                      "target token and EOS allowed by its masks)"),
+     python_peer_decl("llguidance",
+                      "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
+                      "llguidance.numpy's fill does) + consume_token")})));
 
 const KindRegistration validity_kind(kind(
     "constrain-validity",

@@ -1,0 +1,27 @@
+// The `xgrammar` and `llguidance` peer rows of constrain-compile and constrain-mask: XGrammar's and
+// llguidance's JSON Schema matchers on the same schema, vocabulary (our token ids and bytes, EOS
+// included) and documents, measured by scripts/constrain_peer.py (compiled into the binary) in its
+// own python process, which prints one JSON line (the design of the torch SDPA peers,
+// attention/torch_peer.h). Declared here for the kinds' registrations and the tests.
+#pragma once
+
+#include <string>
+
+#include "core/registry.h"
+
+namespace ib::constrain {
+
+// The text of scripts/constrain_peer.py as this binary was built with it.
+const char* constrain_peer_script();
+
+// The python peers' names: xgrammar, llguidance.
+bool is_python_peer(const std::string& variant);
+
+// A peer's declaration in a kind's variant list (a host variant: its work is host work).
+VariantDecl python_peer_decl(const std::string& name, const std::string& doc);
+
+// The kind with the peer keys (python, peer_timeout) added. The peers read every key; every other
+// variant reads the kind's other keys only, so an experiment of ours alone carries no python key.
+KindInfo with_python_peers(KindInfo kind);
+
+}  // namespace ib::constrain

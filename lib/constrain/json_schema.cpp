@@ -362,6 +362,7 @@ class Compiler {
     notes->draft = draft_name(draft_);
     for (const auto& [k, at] : ignored_) notes->ignored[k] = static_cast<int>(at.size());
     for (const auto& [f, at] : unasserted_) notes->unasserted_formats[f] = static_cast<int>(at.size());
+    for (const auto& [k, at] : by_validator_) notes->validator_decides[k] = static_cast<int>(at.size());
   }
 
   Re compile(const json& raw, const std::string& ptr) {
@@ -528,7 +529,7 @@ class Compiler {
   SchemaOptions o_;
   Re ws_;
   Draft draft_ = Draft::Draft2020_12;
-  std::map<std::string, std::set<std::string>> ignored_, unasserted_;  // key / format -> pointers
+  std::map<std::string, std::set<std::string>> ignored_, unasserted_, by_validator_;  // key / format -> pointers
   std::map<std::string, int> ref_depth_;
   int recursive_entries_ = 0;  // re-entered references on the current path
   int depth_ = 0;              // compile() calls on the current path
@@ -1632,11 +1633,20 @@ class Compiler {
     if (!items_allowed && mn > k) fail("minItems", ptr, "minItems needs more items than prefixItems allows");
     // The most items an array may have (-1: no bound).
     const int longest = !items_allowed ? (mx >= 0 ? std::min(mx, k) : k) : mx;
+    const Re comma = re_concat({ws_, re_byte(','), ws_});
     if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
       if (over_) ++over_changes_;  // an over-approximation leaves it out
-      else if (longest < 0 || longest > 1) unique_prefix_items(s, longest, ptr);
+      else if (longest < 0 || longest > 1) {
+        // Items of a finite enumeration: each value at most once, in the enumeration's order.
+        if (k == 0 && !s.contains("contains") && s.contains("items"))
+          if (auto values = finite_values(s["items"], 0)) return unique_enum_array(*values, mn, mx, comma, item, ptr);
+        if ((longest < 0 || longest > k) && o_.unique_items_by_validator) {
+          by_validator_["uniqueItems"].insert(ptr + "/uniqueItems");
+        } else {
+          unique_prefix_items(s, longest, ptr);
+        }
+      }
     }
-    const Re comma = re_concat({ws_, re_byte(','), ws_});
     if (s.contains("contains") && !over_) return array_contains(s, prefix, item, mn, mx, ptr);
     if (s.contains("contains")) ++over_changes_;  // an over-approximation leaves it out
     // elements(i): the elements from position i on (i >= 1 means a comma comes first).
@@ -1657,6 +1667,60 @@ class Compiler {
       return i >= mn ? re_optional(here) : here;
     };
     return re_concat({re_byte('['), ws_, elements(0), ws_, re_byte(']')});
+  }
+
+  // The values an item schema allows when they are a finite list: enum or const (filtered by type),
+  // boolean, null, through a plain $ref; nullopt otherwise (or past 64 values).
+  std::optional<std::vector<json>> finite_values(const json& raw, int depth) {
+    if (!raw.is_object() || depth > 8) return std::nullopt;
+    const json s = read(raw, "");
+    if (s.size() == 1 && s.contains("$ref") && s["$ref"].is_string()) {
+      RefScope entered(*this);
+      if (!entered.enter(s["$ref"].get<std::string>())) return std::nullopt;
+      return finite_values(resolve(s["$ref"], ""), depth + 1);
+    }
+    for (const auto& [k, v] : s.items())
+      if (k != "type" && k != "enum" && k != "const") return std::nullopt;
+    std::vector<json> values;
+    if (s.contains("const")) values.push_back(s["const"]);
+    else if (s.contains("enum") && s["enum"].is_array()) values.assign(s["enum"].begin(), s["enum"].end());
+    else if (s.contains("type") && s["type"] == "boolean") values = {json(false), json(true)};
+    else if (s.contains("type") && s["type"] == "null") values = {json(nullptr)};
+    else return std::nullopt;
+    std::vector<json> out;
+    for (const auto& v : values) {
+      bool typed = !s.contains("type");
+      if (s.contains("type")) {
+        if (s["type"].is_string()) typed = value_has_type(v, s["type"].get<std::string>());
+        else if (s["type"].is_array())
+          for (const auto& t : s["type"]) typed = typed || (t.is_string() && value_has_type(v, t.get<std::string>()));
+      }
+      // Equal values spelt twice (1 and 1.0, objects in another key order) would be written twice: refuse those.
+      for (const auto& o : out)
+        if (o.dump() == v.dump() || (o.is_number() && v.is_number() && o.get<double>() == v.get<double>()) ||
+            (o.is_structured() && v.is_structured()))
+          return std::nullopt;
+      if (typed) out.push_back(v);
+    }
+    if (out.empty() || out.size() > 64) return std::nullopt;
+    return out;
+  }
+
+  // Arrays of distinct values of a finite enumeration, written in its order: after value j, only
+  // values past j (U_j: the rest, each with a comma before it). minItems/maxItems: the array's
+  // ordinary language intersected with it.
+  Re unique_enum_array(const std::vector<json>& values, int mn, int mx, const Re& comma, const Re& item, const std::string& ptr) {
+    const size_t n = values.size();
+    std::vector<Re> rest(n + 1, re_empty());  // rest[j]: any choice of values j.. in order, each after a comma
+    for (size_t j = n; j-- > 0;) rest[j] = re_concat({re_optional(re_concat({comma, re_literal(values[j].dump())})), rest[j + 1]});
+    std::vector<Re> first;
+    for (size_t j = 0; j < n; ++j) first.push_back(re_concat({re_literal(values[j].dump()), rest[j + 1]}));
+    Re unique = re_concat({re_byte('['), ws_, re_optional(re_alt(std::move(first))), ws_, re_byte(']')});
+    if (mn <= 0 && mx < 0) return unique;
+    const int lo = std::max(mn, 0);
+    Re some = re_concat({item, re_repeat(re_concat({comma, item}), std::max(lo - 1, 0), mx < 0 ? -1 : std::max(mx - 1, 0))});
+    Re counted = re_concat({re_byte('['), ws_, mx == 0 ? re_empty() : (lo == 0 ? re_optional(some) : some), ws_, re_byte(']')});
+    return product({unique, counted}, ProductRule::Intersection, "uniqueItems", ptr + "/uniqueItems", "uniqueItems with minItems/maxItems");
   }
 
   // uniqueItems: true beyond one item: only prefixItems with no items after them, pairwise
@@ -1800,6 +1864,7 @@ std::string describe(const SchemaNotes& n) {
   };
   if (!n.ignored.empty()) add("ignored: " + list(n.ignored, ""));
   if (!n.unasserted_formats.empty()) add("formats not asserted: " + list(n.unasserted_formats, "'"));
+  if (!n.validator_decides.empty()) add("left to the validator (not in the mask): " + list(n.validator_decides, ""));
   return out;
 }
 

@@ -56,6 +56,9 @@
 //   miss (its language minus contains' over-approximation), the hits counted up to the bounds (at
 //   most 32; with maxItems, positions × counts at most 4096); an item contains holds in another
 //   spelling is neither and is lost (by design);
+// - uniqueItems over items of a finite enumeration (enum, const, boolean; at most 64 values): each
+//   value at most once, written in the enumeration's order; otherwise, with
+//   unique_items_by_validator, the items are compiled without it and a validator decides;
 // - uniqueItems: true where at most one item is allowed, or every item is a prefixItems entry
 //   (items: false or maxItems) and no entry's exact language meets another's over-approximation
 //   (so no two items can be equal values); refused otherwise;
@@ -106,6 +109,10 @@ struct SchemaOptions {
   // Subschema compiles for the whole schema (each is one compile() of an object): past it the
   // schema is refused, so that a compile never runs for minutes.
   int64_t max_compile_steps = 5'000;
+  // uniqueItems over items that are no finite enumeration: refused (false), or left to a
+  // validator pass on the finished document (true; reported in SchemaNotes, the mask alone is then
+  // not sound for it).
+  bool unique_items_by_validator = false;
   // The draft when the schema's $schema names none ("" = 2020-12; "4", "6", "7", "2019-09").
   std::string default_draft;
 };
@@ -115,6 +122,7 @@ struct SchemaNotes {
   std::string draft;                              // the draft the schema was read as
   std::map<std::string, int> ignored;             // ignored key -> schema objects it was in
   std::map<std::string, int> unasserted_formats;  // formats not known -> schema objects
+  std::map<std::string, int> validator_decides;   // keywords compiled as if absent, checked after generation
 };
 // One line for a note ("draft 7; ignored: x-order ×3, self; format 'foo' not asserted"), "" when
 // there is nothing to say beyond 2020-12.

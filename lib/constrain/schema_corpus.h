@@ -40,6 +40,7 @@ struct CorpusResult {
   int valid = 0, valid_refused = 0;        // refused: the canonical spelling is outside the language
   int invalid = 0, invalid_accepted = 0;   // accepted: the canonical or the instance's own spelling is inside
   std::vector<std::string> accepted_invalid;  // the documents, for the report
+  bool validator_decides = false;  // a keyword was left to the validator (SchemaOptions::unique_items_by_validator)
   SchemaNotes notes;
 };
 

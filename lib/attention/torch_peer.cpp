@@ -136,8 +136,6 @@ PeerProcess run_peer_process(const std::vector<std::string>& argv, double timeou
   return r;
 }
 
-namespace {
-
 std::string last_line(const std::string& text) {
   const size_t end = text.find_last_not_of(" \r\n\t");
   if (end == std::string::npos) return {};
@@ -146,7 +144,7 @@ std::string last_line(const std::string& text) {
   return text.substr(begin, end + 1 - begin);
 }
 
-// The last stdout line that starts with '{' (torch may print other lines before it).
+// The last stdout line that starts with '{' (the packages may print other lines before it).
 std::string result_line(const std::string& out) {
   size_t end = out.size();
   while (end > 0) {
@@ -159,6 +157,8 @@ std::string result_line(const std::string& out) {
   }
   return {};
 }
+
+namespace {
 
 // What the peer needs besides the point: where it runs and how long it may take.
 struct PeerRun {

@@ -25,5 +25,9 @@ struct PeerProcess {
 // and stderr; kills its process group after `timeout_s` seconds (timed_out), or when Ctrl-C was
 // pressed here (then throws).
 PeerProcess run_peer_process(const std::vector<std::string>& argv, double timeout_s);
+// The last non-blank line of a stream (a peer's last words on stderr).
+std::string last_line(const std::string& text);
+// The last stdout line that starts with '{': a peer's result (packages may print other lines first).
+std::string result_line(const std::string& out);
 
 }  // namespace ib::attention

@@ -25,7 +25,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attention/torch_peer.h"  // run_peer_process
+#include "attention/torch_peer.h"  // run_peer_process, last_line, result_line
 #include "constrain/generate.h"
 #include "constrain/kind_setup.h"
 #include "constrain/token_index.h"
@@ -69,28 +69,6 @@ constexpr int kCompileDocuments = 8;  // the valid documents a constrain-compile
 constexpr int kSampledMasks = 12;     // masks compared with our DFA's (as mask_mismatches samples 12 states)
 constexpr int kWalks = 8;             // random walks under the peer's mask, checked by our validator
 constexpr int kWalkTokens = 256;      // tokens a walk may take before it is left unfinished
-
-std::string last_line(const std::string& text) {
-  const size_t end = text.find_last_not_of(" \r\n\t");
-  if (end == std::string::npos) return {};
-  const size_t nl = text.rfind('\n', end);
-  const size_t begin = nl == std::string::npos ? 0 : nl + 1;
-  return text.substr(begin, end + 1 - begin);
-}
-
-// The last stdout line that starts with '{' (the packages may print other lines before it).
-std::string result_line(const std::string& out) {
-  size_t end = out.size();
-  while (end > 0) {
-    const size_t nl = out.rfind('\n', end - 1);
-    const size_t begin = nl == std::string::npos ? 0 : nl + 1;
-    const size_t first = out.find_first_not_of(" \r\t", begin);
-    if (first < end && out[first] == '{') return out.substr(begin, end - begin);
-    if (begin == 0) break;
-    end = begin - 1;
-  }
-  return {};
-}
 
 std::string to_hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";
@@ -282,10 +260,10 @@ class PythonPeer : public Variant {
     }
     if (p.timed_out)
       throw std::runtime_error(fmt::format("{} peer killed after {:.3g} s (the row's timeout + peer_timeout){}", peer_, deadline,
-                                           p.err.empty() ? "" : "; its last words: " + last_line(p.err)));
-    const std::string line = result_line(p.out);
+                                           p.err.empty() ? "" : "; its last words: " + attention::last_line(p.err)));
+    const std::string line = attention::result_line(p.out);
     if (line.empty()) {
-      const std::string why = last_line(p.err);
+      const std::string why = attention::last_line(p.err);
       throw std::runtime_error(fmt::format("{} peer (`{}`) exited with code {} and printed no result{}", peer_, python_, p.exit_code,
                                            why.empty() ? "" : ": " + why));
     }

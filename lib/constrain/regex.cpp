@@ -252,6 +252,8 @@ class PatternParser {
   std::vector<uint32_t> cps_;
   std::vector<size_t> offsets_;  // byte offset of each code point
   size_t pos_ = 0, end_ = 0;
+  static constexpr int kMaxGroupDepth = 256;
+  int depth_ = 0;  // groups open at pos_
 
   [[noreturn]] void fail(const std::string& what) const {
     size_t off = pos_ < offsets_.size() ? offsets_[pos_] : src_.size();
@@ -437,7 +439,11 @@ class PatternParser {
           fail("lookaround is not supported");
         }
       }
+      // Groups nest at most kMaxGroupDepth deep: the parser (and the automaton built from it)
+      // recurses once per level, and 30,000 nested groups overflowed the stack.
+      if (++depth_ > kMaxGroupDepth) fail("groups nest deeper than " + std::to_string(kMaxGroupDepth) + " levels");
       Re inner = alternation();
+      --depth_;
       if (!more() || peek() != ')') fail("missing ')'");
       ++pos_;
       return inner;

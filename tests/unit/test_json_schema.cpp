@@ -724,5 +724,22 @@ TEST(JsonSchema, AllOfMergesAcrossMembers) {
                    R"({"n":0})", R"({"k":"b"})"});
 }
 
+// #19 item 1: a schema of 5,000 nested items overflowed the stack; past 200 levels it is a
+// SchemaError naming where.
+TEST(JsonSchema, DeepNestingIsAnErrorNotACrash) {
+  std::string s = R"({"type":"integer"})";
+  for (int i = 0; i < 5000; ++i) s = R"({"type":"array","items":)" + s + "}";
+  try {
+    schema_to_regex(json::parse(s));
+    ADD_FAILURE() << "compiled";
+  } catch (const SchemaError& e) {
+    EXPECT_NE(std::string(e.what()).find("nests deeper than 200 levels"), std::string::npos);
+    EXPECT_EQ(e.pointer().rfind("/items/items/", 0), 0u);
+  }
+  std::string ok = R"({"type":"integer"})";
+  for (int i = 0; i < 100; ++i) ok = R"({"type":"array","items":)" + ok + "}";
+  EXPECT_NO_THROW(schema_to_regex(json::parse(ok)));
+}
+
 }  // namespace
 }  // namespace ib::constrain

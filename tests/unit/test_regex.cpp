@@ -302,5 +302,17 @@ TEST(Automaton, ProductLimitIsAnErrorAndEmptyProductsAreEmpty) {
   EXPECT_EQ(difference_dfa(dfa("a{2,4}"), dfa("a{1,9}")).num_states, 1);
 }
 
+// #19 item 2: 30,000 nested groups overflowed the stack; past 256 levels it is an error.
+TEST(Regex, DeepNestingIsAnErrorNotACrash) {
+  auto nested = [](int n) { return std::string(static_cast<size_t>(n), '(') + "a" + std::string(static_cast<size_t>(n), ')'); };
+  EXPECT_NO_THROW(parse_regex(nested(256)));
+  try {
+    parse_regex(nested(30000));
+    ADD_FAILURE() << "30,000 nested groups parsed";
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("groups nest deeper than 256 levels"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ib::constrain

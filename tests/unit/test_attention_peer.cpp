@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "../cli/process.h"
+#include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
 #include "attention/torch_peer.h"
@@ -31,39 +32,7 @@ using ib::testing::run_spec_text;
 
 const char* kDefaults = "{warmup: 1, min_samples: 3, min_time: 0, max_noise: 50%, timeout: 5s}";
 
-// A fake interpreter: records its arguments (NUL-separated), then runs `body`.
-struct Stub {
-  std::string dir = test::make_temp_dir();
-  std::string path = dir + "/python";
-
-  explicit Stub(const std::string& body) {
-    test::write_text(path, "#!/bin/sh\nprintf '%s\\0' \"$@\" > '" + dir + "/args'\n" + body + "\n");
-    ::chmod(path.c_str(), 0755);
-  }
-  // Prints `out` on stdout (and `err` on stderr), exits with `code`.
-  static Stub printing(const std::string& out, const std::string& err = "", int code = 0) {
-    return Stub("cat '" + write_in_new_dir("out", out) + "'\ncat '" + write_in_new_dir("err", err) + "' >&2\nexit " +
-                std::to_string(code));
-  }
-  ~Stub() { std::filesystem::remove_all(dir); }
-
-  std::vector<std::string> args() const {
-    const std::string all = test::read_text(dir + "/args");
-    std::vector<std::string> out;
-    std::istringstream in(all);
-    for (std::string a; std::getline(in, a, '\0');) out.push_back(a);
-    return out;
-  }
-
- private:
-  static std::string write_in_new_dir(const std::string& name, const std::string& text) {
-    static std::string files = test::make_temp_dir();  // outlives every stub of the run
-    static int n = 0;
-    const std::string p = files + "/" + name + std::to_string(++n);
-    test::write_text(p, text);
-    return p;
-  }
-};
+using Stub = test::FakeInterpreter;
 
 // One experiment of the CPU peer against cpu_flash (the baseline) on a small shape.
 std::string experiment(const std::string& python, const std::string& extra = "") {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../cli/process.h"
+#include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
 #include "attention/torch_peer.h"  // run_peer_process
@@ -46,33 +47,17 @@ bool have_python3() {
   return p.spawn_error.empty() && p.exit_code == 0;
 }
 
-// A fake interpreter: records its arguments (NUL-separated), then runs `body` (sh).
-struct Stub {
-  std::string dir = test::make_temp_dir();
-  std::string path = dir + "/python";
+using Stub = test::FakeInterpreter;
 
-  explicit Stub(const std::string& body) {
-    test::write_text(path, "#!/bin/sh\nprintf '%s\\0' \"$@\" > '" + dir + "/args'\n" + body + "\n");
-    ::chmod(path.c_str(), 0755);
-  }
-  // Prints `out` on stdout (and `err` on stderr), exits with `code`.
-  static Stub printing(const std::string& out, const std::string& err = "", int code = 0) {
-    static const std::string dir = test::make_temp_dir();  // outlives every stub of the run
-    static int n = 0;
-    const std::string files = dir + "/" + std::to_string(++n);
-    test::write_text(files + ".out", out);
-    test::write_text(files + ".err", err);
-    return Stub("cat '" + files + ".out'\ncat '" + files + ".err' >&2\nexit " + std::to_string(code));
-  }
-  // A python3 peer that answers for the documents of our input file: every target token and EOS
-  // allowed, every returned mask all ones, unless `answer` says otherwise ("refuse": [[doc, step]]
-  // clears a step's bit (step = the document's length: its EOS), "stop": [doc, step] ends a
-  // document's walk there, "walks": texts the random walks finished with); the rest of `answer`
-  // overrides the result's fields. It keeps a copy of the input as input.json.
-  static Stub answering(const nlohmann::json& answer) {
-    Stub s("exec python3 \"$(dirname \"$0\")/stub.py\" \"$@\"");
-    test::write_text(s.dir + "/answer.json", answer.dump());
-    test::write_text(s.dir + "/stub.py", R"PY(
+// A python3 peer that answers for the documents of our input file: every target token and EOS
+// allowed, every returned mask all ones, unless `answer` says otherwise ("refuse": [[doc, step]]
+// clears a step's bit (step = the document's length: its EOS), "stop": [doc, step] ends a
+// document's walk there, "walks": texts the random walks finished with); the rest of `answer`
+// overrides the result's fields. It keeps a copy of the input as input.json.
+Stub answering(const nlohmann::json& answer) {
+  Stub s("exec python3 \"$(dirname \"$0\")/stub.py\" \"$@\"");
+  test::write_text(s.dir + "/answer.json", answer.dump());
+  test::write_text(s.dir + "/stub.py", R"PY(
 import json, os, shutil, sys
 here = os.path.dirname(os.path.abspath(__file__))
 a = sys.argv[1:]
@@ -103,20 +88,8 @@ out.update(ans)
 print("xgrammar prints this line first")
 print(json.dumps(out))
 )PY");
-    return s;
-  }
-  ~Stub() { std::filesystem::remove_all(dir); }
-
-  std::vector<std::string> args() const {
-    const std::string all = test::read_text(dir + "/args");
-    std::vector<std::string> out;
-    std::istringstream in(all);
-    for (std::string a; std::getline(in, a, '\0');) out.push_back(a);
-    return out;
-  }
-  nlohmann::json input() const { return nlohmann::json::parse(test::read_text(dir + "/input.json")); }
-  bool ran() const { return test::path_exists(dir + "/args"); }
-};
+  return s;
+}
 
 // One experiment of `variant` beside lazy (ours), on a bundled schema without free text.
 std::string experiment(const std::string& kind, const std::string& python, const std::string& extra = "",
@@ -140,7 +113,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
   if (!have_python3()) GTEST_SKIP() << "no python3 here (the answering stub is a python script)";
-  Stub stub = Stub::answering({{"walks", {kValidDoc, R"({"tool":"fly"})"}}});
+  Stub stub = answering({{"walks", {kValidDoc, R"({"tool":"fly"})"}}});
   const ExperimentResult res = run_spec_text(kDefaults, experiment("constrain-compile", stub.path));
   ASSERT_EQ(res.rows.size(), 2u);
   const Row row = peer_row(res);
@@ -174,7 +147,7 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
   for (const auto& [flag, value] : asked) EXPECT_EQ(arg_after(argv, flag), value) << flag;
   EXPECT_FALSE(arg_after(argv, "--threads").empty());
   EXPECT_FALSE(test::path_exists(arg_after(argv, "--input"))) << "the input file outlives the row";
-  const nlohmann::json in = stub.input();
+  const nlohmann::json in = nlohmann::json::parse(stub.file("input.json"));
   EXPECT_EQ(in["schema"].get<std::string>(), test::read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/peers/closed_call.json"));
   EXPECT_EQ(in["whitespace"], "compact");
   EXPECT_EQ(in["strict_properties"], true);
@@ -192,7 +165,7 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
 
 TEST(ConstrainPeer, OkMaskRowReportsTheStepsAsOurRowsDo) {
   if (!have_python3()) GTEST_SKIP() << "no python3 here (the answering stub is a python script)";
-  Stub stub = Stub::answering({{"walks", {kValidDoc}}});
+  Stub stub = answering({{"walks", {kValidDoc}}});
   const ExperimentResult res =
       run_spec_text(kDefaults, experiment("constrain-mask", stub.path, "    documents: 3\n    whitespace: flexible\n", "llguidance"));
   ASSERT_EQ(res.rows.size(), 2u);
@@ -200,7 +173,7 @@ TEST(ConstrainPeer, OkMaskRowReportsTheStepsAsOurRowsDo) {
   ASSERT_EQ(row.status, RowStatus::Ok) << row.message;
   EXPECT_EQ(arg_after(stub.args(), "--mode"), "mask");
   EXPECT_EQ(arg_after(stub.args(), "--peer"), "llguidance");
-  const nlohmann::json in = stub.input();
+  const nlohmann::json in = nlohmann::json::parse(stub.file("input.json"));
   ASSERT_EQ(in["documents"].size(), 3u);
   EXPECT_EQ(in["whitespace"], "flexible");
   size_t steps = 0;
@@ -218,7 +191,7 @@ TEST(ConstrainPeer, OkMaskRowReportsTheStepsAsOurRowsDo) {
 
 TEST(ConstrainPeer, ARefusedTokenIsAFailedRowNeverTimed) {
   if (!have_python3()) GTEST_SKIP() << "no python3 here (the answering stub is a python script)";
-  Stub refused = Stub::answering({{"refuse", {{1, 2}}}});
+  Stub refused = answering({{"refuse", {{1, 2}}}});
   const Row row = peer_row(run_spec_text(kDefaults, experiment("constrain-mask", refused.path)));
   EXPECT_EQ(row.status, RowStatus::Failed);
   EXPECT_TRUE(has(row.message, "validation failed: disallowed_steps 1.00 > 0 (")) << row.message;
@@ -227,12 +200,12 @@ TEST(ConstrainPeer, ARefusedTokenIsAFailedRowNeverTimed) {
   EXPECT_TRUE(has(row.message, "(xgrammar: token refused)")) << row.message;
   EXPECT_TRUE(row.samples.empty());
 
-  Stub no_eos = Stub::answering({{"refuse", {{0, 1000}}}});
+  Stub no_eos = answering({{"refuse", {{0, 1000}}}});
   const Row e = peer_row(run_spec_text(kDefaults, experiment("constrain-compile", no_eos.path)));
   EXPECT_EQ(e.status, RowStatus::Failed);
   EXPECT_TRUE(has(e.message, "first: document 0: EOS not allowed at the end")) << e.message;
 
-  Stub stopped = Stub::answering({{"stop", {2, 3}}});
+  Stub stopped = answering({{"stop", {2, 3}}});
   const Row s = peer_row(run_spec_text(kDefaults, experiment("constrain-compile", stopped.path)));
   EXPECT_EQ(s.status, RowStatus::Failed);
   EXPECT_TRUE(has(s.message, "first: document 2 stopped at step 3 of ")) << s.message;

@@ -1,13 +1,13 @@
 #include "constrain/json_schema.h"
 
+#include "constrain/automaton.h"
 #include "constrain/schema_dialect.h"
 #include "constrain/schema_formats.h"
-
-#include "constrain/automaton.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <mutex>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -1253,7 +1253,11 @@ class Compiler {
       if (!integer_format_range(f) && !format_without_constraint(f)) unasserted_[f].insert(ptr + "/format");
       return nullptr;
     }
-    static std::map<std::string, Re> cache;  // the table is fixed: parse each format once
+    // The table is fixed: each format is parsed once per process (schemas may compile on several
+    // threads, hence the lock).
+    static std::mutex lock;
+    static std::map<std::string, Re> cache;
+    const std::lock_guard<std::mutex> hold(lock);
     auto it = cache.find(f);
     if (it == cache.end()) it = cache.emplace(f, parse_regex(*pattern, &raw_string_chars()).re).first;
     return it->second;

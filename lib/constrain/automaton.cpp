@@ -197,9 +197,27 @@ struct Nfa {
     return true;
   }
 
+  // The parsers bound what they build (regex groups, schema levels), so this is a backstop: an
+  // expression nested past it is an error, not a stack overflow in the recursion below. Real
+  // schemas stay far inside it (the deepest AST of the 340-schema corpus: 427 levels), and 1500
+  // frames fit an AddressSanitizer build's larger frames in an 8 MiB stack.
+  static constexpr int kMaxBuildDepth = 1500;
+  int build_depth = 0;
+  struct DepthGuard {
+    int* depth;
+    explicit DepthGuard(int* d) : depth(d) {
+      if (++*depth > kMaxBuildDepth)
+        throw RegexError("the expression nests deeper than " + std::to_string(kMaxBuildDepth) + " levels");
+    }
+    ~DepthGuard() { --*depth; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+  };
+
   int32_t build(const Re& r, int32_t next) {
     const auto key = std::make_pair(r.get(), next);
     if (auto it = built.find(key); it != built.end()) return it->second;
+    const DepthGuard guard(&build_depth);
     int32_t in = next;
     switch (r->kind) {
       case RegexNode::Kind::Empty:
@@ -615,6 +633,9 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     if (fresh) {
       if (static_cast<int64_t>(sets_of.size()) > limits.max_dfa_states)
         throw RegexError("the automaton needs more than " + std::to_string(limits.max_dfa_states) + " DFA states");
+      if (static_cast<int64_t>(sets_of.entries()) > limits.max_set_entries)
+        throw RegexError("the automaton's DFA states hold more than " + std::to_string(limits.max_set_entries) +
+                         " NFA states in all (a long repetition inside an unanchored pattern?)");
       raw.accept.push_back(std::binary_search(set.begin(), set.end(), accept) ? 1 : 0);
     }
     return id;
@@ -798,6 +819,9 @@ Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const Co
       if (fresh) {
         if (static_cast<int64_t>(tuples.size()) > limits.max_dfa_states)
           throw RegexError("the product automaton needs more than " + std::to_string(limits.max_dfa_states) + " states");
+        if (static_cast<int64_t>(tuples.entries()) > limits.max_set_entries)
+          throw RegexError("the product automaton's " + std::to_string(tuples.size()) + " states of " + std::to_string(k) +
+                           " parts pass " + std::to_string(limits.max_set_entries) + " entries");
         raw.accept.push_back(accepting(tuples.begin(id)) ? 1 : 0);
       }
       raw.add(c, id);

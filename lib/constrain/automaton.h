@@ -40,6 +40,9 @@ struct Dfa {
 struct CompileLimits {
   int64_t max_nfa_states = 4'000'000;
   int64_t max_dfa_states = 500'000;
+  // NFA states held by the DFA states' sets together (4 bytes each): a DFA of few states can
+  // still hold quadratically many (an unanchored a{20000} keeps every count alive at once).
+  int64_t max_set_entries = 32'000'000;
 };
 
 // Throws RegexError when a limit is passed (the message names it).

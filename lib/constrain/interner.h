@@ -46,6 +46,7 @@ class TupleInterner {
     return id;
   }
   size_t size() const { return hash_.size(); }
+  size_t entries() const { return arena_.size(); }  // elements of every tuple together
   // Tuple `id` as [begin, end) (valid until the next intern).
   const int32_t* begin(int32_t id) const { return arena_.data() + start_[static_cast<size_t>(id)]; }
   const int32_t* end(int32_t id) const { return arena_.data() + start_[static_cast<size_t>(id) + 1]; }

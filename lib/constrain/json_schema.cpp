@@ -141,7 +141,17 @@ bool decode_utf8(const std::string& s, std::vector<uint32_t>* out) {
 // schema, not additionalProperties; leaving escapes out keeps "\u0061" from spelling "a".
 // Built over the trie of the named keys: at each node the key may stop (unless a name ends
 // there), follow a name's next character, or leave every name with any other character.
-Re unnamed_key(const std::vector<std::string>& named) {
+// Declared names longer than this are refused: the complement nests one level per character (a
+// recursion here, then in the NFA construction). Real schemas' names are a few dozen characters.
+constexpr size_t kMaxComplementedName = 256;
+
+Re unnamed_key(const std::vector<std::string>& named, const std::string& ptr) {
+  for (const auto& name : named)
+    if (name.size() > kMaxComplementedName)
+      throw SchemaError("properties", ptr + "/properties",
+                        "a property name of " + std::to_string(name.size()) +
+                            " bytes: the keys other than the declared ones are built for names of at most " +
+                            std::to_string(kMaxComplementedName));
   struct Node {
     std::map<uint32_t, size_t> kids;
     bool end = false;
@@ -1483,7 +1493,7 @@ class Compiler {
     // The extra members: keys a pattern matches with its schema, other keys with additionalProperties'.
     std::vector<Re> extra_members;
     {
-      Re unnamed = quoted(unnamed_key(names));
+      Re unnamed = quoted(unnamed_key(names, ptr));
       if (names_lang) unnamed = product({unnamed, names_lang}, ProductRule::Intersection, "propertyNames", np, "propertyNames with the keys");
       std::vector<Re> pattern_keys = {unnamed};
       for (const auto& p : patterns) {
@@ -1600,7 +1610,7 @@ class Compiler {
       names.push_back(k);
     }
     if (extra->kind != RegexNode::Kind::Never)
-      members.push_back(re_concat({quoted(unnamed_key(names)), ws_, re_byte(':'), ws_, extra}));
+      members.push_back(re_concat({quoted(unnamed_key(names, ptr)), ws_, re_byte(':'), ws_, extra}));
     members.push_back(re_concat({quoted(escaped_content()), ws_, re_byte(':'), ws_, json_value_regex_ws(o_.any_depth)}));
     const Re escaped_member = members.back();
     const Re m = re_alt(std::move(members));

@@ -311,45 +311,50 @@ class PatternParser {
     return pos_ > start;
   }
 
+  // Reads a quantifier at pos_ (* + ? {n} {n,} {n,m}, with an optional lazy '?') into lo/hi
+  // (hi = -1: unbounded); false, with pos_ unchanged, when none is there.
+  bool quantifier(int* lo, int* hi) {
+    if (!more()) return false;
+    const uint32_t c = peek();
+    if (c == '*' || c == '+' || c == '?') {
+      *lo = c == '+' ? 1 : 0;
+      *hi = c == '?' ? 1 : -1;
+      ++pos_;
+    } else if (c == '{') {
+      const size_t save = pos_;
+      ++pos_;
+      if (!read_int(lo)) {  // a literal '{' (ECMAScript Annex B)
+        pos_ = save;
+        return false;
+      }
+      *hi = *lo;
+      if (more() && peek() == ',') {
+        ++pos_;
+        if (!read_int(hi)) *hi = -1;
+      }
+      if (!more() || peek() != '}') fail("unterminated {n,m}");
+      ++pos_;
+      if (*hi != -1 && *hi < *lo) fail("{n,m} with m < n");
+    } else {
+      return false;
+    }
+    if (more() && peek() == '?') ++pos_;  // lazy: same language
+    return true;
+  }
+
   Re repetition() {
     Re atom = this->atom();
-    while (more()) {
-      uint32_t c = peek();
-      int lo = 0, hi = 0;
-      if (c == '*') {
-        lo = 0;
-        hi = -1;
-        ++pos_;
-      } else if (c == '+') {
-        lo = 1;
-        hi = -1;
-        ++pos_;
-      } else if (c == '?') {
-        lo = 0;
-        hi = 1;
-        ++pos_;
-      } else if (c == '{') {
-        size_t save = pos_;
-        ++pos_;
-        if (!read_int(&lo)) {  // a literal '{' (ECMAScript Annex B)
-          pos_ = save;
-          break;
-        }
-        hi = lo;
-        if (more() && peek() == ',') {
-          ++pos_;
-          if (!read_int(&hi)) hi = -1;
-        }
-        if (!more() || peek() != '}') fail("unterminated {n,m}");
-        ++pos_;
-        if (hi != -1 && hi < lo) fail("{n,m} with m < n");
-      } else {
-        break;
-      }
-      if (more() && peek() == '?') ++pos_;  // lazy: same language
-      atom = re_repeat(atom, lo, hi);
+    int lo = 0, hi = 0;
+    if (!quantifier(&lo, &hi)) return atom;
+    // ECMA-262 (and Python's re) take one quantifier per atom: a{2}{3} and a*** are syntax errors
+    // ("nothing to repeat"). Stacked, they would also nest the AST without bound.
+    const size_t second = pos_;
+    int lo2 = 0, hi2 = 0;
+    if (quantifier(&lo2, &hi2)) {
+      pos_ = second;
+      fail("nothing to repeat: a quantifier follows a quantifier");
     }
-    return atom;
+    return re_repeat(atom, lo, hi);
   }
 
   std::vector<CodePointRange> class_escape(uint32_t e) {

@@ -314,5 +314,54 @@ TEST(Regex, DeepNestingIsAnErrorNotACrash) {
   }
 }
 
+// #19 item 5: stacked quantifiers (a??????…) nested the AST one level per character and the NFA
+// construction overflowed the stack. ECMA-262 refuses them ("nothing to repeat"), and so do we.
+TEST(Regex, StackedQuantifiersAreSyntaxErrors) {
+  for (const char* bad : {"a**", "a+*", "a{2}{3}", "a???", "a*??", "(ab)?{2}", "a{1,2}+"}) {
+    try {
+      parse_regex(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const RegexError& e) {
+      EXPECT_NE(std::string(e.what()).find("nothing to repeat"), std::string::npos) << e.what();
+    }
+  }
+  // One quantifier with its lazy mark, and a literal '{' after a quantifier, stay accepted.
+  for (const char* good : {"a*?", "a+?", "a??", "a{2}?", "a{2,}?", "a*{", "a{2}{x"}) EXPECT_NO_THROW(parse_regex(good)) << good;
+  EXPECT_TRUE(compile_dfa(parse_regex("a*{").re).matches("aaa{"));
+  try {
+    parse_regex("ab*+c");
+    ADD_FAILURE();
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("at offset 3"), std::string::npos) << e.what();
+  }
+}
+
+// #19 item 10: an unanchored a{20000} (a schema's `pattern`) keeps every count alive at once, so
+// the DFA's state sets hold ~n²/2 NFA states: 45 bytes of schema passed 8 GB. The sets' total
+// size is bounded, and past it the error says so.
+TEST(Automaton, StateSetsPastTheirBoundAreAnErrorNotGigabytes) {
+  const Re unanchored = re_concat({re_star(re_any_char()), parse_regex("a{20000}").re, re_star(re_any_char())});
+  try {
+    compile_dfa(unanchored);
+    ADD_FAILURE() << "an unanchored a{20000} compiled";
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("NFA states in all"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(compile_dfa(parse_regex("a{20000}").re).num_states, 20001);  // anchored: linear, fine
+}
+
+// The NFA construction's own bound, for expressions built by the API rather than parsed.
+TEST(Automaton, DeepExpressionIsAnErrorNotACrash) {
+  Re re = re_literal("ab");
+  // Alternation inside concatenation inside alternation…: neither flattens into the other.
+  for (int i = 0; i < 3000; ++i) re = re_alt({re_concat({re, re_byte('d')}), re_byte('c')});
+  try {
+    compile_dfa(re);
+    ADD_FAILURE() << "an expression 6000 levels deep compiled";
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("nests deeper than 4000 levels"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ib::constrain

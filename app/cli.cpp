@@ -24,6 +24,7 @@ void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only) {
   sub->add_flag("--cold-l2", c.cold_l2, "flush L2 (GPU) / last-level cache (CPU) before every sample");
   sub->add_option("--memory-limit", c.memory_limit, "emulate a smaller card: allocations past this are OOM rows (80GiB)");
   sub->add_option("--seed", c.seed, "seed of the random inputs");
+  sub->add_option("--max-rows", c.max_rows, "refuse an experiment of more rows than this (default 100000)");
   sub->add_option("--columns", c.columns,
                   "stdout tables: all, or a comma-separated list (ms,speedup,book,check,note, a metric's name, ...) in place of "
                   "each experiment's `columns:`; report.md, CSV and JSON keep every column");
@@ -36,6 +37,7 @@ void add_list_options(CLI::App* sub, CommonOptions& c) {
   sub->add_option("--set", c.sets, "override a spec key: key=value or experiment.key=value (YAML value, repeatable)")
       ->allow_extra_args(false);
   sub->add_option("--only", c.only, "list only the named experiments (repeatable)")->allow_extra_args(false);
+  sub->add_option("--max-rows", c.max_rows, "refuse an experiment of more rows than this (default 100000)");
   sub->add_flag("--quiet,-q", c.quiet, "accepted for symmetry with run (list prints nothing on stderr but errors)");
 }
 
@@ -65,6 +67,10 @@ SessionOptions Cli::session() const {
     }
     if (s.columns.size() > 1 && std::find(s.columns.begin(), s.columns.end(), "all") != s.columns.end())
       throw InputError("--columns '" + common.columns + "': all stands alone");
+  }
+  if (common.max_rows != CommonOptions::kUnset) {
+    if (common.max_rows < 1) throw InputError("--max-rows: must be at least 1");
+    s.max_rows = common.max_rows;
   }
   RunControlOverrides& o = s.overrides;
   if (common.warmup != CommonOptions::kUnset) {

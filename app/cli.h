@@ -23,6 +23,7 @@ struct CommonOptions {
   // kUnset: not given (any other value, negative ones included, is checked).
   static constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
   int64_t warmup = kUnset, min_samples = kUnset, seed = kUnset;
+  int64_t max_rows = kUnset;
   std::string min_time, max_noise, timeout, memory_limit;
   std::string columns;  // --columns: "all" or a comma-separated list ("" = each spec's)
   bool cold_l2 = false, profile = false, quiet = false;

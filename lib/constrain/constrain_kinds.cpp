@@ -19,6 +19,7 @@
 #include "constrain/python_peer.h"
 #include "constrain/token_index.h"
 #include "constrain/validator.h"
+#include "core/errors.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -74,6 +75,8 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
     std::string source;
     try {
       source = constraint_source(c);
+    } catch (const InputError& e) {  // the file is there but cannot be read: a FIFO, too large
+      return KeyProblem{{"constraint"}, e.what()};
     } catch (const std::exception&) {
       std::vector<std::string> bundled;
       std::error_code ec;

@@ -2,16 +2,19 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <sys/stat.h>
+
+#include "core/errors.h"
+#include "core/input_file.h"
 
 namespace ib::constrain {
 
 namespace {
+// A path that names something other than a directory: read_input_file then accepts it or says
+// why not (a FIFO, a device), rather than the constraint being taken for a bundled schema's name.
 bool is_file(const std::string& p) {
   struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(p.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -32,10 +35,8 @@ std::string constraint_source(const std::string& c) {
   std::string path = c;
   if (!is_file(path)) path = schema_directory() + "/" + c + ".json";
   if (!is_file(path)) throw std::runtime_error("constraint '" + c + "': no schema file " + c + " nor " + path);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  // The largest real-world schemas (Kubernetes' full API, SchemaStore's biggest) are a few MiB.
+  return read_input_file(path, uint64_t{64} << 20);
 }
 
 CompiledConstraint compile_constraint(const std::string& c, const std::string& source, const SchemaOptions& options) {
@@ -67,7 +68,12 @@ CompiledConstraint compile_constraint(const std::string& c, const std::string& s
   }
   out.regex_seconds = since(t0);
   auto t1 = std::chrono::steady_clock::now();
-  out.dfa = std::make_shared<const Dfa>(compile_dfa(re));
+  try {
+    out.dfa = std::make_shared<const Dfa>(compile_dfa(re));
+  } catch (const RegexError& e) {
+    // A limit of the method (states, memory), not a fault of the run: an unsupported row.
+    throw Unsupported("the constraint's automaton is past a limit of this compiler: " + std::string(e.what()));
+  }
   out.dfa_seconds = since(t1);
   return out;
 }

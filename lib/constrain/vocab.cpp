@@ -1,16 +1,14 @@
 #include "core/data_dir.h"
+#include "core/input_file.h"
 #include "constrain/vocab.h"
 
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
-#include <zlib.h>
 
 // The GPT-2 vocabulary, compiled in (vocab_embed.S) so the default needs no data folder.
 extern "C" const unsigned char ib_gpt2_tokenizer_gz[];
@@ -64,50 +62,25 @@ std::map<uint32_t, uint8_t> byte_level_decoder() {
   return m;
 }
 
-bool uses(const nlohmann::json& node, const std::string& type) {
+// Whether a component of this type appears in the tree, looked for down to 64 levels (real
+// tokenizers nest a Sequence or two; the bound keeps a hostile file from overflowing the stack).
+bool uses(const nlohmann::json& node, const std::string& type, int depth = 0) {
+  if (depth > 64) return false;
   if (node.is_object()) {
     if (node.value("type", std::string()) == type) return true;
     for (const auto& [k, v] : node.items())
-      if (uses(v, type)) return true;
+      if (uses(v, type, depth + 1)) return true;
   } else if (node.is_array()) {
     for (const auto& v : node)
-      if (uses(v, type)) return true;
+      if (uses(v, type, depth + 1)) return true;
   }
   return false;
 }
 
-std::string read_file(const std::string& given) {
-  const std::string path = data_path(given);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// tokenizer.json files of released models are at most a few tens of MiB.
+constexpr uint64_t kMaxTokenizerBytes = uint64_t{64} << 20;
 
 }  // namespace
-
-std::string gunzip(const std::string& in) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("gunzip: zlib init failed");
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  std::string out;
-  char buf[1 << 16];
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&zs);
-      throw std::runtime_error("gunzip: corrupt data");
-    }
-    out.append(buf, sizeof buf - zs.avail_out);
-  }
-  inflateEnd(&zs);
-  return out;
-}
 
 Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name) {
   nlohmann::json j;
@@ -199,13 +172,14 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
   if (auto it = cache.find(what); it != cache.end()) return it->second;
   std::string text;
   if (what == "gpt2") {
-    text = gunzip(std::string(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
-                              static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz)));
+    text = maybe_gunzip(std::string(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
+                                    static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz)),
+                        kMaxTokenizerBytes, "gpt2 (compiled in)");
   } else {
     std::string path = what;
     if (what == "llama2" || what == "deepseek-llm") path = data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
-    std::string raw = read_file(path);
-    text = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b ? gunzip(raw) : raw;
+    path = data_path(path);
+    text = maybe_gunzip(read_input_file(path, kMaxTokenizerBytes), kMaxTokenizerBytes, path);
   }
   auto v = std::make_shared<const Vocabulary>(parse_tokenizer_json(text, what));
   cache[what] = v;

@@ -26,7 +26,6 @@ struct Vocabulary {
 std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& name_or_path);
 
 Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name);
-std::string gunzip(const std::string& compressed);
 
 // Where named vocabularies live: $INFER_BENCH_DATA/tokenizers, else the source tree's data/.
 inline std::string data_directory() { return ib::data_directory(); }

@@ -55,4 +55,17 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return n.empty() ? std::string() : " (did you mean '" + n + "'?)";
 }
 
+std::string one_line(const std::string& message) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (u < 0x20 && c != '\t') out += std::string("\\x") + kHex[u >> 4] + kHex[u & 15];
+    else out += c;
+  }
+  return out;
+}
+
 }  // namespace ib

@@ -14,6 +14,20 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A variant found, once it tried, that it cannot run this point: a limit of the method (an
+// automaton past its state cap), not a fault. The row is unsupported, with this message.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A result file could not be written (a full disk, a vanished directory): exit code 3. The last
+// complete result files stay where they are (every write goes through a temporary and a rename).
+class OutputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Where something sits in a spec file; line/col are 1-based, line 0 means "not from a file"
 // (a --set override, whose `file` is the override itself).
 struct SourceLoc {
@@ -40,6 +54,10 @@ class OutOfMemory : public std::runtime_error {
   int64_t in_use_;
   int64_t limit_;
 };
+
+// An error is one line whatever the input held: newlines and other control characters written
+// escaped (\n, \x01), for a message about to be printed.
+std::string one_line(const std::string& message);
 
 // Closest candidate by edit distance, or "" when nothing is close enough to suggest.
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);

@@ -21,6 +21,8 @@ void install_interrupt_handler() {
 
 bool interrupted() { return g_interrupted != 0; }
 
+void request_interrupt() { g_interrupted = 1; }
+
 void reset_interrupt() { g_interrupted = 0; }
 
 }  // namespace ib

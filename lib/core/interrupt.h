@@ -6,6 +6,8 @@ namespace ib {
 
 void install_interrupt_handler();
 bool interrupted();
+// What a first SIGINT does, asked for from code (stdout closed under the run: EPIPE).
+void request_interrupt();
 void reset_interrupt();  // for tests
 
 }  // namespace ib

@@ -16,7 +16,11 @@ class MemoryTracker {
   MemoryTracker& operator=(const MemoryTracker&) = delete;
 
   const std::string& name() const { return name_; }
-  void set_limit(int64_t bytes) { limit_ = bytes; }  // 0: no limit
+  // 0: no limit. `source` says where a limit comes from, for the OOM message ("" for a limit asked for).
+  void set_limit(int64_t bytes, std::string source = "") {
+    limit_ = bytes;
+    limit_source_ = std::move(source);
+  }
   int64_t limit() const { return limit_; }
   // Accounts for `bytes` before the real allocation; throws OutOfMemory past the limit.
   void reserve(int64_t bytes, const std::string& what);
@@ -28,6 +32,7 @@ class MemoryTracker {
  private:
   std::string name_;
   int64_t limit_ = 0;
+  std::string limit_source_;
   int64_t current_ = 0;
   int64_t peak_ = 0;
 };

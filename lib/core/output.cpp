@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,10 +21,6 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-// Removes the directories a failed create_run_dir made, deepest first (nothing was written in them).
-void remove_dirs(const std::vector<std::string>& created) {
-  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
-}
 
 std::string stamp(const char* format) {
   std::time_t t = std::time(nullptr);
@@ -35,32 +32,36 @@ std::string stamp(const char* format) {
 }
 }  // namespace
 
+void remove_created_dirs(const std::vector<std::string>& created) {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+}
+
 std::string utc_stamp_compact() { return stamp("%Y%m%dT%H%M%SZ"); }
 std::string utc_stamp_iso() { return stamp("%Y-%m-%dT%H:%M:%SZ"); }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(tmp + ": cannot write: " + std::strerror(errno));
+  // A name of this process's own: two writers of one path never share a temporary.
+  const std::string tmp = fmt::format("{}.{}.tmp", path, static_cast<long>(::getpid()));
+  auto fail = [&](const std::string& what, int e, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw OutputError(fmt::format("{}: cannot {}: {} (errno {}); {} is as it was before", tmp, what, std::strerror(e), e, path));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", errno, -1);
   size_t done = 0;
   while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw InputError(tmp + ": cannot write: " + std::strerror(e));
+      fail("write", errno, fd);
     }
     done += static_cast<size_t>(n);
   }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw InputError(path + ": cannot write: " + std::strerror(e));
-  }
+  // A full disk may only show here (delayed allocation): the rename waits for both.
+  if (::fsync(fd) != 0 && errno != EINVAL) fail("write (fsync)", errno, fd);
+  if (::close(fd) != 0) fail("write (close)", errno, -1);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into place", errno, -1);
 }
 
 std::string choose_run_dir(const std::string& requested, const std::string& label) {
@@ -90,13 +91,13 @@ std::vector<std::string> create_run_dir(const std::string& dir) {
       created.push_back(partial);
     } else if (errno != EEXIST) {
       const int e = errno;
-      remove_dirs(created);
+      remove_created_dirs(created);
       throw InputError("--output " + dir + ": cannot create " + partial + ": " + std::strerror(e));
     }
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    remove_dirs(created);
+    remove_created_dirs(created);
     throw InputError("--output " + dir + ": not a directory");
   }
   // Tried, not asked (access(W_OK) says yes to root where the file system still refuses, as sysfs
@@ -108,21 +109,63 @@ std::vector<std::string> create_run_dir(const std::string& dir) {
     ::unlink(probe.c_str());
   } else if (errno != EEXIST) {
     const int e = errno;
-    remove_dirs(created);
+    remove_created_dirs(created);
     throw InputError("--output " + dir + ": not writable: " + std::strerror(e));
   }
   return created;
 }
 
+RunDirLock::RunDirLock(const std::string& dir) : path_(dir + "/" + kFileName) {
+  // Locked, then checked to be still the file at that path: a holder unlinks it when done, and a
+  // lock on an unlinked file would not keep a third run out.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw InputError(fmt::format("--output {}: cannot create {}: {}", dir, kFileName, std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (e == EWOULDBLOCK)
+        throw InputError(fmt::format("--output {}: another infer-bench run is writing there; choose another directory", dir));
+      throw InputError(fmt::format("--output {}: cannot lock {}: {}", dir, kFileName, std::strerror(e)));
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+      break;
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (fd_ < 0) throw InputError(fmt::format("--output {}: the lock file keeps changing; another run is starting there", dir));
+  for (const char* file : {"results.json", "results.csv", "report.md"})
+    if (exists(dir + "/" + file)) {
+      ::close(fd_);
+      fd_ = -1;
+      throw InputError(fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", dir, file));
+    }
+  const std::string pid = std::to_string(static_cast<long>(::getpid())) + "\n";
+  if (::ftruncate(fd_, 0) == 0 && ::write(fd_, pid.data(), pid.size()) < 0) {
+    // The pid is for a person looking at the file; the lock holds without it.
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ < 0) return;
+  // Only our own file: after remove_run_output took it away, the name may be another run's.
+  struct stat held {}, named {};
+  if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+    ::unlink(path_.c_str());
+  ::close(fd_);
+}
+
 void remove_run_output(const std::string& dir, const std::vector<std::string>& created, const std::vector<std::string>& extra_files) {
-  std::vector<std::string> names = {"results.json", "results.csv", "report.md"};
+  std::vector<std::string> names = {"results.json", "results.csv", "report.md", RunDirLock::kFileName};
   names.insert(names.end(), extra_files.begin(), extra_files.end());
   for (const auto& name : names) {
     const std::string path = dir + "/" + name;
     ::unlink(path.c_str());
-    ::unlink((path + ".tmp").c_str());
+    ::unlink(fmt::format("{}.{}.tmp", path, static_cast<long>(::getpid())).c_str());
   }
-  remove_dirs(created);  // an rmdir fails, harmlessly, where something else is in the directory
+  remove_created_dirs(created);  // an rmdir fails, harmlessly, where something else is in the directory
 }
 
 }  // namespace ib

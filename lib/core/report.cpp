@@ -485,7 +485,8 @@ std::string markdown_report(const ResultSet& rs) {
     s += fmt::format("- peaks measured: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
                      format_number(m.ceilings.copy_bytes_per_s / 1e9), m.ceilings.copy_label,
                      format_number(m.ceilings.gemm_flops_per_s / 1e12), m.ceilings.gemm_label);
-  if (m.interrupted) s += "- **interrupted** (Ctrl-C): the rows below are complete, the rest were not run\n";
+  if (m.interrupted) s += "- **interrupted** (Ctrl-C, SIGTERM or a closed stdout): the rows below are complete, the rest were not run\n";
+  if (!m.error.empty()) s += "- **stopped early**: " + m.error + " — the rows below are complete, the rest were not run\n";
   s += "\n" + markdown_summary(rs);
   for (const auto& e : rs.experiments) {
     s += "\n" + markdown_heading(e.spec, e.plan, m.backend);
@@ -675,6 +676,7 @@ nlohmann::json json_report(const ResultSet& rs) {
                {"ceilings", m.ceilings.to_json()},
                {"spec_file", m.spec_file},
                {"interrupted", m.interrupted}};
+  if (!m.error.empty()) j["meta"]["error"] = m.error;
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& e : rs.experiments) {
     nlohmann::json ej;
@@ -726,6 +728,7 @@ ResultSet results_from_json(const nlohmann::json& j) {
   rs.meta.ceilings = Ceilings::from_json(m.at("ceilings"));
   rs.meta.spec_file = m.at("spec_file").get<std::string>();
   rs.meta.interrupted = m.at("interrupted").get<bool>();
+  rs.meta.error = m.value("error", std::string());
   for (const auto& ej : j.at("experiments")) {
     ExperimentResult e;
     e.spec.name = ej.at("name").get<std::string>();
@@ -766,7 +769,15 @@ ResultSet results_from_json(const nlohmann::json& j) {
     e.plan.variants = plan.at("variants").get<size_t>();
     e.plan.rows = plan.at("rows").get<size_t>();
     e.plan.skipped = plan.at("skipped").get<size_t>();
-    e.plan.points.resize(plan.at("configurations").get<size_t>());
+    // The configurations are the axes' product (plan_sweep); a hand-edited count must not size
+    // an allocation.
+    size_t product = 1;
+    for (const auto& a : e.spec.axes) product *= std::max<size_t>(1, a.values.size());
+    const size_t configurations = plan.at("configurations").get<size_t>();
+    if (configurations != product)
+      throw std::runtime_error(fmt::format("/experiments/{}/plan/configurations: {}, but its axes make {}", rs.experiments.size(),
+                                           configurations, product));
+    e.plan.points.resize(configurations);
     e.interrupted = ej.at("interrupted").get<bool>();
     for (const auto& rj : ej.at("rows")) {
       Row r;

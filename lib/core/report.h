@@ -24,6 +24,9 @@ struct RunMeta {
   Ceilings ceilings;
   std::string spec_file;
   bool interrupted = false;
+  // Why the run stopped before its end, other than an interruption (bad input that only a
+  // variant could see, a result file that could not be written); empty when it ran through.
+  std::string error;
 };
 
 struct ResultSet {

@@ -11,6 +11,7 @@
 #include "core/interrupt.h"
 #include "core/nvtx.h"
 #include "core/registry.h"
+#include "core/sysinfo.h"
 #include "core/units.h"
 
 namespace ib {
@@ -111,10 +112,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A self-measured variant found that the point cannot run: an unsupported row.
-struct UnsupportedByTrying : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 }  // namespace
 
 ExperimentResult Runner::run(const ExperimentSpec& spec) {
@@ -221,7 +218,14 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
   }
 
   MemoryTracker& mem = rt.memory();
-  mem.set_limit(spec.control.memory_limit);
+  if (spec.control.memory_limit > 0) {
+    mem.set_limit(spec.control.memory_limit);
+  } else if (&mem == &host_memory()) {
+    // Linux overcommits: an allocation past the machine's memory succeeds, and the OOM killer
+    // takes the whole run when the pages are touched. Past what is free, the row is OOM instead.
+    if (const int64_t free_bytes = host_memory_available_bytes(); free_bytes > 0)
+      mem.set_limit(mem.current() + free_bytes, "the memory free when the row began (--memory-limit sets one)");
+  }
   const int64_t start_bytes = mem.current();
   mem.reset_peak();
   // Every variant at a point sees the same inputs (a fair comparison); each point fresh ones.
@@ -238,7 +242,7 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
     }
     const std::optional<SelfMeasurement> own = v->measure_self(rt, control);
     if (own) self_peak = own->peak_memory;
-    if (own && !own->unsupported.empty()) throw UnsupportedByTrying(own->unsupported);
+    if (own && !own->unsupported.empty()) throw Unsupported(own->unsupported);
     {
       NvtxRange r("validate");
       row.validation = own ? own->validation : v->validate(rt);
@@ -305,7 +309,7 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
       if (!note.empty()) row.message = row.message.empty() ? note : row.message + "; " + note;
       row.texts = v->texts();
     }
-  } catch (const UnsupportedByTrying& e) {
+  } catch (const Unsupported& e) {
     row.status = RowStatus::Unsupported;
     row.message = e.what();
   } catch (const OutOfMemory& e) {

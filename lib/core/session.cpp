@@ -8,8 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -18,6 +17,7 @@
 #include "core/compare.h"
 #include "core/ceilings.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/interrupt.h"
 #include "core/nvtx.h"
 #include "core/output.h"
@@ -31,9 +31,18 @@ namespace ib {
 
 namespace {
 
+// Set when stdout's reader is gone (`infer-bench run … | head`): SIGPIPE is ignored (main), the
+// write fails with EPIPE, and the run stops after its current row as on Ctrl-C, its files complete.
+bool g_stdout_closed = false;
+
 void out(const std::string& s) {
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
+  if (g_stdout_closed) return;
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size() || std::fflush(stdout) != 0) {
+    if (errno == EPIPE) {
+      g_stdout_closed = true;
+      request_interrupt();
+    }
+  }
 }
 
 class Notes {
@@ -79,6 +88,7 @@ Spec load_selected(const std::string& path, const SessionOptions& o, Backend bac
   so.backend = backend;
   so.sets = o.sets;
   so.overrides = o.overrides;
+  so.max_rows = o.max_rows;
   Spec spec = load_spec(path, so);
   if (!o.only.empty()) {
     std::vector<std::string> names;
@@ -193,10 +203,24 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   ro.profile = o.profile;
   Runner runner(*rt, ro, &observer);
   bool failed = false;
-  for (const auto& e : spec.experiments) {
-    if (interrupted()) break;
-    ExperimentResult r = runner.run(e);
-    for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;
+  try {
+    for (const auto& e : spec.experiments) {
+      if (interrupted()) break;
+      ExperimentResult r = runner.run(e);
+      for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;
+    }
+  } catch (const InputError& e) {
+    // Bad input only a variant could see. Before any row it is as a spec error (nothing stays);
+    // after some, their files stay complete and say why the run stopped.
+    size_t measured = 0;
+    for (const auto& x : rs.experiments) measured += x.rows.size();
+    if (measured == 0) throw;
+    rs.meta.error = e.what();
+    rs.meta.finished_utc = utc_stamp_iso();
+    observer.write();
+    std::fprintf(stderr, "infer-bench: %s; the run stopped: the %zu row%s measured before it are in %s/\n", one_line(e.what()).c_str(),
+                 measured, measured == 1 ? "" : "s", dir.c_str());
+    return 2;
   }
   rs.meta.interrupted = interrupted();
   rs.meta.finished_utc = utc_stamp_iso();
@@ -212,7 +236,9 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   for (const auto& p : plots) files += ", " + p;
   notes.say("results in " + dir + "/ (" + files + ")");
   if (rs.meta.interrupted) {
-    std::fprintf(stderr, "infer-bench: interrupted: the rows measured so far are in %s/\n", dir.c_str());
+    std::fprintf(stderr, "infer-bench: %s: the rows measured so far are in %s/\n",
+                 g_stdout_closed ? "stdout was closed (the reader of the pipe exited), so the run stopped as on Ctrl-C" : "interrupted",
+                 dir.c_str());
     return 130;
   }
   return failed ? 1 : 0;
@@ -228,8 +254,18 @@ int run_spec_file(const std::string& path, const SessionOptions& o) {
   const std::string label = spec.experiments.size() == 1 ? spec.experiments[0].name : file_stem(path);
   const std::string dir = choose_run_dir(o.output, label);
   const std::vector<std::string> created = create_run_dir(dir);
+  std::optional<RunDirLock> lock;
+  try {
+    lock.emplace(dir);
+  } catch (const InputError&) {
+    remove_created_dirs(created);  // only where empty: never another run's files
+    throw;
+  }
   try {
     return run_into_dir(path, o, backend, spec, dir);
+  } catch (const OutputError& e) {
+    // The files hold every row up to the last write that went through (temporary + rename).
+    throw OutputError(std::string(e.what()) + "; the results written before it are in " + dir + "/");
   } catch (const InputError&) {
     // Bad input that only a variant could see (a checkpoint's tensors, a limit across keys): exit 2
     // leaves no run behind, as a spec error does.
@@ -280,14 +316,9 @@ namespace {
 
 // A results.json written by `run` (or a curated copy); InputError naming the file otherwise.
 ResultSet load_results(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw InputError(path + ": cannot read: is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = read_input_file(path, uint64_t{1} << 30);
   try {
-    return results_from_json(nlohmann::json::parse(text.str()));
+    return results_from_json(nlohmann::json::parse(text));
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (what.size() > 160) what = what.substr(0, 160) + "...";

@@ -17,13 +17,15 @@ struct SessionOptions {
   std::vector<std::string> sets;         // --set overrides
   std::vector<std::string> only;         // run only these experiments
   RunControlOverrides overrides;
+  int64_t max_rows = SpecOptions::kDefaultMaxRows;  // --max-rows
   std::vector<std::string> columns;     // --columns: stdout tables' columns ({"all"}: every one; empty: each spec's)
   bool quiet = false;
   bool profile = false;
 };
 
 // Exit codes: 0 every row measured; 1 some row FAILED; 2 bad input (thrown as InputError by
-// the callee and turned into 2 by the app); 130 interrupted.
+// the callee and turned into 2 by the app); 3 a result file could not be written (OutputError);
+// 130 interrupted.
 int run_spec_file(const std::string& path, const SessionOptions& options);
 int list_spec_file(const std::string& path, const SessionOptions& options);
 int show_info(const SessionOptions& options);

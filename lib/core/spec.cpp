@@ -6,17 +6,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
+#include <unordered_set>
 #include <sys/stat.h>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "core/input_file.h"
 #include "core/registry.h"
 #include "core/units.h"
 
@@ -168,7 +168,7 @@ class SpecParser {
       SourceLoc l{file_, e.mark.line + 1, e.mark.column + 1};
       throw spec_error(l, "", "YAML syntax error: " + e.msg);
     }
-    if (!root || root.IsNull()) throw spec_error(SourceLoc{file_, 0, 0}, "", "the spec is empty");
+    if (!root || root.IsNull()) throw spec_error(SourceLoc{file_, 1, 1}, "", "the spec is empty");
     if (!root.IsMap()) throw spec_error(loc_of(root, file_), "", "expected a map with an 'experiments' list");
 
     Spec spec;
@@ -197,7 +197,7 @@ class SpecParser {
                                      did_you_mean(k, {"version", "description", "defaults", "experiments"}));
       }
     }
-    if (!has_experiments) throw spec_error(SourceLoc{file_, 0, 0}, "", "missing required key 'experiments'");
+    if (!has_experiments) throw spec_error(SourceLoc{file_, 1, 1}, "", "missing required key 'experiments' (the list of experiments)");
     if (!experiments.IsSequence())
       throw spec_error(loc_of(experiments, file_), "experiments",
                        std::string("expected a list of experiments, got ") + node_kind(experiments));
@@ -598,14 +598,14 @@ class SpecParser {
         axis.values.push_back(*ks.default_value);
       } else if (f->node.IsSequence()) {
         if (!ks.sweepable) throw spec_error(f->loc, f->path, ks.name + " cannot be a list (it is not an axis)");
+        std::unordered_set<std::string> seen_values;  // a set, not pairwise: an axis may hold 100,000 values
         if (f->node.size() == 0) throw spec_error(f->loc, f->path, "empty list: an axis needs at least one value");
         for (size_t i = 0; i < f->node.size(); ++i) {
           SourceLoc l = loc_of(f->node[i], file_);
           if (l.line == 0) l = f->loc;
           Value v = convert_param(f->node[i], ks, l, f->path + fmt::format("[{}]", i));
-          for (const auto& prev : axis.values)
-            if (values_equal(prev, v))
-              throw spec_error(l, f->path, "value " + format_value(v, ks.type) + " appears twice in the axis");
+          if (!seen_values.insert(value_identity(v)).second)
+            throw spec_error(l, f->path, "value " + format_value(v, ks.type) + " appears twice in the axis");
           axis.values.push_back(v);
         }
       } else {
@@ -614,6 +614,7 @@ class SpecParser {
       all_values[ks.name] = axis.values;
       if (uses_all || used.count(ks.name)) ex->axes.push_back(std::move(axis));
     }
+    check_row_count(*ex, path);
     if (kind.check)
       if (std::optional<KeyProblem> problem = kind.check(all_values)) {
         for (const auto& k : problem->keys)
@@ -780,6 +781,23 @@ class SpecParser {
     return sum;
   }
 
+  // Rows = the product of the axes' lengths × the variants, saturating; past opt_.max_rows the
+  // experiment is refused, naming the axes that make it.
+  void check_row_count(const ExperimentSpec& ex, const std::string& path) const {
+    int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(ex.variants.size()));
+    std::string factors;
+    for (const auto& a : ex.axes) {
+      const int64_t n = static_cast<int64_t>(a.values.size());
+      rows = rows > std::numeric_limits<int64_t>::max() / n ? std::numeric_limits<int64_t>::max() : rows * n;
+      if (n > 1) factors += fmt::format("{} {} × ", n, a.key);
+    }
+    if (rows <= opt_.max_rows) return;
+    throw spec_error(ex.loc, path,
+                     fmt::format("the sweep has {}{} rows ({}{} variant{}), past the limit of {} rows an experiment may have (--max-rows raises it)",
+                                 rows == std::numeric_limits<int64_t>::max() ? "more than " : "", rows, factors, ex.variants.size(),
+                                 ex.variants.size() == 1 ? "" : "s", opt_.max_rows));
+  }
+
   Book parse_book(const Field& f, const KindInfo& kind) const {
     if (!f.node.IsMap()) throw spec_error(f.loc, f.path, std::string("expected a map with source and rows, got ") + node_kind(f.node));
     Book book;
@@ -789,7 +807,8 @@ class SpecParser {
       if (k == "source") book.source = scalar_text(it->second, kp);
       else if (k == "note") book.note = scalar_text(it->second, kp);
       else if (k == "rows") {
-        const YAML::Node& rows = it->second;
+        // A copy: the iterator's -> yields a proxy that dies at the end of the statement, so a reference would dangle.
+        const YAML::Node rows = it->second;
         if (!rows.IsSequence()) throw spec_error(loc_of(rows, file_), kp, "expected a list of rows");
         for (size_t i = 0; i < rows.size(); ++i) {
           std::string rp = kp + fmt::format("[{}]", i);
@@ -892,17 +911,8 @@ class SpecParser {
   mutable std::map<std::string, SourceLoc> key_locs_;
 };
 
-std::string read_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot read: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw InputError(path + ": cannot read: is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": cannot read: I/O error");
-  return ss.str();
-}
+// A spec is text a person writes: 64 MiB is far past any (an axis of 100,000 values is ~1 MiB).
+std::string read_file(const std::string& path) { return read_input_file(path, uint64_t{64} << 20); }
 
 }  // namespace
 

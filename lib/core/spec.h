@@ -127,6 +127,10 @@ struct Spec {
 };
 
 struct SpecOptions {
+  // An experiment whose sweep (axes × variants, before skip rules) has more rows is refused at
+  // parse time: a typo'd axis must not start a billion-row run. --max-rows raises it.
+  static constexpr int64_t kDefaultMaxRows = 100'000;
+  int64_t max_rows = kDefaultMaxRows;
   Backend backend = Backend::Cpu;
   std::vector<std::string> sets;  // "key=value" or "experiment.key=value"
   RunControlOverrides overrides;

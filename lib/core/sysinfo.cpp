@@ -1,6 +1,8 @@
 #include "core/sysinfo.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <sys/utsname.h>
@@ -66,6 +68,30 @@ int64_t host_memory_total_bytes() {
   while (in >> key >> kb >> unit)
     if (key == "MemTotal:") return kb * 1024;
   return 0;
+}
+
+int64_t host_memory_available_bytes() {
+  int64_t available = 0;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+      if (key == "MemAvailable:") {
+        available = kb * 1024;
+        break;
+      }
+  }
+  // In a container the cgroup's limit is what the OOM killer enforces, not the machine's memory.
+  std::ifstream max_in("/sys/fs/cgroup/memory.max"), cur_in("/sys/fs/cgroup/memory.current");
+  std::string max_text;
+  int64_t current = 0;
+  if (max_in >> max_text && max_text != "max" && cur_in >> current) {
+    const int64_t left = std::max<int64_t>(0, std::atoll(max_text.c_str()) - current);
+    if (available == 0 || left < available) available = left;
+  }
+  return available;
 }
 
 nlohmann::json DeviceInfo::to_json() const {

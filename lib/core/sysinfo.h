@@ -26,6 +26,9 @@ DeviceInfo describe(Backend b);
 
 int64_t cpu_last_level_cache_bytes();
 int64_t host_memory_total_bytes();
+// Memory a process can still take: /proc/meminfo's MemAvailable, or less where a cgroup (v2)
+// memory.max leaves less; 0 when unknown.
+int64_t host_memory_available_bytes();
 // Total memory of GPU 0; 0 when the CUDA backend is unusable.
 int64_t cuda_memory_total_bytes();
 // "h200" from "NVIDIA H200": a short name for results/<gpu>/ folders.

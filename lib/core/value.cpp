@@ -1,6 +1,8 @@
 #include "core/value.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/units.h"
 
@@ -68,6 +70,15 @@ bool values_equal(const Value& a, const Value& b) {
   const bool as = std::holds_alternative<std::string>(a), bs = std::holds_alternative<std::string>(b);
   if (as || bs) return as && bs && std::get<std::string>(a) == std::get<std::string>(b);
   return as_number(a) == as_number(b);
+}
+
+std::string value_identity(const Value& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return "s" + *s;
+  double d = as_number(v);
+  if (d == 0) d = 0;  // -0 equals 0
+  uint64_t bits = 0;
+  std::memcpy(&bits, &d, sizeof bits);
+  return "n" + std::to_string(bits);
 }
 
 }  // namespace ib

@@ -50,5 +50,7 @@ Value value_from_json(const nlohmann::json& j);
 // Numeric view (bool as 0/1); throws std::bad_variant_access for strings.
 double as_number(const Value& v);
 bool values_equal(const Value& a, const Value& b);
+// A key equal for two values exactly when values_equal says so (a hash set's key).
+std::string value_identity(const Value& v);
 
 }  // namespace ib

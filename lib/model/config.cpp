@@ -3,17 +3,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace ib::model {
+
+// A config.json is a few KiB; past this it is not one.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
 
 int64_t ModelConfig::parameters() const {
   const int64_t h = hidden, q = q_dim(), kv = kv_dim();
@@ -392,17 +396,14 @@ void read_windows(const ConfigReader& r, const std::string& type, ModelConfig& c
 
 ModelConfig config_from_hf(const std::string& dir) {
   const std::string path = data_path(dir) + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  ModelConfig c = config_from_hf_json(text.str(), path);
+  if (::access(path.c_str(), F_OK) != 0) throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
+  ModelConfig c = config_from_hf_json(read_input_file(path, kMaxConfigBytes), path);
   c.name = dir;
   return c;
 }
 
 ModelConfig config_from_hf_json(const std::string& text, const std::string& path) {
-  if (text.size() > (size_t{16} << 20)) throw InputError(path + ": larger than 16 MiB, not a model config");
+  if (text.size() > kMaxConfigBytes) throw InputError(path + ": larger than 16 MiB, not a model config");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/errors.h"
 #include "core/half.h"
+#include "core/input_file.h"
 #include "core/output.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -118,8 +119,10 @@ struct SafetensorsFile {
   std::string path;
   nlohmann::json header;
   uint64_t data_start = 0;
+  uint64_t file_bytes = 0;
 
   explicit SafetensorsFile(std::string p) : path(std::move(p)) {
+    file_bytes = regular_file_size(path);  // a FIFO or a device is refused here, before it can block
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(path + ": cannot open");
     unsigned char len_bytes[8];
@@ -134,7 +137,9 @@ struct SafetensorsFile {
     } catch (const std::exception& e) {
       throw InputError(path + ": header is not JSON: " + e.what());
     }
+    if (!header.is_object()) throw InputError(path + ": the header is not a JSON object");
     data_start = 8 + len;
+    if (data_start > file_bytes) throw InputError(path + ": truncated header (the file holds " + std::to_string(file_bytes) + " bytes)");
   }
 };
 
@@ -144,15 +149,16 @@ class SafetensorsWeights : public WeightSource {
     namespace fs = std::filesystem;
     const std::string single = dir_ + "/model.safetensors", index = dir_ + "/model.safetensors.index.json";
     if (fs::exists(index)) {
-      std::ifstream in(index);
+      const std::string text = read_input_file(index, uint64_t{64} << 20);
       nlohmann::json j;
       try {
-        in >> j;
+        j = nlohmann::json::parse(text);
       } catch (const std::exception& e) {
         throw InputError(index + ": not JSON: " + e.what());
       }
       if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw InputError(index + ": weight_map: missing");
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string()) throw InputError(index + ": /weight_map/" + it.key() + ": not a file name");
         const std::string file = it.value().get<std::string>();
         if (!files_.count(file)) files_.emplace(file, SafetensorsFile(dir_ + "/" + file));
         where_[it.key()] = file;
@@ -228,7 +234,19 @@ class SafetensorsWeights : public WeightSource {
     if (!f.header.contains(spec.name))
       throw InputError(fmt::format("{}: tensor '{}' is listed in the index but not in the file", f.path, spec.name));
     const nlohmann::json& info = f.header.at(spec.name);
-    const std::string dtype = info.value("dtype", std::string());
+    // Every field's type checked before it is read: a hand-made header gets an error naming it.
+    auto bad = [&](const char* what) {
+      return InputError(fmt::format("{}: tensor '{}': {} (the header at /{})", f.path, spec.name, what, spec.name));
+    };
+    if (!info.is_object()) throw bad("not an object with dtype, shape and data_offsets");
+    if (!info.contains("dtype") || !info["dtype"].is_string()) throw bad("no dtype string");
+    if (!info.contains("shape") || !info["shape"].is_array()) throw bad("no shape list");
+    for (const auto& d : info["shape"])
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("a shape entry is not a non-negative integer");
+    if (!info.contains("data_offsets") || !info["data_offsets"].is_array() || info["data_offsets"].size() != 2 ||
+        !info["data_offsets"][0].is_number_unsigned() || !info["data_offsets"][1].is_number_unsigned())
+      throw bad("data_offsets is not a pair of byte offsets");
+    const std::string dtype = info["dtype"].get<std::string>();
     if (dtype != "BF16" && dtype != "F16" && dtype != "F32")
       throw InputError(fmt::format("{}: tensor '{}': dtype {} (BF16, F16 or F32 expected)", f.path, spec.name, dtype));
     const auto shape = info.at("shape").get<std::vector<int64_t>>();
@@ -237,8 +255,12 @@ class SafetensorsWeights : public WeightSource {
                                    fmt::join(spec.shape, ", ")));
     const auto off = info.at("data_offsets").get<std::vector<uint64_t>>();
     const uint64_t es = dtype == "F32" ? 4 : 2;
-    if (off.size() != 2 || off[1] - off[0] != static_cast<uint64_t>(spec.elems()) * es)
+    if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != static_cast<uint64_t>(spec.elems()) * es)
       throw InputError(fmt::format("{}: tensor '{}': data_offsets do not match its shape", f.path, spec.name));
+    // Checked here, with the headers, so a cut-short file is an input error before anything runs.
+    if (off[1] > f.file_bytes - f.data_start)
+      throw InputError(fmt::format("{}: tensor '{}': its data ends at byte {} of the data section, which holds {} bytes (truncated file?)", f.path,
+                                   spec.name, off[1], f.file_bytes - f.data_start));
     return {&f, info};
   }
 

@@ -18,15 +18,12 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
-
-#include <zlib.h>
 
 #include "core/data_dir.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "tokenizer/added_vocab.h"
 
 // The GPT-2 tokenizer compiled into the binary (constrain/vocab_embed.S).
@@ -172,51 +169,6 @@ std::unique_ptr<PostProcessor> parse_post_processor(const Json& j, int depth) {
   j["type"].fail("'" + type + "' is not supported (TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, Sequence)");
 }
 
-std::string gunzip_bounded(const std::string& in, const std::string& source) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw InputError(source + ": zlib init failed");
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  std::string out;
-  std::vector<char> buf(1 << 16);
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
-    zs.avail_out = static_cast<uInt>(buf.size());
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&zs);
-      throw InputError(source + ": not a valid gzip file");
-    }
-    out.append(buf.data(), buf.size() - zs.avail_out);
-    if (out.size() > kMaxFileBytes) {
-      inflateEnd(&zs);
-      throw InputError(source + ": more than 64 MiB once decompressed");
-    }
-  }
-  inflateEnd(&zs);
-  return out;
-}
-
-std::string maybe_gunzip(std::string raw, const std::string& source) {
-  if (raw.size() > kMaxFileBytes) throw InputError(source + ": larger than 64 MiB");
-  if (raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b)
-    return gunzip_bounded(raw, source);
-  return raw;
-}
-
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw InputError(path + ": cannot read (" + ec.message() + ")");
-  if (size > kMaxFileBytes) throw InputError(path + ": larger than 64 MiB");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(path + ": cannot read");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 struct TokenizerImpl {
@@ -237,6 +189,8 @@ std::unique_ptr<TokenizerImpl> parse(const std::string& text, const std::string&
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(source + ": not JSON (at byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range.406)
+    throw InputError(source + ": not JSON: " + e.what());
   }
   Json root(doc, "", &source);
   if (!root.is_object()) root.fail("expected an object (a tokenizer.json)");
@@ -326,9 +280,9 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   if (embedded) {
     const std::string gz(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
                          static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz));
-    text = detail::maybe_gunzip(gz, "gpt2.tokenizer.json.gz (compiled in)");
+    text = maybe_gunzip(gz, detail::kMaxFileBytes, "gpt2.tokenizer.json.gz (compiled in)");
   } else {
-    text = detail::maybe_gunzip(detail::read_file(path), path);
+    text = maybe_gunzip(read_input_file(path, detail::kMaxFileBytes), detail::kMaxFileBytes, path);
   }
   auto impl = detail::parse(text, embedded ? std::string("gpt2.tokenizer.json.gz (compiled in)") : path);
   impl->name = what;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <sys/resource.h>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
@@ -69,10 +70,18 @@ std::vector<std::string> list_files(const std::string& dir) {
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& o) {
   std::string dir = make_temp_dir();
   std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  int pipe_fds[2] = {-1, -1};
+  if (o.close_stdout_after_bytes >= 0 && ::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    int fo = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fo = pipe_fds[1] >= 0 ? pipe_fds[1] : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
+    if (o.file_size_limit >= 0) {
+      std::signal(SIGXFSZ, SIG_IGN);  // kept across exec: the write fails instead of killing
+      struct rlimit lim {static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+      if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(125);
+    }
     int fe = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int fi = ::open("/dev/null", O_RDONLY);
     dup2(fo, 1);
@@ -86,6 +95,18 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     execv(args[0], args.data());
     _exit(127);
   }
+  std::string piped;
+  if (pipe_fds[0] >= 0) {
+    ::close(pipe_fds[1]);
+    char buf[4096];
+    while (piped.size() < static_cast<size_t>(o.close_stdout_after_bytes)) {
+      const ssize_t n = ::read(pipe_fds[0], buf, std::min(sizeof buf, static_cast<size_t>(o.close_stdout_after_bytes) - piped.size()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      piped.append(buf, static_cast<size_t>(n));
+    }
+    ::close(pipe_fds[0]);
+  }
   if (o.sigint_after_ms >= 0) {
     usleep(static_cast<useconds_t>(o.sigint_after_ms) * 1000);
     kill(pid, SIGINT);
@@ -95,7 +116,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   }
   ProcessResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_text(out_path);
+  r.out = pipe_fds[0] >= 0 ? piped : read_text(out_path);
   r.err = read_text(err_path);
   ::unlink(out_path.c_str());
   ::unlink(err_path.c_str());

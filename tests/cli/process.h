@@ -1,6 +1,7 @@
 // Runs a program and captures its exit code, stdout and stderr (test helper).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,10 @@ struct ProcessOptions {
   std::string cwd;                                          // "" = inherit
   std::vector<std::pair<std::string, std::string>> env;     // added to the environment
   int sigint_after_ms = -1;                                 // send SIGINT after this long
+  // RLIMIT_FSIZE for the child, with SIGXFSZ ignored: a write past it fails (EFBIG) as on a full disk.
+  int64_t file_size_limit = -1;
+  // stdout through a pipe whose reading end closes after this many bytes (`| head -c N`).
+  int close_stdout_after_bytes = -1;
 };
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});

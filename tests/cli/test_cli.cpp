@@ -379,7 +379,7 @@ TEST_F(Cli, CtrlCKeepsTheRowsMeasuredSoFar) {
   const auto& rows = j["experiments"][0]["rows"];
   EXPECT_LT(rows.size(), 8u);
   for (const auto& row : rows) EXPECT_EQ(row["status"], "ok");
-  EXPECT_FALSE(path_exists(dir_ + "/out/results.json.tmp"));
+  for (const auto& f : list_files(dir_ + "/out")) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
 }
 
 // Bad input only a variant sees (here kv-evict's whole-number budget above 1) is still exit 2 with
@@ -402,8 +402,9 @@ TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
   EXPECT_FALSE(path_exists(dir_ + "/results")) << r.err;
 }
 
-// The same after an earlier experiment has drawn its plot: the SVG goes with the run.
-TEST_F(Cli, BadInputFoundWhileRunningRemovesThePlotsToo) {
+// #19 item 14: the same after an earlier experiment measured its rows: they stay, in complete
+// files (its plot too), and results.json says which experiment stopped the run.
+TEST_F(Cli, BadInputFoundLateKeepsTheRowsMeasuredBeforeIt) {
   write_text(dir_ + "/bad.yaml",
              "experiments:\n  - name: copy\n    kind: ceiling\n    variants: [memcpy]\n    bytes: [1MiB, 2MiB]\n"
              "    plot: {x: bytes, y: gbps}\n    min_samples: 2\n    min_time: 0\n"
@@ -411,7 +412,19 @@ TEST_F(Cli, BadInputFoundWhileRunningRemovesThePlotsToo) {
              "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
   auto r = ib({"run", "bad.yaml", "--backend", "cpu", "-q", "-o", "out"}, in_dir());
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_FALSE(path_exists(dir_ + "/out")) << (path_exists(dir_ + "/out") ? list_files(dir_ + "/out").size() : 0);
+  EXPECT_NE(r.err.find("experiment a (sliding_window"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; the run stopped: the 2 rows measured before it are in out/"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  const auto j = nlohmann::json::parse(read_text(dir_ + "/out/results.json"));
+  EXPECT_NE(j["meta"]["error"].get<std::string>().find("experiment a (sliding_window"), std::string::npos) << j["meta"];
+  ASSERT_GE(j["experiments"].size(), 1u);
+  EXPECT_EQ(j["experiments"][0]["rows"].size(), 2u);
+  for (const auto& row : j["experiments"][0]["rows"]) EXPECT_EQ(row["status"], "ok");
+  EXPECT_NE(read_text(dir_ + "/out/report.md").find("stopped early"), std::string::npos);
+  EXPECT_EQ(lines(read_text(dir_ + "/out/results.csv")), 3u);  // the header and the two rows
+  const auto files = list_files(dir_ + "/out");
+  EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const std::string& f) { return f.find(".svg") != std::string::npos; }));
+  EXPECT_FALSE(path_exists(dir_ + "/out/.infer-bench.lock"));
 }
 
 // `weights: DIR` is read when the spec is (config.json and the safetensors headers): a missing

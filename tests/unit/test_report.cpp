@@ -183,6 +183,33 @@ TEST(Report, JsonRejectsUnknownBackendsAndEmptyPlots) {
   }
 }
 
+// #19 item 9: plan.configurations of 300,000,000 in a hand-edited results.json sized an
+// allocation of gigabytes in plot/compare. It must equal the product of the axes.
+TEST(Report, JsonRejectsAConfigurationCountItsAxesDoNotMake) {
+  nlohmann::json j = json_report(fixture());
+  const size_t real = j["experiments"][0]["plan"]["configurations"].get<size_t>();
+  EXPECT_NO_THROW(results_from_json(j));
+  j["experiments"][0]["plan"]["configurations"] = 300000000;
+  try {
+    results_from_json(j);
+    ADD_FAILURE() << "accepted 300,000,000 configurations";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/experiments/0/plan/configurations: 300000000, but its axes make " + std::to_string(real)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A run that stopped on late bad input says why, and the reader keeps it.
+TEST(Report, RunErrorRoundTripsAndIsShownInTheReport) {
+  ResultSet rs = fixture();
+  rs.meta.error = "bad.yaml:2:5: experiment a (sliding_window, budget=2.5): budget 2.5 is not a fraction";
+  const ResultSet back = results_from_json(json_report(rs));
+  EXPECT_EQ(back.meta.error, rs.meta.error);
+  EXPECT_NE(markdown_report(rs).find("**stopped early**: bad.yaml:2:5"), std::string::npos);
+  EXPECT_FALSE(json_report(fixture())["meta"].contains("error"));  // a run that ran through has none
+}
+
 // ---- the chapter's figures on both backends, stdout's compact tables, the summary ----
 
 // The rows a spec's experiment would produce (every planned variant × point, ok, with the book

@@ -205,6 +205,16 @@ TEST(Runner, MemoryLimitGivesAnOomRowAndTheSweepGoesOn) {
   EXPECT_EQ(host_memory().limit(), 0);  // the limit applies to the rows only
 }
 
+// #19 item 11: without --memory-limit a CPU row past the machine's free memory grew until the OS
+// killed the run (Linux overcommits). Now the free memory is the limit, and the row is OOM.
+TEST(Runner, CpuRowPastTheFreeMemoryIsOomWithoutALimit) {
+  ExperimentResult res = run(spec_of("    variants: [hungry]\n    alloc: [1MiB, 64TiB]\n"));
+  ASSERT_EQ(res.rows.size(), 2u);
+  EXPECT_EQ(res.rows[0].status, RowStatus::Ok);
+  EXPECT_EQ(res.rows[1].status, RowStatus::Oom) << res.rows[1].message;
+  EXPECT_NE(res.rows[1].message.find("the memory free when the row began"), std::string::npos) << res.rows[1].message;
+}
+
 TEST(Runner, UnsupportedRowsSayWhy) {
   ExperimentResult res = run(spec_of("    variants: [picky, gpu_only]\n    work: [1, 2]\n"));
   ASSERT_EQ(res.rows.size(), 4u);

@@ -168,7 +168,7 @@ struct Nfa {
   // character's UTF-8 lengths and escapes), which made it build about twice the states the
   // minimal DFA keeps and minimisation then merged. Compiled once per body node.
   std::unordered_map<const RegexNode*, Re> compacted;
-  const Re& compact(const Re& x) {
+  __attribute__((noinline)) const Re& compact(const Re& x) {
     if (x->kind == RegexNode::Kind::Bytes || x->kind == RegexNode::Kind::Automaton || x->kind == RegexNode::Kind::Empty)
       return x;
     auto [it, fresh] = compacted.emplace(x.get(), x);
@@ -199,65 +199,72 @@ struct Nfa {
 
   // The parsers bound what they build (regex groups, schema levels), so this is a backstop: an
   // expression nested past it is an error, not a stack overflow in the recursion below. Real
-  // schemas stay far inside it (the deepest AST of the 340-schema corpus: 427 levels), and 1500
-  // frames fit an AddressSanitizer build's larger frames in an 8 MiB stack.
+  // schemas stay far inside it (the deepest AST of the 340-schema corpus: 427 levels). The
+  // recursion's frames are kept small (the cases with locals are functions of their own, never
+  // inlined into it), so that 1500 levels fit an AddressSanitizer build's 8 MiB stack too.
   static constexpr int kMaxBuildDepth = 1500;
   int build_depth = 0;
-  struct DepthGuard {
-    int* depth;
-    explicit DepthGuard(int* d) : depth(d) {
-      if (++*depth > kMaxBuildDepth)
-        throw RegexError("the expression nests deeper than " + std::to_string(kMaxBuildDepth) + " levels");
-    }
-    ~DepthGuard() { --*depth; }
-    DepthGuard(const DepthGuard&) = delete;
-    DepthGuard& operator=(const DepthGuard&) = delete;
-  };
+  [[noreturn]] __attribute__((noinline)) static void too_deep() {
+    throw RegexError("the expression nests deeper than " + std::to_string(kMaxBuildDepth) + " levels");
+  }
 
   int32_t build(const Re& r, int32_t next) {
     const auto key = std::make_pair(r.get(), next);
     if (auto it = built.find(key); it != built.end()) return it->second;
-    const DepthGuard guard(&build_depth);
+    if (++build_depth > kMaxBuildDepth) too_deep();
     int32_t in = next;
     switch (r->kind) {
-      case RegexNode::Kind::Empty:
-        break;
-      case RegexNode::Kind::Never:
-        in = add();  // no edge out
-        break;
-      case RegexNode::Kind::Bytes:
-        in = add();
-        set_edge(in, sets.intern(r->bytes), next);
-        break;
       case RegexNode::Kind::Concat:
         for (size_t i = r->kids.size(); i-- > 0;) in = build(r->kids[i], in);
         break;
-      case RegexNode::Kind::Alt: {
-        std::vector<int32_t> ins;
-        for (const auto& k : r->kids) ins.push_back(build(k, next));
-        in = add();
-        set_eps(in, ins.data(), ins.data() + ins.size());
+      case RegexNode::Kind::Alt:
+        in = build_alt(*r, next);
         break;
-      }
-      case RegexNode::Kind::Repeat: {
-        const Re& x = compact(r->kids[0]);
-        if (r->max < 0) {  // x{min,}: min copies, then a loop state that re-enters x or leaves
-          const int32_t loop = add();
-          const int32_t body = build(x, loop);
-          const int32_t out[2] = {body, next};
-          set_eps(loop, out, out + 2);
-          in = loop;
-        } else {  // x{0,k} then next = next | x x{0,k-1} next
-          for (int i = r->min; i < r->max; ++i) in = eps_to({build(x, in), next});
-        }
-        for (int i = 0; i < r->min; ++i) in = build(x, in);
+      case RegexNode::Kind::Repeat:
+        in = build_repeat(*r, next);
         break;
+      default:
+        in = build_leaf(*r, next);
+    }
+    --build_depth;
+    built.emplace(key, in);
+    return in;
+  }
+  __attribute__((noinline)) int32_t build_leaf(const RegexNode& r, int32_t next) {
+    switch (r.kind) {
+      case RegexNode::Kind::Never:
+        return add();  // no edge out
+      case RegexNode::Kind::Bytes: {
+        const int32_t in = add();
+        set_edge(in, sets.intern(r.bytes), next);
+        return in;
       }
       case RegexNode::Kind::Automaton:
-        in = embed(*r->dfa, next);
-        break;
+        return embed(*r.dfa, next);
+      default:  // Empty
+        return next;
     }
-    built.emplace(key, in);
+  }
+  __attribute__((noinline)) int32_t build_alt(const RegexNode& r, int32_t next) {
+    std::vector<int32_t> ins;
+    for (const auto& k : r.kids) ins.push_back(build(k, next));
+    const int32_t in = add();
+    set_eps(in, ins.data(), ins.data() + ins.size());
+    return in;
+  }
+  __attribute__((noinline)) int32_t build_repeat(const RegexNode& r, int32_t next) {
+    const Re& x = compact(r.kids[0]);
+    int32_t in = next;
+    if (r.max < 0) {  // x{min,}: min copies, then a loop state that re-enters x or leaves
+      const int32_t loop = add();
+      const int32_t body = build(x, loop);
+      const int32_t out[2] = {body, next};
+      set_eps(loop, out, out + 2);
+      in = loop;
+    } else {  // x{0,k} then next = next | x x{0,k-1} next
+      for (int i = r.min; i < r.max; ++i) in = eps_to({build(x, in), next});
+    }
+    for (int i = 0; i < r.min; ++i) in = build(x, in);
     return in;
   }
 };

@@ -20,6 +20,7 @@
 #include "constrain/token_index.h"
 #include "constrain/validator.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -104,7 +105,7 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
           } else {
             nlohmann::ordered_json schema;
             try {
-              schema = nlohmann::ordered_json::parse(source);
+              schema = parse_json_bounded<nlohmann::ordered_json>(source, c);
             } catch (const nlohmann::json::exception& e) {
               return KeyProblem{{"constraint"}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
             }
@@ -145,8 +146,13 @@ std::function<bool(const std::string&)> validity_check(const CompiledConstraint&
   Draft draft = Draft::Draft2020_12;
   parse_draft(c.notes.draft, &draft);  // the draft the compiler read it as
   return [schema, draft](const std::string& text) {
-    auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
-    return !doc.is_discarded() && SchemaValidator(*schema, draft).valid(doc);
+    nlohmann::ordered_json doc;
+    try {
+      doc = parse_json_bounded<nlohmann::ordered_json>(text, "a generated document");
+    } catch (const std::exception&) {  // not JSON, or nested past any schema's reach: invalid
+      return false;
+    }
+    return SchemaValidator(*schema, draft).valid(doc);
   };
 }
 

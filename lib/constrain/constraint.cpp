@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 
@@ -59,7 +60,7 @@ CompiledConstraint compile_constraint(const std::string& c, const std::string& s
   } else {
     nlohmann::ordered_json schema;
     try {
-      schema = nlohmann::ordered_json::parse(source);
+      schema = parse_json_bounded<nlohmann::ordered_json>(source, c);
     } catch (const nlohmann::json::exception& e) {
       throw std::runtime_error("constraint '" + c + "': the schema is not JSON: " + e.what());
     }

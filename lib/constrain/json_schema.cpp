@@ -3,6 +3,7 @@
 #include "constrain/automaton.h"
 #include "constrain/schema_dialect.h"
 #include "constrain/schema_formats.h"
+#include "core/json_input.h"
 
 #include <algorithm>
 #include <cctype>
@@ -1857,7 +1858,24 @@ Re integer_range_regex(int64_t lo, int64_t hi) {
   return re_alt(std::move(alts));
 }
 
+namespace {
+// Walked with a stack of its own, before the compiler copies any part of it (a copy recurses per
+// level): a value nested past kMaxJsonDepth (core/json_input.h) is refused first.
+void check_json_depth(const nlohmann::ordered_json& schema) {
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> stack = {{&schema, 1}};
+  while (!stack.empty()) {
+    const auto [j, depth] = stack.back();
+    stack.pop_back();
+    if (!j->is_structured()) continue;
+    if (depth > kMaxJsonDepth)
+      throw SchemaError("", "", "the schema's JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    for (const auto& v : *j) stack.emplace_back(&v, depth + 1);
+  }
+}
+}  // namespace
+
 Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options, SchemaNotes* notes) {
+  check_json_depth(schema);
   Compiler c(schema, options);
   Re out = c.compile(schema, "");
   if (notes) c.report(notes);

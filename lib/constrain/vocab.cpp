@@ -1,5 +1,6 @@
 #include "core/data_dir.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 #include "constrain/vocab.h"
 
 #include <cctype>
@@ -85,14 +86,18 @@ constexpr uint64_t kMaxTokenizerBytes = uint64_t{64} << 20;
 Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_bounded(text, name);
   } catch (const std::exception& e) {
     throw std::runtime_error(name + ": not JSON: " + e.what());
   }
   if (!j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
     throw std::runtime_error(name + ": no model.vocab (not a tokenizer.json?)");
-  const bool byte_level = uses(j.value("decoder", nlohmann::json()), "ByteLevel") || uses(j.value("pre_tokenizer", nlohmann::json()), "ByteLevel");
-  const bool byte_fallback = j["model"].value("byte_fallback", false) || uses(j.value("decoder", nlohmann::json()), "ByteFallback");
+  // By reference: value() would copy the subtree.
+  const nlohmann::json none;
+  const nlohmann::json& decoder = j.contains("decoder") ? j["decoder"] : none;
+  const nlohmann::json& pre_tokenizer = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none;
+  const bool byte_level = uses(decoder, "ByteLevel") || uses(pre_tokenizer, "ByteLevel");
+  const bool byte_fallback = j["model"].value("byte_fallback", false) || uses(decoder, "ByteFallback");
   Vocabulary v;
   v.name = name;
   // Every id and size read from the file is checked before it sizes or indexes anything.

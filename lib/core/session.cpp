@@ -18,6 +18,7 @@
 #include "core/ceilings.h"
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 #include "core/interrupt.h"
 #include "core/nvtx.h"
 #include "core/output.h"
@@ -318,7 +319,7 @@ namespace {
 ResultSet load_results(const std::string& path) {
   const std::string text = read_input_file(path, uint64_t{1} << 30);
   try {
-    return results_from_json(nlohmann::json::parse(text));
+    return results_from_json(parse_json_bounded(text, path));
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (what.size() > 160) what = what.substr(0, 160) + "...";

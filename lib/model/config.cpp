@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 
 namespace ib::model {
 
@@ -406,7 +407,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
   if (text.size() > kMaxConfigBytes) throw InputError(path + ": larger than 16 MiB, not a model config");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_bounded(text, path);
   } catch (const std::exception& e) {
     throw InputError(path + ": not JSON: " + e.what());
   }

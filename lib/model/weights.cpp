@@ -15,6 +15,7 @@
 #include "core/errors.h"
 #include "core/half.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 #include "core/output.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -133,7 +134,7 @@ struct SafetensorsFile {
     std::string text(len, '\0');
     if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw InputError(path + ": truncated header");
     try {
-      header = nlohmann::json::parse(text);
+      header = parse_json_bounded(text, path);
     } catch (const std::exception& e) {
       throw InputError(path + ": header is not JSON: " + e.what());
     }
@@ -152,7 +153,7 @@ class SafetensorsWeights : public WeightSource {
       const std::string text = read_input_file(index, uint64_t{64} << 20);
       nlohmann::json j;
       try {
-        j = nlohmann::json::parse(text);
+        j = parse_json_bounded(text, index);
       } catch (const std::exception& e) {
         throw InputError(index + ": not JSON: " + e.what());
       }

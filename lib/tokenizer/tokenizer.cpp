@@ -24,6 +24,7 @@
 #include "core/data_dir.h"
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_input.h"
 #include "tokenizer/added_vocab.h"
 
 // The GPT-2 tokenizer compiled into the binary (constrain/vocab_embed.S).
@@ -186,7 +187,7 @@ std::unique_ptr<TokenizerImpl> parse(const std::string& text, const std::string&
   if (text.size() > kMaxFileBytes) throw InputError(source + ": larger than 64 MiB");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
+    doc = parse_json_bounded(text, source);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(source + ": not JSON (at byte " + std::to_string(e.byte) + ")");
   } catch (const nlohmann::json::exception& e) {  // a number past double's range (out_of_range.406)

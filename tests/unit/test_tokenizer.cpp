@@ -388,6 +388,16 @@ TEST(TokenizerErrors, NameTheFileAndThePointer) {
     EXPECT_EQ(std::string(e.what()).rfind("DIR/tokenizer.json: not JSON (at byte", 0), 0u) << e.what();
   }
   EXPECT_THROW(Tokenizer::from_json(std::string((64u << 20) + 1, ' '), "big.json"), InputError);
+  // #19 item 5: a decoder nested 20,000 levels overflowed the stack (the first copy of it
+  // recursed per level). JSON past 512 levels is refused as it is parsed.
+  std::string deep(20000, '[');
+  deep = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":)" + deep + std::string(20000, ']') + "}";
+  try {
+    Tokenizer::from_json(deep, "DIR/tokenizer.json");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "DIR/tokenizer.json: JSON nested deeper than 512 levels") << e.what();
+  }
 }
 
 }  // namespace

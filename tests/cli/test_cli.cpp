@@ -7,24 +7,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "process.h"
+#include "infer_bench_binary.h"
 
 namespace ib::test {
 namespace {
-
-const std::string kBinary = IB_BINARY;
-const std::string kSource = IB_SOURCE_DIR;
-
-ProcessResult ib(std::vector<std::string> args, const ProcessOptions& o = {}) {
-  args.insert(args.begin(), kBinary);
-  return run_process(args, o);
-}
-
-size_t lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
 
 // A spec that runs in well under a second on the CPU backend.
 const char* kQuickSpec = R"(version: 1

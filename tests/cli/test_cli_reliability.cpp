@@ -10,20 +10,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "process.h"
+#include "infer_bench_binary.h"
 
 namespace ib::test {
 namespace {
-
-const std::string kBinary = IB_BINARY;
-const std::string kSource = IB_SOURCE_DIR;
-
-ProcessResult ib(std::vector<std::string> args, const ProcessOptions& o = {}) {
-  args.insert(args.begin(), kBinary);
-  return run_process(args, o);
-}
-
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 class Reliability : public ::testing::Test {
  protected:

@@ -499,6 +499,9 @@ TEST_F(Cli, UnwritableOutputDirectoryIsRefusedUpFront) {
 // billion sequences) is an OOM row too when it cannot be had, not a FAILED one. Run under a 4 GB
 // address-space limit so that the allocation fails at once, whatever the machine.
 TEST_F(Cli, UntrackedHostAllocationFailureIsAnOomRow) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "an address-space limit cannot hold an AddressSanitizer binary's shadow memory";
+#endif
   write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: kv-paged\n    variants: [cpu_paged]\n    batch: 2000000000\n"
                                  "    heads: 1\n    context: 2000000000\n    min_samples: 1\n    min_time: 0\n");
   auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", kBinary, "kvcache", "big.yaml", "--backend", "cpu",

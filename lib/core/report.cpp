@@ -702,13 +702,18 @@ nlohmann::json json_report(const ResultSet& rs) {
   return j;
 }
 
-ResultSet results_from_json(const nlohmann::json& j) {
+namespace {
+
+// The reader proper; *where follows it (the experiment and row being read) for the message of a
+// missing or mistyped member.
+ResultSet read_results(const nlohmann::json& j, std::string* where) {
   if (j.value("schema", std::string()) != "infer-bench/results")
     throw std::runtime_error("not an infer-bench results file");
   int version = j.value("schema_version", 0);
   if (version != kResultsSchemaVersion)
     throw std::runtime_error(fmt::format("results schema version {} (this build reads {})", version, kResultsSchemaVersion));
   ResultSet rs;
+  *where = "/meta";
   const auto& m = j.at("meta");
   rs.meta.argv = m.at("argv").get<std::vector<std::string>>();
   rs.meta.version = m.at("version").get<std::string>();
@@ -729,7 +734,10 @@ ResultSet results_from_json(const nlohmann::json& j) {
   rs.meta.spec_file = m.at("spec_file").get<std::string>();
   rs.meta.interrupted = m.at("interrupted").get<bool>();
   rs.meta.error = m.value("error", std::string());
+  *where = "/experiments";
   for (const auto& ej : j.at("experiments")) {
+    const std::string at_experiment = fmt::format("/experiments/{}", rs.experiments.size());
+    *where = at_experiment;
     ExperimentResult e;
     e.spec.name = ej.at("name").get<std::string>();
     e.spec.kind = ej.at("kind").get<std::string>();
@@ -780,6 +788,7 @@ ResultSet results_from_json(const nlohmann::json& j) {
     e.plan.points.resize(configurations);
     e.interrupted = ej.at("interrupted").get<bool>();
     for (const auto& rj : ej.at("rows")) {
+      *where = fmt::format("{}/rows/{}", at_experiment, e.rows.size());
       Row r;
       r.experiment = e.spec.name;
       r.kind = e.spec.kind;
@@ -832,6 +841,17 @@ ResultSet results_from_json(const nlohmann::json& j) {
     rs.experiments.push_back(std::move(e));
   }
   return rs;
+}
+
+}  // namespace
+
+ResultSet results_from_json(const nlohmann::json& j) {
+  std::string where;
+  try {
+    return read_results(j, &where);
+  } catch (const nlohmann::json::exception& e) {  // a member missing or of another type
+    throw std::runtime_error(fmt::format("{}: {}", where.empty() ? "/" : where, e.what()));
+  }
 }
 
 }  // namespace ib

@@ -200,6 +200,27 @@ TEST(Report, JsonRejectsAConfigurationCountItsAxesDoNotMake) {
   }
 }
 
+// #19: a member missing from a hand-edited results.json is named with the experiment and row.
+TEST(Report, JsonErrorsNameWhereTheyAre) {
+  nlohmann::json j = json_report(fixture());
+  j["experiments"][0]["rows"][1].erase("status");
+  try {
+    results_from_json(j);
+    ADD_FAILURE() << "accepted a row without status";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("/experiments/0/rows/1: ", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'status'"), std::string::npos) << e.what();
+  }
+  j = json_report(fixture());
+  j["meta"]["argv"] = 3;
+  try {
+    results_from_json(j);
+    ADD_FAILURE() << "accepted argv: 3";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("/meta: ", 0), 0u) << e.what();
+  }
+}
+
 // A run that stopped on late bad input says why, and the reader keeps it.
 TEST(Report, RunErrorRoundTripsAndIsShownInTheReport) {
   ResultSet rs = fixture();

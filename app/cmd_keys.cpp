@@ -1,4 +1,4 @@
-// infer-bench keys: the spec reference (every key of every kind), as in the README.
+// infer-bench keys: the spec reference (every key of every kind), as in docs/spec-reference.md.
 #include <cstdio>
 
 #include "cli.h"

@@ -1,4 +1,4 @@
-// Small helpers the speculative decoders (specdec.cpp, lookahead.cpp) and their kind share.
+// Small helpers the speculative decoders (the generate*.cpp loops, lookahead.cpp) and their kind share.
 #pragma once
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "core/spec.h"
+#include "core/spec_reference.h"
 
 namespace ib::app {
 

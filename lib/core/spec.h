@@ -143,7 +143,6 @@ Spec parse_spec(const std::string& text, const std::string& file, const SpecOpti
 // The keys every experiment accepts besides its kind's keys, for docs and suggestions.
 const std::vector<KeySpec>& common_keys();
 
-// The spec reference in Markdown: common keys, then each kind's keys and variants.
-std::string spec_reference_markdown();
+// The spec reference (`infer-bench keys`) is in core/spec_reference.h.
 
 }  // namespace ib

@@ -2,6 +2,7 @@
 
 #include "core/errors.h"
 #include "core/spec.h"
+#include "core/spec_reference.h"
 #include "core/sweep.h"
 
 namespace ib {

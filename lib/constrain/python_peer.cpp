@@ -25,7 +25,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attention/torch_peer.h"  // run_peer_process, last_line, result_line
+#include "core/peer_process.h"
 #include "constrain/generate.h"
 #include "constrain/kind_setup.h"
 #include "constrain/token_index.h"
@@ -214,7 +214,7 @@ class PythonPeer : public Variant {
                                      "--max-noise", fmt::format("{}", c.max_noise),
                                      "--timeout", fmt::format("{}", c.timeout)};
     const double deadline = c.timeout + peer_timeout_;
-    return read_result(attention::run_peer_process(argv, deadline), deadline);
+    return read_result(run_peer_process(argv, deadline), deadline);
   }
 
   std::vector<Metric> metrics() const override { return metrics_; }
@@ -249,7 +249,7 @@ class PythonPeer : public Variant {
     if (!f) throw std::runtime_error("cannot write the " + peer_ + " peer's input " + path);
   }
 
-  SelfMeasurement read_result(const attention::PeerProcess& p, double deadline) {
+  SelfMeasurement read_result(const PeerProcess& p, double deadline) {
     SelfMeasurement m;
     if (!p.spawn_error.empty()) {
       if (p.spawn_error == std::strerror(ENOENT))
@@ -260,10 +260,10 @@ class PythonPeer : public Variant {
     }
     if (p.timed_out)
       throw std::runtime_error(fmt::format("{} peer killed after {:.3g} s (the row's timeout + peer_timeout){}", peer_, deadline,
-                                           p.err.empty() ? "" : "; its last words: " + attention::last_line(p.err)));
-    const std::string line = attention::result_line(p.out);
+                                           p.err.empty() ? "" : "; its last words: " + last_line(p.err)));
+    const std::string line = result_line(p.out);
     if (line.empty()) {
-      const std::string why = attention::last_line(p.err);
+      const std::string why = last_line(p.err);
       throw std::runtime_error(fmt::format("{} peer (`{}`) exited with code {} and printed no result{}", peer_, python_, p.exit_code,
                                            why.empty() ? "" : ": " + why));
     }

@@ -25,8 +25,8 @@
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
-#include "attention/torch_peer.h"  // run_peer_process
 #include "constrain/python_peer.h"
+#include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/runner.h"
 #include "core/spec.h"
@@ -34,8 +34,6 @@
 namespace ib::constrain {
 namespace {
 
-using attention::PeerProcess;
-using attention::run_peer_process;
 using ib::testing::metric;
 using ib::testing::run_spec_text;
 

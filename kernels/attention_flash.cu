@@ -14,8 +14,8 @@
 #include "attention.h"
 #include "element.cuh"
 #include "flash_common.cuh"
-#include "attention/online_softmax.h"
-#include "core/cuda_check.h"
+#include "numerics/online_softmax.h"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 
@@ -277,7 +277,7 @@ void run_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream)
 //     one FMA and one ex2.approx. The row max is reduced across the quad every tile (all four
 //     lanes must agree on it); the row sum is kept per lane and reduced once at the end, since
 //     rescaling by the max-change factor is linear. O is divided by l once, at the end. This is
-//     softmax_merge (attention/online_softmax.h) specialised to registers: the running summary
+//     softmax_merge (numerics/online_softmax.h) specialised to registers: the running summary
 //     merged with a tile's, the factor exp(m_old − m_new) on the old side, the empty summary
 //     (-inf, 0) handled so that two empty sides give zeros, never NaN.
 //   - Causal: K/V tiles past the diagonal of the block's last row are never loaded. Masking

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "attention.h"
-#include "attention/flash_tiles.h"
-#include "core/cuda_check.h"
+#include "numerics/flash_tiles.h"
+#include "numerics/cuda_check.h"
 #include "element.cuh"
 #include "flash_common.cuh"
 #include "hopper.cuh"

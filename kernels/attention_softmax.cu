@@ -4,8 +4,8 @@
 
 #include "attention.h"
 #include "element.cuh"
-#include "attention/online_softmax.h"
-#include "core/cuda_check.h"
+#include "numerics/online_softmax.h"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cfloat>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 

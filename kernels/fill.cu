@@ -1,8 +1,8 @@
 #include "fill.h"
 
-#include "core/cuda_check.h"
-#include "core/half.h"
-#include "core/random.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
 
 namespace ib {
 

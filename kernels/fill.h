@@ -1,4 +1,4 @@
-// Fills device tensors with counter-based random values (core/random.h), so host references
+// Fills device tensors with counter-based random values (numerics/random.h), so host references
 // can regenerate any element without a copy back.
 #pragma once
 
@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/dtype.h"
+#include "numerics/dtype.h"
 
 namespace ib {
 

@@ -20,7 +20,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // One row's online-softmax step in base 2 on raw (unscaled) scores: softmax_merge
-// (attention/online_softmax.h) specialised to registers. `new_max` is max(row_max, the row's max
+// (numerics/online_softmax.h) specialised to registers. `new_max` is max(row_max, the row's max
 // over the new tile), already reduced over the quad (raw scores; valid because scale > 0). The
 // running max becomes new_max; the row sum (this lane's share) is rescaled; the return value is
 // alpha = exp(m_old − m_new), the factor on the output accumulated so far, and *offset =

@@ -35,8 +35,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/cuda_check.h"
-#include "core/half.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
 #include "swiglu.cuh"
 
 namespace ib {

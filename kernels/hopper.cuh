@@ -18,7 +18,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/hd.h"
+#include "numerics/hd.h"
 #include "element.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "attention.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "hopper.cuh"
 
 namespace ib {

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "core/cuda_check.h"
-#include "core/half.h"
-#include "core/random.h"
-#include "kvcache/kv_format.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
+#include "numerics/kv_format.h"
 
 namespace ib {
 

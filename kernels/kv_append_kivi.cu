@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/cuda_check.h"
-#include "core/half.h"
-#include "kvcache/kv_format.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
+#include "numerics/kv_format.h"
 #include "kv_decode_internal.cuh"
 
 namespace ib {

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "kv_decode_internal.cuh"
 
 namespace ib {

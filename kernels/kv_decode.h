@@ -2,7 +2,7 @@
 // contiguous or paged (block tables), or int4 / int2 KIVI (contiguous), split-K ("flash-decoding"): `splits` blocks share each
 // (sequence, kv head), write partial (max, sum, output) to a workspace, and a second kernel
 // merges them. The layouts and quantization rules are those of lib/kvcache/decode_problem.h and
-// lib/kvcache/kv_format.h.
+// lib/numerics/kv_format.h.
 #pragma once
 
 #include <cstddef>
@@ -65,7 +65,7 @@ void launch_kv_amax(float* k_amax, float* v_amax, const uint16_t* k_new, const u
                     int head_dim, int n_tokens, const int32_t* count, cudaStream_t stream);
 
 // ---- int4 / int2 (KIVI) cache, contiguous (layouts of lib/kvcache/decode_problem.h, rules of
-// lib/kvcache/kv_format.h with B = bits, 4 or 2) ----
+// lib/numerics/kv_format.h with B = bits, 4 or 2) ----
 struct KiviCacheView {
   uint8_t* k_codes = nullptr;    // [batch][kv_heads][capacity][head_dim · bits / 8] packed codes, 8 / bits per byte
   uint8_t* v_codes = nullptr;

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "kv_decode.h"
 
 namespace ib::detail {

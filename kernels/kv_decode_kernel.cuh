@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "core/half.h"
+#include "numerics/half.h"
 #include "kv_decode_internal.cuh"
 
 namespace ib::detail {

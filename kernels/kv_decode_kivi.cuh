@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "core/half.h"
+#include "numerics/half.h"
 #include "kv_decode_internal.cuh"
 
 namespace ib::detail {

@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/cuda_check.h"
-#include "core/half.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
 #include "kv_decode_internal.cuh"
 
 namespace ib {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "model_ops_internal.cuh"
 #include "swiglu.cuh"
 

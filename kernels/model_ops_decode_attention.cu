@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "attention/online_softmax.h"
-#include "core/cuda_check.h"
+#include "numerics/online_softmax.h"
+#include "numerics/cuda_check.h"
 #include "model_ops_internal.cuh"
 
 namespace ib {

@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "constrain_mask.h"
-#include "core/cuda_check.h"
-#include "model/sample.h"
+#include "numerics/cuda_check.h"
+#include "numerics/sampling.h"
 
 namespace ib {
 
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(const float* __r
     n_kept = c.count_ge;
     if (!in_shared && n_kept <= static_cast<unsigned int>(kSampleCand)) compact();
   }
-  const float u = model::sample_uniform(seed, step, row_base + row);
+  const float u = sample_uniform(seed, step, row_base + row);
   unsigned long long target = static_cast<unsigned long long>(floor(static_cast<double>(u) * static_cast<double>(kept)));
   if (kept > 0 && target >= kept) target = kept - 1;
   const Cross c = in_shared ? radix_cross(sk, lower, false, target, true, sh) : radix_cross(gk, lower, false, target, true, sh);

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/half.h"
+#include "numerics/half.h"
 
 namespace ib {
 

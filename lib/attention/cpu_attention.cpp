@@ -10,12 +10,12 @@
 #include <fmt/format.h>
 
 #include "attention/problem.h"
-#include "attention/online_softmax.h"
+#include "numerics/online_softmax.h"
 #include "attention/variant_common.h"
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 #include "core/backend.h"
 #include "core/memory.h"
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 #include "core/registry.h"
 
 namespace ib::attention {

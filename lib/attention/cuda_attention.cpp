@@ -12,9 +12,9 @@
 #include "attention/problem.h"
 #include "attention/variant_common.h"
 #include "core/cublas.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "core/half.h"
+#include "numerics/half.h"
 #include "core/registry.h"
 #include "fill.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/random.h"
+#include "numerics/dtype.h"
+#include "numerics/random.h"
 #include "core/sweep.h"
 #include "core/variant.h"
 

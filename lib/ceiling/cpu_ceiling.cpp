@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include "ceiling/gemm_check.h"
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 #include "core/memory.h"
-#include "core/parallel.h"
-#include "core/random.h"
+#include "numerics/parallel.h"
+#include "numerics/random.h"
 #include "core/registry.h"
 
 namespace ib {

@@ -6,10 +6,10 @@
 
 #include "ceiling/gemm_check.h"
 #include "core/cublas.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "core/dtype.h"
-#include "core/random.h"
+#include "numerics/dtype.h"
+#include "numerics/random.h"
 #include "core/registry.h"
 #include "fill.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace ib {
 

@@ -8,7 +8,7 @@
 
 #include "constrain/automaton.h"
 #include "constrain/automaton_internal.h"
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace ib::constrain::detail {
 

@@ -17,7 +17,7 @@
 
 #include "constrain/automaton.h"
 #include "constrain/regex.h"
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace ib::constrain::detail {
 

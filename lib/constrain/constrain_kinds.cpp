@@ -22,8 +22,8 @@
 #include "core/errors.h"
 #include "core/json_input.h"
 #include "core/memory.h"
-#include "core/parallel.h"
-#include "core/random.h"
+#include "numerics/parallel.h"
+#include "numerics/random.h"
 #include "core/registry.h"
 #include "core/stats.h"
 

@@ -19,7 +19,7 @@
 #include "constrain/masked_argmax.h"
 #include "model/text_prompt.h"
 #include "core/errors.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "core/stats.h"
 #include "model/decode_variants.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace ib::constrain {
 

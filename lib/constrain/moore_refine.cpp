@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "constrain/token_index_internal.h"
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace ib::constrain {
 

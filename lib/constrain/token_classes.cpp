@@ -10,8 +10,8 @@
 #include "constrain/interner.h"
 #include "constrain/token_index_internal.h"
 #include "core/backend.h"
-#include "core/parallel.h"
-#include "core/random.h"
+#include "numerics/parallel.h"
+#include "numerics/random.h"
 
 namespace ib::constrain {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "constrain/token_index_internal.h"
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 
 namespace ib::constrain {
 

@@ -111,8 +111,8 @@ MaskClasses token_classes(const Dfa& dfa, const VocabTrie& trie, TextProfile* te
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,
                   const TextProfile* text = nullptr);
 
-struct StringRefinement;  // token_index.cpp: the DFA refined over strings of string bytes
-struct Utf8Pieces;        // token_index.cpp: a vocabulary's subtrees of valid string content
+struct StringRefinement;  // token_index_internal.h: the DFA refined over strings of string bytes
+struct Utf8Pieces;        // token_index_internal.h: a vocabulary's subtrees of valid string content
 
 // Tokens gathered by trie walks for reuse: a list while short, a bitmap (`words` words) once it
 // holds more tokens than the bitmap has words or takes a subtree with a bitmap whole.

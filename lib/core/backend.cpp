@@ -20,15 +20,6 @@ std::optional<Backend> backend_from_string(const std::string& s) {
   return std::nullopt;
 }
 
-unsigned cpu_threads() {
-  if (const char* env = std::getenv("INFER_BENCH_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return static_cast<unsigned>(n);
-  }
-  unsigned n = std::thread::hardware_concurrency();
-  return n ? n : 1;
-}
-
 namespace {
 
 class CpuTimer : public SampleTimer {

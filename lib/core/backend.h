@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/memory.h"
+#include "numerics/parallel.h"  // cpu_threads
 
 namespace ib {
 
@@ -53,7 +54,5 @@ std::string cuda_unavailable_reason();
 // "auto" -> Cuda when usable else Cpu; "cuda" when unusable -> InputError naming why.
 Backend resolve_backend(const std::string& requested);
 
-// Hardware threads the CPU variants use.
-unsigned cpu_threads();
 
 }  // namespace ib

@@ -7,7 +7,7 @@
 
 #include "core/backend.h"
 #include "core/cublas.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
 #include "core/sysinfo.h"

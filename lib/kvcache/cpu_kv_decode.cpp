@@ -16,7 +16,7 @@
 
 #include "core/backend.h"
 #include "core/memory.h"
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 #include "core/registry.h"
 #include "kvcache/decode_problem.h"
 

@@ -1,5 +1,5 @@
 // CUDA variants of `kv-quant` (bf16, fp8, int8, int4, int2) and `kv-paged` (contiguous, paged): split-K
-// decode attention (kernels/kv_decode.cu) over a cache that the variant fills through its own
+// decode attention (kernels/kv_decode_kernel.cuh, kv_decode_kivi.cuh) over a cache that the variant fills through its own
 // quantize-on-append path from the counter-based inputs of decode_problem.h, so the gate checks
 // the append kernels (stored bytes and scales) before it checks the attention.
 #include <algorithm>
@@ -10,10 +10,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "core/dtype.h"
-#include "core/half.h"
+#include "numerics/dtype.h"
+#include "numerics/half.h"
 #include "core/registry.h"
 #include "fill.h"
 #include "kv_decode.h"

@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/half.h"
+#include "numerics/random.h"
+#include "numerics/half.h"
 #include "core/sweep.h"
 #include "core/variant.h"
-#include "kvcache/kv_format.h"
+#include "numerics/kv_format.h"
 
 namespace ib::kvcache {
 

@@ -3,7 +3,7 @@
 // and cuda_kv_decode.cpp.
 #include "core/registry.h"
 #include "kvcache/decode_problem.h"
-#include "kvcache/kv_format.h"
+#include "numerics/kv_format.h"
 #include "kvcache/kv_kinds.h"
 
 namespace ib::kvcache {

@@ -9,7 +9,7 @@
 #include "core/memory.h"
 #include "core/registry.h"
 #include "core/sysinfo.h"
-#include "kvcache/kv_format.h"
+#include "numerics/kv_format.h"
 #include "model/config.h"
 
 namespace ib::kvcache {

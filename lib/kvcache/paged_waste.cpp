@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "core/registry.h"
 #include "kvcache/block_manager.h"
 

@@ -12,10 +12,10 @@
 #include <fmt/ranges.h>
 #include <immintrin.h>
 
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 #include "core/errors.h"
 #include "core/memory.h"
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 #include "model/model.h"
 #include "model/sequence_table.h"
 #include "model/token_tree.h"

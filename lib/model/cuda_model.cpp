@@ -5,7 +5,7 @@
 // 8 rows (decode steps, short verify passes, the LM head of a prefill's last token; there the
 // gate/up GEMV applies SwiGLU itself), prefill
 // attention is FlashAttention-2 reading the KV cache in place, decode attention a split-K kernel
-// over each sequence's cache (kernels/model_ops.cu). A decode step can be captured once per batch
+// over each sequence's cache (kernels/model_ops_decode_attention.cu). A decode step can be captured once per batch
 // size into a CUDA graph and replayed: its per-step inputs (token ids, cache pointers, positions)
 // live in one fixed device block that a single copy refreshes before each replay.
 #include <algorithm>
@@ -23,11 +23,12 @@
 #include <fmt/format.h>
 
 #include "attention.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
+#include "numerics/cuda_handles.h"
 #include "core/cuda_memory.h"
-#include "core/dtype.h"
+#include "numerics/dtype.h"
 #include "core/errors.h"
-#include "core/half.h"
+#include "numerics/half.h"
 #include "fill.h"
 #include "gemv.h"
 #include "model/model.h"
@@ -37,96 +38,6 @@
 
 namespace ib::model {
 namespace {
-
-// ---- RAII for the CUDA objects the engine owns ----
-
-class OwnedStream {
- public:
-  OwnedStream() { IB_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~OwnedStream() {
-    if (s_) (void)cudaStreamDestroy(s_);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class OwnedEvent {
- public:
-  OwnedEvent() { IB_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
-  ~OwnedEvent() {
-    if (e_) (void)cudaEventDestroy(e_);
-  }
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
-
-// A private cuBLAS handle: the engine binds its own workspace to it (so stream capture never
-// allocates), which must not leak into the process-wide handle of core/cublas.h that other code
-// shares, nor outlive the engine's workspace buffer.
-class OwnedCublas {
- public:
-  OwnedCublas() { IB_CUBLAS_CHECK(cublasCreate(&h_)); }
-  ~OwnedCublas() {
-    if (h_) (void)cublasDestroy(h_);
-  }
-  OwnedCublas(const OwnedCublas&) = delete;
-  OwnedCublas& operator=(const OwnedCublas&) = delete;
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
-
-// Pinned host memory for the per-step upload (a real asynchronous copy).
-class PinnedBytes {
- public:
-  explicit PinnedBytes(size_t bytes) { IB_CUDA_CHECK(cudaMallocHost(&p_, bytes)); }
-  ~PinnedBytes() {
-    if (p_) (void)cudaFreeHost(p_);
-  }
-  PinnedBytes(const PinnedBytes&) = delete;
-  PinnedBytes& operator=(const PinnedBytes&) = delete;
-  unsigned char* data() { return static_cast<unsigned char*>(p_); }
-
- private:
-  void* p_ = nullptr;
-};
-
-class OwnedGraph {
- public:
-  explicit OwnedGraph(cudaGraph_t g) : g_(g) {}
-  ~OwnedGraph() {
-    if (g_) (void)cudaGraphDestroy(g_);
-  }
-  OwnedGraph(const OwnedGraph&) = delete;
-  OwnedGraph& operator=(const OwnedGraph&) = delete;
-  cudaGraph_t get() const { return g_; }
-
- private:
-  cudaGraph_t g_ = nullptr;
-};
-
-class OwnedGraphExec {
- public:
-  explicit OwnedGraphExec(cudaGraphExec_t e) : e_(e) {}
-  ~OwnedGraphExec() {
-    if (e_) (void)cudaGraphExecDestroy(e_);
-  }
-  OwnedGraphExec(const OwnedGraphExec&) = delete;
-  OwnedGraphExec& operator=(const OwnedGraphExec&) = delete;
-  cudaGraphExec_t get() const { return e_; }
-
- private:
-  cudaGraphExec_t e_ = nullptr;
-};
 
 using Bf16Buffer = DeviceBuffer<uint16_t>;
 
@@ -160,7 +71,7 @@ struct TreeInputs {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
 constexpr int kFlashMinRows = 16;  // fewer query rows: the split-K kernel has more parallelism than flash2's one query tile
-constexpr int kMaxSplits = 64;     // kDecMaxSplits in model_ops.cu
+constexpr int kMaxSplits = 64;     // kDecMaxSplits in model_ops_decode_attention.cu
 constexpr int kMaxLaunchRows = 65535;
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "core/stats.h"
 
 namespace ib::model {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kvcache/kv_format.h"
+#include "numerics/kv_format.h"
 #include "model/config.h"
 #include "model/sample.h"
 #include "model/weights.h"

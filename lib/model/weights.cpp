@@ -11,14 +11,14 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/dtype.h"
+#include "numerics/dtype.h"
 #include "core/errors.h"
-#include "core/half.h"
+#include "numerics/half.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "core/output.h"
-#include "core/parallel.h"
-#include "core/random.h"
+#include "numerics/parallel.h"
+#include "numerics/random.h"
 
 namespace ib::model {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "specdec/specdec_internal.h"
 #include "specdec/step_helpers.h"
 

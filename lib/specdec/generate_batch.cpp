@@ -6,7 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "specdec/specdec_internal.h"
 #include "specdec/step_helpers.h"
 

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "specdec/specdec_internal.h"
 #include "specdec/step_helpers.h"
 

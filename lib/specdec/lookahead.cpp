@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "specdec/step_helpers.h"
 
 namespace ib::specdec {

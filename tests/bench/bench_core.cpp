@@ -3,7 +3,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 #include "core/spec.h"
 #include "core/stats.h"
 

@@ -4,7 +4,7 @@
 // inserts 125 blocks and evicts as many.
 #include <benchmark/benchmark.h>
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "prefix/prefix_server.h"
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 
 namespace ib::testing {

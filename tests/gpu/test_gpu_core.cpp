@@ -10,12 +10,12 @@
 
 #include "core/backend.h"
 #include "core/ceilings.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
-#include "core/half.h"
+#include "numerics/half.h"
 #include "core/memory.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "core/runner.h"
 #include "fill.h"
 

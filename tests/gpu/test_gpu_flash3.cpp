@@ -34,10 +34,10 @@
 #include "attention.h"
 #include "attention/cuda_params.h"
 #include "attention/problem.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "core/half.h"
-#include "core/parallel.h"
+#include "numerics/half.h"
+#include "numerics/parallel.h"
 #include "fill.h"
 #include "hopper_probe.h"
 

@@ -21,10 +21,10 @@
 #include "test_stream.h"
 
 #include "core/cublas.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "core/half.h"
-#include "core/random.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
 #include "gemv.h"
 #include "model_ops.h"
 

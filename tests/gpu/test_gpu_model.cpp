@@ -21,11 +21,11 @@
 #include "test_stream.h"
 
 #include "core/backend.h"
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
 #include "core/memory.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "model/model.h"
 #include "model_ops.h"
 

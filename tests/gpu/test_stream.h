@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_check.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::testing {
 

@@ -10,7 +10,7 @@
 
 #include "../common/run_kind.h"
 
-#include "attention/online_softmax.h"
+#include "numerics/online_softmax.h"
 #include "attention/problem.h"
 #include "core/runner.h"
 #include "core/spec.h"

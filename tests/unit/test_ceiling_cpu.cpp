@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 #include "core/ceilings.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "core/runner.h"
 
 namespace ib {

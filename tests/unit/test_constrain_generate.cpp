@@ -13,7 +13,7 @@
 #include "constrain/kind_setup.h"
 #include "constrain/masked_argmax.h"
 #include "core/errors.h"
-#include "core/random.h"
+#include "numerics/random.h"
 #include "model/decode_variants.h"
 
 namespace ib::constrain {

@@ -1,4 +1,4 @@
-// The tile and mask rules of flash3 (attention/flash_tiles.h) against the visibility rule of the
+// The tile and mask rules of flash3 (numerics/flash_tiles.h) against the visibility rule of the
 // float64 reference (AttentionShape::first_key / visible_keys), by brute force over small
 // shapes: every tile holding a key some row of the block sees is visited, and the first and last
 // visited tiles each hold such a key (no tile is loaded for nothing at either end); key_hidden is
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "attention/flash_tiles.h"
+#include "numerics/flash_tiles.h"
 #include "attention/problem.h"
 
 namespace ib::attention {

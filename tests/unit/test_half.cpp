@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/dtype.h"
-#include "core/half.h"
-#include "core/random.h"
+#include "numerics/dtype.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
 
 namespace ib {
 namespace {

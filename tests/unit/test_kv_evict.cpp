@@ -17,7 +17,7 @@
 
 #include "../common/run_kind.h"
 
-#include "core/random.h"
+#include "numerics/random.h"
 #include "kvcache/eviction.h"
 #include "kvcache/synthetic_attention.h"
 #include "model/decode_variants.h"

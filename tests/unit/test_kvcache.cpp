@@ -14,7 +14,7 @@
 #include "kvcache/block_manager.h"
 #include "kvcache/decode_problem.h"
 #include "core/stats.h"
-#include "kvcache/kv_format.h"
+#include "numerics/kv_format.h"
 #include "model/decode_variants.h"
 #include "model/model.h"
 

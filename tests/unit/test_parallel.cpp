@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 
 namespace ib {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/hd.h"
+#include "numerics/hd.h"
 
 namespace ib {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/hd.h"
+#include "numerics/hd.h"
 
 namespace ib {
 

@@ -7,7 +7,7 @@
 // AttentionShape::first_key/visible_keys (the float64 reference's rule).
 #pragma once
 
-#include "core/hd.h"
+#include "numerics/hd.h"
 
 namespace ib {
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "core/half.h"
+#include "numerics/half.h"
 
 namespace ib {
 

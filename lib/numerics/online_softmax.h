@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "core/hd.h"
+#include "numerics/hd.h"
 
 namespace ib {
 

@@ -1,10 +1,10 @@
-#include "ceiling/sgemm.h"
+#include "numerics/sgemm.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 
 namespace ib {
 

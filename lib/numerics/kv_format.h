@@ -35,8 +35,8 @@
 #include <optional>
 #include <string>
 
-#include "core/half.h"
-#include "core/hd.h"
+#include "numerics/half.h"
+#include "numerics/hd.h"
 
 namespace ib::kvcache {
 

@@ -1,4 +1,4 @@
-#include "core/parallel.h"
+#include "numerics/parallel.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -7,9 +7,18 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
+#include <cstdlib>
 
 namespace ib {
+
+unsigned cpu_threads() {
+  if (const char* env = std::getenv("INFER_BENCH_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? n : 1;
+}
 namespace {
 
 // Set on the pool's workers, and on a caller while its parallel_for runs: a parallel_for inside

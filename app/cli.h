@@ -51,11 +51,7 @@ void register_info(Cli& cli);
 void register_keys(Cli& cli);
 void register_plot(Cli& cli);
 void register_compare(Cli& cli);
-void register_attention(Cli& cli);
-void register_constrain(Cli& cli);
-void register_decode(Cli& cli);
-void register_prefix(Cli& cli);
-void register_specdec(Cli& cli);
-void register_kvcache(Cli& cli);
+// attention, constrain, decode, prefix, specdec, kvcache: one table (cmd_technique.cpp).
+void register_techniques(Cli& cli);
 
 }  // namespace ib::app

@@ -30,12 +30,7 @@ int main(int argc, char** argv) {
   ib::app::register_keys(cli);
   ib::app::register_plot(cli);
   ib::app::register_compare(cli);
-  ib::app::register_attention(cli);
-  ib::app::register_constrain(cli);
-  ib::app::register_decode(cli);
-  ib::app::register_prefix(cli);
-  ib::app::register_specdec(cli);
-  ib::app::register_kvcache(cli);
+  ib::app::register_techniques(cli);
 
   try {
     cli.app.parse(argc, argv);

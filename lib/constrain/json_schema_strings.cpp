@@ -1,0 +1,140 @@
+// Strings: JSON string syntax (escapes, the raw characters), and pattern, format and minLength/maxLength,
+// each a language of raw characters, intersected.
+#include "constrain/json_schema_internal.h"
+
+#include "constrain/schema_formats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+namespace ib::constrain {
+
+namespace detail {
+
+namespace {
+
+Re hex_digit() { return re_bytes(range_set('0', '9') | range_set('a', 'f') | range_set('A', 'F')); }
+
+// A JSON escape sequence: \" \\ \/ \b \f \n \r \t or \uXXXX (no lone surrogate).
+Re json_escape() {
+  ByteSet simple;
+  for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
+  // \uXXXX outside the surrogate block D800-DFFF (a lone surrogate is not a character).
+  Re not_d = re_bytes(range_set('0', '9') | range_set('a', 'c') | range_set('A', 'C') | range_set('e', 'f') | range_set('E', 'F'));
+  Re d = re_bytes(range_set('d', 'd') | range_set('D', 'D'));
+  Re u4 = re_alt({re_concat({not_d, re_repeat(hex_digit(), 3, 3)}),
+                  re_concat({d, re_bytes(range_set('0', '7')), re_repeat(hex_digit(), 2, 2)})});
+  return re_concat({re_byte('\\'), re_alt({re_bytes(simple), re_concat({re_byte('u'), u4})})});
+}
+
+Re json_char() {
+  static const Re r = re_alt({raw_string_char(), json_escape()});
+  return r;
+}
+
+}  // namespace
+
+// Characters a JSON string holds unescaped.
+const std::vector<CodePointRange>& raw_string_chars() {
+  static const std::vector<CodePointRange> r = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
+  return r;
+}
+
+// One character a JSON string holds unescaped. The AST is immutable, so one node serves every
+// string: the NFA construction then compiles a repeated character once per schema.
+Re raw_string_char() {
+  static const Re r = re_code_points(raw_string_chars());
+  return r;
+}
+
+// String contents with at least one escape: where the compiler writes raw characters only (pattern,
+// format, enum strings, keys), another spelling of the same string that an over-approximation
+// must hold.
+Re escaped_content() { return re_concat({re_star(json_char()), json_escape(), re_star(json_char())}); }
+
+Re quoted(Re inner) { return re_concat({re_byte('"'), std::move(inner), re_byte('"')}); }
+
+// A format's language of raw characters (schema_formats.h); nullptr where it asserts nothing
+// on strings (a format this table does not know is reported, see SchemaNotes).
+Re Compiler::format(const json& s, const std::string& ptr) {
+  if (!s.contains("format")) return nullptr;
+  if (!s["format"].is_string()) fail("format", ptr + "/format", "format must be a string");
+  const std::string f = s["format"].get<std::string>();
+  if (over_ && f == "byte") {  // OpenAPI's, which validators do not assert (see integer)
+    ++over_changes_;
+    return nullptr;
+  }
+  const auto pattern = format_pattern(f);
+  if (!pattern) {
+    if (!integer_format_range(f) && !format_without_constraint(f)) unasserted_[f].insert(ptr + "/format");
+    return nullptr;
+  }
+  // The table is fixed: each format is parsed once per process (schemas may compile on several
+  // threads, hence the lock).
+  static std::mutex lock;
+  static std::map<std::string, Re> cache;
+  const std::lock_guard<std::mutex> hold(lock);
+  auto it = cache.find(f);
+  if (it == cache.end()) it = cache.emplace(f, parse_regex(*pattern, &raw_string_chars()).re).first;
+  return it->second;
+}
+
+int Compiler::length_bound(const json& s, const char* k, const std::string& ptr) {
+  if (!s.contains(k)) return -1;
+  const json& x = s[k];
+  const bool integral = x.is_number_integer() || (x.is_number_float() && std::floor(x.get<double>()) == x.get<double>());
+  if (!integral || x.get<double>() < 0) fail(k, ptr + "/" + k, std::string(k) + " must be a non-negative integer");
+  const int64_t v = static_cast<int64_t>(x.get<double>());
+  if (v > 100000) fail(k, ptr + "/" + k, std::string(k) + " above 100000 is not supported");
+  return static_cast<int>(v);
+}
+
+Re Compiler::string(const json& s, const std::string& ptr) {
+  const int mn = length_bound(s, "minLength", ptr), mx = length_bound(s, "maxLength", ptr);
+  const bool lengths = mn >= 0 || mx >= 0;
+  if (mn >= 0 && mx >= 0 && mn > mx) fail("minLength", ptr, "minLength is above maxLength");
+  const Re format_lang = format(s, ptr);
+  if (!format_lang && !s.contains("pattern")) return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
+  // Under a pattern or a format the content is written without escapes (documented), so the
+  // decoded string is the written one: each keyword is a language of raw characters, lengths
+  // count them (code points), and together they are the intersection.
+  std::vector<Re> parts;
+  std::string what;
+  if (format_lang) {
+    parts.push_back(format_lang);
+    what = "format";
+  }
+  if (s.contains("pattern")) {
+    if (!s["pattern"].is_string()) fail("pattern", ptr + "/pattern", "pattern must be a string");
+    ParsedRegex p;
+    try {
+      p = parse_regex(s["pattern"].get<std::string>(), &raw_string_chars());
+    } catch (const RegexError& e) {
+      fail("pattern", ptr + "/pattern", e.what());
+    }
+    // JSON Schema patterns are not anchored: an unanchored side admits any characters.
+    Re any = re_star(raw_string_char());
+    parts.push_back(re_concat({p.anchored_start ? re_empty() : any, p.re, p.anchored_end ? re_empty() : any}));
+    what = what.empty() ? "pattern" : "pattern with " + what;
+  }
+  if (lengths) {
+    parts.push_back(re_repeat(raw_string_char(), std::max(mn, 0), mx));
+    what += " with minLength/maxLength";
+  }
+  const std::string keyword = s.contains("pattern") ? "pattern" : "format";
+  Re content = parts.size() == 1 ? parts[0] : product(parts, ProductRule::Intersection, keyword, ptr, what);
+  if (content->kind == RegexNode::Kind::Never) fail(keyword, ptr, "no string satisfies " + what);
+  // Other spellings: the same characters with escapes.
+  return quoted(over_ ? over_also(content, escaped_content()) : content);
+}
+
+}  // namespace detail
+
+using detail::json_char;
+using detail::quoted;
+
+Re json_string_regex() { return quoted(re_star(json_char())); }
+
+}  // namespace ib::constrain

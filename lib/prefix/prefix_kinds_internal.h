@@ -1,0 +1,90 @@
+// What the three prefix kinds share, declared for their files (system_prompt_kind.cpp, mixed_kind.cpp,
+// cost_kind.cpp): the workload keys and options, the engine the two engine kinds build, the cache
+// options and the variant lists. Defined once, in prefix_kinds.cpp (Engine here).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/backend.h"
+#include "core/errors.h"
+#include "core/registry.h"
+#include "core/sweep.h"
+#include "core/value.h"
+#include "model/decode_variants.h"
+#include "prefix/prefix_server.h"
+#include "prefix/workload.h"
+
+namespace ib::prefix::detail {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0);
+
+double median_of(const std::vector<double>& v);
+
+constexpr int64_t kUnbounded = int64_t{1} << 40;
+
+// ---- keys ----
+
+std::vector<KeySpec> model_keys();
+KeySpec block_size_key();
+std::vector<KeySpec> system_prompt_keys(bool for_cost);
+std::vector<KeySpec> mixed_keys();
+// Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
+// chat_share + fewshot_share at most 1 wherever a mixed workload reads them.
+std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values);
+MixedOptions mixed_options(const Point& p);
+
+// ---- the engine side shared by system-prompt and mixed ----
+
+struct Engine {
+  model::ModelConfig config;
+  std::unique_ptr<model::Model> model;
+  double kv_bytes_per_token = 0;
+
+  void build(const Point& p, Backend backend, BackendRuntime& rt, uint64_t seed, int max_prompt) {
+    model::ModelChoice m = model::choose_model(p, seed);
+    config = m.config;
+    if (max_prompt > config.max_positions)
+      throw InputError(fmt::format("a {}-token prompt exceeds {}'s {} positions", max_prompt, config.name, config.max_positions));
+    if (backend == Backend::Cuda) {
+      model::EngineOptions o;
+      o.matmul = model::matmul_of(p);
+      o.max_batch = 1;
+      o.max_prefill = std::min(std::max(max_prompt, 16), 8192);
+      model = model::make_cuda_model(config, *m.weights, o, rt.stream());
+    } else {
+      model = model::make_cpu_model(config, *m.weights);
+    }
+    kv_bytes_per_token = static_cast<double>(config.kv_elems_per_token()) * (backend == Backend::Cuda ? 2.0 : 4.0);
+  }
+  std::vector<float> full_prefill_logits(const std::vector<int32_t>& t) {
+    std::vector<float> l(static_cast<size_t>(config.vocab));
+    const int s = model->new_sequence(static_cast<int>(t.size()));
+    model::StepOutput out;
+    out.logits = l.data();
+    model->prefill(s, t.data(), static_cast<int>(t.size()), 1, out);
+    model->release(s);
+    return l;
+  }
+};
+
+ServerOptions server_options(const Point& p, CacheKind kind, int64_t default_capacity);
+
+// ---- kinds ----
+
+// The names of `keys` but those in `drop` (a variant's VariantDecl::uses).
+std::vector<std::string> all_but(const std::vector<KeySpec>& keys, const std::vector<std::string>& drop);
+// The six variants of an engine kind (none, block_hash, radix, and their cpu_ twins); `cache_only`:
+// the keys only the caching variants read.
+std::vector<VariantDecl> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only);
+
+}  // namespace ib::prefix::detail

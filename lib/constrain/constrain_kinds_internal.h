@@ -1,0 +1,21 @@
+// The registration helpers the constrain kinds' files share (compile_mask_kinds.cpp,
+// generation_kinds.cpp, overhead_kind.cpp, keywords_kind.cpp); defined once, in kind_setup.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/value.h"
+
+namespace ib::constrain::detail {
+
+// A constrain kind; one with a `constraint` key checks it at spec time (check_constraint_keys).
+KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySpec> keys, std::vector<VariantDecl> variants);
+// A host variant (backend Cpu, VariantDecl::host) that reads every key of its kind. The mask work
+// is host work: these variants run on the CPU whichever backend is selected.
+VariantDecl host(std::string name, std::string doc);
+// `keys` followed by `more`.
+std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more);
+
+}  // namespace ib::constrain::detail

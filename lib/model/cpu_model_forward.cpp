@@ -1,0 +1,337 @@
+// The CPU engine's forward pass and the float32 arithmetic only it uses (GEMV/SGEMM, the attention
+// dot product, RMSNorm, RoPE): kept in one file so that each product's order of operations is
+// visible next to the pass whose decode/verify bit-for-bit agreement depends on it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+#include <immintrin.h>
+
+#include "numerics/sgemm.h"
+#include "numerics/parallel.h"
+#include "model/cpu_model_internal.h"
+#include "model/sample.h"
+
+namespace ib::model::cpu_detail {
+namespace {
+
+template <class F>
+void run_chunks(bool parallel, size_t n, F&& body) {
+  if (parallel) parallel_for(n, body);
+  else if (n) body(0, n);
+}
+
+// The GEMV-class product of decode steps and verify passes: y[r][o] for o in [o0, o1) as one
+// fused multiply-add per input in input order, so a row's result is the same bit for bit whatever
+// the other rows of the batch (a verify pass of K tokens scores each exactly as a decode step
+// would, and greedy speculative decoding reproduces the target's own tokens). Rows go in blocks
+// of up to 4 against 16 output columns held in registers.
+template <int NR>
+__attribute__((target("avx2,fma"))) void gemv_tile_avx2(const float* x, int in, const float* wt, int out, int o, float* y) {
+  __m256 acc[NR][2];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int i = 0; i < in; ++i) {
+    const float* w = wt + static_cast<size_t>(i) * out + o;
+    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + static_cast<size_t>(r) * in + i);
+      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * out + o, acc[r][0]);
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * out + o + 8, acc[r][1]);
+  }
+}
+
+// Column slices outer, row blocks inner: a 16-column slice of the weights (in × 64 bytes) is read
+// from memory once and stays in the L1/L2 cache for every block of rows, so a verify pass of 30
+// rows streams the weights once, not once per 4 rows. Each output's operations are the same in
+// either order.
+__attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
+  int o = o0;
+  for (; o + 16 <= o1; o += 16)
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+      const float* xr = x + static_cast<size_t>(r0) * in;
+      float* yr = y + static_cast<size_t>(r0) * out;
+      switch (std::min(4, rows - r0)) {
+        case 1: gemv_tile_avx2<1>(xr, in, wt, out, o, yr); break;
+        case 2: gemv_tile_avx2<2>(xr, in, wt, out, o, yr); break;
+        case 3: gemv_tile_avx2<3>(xr, in, wt, out, o, yr); break;
+        default: gemv_tile_avx2<4>(xr, in, wt, out, o, yr); break;
+      }
+    }
+  for (; o < o1; ++o)  // the last columns: the same fused operations, one at a time
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0;
+      for (int i = 0; i < in; ++i) acc = std::fma(x[static_cast<size_t>(r) * in + i], wt[static_cast<size_t>(i) * out + o], acc);
+      y[static_cast<size_t>(r) * out + o] = acc;
+    }
+}
+
+// Without AVX2/FMA: the same order of operations, one column at a time.
+void gemv_generic(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + static_cast<size_t>(r) * out;
+    std::fill(yr + o0, yr + o1, 0.0f);
+    for (int i = 0; i < in; ++i) {
+      const float a = x[static_cast<size_t>(r) * in + i];
+      const float* w = wt + static_cast<size_t>(i) * out;
+      for (int o = o0; o < o1; ++o) yr[o] = std::fma(a, w[o], yr[o]);
+    }
+  }
+}
+
+using GemvFn = void (*)(const float*, int, int, const float*, int, int, int, float*);
+GemvFn pick_gemv() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gemv_avx2 : gemv_generic;
+}
+
+// An attention score's dot product q·k over d floats: two 8-lane fused multiply-add chains, then
+// the lanes summed in a fixed order and the last d mod 8 elements added one by one. The order
+// depends only on d, so a token's scores do not depend on the other rows of its batch (decode
+// steps and verify passes agree bit for bit). Without AVX2/FMA: one chain in element order.
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int e = 0;
+  for (; e + 16 <= d; e += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), _mm256_loadu_ps(b + e + 8), acc1);
+  }
+  if (e + 8 <= d) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
+    e += 8;
+  }
+  const __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
+  float r = _mm_cvtss_f32(s4);
+  for (; e < d; ++e) r = std::fma(a[e], b[e], r);
+  return r;
+}
+
+float dot_generic(const float* a, const float* b, int d) {
+  float acc = 0;
+  for (int e = 0; e < d; ++e) acc += a[e] * b[e];
+  return acc;
+}
+
+using DotFn = float (*)(const float*, const float*, int);
+DotFn pick_dot() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? dot_avx2 : dot_generic;
+}
+
+// Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
+  // Up to 32 rows (decode batches, verify passes) the GEMV kernel: row-independent results, the
+  // weights read once per 4 rows. Past that (prefill) the packed SGEMM.
+  if (rows > 32) {
+    sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
+  } else {
+    static const GemvFn gemv = pick_gemv();
+    // Threads take 64-column slices; they are started per call, so small products stay on the
+    // calling thread.
+    const size_t chunks = static_cast<size_t>((out + 63) / 64);
+    const bool big = static_cast<double>(in) * out * rows >= (1 << 20);
+    run_chunks(big, chunks, [&](size_t lo, size_t hi) {
+      gemv(x, rows, in, wt, out, static_cast<int>(lo) * 64, std::min(out, static_cast<int>(hi) * 64), y);
+    });
+  }
+  if (bias)
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
+}
+
+void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+    for (int i = 0; i < n; ++i) y[static_cast<size_t>(r) * n + i] = xr[i] * inv * w[i];
+  }
+}
+
+// Hugging Face Llama's rotate-half RoPE on one head vector at position `pos`: pairs (i, i + d/2)
+// rotated by pos · inv_freq[i] (ModelConfig::rope_inv_freq: theta and scaling applied), cos and
+// sin multiplied by `attention_factor` (YaRN; 1 otherwise), as transformers' rotary embedding does.
+void rope(float* v, int d, int pos, const double* inv_freq, double attention_factor) {
+  const int half = d / 2;
+  for (int i = 0; i < half; ++i) {
+    const double angle = pos * inv_freq[i];
+    const float c = static_cast<float>(std::cos(angle) * attention_factor), s = static_cast<float>(std::sin(angle) * attention_factor);
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+}  // namespace
+
+// Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
+// there, and it attends to that sequence's keys up to its own position (within the window).
+// With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
+// positions before tree->base (within the window) and to its ancestors' slots.
+// Outputs the rows from `first_out` on.
+void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
+                       const StepOutput& out, const TreeRows* tree) {
+  auto slot = [&](int r) { return tree ? tree->slot[static_cast<size_t>(r)] : pos[static_cast<size_t>(r)]; };
+  const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
+  for (int r = 0; r < rows; ++r) {
+    if (tokens[r] < 0 || tokens[r] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[r]));
+    if (slot(r) >= at(seq_of[static_cast<size_t>(r)]).capacity)
+      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
+  }
+  const size_t R = static_cast<size_t>(rows);
+  // A position written now is in the cache again. A recording sequence records its last row.
+  std::vector<uint8_t> recorded(R, 0);
+  std::vector<int> found;  // recording sequences whose last row is known
+  for (int r = rows - 1; r >= 0; --r) {
+    const int id = seq_of[static_cast<size_t>(r)];
+    Sequence& s = at(id);
+    const int p = pos[static_cast<size_t>(r)];
+    if (!s.evicted.empty()) s.evicted[static_cast<size_t>(slot(r))] = 0;
+    for (int lh = 0; !s.evicted_head.empty() && lh < c_.layers * c_.kv_heads; ++lh)
+      s.evicted_head[static_cast<size_t>(lh) * static_cast<size_t>(s.capacity) + static_cast<size_t>(slot(r))] = 0;
+    if (!s.recording || std::find(found.begin(), found.end(), id) != found.end()) continue;
+    found.push_back(id);
+    recorded[static_cast<size_t>(r)] = 1;
+    s.record.weights.assign(static_cast<size_t>(p) + 1, 0.0f);
+    s.record.output.assign(static_cast<size_t>(c_.layers) * qd, 0.0f);
+    s.record.kv_head_weights.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * (static_cast<size_t>(p) + 1), 0.0f);
+    s.head_weights.assign(static_cast<size_t>(c_.heads) * (static_cast<size_t>(p) + 1), 0.0f);
+  }
+  std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
+  std::vector<float> gate(R * c_.mlp), up(R * c_.mlp);
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(&x[static_cast<size_t>(r) * h], embed_.data() + static_cast<size_t>(tokens[r]) * h, sizeof(float) * h);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int l = 0; l < c_.layers; ++l) {
+    Layer& L = layers_[static_cast<size_t>(l)];
+    rmsnorm(x.data(), rows, h, L.in_norm.data(), c_.rms_eps, xn.data());
+    matmul(xn.data(), rows, h, L.wq.data(), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
+    matmul(xn.data(), rows, h, L.wk.data(), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
+    matmul(xn.data(), rows, h, L.wv.data(), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    for (int r = 0; r < rows; ++r) {
+      const int p = pos[static_cast<size_t>(r)];
+      if (c_.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
+        rmsnorm(&q[static_cast<size_t>(r) * qd], c_.heads, d, L.q_norm.data(), c_.rms_eps, &q[static_cast<size_t>(r) * qd]);
+        rmsnorm(&k[static_cast<size_t>(r) * kvd], c_.kv_heads, d, L.k_norm.data(), c_.rms_eps, &k[static_cast<size_t>(r) * kvd]);
+      }
+      for (int hh = 0; hh < c_.heads; ++hh)
+        rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, inv_freq_.data(), rope_factor_);
+      for (int kh = 0; kh < c_.kv_heads; ++kh)
+        rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, p, inv_freq_.data(), rope_factor_);
+    }
+    round_kv(l, rows, seq_of, k.data(), v.data());
+    for (int r = 0; r < rows; ++r) {
+      const int p = slot(r);
+      Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+      for (int kh = 0; kh < c_.kv_heads; ++kh) {
+        std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+        std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d, &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+      }
+      if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
+    }
+    double attn_work = 0;
+    for (int r = 0; r < rows; ++r) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
+    run_chunks(attn_work >= (1 << 18), R * static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
+      static const DotFn dot = pick_dot();
+      std::vector<float> score;
+      for (size_t t = lo; t < hi; ++t) {
+        const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
+        const int p = pos[static_cast<size_t>(r)];
+        Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+        const int window = c_.window(l);
+        const int first = window > 0 ? std::max(0, p - window + 1) : 0;
+        const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
+        const float* kc = cache_k(s, l, hh / g);
+        const float* vc = cache_v(s, l, hh / g);
+        const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
+        const uint8_t* head_evicted =
+            s.evicted_head.empty() ? nullptr
+                                   : s.evicted_head.data() + (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * static_cast<size_t>(s.capacity);
+        // Keys: positions first..p, or in a tree the committed ones then the ancestors' slots.
+        const std::vector<int>* anc = tree ? tree->nodes[static_cast<size_t>(r)] : nullptr;
+        const int cached = anc ? std::max(0, tree->base - first) : p - first + 1;
+        const int n_keys = cached + (anc ? static_cast<int>(anc->size()) : 0);
+        auto key = [&](int jj) { return jj < cached ? first + jj : tree->base + (*anc)[static_cast<size_t>(jj - cached)]; };
+        score.assign(static_cast<size_t>(n_keys), 0.0f);
+        float mx = -INFINITY;
+        for (int jj = 0; jj < n_keys; ++jj) {
+          const int j = key(jj);
+          if ((evicted && evicted[j]) || (head_evicted && head_evicted[j])) {
+            score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
+            continue;
+          }
+          const float acc = dot(qv, kc + static_cast<size_t>(j) * d, d);
+          score[static_cast<size_t>(jj)] = acc * scale;
+          mx = std::max(mx, acc * scale);
+        }
+        float sum = 0;
+        for (auto& sc : score) sum += sc = std::exp(sc - mx);
+        float* o = &att[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
+        std::fill(o, o + d, 0.0f);
+        for (int jj = 0; jj < n_keys; ++jj) {
+          const float w = score[static_cast<size_t>(jj)] / sum;
+          const int j = key(jj);
+          for (int e = 0; e < d; ++e) o[e] += w * vc[static_cast<size_t>(j) * d + e];
+        }
+        if (recorded[static_cast<size_t>(r)]) {
+          float* hw = s.head_weights.data() + static_cast<size_t>(hh) * (static_cast<size_t>(p) + 1);
+          for (int j = first; j <= p; ++j) hw[j] = score[static_cast<size_t>(j - first)] / sum;
+          std::memcpy(s.record.output.data() + static_cast<size_t>(l) * qd + static_cast<size_t>(hh) * d, o, sizeof(float) * d);
+        }
+      }
+    });
+    // Sum the recorded rows' weights over heads (the tasks above wrote disjoint head rows).
+    for (int r = 0; r < rows; ++r) {
+      if (!recorded[static_cast<size_t>(r)]) continue;
+      Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+      const size_t n = s.record.weights.size();
+      for (int hh = 0; hh < c_.heads; ++hh) {
+        float* kvw = s.record.kv_head_weights.data() + (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * n;
+        for (size_t j = 0; j < n; ++j) {
+          s.record.weights[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+          kvw[j] += s.head_weights[static_cast<size_t>(hh) * n + j];
+        }
+      }
+    }
+    matmul(att.data(), rows, qd, L.wo.data(), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+    for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
+    rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
+    matmul(xn.data(), rows, h, L.wg.data(), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
+    matmul(xn.data(), rows, h, L.wu.data(), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    matmul(gate.data(), rows, c_.mlp, L.wd.data(), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+    for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
+  }
+  for (int r = 0; r < rows; ++r) {
+    Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+    s.length = std::max(s.length, slot(r) + 1);
+  }
+  const int n_out = rows - first_out;
+  if (!out.logits && !out.next) return;
+  rmsnorm(&x[static_cast<size_t>(first_out) * h], n_out, h, final_norm_.data(), c_.rms_eps, xn.data());
+  std::vector<float> own;
+  float* logits = out.logits;
+  if (!logits) {
+    own.resize(static_cast<size_t>(n_out) * static_cast<size_t>(c_.vocab));
+    logits = own.data();
+  }
+  matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits);
+  if (out.next)
+    for (int r = 0; r < n_out; ++r)
+      out.next[r] = sample_token(logits + static_cast<size_t>(r) * c_.vocab, c_.vocab, out.sampling,
+                                 sample_uniform(out.sampling.seed, out.step, r));
+}
+
+}  // namespace ib::model::cpu_detail

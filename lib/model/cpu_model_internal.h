@@ -1,0 +1,122 @@
+// What the pieces of the CPU engine (cpu_model*.cpp, one noun each) share: its weights, its
+// sequences and the CpuModel class whose members they define. Not a public interface.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/memory.h"
+#include "model/model.h"
+#include "model/sequence_table.h"
+#include "model/token_tree.h"
+
+namespace ib::model::cpu_detail {
+
+// The CPU engine: the model in float32 on bf16-rounded weights, the reference the CUDA engine is
+// tested against and the backend of every model-driven experiment on a machine without a GPU.
+// Weights are kept transposed ([in][out]) so that both the GEMM of a prefill (our SGEMM) and the
+// GEMV of a decode step (an axpy over contiguous rows) stream them in order.
+
+using Buf = HostBuffer<float>;
+
+struct Layer {
+  Buf in_norm, post_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, wg, wu, wd, bg, bu, bd;
+};
+
+struct Sequence {
+  bool live = false;
+  int capacity = 0, length = 0;
+  Buf cache;  // [layers][2][kv_heads][capacity][head_dim]
+  // Eviction studies: evicted[p] != 0 hides position p from attention (empty until a position is
+  // marked, so the common path pays nothing); the recorded attention of the last token.
+  std::vector<uint8_t> evicted;
+  std::vector<uint8_t> evicted_head;  // [layers][kv_heads][capacity], empty until set_kept_head hides one
+  bool recording = false;
+  AttentionRecord record;
+  std::vector<float> head_weights;  // [heads][positions]: one layer's weights while recording
+  // Format studies: K/V rounded through kv_format on write; fp8 scales [layers][2][kv_heads].
+  std::optional<kvcache::KvFormat> kv_format;
+  std::vector<float> fp8_scale;
+  TokenTree tree;  // open while a tree verification is in progress (prefill_tree)
+};
+
+// The rows of a tree pass: row r is node nodes[r] (its ancestor list) at cache slot slot[r].
+struct TreeRows {
+  int base = 0;
+  std::vector<int> slot;
+  std::vector<const std::vector<int>*> nodes;
+};
+
+class CpuModel : public Model {
+ public:
+  CpuModel(const ModelConfig& c, const WeightSource& w);  // cpu_model.cpp: the weights, transposed
+
+  const ModelConfig& config() const override { return c_; }
+
+  // cpu_model_sequences.cpp
+  int new_sequence(int capacity) override;
+  void release(int seq) override;
+  int fork(int seq) override;
+  void truncate(int seq, int length) override;
+  int length(int seq) const override { return at(seq).length; }
+  void copy_cache(int src, int dst, int begin, int n) override;
+  int capacity(int seq) const override { return at(seq).capacity; }
+
+  // cpu_model_passes.cpp
+  void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override;
+  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) override;
+  void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override;
+  void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override;
+  void keep_tree_path(int seq, const std::vector<int>& path) override;
+
+  // cpu_model_kv_studies.cpp
+  void set_kept(int seq, int pos, bool kept) override;
+  void set_kept_head(int seq, int layer, int kv_head, int pos, bool kept) override;
+  void record_attention(int seq, bool on) override { at(seq).recording = on; }
+  void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) override;
+  std::vector<float> kv_amax(int seq) const override;
+  std::vector<float> kv_channel_amax(int seq) const override;
+  const AttentionRecord& attention_record(int seq) const override { return at(seq).record; }
+
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t kv_bytes() const override { return seqs_.cache_bytes(); }
+
+ private:
+  Sequence& at(int seq) { return seqs_.at(seq); }
+  const Sequence& at(int seq) const { return seqs_.at(seq); }
+  void no_tree(int seq, const char* what) const {
+    if (at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+  }
+
+  float* cache_k(Sequence& s, int layer, int kvh) {
+    return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
+  }
+  float* cache_v(Sequence& s, int layer, int kvh) {
+    return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
+  }
+
+  // cpu_model_kv_studies.cpp
+  void round_kv(int l, int rows, const std::vector<int>& seq_of, float* k, float* v);
+  static void round_row(kvcache::KvFormat f, float* x, int d, float fp8_scale);
+  int kivi_value_group() const;
+  void kivi_close_group(Sequence& s, int l, int p);
+
+  // cpu_model_forward.cpp
+  void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
+               const StepOutput& out, const TreeRows* tree = nullptr);
+
+  ModelConfig c_;
+  std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied
+  double rope_factor_ = 1.0;       // on cos and sin (YaRN)
+  Buf embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  SequenceTable<Sequence> seqs_;
+  int64_t weight_bytes_ = 0;
+};
+
+}  // namespace ib::model::cpu_detail

@@ -1,0 +1,69 @@
+// The Model interface's default members (a study an engine does not support throws; batched
+// prefill as one prefill per sequence), the Matmul names, and make_cuda_model without CUDA:
+// none belongs to one engine, and all are built with or without the CUDA engine.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/errors.h"
+#include "model/model.h"
+
+namespace ib::model {
+
+void Model::copy_cache(int, int, int, int) { throw std::runtime_error("copy_cache is not implemented by this backend"); }
+void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
+  throw std::runtime_error("set_kv_format is not supported by this engine");
+}
+std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
+std::vector<float> Model::kv_channel_amax(int) const { throw std::runtime_error("kv_channel_amax is not supported by this engine"); }
+void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
+  const size_t V = static_cast<size_t>(config().vocab);
+  int row = 0;
+  for (int i = 0; i < n; ++i) {
+    StepOutput o = out;
+    if (o.logits) o.logits = out.logits + static_cast<size_t>(row) * V;
+    if (o.next) o.next = out.next + row;
+    prefill(seqs[i], tokens + row, counts[i], counts[i], o);
+    row += counts[i];
+  }
+}
+void Model::prefill_tree(int, const int32_t*, const int32_t*, int, const StepOutput&) {
+  throw std::runtime_error("prefill_tree (tree verification) is not supported by this engine");
+}
+void Model::keep_tree_path(int, const std::vector<int>&) {
+  throw std::runtime_error("keep_tree_path (tree verification) is not supported by this engine");
+}
+void Model::set_kept(int, int, bool) { throw std::runtime_error("set_kept (KV eviction) is not supported by this engine"); }
+void Model::set_kept_head(int, int, int, int, bool) {
+  throw std::runtime_error("set_kept_head (per-head KV eviction) is not supported by this engine");
+}
+void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
+const AttentionRecord& Model::attention_record(int) const {
+  throw std::runtime_error("attention_record is not supported by this engine");
+}
+
+const std::vector<std::string>& matmul_names() {
+  static const std::vector<std::string> names = {"cublas", "gemv"};
+  return names;
+}
+const char* to_string(Matmul m) { return matmul_names()[static_cast<size_t>(m)].c_str(); }
+Matmul parse_matmul(const std::string& name) {
+  const auto& names = matmul_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (name == names[i]) return static_cast<Matmul>(i);
+  throw InputError(fmt::format("matmul: '{}' is not one of {}", name, fmt::join(names, ", ")));
+}
+
+#if !defined(INFER_BENCH_HAVE_CUDA_MODEL)
+std::unique_ptr<Model> make_cuda_model(const ModelConfig&, const WeightSource&, const EngineOptions&, void*) {
+  throw InputError("this infer-bench was built without the CUDA engine");
+}
+#endif
+
+}  // namespace ib::model

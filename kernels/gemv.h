@@ -1,6 +1,6 @@
 // Matrix-vector products for the few-row matmuls of a decode step (batches and short verify
 // passes of 1..8 rows): Y[rows][out] (= or +=) X[rows][in] · W[out][in]ᵀ, W and X bf16 (uint16_t
-// bits), fp32 accumulation, Y bf16 or fp32 – what cuda_model.cpp's gemm() asks of cuBLAS. At these
+// bits), fp32 accumulation, Y bf16 or fp32 – what cuda_model_forward.cpp's gemm() asks of cuBLAS. At these
 // row counts a matmul does 2·rows FLOPs per weight read once: it is a stream of W at HBM
 // bandwidth, which GEMM tiles built for reuse do not reach. The engine's `matmul: gemv` uses it.
 #pragma once

@@ -1,4 +1,4 @@
-// The element-wise and small kernels of the CUDA transformer engine (lib/model/cuda_model.cpp):
+// The element-wise and small kernels of the CUDA transformer engine (lib/model/cuda_model*.cpp):
 // everything of a Llama-family decoder step except the matmuls (cuBLAS) and prefill attention
 // (FlashAttention-2, kernels/attention.h). Activations are bf16 (stored as uint16_t bits), the
 // residual stream and logits fp32; every launcher enqueues on `stream` and checks the launch.

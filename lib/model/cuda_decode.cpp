@@ -1,4 +1,4 @@
-// CUDA variants of the `decode` kind (the engine of lib/model/cuda_model.cpp).
+// CUDA variants of the `decode` kind (the engine of lib/model/cuda_model*.cpp).
 #include "core/registry.h"
 #include "model/decode_variants.h"
 

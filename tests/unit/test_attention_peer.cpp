@@ -23,6 +23,7 @@
 #include "../common/run_kind.h"
 
 #include "attention/torch_peer.h"
+#include "core/peer_process.h"
 #include "core/runner.h"
 
 namespace ib::attention {

@@ -57,6 +57,9 @@ void launch_flash2(const AttentionParams& p, cudaStream_t stream);
 // What flash2 and flash3 both need of a problem ("" when it is fine); `kernel` names the kernel
 // in the reason: head_dim 64/128, scale > 0, causal windows, grid limits, 16-byte alignment, strides.
 std::string fused_attention_problem(const AttentionParams& p, const char* kernel);
+// Shapes that no fused kernel (flash1, flash2, flash3) handles, whatever the head_dim ("" when none):
+// where flash1_unsupported and fused_attention_problem begin.
+std::string fused_shape_problem(const AttentionParams& p, const char* kernel);
 
 // --- FlashAttention-3 structure, Hopper only (sm_90a: wgmma, TMA, setmaxnreg): a producer warp
 // loads Q once and K/V tiles of 128 keys through a two-stage shared-memory ring with TMA

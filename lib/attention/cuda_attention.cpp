@@ -1,5 +1,5 @@
 // CUDA variants of `attention`: standard (cuBLAS + our softmax kernel), flash1 and flash2 (our
-// fused kernels, kernels/attention_flash.cu), flash3 (Hopper only, kernels/attention_flash3.cu).
+// fused kernels, kernels/attention_flash1.cu, attention_flash2.cu), flash3 (Hopper only, kernels/attention_flash3.cu).
 // Inputs are filled on the device with the same counter-based values the CPU reference regenerates.
 #include <cstring>
 #include <vector>

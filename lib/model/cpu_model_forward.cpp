@@ -186,7 +186,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
   auto slot = [&](int r) { return tree ? tree->slot[static_cast<size_t>(r)] : pos[static_cast<size_t>(r)]; };
   const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
   for (int r = 0; r < rows; ++r) {
-    if (tokens[r] < 0 || tokens[r] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[r]));
+    check_token(tokens[r], c_.vocab);
     if (slot(r) >= at(seq_of[static_cast<size_t>(r)]).capacity)
       throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
   }

@@ -12,7 +12,7 @@
 
 #include "core/memory.h"
 #include "model/model.h"
-#include "model/sequence_table.h"
+#include "model/engine_sequences.h"
 #include "model/token_tree.h"
 
 namespace ib::model::cpu_detail {
@@ -89,9 +89,7 @@ class CpuModel : public Model {
  private:
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
-  void no_tree(int seq, const char* what) const {
-    if (at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
-  }
+  void no_tree(int seq, const char* what) const { seqs_.no_tree(seq, what); }
 
   float* cache_k(Sequence& s, int layer, int kvh) {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
@@ -115,7 +113,7 @@ class CpuModel : public Model {
   double rope_factor_ = 1.0;       // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  SequenceTable<Sequence> seqs_;
+  EngineSequences<Sequence> seqs_;
   int64_t weight_bytes_ = 0;
 };
 

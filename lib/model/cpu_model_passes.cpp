@@ -55,8 +55,7 @@ void CpuModel::prefill_tree(int seq, const int32_t* tokens, const int32_t* paren
   if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
   Sequence& s = at(seq);
   if (s.recording) throw std::invalid_argument("prefill_tree while recording attention");
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[i]));
+  check_tokens(tokens, n, c_.vocab);
   const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
   if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
   s.tree.append(base, s.tree.extend(parents, n));

@@ -29,12 +29,7 @@ int CpuModel::new_sequence(int capacity) {
   s.tree.close();
   return id;
 }
-void CpuModel::release(int seq) {
-  Sequence& s = at(seq);
-  s.cache.reset();
-  s.live = false;
-  s.tree.close();
-}
+void CpuModel::release(int seq) { seqs_.release(seq); }
 int CpuModel::fork(int seq) {
   no_tree(seq, "fork");
   const int src_capacity = at(seq).capacity;
@@ -49,16 +44,7 @@ int CpuModel::fork(int seq) {
   dst.fp8_scale = src.fp8_scale;
   return id;
 }
-void CpuModel::truncate(int seq, int length) {
-  Sequence& s = at(seq);
-  if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
-  if (s.tree.open()) {
-    if (length > s.tree.base())
-      throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
-    s.tree.close();
-  }
-  s.length = length;
-}
+void CpuModel::truncate(int seq, int length) { seqs_.truncate(seq, length); }
 void CpuModel::copy_cache(int src, int dst, int begin, int n) {
   no_tree(src, "copy_cache");
   no_tree(dst, "copy_cache");

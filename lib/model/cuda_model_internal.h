@@ -17,7 +17,7 @@
 #include "numerics/cuda_handles.h"
 #include "core/cuda_memory.h"
 #include "model/model.h"
-#include "model/sequence_table.h"
+#include "model/engine_sequences.h"
 #include "model/token_tree.h"
 #include "model_ops.h"
 
@@ -105,14 +105,7 @@ class CudaModel final : public Model {
 
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
-  void no_tree(int seq, const char* what) const {
-    if (at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
-  }
-
-  void check_tokens(const int32_t* tokens, int n) const {
-    for (int i = 0; i < n; ++i)
-      if (tokens[i] < 0 || tokens[i] >= c_.vocab) throw std::invalid_argument(fmt::format("token {} outside the vocabulary", tokens[i]));
-  }
+  void no_tree(int seq, const char* what) const { seqs_.no_tree(seq, what); }
 
   // cuda_model_weights.cpp
   void load_weights(const WeightSource& w);
@@ -161,7 +154,7 @@ class CudaModel final : public Model {
   size_t step_rows_offset_ = 0;
   std::unique_ptr<PinnedBytes> step_host_;
 
-  SequenceTable<Sequence> seqs_;
+  EngineSequences<Sequence> seqs_;
   std::map<int, std::unique_ptr<OwnedGraphExec>> graphs_;  // last: destroyed before the buffers they use
 };
 

@@ -18,7 +18,7 @@ namespace ib::model::cuda_detail {
 void CudaModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) {
   if (n <= 0) throw std::invalid_argument("prefill of no tokens");
   n_logits = std::clamp(n_logits, 1, n);
-  check_tokens(tokens, n);
+  check_tokens(tokens, n, c_.vocab);
   no_tree(seq, "prefill");
   {
     const Sequence& s = at(seq);
@@ -69,7 +69,7 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
     total += counts[i];
   }
   if (total > o_.max_prefill) return Model::prefill_batch(seqs, counts, n, tokens, out);
-  check_tokens(tokens, total);
+  check_tokens(tokens, total, c_.vocab);
   std::vector<AttnRow> rows;
   for (int i = 0; i < n; ++i) {
     Sequence& s = at(seqs[i]);

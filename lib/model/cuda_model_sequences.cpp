@@ -26,12 +26,8 @@ int CudaModel::new_sequence(int capacity) {
   return id;
 }
 
-void CudaModel::release(int seq) {
-  Sequence& s = at(seq);
-  s.cache.reset();  // cudaFree waits for the work in flight that may still read it
-  s.live = false;
-  s.tree.close();
-}
+// The cache's cudaFree waits for the work in flight that may still read it.
+void CudaModel::release(int seq) { seqs_.release(seq); }
 
 int CudaModel::fork(int seq) {
   no_tree(seq, "fork");
@@ -70,15 +66,6 @@ void CudaModel::copy_cache(int src, int dst, int begin, int n) {
   d.length = begin + n;
 }
 
-void CudaModel::truncate(int seq, int length) {
-  Sequence& s = at(seq);
-  if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
-  if (s.tree.open()) {
-    if (length > s.tree.base())
-      throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
-    s.tree.close();
-  }
-  s.length = length;
-}
+void CudaModel::truncate(int seq, int length) { seqs_.truncate(seq, length); }
 
 }  // namespace ib::model::cuda_detail

@@ -22,7 +22,7 @@ namespace ib::model::cuda_detail {
 void CudaModel::prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) {
   if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
   if (n > o_.max_prefill) throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_prefill)", n, o_.max_prefill));
-  check_tokens(tokens, n);
+  check_tokens(tokens, n, c_.vocab);
   Sequence& s = at(seq);
   const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
   if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));

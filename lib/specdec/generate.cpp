@@ -29,6 +29,18 @@ void append_emitted(const std::vector<int32_t>& emitted, std::vector<int32_t>& o
   history.insert(history.end(), emitted.begin(), emitted.end());
 }
 
+void keep_accepted_drafts(model::Model& draft, int draft_seq, const std::vector<int32_t>& drafts, int k, int j,
+                          const std::vector<int32_t>& emitted, std::vector<int32_t>& pending) {
+  if (k > 0) {
+    // The draft cached pending + d1..d_{k-1}; keep pending + the accepted ones among them.
+    const int cached_drafts = k - 1, keep = std::min(j, cached_drafts);
+    draft.truncate(draft_seq, draft.length(draft_seq) - (cached_drafts - keep));
+    pending.clear();
+    if (j == k) pending.push_back(drafts.back());
+  }
+  pending.push_back(emitted.back());
+}
+
 }  // namespace detail
 
 namespace {
@@ -39,6 +51,7 @@ using detail::check_sampled;
 using detail::count_step;
 using detail::draft_distribution;
 using detail::fit;
+using detail::keep_accepted_drafts;
 using detail::since;
 using detail::verify_logits_sampled;
 
@@ -124,17 +137,7 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
     ++step;
     // Keep last + the accepted drafts in the target's cache; the new last token is not cached yet.
     target.truncate(target_seq, base + 1 + j);
-    if (draft && cfg.source != DraftSource::Ngram && kk > 0) {
-      // The draft cached pending + d1..d_{K-1}; keep pending + the accepted ones among them.
-      const int cached_drafts = kk - 1;
-      const int keep = std::min(j, cached_drafts);
-      draft->truncate(draft_seq, draft->length(draft_seq) - (cached_drafts - keep));
-      pending.clear();
-      if (j == kk) pending.push_back(drafts.back());
-      pending.push_back(emitted.back());
-    } else if (draft && cfg.source != DraftSource::Ngram) {
-      pending.push_back(emitted.back());
-    }
+    if (draft && cfg.source != DraftSource::Ngram) keep_accepted_drafts(*draft, draft_seq, drafts, kk, j, emitted, pending);
     append_emitted(emitted, out, history);
     last = emitted.back();
   }

@@ -18,6 +18,7 @@ using detail::argmax_row;
 using detail::check_sampled;
 using detail::draft_distribution;
 using detail::fit;
+using detail::keep_accepted_drafts;
 using detail::since;
 using detail::verify_logits_sampled;
 
@@ -174,15 +175,8 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
       stats.tested += j + (j < k ? 1 : 0);
       stats.emitted += static_cast<int64_t>(emitted.size());
       target.truncate(ts[static_cast<size_t>(a)], base[static_cast<size_t>(a)] + 1 + j);
-      std::vector<int32_t>& pend = pending[static_cast<size_t>(b)];
-      if (k > 0) {
-        // The draft cached pending + d1..d_{k-1}; keep pending + the accepted ones among them.
-        const int cached_drafts = k - 1, keep = std::min(j, cached_drafts);
-        draft.truncate(ds[static_cast<size_t>(a)], draft.length(ds[static_cast<size_t>(a)]) - (cached_drafts - keep));
-        pend.clear();
-        if (j == k) pend.push_back(drafts[static_cast<size_t>(a)].back());
-      }
-      pend.push_back(emitted.back());
+      keep_accepted_drafts(draft, ds[static_cast<size_t>(a)], drafts[static_cast<size_t>(a)], k, j, emitted,
+                           pending[static_cast<size_t>(b)]);
       std::vector<int32_t>& o_b = out[static_cast<size_t>(b)];
       o_b.insert(o_b.end(), emitted.begin(), emitted.end());
       last[static_cast<size_t>(b)] = emitted.back();

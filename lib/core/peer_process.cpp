@@ -27,9 +27,9 @@ constexpr size_t kMaxStdout = size_t{64} << 20;  // samples of a long row fit ma
 constexpr size_t kMaxStderr = size_t{64} << 10;  // its tail: the traceback's last lines
 
 // Closes a descriptor once; -1 = closed.
-struct Fd {
+struct PipeFd {
   int fd = -1;
-  ~Fd() { close(); }
+  ~PipeFd() { close(); }
   void close() {
     if (fd >= 0) ::close(fd);
     fd = -1;
@@ -37,7 +37,7 @@ struct Fd {
 };
 
 // Reads what is there into `into` (the head of stdout, the tail of stderr); false at EOF.
-bool drain(Fd& f, std::string& into, bool keep_tail) {
+bool drain(PipeFd& f, std::string& into, bool keep_tail) {
   char buf[65536];
   const ssize_t n = ::read(f.fd, buf, sizeof buf);
   if (n < 0) return errno == EINTR || errno == EAGAIN;
@@ -54,9 +54,9 @@ PeerProcess run_peer_process(const std::vector<std::string>& argv, double timeou
   PeerProcess r;
   int out_fds[2], err_fds[2];
   if (pipe2(out_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  Fd out{out_fds[0]}, out_w{out_fds[1]};
+  PipeFd out{out_fds[0]}, out_w{out_fds[1]};
   if (pipe2(err_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  Fd err{err_fds[0]}, err_w{err_fds[1]};
+  PipeFd err{err_fds[0]}, err_w{err_fds[1]};
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);

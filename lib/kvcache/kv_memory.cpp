@@ -109,7 +109,7 @@ KindInfo memory_kind() {
   return k;
 }
 
-const KindRegistration registration(memory_kind());
+const KindRegistration memory_registration(memory_kind());
 IB_REGISTER_VARIANT("kv-memory", "formula", Formula);
 
 }  // namespace

@@ -198,7 +198,7 @@ KindInfo waste_kind() {
   return k;
 }
 
-const KindRegistration registration(waste_kind());
+const KindRegistration waste_registration(waste_kind());
 IB_REGISTER_VARIANT("kv-paged-waste", "contiguous_max", ContiguousMax);
 IB_REGISTER_VARIANT("kv-paged-waste", "contiguous_exact", ContiguousExact);
 IB_REGISTER_VARIANT("kv-paged-waste", "paged", Paged);

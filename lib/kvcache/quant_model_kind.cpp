@@ -151,7 +151,7 @@ KindInfo quant_model_kind() {
   return k;
 }
 
-const KindRegistration registration(quant_model_kind());
+const KindRegistration quant_model_registration(quant_model_kind());
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_bf16", Bf16);
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_fp8", Fp8);
 IB_REGISTER_VARIANT("kv-quant-model", "cpu_int8", Int8);

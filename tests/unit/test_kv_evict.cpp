@@ -430,7 +430,7 @@ TEST(KvEvictEngine, EnginesWithoutTheHooksThrow) {
 
 // ---- the kinds through the runner ----
 
-double metric(const Row& r, const std::string& key) {
+double evict_metric(const Row& r, const std::string& key) {
   for (const auto& m : r.metrics)
     if (m.key == key) return m.value;
   ADD_FAILURE() << "no metric " << key << " in " << r.variant;
@@ -452,17 +452,17 @@ TEST(KvEvictKinds, SyntheticStudyRunsThroughTheRunner) {
                          " context: 1024, decode_steps: 64, head_dim: 64, budget: [0.1, 1.0]}\n");
   testing::expect_all_ok(r, 8);
   for (const char* v : {"full", "sliding_window", "streaming_llm", "h2o"}) {
-    EXPECT_EQ(metric(row(r, v, 1.0), "err mean"), 0) << v;
-    EXPECT_EQ(metric(row(r, v, 1.0), "held"), 1024) << v;
+    EXPECT_EQ(evict_metric(row(r, v, 1.0), "err mean"), 0) << v;
+    EXPECT_EQ(evict_metric(row(r, v, 1.0), "held"), 1024) << v;
   }
-  EXPECT_EQ(metric(row(r, "full", 0.1), "held"), 1024);
-  EXPECT_EQ(metric(row(r, "h2o", 0.1), "held"), 102);
-  EXPECT_NEAR(metric(row(r, "h2o", 0.1), "KV held"), 102 * 0.5, 1e-9);  // llama2-7b: 0.5 MiB per token
-  const double window = metric(row(r, "sliding_window", 0.1), "err mean");
-  EXPECT_LT(metric(row(r, "streaming_llm", 0.1), "err mean"), window);
-  EXPECT_LT(metric(row(r, "h2o", 0.1), "err mean"), window);
-  EXPECT_EQ(metric(row(r, "sliding_window", 0.1), "needle recall"), 0);
-  EXPECT_GT(metric(row(r, "h2o", 0.1), "bookkeeping"), 0);
+  EXPECT_EQ(evict_metric(row(r, "full", 0.1), "held"), 1024);
+  EXPECT_EQ(evict_metric(row(r, "h2o", 0.1), "held"), 102);
+  EXPECT_NEAR(evict_metric(row(r, "h2o", 0.1), "KV held"), 102 * 0.5, 1e-9);  // llama2-7b: 0.5 MiB per token
+  const double window = evict_metric(row(r, "sliding_window", 0.1), "err mean");
+  EXPECT_LT(evict_metric(row(r, "streaming_llm", 0.1), "err mean"), window);
+  EXPECT_LT(evict_metric(row(r, "h2o", 0.1), "err mean"), window);
+  EXPECT_EQ(evict_metric(row(r, "sliding_window", 0.1), "needle recall"), 0);
+  EXPECT_GT(evict_metric(row(r, "h2o", 0.1), "bookkeeping"), 0);
 }
 
 TEST(KvEvictKinds, StreamingLlmWithoutSinksIsThePlainWindow) {
@@ -471,8 +471,8 @@ TEST(KvEvictKinds, StreamingLlmWithoutSinksIsThePlainWindow) {
                          " head_dim: 32, budget: 16, sinks: [0, 4, 16]}\n");
   ASSERT_EQ(r.rows.size(), 6u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(r.rows[i].status, RowStatus::Ok) << r.rows[i].message;
-  EXPECT_EQ(metric(r.rows[1], "err mean"), metric(r.rows[0], "err mean"));  // sinks: 0
-  EXPECT_LT(metric(r.rows[3], "err mean"), metric(r.rows[2], "err mean"));  // sinks: 4
+  EXPECT_EQ(evict_metric(r.rows[1], "err mean"), evict_metric(r.rows[0], "err mean"));  // sinks: 0
+  EXPECT_LT(evict_metric(r.rows[3], "err mean"), evict_metric(r.rows[2], "err mean"));  // sinks: 4
   EXPECT_EQ(r.rows[5].status, RowStatus::Unsupported);                      // sinks: 16 = budget
 }
 
@@ -481,15 +481,15 @@ TEST(KvEvictKinds, EngineStudyRunsThroughTheRunner) {
                          " baseline: cpu_full, model: tiny, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
   testing::expect_all_ok(r, 8);
   for (const char* v : {"cpu_full", "cpu_sliding_window", "cpu_streaming_llm", "cpu_h2o"}) {
-    EXPECT_EQ(metric(row(r, v, 1.0), "KL mean"), 0) << v;
-    EXPECT_EQ(metric(row(r, v, 1.0), "top-1 agree"), 100) << v;
-    EXPECT_EQ(metric(row(r, v, 1.0), "attn err"), 0) << v;
+    EXPECT_EQ(evict_metric(row(r, v, 1.0), "KL mean"), 0) << v;
+    EXPECT_EQ(evict_metric(row(r, v, 1.0), "top-1 agree"), 100) << v;
+    EXPECT_EQ(evict_metric(row(r, v, 1.0), "attn err"), 0) << v;
   }
-  EXPECT_EQ(metric(row(r, "cpu_full", 0.25), "KL mean"), 0);
-  EXPECT_EQ(metric(row(r, "cpu_h2o", 0.25), "held"), 32);
+  EXPECT_EQ(evict_metric(row(r, "cpu_full", 0.25), "KL mean"), 0);
+  EXPECT_EQ(evict_metric(row(r, "cpu_h2o", 0.25), "held"), 32);
   for (const char* v : {"cpu_sliding_window", "cpu_streaming_llm", "cpu_h2o"}) {
-    EXPECT_GT(metric(row(r, v, 0.25), "KL mean"), 0) << v;
-    EXPECT_GT(metric(row(r, v, 0.25), "attn err"), 0) << v;
+    EXPECT_GT(evict_metric(row(r, v, 0.25), "KL mean"), 0) << v;
+    EXPECT_GT(evict_metric(row(r, v, 0.25), "attn err"), 0) << v;
   }
 }
 
@@ -497,11 +497,11 @@ TEST(KvEvictKinds, PerHeadH2oKeepsItsBudgetInEveryHead) {
   auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_h2o, cpu_h2o_head], baseline: cpu_full,"
                          " model: tiny-gqa, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
   testing::expect_all_ok(r, 6);  // validation: no head attends to a position its own policy evicted
-  EXPECT_EQ(metric(row(r, "cpu_h2o_head", 1.0), "KL mean"), 0);
-  EXPECT_EQ(metric(row(r, "cpu_h2o_head", 0.25), "held"), 32);
-  EXPECT_GT(metric(row(r, "cpu_h2o_head", 0.25), "KL mean"), 0);
+  EXPECT_EQ(evict_metric(row(r, "cpu_h2o_head", 1.0), "KL mean"), 0);
+  EXPECT_EQ(evict_metric(row(r, "cpu_h2o_head", 0.25), "held"), 32);
+  EXPECT_GT(evict_metric(row(r, "cpu_h2o_head", 0.25), "KL mean"), 0);
   // Each head chooses its own heavy hitters: not the shared set's result.
-  EXPECT_NE(metric(row(r, "cpu_h2o_head", 0.25), "attn err"), metric(row(r, "cpu_h2o", 0.25), "attn err"));
+  EXPECT_NE(evict_metric(row(r, "cpu_h2o_head", 0.25), "attn err"), evict_metric(row(r, "cpu_h2o", 0.25), "attn err"));
 }
 
 // `text: FILE`: the decode is the text's own tokens, the measured ones scored. The full cache's
@@ -514,11 +514,11 @@ TEST(KvEvictKinds, ATextIsScoredAsItsPerplexity) {
   auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm], baseline: cpu_full,"
                          " model: checkpoint, weights: " + dir + ", text: " + text + ", prompt: 48, new_tokens: 64, budget: 16, sinks: 2}\n");
   testing::expect_all_ok(r, 3);
-  const double full = metric(r.rows[0], "ppl");
-  EXPECT_EQ(metric(r.rows[0], "ppl ×full"), 1.0);
+  const double full = evict_metric(r.rows[0], "ppl");
+  EXPECT_EQ(evict_metric(r.rows[0], "ppl ×full"), 1.0);
   EXPECT_NE(r.rows[0].message.find("first token, by layer"), std::string::npos) << r.rows[0].message;
-  EXPECT_NE(metric(r.rows[1], "ppl"), full);
-  EXPECT_NEAR(metric(r.rows[1], "ppl ×full"), metric(r.rows[1], "ppl") / full, 1e-9);
+  EXPECT_NE(evict_metric(r.rows[1], "ppl"), full);
+  EXPECT_NEAR(evict_metric(r.rows[1], "ppl ×full"), evict_metric(r.rows[1], "ppl") / full, 1e-9);
 
   const model::ModelConfig c = model::config_from_hf(dir);
   auto weights = model::safetensors_weights(c, dir);

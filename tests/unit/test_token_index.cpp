@@ -15,7 +15,7 @@
 namespace ib::constrain {
 namespace {
 
-std::string read(const std::string& path) {
+std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -29,7 +29,7 @@ TEST(Vocabulary, Gpt2DecodesTheEncodeCases) {
   EXPECT_TRUE(v->special[50256]);
   EXPECT_EQ(v->token_bytes[220], " ");
   const std::string dir = std::string(IB_SOURCE_DIR) + "/data/tokenizers/";
-  std::string inputs = read(dir + "gpt2.encode-cases.inp"), outputs = read(dir + "gpt2.encode-cases.out");
+  std::string inputs = read_text(dir + "gpt2.encode-cases.inp"), outputs = read_text(dir + "gpt2.encode-cases.out");
   std::vector<std::string> cases;
   const std::string sep = "\n__ggml_vocab_test__\n";
   size_t pos = 0;
@@ -124,7 +124,7 @@ void expect_masks_exact(const Dfa& d, const Vocabulary& v, const std::function<c
 
 TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
   auto v = load_vocabulary("gpt2");
-  auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_call.json"));
+  auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_call.json"));
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
   TokenMaskIndex index(d, v);
   EXPECT_LE(index.num_classes(), static_cast<size_t>(d->num_states));
@@ -215,7 +215,7 @@ TEST(TokenMasks, TokenClassesGiveEachStateItsOwnMask) {
     auto trie = vocab_trie(v);
     const size_t words = (static_cast<size_t>(v->size()) + 31) / 32;
     for (const auto& name : schemas) {
-      auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+      auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
       const Dfa d = compile_dfa(schema_to_regex(schema));
       const TextProfile text = text_profile(d);
       const MaskClasses tc = token_classes(d, *trie, text);
@@ -299,7 +299,7 @@ TEST(TokenMasks, PrecomputedIndexFromPartsIsExact) {
   TokenMaskIndex tiny(small, vp);
   expect_masks_exact(*small, v, [&](int32_t s) { return tiny.mask(s); });
 
-  auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_union.json"));
+  auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_union.json"));
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
   const TextProfile text = text_profile(*d);
   for (const std::string vname : {"gpt2", "llama2", "deepseek-llm"}) {
@@ -329,7 +329,7 @@ TEST(TokenMasks, MaskClassesAreTheMoorePartitions) {
     return true;
   };
   for (const char* name : {"tool_union", "order", "tree"}) {
-    auto schema = nlohmann::ordered_json::parse(read(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+    auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
     const Dfa d = compile_dfa(schema_to_regex(schema));
     const size_t n = static_cast<size_t>(d.num_states), k = static_cast<size_t>(d.num_classes);
     std::vector<int32_t> block(n, 0);

@@ -93,6 +93,33 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
     ~Nest() { --d; }
   } nest(depth_);
   const json s = read(raw, ptr);
+  if (!o_.validator_fallback) return compile_read(s, ptr);
+  // A refusal beyond the mask's reach in this object: compile the object without that keyword and
+  // let the validator decide; once per keyword (widened() removes it), so this ends.
+  // A subschema met again ($ref targets are compiled at their own pointer) starts from the
+  // widening found the first time instead of failing its way there again.
+  json cur = s;
+  for (const auto& [from, to] : widened_at_[{ptr, over_}])
+    if (from == s) {
+      cur = to;  // a copy: the compile below may add to this list
+      break;
+    }
+  if (cur != s) return compile_read(cur, ptr);
+  for (;;) {
+    try {
+      Re out = compile_read(cur, ptr);
+      if (cur != s) widened_at_[{ptr, over_}].emplace_back(s, cur);
+      return out;
+    } catch (const SchemaError& e) {
+      std::optional<json> wider = e.beyond() ? widened(cur, ptr, e) : std::nullopt;
+      if (!wider) throw;
+      by_validator_[e.keyword().empty() ? "automaton limits" : e.keyword()].insert(e.pointer());
+      cur = std::move(*wider);
+    }
+  }
+}
+
+Re Compiler::compile_read(const json& s, const std::string& ptr) {
   for (const auto& [k, v] : s.items())
     if (!supported().count(k)) fail(k, ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
   std::vector<std::string> validation;
@@ -106,7 +133,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
     const json& deps = s["dependentSchemas"];
     if (!deps.is_object()) fail("dependentSchemas", dp, "dependentSchemas must be an object of schemas");
     if (deps.size() > kMaxDependentSchemas)
-      fail("dependentSchemas", dp, "more than " + std::to_string(kMaxDependentSchemas) + " dependent schemas in one object");
+      beyond("dependentSchemas", dp, "more than " + std::to_string(kMaxDependentSchemas) + " dependent schemas in one object");
     json rest = s;
     rest.erase("dependentSchemas");
     if (deps.empty()) return compile(rest, ptr);
@@ -135,7 +162,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
     }
     Re out = product({base, looser(s["not"], np)}, ProductRule::Difference, "not", np,
                      "not (the schema minus the negated schema's over-approximation)");
-    if (out->kind == RegexNode::Kind::Never) fail("not", np, "no document satisfies the schema and not the negated one");
+    if (out->kind == RegexNode::Kind::Never) beyond("not", np, "no document satisfies the schema and not the negated one");
     return out;
   }
   // if/then/else: (rest ∧ then) ∩ if, compiled exactly, or (rest ∧ else) minus if's
@@ -159,7 +186,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
     Re no = product({else_lang, looser_if}, ProductRule::Difference, "if", ip,
                     "if/else (the else branch minus if's over-approximation)");
     if (yes->kind == RegexNode::Kind::Never && no->kind == RegexNode::Kind::Never)
-      fail("if", ip, "no document satisfies if/then/else as compiled");
+      beyond("if", ip, "no document satisfies if/then/else as compiled");
     return re_alt({yes, no});
   }
   if (s.contains("$ref")) {
@@ -198,7 +225,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
     }
     alts.insert(alts.end(), overs.begin(), overs.end());
     Re out = product(alts, ProductRule::ExactlyOne, "oneOf", ptr + "/oneOf", "oneOf (exactly one branch)");
-    if (out->kind == RegexNode::Kind::Never) fail("oneOf", ptr + "/oneOf", "no document matches exactly one branch of oneOf");
+    if (out->kind == RegexNode::Kind::Never) beyond("oneOf", ptr + "/oneOf", "no document matches exactly one branch of oneOf");
     return out;
   }
   if (s.contains("allOf")) {
@@ -295,7 +322,7 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
     }
     return re_automaton(std::make_shared<const Dfa>(product_dfa(parts, rule, limits)));
   } catch (const RegexError& e) {
-    fail(keyword, ptr, what + ": " + e.what() + " (SchemaOptions::max_product_states = " +
+    beyond(keyword, ptr, what + ": " + e.what() + " (SchemaOptions::max_product_states = " +
                            std::to_string(o_.max_product_states) + ")");
   }
 }

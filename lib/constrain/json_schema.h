@@ -65,6 +65,12 @@
 // - in an over-approximation, min/maxProperties, dependentRequired, propertyNames, contains and
 //   uniqueItems are left out, and keys a pattern matches take any value;
 // - allOf (and $ref or anyOf beside other keywords) by merging keywords; unmergeable -> refused;
+// - validator_fallback: a refusal for want of capability (SchemaError::beyond: the caps, lookaround,
+//   overlapping patternProperties, an unmergeable allOf, ...) compiles that schema object without
+//   the keyword (oneOf as anyOf, if/then/else and contains with their partners, patternProperties
+//   as additionalProperties: true), a superset, and records it in SchemaNotes::validator_decides: the
+//   finished document is then checked by the validator (validator.h), which must read the keyword
+//   (a pattern std::regex cannot parse stays refused);
 // - drafts: `$schema` decides (4, 6, 7, 2019-09, 2020-12; none: 2020-12, or SchemaOptions::draft);
 //   each schema object is read in 2020-12 spelling (schema_dialect.h); keys that are not keywords
 //   of the draft (x-*, vendor keys, annotations) are ignored and reported in SchemaNotes;
@@ -113,6 +119,13 @@ struct SchemaOptions {
   // validator pass on the finished document (true; reported in SchemaNotes, the mask alone is then
   // not sound for it).
   bool unique_items_by_validator = false;
+  // A keyword beyond what the mask holds exactly (SchemaError::beyond: a oneOf or pattern product
+  // past max_product_states, a pattern with lookaround, overlapping patternProperties, an allOf it
+  // cannot merge, ...): refused (false), or compiled as the schema object without it (a superset
+  // of its documents) and left to a validator pass on the finished document (true; reported in
+  // SchemaNotes::validator_decides with the pointer count, the mask alone is then not sound).
+  // Implies unique_items_by_validator. Malformed or unsatisfiable schemas are refused either way.
+  bool validator_fallback = false;
   // The draft when the schema's $schema names none ("" = 2020-12; "4", "6", "7", "2019-09").
   std::string default_draft;
 };
@@ -130,14 +143,19 @@ std::string describe(const SchemaNotes& notes);
 
 class SchemaError : public std::runtime_error {
  public:
-  SchemaError(const std::string& keyword, const std::string& pointer, const std::string& what)
+  // `beyond`: the schema is well formed but past what the mask can hold exactly (a cap, a regex
+  // feature, a combination the compiler does not merge), as opposed to malformed or unsatisfiable:
+  // only such a refusal may fall back to the validator (SchemaOptions::validator_fallback).
+  SchemaError(const std::string& keyword, const std::string& pointer, const std::string& what, bool beyond = false)
       : std::runtime_error("schema " + (pointer.empty() ? std::string("/") : pointer) + ": " + what), keyword_(keyword),
-        pointer_(pointer) {}
+        pointer_(pointer), beyond_(beyond) {}
   const std::string& keyword() const { return keyword_; }
   const std::string& pointer() const { return pointer_; }
+  bool beyond() const { return beyond_; }
 
  private:
   std::string keyword_, pointer_;
+  bool beyond_ = false;
 };
 
 // `notes`, when given, receives what was ignored (see SchemaNotes).

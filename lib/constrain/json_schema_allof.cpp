@@ -101,7 +101,7 @@ Re Compiler::compile_conjunction(std::vector<json> conjuncts, const std::string&
                                       std::make_pair("maxContains", "contains"), std::make_pair("else", "if")}) {
     auto d = source.find(dependent), o = source.find(on);
     if (d != source.end() && o != source.end() && (d->second < 0 || o->second < 0 || d->second != o->second))
-      fail(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
+      beyond(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
                                "' from different schemas cannot be merged");
   }
   merge_additional_properties(merged, objects, ptr);
@@ -122,7 +122,7 @@ void Compiler::merge_additional_properties(json& merged, const std::vector<Objec
     if (x.additional.is_null() || x.additional == json(true)) continue;
     extras.push_back(x.additional);
     if (x.patterns || (merged.contains("patternProperties") && objects.size() > 1))
-      fail("additionalProperties", ptr,
+      beyond("additionalProperties", ptr,
            "allOf that combines 'additionalProperties' with patternProperties from different schemas cannot be merged");
     if (!merged.contains("properties")) continue;
     for (auto& [name, sub] : merged["properties"].items())
@@ -227,7 +227,7 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
   } else if (k == "const") {
     fail("const", ptr, "the consts of allOf differ: no document satisfies both");
   } else {
-    fail(k, ptr + "/" + escape_pointer(k), "allOf with two different '" + k + "' cannot be merged");
+    beyond(k, ptr + "/" + escape_pointer(k), "allOf with two different '" + k + "' cannot be merged");
   }
 }
 

@@ -130,7 +130,7 @@ void Compiler::unique_prefix_items(const json& s, int longest, const std::string
   const std::string up = ptr + "/uniqueItems";
   const int k = s.contains("prefixItems") ? static_cast<int>(s["prefixItems"].size()) : 0;
   if (longest < 0 || longest > k)
-    fail("uniqueItems", up, "uniqueItems: true is supported only where at most one item is allowed or every item is a "
+    beyond("uniqueItems", up, "uniqueItems: true is supported only where at most one item is allowed or every item is a "
                             "prefixItems entry (items: false or maxItems) with pairwise disjoint languages");
   for (int i = 0; i < longest; ++i)
     for (int j = 0; j < longest; ++j) {
@@ -139,7 +139,7 @@ void Compiler::unique_prefix_items(const json& s, int longest, const std::string
       const Re both = product({exact(s["prefixItems"][static_cast<size_t>(i)], pi), looser(s["prefixItems"][static_cast<size_t>(j)], pj)},
                               ProductRule::Intersection, "uniqueItems", up, "uniqueItems (prefixItems disjointness)");
       if (both->kind != RegexNode::Kind::Never)
-        fail("uniqueItems", up, "uniqueItems: prefixItems " + std::to_string(i) + " and " + std::to_string(j) +
+        beyond("uniqueItems", up, "uniqueItems: prefixItems " + std::to_string(i) + " and " + std::to_string(j) +
                                     " may hold equal values (only pairwise disjoint prefixItems are supported)");
     }
 }
@@ -155,7 +155,7 @@ Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const 
   if (max_c >= 0 && min_c > max_c) fail("minContains", ptr + "/minContains", "minContains is above maxContains");
   const int cap = std::max(min_c, max_c + 1);  // counts past it behave alike
   if (cap > kMaxContainsCount)
-    fail(max_c + 1 > min_c ? "maxContains" : "minContains", ptr + (max_c + 1 > min_c ? "/maxContains" : "/minContains"),
+    beyond(max_c + 1 > min_c ? "maxContains" : "minContains", ptr + (max_c + 1 > min_c ? "/maxContains" : "/minContains"),
          "contains counts above " + std::to_string(kMaxContainsCount) + " are not supported");
   const Re hit_of = exact(s["contains"], cp), miss_of = looser(s["contains"], cp);
   std::map<const RegexNode*, std::pair<Re, Re>> split;  // an item language -> (hit, miss)
@@ -175,7 +175,7 @@ Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const 
   // Positions are spelt out up to maxItems, else up to `loop`: each with its counts.
   const int positions = mx >= 0 ? mx + 1 : loop + 1;
   if (static_cast<int64_t>(positions) * (cap + 1) > kMaxContainsPositions)
-    fail("contains", cp, "contains with " + std::string(mx >= 0 ? "maxItems " : "minItems/prefixItems ") +
+    beyond("contains", cp, "contains with " + std::string(mx >= 0 ? "maxItems " : "minItems/prefixItems ") +
                              std::to_string(positions - 1) + " is too large to count (at most " +
                              std::to_string(kMaxContainsPositions) + " positions × counts)");
   const Re comma = re_concat({ws_, re_byte(','), ws_});

@@ -49,6 +49,8 @@ class Compiler {
   Draft draft_ = Draft::Draft2020_12;
   std::map<std::string, std::set<std::string>> ignored_, unasserted_, by_validator_;  // key / format -> pointers
   std::map<std::string, int> ref_depth_;
+  // validator_fallback: (pointer, over-approximation?) -> (schema object, what it widened to).
+  std::map<std::pair<std::string, bool>, std::vector<std::pair<json, json>>> widened_at_;
   int recursive_entries_ = 0;  // re-entered references on the current path
   int depth_ = 0;              // compile() calls on the current path
   int64_t steps_ = 0;          // compile() calls in all
@@ -97,6 +99,14 @@ class Compiler {
   [[noreturn]] static void fail(const std::string& keyword, const std::string& ptr, const std::string& what) {
     throw SchemaError(keyword, ptr, what);
   }
+  // A refusal for want of capability, not of a valid schema (SchemaError::beyond).
+  [[noreturn]] static void beyond(const std::string& keyword, const std::string& ptr, const std::string& what) {
+    throw SchemaError(keyword, ptr, what, true);
+  }
+  // validator_fallback: `s` without the keyword a beyond() refusal at `e` names (a superset of its
+  // documents), or nothing where the refusal is not this object's to widen.
+  std::optional<json> widened(const json& s, const std::string& ptr, const SchemaError& e) const;
+  Re compile_read(const json& s, const std::string& ptr);
 
   // json_schema.cpp: reading a schema object, the modes, products, any value, enum/const
   json read(const json& raw, const std::string& ptr);

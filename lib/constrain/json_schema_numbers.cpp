@@ -242,7 +242,7 @@ Compiler::MultipleOf Compiler::multiple_of(const json& s, const std::string& ptr
 // The divisibility automaton of a / 10^k, which has about a·(k + 3) states.
 Re Compiler::multiple_of_language(uint64_t a, int k, const std::string& ptr) const {
   if (static_cast<double>(a) * (k + 3) > static_cast<double>(o_.max_product_states))
-    fail("multipleOf", ptr + "/multipleOf", "multipleOf needs more than " + std::to_string(o_.max_product_states) +
+    beyond("multipleOf", ptr + "/multipleOf", "multipleOf needs more than " + std::to_string(o_.max_product_states) +
                                                " automaton states (SchemaOptions::max_product_states)");
   return re_automaton(std::make_shared<const Dfa>(multiple_of_dfa(a, k)));
 }

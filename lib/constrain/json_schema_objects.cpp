@@ -127,7 +127,7 @@ std::vector<Compiler::PatternProperty> Compiler::pattern_properties(const json& 
       try {
         r = parse_regex(pattern, universe);
       } catch (const RegexError& e) {
-        fail("patternProperties", p.ptr, e.what());
+        beyond("patternProperties", p.ptr, e.what());
       }
       Re any = re_star(universe ? re_code_points(*universe) : re_any_char());
       return re_concat({r.anchored_start ? re_empty() : any, r.re, r.anchored_end ? re_empty() : any});
@@ -136,7 +136,7 @@ std::vector<Compiler::PatternProperty> Compiler::pattern_properties(const json& 
     try {
       p.any = std::make_shared<Dfa>(compile_dfa(unanchored(nullptr), limits));
     } catch (const RegexError& e) {
-      fail("patternProperties", p.ptr, e.what());
+      beyond("patternProperties", p.ptr, e.what());
     }
     out.push_back(std::move(p));
   }
@@ -145,7 +145,7 @@ std::vector<Compiler::PatternProperty> Compiler::pattern_properties(const json& 
     for (size_t j = i + 1; j < out.size(); ++j)
       if (product({out[i].key, out[j].key}, ProductRule::Intersection, "patternProperties", pp, "patternProperties overlap check")
               ->kind != RegexNode::Kind::Never)
-        fail("patternProperties", pp, "patterns '" + out[i].pattern + "' and '" + out[j].pattern +
+        beyond("patternProperties", pp, "patterns '" + out[i].pattern + "' and '" + out[j].pattern +
                                           "' match the same keys: overlapping patternProperties are not supported");
   return out;
 }
@@ -182,7 +182,7 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     try {
       names_dfa = std::make_shared<Dfa>(compile_dfa(names_lang, limits));
     } catch (const RegexError& e) {
-      fail("propertyNames", np, e.what());
+      beyond("propertyNames", np, e.what());
     }
   }
   auto name_ok = [&](const std::string& name) { return !names_dfa || names_dfa->matches(json(name).dump()); };
@@ -290,7 +290,7 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   const Re extra_member = re_alt(extra_members);
   const bool extras_possible = extra_member->kind != RegexNode::Kind::Never;
   if (extras_possible && max_props > kMaxCountedProperties)
-    fail("maxProperties", ptr + "/maxProperties",
+    beyond("maxProperties", ptr + "/maxProperties",
          "maxProperties above " + std::to_string(kMaxCountedProperties) + " with additional or pattern properties is not supported");
 
   // Presence bits of the properties dependentRequired mentions, in props order.
@@ -312,11 +312,11 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     for (size_t x : {a, b})
       if (!bit.count(x)) bit.emplace(x, static_cast<int>(bit.size()));
   if (bit.size() > kMaxDependentProperties)
-    fail("dependentRequired", ptr + "/dependentRequired",
+    beyond("dependentRequired", ptr + "/dependentRequired",
          "dependentRequired over more than " + std::to_string(kMaxDependentProperties) + " properties is not supported");
   for (size_t f : forbidden)
     if (required.count(props[f].first))
-      fail("dependentRequired", ptr + "/dependentRequired",
+      beyond("dependentRequired", ptr + "/dependentRequired",
            "required property '" + props[f].first + "' depends on a property the schema rules out");
   auto is_set = [&](uint32_t mask, size_t i) {
     auto it = bit.find(i);
@@ -368,7 +368,7 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   Re body = tail(0, true, 0, 0);
   if (body->kind == RegexNode::Kind::Never) {
     const char* k = s.contains("minProperties") ? "minProperties" : s.contains("dependentRequired") ? "dependentRequired" : "properties";
-    fail(k, ptr + "/" + k, std::string("no object satisfies ") + k + " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
+    beyond(k, ptr + "/" + k, std::string("no object satisfies ") + k + " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
   }
   return re_concat({re_byte('{'), ws_, body, ws_, re_byte('}')});
 }

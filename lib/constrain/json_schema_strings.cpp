@@ -87,7 +87,7 @@ int Compiler::length_bound(const json& s, const char* k, const std::string& ptr)
   const bool integral = x.is_number_integer() || (x.is_number_float() && std::floor(x.get<double>()) == x.get<double>());
   if (!integral || x.get<double>() < 0) fail(k, ptr + "/" + k, std::string(k) + " must be a non-negative integer");
   const int64_t v = static_cast<int64_t>(x.get<double>());
-  if (v > 100000) fail(k, ptr + "/" + k, std::string(k) + " above 100000 is not supported");
+  if (v > 100000) beyond(k, ptr + "/" + k, std::string(k) + " above 100000 is not supported");
   return static_cast<int>(v);
 }
 
@@ -112,7 +112,7 @@ Re Compiler::string(const json& s, const std::string& ptr) {
     try {
       p = parse_regex(s["pattern"].get<std::string>(), &raw_string_chars());
     } catch (const RegexError& e) {
-      fail("pattern", ptr + "/pattern", e.what());
+      beyond("pattern", ptr + "/pattern", e.what());
     }
     // JSON Schema patterns are not anchored: an unanchored side admits any characters.
     Re any = re_star(raw_string_char());

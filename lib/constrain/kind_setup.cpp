@@ -35,6 +35,11 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
                "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it; the "
                "finished document is checked, the row says so)",
                "refuse", {"refuse", "validator"}),
+      enum_key("fallback",
+               "a keyword beyond what the mask holds exactly (a oneOf or pattern past the automaton caps, lookaround, "
+               "overlapping patternProperties, an allOf it cannot merge, uniqueItems): refuse the schema, or validator (compile "
+               "the schema object without it, a superset; the finished document is checked, the row says so)",
+               "refuse", {"refuse", "validator"}),
       enum_key("schema_draft", "the draft of a schema whose $schema names none (auto: 2020-12, as the specification says)", "auto",
                {"auto", "4", "6", "7", "2019-09", "2020-12"}),
   };
@@ -43,9 +48,10 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
 namespace {
 // The schema options a point asks for (whitespace, recursion, properties, draft).
 SchemaOptions schema_options(const std::string& whitespace, int64_t recursion, bool strict, const std::string& draft,
-                             const std::string& unique = "refuse") {
+                             const std::string& unique = "refuse", const std::string& fallback = "refuse") {
   SchemaOptions o;
-  o.unique_items_by_validator = unique == "validator";
+  o.validator_fallback = fallback == "validator";
+  o.unique_items_by_validator = unique == "validator" || o.validator_fallback;
   o.whitespace = whitespace == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
   o.max_recursion = static_cast<int>(recursion);
   o.strict_properties = strict;
@@ -76,17 +82,21 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
                                                     fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
-    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft"), uniques = all("unique_items");
+    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft"), uniques = all("unique_items"),
+                       fallbacks = all("fallback");
     if (uniques.empty()) uniques.push_back(Value(std::string("refuse")));
+    if (fallbacks.empty()) fallbacks.push_back(Value(std::string("refuse")));
     if (stricts.empty()) stricts.push_back(Value(true));
     if (drafts.empty()) drafts.push_back(Value(std::string("auto")));
     for (const Value& wv : all("whitespace"))
       for (const Value& rv : all("max_recursion"))
       for (const Value& sv : stricts)
       for (const Value& dv : drafts)
-      for (const Value& uv : uniques) {
+      for (const Value& uv : uniques)
+      for (const Value& fv : fallbacks) {
         const SchemaOptions options = schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
-                                                     std::get<std::string>(dv), std::get<std::string>(uv));
+                                                     std::get<std::string>(dv), std::get<std::string>(uv),
+                                                     std::get<std::string>(fv));
         try {
           if (c.rfind("regex:", 0) == 0) {
             parse_regex(c.substr(6));
@@ -120,7 +130,8 @@ void Setup::load(const Point& p, bool with_trie) {
   source = constraint_source(constraint);
   options = schema_options(p.text("whitespace"), p.integer("max_recursion"), p.find("strict_properties") ? p.flag("strict_properties") : true,
                            p.find("schema_draft") ? p.text("schema_draft") : "auto",
-                           p.find("unique_items") ? p.text("unique_items") : "refuse");
+                           p.find("unique_items") ? p.text("unique_items") : "refuse",
+                           p.find("fallback") ? p.text("fallback") : "refuse");
   vocab = load_vocabulary(p.text("vocab"));
   if (with_trie) trie = vocab_trie(vocab);
 }

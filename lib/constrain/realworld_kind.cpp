@@ -32,7 +32,8 @@ class Realworld : public Variant {
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
     source_ = p.text("source");
     options_.strict_properties = p.flag("strict_properties");
-    options_.unique_items_by_validator = p.text("unique_items") == "validator";
+    options_.validator_fallback = p.text("fallback") == "validator";
+    options_.unique_items_by_validator = p.text("unique_items") == "validator" || options_.validator_fallback;
     mask_schemas_ = static_cast<size_t>(p.integer("mask_schemas"));
     vocab_name_ = p.text("vocab");
     seed_ = seed;
@@ -184,6 +185,11 @@ KindInfo realworld_info() {
             enum_key("unique_items",
                      "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it, "
                      "the document checked after; counted in validator_decides)",
+                     "refuse", {"refuse", "validator"}),
+            enum_key("fallback",
+                     "a keyword beyond what the mask holds exactly: refuse the schema, or validator (the schema object "
+                     "compiled without it, the document checked after; counted in validator_decides; implies "
+                     "unique_items: validator)",
                      "refuse", {"refuse", "validator"}),
             key_spec("vocab", ParamType::String, "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm or a tokenizer.json)",
                      Value(std::string("gpt2"))),

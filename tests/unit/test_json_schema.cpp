@@ -399,11 +399,11 @@ TEST(JsonSchema, TestSuiteSoundness) {
 // not and if/then/else are sound: random walks satisfy the validator, and probe documents the
 // validator rejects (values of types the keywords do not name, other spellings) are rejected.
 TEST(JsonSchema, NotAndIfThenElseAreSound) {
-  struct Case {
+  struct SoundCase {
     const char* schema;
     std::vector<std::string> valid, invalid;
   };
-  const std::vector<Case> cases = {
+  const std::vector<SoundCase> cases = {
       {R"({"not":{"type":"null"}})", {"1", "\"x\"", "[]"}, {"null"}},
       // an untyped negated schema: every type it does not constrain is negated too
       {R"({"type":["integer","object"],"additionalProperties":true,"not":{"properties":{"a":{"const":1}}}})", {"{\"a\":2}", "{\"a\":\"1\"}"},
@@ -748,6 +748,73 @@ TEST(JsonSchema, DeepNestingIsAnErrorNotACrash) {
   std::string ok = R"({"type":"integer"})";
   for (int i = 0; i < 100; ++i) ok = R"({"type":"array","items":)" + ok + "}";
   EXPECT_NO_THROW(schema_to_regex(json::parse(ok)));
+}
+
+
+// validator_fallback: a keyword beyond the mask's reach is compiled as if absent (a superset) and
+// the note says the validator decides; without the option the same schema is refused, and a
+// malformed or unsatisfiable schema is refused either way.
+TEST(JsonSchemaFallback, LookaroundPatternIsLeftToTheValidator) {
+  const char* schema = R"({"type":"object","properties":{"id":{"type":"string","pattern":"^(?!x)[a-z]+$"}},"required":["id"]})";
+  try {
+    schema_to_regex(json::parse(schema));
+    FAIL() << "a lookaround pattern compiled without the fallback";
+  } catch (const SchemaError& e) {
+    EXPECT_TRUE(e.beyond()) << e.what();
+    EXPECT_EQ(e.keyword(), "pattern");
+  }
+  SchemaOptions o;
+  o.validator_fallback = true;
+  SchemaNotes notes;
+  const Dfa d = compile_dfa(schema_to_regex(json::parse(schema), o, &notes));
+  ASSERT_EQ(notes.validator_decides.count("pattern"), 1u) << describe(notes);
+  EXPECT_NE(describe(notes).find("left to the validator"), std::string::npos);
+  const json parsed = json::parse(schema);  // the validator keeps a reference to its root
+  const SchemaValidator v(parsed);
+  // The mask holds both; the validator keeps the valid one only.
+  EXPECT_TRUE(d.matches(R"({"id":"abc"})"));
+  EXPECT_TRUE(d.matches(R"({"id":"xabc"})"));
+  EXPECT_TRUE(v.valid(json::parse(R"({"id":"abc"})")));
+  EXPECT_FALSE(v.valid(json::parse(R"({"id":"xabc"})")));
+  // The rest of the schema is still in the mask.
+  EXPECT_FALSE(d.matches(R"({"id":7})"));
+  EXPECT_FALSE(d.matches(R"({})"));
+}
+
+TEST(JsonSchemaFallback, OneOfPastTheProductCapBecomesAnyOf) {
+  const char* schema = R"({"oneOf":[{"type":"string","pattern":"^[a-z]{1,8}$"},{"type":"string","pattern":"^[a-m0-9]{1,8}$"}]})";
+  SchemaOptions o;
+  o.max_product_states = 20;
+  try {
+    schema_to_regex(json::parse(schema), o);
+    FAIL() << "the oneOf product compiled under a cap of 20 states";
+  } catch (const SchemaError& e) {
+    EXPECT_TRUE(e.beyond()) << e.what();
+  }
+  o.validator_fallback = true;
+  SchemaNotes notes;
+  const Dfa d = compile_dfa(schema_to_regex(json::parse(schema), o, &notes));
+  EXPECT_FALSE(notes.validator_decides.empty()) << describe(notes);
+  const json parsed = json::parse(schema);  // the validator keeps a reference to its root
+  const SchemaValidator v(parsed);
+  EXPECT_TRUE(d.matches("\"abc\""));  // both branches: in the union, and the validator rejects it
+  EXPECT_FALSE(v.valid(json::parse("\"abc\"")));
+  EXPECT_TRUE(d.matches("\"xyz\"") && v.valid(json::parse("\"xyz\"")));
+  EXPECT_TRUE(d.matches("\"123\"") && v.valid(json::parse("\"123\"")));
+  EXPECT_FALSE(d.matches("\"ABC\""));  // in neither branch: not even in the union
+}
+
+TEST(JsonSchemaFallback, MalformedUnsatisfiableAndUnreadableStayRefused) {
+  SchemaOptions o;
+  o.validator_fallback = true;
+  // unsatisfiable
+  EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"string","minLength":5,"maxLength":2})"), o), SchemaError);
+  // malformed
+  EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"string","pattern":7})"), o), SchemaError);
+  // a lookbehind the validator's std::regex cannot read either: nobody could decide it
+  EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"string","pattern":"(?<=a)b"})"), o), SchemaError);
+  // unsupported keywords are not capability refusals
+  EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"object","unevaluatedProperties":false})"), o), SchemaError);
 }
 
 }  // namespace

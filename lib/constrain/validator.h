@@ -31,6 +31,9 @@ class SchemaValidator {
     }
   }
 
+  // The validator keeps a reference to its root: a temporary would dangle (and accept anything).
+  explicit SchemaValidator(json&& root, Draft default_draft = Draft::Draft2020_12) = delete;
+
   bool valid(const json& doc) const { return check(root_, doc); }
   // A subschema of the root (its references resolve in the root).
   bool valid_at(const json& schema, const json& doc) const { return check(schema, doc); }

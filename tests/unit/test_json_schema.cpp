@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <gtest/gtest.h>
 
@@ -803,6 +804,10 @@ TEST(JsonSchemaFallback, OneOfPastTheProductCapBecomesAnyOf) {
   EXPECT_TRUE(d.matches("\"123\"") && v.valid(json::parse("\"123\"")));
   EXPECT_FALSE(d.matches("\"ABC\""));  // in neither branch: not even in the union
 }
+
+// The validator holds its root by reference: built from a temporary it would read freed memory.
+static_assert(!std::is_constructible_v<SchemaValidator, json&&>, "a validator of a temporary schema dangles");
+static_assert(std::is_constructible_v<SchemaValidator, const json&>);
 
 TEST(JsonSchemaFallback, MalformedUnsatisfiableAndUnreadableStayRefused) {
   SchemaOptions o;

@@ -95,26 +95,29 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
   const json s = read(raw, ptr);
   if (!o_.validator_fallback) return compile_read(s, ptr);
   // A refusal beyond the mask's reach in this object: compile the object without that keyword and
-  // let the validator decide; once per keyword (widened() removes it), so this ends.
-  // A subschema met again ($ref targets are compiled at their own pointer) starts from the
-  // widening found the first time instead of failing its way there again.
+  // let the validator decide; once per keyword (widened() removes it), so this ends. A subschema
+  // met again ($ref targets are compiled at their own pointer) starts from the widening found the
+  // first time instead of failing its way there again.
+  const std::pair<std::string, bool> at{ptr, over_};
+  if (auto it = widened_at_.find(at); it != widened_at_.end())
+    for (const auto& [from, to] : it->second)
+      if (from == s) {
+        const json known = to;  // a copy: the compile may add to this list
+        return compile_read(known, ptr);
+      }
   json cur = s;
-  for (const auto& [from, to] : widened_at_[{ptr, over_}])
-    if (from == s) {
-      cur = to;  // a copy: the compile below may add to this list
-      break;
-    }
-  if (cur != s) return compile_read(cur, ptr);
+  bool wider_than_s = false;
   for (;;) {
     try {
       Re out = compile_read(cur, ptr);
-      if (cur != s) widened_at_[{ptr, over_}].emplace_back(s, cur);
+      if (wider_than_s) widened_at_[at].emplace_back(s, cur);
       return out;
     } catch (const SchemaError& e) {
       std::optional<json> wider = e.beyond() ? widened(cur, ptr, e) : std::nullopt;
       if (!wider) throw;
       by_validator_[e.keyword().empty() ? "automaton limits" : e.keyword()].insert(e.pointer());
       cur = std::move(*wider);
+      wider_than_s = true;
     }
   }
 }

@@ -40,7 +40,7 @@ Re Compiler::array(const json& s, const std::string& ptr) {
       // Items of a finite enumeration: each value at most once, in the enumeration's order.
       if (k == 0 && !s.contains("contains") && s.contains("items"))
         if (auto values = finite_values(s["items"], 0)) return unique_enum_array(*values, mn, mx, comma, item, ptr);
-      if ((longest < 0 || longest > k) && o_.unique_items_by_validator) {
+      if ((longest < 0 || longest > k) && (o_.unique_items_by_validator || o_.validator_fallback)) {
         by_validator_["uniqueItems"].insert(ptr + "/uniqueItems");
       } else {
         unique_prefix_items(s, longest, ptr);

@@ -3,6 +3,8 @@
 // finished document goes to the validator. Every widening here drops an assertion (or turns oneOf
 // into anyOf, its union), so no valid document leaves the language; the validator restores the rest.
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "constrain/json_schema_internal.h"
 
@@ -28,6 +30,13 @@ std::string keyword_below(const std::string& at, const std::string& ptr) {
   return at.substr(ptr.size() + 1, end == std::string::npos ? std::string::npos : end - ptr.size() - 1);
 }
 
+// The keywords that go with k: a conditional's parts, contains and its counts; else k alone.
+std::vector<std::string> with_partners(const std::string& k) {
+  if (k == "if" || k == "then" || k == "else") return {"if", "then", "else"};
+  if (k == "contains" || k == "minContains" || k == "maxContains") return {"contains", "minContains", "maxContains"};
+  return {k};
+}
+
 }  // namespace
 
 std::optional<json> Compiler::widened(const json& s, const std::string& ptr, const SchemaError& e) const {
@@ -35,17 +44,11 @@ std::optional<json> Compiler::widened(const json& s, const std::string& ptr, con
   json w = s;
   std::string k = keyword_below(e.pointer(), ptr);
   if (k.empty() || !s.contains(k)) k = e.keyword();
-  auto erase = [&](std::initializer_list<const char*> keys) {
-    for (const char* x : keys) w.erase(x);
-  };
+  const std::vector<std::string> group = with_partners(k);
   if (s.contains(k)) {
     if (k == "oneOf") {
       if (!w.contains("anyOf")) w["anyOf"] = w["oneOf"];  // exactly one branch ⊂ at least one
       w.erase("oneOf");
-    } else if (k == "if" || k == "then" || k == "else") {
-      erase({"if", "then", "else"});
-    } else if (k == "contains" || k == "minContains" || k == "maxContains") {
-      erase({"contains", "minContains", "maxContains"});
     } else if (k == "pattern") {
       if (!s["pattern"].is_string() || !validator_reads(s["pattern"].get<std::string>())) return std::nullopt;
       w.erase("pattern");
@@ -59,30 +62,25 @@ std::optional<json> Compiler::widened(const json& s, const std::string& ptr, con
       }
       w.erase("patternProperties");
       w["additionalProperties"] = true;
-    } else if (k == "not" || k == "uniqueItems" || k == "propertyNames" || k == "multipleOf" || k == "maxProperties" ||
-               k == "minProperties" || k == "dependentRequired" || k == "dependentSchemas" || k == "format" ||
-               k == "minLength" || k == "maxLength") {
-      w.erase(k);
+    } else if (group.size() > 1 || k == "not" || k == "uniqueItems" || k == "propertyNames" || k == "multipleOf" ||
+               k == "maxProperties" || k == "minProperties" || k == "dependentRequired" || k == "dependentSchemas" ||
+               k == "format" || k == "minLength" || k == "maxLength") {
+      for (const auto& x : group) w.erase(x);
     } else {
       return std::nullopt;
     }
   } else if (s.contains("allOf") && s["allOf"].is_array()) {
     // Members that allOf could not merge on keyword k: the first member's k stays, the others' go;
     // a conditional or a contains split across members goes from all of them.
-    const bool grouped = k == "if" || k == "then" || k == "else" || k == "contains" || k == "minContains" || k == "maxContains";
     bool first = true;
     for (auto& m : w["allOf"]) {
       if (!m.is_object()) continue;
-      if (grouped) {
-        for (const char* x : {"if", "then", "else"})
-          if (k == "if" || k == "then" || k == "else") m.erase(x);
-        for (const char* x : {"contains", "minContains", "maxContains"})
-          if (k == "contains" || k == "minContains" || k == "maxContains") m.erase(x);
-        continue;
+      if (group.size() > 1) {
+        for (const auto& x : group) m.erase(x);
+      } else if (m.contains(k)) {
+        if (first) first = false;
+        else m.erase(k);
       }
-      if (!m.contains(k)) continue;
-      if (first) first = false;
-      else m.erase(k);
     }
     if (k == "additionalProperties")  // the merge of extra keys: any
       for (auto& m : w["allOf"])

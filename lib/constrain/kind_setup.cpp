@@ -51,7 +51,7 @@ SchemaOptions schema_options(const std::string& whitespace, int64_t recursion, b
                              const std::string& unique = "refuse", const std::string& fallback = "refuse") {
   SchemaOptions o;
   o.validator_fallback = fallback == "validator";
-  o.unique_items_by_validator = unique == "validator" || o.validator_fallback;
+  o.unique_items_by_validator = unique == "validator";
   o.whitespace = whitespace == "flexible" ? SchemaOptions::Whitespace::Flexible : SchemaOptions::Whitespace::Compact;
   o.max_recursion = static_cast<int>(recursion);
   o.strict_properties = strict;

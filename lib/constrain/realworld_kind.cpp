@@ -33,7 +33,7 @@ class Realworld : public Variant {
     source_ = p.text("source");
     options_.strict_properties = p.flag("strict_properties");
     options_.validator_fallback = p.text("fallback") == "validator";
-    options_.unique_items_by_validator = p.text("unique_items") == "validator" || options_.validator_fallback;
+    options_.unique_items_by_validator = p.text("unique_items") == "validator";
     mask_schemas_ = static_cast<size_t>(p.integer("mask_schemas"));
     vocab_name_ = p.text("vocab");
     seed_ = seed;

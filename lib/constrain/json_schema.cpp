@@ -215,6 +215,9 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     // anyOf, a single branch, and oneOf inside an over-approximation (the union of the
     // branches' over-approximations holds every document valid for exactly one) are unions.
     if (!exclusive || list.size() == 1 || over_) return re_alt(std::move(alts));
+    // Branches no document satisfies two of (a discriminator, distinct types or values): exactly
+    // one is at least one.
+    if (branches_disjoint(list, siblings)) return re_alt(std::move(alts));
     // oneOf: exactly one branch. The branches again as over-approximations: what a document
     // valid for branch j may look like in any spelling another branch writes (the same
     // language where nothing is approximated).
@@ -405,6 +408,10 @@ Re Compiler::one_of_values(const std::vector<json>& values, const json& s, const
   std::vector<Re> more;
   for (const auto& v : values) {
     if (v.is_number()) more.push_back(non_canonical_number(false));
+    // A whole number written with a fraction (1.0, -0.0) equals its integer spelling too.
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
+      more.push_back(std::fabs(v.get<double>()) < 1e15 ? re_literal(std::to_string(static_cast<long long>(v.get<double>())))
+                                                        : number_regex(true));
     if (v.is_string()) more.push_back(quoted(escaped_content()));
     if (v.is_object() || v.is_array()) more.push_back(deeper_containers());
   }

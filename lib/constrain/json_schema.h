@@ -12,7 +12,9 @@
 //   any order, required keys as their quoted names, any-value and recursion cut-offs as values
 //   any_depth + 1 levels deeper), so a document valid for two branches is not accepted as long as
 //   its values nest no deeper than that; a document the over-approximation of another branch
-//   holds but that branch rejects is lost (by design);
+//   holds but that branch rejects is lost (by design). Branches that keywords alone show no document
+//   satisfies two of (distinct types or const/enum values, or a required discriminator key whose
+//   values differ: json_schema_disjoint.cpp) are united instead, and then nothing is lost;
 // - over-approximations hold, where a schema has no `type`, values of every type (a keyword
 //   constrains only its own type);
 // - not: S beside other keywords: the rest of the schema minus S's over-approximation (the same

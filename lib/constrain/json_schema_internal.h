@@ -122,6 +122,12 @@ class Compiler {
   Re one_of_values(const std::vector<json>& values, const json& s, const std::string& ptr);
   Re typed(const json& s, const std::string& t, const std::string& ptr);
 
+  // json_schema_disjoint.cpp: oneOf branches no document satisfies two of (then a union suffices)
+  struct Facts;
+  void gather(const json& raw, Facts& f, int depth);
+  bool disjoint(const Facts& a, const Facts& b, int depth);
+  bool branches_disjoint(const json& branches, const json& siblings);
+
   // json_schema_refs.cpp
   std::string base_uri() const;
   static const json* find_anchor(const json& node, const std::string& name, int depth);

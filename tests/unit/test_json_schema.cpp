@@ -822,5 +822,64 @@ TEST(JsonSchemaFallback, MalformedUnsatisfiableAndUnreadableStayRefused) {
   EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"object","unevaluatedProperties":false})"), o), SchemaError);
 }
 
+// oneOf branches that keywords show to be disjoint compile as their union: no product, so a cap of a
+// few states that any product passes does not refuse them, and documents of each branch are kept.
+TEST(JsonSchemaDisjoint, TaggedUnionNeedsNoProduct) {
+  SchemaOptions tiny;
+  tiny.max_product_states = 4;
+  const std::vector<TableCase> cases = {
+      // A discriminator with const values, the object type from the parent.
+      {R"({"type":"object","oneOf":[{"properties":{"kind":{"const":"a"},"x":{"type":"string"}},"required":["kind"]},)"
+       R"({"properties":{"kind":{"const":"b"},"y":{"type":"integer"}},"required":["kind","y"]}]})",
+       {R"({"kind":"a","x":"s"})", R"({"kind":"a"})", R"({"kind":"b","y":1})"},
+       {R"({"kind":"c"})", R"({"kind":"b"})", R"({"x":"s"})", "null"}},
+      // Enum discriminators through $ref and allOf, the key required by one branch only.
+      {R"({"$defs":{"line":{"type":"object","properties":{"t":{"enum":["line","polyline"]}},"required":["t"]},)"
+       R"("bar":{"allOf":[{"type":"object"},{"properties":{"t":{"enum":["bar"]},"w":{"type":"number"}}}]}},)"
+       R"("oneOf":[{"$ref":"#/$defs/line"},{"$ref":"#/$defs/bar"}]})",
+       {R"({"t":"line"})", R"({"t":"polyline"})", R"({"t":"bar","w":2})", R"({"w":2})"},
+       {R"({"t":"pie"})", "7"}},
+      // Distinct types (integer and number overlap; string and array do not).
+      {R"({"oneOf":[{"type":"string"},{"type":"array","items":{"type":"integer"}},{"type":"null"}]})",
+       {"\"s\"", "[1,2]", "null"}, {"1", "{}"}},
+      // Values against types and values.
+      {R"({"oneOf":[{"enum":[1,2,"x"]},{"type":"boolean"},{"const":3}]})", {"1", "\"x\"", "true", "3"}, {"4", "\"y\""}},
+  };
+  for (const auto& c : cases) {
+    const Dfa d = compile(c.schema, tiny);
+    for (const auto& doc : c.valid) EXPECT_TRUE(d.matches(doc)) << c.schema << " should accept " << doc;
+    for (const auto& doc : c.invalid) EXPECT_FALSE(d.matches(doc)) << c.schema << " should reject " << doc;
+  }
+}
+
+// Branches that may share a document still go through the product (a cap of 4 states refuses
+// them), and with the default cap the shared documents are rejected.
+TEST(JsonSchemaDisjoint, OverlappingBranchesKeepTheProduct) {
+  SchemaOptions tiny;
+  tiny.max_product_states = 4;
+  const std::vector<TableCase> cases = {
+      // required alone: an object may hold both keys.
+      {R"({"type":"object","oneOf":[{"required":["a"]},{"required":["b"]}]})", {R"({"a":1})", R"({"b":1})"}, {R"({"a":1,"b":2})"}},
+      // A discriminator without the object type: a non-object satisfies both branches.
+      {R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},{"properties":{"k":{"const":2}},"required":["k"]}]})",
+       {R"({"k":1})", R"({"k":2})"}, {"null", "\"s\""}},
+      // integer within number.
+      {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})", {"1.5"}, {"1"}},
+      // Equal values: the same number spelt twice, the same object with its keys in another order.
+      {R"({"oneOf":[{"const":1},{"const":1.0},{"type":"string"}]})", {"\"s\""}, {"1"}},
+      // nullable adds null to a type: both branches hold null.
+      {R"({"oneOf":[{"type":"string","nullable":true},{"type":"null"}]})", {"\"s\""}, {"null"}},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THROW(compile(c.schema, tiny), SchemaError) << c.schema << " compiled without a product";
+    const Dfa d = compile(c.schema);
+    for (const auto& doc : c.valid) EXPECT_TRUE(d.matches(doc)) << c.schema << " should accept " << doc;
+    for (const auto& doc : c.invalid) EXPECT_FALSE(d.matches(doc)) << c.schema << " should reject " << doc;
+  }
+  // The same object with its keys in another order is the same value: no document is valid for
+  // exactly one of the two branches (a union would accept it).
+  EXPECT_THROW(compile(R"({"oneOf":[{"enum":[{"a":1,"b":2}]},{"enum":[{"b":2,"a":1}]}]})"), SchemaError);
+}
+
 }  // namespace
 }  // namespace ib::constrain

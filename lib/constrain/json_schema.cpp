@@ -178,15 +178,34 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       return compile_conjunction({rest, s[k]}, ptr + "/" + k);
     };
     const std::string ip = ptr + "/if";
-    Re then_lang = with("then"), else_lang = with("else");
-    Re strict_if = exact(strict_if_schema(s["if"]), ip), looser_if = looser(s["if"], ip);
     if (over_) {  // an over-approximation: the same with the roles of if's languages swapped
       ++over_changes_;
+      Re then_lang = with("then"), else_lang = with("else");
+      Re strict_if = exact(strict_if_schema(s["if"]), ip), looser_if = looser(s["if"], ip);
       return re_alt({product({then_lang, looser_if}, ProductRule::Intersection, "if", ip, "if/then (over-approximated)"),
                      product({else_lang, strict_if}, ProductRule::Difference, "if", ip, "if/else (over-approximated)")});
     }
-    Re yes = product({then_lang, strict_if}, ProductRule::Intersection, "if", ip, "if/then (the then branch where if holds)");
-    Re no = product({else_lang, looser_if}, ProductRule::Difference, "if", ip,
+    // The then branch where if holds: rest ∧ then ∧ if merged into one schema, written in the
+    // merge's key order. (An intersection of the then branch with if's own language would keep only
+    // documents whose keys if names come first, in if's order: if's language writes its extra keys
+    // after them.) Where the three do not merge, or the merge is unsatisfiable or malformed, that
+    // intersection (which then finds the branch empty, or reports the schema's fault); an automaton
+    // cap passed deeper down would be passed there again, so it stands.
+    Re yes;
+    const std::string cp = s.contains("then") ? ptr + "/then" : ptr;
+    try {
+      std::vector<json> parts = {rest};
+      if (s.contains("then")) parts.push_back(s["then"]);
+      parts.push_back(strict_if_schema(s["if"]));
+      yes = compile_conjunction(std::move(parts), cp);
+    } catch (const SchemaError& e) {
+      const std::string& at = e.pointer();
+      const bool merge = at == cp || (at.compare(0, cp.size() + 1, cp + "/") == 0 && at.find('/', cp.size() + 1) == std::string::npos);
+      if (e.cap() && !merge) throw;
+      yes = product({with("then"), exact(strict_if_schema(s["if"]), ip)}, ProductRule::Intersection, "if", ip,
+                    "if/then (the then branch where if holds)");
+    }
+    Re no = product({with("else"), looser(s["if"], ip)}, ProductRule::Difference, "if", ip,
                     "if/else (the else branch minus if's over-approximation)");
     if (yes->kind == RegexNode::Kind::Never && no->kind == RegexNode::Kind::Never)
       beyond("if", ip, "no document satisfies if/then/else as compiled");
@@ -328,8 +347,9 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
     }
     return re_automaton(std::make_shared<const Dfa>(product_dfa(parts, rule, limits)));
   } catch (const RegexError& e) {
-    beyond(keyword, ptr, what + ": " + e.what() + " (SchemaOptions::max_product_states = " +
-                           std::to_string(o_.max_product_states) + ")");
+    throw SchemaError(keyword, ptr,
+                      what + ": " + e.what() + " (SchemaOptions::max_product_states = " + std::to_string(o_.max_product_states) + ")",
+                      true, true);
   }
 }
 
@@ -400,7 +420,7 @@ Re Compiler::one_of_values(const std::vector<json>& values, const json& s, const
     for (const auto& t : types) ok = ok || value_has_type(v, t);
     if (ok) alts.push_back(re_literal(v.dump()));
   }
-  if (alts.empty()) fail(s.contains("const") ? "const" : "enum", ptr, "no value of the enum/const has the schema's type");
+  if (alts.empty()) unsatisfiable(s.contains("const") ? "const" : "enum", ptr, "no value of the enum/const has the schema's type");
   Re exact = re_alt(std::move(alts));
   if (!over_) return exact;
   // Other spellings of the same values: numbers with a fraction or an exponent (or -0), strings

@@ -148,16 +148,23 @@ class SchemaError : public std::runtime_error {
   // `beyond`: the schema is well formed but past what the mask can hold exactly (a cap, a regex
   // feature, a combination the compiler does not merge), as opposed to malformed or unsatisfiable:
   // only such a refusal may fall back to the validator (SchemaOptions::validator_fallback).
-  SchemaError(const std::string& keyword, const std::string& pointer, const std::string& what, bool beyond = false)
+  // `cap`: a beyond refusal because an automaton passed a size limit (compiling the same part again
+  // passes it again). `unsatisfiable`: no value satisfies the subschema at `pointer` (an enum or
+  // const outside its type, allOf members with no value in common): where that subschema is an
+  // optional property's, the property cannot appear and the schema is still satisfiable.
+  SchemaError(const std::string& keyword, const std::string& pointer, const std::string& what, bool beyond = false,
+              bool cap = false, bool unsatisfiable = false)
       : std::runtime_error("schema " + (pointer.empty() ? std::string("/") : pointer) + ": " + what), keyword_(keyword),
-        pointer_(pointer), beyond_(beyond) {}
+        pointer_(pointer), beyond_(beyond || cap), cap_(cap), unsatisfiable_(unsatisfiable) {}
   const std::string& keyword() const { return keyword_; }
   const std::string& pointer() const { return pointer_; }
   bool beyond() const { return beyond_; }
+  bool cap() const { return cap_; }
+  bool unsatisfiable() const { return unsatisfiable_; }
 
  private:
   std::string keyword_, pointer_;
-  bool beyond_ = false;
+  bool beyond_ = false, cap_ = false, unsatisfiable_ = false;
 };
 
 // `notes`, when given, receives what was ignored (see SchemaNotes).

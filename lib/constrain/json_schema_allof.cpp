@@ -216,7 +216,7 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
     for (const auto& x : cur)
       for (const auto& y : v)
         if (x == y) both.push_back(x);
-    if (both.empty()) fail("enum", ptr, "the enums of allOf have no value in common");
+    if (both.empty()) unsatisfiable("enum", ptr, "the enums of allOf have no value in common");
     cur = both;
   } else if (k == "not") {  // ¬A ∧ ¬B = ¬(A ∨ B)
     cur = json{{"anyOf", json::array({cur, v})}};
@@ -225,7 +225,7 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
     // Whole multipleOf values: a multiple of both is a multiple of their least common multiple.
     cur = cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) * v.get<uint64_t>();
   } else if (k == "const") {
-    fail("const", ptr, "the consts of allOf differ: no document satisfies both");
+    unsatisfiable("const", ptr, "the consts of allOf differ: no document satisfies both");
   } else {
     beyond(k, ptr + "/" + escape_pointer(k), "allOf with two different '" + k + "' cannot be merged");
   }

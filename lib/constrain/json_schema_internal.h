@@ -99,6 +99,10 @@ class Compiler {
   [[noreturn]] static void fail(const std::string& keyword, const std::string& ptr, const std::string& what) {
     throw SchemaError(keyword, ptr, what);
   }
+  // No value satisfies the subschema at ptr (SchemaError::unsatisfiable).
+  [[noreturn]] static void unsatisfiable(const std::string& keyword, const std::string& ptr, const std::string& what) {
+    throw SchemaError(keyword, ptr, what, false, false, true);
+  }
   // A refusal for want of capability, not of a valid schema (SchemaError::beyond).
   [[noreturn]] static void beyond(const std::string& keyword, const std::string& ptr, const std::string& what) {
     throw SchemaError(keyword, ptr, what, true);

@@ -199,11 +199,20 @@ Re Compiler::object(const json& s, const std::string& ptr) {
         if (required.count(k)) fail("propertyNames", np, "required property '" + k + "' does not satisfy propertyNames");
         continue;
       }
-      if (also.empty()) props.emplace_back(k, compile(v, pp));
-      else {  // a declared name a pattern matches: both schemas apply
-        also.insert(also.begin(), v);
-        props.emplace_back(k, compile_conjunction(also, pp));
+      Re value;
+      try {
+        if (also.empty()) value = compile(v, pp);
+        else {  // a declared name a pattern matches: both schemas apply
+          also.insert(also.begin(), v);
+          value = compile_conjunction(also, pp);
+        }
+      } catch (const SchemaError& e) {
+        // An optional property no value satisfies: the key cannot appear (it is still declared,
+        // so no extra key spells it).
+        if (!e.unsatisfiable() || required.count(k)) throw;
+        value = re_never();
       }
+      props.emplace_back(k, value);
     }
   }
   Re extra = re_never();  // the value schema of additional properties, if any

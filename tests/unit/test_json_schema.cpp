@@ -822,6 +822,48 @@ TEST(JsonSchemaFallback, MalformedUnsatisfiableAndUnreadableStayRefused) {
   EXPECT_THROW(schema_to_regex(json::parse(R"({"type":"object","unevaluatedProperties":false})"), o), SchemaError);
 }
 
+// if/then on objects: the then branch holds the documents if accepts whatever the place of if's keys
+// in the object (they are written in the schema's order, not if's keys first).
+TEST(JsonSchema, IfThenElseKeysInTheSchemasOrder) {
+  const char* schema = R"({"type":"object","properties":{"a":{"type":"string"},"v":{"enum":[2,3]}},"required":["v"],)"
+                       R"("if":{"properties":{"v":{"const":2}}},"then":{"properties":{"b":{"type":"integer"}}},)"
+                       R"("else":{"properties":{"c":{"type":"integer"}}}})";
+  for (const bool strict : {true, false}) {
+    SchemaOptions o;
+    o.strict_properties = strict;
+    const Dfa d = compile(schema, o);
+    EXPECT_TRUE(d.matches(R"({"a":"x","v":2,"b":1})")) << strict;
+    EXPECT_TRUE(d.matches(R"({"v":2})")) << strict;
+    EXPECT_TRUE(d.matches(R"({"a":"x","v":3,"c":1})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"a":"x","v":2,"b":"s"})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"a":"x","v":3,"c":"s"})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"a":"x","v":4})")) << strict;
+  }
+}
+
+// An optional property no value satisfies cannot appear; the object is still satisfiable. A
+// required one makes the schema unsatisfiable, refused as such.
+TEST(JsonSchema, UnsatisfiableOptionalPropertyIsAbsent) {
+  const char* schema = R"({"type":"object","properties":{"m":{"type":"array","enum":["a","b"]},"n":{"type":"integer"},)"
+                       R"("k":{"allOf":[{"const":1},{"const":2}]}},"required":["n"]})";
+  for (const bool strict : {true, false}) {
+    SchemaOptions o;
+    o.strict_properties = strict;
+    const Dfa d = compile(schema, o);
+    EXPECT_TRUE(d.matches(R"({"n":1})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"n":1,"m":"a"})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"n":1,"m":["a"]})")) << strict;
+    EXPECT_FALSE(d.matches(R"({"n":1,"k":1})")) << strict;
+  }
+  try {
+    compile(R"({"type":"object","properties":{"m":{"type":"array","enum":["a"]}},"required":["m"]})");
+    FAIL() << "a required property no value satisfies compiled";
+  } catch (const SchemaError& e) {
+    EXPECT_TRUE(e.unsatisfiable()) << e.what();
+    EXPECT_FALSE(e.beyond()) << e.what();
+  }
+}
+
 // oneOf branches that keywords show to be disjoint compile as their union: no product, so a cap of a
 // few states that any product passes does not refuse them, and documents of each branch are kept.
 TEST(JsonSchemaDisjoint, TaggedUnionNeedsNoProduct) {

@@ -1,6 +1,7 @@
 // The real-world corpus (data/schema-corpus: SchemaStore, Kubernetes and BFCL schemas with
 // instances labelled by the jsonschema package): no invalid instance is ever accepted, the
-// compiler's coverage does not fall, and our validator agrees with the jsonschema labels.
+// compiler's coverage does not fall nor its refusals of valid instances rise, and our validator
+// agrees with the jsonschema labels.
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -65,7 +66,10 @@ TEST(SchemaCorpus, NoInvalidInstanceIsAcceptedAndCoverageHolds) {
   table << "validator vs jsonschema labels: " << by["all"].disagree << " disagreements\n";
   std::cout << table.str();
   const Tally& all = by["all"];
-  EXPECT_GE(all.compiled * 100, all.schemas * 70) << "coverage fell";
+  // What the compiler reached at aaf9908 (260 of 340 schemas, 20 valid instances refused): a change
+  // that compiles fewer or refuses more fails here.
+  EXPECT_GE(all.compiled, 260) << "coverage fell";
+  EXPECT_LE(all.refused, 20) << "more valid instances refused";
 }
 
 }  // namespace

@@ -259,9 +259,21 @@ class CpuFlash : public CpuAttention {
   HostBuffer<float> work_;
 };
 
-IB_REGISTER_VARIANT("attention", "reference", Reference);
-IB_REGISTER_VARIANT("attention", "cpu_standard", CpuStandard);
-IB_REGISTER_VARIANT("attention", "cpu_flash", CpuFlash);
+const VariantRegistration reg_attention_reference(
+    "attention", {"reference", Backend::Cpu, "float64, one query row at a time: the correctness oracle", attention_shape_keys()},
+    make_variant<Reference>());
+const VariantRegistration reg_attention_cpu_standard(
+    "attention",
+    {"cpu_standard", Backend::Cpu, "the three passes on the CPU: our SGEMM, a row softmax, our SGEMM; S and P materialised (fp32)",
+     attention_shape_keys()},
+    make_variant<CpuStandard>());
+// The chapter's flash2 figures are this variant's on the CPU (role flash2).
+const VariantRegistration reg_attention_cpu_flash(
+    "attention",
+    {"cpu_flash", Backend::Cpu,
+     "the flash algorithm on the CPU: 48×64 tiles through the SGEMM micro-kernel, online softmax, one tile of scores per thread (fp32)",
+     attention_shape_keys(), false, "flash2"},
+    make_variant<CpuFlash>());
 
 }  // namespace
 }  // namespace ib::attention

@@ -1,6 +1,12 @@
 // CUDA variants of `attention`: standard (cuBLAS + our softmax kernel), flash1 and flash2 (our
 // fused kernels, kernels/attention_flash1.cu, attention_flash2.cu), flash3 (Hopper only, kernels/attention_flash3.cu).
 // Inputs are filled on the device with the same counter-based values the CPU reference regenerates.
+// Compiled in every build: the declarations at the end are the variants' one declaration, the
+// classes only where the CUDA backend is.
+#include "attention/problem.h"
+#include "core/registry.h"
+
+#if INFER_BENCH_HAVE_CUDA
 #include <cstring>
 #include <vector>
 
@@ -15,7 +21,6 @@
 #include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "numerics/half.h"
-#include "core/registry.h"
 #include "fill.h"
 
 namespace ib::attention {
@@ -157,10 +162,43 @@ class FusedAttention : public CudaAttention {
 using Flash2 = FusedAttention<launch_flash2, flash2_unsupported>;
 using Flash3 = FusedAttention<launch_flash3, flash3_unsupported>;  // Hopper only: unsupported elsewhere
 
-IB_REGISTER_VARIANT("attention", "standard", Standard);
-IB_REGISTER_VARIANT("attention", "flash1", Flash1);
-IB_REGISTER_VARIANT("attention", "flash2", Flash2);
-IB_REGISTER_VARIANT("attention", "flash3", Flash3);
+}  // namespace
+}  // namespace ib::attention
+#endif  // INFER_BENCH_HAVE_CUDA
+
+namespace ib::attention {
+namespace {
+
+const VariantRegistration reg_attention_standard(
+    "attention",
+    {"standard", Backend::Cuda,
+     "three passes: S = scale·Q·Kᵀ (cuBLAS strided-batched GEMM, bf16/fp16 out) -> row softmax kernel writing P "
+     "(causal mask applied there) -> O = P·V (cuBLAS); S and P are n×n per head in HBM",
+     attention_shape_keys()},
+    IB_IF_CUDA(make_variant<Standard>()));
+const VariantRegistration reg_attention_flash1(
+    "attention",
+    {"flash1", Backend::Cuda,
+     "FlashAttention-1 structure: one block per (batch, head), K/V tiles outer, Q tiles inner, running output and "
+     "softmax statistics re-read and re-written in HBM for every K/V tile",
+     attention_shape_keys()},
+    IB_IF_CUDA(make_variant<Flash1>()));
+const VariantRegistration reg_attention_flash2(
+    "attention",
+    {"flash2", Backend::Cuda,
+     "FlashAttention-2 structure: blocks over query tiles × heads × batch, Q in registers, K/V tiles double-buffered "
+     "through shared memory (cp.async), mma.sync m16n8k16 tensor cores, deferred rescaling, causal tiles skipped",
+     attention_shape_keys()},
+    IB_IF_CUDA(make_variant<Flash2>()));
+const VariantRegistration reg_attention_flash3(
+    "attention",
+    {"flash3", Backend::Cuda,
+     "FlashAttention-3 structure, Hopper (sm_90) only: a producer warp loads K/V tiles with TMA into a two-stage "
+     "shared-memory ring (mbarriers), two consumer warpgroups run wgmma (S = Q·Kᵀ from shared memory, O += P·V with "
+     "P in registers) and the online softmax, the softmax of one tile overlapping the P·V of the previous; "
+     "unsupported on other GPUs",
+     attention_shape_keys()},
+    IB_IF_CUDA(make_variant<Flash3>()));
 
 }  // namespace
 }  // namespace ib::attention

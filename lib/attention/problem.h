@@ -44,6 +44,10 @@ struct AttentionShape {
 
 // Reads batch, heads, kv_heads, head_dim, seq, seq_q (0 = seq), causal, window, dtype.
 AttentionShape attention_shape(const Point& p);
+// The keys every attention variant reads (VariantDecl::uses): the shape's and score_table.
+inline std::vector<std::string> attention_shape_keys() {
+  return {"batch", "heads", "kv_heads", "head_dim", "seq", "seq_q", "causal", "window", "dtype", "score_table"};
+}
 // Why the shape is not an attention problem ("" when it is): heads not a multiple of kv_heads...
 std::string shape_problem(const AttentionShape& s);
 

@@ -176,17 +176,48 @@ class TorchSdpaPeer : public Variant {
   int64_t extra_bytes_ = -1;
 };
 
-template <Backend device>
-VariantFactory peer(const char* backend) {
-  return [backend] { return std::unique_ptr<Variant>(new TorchSdpaPeer(device, backend)); };
+// The shape keys, and where python is.
+std::vector<std::string> torch_peer_keys() {
+  std::vector<std::string> keys = attention_shape_keys();
+  keys.insert(keys.end(), {"python", "peer_timeout"});
+  return keys;
 }
 
-const VariantRegistration reg_default("attention", "torch_sdpa", peer<Backend::Cuda>("default"));
-const VariantRegistration reg_flash("attention", "torch_sdpa_flash", peer<Backend::Cuda>("flash"));
-const VariantRegistration reg_cudnn("attention", "torch_sdpa_cudnn", peer<Backend::Cuda>("cudnn"));
-const VariantRegistration reg_efficient("attention", "torch_sdpa_efficient", peer<Backend::Cuda>("efficient"));
-const VariantRegistration reg_math("attention", "torch_sdpa_math", peer<Backend::Cuda>("math"));
-const VariantRegistration reg_cpu("attention", "cpu_torch_sdpa", peer<Backend::Cpu>("default"));
+const std::string torch_peer_doc =
+    "PyTorch's scaled_dot_product_attention on the same shape, in its own python process (key `python`; "
+    "scripts/torch_sdpa_peer.py is compiled in): checked against torch's own float64 reference on its own inputs, then "
+    "timed with CUDA events under the row's stopping rule; GQA through enable_gqa (K/V repeated before timing where the "
+    "backend refuses it, said in the note), bottom-right causal through is_causal or the lower-right CausalBias, a "
+    "window as a boolean mask; unsupported (saying why) without torch, without a GPU, or when the backend refuses the shape";
+
+// The peer runs in python, so it is built into every binary: without a GPU (or torch) its CUDA
+// rows are unsupported, saying why.
+const VariantRegistration reg_attention_torch_sdpa(
+    "attention",
+    {"torch_sdpa", Backend::Cuda, "torch's own choice of SDPA backend (the note says which it picked). " + torch_peer_doc, torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "default"));
+const VariantRegistration reg_attention_torch_sdpa_flash(
+    "attention", {"torch_sdpa_flash", Backend::Cuda, "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)", torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "flash"));
+const VariantRegistration reg_attention_torch_sdpa_cudnn(
+    "attention", {"torch_sdpa_cudnn", Backend::Cuda, "torch SDPA forced to its cuDNN backend", torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "cudnn"));
+const VariantRegistration reg_attention_torch_sdpa_efficient(
+    "attention",
+    {"torch_sdpa_efficient", Backend::Cuda, "torch SDPA forced to its memory-efficient (xFormers) backend", torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "efficient"));
+const VariantRegistration reg_attention_torch_sdpa_math(
+    "attention",
+    {"torch_sdpa_math", Backend::Cuda, "torch SDPA forced to its math backend (materialises the scores, as standard does)",
+     torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "math"));
+const VariantRegistration reg_attention_cpu_torch_sdpa(
+    "attention",
+    {"cpu_torch_sdpa", Backend::Cpu,
+     "torch SDPA on the CPU, torch's own backend choice, fp32 on the rounded inputs (as cpu_flash) with our thread count, "
+     "timed with perf_counter; otherwise as torch_sdpa",
+     torch_peer_keys()},
+    make_variant<TorchSdpaPeer>(Backend::Cpu, "default"));
 
 }  // namespace
 }  // namespace ib::attention

@@ -1,5 +1,6 @@
 // Kind `ceiling`: the card's copy bandwidth and GEMM rate, the denominators of every report's
-// roofline columns (`infer-bench info` prints them).
+// roofline columns (`infer-bench info` prints them). Its variants are declared beside their code:
+// cpu_ceiling.cpp and cuda_ceiling.cpp.
 #include "core/registry.h"
 
 namespace ib {
@@ -20,13 +21,6 @@ KindInfo ceiling_kind() {
   KeySpec dtype = key_spec("dtype", ParamType::Enum, "GEMM element type (fp32 accumulation)", Value(std::string("bf16")));
   dtype.choices = {"bf16", "fp16", "fp32"};
   k.keys.push_back(dtype);
-  k.variants = {
-      {"copy", Backend::Cuda, "cudaMemcpyAsync device to device", {"bytes"}},
-      {"gemm", Backend::Cuda, "cuBLAS cublasGemmEx, fp32 accumulation, tensor cores for bf16/fp16", {"m", "n", "k", "dtype"}},
-      {"memcpy", Backend::Cpu, "memcpy split over the CPU threads", {"bytes"}},
-      {"sgemm", Backend::Cpu, "our blocked, packed (6×16 AVX2/FMA register tile), multithreaded SGEMM; fp32 only",
-       {"m", "n", "k", "dtype"}},
-  };
   return k;
 }
 

@@ -1,4 +1,9 @@
 // CUDA variants of the `ceiling` kind: device-to-device copy bandwidth and the cuBLAS GEMM rate.
+// Compiled in every build: the declarations at the end are the variants' one declaration, the
+// classes only where the CUDA backend is.
+#include "core/registry.h"
+
+#if INFER_BENCH_HAVE_CUDA
 #include <cmath>
 #include <vector>
 
@@ -10,7 +15,6 @@
 #include "core/cuda_memory.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
-#include "core/registry.h"
 #include "fill.h"
 
 namespace ib {
@@ -110,8 +114,19 @@ class CublasGemm : public Variant {
   DeviceBuffer<uint8_t> a_, b_, c_;
 };
 
-IB_REGISTER_VARIANT("ceiling", "copy", CudaCopy);
-IB_REGISTER_VARIANT("ceiling", "gemm", CublasGemm);
+}  // namespace
+}  // namespace ib
+#endif  // INFER_BENCH_HAVE_CUDA
+
+namespace ib {
+namespace {
+
+const VariantRegistration reg_ceiling_copy("ceiling", {"copy", Backend::Cuda, "cudaMemcpyAsync device to device", {"bytes"}},
+                                           IB_IF_CUDA(make_variant<CudaCopy>()));
+const VariantRegistration reg_ceiling_gemm("ceiling",
+                                           {"gemm", Backend::Cuda, "cuBLAS cublasGemmEx, fp32 accumulation, tensor cores for bf16/fp16",
+                                            {"m", "n", "k", "dtype"}},
+                                           IB_IF_CUDA(make_variant<CublasGemm>()));
 
 }  // namespace
 }  // namespace ib

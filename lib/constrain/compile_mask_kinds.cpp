@@ -23,6 +23,7 @@ namespace ib::constrain {
 namespace {
 
 using detail::host;
+using detail::key_names;
 using detail::kind;
 using detail::with;
 
@@ -98,13 +99,6 @@ class CompileVariant : public Variant {
   double regex_ms_ = 0, dfa_ms_ = 0, index_ms_ = 0, index_mb_ = 0;
   int32_t states_ = 0;
   size_t classes_ = 0;
-};
-
-struct Precomputed : CompileVariant {
-  Precomputed() : CompileVariant(true) {}
-};
-struct Lazy : CompileVariant {
-  Lazy() : CompileVariant(false) {}
 };
 
 // ---- constrain-mask ----
@@ -184,51 +178,39 @@ class MaskVariant : public Variant {
   std::vector<double> step_us_;
 };
 
-struct MaskPrecomputed : MaskVariant {
-  MaskPrecomputed() : MaskVariant(true) {}
-};
-struct MaskLazy : MaskVariant {
-  MaskLazy() : MaskVariant(false) {}
-};
+
+std::vector<KeySpec> mask_kind_keys() {
+  return with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)});
+}
 
 const KindRegistration compile_kind(with_python_peers(kind(
     "constrain-compile",
     "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
     "classes only, masks on first use). One sample = one full compile.",
-    constraint_keys(),
-    {host("precomputed", "outlines-style: every mask built ahead of generation"),
-     host("lazy", "XGrammar-style adaptive: DFA and mask classes now, each mask on first use"),
-     python_peer_decl("xgrammar",
-                      "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
-                      "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
-                      "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
-                      "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
-                      "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
-                      "it refuses the schema"),
-     python_peer_decl("llguidance",
-                      "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
-                      "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
-                      "match; it has no strict mode (undeclared keys stay allowed)")})));
+    constraint_keys())));
 
 const KindRegistration mask_kind(with_python_peers(kind(
     "constrain-mask",
     "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
     "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
-    with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)}),
-    {host("precomputed", "mask lookup in the precomputed index"), host("lazy", "lazy masks, cold at the start of every sample (the vocabulary's string-content pieces are kept, like its trie)"),
-     python_peer_decl("xgrammar",
-                      "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
-                      "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
-                      "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
-                      "target token and EOS allowed by its masks)"),
-     python_peer_decl("llguidance",
-                      "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
-                      "llguidance.numpy's fill does) + consume_token")})));
+    mask_kind_keys())));
 
-IB_REGISTER_VARIANT("constrain-compile", "precomputed", Precomputed);
-IB_REGISTER_VARIANT("constrain-compile", "lazy", Lazy);
-IB_REGISTER_VARIANT("constrain-mask", "precomputed", MaskPrecomputed);
-IB_REGISTER_VARIANT("constrain-mask", "lazy", MaskLazy);
+// Ours read the kind's keys but the python peers' (python_peer.cpp declares the peers).
+const VariantRegistration reg_constrain_compile_precomputed(
+    "constrain-compile", host("precomputed", "outlines-style: every mask built ahead of generation", key_names(constraint_keys())),
+    make_variant<CompileVariant>(true));
+const VariantRegistration reg_constrain_compile_lazy(
+    "constrain-compile",
+    host("lazy", "XGrammar-style adaptive: DFA and mask classes now, each mask on first use", key_names(constraint_keys())),
+    make_variant<CompileVariant>(false));
+const VariantRegistration reg_constrain_mask_precomputed("constrain-mask",
+                                                         host("precomputed", "mask lookup in the precomputed index", key_names(mask_kind_keys())),
+                                                         make_variant<MaskVariant>(true));
+const VariantRegistration reg_constrain_mask_lazy(
+    "constrain-mask",
+    host("lazy", "lazy masks, cold at the start of every sample (the vocabulary's string-content pieces are kept, like its trie)",
+         key_names(mask_kind_keys())),
+    make_variant<MaskVariant>(false));
 
 }  // namespace
 }  // namespace ib::constrain

@@ -1,5 +1,6 @@
 // The registration helpers the constrain kinds' files share (compile_mask_kinds.cpp,
-// generation_kinds.cpp, overhead_kind.cpp, keywords_kind.cpp); defined once, in kind_setup.cpp.
+// generation_kinds.cpp, overhead_kind.cpp, keywords_kind.cpp, python_peer.cpp); defined once, in
+// kind_setup.cpp.
 #pragma once
 
 #include <string>
@@ -11,10 +12,12 @@
 namespace ib::constrain::detail {
 
 // A constrain kind; one with a `constraint` key checks it at spec time (check_constraint_keys).
-KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySpec> keys, std::vector<VariantDecl> variants);
-// A host variant (backend Cpu, VariantDecl::host) that reads every key of its kind. The mask work
-// is host work: these variants run on the CPU whichever backend is selected.
-VariantDecl host(std::string name, std::string doc);
+KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySpec> keys);
+// A host variant (backend Cpu, VariantDecl::host) that reads `uses` (empty: every key of its
+// kind). The mask work is host work: these variants run on the CPU whichever backend is selected.
+VariantDecl host(std::string name, std::string doc, std::vector<std::string> uses = {});
+// The names of `keys` (a variant's VariantDecl::uses).
+std::vector<std::string> key_names(const std::vector<KeySpec>& keys);
 // `keys` followed by `more`.
 std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more);
 

@@ -1,6 +1,11 @@
 // CUDA variants of `constrain-overhead`: the LM head (cuBLAS bf16 GEMV to fp32 logits) followed
 // by a greedy choice, with and without the step's token bitmask (uploaded every step); and of
-// `constrain-generate` (the CUDA engine returning each step's logits to the host, engine_generate.h).
+// `constrain-generate`'s are declared in engine_generate.cpp. Compiled in every build: the
+// declarations at the end are the variants' one declaration, the classes only where the CUDA
+// backend is.
+#include "core/registry.h"
+
+#if INFER_BENCH_HAVE_CUDA
 #include <cmath>
 #include <vector>
 
@@ -16,7 +21,6 @@
 #include "core/cuda_memory.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
-#include "core/registry.h"
 #include "fill.h"
 
 namespace ib::constrain {
@@ -113,20 +117,19 @@ class CudaLmHead : public Variant {
   int32_t host_token_ = -1;
 };
 
-struct LmHeadArgmax : CudaLmHead {
-  LmHeadArgmax() : CudaLmHead(false) {}
-};
-struct LmHeadMaskedArgmax : CudaLmHead {
-  LmHeadMaskedArgmax() : CudaLmHead(true) {}
-};
+}  // namespace
+}  // namespace ib::constrain
+#endif  // INFER_BENCH_HAVE_CUDA
 
-IB_REGISTER_VARIANT("constrain-overhead", "lm_head_argmax", LmHeadArgmax);
-IB_REGISTER_VARIANT("constrain-overhead", "lm_head_masked_argmax", LmHeadMaskedArgmax);
+namespace ib::constrain {
+namespace {
 
-const VariantRegistration generate_constrained("constrain-generate", "constrained",
-                                               [] { return make_engine_generate_variant(Backend::Cuda, true); });
-const VariantRegistration generate_unconstrained("constrain-generate", "unconstrained_retry",
-                                                 [] { return make_engine_generate_variant(Backend::Cuda, false); });
+const VariantListRegistration cuda_overhead_variants(
+    "constrain-overhead",
+    {{{"lm_head_argmax", Backend::Cuda, "cuBLAS bf16 GEMV to fp32 logits, then a device argmax", {}},
+      IB_IF_CUDA(make_variant<CudaLmHead>(false))},
+     {{"lm_head_masked_argmax", Backend::Cuda, "the same, with the step's bitmask uploaded and applied in the argmax kernel", {}},
+      IB_IF_CUDA(make_variant<CudaLmHead>(true))}});
 
 }  // namespace
 }  // namespace ib::constrain

@@ -452,24 +452,6 @@ KindInfo generate_kind() {
                             Value(1.0), 0.0));
   k.keys.push_back(key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0, 100.0));
   k.keys.push_back(key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{8}), 1.0));
-  // The masked variants do not retry; the CPU ones leave out `matmul` (the CPU engine has one
-  // matmul: a sweep over the key would repeat their rows).
-  auto reads = [&](bool masked, Backend b) {
-    std::vector<std::string> keys;
-    for (const KeySpec& ks : k.keys)
-      if (!(masked && ks.name == "retries") && !(b == Backend::Cpu && ks.name == "matmul")) keys.push_back(ks.name);
-    return keys;
-  };
-  k.variants = {
-      {"cpu_constrained", Backend::Cpu, "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
-       reads(true, Backend::Cpu)},
-      {"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry", reads(false, Backend::Cpu)},
-      {"constrained", Backend::Cuda,
-       "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there",
-       reads(true, Backend::Cuda)},
-      {"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
-       reads(false, Backend::Cuda)},
-  };
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_constraint_keys(values)) return problem;
     if (auto problem = model::check_model_weights(values)) return problem;
@@ -481,19 +463,32 @@ KindInfo generate_kind() {
 
 const KindRegistration registration(generate_kind());
 
-struct CpuConstrained : EngineGenerateVariant {
-  CpuConstrained() : EngineGenerateVariant(Backend::Cpu, true) {}
-};
-struct CpuUnconstrainedRetry : EngineGenerateVariant {
-  CpuUnconstrainedRetry() : EngineGenerateVariant(Backend::Cpu, false) {}
-};
-IB_REGISTER_VARIANT("constrain-generate", "cpu_constrained", CpuConstrained);
-IB_REGISTER_VARIANT("constrain-generate", "cpu_unconstrained_retry", CpuUnconstrainedRetry);
-
-}  // namespace
-
-std::unique_ptr<Variant> make_engine_generate_variant(Backend backend, bool constrained) {
-  return std::make_unique<EngineGenerateVariant>(backend, constrained);
+// The masked variants do not retry; the CPU ones leave out `matmul` (the CPU engine has one
+// matmul: a sweep over the key would repeat their rows).
+std::vector<std::string> generate_reads(bool masked, Backend b) {
+  static const std::vector<KeySpec> kind_keys = generate_kind().keys;
+  std::vector<std::string> keys;
+  for (const KeySpec& ks : kind_keys)
+    if (!(masked && ks.name == "retries") && !(b == Backend::Cpu && ks.name == "matmul")) keys.push_back(ks.name);
+  return keys;
 }
 
+// The CUDA engine's where it is built (its logits returned to the host each step).
+const VariantListRegistration generate_variants(
+    "constrain-generate",
+    {{{"cpu_constrained", Backend::Cpu, "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
+       generate_reads(true, Backend::Cpu)},
+      make_variant<EngineGenerateVariant>(Backend::Cpu, true)},
+     {{"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry",
+       generate_reads(false, Backend::Cpu)},
+      make_variant<EngineGenerateVariant>(Backend::Cpu, false)},
+     {{"constrained", Backend::Cuda,
+       "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there",
+       generate_reads(true, Backend::Cuda)},
+      IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, true))},
+     {{"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
+       generate_reads(false, Backend::Cuda)},
+      IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, false))}});
+
+}  // namespace
 }  // namespace ib::constrain

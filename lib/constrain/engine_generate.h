@@ -112,8 +112,4 @@ class EngineWriter {
   int64_t mask_steps_ = 0;
 };
 
-// The `constrain-generate` kind's variants: the engine on `backend` (CPU, or CUDA returning the
-// logits to the host), constrained or unconstrained with retries.
-std::unique_ptr<Variant> make_engine_generate_variant(Backend backend, bool constrained);
-
 }  // namespace ib::constrain

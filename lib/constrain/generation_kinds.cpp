@@ -77,12 +77,6 @@ class ValidityVariant : public Variant {
   EmitterStats last_;
 };
 
-struct Constrained : ValidityVariant {
-  Constrained() : ValidityVariant(true) {}
-};
-struct UnconstrainedRetry : ValidityVariant {
-  UnconstrainedRetry() : ValidityVariant(false) {}
-};
 
 // ---- constrain-jump-forward ----
 
@@ -162,12 +156,6 @@ class JumpVariant : public Variant {
   int64_t calls_ = 0, tokens_ = 0;
 };
 
-struct NoJump : JumpVariant {
-  NoJump() : JumpVariant(false) {}
-};
-struct JumpForward : JumpVariant {
-  JumpForward() : JumpVariant(true) {}
-};
 
 const KindRegistration validity_kind(kind(
     "constrain-validity",
@@ -177,19 +165,20 @@ const KindRegistration validity_kind(kind(
     with(constraint_keys(),
          {key_spec("epsilon", ParamType::Float, "probability that the emitter errs on a token", Value(0.01), 0.0, 1.0),
           key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0),
-          key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)}),
-    {host("constrained", "the emitter under the token mask"), host("unconstrained_retry", "no mask; parse, validate, retry")}));
+          key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)})));
 
 const KindRegistration jump_kind(kind(
     "constrain-jump-forward",
     "Model calls per document when the bytes the DFA forces are emitted without a call (SGLang's jump-forward).",
-    with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)}),
-    {host("no_jump", "one model call per token"), host("jump_forward", "forced bytes emitted as tokens without a call")}));
+    with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)})));
 
-IB_REGISTER_VARIANT("constrain-validity", "constrained", Constrained);
-IB_REGISTER_VARIANT("constrain-validity", "unconstrained_retry", UnconstrainedRetry);
-IB_REGISTER_VARIANT("constrain-jump-forward", "no_jump", NoJump);
-IB_REGISTER_VARIANT("constrain-jump-forward", "jump_forward", JumpForward);
+const VariantListRegistration validity_variants(
+    "constrain-validity", {{host("constrained", "the emitter under the token mask"), make_variant<ValidityVariant>(true)},
+                           {host("unconstrained_retry", "no mask; parse, validate, retry"), make_variant<ValidityVariant>(false)}});
+const VariantListRegistration jump_variants(
+    "constrain-jump-forward",
+    {{host("no_jump", "one model call per token"), make_variant<JumpVariant>(false)},
+     {host("jump_forward", "forced bytes emitted as tokens without a call"), make_variant<JumpVariant>(true)}});
 
 }  // namespace
 }  // namespace ib::constrain

@@ -86,10 +86,10 @@ const KindRegistration keywords_kind(kind(
     {enum_key("keyword", "the keyword case: a supported keyword, regex, choice, or a refused keyword", "type-null",
               keyword_case_names()),
      key_spec("walks", ParamType::Int, "random documents drawn from the DFA per keyword, each checked by the validator",
-              Value(int64_t{100}), 1.0, 100000.0)},
-    {host("dfa", "the schema compiled to a minimal DFA, checked against the validator")}));
+              Value(int64_t{100}), 1.0, 100000.0)}));
 
-IB_REGISTER_VARIANT("constrain-keywords", "dfa", KeywordCheck);
+const VariantRegistration reg_constrain_keywords_dfa(
+    "constrain-keywords", host("dfa", "the schema compiled to a minimal DFA, checked against the validator"), make_variant<KeywordCheck>());
 
 }  // namespace
 }  // namespace ib::constrain

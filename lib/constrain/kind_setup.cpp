@@ -159,22 +159,27 @@ namespace detail {
 
 // ---- registrations ----
 
-KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySpec> keys, std::vector<VariantDecl> variants) {
+KindInfo kind(const std::string& name, const std::string& doc, std::vector<KeySpec> keys) {
   KindInfo k;
   k.name = name;
   k.group = "constrain";
   k.doc = doc;
   k.keys = std::move(keys);
-  k.variants = std::move(variants);
   for (const auto& key : k.keys)
     if (key.name == "constraint") k.check = check_constraint_keys;
   return k;
 }
 
-VariantDecl host(std::string name, std::string doc) {
-  VariantDecl d{std::move(name), Backend::Cpu, std::move(doc), {}};
+VariantDecl host(std::string name, std::string doc, std::vector<std::string> uses) {
+  VariantDecl d{std::move(name), Backend::Cpu, std::move(doc), std::move(uses)};
   d.host = true;
   return d;
+}
+
+std::vector<std::string> key_names(const std::vector<KeySpec>& keys) {
+  std::vector<std::string> names;
+  for (const auto& k : keys) names.push_back(k.name);
+  return names;
 }
 
 std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more) {

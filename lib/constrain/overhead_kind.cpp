@@ -88,12 +88,6 @@ class CpuLmHead : public Variant {
   int32_t token_ = -1;
 };
 
-struct CpuLmHeadArgmax : CpuLmHead {
-  CpuLmHeadArgmax() : CpuLmHead(false) {}
-};
-struct CpuLmHeadMaskedArgmax : CpuLmHead {
-  CpuLmHeadMaskedArgmax() : CpuLmHead(true) {}
-};
 
 const KindRegistration overhead_kind(kind(
     "constrain-overhead",
@@ -102,14 +96,13 @@ const KindRegistration overhead_kind(kind(
     "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
     {enum_key("model", "LM-head shape: llama2-7b (4096 -> 32000), qwen2-0.5b (896 -> 151936), gpt2 (768 -> 50257), tiny (256 -> 50257)",
               "llama2-7b", {"llama2-7b", "qwen2-0.5b", "gpt2", "tiny"}),
-     key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)},
-    {{"lm_head_argmax", Backend::Cuda, "cuBLAS bf16 GEMV to fp32 logits, then a device argmax", {}},
-     {"lm_head_masked_argmax", Backend::Cuda, "the same, with the step's bitmask uploaded and applied in the argmax kernel", {}},
-     {"cpu_lm_head_argmax", Backend::Cpu, "fp32 SGEMV over the CPU threads, then argmax", {}},
-     {"cpu_lm_head_masked_argmax", Backend::Cpu, "the same, masked", {}}}));
+     key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)}));
 
-IB_REGISTER_VARIANT("constrain-overhead", "cpu_lm_head_argmax", CpuLmHeadArgmax);
-IB_REGISTER_VARIANT("constrain-overhead", "cpu_lm_head_masked_argmax", CpuLmHeadMaskedArgmax);
+// The CUDA variants are declared in cuda_constrain.cpp.
+const VariantListRegistration overhead_variants(
+    "constrain-overhead",
+    {{{"cpu_lm_head_argmax", Backend::Cpu, "fp32 SGEMV over the CPU threads, then argmax", {}}, make_variant<CpuLmHead>(false)},
+     {{"cpu_lm_head_masked_argmax", Backend::Cpu, "the same, masked", {}}, make_variant<CpuLmHead>(true)}});
 
 }  // namespace
 }  // namespace ib::constrain

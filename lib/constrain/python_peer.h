@@ -17,11 +17,9 @@ const char* constrain_peer_script();
 // The python peers' names: xgrammar, llguidance.
 bool is_python_peer(const std::string& variant);
 
-// A peer's declaration in a kind's variant list (a host variant: its work is host work).
-VariantDecl python_peer_decl(const std::string& name, const std::string& doc);
-
-// The kind with the peer keys (python, peer_timeout) added. The peers read every key; every other
-// variant reads the kind's other keys only, so an experiment of ours alone carries no python key.
+// The kind with the peer keys (python, peer_timeout) added. The peers (declared in
+// python_peer.cpp) read every key; our variants declare the kind's other keys only, so an
+// experiment of ours alone carries no python key.
 KindInfo with_python_peers(KindInfo kind);
 
 }  // namespace ib::constrain

@@ -195,14 +195,14 @@ KindInfo realworld_info() {
                      Value(std::string("gpt2"))),
             key_spec("mask_schemas", ParamType::Int, "compiled schemas (a seeded sample) whose precomputed masks are timed",
                      Value(int64_t{16}), 0.0, 1000.0)};
-  VariantDecl d{"dfa", Backend::Cpu, "our compiler: schema -> regex -> minimal DFA (precomputed masks for the timing)", {}};
-  d.host = true;
-  k.variants = {d};
   return k;
 }
 
 const KindRegistration realworld_kind(realworld_info());
-IB_REGISTER_VARIANT("constrain-realworld", "dfa", Realworld);
+const VariantRegistration reg_constrain_realworld_dfa(
+    "constrain-realworld",
+    {"dfa", Backend::Cpu, "our compiler: schema -> regex -> minimal DFA (precomputed masks for the timing)", {}, true},
+    make_variant<Realworld>());
 
 }  // namespace
 }  // namespace ib::constrain

@@ -11,14 +11,32 @@ Registry& Registry::instance() {
 }
 
 void Registry::add_kind(KindInfo kind) {
+  if (!kind.variants.empty())
+    throw std::logic_error("experiment kind " + kind.name + " lists variants: they register themselves (VariantRegistration)");
   std::string name = kind.name;
-  if (!kinds_.emplace(name, std::move(kind)).second)
-    throw std::logic_error("experiment kind registered twice: " + name);
+  auto [it, fresh] = kinds_.emplace(name, std::move(kind));
+  if (!fresh) throw std::logic_error("experiment kind registered twice: " + name);
+  auto p = pending_.find(name);
+  if (p != pending_.end()) {
+    it->second.variants = std::move(p->second);
+    pending_.erase(p);
+  }
 }
 
-void Registry::add_variant(const std::string& kind, const std::string& name, VariantFactory make) {
-  if (!factories_.emplace(std::make_pair(kind, name), std::move(make)).second)
-    throw std::logic_error("variant registered twice: " + kind + "/" + name);
+void Registry::add_variant(const std::string& kind, VariantDecl decl, VariantFactory make) {
+  auto k = kinds_.find(kind);
+  std::vector<VariantDecl>& list = k != kinds_.end() ? k->second.variants : pending_[kind];
+  for (const auto& d : list)
+    if (d.name == decl.name) throw std::logic_error("variant registered twice: " + kind + "/" + decl.name);
+  if (make) factories_.emplace(std::make_pair(kind, decl.name), std::move(make));
+  list.push_back(std::move(decl));
+}
+
+std::vector<std::string> Registry::problems() const {
+  std::vector<std::string> out;
+  for (const auto& [kind, decls] : pending_)
+    for (const auto& d : decls) out.push_back("variant " + kind + "/" + d.name + " of a kind never registered");
+  return out;
 }
 
 const KindInfo* Registry::kind(const std::string& name) const {

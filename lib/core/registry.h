@@ -1,5 +1,5 @@
-// Experiment kinds (their keys and variants) and variant factories, registered by the files
-// that implement them: adding a technique is one file plus one registration line.
+// Experiment kinds (keys, doc, checks) and their variants (declaration and factory), each
+// registered once, from static initialisers, by the file that implements it.
 #pragma once
 
 #include <functional>
@@ -60,7 +60,10 @@ class Registry {
   static Registry& instance();
 
   void add_kind(KindInfo kind);
-  void add_variant(const std::string& kind, const std::string& name, VariantFactory make);
+  void add_variant(const std::string& kind, VariantDecl decl, VariantFactory make);
+  // What is wrong with the registrations (variants of kinds never registered), one line each;
+  // empty when nothing is. A test asserts it empty.
+  std::vector<std::string> problems() const;
 
   const KindInfo* kind(const std::string& name) const;
   std::vector<const KindInfo*> kinds() const;
@@ -71,6 +74,8 @@ class Registry {
  private:
   std::map<std::string, KindInfo> kinds_;
   std::map<std::pair<std::string, std::string>, VariantFactory> factories_;
+  // Variants registered before their kind (static initialisation runs file by file), in order.
+  std::map<std::string, std::vector<VariantDecl>> pending_;
 };
 
 const VariantDecl* find_variant(const KindInfo& kind, const std::string& name);
@@ -79,20 +84,47 @@ std::string variant_role(const KindInfo& kind, const std::string& name);
 // Every role some variant of the kind plays, in declaration order.
 std::vector<std::string> kind_roles(const KindInfo& kind);
 
+// A kind: its keys, doc and checks. Its variants register themselves beside their code
+// (VariantRegistration); a KindInfo registered with variants already in it is refused.
 struct KindRegistration {
   explicit KindRegistration(KindInfo kind) { Registry::instance().add_kind(std::move(kind)); }
 };
+
+// A variant, declared once beside its code: what `list`, `keys`, the spec reader and the
+// reference docs know of it (`decl`), and how to make one (`make`). `make` is empty where this
+// binary lacks the variant's backend (IB_IF_CUDA): the variant is still declared, and its rows
+// say it is not built into this binary. A kind lists its variants in registration order: the
+// order of the declarations in a file, and of the files in lib/CMakeLists.txt.
 struct VariantRegistration {
-  VariantRegistration(const std::string& kind, const std::string& name, VariantFactory make) {
-    Registry::instance().add_variant(kind, name, std::move(make));
+  VariantRegistration(const std::string& kind, VariantDecl decl, VariantFactory make) {
+    Registry::instance().add_variant(kind, std::move(decl), std::move(make));
   }
 };
 
-#define IB_CONCAT_INNER(a, b) a##b
-#define IB_CONCAT(a, b) IB_CONCAT_INNER(a, b)
-// IB_REGISTER_VARIANT("ceiling", "copy", CudaCopy);
-#define IB_REGISTER_VARIANT(kind, name, Type)                                                 \
-  static const ::ib::VariantRegistration IB_CONCAT(ib_variant_registration_, __LINE__)( \
-      kind, name, [] { return std::unique_ptr<::ib::Variant>(new Type()); })
+// Variants made in a loop (one per policy, per cache kind): registered in the list's order.
+struct DeclaredVariant {
+  VariantDecl decl;
+  VariantFactory make;
+};
+struct VariantListRegistration {
+  VariantListRegistration(const std::string& kind, std::vector<DeclaredVariant> variants) {
+    for (auto& v : variants) Registry::instance().add_variant(kind, std::move(v.decl), std::move(v.make));
+  }
+};
+
+// A factory that makes a T from copies of `args` (a variant differing from its siblings only by
+// constructor arguments needs no class of its own).
+template <class T, class... Args>
+VariantFactory make_variant(Args... args) {
+  return [=] { return std::unique_ptr<Variant>(new T(args...)); };
+}
+
+// The factory of a CUDA variant: the expression in a build with the CUDA backend, empty in a
+// CPU-only one (where the variant's class, under #if INFER_BENCH_HAVE_CUDA, does not exist).
+#if INFER_BENCH_HAVE_CUDA
+#define IB_IF_CUDA(...) __VA_ARGS__
+#else
+#define IB_IF_CUDA(...) ::ib::VariantFactory{}
+#endif
 
 }  // namespace ib

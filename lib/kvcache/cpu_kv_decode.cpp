@@ -19,6 +19,7 @@
 #include "numerics/parallel.h"
 #include "core/registry.h"
 #include "kvcache/decode_problem.h"
+#include "kvcache/kv_kinds.h"
 
 namespace ib::kvcache {
 namespace {
@@ -512,35 +513,40 @@ class CpuKvDecode : public Variant {
   DecodeCheck check_;
 };
 
-struct CpuBf16 : CpuKvDecode {
-  CpuBf16() : CpuKvDecode(KvFormat::BF16, Layout::FromPoint) {}
-};
-struct CpuFp8 : CpuKvDecode {
-  CpuFp8() : CpuKvDecode(KvFormat::FP8, Layout::FromPoint) {}
-};
-struct CpuInt8 : CpuKvDecode {
-  CpuInt8() : CpuKvDecode(KvFormat::INT8, Layout::FromPoint) {}
-};
-struct CpuInt4 : CpuKvDecode {
-  CpuInt4() : CpuKvDecode(KvFormat::INT4, Layout::FromPoint) {}
-};
-struct CpuInt2 : CpuKvDecode {
-  CpuInt2() : CpuKvDecode(KvFormat::INT2, Layout::FromPoint) {}
-};
-struct CpuContiguous : CpuKvDecode {
-  CpuContiguous() : CpuKvDecode(std::nullopt, Layout::Contiguous) {}
-};
-struct CpuPaged : CpuKvDecode {
-  CpuPaged() : CpuKvDecode(std::nullopt, Layout::Paged) {}
-};
+VariantFactory cpu_kv_decode(std::optional<KvFormat> format, Layout layout) { return make_variant<CpuKvDecode>(format, layout); }
 
-IB_REGISTER_VARIANT("kv-quant", "cpu_bf16", CpuBf16);
-IB_REGISTER_VARIANT("kv-quant", "cpu_fp8", CpuFp8);
-IB_REGISTER_VARIANT("kv-quant", "cpu_int8", CpuInt8);
-IB_REGISTER_VARIANT("kv-quant", "cpu_int4", CpuInt4);
-IB_REGISTER_VARIANT("kv-quant", "cpu_int2", CpuInt2);
-IB_REGISTER_VARIANT("kv-paged", "cpu_contiguous", CpuContiguous);
-IB_REGISTER_VARIANT("kv-paged", "cpu_paged", CpuPaged);
+const VariantRegistration reg_kv_quant_cpu_bf16(
+    "kv-quant",
+    {"cpu_bf16", Backend::Cpu, "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)",
+     quant_variant_keys(false, KvFormat::BF16)},
+    cpu_kv_decode(KvFormat::BF16, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_fp8(
+    "kv-quant", {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)", quant_variant_keys(false, KvFormat::FP8)},
+    cpu_kv_decode(KvFormat::FP8, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_int8(
+    "kv-quant", {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)", quant_variant_keys(false, KvFormat::INT8)},
+    cpu_kv_decode(KvFormat::INT8, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_int4(
+    "kv-quant",
+    {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
+     quant_variant_keys(false, KvFormat::INT4)},
+    cpu_kv_decode(KvFormat::INT4, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_int2(
+    "kv-quant",
+    {"cpu_int2", Backend::Cpu, "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)",
+     quant_variant_keys(false, KvFormat::INT2)},
+    cpu_kv_decode(KvFormat::INT2, Layout::FromPoint));
+// kv-paged: the format is kv_dtype; the variant is the layout.
+const VariantRegistration reg_kv_paged_cpu_contiguous(
+    "kv-paged",
+    {"cpu_contiguous", Backend::Cpu, "contiguous cache on the CPU: the baseline",
+     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "kv_dtype"}},
+    cpu_kv_decode(std::nullopt, Layout::Contiguous));
+const VariantRegistration reg_kv_paged_cpu_paged(
+    "kv-paged",
+    {"cpu_paged", Backend::Cpu, "paged cache on the CPU",
+     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size", "kv_dtype"}},
+    cpu_kv_decode(std::nullopt, Layout::Paged));
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -1,7 +1,13 @@
 // CUDA variants of `kv-quant` (bf16, fp8, int8, int4, int2) and `kv-paged` (contiguous, paged): split-K
 // decode attention (kernels/kv_decode_kernel.cuh, kv_decode_kivi.cuh) over a cache that the variant fills through its own
 // quantize-on-append path from the counter-based inputs of decode_problem.h, so the gate checks
-// the append kernels (stored bytes and scales) before it checks the attention.
+// the append kernels (stored bytes and scales) before it checks the attention. Compiled in every
+// build: the declarations at the end are the variants' one declaration, the classes only where
+// the CUDA backend is.
+#include "core/registry.h"
+#include "kvcache/kv_kinds.h"
+
+#if INFER_BENCH_HAVE_CUDA
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -14,7 +20,6 @@
 #include "core/cuda_memory.h"
 #include "numerics/dtype.h"
 #include "numerics/half.h"
-#include "core/registry.h"
 #include "fill.h"
 #include "kv_decode.h"
 #include "kvcache/decode_problem.h"
@@ -442,13 +447,48 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
   DeviceBuffer<uint16_t> k_res_, v_res_;
 };
 
-IB_REGISTER_VARIANT("kv-quant", "bf16", QuantDecode<KvFormat::BF16>);
-IB_REGISTER_VARIANT("kv-quant", "fp8", QuantDecode<KvFormat::FP8>);
-IB_REGISTER_VARIANT("kv-quant", "int8", QuantDecode<KvFormat::INT8>);
-IB_REGISTER_VARIANT("kv-quant", "int4", KiviDecode<KvFormat::INT4>);
-IB_REGISTER_VARIANT("kv-quant", "int2", KiviDecode<KvFormat::INT2>);
-IB_REGISTER_VARIANT("kv-paged", "contiguous", ContiguousDecode);
-IB_REGISTER_VARIANT("kv-paged", "paged", PagedDecode);
+}  // namespace
+}  // namespace ib::kvcache
+#endif  // INFER_BENCH_HAVE_CUDA
+
+namespace ib::kvcache {
+namespace {
+
+const VariantRegistration reg_kv_quant_bf16(
+    "kv-quant", {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", quant_variant_keys(true, KvFormat::BF16)},
+    IB_IF_CUDA(make_variant<QuantDecode<KvFormat::BF16>>()));
+const VariantRegistration reg_kv_quant_fp8(
+    "kv-quant",
+    {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers",
+     quant_variant_keys(true, KvFormat::FP8)},
+    IB_IF_CUDA(make_variant<QuantDecode<KvFormat::FP8>>()));
+const VariantRegistration reg_kv_quant_int8(
+    "kv-quant",
+    {"int8", Backend::Cuda, "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers",
+     quant_variant_keys(true, KvFormat::INT8)},
+    IB_IF_CUDA(make_variant<QuantDecode<KvFormat::INT8>>()));
+const VariantRegistration reg_kv_quant_int4(
+    "kv-quant",
+    {"int4", Backend::Cuda,
+     "int4 KIVI cache: keys per channel and values per token (fp16 scale and zero per group of int4_group), the last "
+     "length mod int4_group tokens bf16; contiguous only",
+     quant_variant_keys(true, KvFormat::INT4)},
+    IB_IF_CUDA(make_variant<KiviDecode<KvFormat::INT4>>()));
+const VariantRegistration reg_kv_quant_int2(
+    "kv-quant",
+    {"int2", Backend::Cuda,
+     "int2 KIVI cache (the paper's 2-bit setting): the int4 layout with 4 codes per byte, fp16 scale and zero per group "
+     "of int2_group, the last length mod int2_group tokens bf16; contiguous only",
+     quant_variant_keys(true, KvFormat::INT2)},
+    IB_IF_CUDA(make_variant<KiviDecode<KvFormat::INT2>>()));
+const VariantRegistration reg_kv_paged_contiguous(
+    "kv-paged",
+    {"contiguous", Backend::Cuda, "one [kv_heads][context][head_dim] buffer per sequence: the baseline",
+     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "splits", "kv_dtype"}},
+    IB_IF_CUDA(make_variant<ContiguousDecode>()));
+const VariantRegistration reg_kv_paged_paged(
+    "kv-paged", {"paged", Backend::Cuda, "blocks of block_size tokens through a block table (PagedAttention)", {}},
+    IB_IF_CUDA(make_variant<PagedDecode>()));
 
 }  // namespace
 }  // namespace ib::kvcache

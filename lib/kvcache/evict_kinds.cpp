@@ -212,10 +212,6 @@ KindInfo synthetic_kind() {
   };
   for (auto& key : gen) k.keys.push_back(key);
   k.keys.push_back(enum_key("kv_model", "model whose K/V bytes per token (all layers, bf16) price the held tokens", "llama2-7b", model::preset_names()));
-  for (const auto& name : policy_names()) {
-    VariantDecl v{name, Backend::Cpu, policy_doc(name), keys_for(k.keys, name), true};
-    k.variants.push_back(v);
-  }
   return k;
 }
 
@@ -357,14 +353,6 @@ KindInfo engine_kind() {
           "scored: perplexity per policy and its ratio to the full cache's (StreamingLLM's table); the cpu_full row's note "
           "gives the attention mass on the first tokens by layer.";
   k.keys = engine_keys();
-  for (const auto& name : policy_names()) {
-    VariantDecl v{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(k.keys, name), true};
-    k.variants.push_back(v);
-  }
-  k.variants.push_back({"cpu_h2o_head", Backend::Cpu,
-                        "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
-                        "attention, summed over its query heads) + recent window; on the CPU engine",
-                        keys_for(k.keys, "h2o"), true});
   k.check = check_engine_decode;
   return k;
 }
@@ -372,27 +360,32 @@ KindInfo engine_kind() {
 const KindRegistration synthetic_registration(synthetic_kind());
 const KindRegistration engine_registration(engine_kind());
 
-template <const char* Name>
-struct Synthetic : SyntheticVariant {
-  Synthetic() : SyntheticVariant(Name) {}
-};
-template <const char* Name>
-struct Engine : EngineVariant {
-  Engine() : EngineVariant(Name) {}
-};
-constexpr char kFull[] = "full", kWindow[] = "sliding_window", kStreaming[] = "streaming_llm", kH2o[] = "h2o";
-IB_REGISTER_VARIANT("kv-evict", "full", Synthetic<kFull>);
-IB_REGISTER_VARIANT("kv-evict", "sliding_window", Synthetic<kWindow>);
-IB_REGISTER_VARIANT("kv-evict", "streaming_llm", Synthetic<kStreaming>);
-IB_REGISTER_VARIANT("kv-evict", "h2o", Synthetic<kH2o>);
-IB_REGISTER_VARIANT("kv-evict-model", "cpu_full", Engine<kFull>);
-IB_REGISTER_VARIANT("kv-evict-model", "cpu_sliding_window", Engine<kWindow>);
-IB_REGISTER_VARIANT("kv-evict-model", "cpu_streaming_llm", Engine<kStreaming>);
-IB_REGISTER_VARIANT("kv-evict-model", "cpu_h2o", Engine<kH2o>);
-struct EngineH2oPerHead : EngineVariant {
-  EngineH2oPerHead() : EngineVariant(kH2o, true) {}
-};
-IB_REGISTER_VARIANT("kv-evict-model", "cpu_h2o_head", EngineH2oPerHead);
+// One host variant per policy, reading the keys its policy reads.
+std::vector<DeclaredVariant> synthetic_policy_variants() {
+  const std::vector<KeySpec> keys = synthetic_kind().keys;
+  std::vector<DeclaredVariant> out;
+  for (const auto& name : policy_names())
+    out.push_back({{name, Backend::Cpu, policy_doc(name), keys_for(keys, name), true}, make_variant<SyntheticVariant>(name)});
+  return out;
+}
+
+// The same on the engine, and H2O per head.
+std::vector<DeclaredVariant> engine_policy_variants() {
+  const std::vector<KeySpec> keys = engine_kind().keys;
+  std::vector<DeclaredVariant> out;
+  for (const auto& name : policy_names())
+    out.push_back({{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(keys, name), true},
+                   make_variant<EngineVariant>(name)});
+  out.push_back({{"cpu_h2o_head", Backend::Cpu,
+                  "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
+                  "attention, summed over its query heads) + recent window; on the CPU engine",
+                  keys_for(keys, "h2o"), true},
+                 make_variant<EngineVariant>(std::string("h2o"), true)});
+  return out;
+}
+
+const VariantListRegistration synthetic_variant_registration("kv-evict", synthetic_policy_variants());
+const VariantListRegistration engine_variant_registration("kv-evict-model", engine_policy_variants());
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -1,12 +1,19 @@
 // Kinds `kv-quant` and `kv-paged` (§8.3): decode attention over a bf16, FP8, INT8, int4 or int2
-// (KIVI) KV cache, contiguous or paged (int4/int2: contiguous only). The variants live in cpu_kv_decode.cpp
-// and cuda_kv_decode.cpp.
+// (KIVI) KV cache, contiguous or paged (int4/int2: contiguous only). The variants are declared beside
+// their code: cuda_kv_decode.cpp and cpu_kv_decode.cpp.
 #include "core/registry.h"
 #include "kvcache/decode_problem.h"
 #include "numerics/kv_format.h"
 #include "kvcache/kv_kinds.h"
 
 namespace ib::kvcache {
+
+std::vector<std::string> quant_variant_keys(bool cuda, KvFormat format) {
+  std::vector<std::string> keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size"};
+  if (cuda) keys.push_back("splits");
+  if (is_kivi(format)) keys.push_back(kivi_group_key(format));
+  return keys;
+}
 
 std::vector<KeySpec> decode_keys(bool paged_kind) {
   std::vector<KeySpec> k = {
@@ -48,33 +55,6 @@ KindInfo quant_kind() {
   k.group = "kvcache";
   k.doc = std::string(kDecodeDoc) + " Variants differ by the cache format; `block_size` > 0 runs them over block tables.";
   k.keys = decode_keys(false);
-  const std::vector<std::string> cpu_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size"};
-  const std::vector<std::string> cuda_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size", "splits"};
-  std::vector<std::string> cpu_int4_keys = cpu_keys, cuda_int4_keys = cuda_keys;
-  cpu_int4_keys.push_back("int4_group");
-  cuda_int4_keys.push_back("int4_group");
-  std::vector<std::string> cpu_int2_keys = cpu_keys, cuda_int2_keys = cuda_keys;
-  cpu_int2_keys.push_back("int2_group");
-  cuda_int2_keys.push_back("int2_group");
-  k.variants = {
-      {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", cuda_keys},
-      {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers", cuda_keys},
-      {"int8", Backend::Cuda, "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers", cuda_keys},
-      {"int4", Backend::Cuda,
-       "int4 KIVI cache: keys per channel and values per token (fp16 scale and zero per group of int4_group), the last "
-       "length mod int4_group tokens bf16; contiguous only",
-       cuda_int4_keys},
-      {"int2", Backend::Cuda,
-       "int2 KIVI cache (the paper's 2-bit setting): the int4 layout with 4 codes per byte, fp16 scale and zero per group "
-       "of int2_group, the last length mod int2_group tokens bf16; contiguous only",
-       cuda_int2_keys},
-      {"cpu_bf16", Backend::Cpu, "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)", cpu_keys},
-      {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)", cpu_keys},
-      {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)", cpu_keys},
-      {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
-       cpu_int4_keys},
-      {"cpu_int2", Backend::Cpu, "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)", cpu_int2_keys},
-  };
   return k;
 }
 
@@ -85,15 +65,6 @@ KindInfo paged_kind() {
   k.doc = std::string(kDecodeDoc) + " PagedAttention: the paged variants read K/V through per-sequence block tables "
           "made by the block manager (blocks scattered over the pool); the contiguous ones from one buffer per sequence.";
   k.keys = decode_keys(true);
-  const std::vector<std::string> cpu_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size", "kv_dtype"};
-  std::vector<std::string> contiguous_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "splits", "kv_dtype"};
-  std::vector<std::string> cpu_contiguous_keys = {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "kv_dtype"};
-  k.variants = {
-      {"contiguous", Backend::Cuda, "one [kv_heads][context][head_dim] buffer per sequence: the baseline", contiguous_keys},
-      {"paged", Backend::Cuda, "blocks of block_size tokens through a block table (PagedAttention)", {}},
-      {"cpu_contiguous", Backend::Cpu, "contiguous cache on the CPU: the baseline", cpu_contiguous_keys},
-      {"cpu_paged", Backend::Cpu, "paged cache on the CPU", cpu_keys},
-  };
   return k;
 }
 

@@ -105,12 +105,13 @@ KindInfo memory_kind() {
                "memory the batch must fit in; 0 = the run's --memory-limit, else the GPU's memory, else the host's", Value(int64_t{0}),
                0.0),
   };
-  k.variants = {{"formula", Backend::Cpu, "the size formula over the preset's shape", {}, true}};
   return k;
 }
 
 const KindRegistration memory_registration(memory_kind());
-IB_REGISTER_VARIANT("kv-memory", "formula", Formula);
+const VariantRegistration reg_kv_memory_formula("kv-memory",
+                                                {"formula", Backend::Cpu, "the size formula over the preset's shape", {}, true},
+                                                make_variant<Formula>());
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -160,16 +160,6 @@ class WasteVariant : public Variant {
   int64_t steps_ = 0;
 };
 
-struct ContiguousMax : WasteVariant {
-  ContiguousMax() : WasteVariant(Policy::ContiguousMax) {}
-};
-struct ContiguousExact : WasteVariant {
-  ContiguousExact() : WasteVariant(Policy::ContiguousExact) {}
-};
-struct Paged : WasteVariant {
-  Paged() : WasteVariant(Policy::Paged) {}
-};
-
 KindInfo waste_kind() {
   KindInfo k;
   k.name = "kv-paged-waste";
@@ -189,19 +179,19 @@ KindInfo waste_kind() {
       key_spec("max_len", ParamType::Int, "the model's maximum sequence length (contiguous_max reserves it)", Value(int64_t{2048}), 1.0),
       key_spec("block_size", ParamType::Int, "tokens per block (paged)", Value(int64_t{16}), 1.0, 4096.0),
   };
-  const std::vector<std::string> contiguous_keys = {"requests", "concurrent", "prompt_min", "prompt_max", "output_min", "output_max", "max_len"};
-  k.variants = {
-      {"contiguous_max", Backend::Cpu, "each sequence reserves max_len token slots", contiguous_keys, true},
-      {"contiguous_exact", Backend::Cpu, "each reserves prompt + output (knows the output length in advance)", contiguous_keys, true},
-      {"paged", Backend::Cpu, "blocks of block_size from the block manager as tokens arrive", {}, true},
-  };
   return k;
 }
 
 const KindRegistration waste_registration(waste_kind());
-IB_REGISTER_VARIANT("kv-paged-waste", "contiguous_max", ContiguousMax);
-IB_REGISTER_VARIANT("kv-paged-waste", "contiguous_exact", ContiguousExact);
-IB_REGISTER_VARIANT("kv-paged-waste", "paged", Paged);
+const std::vector<std::string> waste_contiguous_keys = {"requests", "concurrent", "prompt_min", "prompt_max", "output_min", "output_max", "max_len"};
+const VariantListRegistration waste_variants(
+    "kv-paged-waste",
+    {{{"contiguous_max", Backend::Cpu, "each sequence reserves max_len token slots", waste_contiguous_keys, true},
+      make_variant<WasteVariant>(Policy::ContiguousMax)},
+     {{"contiguous_exact", Backend::Cpu, "each reserves prompt + output (knows the output length in advance)", waste_contiguous_keys, true},
+      make_variant<WasteVariant>(Policy::ContiguousExact)},
+     {{"paged", Backend::Cpu, "blocks of block_size from the block manager as tokens arrive", {}, true},
+      make_variant<WasteVariant>(Policy::Paged)}});
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -108,22 +108,6 @@ class QuantModel : public Variant {
   std::vector<float> logits_, attn_;
 };
 
-struct Bf16 : QuantModel {
-  Bf16() : QuantModel(KvFormat::BF16) {}
-};
-struct Fp8 : QuantModel {
-  Fp8() : QuantModel(KvFormat::FP8) {}
-};
-struct Int8 : QuantModel {
-  Int8() : QuantModel(KvFormat::INT8) {}
-};
-struct Int4 : QuantModel {
-  Int4() : QuantModel(KvFormat::INT4) {}
-};
-struct Int2 : QuantModel {
-  Int2() : QuantModel(KvFormat::INT2) {}
-};
-
 KindInfo quant_model_kind() {
   KindInfo k;
   k.name = "kv-quant-model";
@@ -140,23 +124,21 @@ KindInfo quant_model_kind() {
           "`V outlier`: per layer and kv head, the largest channel's |max| over the median channel's in the prompt's float32 "
           "cache (KIVI's case for per-channel keys).";
   k.keys = engine_decode_keys(256, 64);
-  k.variants = {
-      {"cpu_bf16", Backend::Cpu, "bf16 cache (what the CUDA engine stores)", {}, true},
-      {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache, static per-(layer, K/V, kv head) scales calibrated on the prompt", {}, true},
-      {"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true},
-      {"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {}, true},
-      {"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
-  };
   k.check = check_engine_decode;
   return k;
 }
 
 const KindRegistration quant_model_registration(quant_model_kind());
-IB_REGISTER_VARIANT("kv-quant-model", "cpu_bf16", Bf16);
-IB_REGISTER_VARIANT("kv-quant-model", "cpu_fp8", Fp8);
-IB_REGISTER_VARIANT("kv-quant-model", "cpu_int8", Int8);
-IB_REGISTER_VARIANT("kv-quant-model", "cpu_int4", Int4);
-IB_REGISTER_VARIANT("kv-quant-model", "cpu_int2", Int2);
+const VariantListRegistration quant_model_variants(
+    "kv-quant-model",
+    {{{"cpu_bf16", Backend::Cpu, "bf16 cache (what the CUDA engine stores)", {}, true}, make_variant<QuantModel>(KvFormat::BF16)},
+     {{"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache, static per-(layer, K/V, kv head) scales calibrated on the prompt", {}, true},
+      make_variant<QuantModel>(KvFormat::FP8)},
+     {{"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true}, make_variant<QuantModel>(KvFormat::INT8)},
+     {{"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {},
+       true},
+      make_variant<QuantModel>(KvFormat::INT4)},
+     {{"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true}, make_variant<QuantModel>(KvFormat::INT2)}});
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -36,17 +36,6 @@ KindInfo decode_kind() {
       matmul_key(),
   };
   for (auto& t : text_prompt_keys()) k.keys.push_back(std::move(t));
-  k.variants = {
-      {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
-       with_matmul(kGenerateKeys)},
-      {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", with_matmul(kStepKeys)},
-      {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save",
-       with_matmul(kStepKeys)},
-      {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", with_matmul(kPrefillKeys)},
-      {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
-      {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys, false, "decode_step_eager"},  // no graph
-      {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
-  };
   k.check = [](const auto& values) {
     if (auto problem = check_model_weights(values)) return problem;
     return check_text_prompts(values);
@@ -56,18 +45,39 @@ KindInfo decode_kind() {
 
 const KindRegistration registration(decode_kind());
 
-struct CpuGenerate : DecodeVariant {
-  CpuGenerate() : DecodeVariant(Backend::Cpu, DecodeMeasure::Generate, false) {}
-};
-struct CpuDecodeStep : DecodeVariant {
-  CpuDecodeStep() : DecodeVariant(Backend::Cpu, DecodeMeasure::Step, false) {}
-};
-struct CpuPrefill : DecodeVariant {
-  CpuPrefill() : DecodeVariant(Backend::Cpu, DecodeMeasure::Prefill, false) {}
-};
-IB_REGISTER_VARIANT("decode", "cpu_generate", CpuGenerate);
-IB_REGISTER_VARIANT("decode", "cpu_decode_step", CpuDecodeStep);
-IB_REGISTER_VARIANT("decode", "cpu_prefill", CpuPrefill);
+// Every variant is the engine's DecodeVariant, measuring one thing on one backend.
+VariantFactory decode_variant(Backend backend, DecodeMeasure what, bool cuda_graph) {
+  return make_variant<DecodeVariant>(backend, what, cuda_graph);
+}
+
+const VariantRegistration reg_decode_generate(
+    "decode",
+    {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
+     with_matmul(kGenerateKeys)},
+    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Generate, true)));
+const VariantRegistration reg_decode_decode_step(
+    "decode",
+    {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", with_matmul(kStepKeys)},
+    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Step, true)));
+const VariantRegistration reg_decode_decode_step_eager(
+    "decode",
+    {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save",
+     with_matmul(kStepKeys)},
+    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Step, false)));
+const VariantRegistration reg_decode_prefill(
+    "decode",
+    {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", with_matmul(kPrefillKeys)},
+    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Prefill, true)));
+const VariantRegistration reg_decode_cpu_generate(
+    "decode", {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
+    decode_variant(Backend::Cpu, DecodeMeasure::Generate, false));
+// No graph on the CPU: its step plays decode_step_eager.
+const VariantRegistration reg_decode_cpu_decode_step(
+    "decode", {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys, false, "decode_step_eager"},
+    decode_variant(Backend::Cpu, DecodeMeasure::Step, false));
+const VariantRegistration reg_decode_cpu_prefill("decode",
+                                                 {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
+                                                 decode_variant(Backend::Cpu, DecodeMeasure::Prefill, false));
 
 }  // namespace
 }  // namespace ib::model

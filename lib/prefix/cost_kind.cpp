@@ -140,26 +140,22 @@ KindInfo cost_kind() {
   k.keys.push_back(key_spec("openai_read", ParamType::Float, "cached input price / input price", Value(0.5), 0.0));
   k.keys.push_back(key_spec("openai_min", ParamType::Int, "caching starts at this many prompt tokens", Value(int64_t{1024}), 0.0));
   k.keys.push_back(key_spec("openai_step", ParamType::Int, "cached tokens count in increments of this past the minimum", Value(int64_t{128}), 1.0));
-  const auto none_keys = all_but(k.keys, {"block_size", "capacity"});
-  const auto radix_keys = all_but(k.keys, {"block_size"});
-  VariantDecl none{"none", Backend::Cpu, "no prompt caching: every input token at the input price", none_keys, true};
-  VariantDecl bh{"block_hash", Backend::Cpu, "hits of the block-hash cache (16-token blocks)", {}, true};
-  VariantDecl rx{"radix", Backend::Cpu, "hits of the radix cache (token-granular)", radix_keys, true};
-  k.variants = {none, bh, rx};
   k.check = check_workload_keys;
   return k;
 }
 
 const KindRegistration cost_registration(cost_kind());
 
-template <CacheKind K>
-struct Cost : CostVariant {
-  Cost() : CostVariant(K) {}
-};
-
-IB_REGISTER_VARIANT("prefix-cost", "none", Cost<CacheKind::None>);
-IB_REGISTER_VARIANT("prefix-cost", "block_hash", Cost<CacheKind::BlockHash>);
-IB_REGISTER_VARIANT("prefix-cost", "radix", Cost<CacheKind::Radix>);
+std::vector<DeclaredVariant> cost_variants() {
+  const std::vector<KeySpec> keys = cost_kind().keys;
+  return {{{"none", Backend::Cpu, "no prompt caching: every input token at the input price", all_but(keys, {"block_size", "capacity"}), true},
+           make_variant<CostVariant>(CacheKind::None)},
+          {{"block_hash", Backend::Cpu, "hits of the block-hash cache (16-token blocks)", {}, true},
+           make_variant<CostVariant>(CacheKind::BlockHash)},
+          {{"radix", Backend::Cpu, "hits of the radix cache (token-granular)", all_but(keys, {"block_size"}), true},
+           make_variant<CostVariant>(CacheKind::Radix)}};
+}
+const VariantListRegistration cost_variant_registration("prefix-cost", cost_variants());
 
 }  // namespace
 }  // namespace ib::prefix

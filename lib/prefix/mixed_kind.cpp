@@ -160,7 +160,6 @@ KindInfo mixed_kind() {
   for (auto& key : mixed_keys()) k.keys.push_back(key);
   k.keys.push_back(block_size_key());
   k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded", Value(int64_t{0}), 0.0));
-  k.variants = engine_variants(k.keys, {"block_size", "capacity"});
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
     return model::check_model_weights(values);
@@ -170,27 +169,10 @@ KindInfo mixed_kind() {
 
 const KindRegistration mixed_registration(mixed_kind());
 
-template <Backend B, CacheKind K>
-struct Mixed : MixedVariant {
-  Mixed() : MixedVariant(B, K) {}
-};
-
-using CpuMixNone = Mixed<Backend::Cpu, CacheKind::None>;
-using CpuMixBlock = Mixed<Backend::Cpu, CacheKind::BlockHash>;
-using CpuMixRadix = Mixed<Backend::Cpu, CacheKind::Radix>;
-IB_REGISTER_VARIANT("prefix-mixed", "cpu_none", CpuMixNone);
-IB_REGISTER_VARIANT("prefix-mixed", "cpu_block_hash", CpuMixBlock);
-IB_REGISTER_VARIANT("prefix-mixed", "cpu_radix", CpuMixRadix);
-
-#if defined(INFER_BENCH_HAVE_CUDA_MODEL)
-// The same measurements on the CUDA engine (make_cuda_model; Model::copy_cache on the device).
-using CudaMixNone = Mixed<Backend::Cuda, CacheKind::None>;
-using CudaMixBlock = Mixed<Backend::Cuda, CacheKind::BlockHash>;
-using CudaMixRadix = Mixed<Backend::Cuda, CacheKind::Radix>;
-IB_REGISTER_VARIANT("prefix-mixed", "none", CudaMixNone);
-IB_REGISTER_VARIANT("prefix-mixed", "block_hash", CudaMixBlock);
-IB_REGISTER_VARIANT("prefix-mixed", "radix", CudaMixRadix);
-#endif
+// The CPU engine's, and the CUDA engine's where it is built (make_cuda_model; Model::copy_cache on the device).
+const VariantListRegistration mixed_variants("prefix-mixed",
+                                             engine_variants(mixed_kind().keys, {"block_size", "capacity"},
+                                                             [](Backend b, CacheKind c) { return make_variant<MixedVariant>(b, c); }));
 
 }  // namespace
 }  // namespace ib::prefix

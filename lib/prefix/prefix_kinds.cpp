@@ -136,20 +136,29 @@ std::vector<std::string> all_but(const std::vector<KeySpec>& keys, const std::ve
   return v;
 }
 
-std::vector<VariantDecl> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only) {
+std::vector<DeclaredVariant> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only,
+                                             const std::function<VariantFactory(Backend, CacheKind)>& make) {
   // none reads no cache key, radix no block_size; the CPU variants leave out `matmul` as well (the
   // CPU engine has one matmul: a sweep over the key would repeat their rows).
   auto reads = [&](std::vector<std::string> drop, Backend b) {
     if (b == Backend::Cpu) drop.push_back("matmul");
     return all_but(keys, drop);
   };
+#if INFER_BENCH_HAVE_CUDA
+  auto cuda = [&](CacheKind c) { return make(Backend::Cuda, c); };
+#else
+  auto cuda = [](CacheKind) { return VariantFactory{}; };
+#endif
   return {
-      {"none", Backend::Cuda, kind_label(CacheKind::None), reads(cache_only, Backend::Cuda)},
-      {"block_hash", Backend::Cuda, kind_label(CacheKind::BlockHash), reads({}, Backend::Cuda)},
-      {"radix", Backend::Cuda, kind_label(CacheKind::Radix), reads({"block_size"}, Backend::Cuda)},
-      {"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine", reads(cache_only, Backend::Cpu)},
-      {"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine", reads({}, Backend::Cpu)},
-      {"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine", reads({"block_size"}, Backend::Cpu)},
+      {{"none", Backend::Cuda, kind_label(CacheKind::None), reads(cache_only, Backend::Cuda)}, cuda(CacheKind::None)},
+      {{"block_hash", Backend::Cuda, kind_label(CacheKind::BlockHash), reads({}, Backend::Cuda)}, cuda(CacheKind::BlockHash)},
+      {{"radix", Backend::Cuda, kind_label(CacheKind::Radix), reads({"block_size"}, Backend::Cuda)}, cuda(CacheKind::Radix)},
+      {{"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine", reads(cache_only, Backend::Cpu)},
+       make(Backend::Cpu, CacheKind::None)},
+      {{"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine", reads({}, Backend::Cpu)},
+       make(Backend::Cpu, CacheKind::BlockHash)},
+      {{"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine", reads({"block_size"}, Backend::Cpu)},
+       make(Backend::Cpu, CacheKind::Radix)},
   };
 }
 

@@ -83,8 +83,10 @@ ServerOptions server_options(const Point& p, CacheKind kind, int64_t default_cap
 
 // The names of `keys` but those in `drop` (a variant's VariantDecl::uses).
 std::vector<std::string> all_but(const std::vector<KeySpec>& keys, const std::vector<std::string>& drop);
-// The six variants of an engine kind (none, block_hash, radix, and their cpu_ twins); `cache_only`:
-// the keys only the caching variants read.
-std::vector<VariantDecl> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only);
+// The six variants of an engine kind (none, block_hash, radix, and their cpu_ twins), each made by
+// `make` (the CUDA ones only where the CUDA engine is built); `cache_only`: the keys only the
+// caching variants read.
+std::vector<DeclaredVariant> engine_variants(const std::vector<KeySpec>& keys, const std::vector<std::string>& cache_only,
+                                             const std::function<VariantFactory(Backend, CacheKind)>& make);
 
 }  // namespace ib::prefix::detail

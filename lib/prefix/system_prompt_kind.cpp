@@ -304,7 +304,6 @@ KindInfo system_prompt_kind() {
   k.keys.push_back(key_spec("reference_runs", ParamType::Int, "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
                             Value(int64_t{7}), 1.0));
   for (auto& key : system_prompt_text_keys()) k.keys.push_back(key);
-  k.variants = engine_variants(k.keys, {"qps", "block_size", "capacity", "reference_runs"});
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
     if (auto problem = model::check_model_weights(values)) return problem;
@@ -315,27 +314,11 @@ KindInfo system_prompt_kind() {
 
 const KindRegistration system_prompt_registration(system_prompt_kind());
 
-template <Backend B, CacheKind K>
-struct SystemPrompt : SystemPromptVariant {
-  SystemPrompt() : SystemPromptVariant(B, K) {}
-};
-
-using CpuSpNone = SystemPrompt<Backend::Cpu, CacheKind::None>;
-using CpuSpBlock = SystemPrompt<Backend::Cpu, CacheKind::BlockHash>;
-using CpuSpRadix = SystemPrompt<Backend::Cpu, CacheKind::Radix>;
-IB_REGISTER_VARIANT("prefix-system-prompt", "cpu_none", CpuSpNone);
-IB_REGISTER_VARIANT("prefix-system-prompt", "cpu_block_hash", CpuSpBlock);
-IB_REGISTER_VARIANT("prefix-system-prompt", "cpu_radix", CpuSpRadix);
-
-#if defined(INFER_BENCH_HAVE_CUDA_MODEL)
-// The same measurements on the CUDA engine (make_cuda_model; Model::copy_cache on the device).
-using CudaSpNone = SystemPrompt<Backend::Cuda, CacheKind::None>;
-using CudaSpBlock = SystemPrompt<Backend::Cuda, CacheKind::BlockHash>;
-using CudaSpRadix = SystemPrompt<Backend::Cuda, CacheKind::Radix>;
-IB_REGISTER_VARIANT("prefix-system-prompt", "none", CudaSpNone);
-IB_REGISTER_VARIANT("prefix-system-prompt", "block_hash", CudaSpBlock);
-IB_REGISTER_VARIANT("prefix-system-prompt", "radix", CudaSpRadix);
-#endif
+// The CPU engine's, and the CUDA engine's where it is built (make_cuda_model; Model::copy_cache on the device).
+const VariantListRegistration system_prompt_variants(
+    "prefix-system-prompt",
+    engine_variants(system_prompt_kind().keys, {"qps", "block_size", "capacity", "reference_runs"},
+                    [](Backend b, CacheKind c) { return make_variant<SystemPromptVariant>(b, c); }));
 
 }  // namespace
 }  // namespace ib::prefix

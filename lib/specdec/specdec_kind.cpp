@@ -24,6 +24,13 @@ std::vector<std::string> tree_shapes() {
           "3x2x1x1x1", "4x2x1x1x1", "3x3x1x1x1", "4x3x2x1x1", "1x1x1x1x1x1x1x1", "3x2x1x1x1x1x1x1"};
 }
 
+// Keys every variant reads, then `own`.
+std::vector<std::string> spec_reads(std::vector<std::string> own) {
+  for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"}) own.push_back(key);
+  for (const auto& key : model::text_prompt_key_names()) own.push_back(key);
+  return own;
+}
+
 KindInfo specdec_kind() {
   KindInfo k;
   k.name = "specdec";
@@ -85,41 +92,6 @@ KindInfo specdec_kind() {
                Value(int64_t{5}), 0.0, 64.0),
       key_spec("lookahead_prompt", ParamType::Bool,
                "lookahead: also pool the n-grams of the prompt and of the output so far (prompt lookup inside lookahead)", Value(false)),
-  };
-  // Keys every variant reads, then each one's own.
-  auto with = [](std::vector<std::string> own) {
-    for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"}) own.push_back(key);
-    for (const auto& key : model::text_prompt_key_names()) own.push_back(key);
-    return own;
-  };
-  const std::vector<std::string> ar = with({"batch"});
-  const std::vector<std::string> dm = with({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
-  const std::vector<std::string> ng = with({"k", "ngram_min", "ngram_max"});
-  const std::vector<std::string> dt = with({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
-  const std::vector<std::string> nt = with({"k", "branches", "ngram_min", "ngram_max"});
-  const std::vector<std::string> la = with({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
-  // The CUDA variants also read `matmul` (model::with_matmul); the CPU engine has one matmul.
-  using model::with_matmul;
-  k.variants = {
-      {"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", with_matmul(ar)},
-      {"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", with_matmul(dm)},
-      {"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", with_matmul(ng)},
-      {"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", ar},
-      {"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", dm},
-      {"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", ng},
-      {"draft_tree", Backend::Cuda,
-       "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
-       "mechanism)",
-       with_matmul(dt)},
-      {"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass",
-       with_matmul(nt)},
-      {"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", dt},
-      {"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", nt},
-      {"lookahead", Backend::Cuda,
-       "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
-       "produced, both verified in one target pass under a tree mask (greedy)",
-       with_matmul(la)},
-      {"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", la},
   };
   for (auto& t : model::text_prompt_keys()) k.keys.push_back(std::move(t));
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
@@ -604,26 +576,51 @@ class SpecVariant : public Variant {
   uint64_t base_seed_ = 0;
 };
 
-#define IB_SPEC_VARIANT(Name, backend, mode, name) \
-  struct Name : SpecVariant {                      \
-    Name() : SpecVariant(backend, mode) {}         \
-  };                                               \
-  IB_REGISTER_VARIANT("specdec", name, Name)
+// ---- the variants: one SpecVariant per backend and mode ----
 
-IB_SPEC_VARIANT(CpuAutoregressive, Backend::Cpu, Mode::Autoregressive, "cpu_autoregressive");
-IB_SPEC_VARIANT(CpuDraftModel, Backend::Cpu, Mode::DraftModel, "cpu_draft_model");
-IB_SPEC_VARIANT(CpuNgram, Backend::Cpu, Mode::Ngram, "cpu_ngram");
-IB_SPEC_VARIANT(CpuDraftTree, Backend::Cpu, Mode::DraftTree, "cpu_draft_tree");
-IB_SPEC_VARIANT(CpuNgramTree, Backend::Cpu, Mode::NgramTree, "cpu_ngram_tree");
-IB_SPEC_VARIANT(CpuLookahead, Backend::Cpu, Mode::Lookahead, "cpu_lookahead");
-#if defined(INFER_BENCH_HAVE_CUDA_MODEL)
-IB_SPEC_VARIANT(CudaAutoregressive, Backend::Cuda, Mode::Autoregressive, "autoregressive");
-IB_SPEC_VARIANT(CudaDraftModel, Backend::Cuda, Mode::DraftModel, "draft_model");
-IB_SPEC_VARIANT(CudaNgram, Backend::Cuda, Mode::Ngram, "ngram");
-IB_SPEC_VARIANT(CudaDraftTree, Backend::Cuda, Mode::DraftTree, "draft_tree");
-IB_SPEC_VARIANT(CudaNgramTree, Backend::Cuda, Mode::NgramTree, "ngram_tree");
-IB_SPEC_VARIANT(CudaLookahead, Backend::Cuda, Mode::Lookahead, "lookahead");
-#endif
+// The keys each mode reads; the CUDA variants also read `matmul` (model::with_matmul): the CPU
+// engine has one matmul.
+const std::vector<std::string> kAutoregressiveKeys = spec_reads({"batch"});
+const std::vector<std::string> kDraftModelKeys = spec_reads({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
+const std::vector<std::string> kNgramKeys = spec_reads({"k", "ngram_min", "ngram_max"});
+const std::vector<std::string> kDraftTreeKeys = spec_reads({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
+const std::vector<std::string> kNgramTreeKeys = spec_reads({"k", "branches", "ngram_min", "ngram_max"});
+const std::vector<std::string> kLookaheadKeys = spec_reads({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
+
+VariantFactory spec_variant(Backend backend, Mode mode) { return make_variant<SpecVariant>(backend, mode); }
+using model::with_matmul;
+
+const VariantListRegistration specdec_variants(
+    "specdec",
+    {
+        {{"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", with_matmul(kAutoregressiveKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Autoregressive))},
+        {{"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", with_matmul(kDraftModelKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::DraftModel))},
+        {{"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", with_matmul(kNgramKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Ngram))},
+        {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", kAutoregressiveKeys}, spec_variant(Backend::Cpu, Mode::Autoregressive)},
+        {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", kDraftModelKeys}, spec_variant(Backend::Cpu, Mode::DraftModel)},
+        {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", kNgramKeys}, spec_variant(Backend::Cpu, Mode::Ngram)},
+        {{"draft_tree", Backend::Cuda,
+          "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
+          "mechanism)",
+          with_matmul(kDraftTreeKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::DraftTree))},
+        {{"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass",
+          with_matmul(kNgramTreeKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::NgramTree))},
+        {{"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", kDraftTreeKeys},
+         spec_variant(Backend::Cpu, Mode::DraftTree)},
+        {{"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", kNgramTreeKeys},
+         spec_variant(Backend::Cpu, Mode::NgramTree)},
+        {{"lookahead", Backend::Cuda,
+          "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
+          "produced, both verified in one target pass under a tree mask (greedy)",
+          with_matmul(kLookaheadKeys)},
+         IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Lookahead))},
+        {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", kLookaheadKeys}, spec_variant(Backend::Cpu, Mode::Lookahead)},
+    });
 
 }  // namespace
 }  // namespace ib::specdec

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "core/units.h"
 
 namespace ib {

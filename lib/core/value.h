@@ -7,7 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// The declarations only: nearly every file includes this header, few need JSON itself.
+#include <nlohmann/json_fwd.hpp>
 
 namespace ib {
 

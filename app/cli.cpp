@@ -12,7 +12,9 @@ void add_common_options(CLI::App* sub, CommonOptions& c, bool with_only) {
   sub->add_option("--backend", c.backend, "auto (CUDA when a GPU is usable, else CPU), cuda or cpu")->default_str("auto");
   sub->add_option("--format", c.format, "stdout format: md, csv or json (files are always all three)")->default_str("md");
   sub->add_option("--output,-o", c.output, "run directory (default results/runs/<UTC time>-<name>/); never overwritten")
-      ->check([](const std::string& v) { return v.empty() ? std::string("an empty path (leave --output out for the default)") : std::string(); });
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string("an empty path (leave --output out for the default)") : std::string();
+      });
   sub->add_option("--set", c.sets, "override a spec key: key=value or experiment.key=value (YAML value, repeatable)")
       ->allow_extra_args(false);
   if (with_only) sub->add_option("--only", c.only, "run only the named experiments (repeatable)")->allow_extra_args(false);

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   ib::app::Cli cli{CLI::App{"infer-bench: FlashAttention, speculative decoding, KV-cache compression, prefix caching and "
                             "constrained decoding, measured on your card against honest baselines.",
                             "infer-bench"},
-                   {}, {}, {}};
+                   {},
+                   {},
+                   {}};
   // A closed stdout (`infer-bench run … | head`) is an EPIPE the run handles (it stops as on
   // Ctrl-C, its files complete), not a signal that kills it between two writes.
   std::signal(SIGPIPE, SIG_IGN);
@@ -22,8 +24,9 @@ int main(int argc, char** argv) {
   cli.app.set_version_flag("--version", fmt::format("infer-bench {} (git {}, CUDA backend {})", ib::build_version(),
                                                     ib::build_git_sha(), ib::build_has_cuda() ? "built" : "not built"));
   cli.app.require_subcommand(1);
-  cli.app.footer("Exit codes: 0 all rows measured, 1 some row FAILED, 2 bad input, 3 results could not be written, 130 interrupted.\n"
-                 "Spec reference: infer-bench keys. Default suite: infer-bench run experiments/chapter8.yaml");
+  cli.app.footer(
+      "Exit codes: 0 all rows measured, 1 some row FAILED, 2 bad input, 3 results could not be written, 130 interrupted.\n"
+      "Spec reference: infer-bench keys. Default suite: infer-bench run experiments/chapter8.yaml");
   ib::app::register_run(cli);
   ib::app::register_list(cli);
   ib::app::register_info(cli);

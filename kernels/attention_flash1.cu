@@ -64,11 +64,11 @@ __global__ void __launch_bounds__(kF1Threads) flash1_kernel(const Flash1Args a) 
   static_assert(D % 16 == 0, "D is a multiple of 16");
   extern __shared__ float4 f1_smem4[];
   float* const sQ = reinterpret_cast<float*>(f1_smem4);  // [Br][D+1]
-  float* const sK = sQ + kF1Br * (D + 1);                 // [Bc][D+1]
-  float* const sV = sK + kF1Bc * (D + 1);                 // [Bc][D]
-  float* const sS = sV + kF1Bc * D;                       // [Br][Bc+1]: scores, then probabilities
-  float* const sScaleO = sS + kF1Br * (kF1Bc + 1);        // [Br] factor on the old O_i
-  float* const sScaleP = sScaleO + kF1Br;                 // [Br] factor on this tile's P̃·V
+  float* const sK = sQ + kF1Br * (D + 1);                // [Bc][D+1]
+  float* const sV = sK + kF1Bc * (D + 1);                // [Bc][D]
+  float* const sS = sV + kF1Bc * D;                      // [Br][Bc+1]: scores, then probabilities
+  float* const sScaleO = sS + kF1Br * (kF1Bc + 1);       // [Br] factor on the old O_i
+  float* const sScaleP = sScaleO + kF1Br;                // [Br] factor on this tile's P̃·V
 
   const int tid = threadIdx.x;
   const int64_t bh = blockIdx.x;  // b·heads + h
@@ -230,7 +230,8 @@ void run_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream)
 }  // namespace
 
 std::string flash1_unsupported(const AttentionParams& p) {
-  if (p.k_head_stride || p.v_head_stride || p.k_batch_stride || p.v_batch_stride) return "flash1 needs contiguous k and v (no strides)";
+  if (p.k_head_stride || p.v_head_stride || p.k_batch_stride || p.v_batch_stride)
+    return "flash1 needs contiguous k and v (no strides)";
   if (p.window != 0) return "flash1 has no sliding window";
   return fused_shape_problem(p, "flash1");
 }
@@ -243,11 +244,15 @@ size_t flash1_workspace_floats(const AttentionParams& p) {
 void launch_flash1(const AttentionParams& p, float* workspace, cudaStream_t stream) {
   if (std::string why = flash1_unsupported(p); !why.empty()) throw std::invalid_argument(why);
   if (p.head_dim == 64) {
-    if (p.fp16) run_flash1<__half, 64>(p, workspace, stream);
-    else run_flash1<__nv_bfloat16, 64>(p, workspace, stream);
+    if (p.fp16)
+      run_flash1<__half, 64>(p, workspace, stream);
+    else
+      run_flash1<__nv_bfloat16, 64>(p, workspace, stream);
   } else {
-    if (p.fp16) run_flash1<__half, 128>(p, workspace, stream);
-    else run_flash1<__nv_bfloat16, 128>(p, workspace, stream);
+    if (p.fp16)
+      run_flash1<__half, 128>(p, workspace, stream);
+    else
+      run_flash1<__nv_bfloat16, 128>(p, workspace, stream);
   }
 }
 

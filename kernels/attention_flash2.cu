@@ -70,8 +70,8 @@ namespace {
 constexpr int kF2Warps = 8;  // 4 also works (Br = 64, two blocks per SM); see the note above
 constexpr int kF2Threads = kF2Warps * 32;
 constexpr int kF2MinBlocks = 8 / kF2Warps;  // blocks per SM that __launch_bounds__ asks registers for
-constexpr int kF2Br = 16 * kF2Warps;  // 128 query rows
-constexpr int kF2Bc = 64;             // keys per K/V tile
+constexpr int kF2Br = 16 * kF2Warps;        // 128 query rows
+constexpr int kF2Bc = 64;                   // keys per K/V tile
 
 template <int D>
 constexpr int flash2_smem_bytes() {
@@ -171,9 +171,9 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   constexpr int kNTiles = kF2Bc / 8;             // n8 tiles of S
   constexpr int kDTiles = D / 8;                 // n8 tiles of O
   extern __shared__ uint4 f2_smem[];
-  const uint32_t sQ = smem_addr(f2_smem);       // [Br][D], swizzled; reused to stage O
-  const uint32_t sK = sQ + kF2Br * kRowBytes;   // K slots 0, 1
-  const uint32_t sV = sK + 2 * kTileBytes;      // V slots 0, 1
+  const uint32_t sQ = smem_addr(f2_smem);      // [Br][D], swizzled; reused to stage O
+  const uint32_t sK = sQ + kF2Br * kRowBytes;  // K slots 0, 1
+  const uint32_t sV = sK + 2 * kTileBytes;     // V slots 0, 1
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // mma groupID and thread-in-group
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   const float sl2 = a.scale_log2;
 
   // s = Q·K_slotᵀ, raw dot products.
-  auto qk = [&](float (&s)[kNTiles][4], uint32_t k_slot) {
+  auto qk = [&](float(&s)[kNTiles][4], uint32_t k_slot) {
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   // lower limit (all warp-uniform).
   // Element e of n8 tile n: key n0 + 8n + 2t + (e & 1), row wrow0 + g + 8·(e >> 1).
   const int window = kCausal ? a.window : 0;
-  auto mask = [&](float (&s)[kNTiles][4], int n0) {
+  auto mask = [&](float(&s)[kNTiles][4], int n0) {
     if (n0 + kF2Bc > seq_k || (kCausal && n0 + kF2Bc - 1 > wrow0 + shift) || (window > 0 && n0 <= wrow0 + 15 + shift - window)) {
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n)
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kF2Threads, kF2MinBlocks) flash2_kernel(const 
   };
 
   // Online softmax of one (masked) score tile, then acc_o += P·V_slot.
-  auto softmax_pv = [&](float (&s)[kNTiles][4], uint32_t v_slot) {
+  auto softmax_pv = [&](float(&s)[kNTiles][4], uint32_t v_slot) {
     float mx[2] = {row_max[0], row_max[1]};
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
@@ -432,8 +432,10 @@ void run_flash2(const AttentionParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 void run_flash2_causal(const AttentionParams& p, cudaStream_t stream) {
-  if (p.causal) run_flash2<T, D, true>(p, stream);
-  else run_flash2<T, D, false>(p, stream);
+  if (p.causal)
+    run_flash2<T, D, true>(p, stream);
+  else
+    run_flash2<T, D, false>(p, stream);
 }
 
 }  // namespace
@@ -471,11 +473,15 @@ std::string flash2_unsupported(const AttentionParams& p) { return fused_attentio
 void launch_flash2(const AttentionParams& p, cudaStream_t stream) {
   if (std::string why = flash2_unsupported(p); !why.empty()) throw std::invalid_argument(why);
   if (p.head_dim == 64) {
-    if (p.fp16) run_flash2_causal<__half, 64>(p, stream);
-    else run_flash2_causal<__nv_bfloat16, 64>(p, stream);
+    if (p.fp16)
+      run_flash2_causal<__half, 64>(p, stream);
+    else
+      run_flash2_causal<__nv_bfloat16, 64>(p, stream);
   } else {
-    if (p.fp16) run_flash2_causal<__half, 128>(p, stream);
-    else run_flash2_causal<__nv_bfloat16, 128>(p, stream);
+    if (p.fp16)
+      run_flash2_causal<__half, 128>(p, stream);
+    else
+      run_flash2_causal<__nv_bfloat16, 128>(p, stream);
   }
 }
 

@@ -70,7 +70,7 @@ constexpr int kF3Bc = 128;       // keys per K/V tile
 constexpr int kF3Stages = 2;     // K/V ring slots
 constexpr int kF3Threads = 384;  // producer warpgroup + 2 consumer warpgroups
 constexpr int kF3ConsumerWarps = 8;
-constexpr int kF3ProducerRegs = 24;   // 128·24 + 256·240 = 64512 = 384·168, the launch budget
+constexpr int kF3ProducerRegs = 24;  // 128·24 + 256·240 = 64512 = 384·168, the launch budget
 constexpr int kF3ConsumerRegs = 240;
 
 template <int D>
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kF3Threads, 1)
   const AlignedSmem smem = align_smem_1024(f3_smem);
   unsigned char* const base_ptr = smem.ptr;
   const uint32_t sQ = smem.addr;
-  const uint32_t sK = sQ + kQBytes;                    // slot s at sK + s·kTileBytes
-  const uint32_t sV = sK + kF3Stages * kTileBytes;     // slot s at sV + s·kTileBytes
+  const uint32_t sK = sQ + kQBytes;                 // slot s at sK + s·kTileBytes
+  const uint32_t sV = sK + kF3Stages * kTileBytes;  // slot s at sV + s·kTileBytes
   const Flash3Barriers bar{sV + kF3Stages * kTileBytes};
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -162,11 +162,13 @@ __global__ void __launch_bounds__(kF3Threads, 1)
         if (i >= kF3Stages) mbar_wait(bar.k_empty(s), (use - 1) & 1);
         mbar_arrive_expect_tx(bar.k_full(s), kTileBytes);
 #pragma unroll
-        for (int p = 0; p < kPanels; ++p) tma_load_4d(sK + s * kTileBytes + p * kF3Bc * 128, &tm_k, bar.k_full(s), 64 * p, n0, kvh, b);
+        for (int p = 0; p < kPanels; ++p)
+          tma_load_4d(sK + s * kTileBytes + p * kF3Bc * 128, &tm_k, bar.k_full(s), 64 * p, n0, kvh, b);
         if (i >= kF3Stages) mbar_wait(bar.v_empty(s), (use - 1) & 1);
         mbar_arrive_expect_tx(bar.v_full(s), kTileBytes);
 #pragma unroll
-        for (int p = 0; p < kPanels; ++p) tma_load_4d(sV + s * kTileBytes + p * kF3Bc * 128, &tm_v, bar.v_full(s), 64 * p, n0, kvh, b);
+        for (int p = 0; p < kPanels; ++p)
+          tma_load_4d(sV + s * kTileBytes + p * kF3Bc * 128, &tm_v, bar.v_full(s), 64 * p, n0, kvh, b);
       }
     }
     return;
@@ -177,15 +179,15 @@ __global__ void __launch_bounds__(kF3Threads, 1)
   const int cw = warp / 4 - 1;  // consumer warpgroup 0 or 1: rows 64·cw .. of the block
   const int wi = warp % 4;      // warp within the warpgroup: rows 16·wi .. of those
   const int g = lane / 4, t = lane % 4;
-  const int wrow0 = m0 + 64 * cw + 16 * wi;  // first query row of this warp
-  const int shift = seq_k - seq_q;           // causal: query i sees key j iff j <= i + shift
+  const int wrow0 = m0 + 64 * cw + 16 * wi;    // first query row of this warp
+  const int shift = seq_k - seq_q;             // causal: query i sees key j iff j <= i + shift
   const uint32_t q_rows = sQ + 64 * cw * 128;  // the warpgroup's 64 rows in every Q panel
   const int key0 = tiles.first * kF3Bc;
   const float sl2 = a.scale_log2;
 
-  float s_acc[64];            // S of the current tile: element e of n8 block j is row g + 8(e >> 1), key 8j + 2t + (e & 1)
+  float s_acc[64];                 // S of the current tile: element e of n8 block j is row g + 8(e >> 1), key 8j + 2t + (e & 1)
   uint32_t p_frag[kF3Bc / 16][4];  // P of the tile whose P·V is next, as A fragments
-  float o_acc[D / 2];         // O, same layout over D columns
+  float o_acc[D / 2];              // O, same layout over D columns
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};  // raw scores of rows g and g + 8; quad-uniform
@@ -330,7 +332,8 @@ __global__ void __launch_bounds__(kF3Threads, 1)
   for (int j = 0; j < kDBlocks; ++j) {
     // Columns 8j + 2t, +1: 4 bytes in chunk j of the row. Per store the 32 lanes cover 8 rows
     // (r & 7 = g) × 4 words of chunk j ^ g: 32 distinct banks.
-    *reinterpret_cast<uint32_t*>(base_ptr + panel_offset(kF3Br, ra, 8 * j + 2 * t)) = pack2<T>(o_acc[4 * j] * inv[0], o_acc[4 * j + 1] * inv[0]);
+    *reinterpret_cast<uint32_t*>(base_ptr + panel_offset(kF3Br, ra, 8 * j + 2 * t)) =
+        pack2<T>(o_acc[4 * j] * inv[0], o_acc[4 * j + 1] * inv[0]);
     *reinterpret_cast<uint32_t*>(base_ptr + panel_offset(kF3Br, ra + 8, 8 * j + 2 * t)) =
         pack2<T>(o_acc[4 * j + 2] * inv[1], o_acc[4 * j + 3] * inv[1]);
   }
@@ -361,21 +364,26 @@ void run_flash3(const AttentionParams& p, cudaStream_t stream) {
   constexpr int smem = flash3_smem_bytes<D>();
   auto* kernel = flash3_kernel<T, D, kCausal, kOverlap>;
   IB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>((p.seq_q + kF3Br - 1) / kF3Br), static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch));
+  const dim3 grid(static_cast<unsigned>((p.seq_q + kF3Br - 1) / kF3Br), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.batch));
   kernel<<<grid, kF3Threads, smem, stream>>>(tm_q, tm_k, tm_v, a);
   IB_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T, int D, bool kOverlap>
 void run_flash3_causal(const AttentionParams& p, cudaStream_t stream) {
-  if (p.causal) run_flash3<T, D, true, kOverlap>(p, stream);
-  else run_flash3<T, D, false, kOverlap>(p, stream);
+  if (p.causal)
+    run_flash3<T, D, true, kOverlap>(p, stream);
+  else
+    run_flash3<T, D, false, kOverlap>(p, stream);
 }
 
 template <bool kOverlap>
 void run_flash3_bf16(const AttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim == 64) run_flash3_causal<__nv_bfloat16, 64, kOverlap>(p, stream);
-  else run_flash3_causal<__nv_bfloat16, 128, kOverlap>(p, stream);
+  if (p.head_dim == 64)
+    run_flash3_causal<__nv_bfloat16, 64, kOverlap>(p, stream);
+  else
+    run_flash3_causal<__nv_bfloat16, 128, kOverlap>(p, stream);
 }
 
 }  // namespace
@@ -388,7 +396,8 @@ std::string flash3_unsupported(const AttentionParams& p) {
   if (std::string why = fused_attention_problem(p, "flash3"); !why.empty()) return why;
   // The kernels exist only as sm_90a machine code, which runs on compute capability 9.0 alone.
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
     (void)cudaGetLastError();
     return "flash3 needs an sm_90 GPU (Hopper): no usable CUDA device";
@@ -399,7 +408,9 @@ std::string flash3_unsupported(const AttentionParams& p) {
 #endif
 }
 
-void launch_flash3(const AttentionParams& p, cudaStream_t stream) { launch_flash3_schedule(p, stream, Flash3Schedule::Overlapped); }
+void launch_flash3(const AttentionParams& p, cudaStream_t stream) {
+  launch_flash3_schedule(p, stream, Flash3Schedule::Overlapped);
+}
 
 void launch_flash3_schedule(const AttentionParams& p, cudaStream_t stream, Flash3Schedule schedule) {
   if (std::string why = flash3_unsupported(p); !why.empty()) throw std::invalid_argument(why);
@@ -407,8 +418,10 @@ void launch_flash3_schedule(const AttentionParams& p, cudaStream_t stream, Flash
     if (p.fp16) throw std::invalid_argument("flash3's serial schedule (a test aid) is built for bf16 only");
     run_flash3_bf16<false>(p, stream);
   } else if (p.fp16) {
-    if (p.head_dim == 64) run_flash3_causal<__half, 64, true>(p, stream);
-    else run_flash3_causal<__half, 128, true>(p, stream);
+    if (p.head_dim == 64)
+      run_flash3_causal<__half, 64, true>(p, stream);
+    else
+      run_flash3_causal<__half, 128, true>(p, stream);
   } else {
     run_flash3_bf16<true>(p, stream);
   }

@@ -33,8 +33,8 @@ constexpr int kThreads = 256;
 // with a sliding window, before its first key).
 // Rows whose length is a multiple of 8 move 16 bytes per thread per access.
 template <class T>
-__global__ void __launch_bounds__(kThreads) softmax_rows(const T* __restrict__ s, T* __restrict__ p, int seq_q, int seq_k, bool causal,
-                                                         int window) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_rows(const T* __restrict__ s, T* __restrict__ p, int seq_q, int seq_k, bool causal, int window) {
   const int64_t row = blockIdx.x;
   const int i = static_cast<int>(row % seq_q);
   int n = seq_k, lo = 0;  // visible keys: lo .. n − 1
@@ -105,10 +105,11 @@ void launch_attention_softmax(const void* s, void* p, int64_t rows, int seq_q, i
   if (rows <= 0) return;
   const dim3 grid(static_cast<unsigned>(rows));
   if (fp16)
-    softmax_rows<__half><<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(s), static_cast<__half*>(p), seq_q, seq_k, causal, window);
+    softmax_rows<__half>
+        <<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(s), static_cast<__half*>(p), seq_q, seq_k, causal, window);
   else
-    softmax_rows<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(s), static_cast<__nv_bfloat16*>(p),
-                                                                seq_q, seq_k, causal, window);
+    softmax_rows<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(s),
+                                                               static_cast<__nv_bfloat16*>(p), seq_q, seq_k, causal, window);
   IB_CUDA_CHECK(cudaGetLastError());
 }
 

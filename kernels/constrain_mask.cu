@@ -65,8 +65,10 @@ __global__ void __launch_bounds__(1024) masked_argmax_kernel(const float* __rest
 void launch_masked_argmax(const float* logits, const uint32_t* mask, int32_t vocab, int32_t rows, int32_t* out,
                           cudaStream_t stream) {
   if (rows <= 0) return;
-  if (mask) masked_argmax_kernel<true><<<rows, 1024, 0, stream>>>(logits, mask, vocab, out);
-  else masked_argmax_kernel<false><<<rows, 1024, 0, stream>>>(logits, nullptr, vocab, out);
+  if (mask)
+    masked_argmax_kernel<true><<<rows, 1024, 0, stream>>>(logits, mask, vocab, out);
+  else
+    masked_argmax_kernel<false><<<rows, 1024, 0, stream>>>(logits, nullptr, vocab, out);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,9 +15,13 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // Two floats as one register of element pairs: lo in bits 0..15 (the lower column index), the
 // register layout of mma/wgmma A fragments and of 16-bit stores.

@@ -16,9 +16,12 @@ __global__ void fill_random_kernel(void* dst, size_t count, uint64_t seed, float
       static_cast<uint32_t*>(dst)[i] = static_cast<uint32_t>(random_bits(seed, i));
     } else {
       const float v = scale * random_uniform(seed, i);
-      if constexpr (T == DType::F32) static_cast<float*>(dst)[i] = v;
-      else if constexpr (T == DType::BF16) static_cast<uint16_t*>(dst)[i] = float_to_bf16_bits(v);
-      else static_cast<uint16_t*>(dst)[i] = float_to_fp16_bits(v);
+      if constexpr (T == DType::F32)
+        static_cast<float*>(dst)[i] = v;
+      else if constexpr (T == DType::BF16)
+        static_cast<uint16_t*>(dst)[i] = float_to_bf16_bits(v);
+      else
+        static_cast<uint16_t*>(dst)[i] = float_to_fp16_bits(v);
     }
   }
 }
@@ -30,10 +33,18 @@ void launch_fill_random(void* dst, size_t count, DType dtype, uint64_t seed, flo
   const size_t wanted = (count + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(wanted < 65536 ? wanted : 65536);
   switch (dtype) {
-    case DType::F32: fill_random_kernel<DType::F32><<<blocks, threads, 0, stream>>>(dst, count, seed, scale); break;
-    case DType::BF16: fill_random_kernel<DType::BF16><<<blocks, threads, 0, stream>>>(dst, count, seed, scale); break;
-    case DType::F16: fill_random_kernel<DType::F16><<<blocks, threads, 0, stream>>>(dst, count, seed, scale); break;
-    case DType::U32: fill_random_kernel<DType::U32><<<blocks, threads, 0, stream>>>(dst, count, seed, scale); break;
+    case DType::F32:
+      fill_random_kernel<DType::F32><<<blocks, threads, 0, stream>>>(dst, count, seed, scale);
+      break;
+    case DType::BF16:
+      fill_random_kernel<DType::BF16><<<blocks, threads, 0, stream>>>(dst, count, seed, scale);
+      break;
+    case DType::F16:
+      fill_random_kernel<DType::F16><<<blocks, threads, 0, stream>>>(dst, count, seed, scale);
+      break;
+    case DType::U32:
+      fill_random_kernel<DType::U32><<<blocks, threads, 0, stream>>>(dst, count, seed, scale);
+      break;
   }
   IB_CUDA_CHECK_LAUNCH();
 }

@@ -28,7 +28,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 // visible key keeps max -inf: its offset is 0 so that exp2(-inf − offset) is 0, never
 // exp2(-inf + inf) = NaN; the old max is -inf exactly when nothing was accumulated (alpha = 0
 // then multiplies zeros).
-__device__ __forceinline__ float online_softmax_rescale(float& row_max, float& row_sum, float new_max, float scale_log2, float* offset) {
+__device__ __forceinline__ float online_softmax_rescale(float& row_max, float& row_sum, float new_max, float scale_log2,
+                                                        float* offset) {
   *offset = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
   const float alpha = exp2_approx(fmaf(row_max, scale_log2, -*offset));
   row_max = new_max;

@@ -127,9 +127,15 @@ __device__ __forceinline__ float pick(const float (&acc)[G][R], int j) {
 __device__ __forceinline__ void store(const GemvArgs& a, int r, int o, float v) {
   const size_t i = static_cast<size_t>(r) * a.out + o;
   switch (a.kind) {
-    case GemvOut::Bf16: static_cast<uint16_t*>(a.y)[i] = float_to_bf16_bits(v); break;
-    case GemvOut::Fp32: static_cast<float*>(a.y)[i] = v; break;
-    case GemvOut::Fp32Add: static_cast<float*>(a.y)[i] += v; break;
+    case GemvOut::Bf16:
+      static_cast<uint16_t*>(a.y)[i] = float_to_bf16_bits(v);
+      break;
+    case GemvOut::Fp32:
+      static_cast<float*>(a.y)[i] = v;
+      break;
+    case GemvOut::Fp32Add:
+      static_cast<float*>(a.y)[i] += v;
+      break;
   }
 }
 
@@ -252,14 +258,30 @@ void launch_rows(const GemvArgs& a, cudaStream_t stream) {
 template <bool kSwiGlu>
 void launch_any(const GemvArgs& a, int rows, cudaStream_t stream) {
   switch (rows) {
-    case 1: launch_rows<1, kSwiGlu>(a, stream); break;
-    case 2: launch_rows<2, kSwiGlu>(a, stream); break;
-    case 3: launch_rows<3, kSwiGlu>(a, stream); break;
-    case 4: launch_rows<4, kSwiGlu>(a, stream); break;
-    case 5: launch_rows<5, kSwiGlu>(a, stream); break;
-    case 6: launch_rows<6, kSwiGlu>(a, stream); break;
-    case 7: launch_rows<7, kSwiGlu>(a, stream); break;
-    default: launch_rows<8, kSwiGlu>(a, stream); break;
+    case 1:
+      launch_rows<1, kSwiGlu>(a, stream);
+      break;
+    case 2:
+      launch_rows<2, kSwiGlu>(a, stream);
+      break;
+    case 3:
+      launch_rows<3, kSwiGlu>(a, stream);
+      break;
+    case 4:
+      launch_rows<4, kSwiGlu>(a, stream);
+      break;
+    case 5:
+      launch_rows<5, kSwiGlu>(a, stream);
+      break;
+    case 6:
+      launch_rows<6, kSwiGlu>(a, stream);
+      break;
+    case 7:
+      launch_rows<7, kSwiGlu>(a, stream);
+      break;
+    default:
+      launch_rows<8, kSwiGlu>(a, stream);
+      break;
   }
 }
 

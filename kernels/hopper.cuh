@@ -63,7 +63,8 @@ inline TensorMapEncoder tensor_map_encoder() {
 #endif
     if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || f == nullptr) {
       (void)cudaGetLastError();
-      throw std::runtime_error("cuTensorMapEncodeTiled is not available from the CUDA driver (" + std::string(cudaGetErrorString(err)) + ")");
+      throw std::runtime_error("cuTensorMapEncodeTiled is not available from the CUDA driver (" +
+                               std::string(cudaGetErrorString(err)) + ")");
     }
     return reinterpret_cast<TensorMapEncoder>(f);
   }();
@@ -84,13 +85,15 @@ inline CUtensorMap make_panel_tensor_map(const void* base, bool fp16, int cols, 
                                  static_cast<cuuint64_t>(stride3) * 2};  // bytes, of dims 1..3
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = tensor_map_encoder()(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
-                                          const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+                           const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ") for a [" +
                              std::to_string(dim3) + "][" + std::to_string(dim2) + "][" + std::to_string(rows) + "][" +
-                             std::to_string(cols) + "] tensor, strides " + std::to_string(stride2) + "/" + std::to_string(stride3));
+                             std::to_string(cols) + "] tensor, strides " + std::to_string(stride2) + "/" +
+                             std::to_string(stride3));
   return map;
 }
 
@@ -166,7 +169,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // Coordinates are in elements, innermost first.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::
+          "r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
@@ -176,7 +180,9 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // A barrier among `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is __syncthreads).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- register budget per warpgroup (needs __launch_bounds__(threads, 1)) ----
 template <int kRegs>
@@ -228,52 +234,62 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lbo,
 // accumulator of a 64 × 16 tile (CUTLASS: ALayout_64x16 == CLayout_64x16): register i holds
 // elements 2i, 2i + 1 of that pattern: (row g, k 2t..2t+1), (row g + 8, k 2t..), (row g, k 2t+8..),
 // (row g + 8, k 2t+8..).
-#define IB_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define IB_WGMMA_D64                                                                                                                   \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, " \
-  "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "  \
+#define IB_WGMMA_D32                                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, " \
+  "%26, %27, %28, %29, %30, %31}"
+#define IB_WGMMA_D64                                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, " \
+  "%26, %27, "                                                                                                                \
+  "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, "  \
+  "%52, %53, "                                                                                                                \
   "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define IB_WGMMA_ACC32(d)                                                                                                   \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),     \
-      "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),    \
-      "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),    \
+#define IB_WGMMA_ACC32(d)                                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),  \
+      "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), \
+      "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define IB_WGMMA_ACC64(d)                                                                                                        \
-  IB_WGMMA_ACC32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),     \
-      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),         \
-      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),         \
+#define IB_WGMMA_ACC64(d)                                                                                                    \
+  IB_WGMMA_ACC32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),   \
+      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),   \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // d (64 × 128) = A·B (+ d when accumulate): A and B both from shared memory, both K-major
 // (imm-trans-a = imm-trans-b = 0).
-#define IB_WGMMA_SS_N128(TYPES)                                                                                  \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.mma_async.sync.aligned.m64n128k16.f32" TYPES " " \
-               IB_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                   \
-               : IB_WGMMA_ACC64(d)                                                                              \
+#define IB_WGMMA_SS_N128(TYPES)                                                                                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.mma_async.sync.aligned.m64n128k16.f32" TYPES " " IB_WGMMA_D64 \
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                                 \
+               : IB_WGMMA_ACC64(d)                                                                                               \
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
 template <class T>
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  if constexpr (std::is_same_v<T, __half>) IB_WGMMA_SS_N128(".f16.f16");
-  else IB_WGMMA_SS_N128(".bf16.bf16");
+  if constexpr (std::is_same_v<T, __half>)
+    IB_WGMMA_SS_N128(".f16.f16");
+  else
+    IB_WGMMA_SS_N128(".bf16.bf16");
 }
 #undef IB_WGMMA_SS_N128
 
 // d (64 × N) += A·B: A from registers (a[0..3], the A fragment of one k16 slice), B from shared
 // memory MN-major (imm-trans-b = 1). scale-d is a predicate operand, set to true.
-#define IB_WGMMA_RS(SHAPE, TYPES, D_LIST, ACC, A0, A1, A2, A3, DESC, ONE)                                                 \
+#define IB_WGMMA_RS(SHAPE, TYPES, D_LIST, ACC, A0, A1, A2, A3, DESC, ONE)                                                     \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " ONE ", 0;\n wgmma.mma_async.sync.aligned." SHAPE ".f32" TYPES " " D_LIST \
-               ", {" A0 ", " A1 ", " A2 ", " A3 "}, " DESC ", p, 1, 1, 1;\n}\n"                                          \
-               : ACC(d)                                                                                                     \
+               ", {" A0 ", " A1 ", " A2 ", " A3 "}, " DESC ", p, 1, 1, 1;\n}\n"                                               \
+               : ACC(d)                                                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
   static_assert(N == 64 || N == 128, "wgmma_rs is instantiated for N = 64 and 128");
   if constexpr (N == 128) {
-    if constexpr (std::is_same_v<T, __half>) IB_WGMMA_RS("m64n128k16", ".f16.f16", IB_WGMMA_D64, IB_WGMMA_ACC64, "%64", "%65", "%66", "%67", "%68", "%69");
-    else IB_WGMMA_RS("m64n128k16", ".bf16.bf16", IB_WGMMA_D64, IB_WGMMA_ACC64, "%64", "%65", "%66", "%67", "%68", "%69");
+    if constexpr (std::is_same_v<T, __half>)
+      IB_WGMMA_RS("m64n128k16", ".f16.f16", IB_WGMMA_D64, IB_WGMMA_ACC64, "%64", "%65", "%66", "%67", "%68", "%69");
+    else
+      IB_WGMMA_RS("m64n128k16", ".bf16.bf16", IB_WGMMA_D64, IB_WGMMA_ACC64, "%64", "%65", "%66", "%67", "%68", "%69");
   } else {
-    if constexpr (std::is_same_v<T, __half>) IB_WGMMA_RS("m64n64k16", ".f16.f16", IB_WGMMA_D32, IB_WGMMA_ACC32, "%32", "%33", "%34", "%35", "%36", "%37");
-    else IB_WGMMA_RS("m64n64k16", ".bf16.bf16", IB_WGMMA_D32, IB_WGMMA_ACC32, "%32", "%33", "%34", "%35", "%36", "%37");
+    if constexpr (std::is_same_v<T, __half>)
+      IB_WGMMA_RS("m64n64k16", ".f16.f16", IB_WGMMA_D32, IB_WGMMA_ACC32, "%32", "%33", "%34", "%35", "%36", "%37");
+    else
+      IB_WGMMA_RS("m64n64k16", ".bf16.bf16", IB_WGMMA_D32, IB_WGMMA_ACC32, "%32", "%33", "%34", "%35", "%36", "%37");
   }
 }
 #undef IB_WGMMA_RS

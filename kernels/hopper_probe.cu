@@ -45,8 +45,8 @@ __device__ void write_accumulators(const float (&acc)[N / 2], float* c) {
 #endif
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) wgmma_probe_kernel(int which, int a_row0, const uint16_t* a, const uint16_t* b, const uint16_t* v,
-                                                          float* c) {
+__global__ void __launch_bounds__(128)
+    wgmma_probe_kernel(int which, int a_row0, const uint16_t* a, const uint16_t* b, const uint16_t* v, float* c) {
 #if IB_SM90A
   using namespace sm90;
   extern __shared__ uint4 probe_smem[];
@@ -114,7 +114,8 @@ struct TmaProbeArgs {
 };
 
 template <int D>
-__global__ void __launch_bounds__(128) tma_probe_kernel(const __grid_constant__ CUtensorMap map, const TmaProbeArgs args, uint16_t* out) {
+__global__ void __launch_bounds__(128)
+    tma_probe_kernel(const __grid_constant__ CUtensorMap map, const TmaProbeArgs args, uint16_t* out) {
 #if IB_SM90A
   using namespace sm90;
   extern __shared__ uint4 probe_smem[];
@@ -133,11 +134,13 @@ __global__ void __launch_bounds__(128) tma_probe_kernel(const __grid_constant__ 
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(bar, kTile);
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p) tma_load_4d(base + p * kProbeRows * 128, &map, bar, 64 * p, tile.row0, tile.head, tile.batch);
+      for (int p = 0; p < D / 64; ++p)
+        tma_load_4d(base + p * kProbeRows * 128, &map, bar, 64 * p, tile.row0, tile.head, tile.batch);
     }
     mbar_wait(bar, static_cast<uint32_t>(i) & 1);
     for (int e = threadIdx.x; e < kProbeRows * D; e += blockDim.x)
-      out[int64_t{i} * kProbeRows * D + e] = *reinterpret_cast<const uint16_t*>(base_ptr + panel_offset(kProbeRows, e / D, e % D));
+      out[int64_t{i} * kProbeRows * D + e] =
+          *reinterpret_cast<const uint16_t*>(base_ptr + panel_offset(kProbeRows, e / D, e % D));
     __syncthreads();  // every read of this tile before the next TMA overwrites it
   }
 #elif defined(__CUDA_ARCH__)
@@ -153,7 +156,7 @@ void run_wgmma_probe(WgmmaProbe which, int a_row0, const void* a, const void* b,
   constexpr int smem = wgmma_probe_smem<D>();
   IB_CUDA_CHECK(cudaFuncSetAttribute(wgmma_probe_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   wgmma_probe_kernel<T, D><<<1, 128, smem, stream>>>(static_cast<int>(which), a_row0, static_cast<const uint16_t*>(a),
-                                                      static_cast<const uint16_t*>(b), static_cast<const uint16_t*>(v), c);
+                                                     static_cast<const uint16_t*>(b), static_cast<const uint16_t*>(v), c);
   IB_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -172,17 +175,21 @@ std::string hopper_probe_unsupported() {
   return flash3_unsupported(p);
 }
 
-void launch_wgmma_probe(WgmmaProbe which, int head_dim, bool fp16, int a_row0, const void* a, const void* b, const void* v, float* c,
-                        cudaStream_t stream) {
+void launch_wgmma_probe(WgmmaProbe which, int head_dim, bool fp16, int a_row0, const void* a, const void* b, const void* v,
+                        float* c, cudaStream_t stream) {
   if (std::string why = hopper_probe_unsupported(); !why.empty()) throw std::invalid_argument(why);
   if ((head_dim != 64 && head_dim != 128) || (a_row0 != 0 && a_row0 != 64))
     throw std::invalid_argument("wgmma probe: head_dim 64 or 128, a_row0 0 or 64");
   if (head_dim == 64) {
-    if (fp16) run_wgmma_probe<__half, 64>(which, a_row0, a, b, v, c, stream);
-    else run_wgmma_probe<__nv_bfloat16, 64>(which, a_row0, a, b, v, c, stream);
+    if (fp16)
+      run_wgmma_probe<__half, 64>(which, a_row0, a, b, v, c, stream);
+    else
+      run_wgmma_probe<__nv_bfloat16, 64>(which, a_row0, a, b, v, c, stream);
   } else {
-    if (fp16) run_wgmma_probe<__half, 128>(which, a_row0, a, b, v, c, stream);
-    else run_wgmma_probe<__nv_bfloat16, 128>(which, a_row0, a, b, v, c, stream);
+    if (fp16)
+      run_wgmma_probe<__half, 128>(which, a_row0, a, b, v, c, stream);
+    else
+      run_wgmma_probe<__nv_bfloat16, 128>(which, a_row0, a, b, v, c, stream);
   }
 }
 
@@ -194,9 +201,12 @@ void launch_tma_probe(const void* src, bool fp16, int head_dim, int rows, int he
   TmaProbeArgs args{};
   for (int i = 0; i < n_tiles; ++i) args.tiles[i] = tiles[i];
   args.n_tiles = n_tiles;
-  const CUtensorMap map = sm90::make_panel_tensor_map(src, fp16, head_dim, rows, heads, batch, head_stride, batch_stride, kProbeRows);
-  if (head_dim == 64) run_tma_probe<64>(map, args, out, stream);
-  else run_tma_probe<128>(map, args, out, stream);
+  const CUtensorMap map =
+      sm90::make_panel_tensor_map(src, fp16, head_dim, rows, heads, batch, head_stride, batch_stride, kProbeRows);
+  if (head_dim == 64)
+    run_tma_probe<64>(map, args, out, stream);
+  else
+    run_tma_probe<128>(map, args, out, stream);
 }
 
 }  // namespace ib

@@ -29,8 +29,8 @@ enum class WgmmaProbe {
 
 // One warpgroup; a, b, v are device arrays in the element type (bf16, or fp16 when `fp16`), c
 // device floats. head_dim 64 or 128; a_row0 0 or 64 (the two consumer warpgroups' Q rows).
-void launch_wgmma_probe(WgmmaProbe which, int head_dim, bool fp16, int a_row0, const void* a, const void* b, const void* v, float* c,
-                        cudaStream_t stream);
+void launch_wgmma_probe(WgmmaProbe which, int head_dim, bool fp16, int a_row0, const void* a, const void* b, const void* v,
+                        float* c, cudaStream_t stream);
 
 // Where one TMA box of 128 rows starts: row, head and batch coordinates (rows past `rows` and
 // negative ones arrive as zeros).

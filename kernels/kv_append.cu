@@ -37,9 +37,9 @@ __global__ void kv_fill_chunk_kernel(uint16_t* __restrict__ dst, size_t count, i
 // tokens; a block reduces max |x| of K and of V and raises the running amax once each.
 constexpr int kAmaxThreads = 256;
 
-__global__ void __launch_bounds__(kAmaxThreads) kv_amax_kernel(float* k_amax, float* v_amax, const uint16_t* __restrict__ k_new,
-                                                             const uint16_t* __restrict__ v_new, int kv_heads, int head_dim,
-                                                             int n_tokens, const int32_t* __restrict__ count) {
+__global__ void __launch_bounds__(kAmaxThreads)
+    kv_amax_kernel(float* k_amax, float* v_amax, const uint16_t* __restrict__ k_new, const uint16_t* __restrict__ v_new,
+                   int kv_heads, int head_dim, int n_tokens, const int32_t* __restrict__ count) {
   __shared__ float s_k[kAmaxThreads / 32], s_v[kAmaxThreads / 32];
   const size_t bh = blockIdx.x;
   const int b = static_cast<int>(bh / kv_heads);
@@ -157,9 +157,15 @@ void launch_kv_append(const KvCacheView& cache, const uint16_t* k_new, const uin
   const unsigned grid = static_cast<unsigned>(blocks);
   const AppendArgs a{cache, k_new, v_new, n_tokens, first, count};
   switch (cache.elem) {
-    case KvElem::BF16: kv_append_kernel<KvElem::BF16><<<grid, kAppendWarps * 32, 0, stream>>>(a); break;
-    case KvElem::FP8: kv_append_kernel<KvElem::FP8><<<grid, kAppendWarps * 32, 0, stream>>>(a); break;
-    case KvElem::INT8: kv_append_kernel<KvElem::INT8><<<grid, kAppendWarps * 32, 0, stream>>>(a); break;
+    case KvElem::BF16:
+      kv_append_kernel<KvElem::BF16><<<grid, kAppendWarps * 32, 0, stream>>>(a);
+      break;
+    case KvElem::FP8:
+      kv_append_kernel<KvElem::FP8><<<grid, kAppendWarps * 32, 0, stream>>>(a);
+      break;
+    case KvElem::INT8:
+      kv_append_kernel<KvElem::INT8><<<grid, kAppendWarps * 32, 0, stream>>>(a);
+      break;
   }
   IB_CUDA_CHECK_LAUNCH();
 }

@@ -101,8 +101,8 @@ __global__ void kivi_append_kernel(const KiviAppendArgs a, bool close) {
 
 }  // namespace
 
-void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens, const int32_t* first,
-                        const int32_t* count, cudaStream_t stream) {
+void launch_kivi_append(const KiviCacheView& cache, const uint16_t* k_new, const uint16_t* v_new, int n_tokens,
+                        const int32_t* first, const int32_t* count, cudaStream_t stream) {
   if (cache.batch * cache.kv_heads == 0 || n_tokens == 0) return;
   if (cache.head_dim % 32 != 0 || cache.head_dim > 1024 || (cache.group != 8 && cache.group != 16 && cache.group != 32) ||
       (cache.bits != 4 && cache.bits != 2))

@@ -41,9 +41,12 @@ DecodeKernel decode_kernel_for(const KvDecodeParams& p) {
   const int g = heads_per_block(p.cache.elem, p.heads / p.cache.kv_heads);
   const bool paged = p.cache.block_table != nullptr;
   switch (p.cache.elem) {
-    case KvElem::BF16: return pick_layout<KvElem::BF16>(paged, p.cache.head_dim, g);
-    case KvElem::FP8: return pick_layout<KvElem::FP8>(paged, p.cache.head_dim, g);
-    case KvElem::INT8: return pick_layout<KvElem::INT8>(paged, p.cache.head_dim, g);
+    case KvElem::BF16:
+      return pick_layout<KvElem::BF16>(paged, p.cache.head_dim, g);
+    case KvElem::FP8:
+      return pick_layout<KvElem::FP8>(paged, p.cache.head_dim, g);
+    case KvElem::INT8:
+      return pick_layout<KvElem::INT8>(paged, p.cache.head_dim, g);
   }
   throw std::logic_error("kv decode: unknown element type");
 }

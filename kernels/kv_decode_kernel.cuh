@@ -106,11 +106,11 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& r, float* f) {
 
 template <KvElem E, bool kPaged, int D, int G>
 __global__ void __launch_bounds__(kThreads) kv_decode_kernel(const DecodeArgs a) {
-  constexpr int kEpl = 16 / elem_bytes<E>();  // elements of a lane's 16-byte slice
-  constexpr int kLpk = D / kEpl;               // lanes per key
-  constexpr int kKpw = 32 / kLpk;              // keys per warp per load
-  constexpr int kSlots = kWarps * kKpw;        // keys per block per load
-  constexpr int kTile = kSlots * kKeysPerLane; // keys per block iteration
+  constexpr int kEpl = 16 / elem_bytes<E>();    // elements of a lane's 16-byte slice
+  constexpr int kLpk = D / kEpl;                // lanes per key
+  constexpr int kKpw = 32 / kLpk;               // keys per warp per load
+  constexpr int kSlots = kWarps * kKpw;         // keys per block per load
+  constexpr int kTile = kSlots * kKeysPerLane;  // keys per block iteration
   constexpr size_t kRowBytes = static_cast<size_t>(D) * elem_bytes<E>();
   constexpr bool kInt8 = E == KvElem::INT8;
   static_assert(D % kEpl == 0 && kLpk <= 32 && (kLpk & (kLpk - 1)) == 0, "D / (16 / element bytes) a power of two <= 32");
@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(kThreads) kv_decode_kernel(const DecodeArgs a)
   const int h0 = kvh * a.group + hc * G;    // first query head of the block
   const int ng = min(G, a.group - hc * G);  // query heads of the block (block-uniform)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane % kLpk;                     // the lane's 16-byte slice of a key
-  const int slot = warp * kKpw + lane / kLpk;      // the lane's key slot
+  const int sub = lane % kLpk;                 // the lane's 16-byte slice of a key
+  const int slot = warp * kKpw + lane / kLpk;  // the lane's key slot
   const size_t seq_head = static_cast<size_t>(b) * a.kv_heads + kvh;
 
   // The split's keys [k0, k1): chunks rounded up to whole iterations, so only the last split of
@@ -355,9 +355,12 @@ __global__ void __launch_bounds__(kThreads) kv_decode_kernel(const DecodeArgs a)
 template <KvElem E, bool kPaged, int D>
 DecodeKernel pick_group(int g) {
   switch (g) {
-    case 1: return kv_decode_kernel<E, kPaged, D, 1>;
-    case 2: return kv_decode_kernel<E, kPaged, D, 2>;
-    case 4: return kv_decode_kernel<E, kPaged, D, 4>;
+    case 1:
+      return kv_decode_kernel<E, kPaged, D, 1>;
+    case 2:
+      return kv_decode_kernel<E, kPaged, D, 2>;
+    case 4:
+      return kv_decode_kernel<E, kPaged, D, 4>;
     default:
       if constexpr (max_group<E>() >= 8) return kv_decode_kernel<E, kPaged, D, 8>;
       throw std::logic_error("kv decode: no kernel for this group size");
@@ -367,10 +370,14 @@ DecodeKernel pick_group(int g) {
 template <KvElem E, bool kPaged>
 DecodeKernel pick_dim(int d, int g) {
   switch (d) {
-    case 64: return pick_group<E, kPaged, 64>(g);
-    case 128: return pick_group<E, kPaged, 128>(g);
-    case 256: return pick_group<E, kPaged, 256>(g);
-    default: throw std::logic_error("kv decode: no kernel for this head_dim");
+    case 64:
+      return pick_group<E, kPaged, 64>(g);
+    case 128:
+      return pick_group<E, kPaged, 128>(g);
+    case 256:
+      return pick_group<E, kPaged, 256>(g);
+    default:
+      throw std::logic_error("kv decode: no kernel for this head_dim");
   }
 }
 

@@ -28,18 +28,26 @@ namespace ib::detail {
 // through shared memory and the splits through kv_merge_kernel. B (4 or 2) is a template
 // parameter: it only changes how many bytes a lane reads and the shifts that unpack them.
 
-__device__ __forceinline__ float fp16_lo(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair & 0xffffu))); }
-__device__ __forceinline__ float fp16_hi(uint32_t pair) { return __half2float(__ushort_as_half(static_cast<unsigned short>(pair >> 16))); }
+__device__ __forceinline__ float fp16_lo(uint32_t pair) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(pair & 0xffffu)));
+}
+__device__ __forceinline__ float fp16_hi(uint32_t pair) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(pair >> 16)));
+}
 
 // The lane's CPL codes of B bits in a packed row: CPL·B bits at bit offset lane·CPL·B, channel
 // c0 + i in bits i·B (kv_format.h's packing). 4 bits (int2 at D = 64) are half a byte.
 template <int B, int CPL>
 __device__ __forceinline__ uint32_t lane_codes(const uint8_t* row, int lane) {
   constexpr int kBits = B * CPL;
-  if constexpr (kBits == 4) return (static_cast<uint32_t>(row[lane >> 1]) >> ((lane & 1) * 4)) & 0xfu;
-  else if constexpr (kBits == 8) return row[lane];
-  else if constexpr (kBits == 16) return reinterpret_cast<const uint16_t*>(row)[lane];
-  else return reinterpret_cast<const uint32_t*>(row)[lane];
+  if constexpr (kBits == 4)
+    return (static_cast<uint32_t>(row[lane >> 1]) >> ((lane & 1) * 4)) & 0xfu;
+  else if constexpr (kBits == 8)
+    return row[lane];
+  else if constexpr (kBits == 16)
+    return reinterpret_cast<const uint16_t*>(row)[lane];
+  else
+    return reinterpret_cast<const uint32_t*>(row)[lane];
 }
 
 // Blocks per SM the kernel asks ptxas to fit (__launch_bounds__'s second argument; 0: no
@@ -172,20 +180,28 @@ __global__ void __launch_bounds__(kKiviThreads, kivi_min_blocks(D, NG)) kivi_dec
 template <int B, int D>
 KiviKernel kivi_pick_heads(int g) {
   switch (g) {
-    case 1: return kivi_decode_kernel<B, D, 1>;
-    case 2: return kivi_decode_kernel<B, D, 2>;
-    case 4: return kivi_decode_kernel<B, D, 4>;
-    default: return kivi_decode_kernel<B, D, 8>;
+    case 1:
+      return kivi_decode_kernel<B, D, 1>;
+    case 2:
+      return kivi_decode_kernel<B, D, 2>;
+    case 4:
+      return kivi_decode_kernel<B, D, 4>;
+    default:
+      return kivi_decode_kernel<B, D, 8>;
   }
 }
 
 template <int B>
 KiviKernel kivi_pick_dim(int head_dim, int g) {
   switch (head_dim) {
-    case 64: return kivi_pick_heads<B, 64>(g);
-    case 128: return kivi_pick_heads<B, 128>(g);
-    case 256: return kivi_pick_heads<B, 256>(g);
-    default: throw std::logic_error("kivi decode: no kernel for this head_dim");
+    case 64:
+      return kivi_pick_heads<B, 64>(g);
+    case 128:
+      return kivi_pick_heads<B, 128>(g);
+    case 256:
+      return kivi_pick_heads<B, 256>(g);
+    default:
+      throw std::logic_error("kivi decode: no kernel for this head_dim");
   }
 }
 

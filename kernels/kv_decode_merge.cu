@@ -62,7 +62,8 @@ void launch_merge_partials(const float* ws_o, const float* ws_ml, int splits, in
                            cudaStream_t stream) {
   if (splits <= 1) return;
   const size_t smem = static_cast<size_t>(splits) * sizeof(float);
-  kv_merge_kernel<<<static_cast<unsigned>(batch * heads), static_cast<unsigned>(head_dim), smem, stream>>>(ws_o, ws_ml, splits, out);
+  kv_merge_kernel<<<static_cast<unsigned>(batch * heads), static_cast<unsigned>(head_dim), smem, stream>>>(ws_o, ws_ml, splits,
+                                                                                                           out);
   IB_CUDA_CHECK_LAUNCH();
 }
 

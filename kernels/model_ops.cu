@@ -46,9 +46,9 @@ __global__ void __launch_bounds__(256) embed_kernel(const uint16_t* __restrict__
 // (the thread's own writes, from L1/L2) and writes bf16(x · inv_rms · w). Rows are ≤ 16 KiB of
 // fp32, so the second read is cheap; the kernel is launch-bound at decode batch sizes.
 constexpr int kNormThreads = 256;
-__global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
-                                                                  const uint16_t* __restrict__ w, float eps, int hidden,
-                                                                  uint16_t* __restrict__ out) {
+__global__ void __launch_bounds__(kNormThreads)
+    add_rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta, const uint16_t* __restrict__ w, float eps,
+                       int hidden, uint16_t* __restrict__ out) {
   __shared__ float red[32];
   const size_t off = static_cast<size_t>(blockIdx.x) * hidden;
   float* xr = x + off;
@@ -69,14 +69,16 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* __rest
 // v1: grid-stride; y[r][i] += bias[i] (fp32 rows: the residual stream after o_proj / down_proj).
 __global__ void add_bias_f32_kernel(float* __restrict__ y, const uint16_t* __restrict__ bias, int rows, int n) {
   const size_t total = static_cast<size_t>(rows) * n;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
     y[i] += bf2f(bias[i % n]);
 }
 
 // v1: grid-stride; y[r][i] = bf16(y[r][i] + bias[i]) (bf16 rows: gate/up before SwiGLU).
 __global__ void add_bias_bf16_kernel(uint16_t* __restrict__ y, const uint16_t* __restrict__ bias, int rows, int n) {
   const size_t total = static_cast<size_t>(rows) * n;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
     y[i] = f2bf(bf2f(y[i]) + bf2f(bias[i % n]));
 }
 
@@ -97,9 +99,11 @@ __global__ void fill_attn_rows_kernel(AttnRow* rows, int n, uint16_t* cache, int
 // =====================================================================================
 
 // v1: grid-stride over 16-byte chunks (8 elements; D % 8 == 0, so a chunk never crosses a head).
-__global__ void heads_to_rows_kernel(const uint4* __restrict__ src, int n_rows, int heads, int chunks_per_head, uint4* __restrict__ dst) {
+__global__ void heads_to_rows_kernel(const uint4* __restrict__ src, int n_rows, int heads, int chunks_per_head,
+                                     uint4* __restrict__ dst) {
   const size_t total = static_cast<size_t>(n_rows) * heads * chunks_per_head;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t c = i % chunks_per_head;
     const size_t h = (i / chunks_per_head) % heads;
     const size_t r = i / (static_cast<size_t>(chunks_per_head) * heads);
@@ -110,7 +114,8 @@ __global__ void heads_to_rows_kernel(const uint4* __restrict__ src, int n_rows, 
 // v1: grid-stride, one output element per thread; fp32 math, one rounding.
 __global__ void swiglu_kernel(const uint16_t* __restrict__ gu, int rows, int mlp, uint16_t* __restrict__ out) {
   const size_t total = static_cast<size_t>(rows) * mlp;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t r = i / mlp, j = i % mlp;
     const float g = bf2f(gu[r * 2 * mlp + j]);
     const float u = bf2f(gu[r * 2 * mlp + mlp + j]);
@@ -172,7 +177,7 @@ void launch_heads_to_rows(const uint16_t* src, int n_rows, int heads, int head_d
   const int chunks = head_dim / 8;
   const size_t total = static_cast<size_t>(n_rows) * heads * chunks;
   heads_to_rows_kernel<<<grid_for(total, 256), 256, 0, stream>>>(reinterpret_cast<const uint4*>(src), n_rows, heads, chunks,
-                                                                reinterpret_cast<uint4*>(dst));
+                                                                 reinterpret_cast<uint4*>(dst));
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,14 +28,13 @@ void launch_fill_u16(uint16_t* dst, size_t count, uint16_t bits, cudaStream_t st
 
 // x[r][:] = float(table[tokens[r]][:]) for r < rows (the residual stream starts as the embedding).
 // Tokens outside [0, vocab) give a zero row (callers validate tokens on the host).
-void launch_embed(const uint16_t* table, const int32_t* tokens, int rows, int hidden, int vocab, float* x,
-                  cudaStream_t stream);
+void launch_embed(const uint16_t* table, const int32_t* tokens, int rows, int hidden, int vocab, float* x, cudaStream_t stream);
 
 // Residual add + RMSNorm: if delta != nullptr, x[r] += delta[r] (bf16) first and the sum is
 // written back to x; then out[r] = bf16(x[r] / sqrt(mean(x[r]²) + eps) · w), all in fp32.
 // Rows of x and out are contiguous with `hidden` elements.
-void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, float eps, int rows, int hidden,
-                        uint16_t* out, cudaStream_t stream);
+void launch_add_rmsnorm(float* x, const uint16_t* delta, const uint16_t* w, float eps, int rows, int hidden, uint16_t* out,
+                        cudaStream_t stream);
 
 // What follows the fused QKV GEMM, in one kernel per row: qkv[r] = [q (heads·D) | k (kv·D) |
 // v (kv·D)] bf16, optionally + bias (same layout; with qk_bias_applied only v's part is added:
@@ -53,8 +52,8 @@ void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, bool qk_bias_ap
 
 // Qwen3's q_norm / k_norm on qkv[r] (layout as above), in place, before RoPE: each q head (and
 // k head) x (+ its bias, when `bias`) becomes bf16(x / sqrt(mean(x²) + eps) · q_w (k_w)).
-void launch_head_rmsnorm(uint16_t* qkv, const uint16_t* bias, int n_rows, int heads, int kv_heads, int head_dim, const uint16_t* q_w,
-                         const uint16_t* k_w, float eps, cudaStream_t stream);
+void launch_head_rmsnorm(uint16_t* qkv, const uint16_t* bias, int n_rows, int heads, int kv_heads, int head_dim,
+                         const uint16_t* q_w, const uint16_t* k_w, float eps, cudaStream_t stream);
 
 // y[r][i] += bias[i] over rows × n fp32 (o_proj and down_proj biases on the residual stream).
 void launch_add_bias_f32(float* y, const uint16_t* bias, int rows, int n, cudaStream_t stream);

@@ -78,10 +78,10 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(const Dec
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / a.hchunks, hc = blockIdx.y % a.hchunks;
   const int r = blockIdx.z;
-  const int h0 = kvh * a.group + hc * G;       // first query head of the block
-  const int ng = min(G, a.group - hc * G);     // query heads of the block (uniform)
+  const int h0 = kvh * a.group + hc * G;    // first query head of the block
+  const int ng = min(G, a.group - hc * G);  // query heads of the block (uniform)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane % kLanesPerKey;                       // the lane's 8-dim slice
+  const int sub = lane % kLanesPerKey;                          // the lane's 8-dim slice
   const int slot = warp * kSlotsPerWarp + lane / kLanesPerKey;  // the lane's key slot
 
   const AttnRow row = a.rows[r];
@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(const Dec
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (g < ng) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(a.q + r * a.q_row_stride + static_cast<int64_t>(h0 + g) * D + sub * 8));
+      const uint4 raw =
+          __ldg(reinterpret_cast<const uint4*>(a.q + r * a.q_row_stride + static_cast<int64_t>(h0 + g) * D + sub * 8));
       unpack8(raw, q[g]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) q[g][e] *= a.scale;
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(const Dec
       float mx = m[g];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u]);
-      if (mx != -INFINITY) {  // the slot has seen a key (no shuffles inside: divergence is fine)
+      if (mx != -INFINITY) {                   // the slot has seen a key (no shuffles inside: divergence is fine)
         const float corr = __expf(m[g] - mx);  // 0 when m[g] was -inf
         float p[kUnroll], psum = 0.0f;
 #pragma unroll
@@ -252,10 +253,18 @@ template <int D>
 void launch_decode_d(const DecArgs& a, int n_rows, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.kv_heads * a.hchunks), static_cast<unsigned>(n_rows));
   switch (group_chunk(a.group)) {
-    case 1: decode_attention_kernel<D, 1><<<grid, kDecThreads, 0, stream>>>(a); break;
-    case 2: decode_attention_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(a); break;
-    case 4: decode_attention_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(a); break;
-    default: decode_attention_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(a); break;
+    case 1:
+      decode_attention_kernel<D, 1><<<grid, kDecThreads, 0, stream>>>(a);
+      break;
+    case 2:
+      decode_attention_kernel<D, 2><<<grid, kDecThreads, 0, stream>>>(a);
+      break;
+    case 4:
+      decode_attention_kernel<D, 4><<<grid, kDecThreads, 0, stream>>>(a);
+      break;
+    default:
+      decode_attention_kernel<D, 8><<<grid, kDecThreads, 0, stream>>>(a);
+      break;
   }
   IB_CUDA_CHECK_LAUNCH();
 }
@@ -282,7 +291,8 @@ void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) 
   if (a.n_rows <= 0) return;
   if (!decode_attention_supports(a.head_dim, a.heads, a.kv_heads))
     throw std::invalid_argument("decode attention supports head_dim 16, 32, 64, 128, 256 and heads a multiple of kv_heads");
-  if (a.splits < 1 || a.splits > kDecMaxSplits) throw std::invalid_argument("decode attention: splits must be 1.." + std::to_string(kDecMaxSplits));
+  if (a.splits < 1 || a.splits > kDecMaxSplits)
+    throw std::invalid_argument("decode attention: splits must be 1.." + std::to_string(kDecMaxSplits));
   if (a.n_rows > 65535) throw std::invalid_argument("decode attention: at most 65535 rows per launch");
   if (a.splits > 1 && !a.workspace) throw std::invalid_argument("decode attention: splits > 1 needs a workspace");
   DecArgs d;
@@ -303,11 +313,21 @@ void launch_decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) 
   d.ws_ml = a.workspace ? a.workspace + parts * a.head_dim : nullptr;
   d.out = a.out;
   switch (a.head_dim) {
-    case 16: launch_decode_d<16>(d, a.n_rows, stream); break;
-    case 32: launch_decode_d<32>(d, a.n_rows, stream); break;
-    case 64: launch_decode_d<64>(d, a.n_rows, stream); break;
-    case 128: launch_decode_d<128>(d, a.n_rows, stream); break;
-    default: launch_decode_d<256>(d, a.n_rows, stream); break;
+    case 16:
+      launch_decode_d<16>(d, a.n_rows, stream);
+      break;
+    case 32:
+      launch_decode_d<32>(d, a.n_rows, stream);
+      break;
+    case 64:
+      launch_decode_d<64>(d, a.n_rows, stream);
+      break;
+    case 128:
+      launch_decode_d<128>(d, a.n_rows, stream);
+      break;
+    default:
+      launch_decode_d<256>(d, a.n_rows, stream);
+      break;
   }
   if (a.splits > 1) {
     decode_merge_kernel<<<static_cast<unsigned>(int64_t{a.n_rows} * a.heads), static_cast<unsigned>(a.head_dim), 0, stream>>>(

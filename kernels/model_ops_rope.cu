@@ -30,11 +30,11 @@ namespace {
 // fp32 angle is off by ~10^-3 rad. That is (heads + kv_heads)·D/2 double sincos per token, noise
 // next to the QKV GEMM.
 constexpr int kRopeThreads = 128;
-__global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t* __restrict__ qkv, const uint16_t* __restrict__ qk_bias,
-                                                                      const uint16_t* __restrict__ v_bias, const AttnRow* __restrict__ rows,
-                                                                      int n_rows, int layer, int heads, int kv_heads, int D,
-                                                                      const double* __restrict__ inv_freq_table, double attention_factor,
-                                                                      uint16_t* __restrict__ qh, const int32_t* __restrict__ slots) {
+__global__ void __launch_bounds__(kRopeThreads)
+    qkv_rope_append_kernel(uint16_t* __restrict__ qkv, const uint16_t* __restrict__ qk_bias, const uint16_t* __restrict__ v_bias,
+                           const AttnRow* __restrict__ rows, int n_rows, int layer, int heads, int kv_heads, int D,
+                           const double* __restrict__ inv_freq_table, double attention_factor, uint16_t* __restrict__ qh,
+                           const int32_t* __restrict__ slots) {
   __shared__ double inv_freq[128];  // D <= 256
   const int r = blockIdx.x;
   const int half = D / 2;
@@ -91,10 +91,9 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_append_kernel(uint16_t*
 // normalised over its head_dim, x / sqrt(mean(x²) + eps) · w, in fp32, and written back in place
 // as bf16, before RoPE. Heads < `heads` are q heads (weights q_w), the rest k heads (k_w).
 constexpr int kHeadNormWarps = 4;
-__global__ void __launch_bounds__(32 * kHeadNormWarps) head_rmsnorm_kernel(uint16_t* __restrict__ qkv, const uint16_t* __restrict__ bias,
-                                                                          int n_rows, int heads, int kv_heads, int D,
-                                                                          const uint16_t* __restrict__ q_w, const uint16_t* __restrict__ k_w,
-                                                                          float eps) {
+__global__ void __launch_bounds__(32 * kHeadNormWarps)
+    head_rmsnorm_kernel(uint16_t* __restrict__ qkv, const uint16_t* __restrict__ bias, int n_rows, int heads, int kv_heads, int D,
+                        const uint16_t* __restrict__ q_w, const uint16_t* __restrict__ k_w, float eps) {
   const int lane = threadIdx.x & 31;
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kHeadNormWarps + (threadIdx.x >> 5);
   const int per_row = heads + kv_heads;
@@ -132,14 +131,14 @@ void launch_qkv_rope_append(uint16_t* qkv, const uint16_t* bias, bool qk_bias_ap
   IB_CUDA_CHECK_LAUNCH();
 }
 
-void launch_head_rmsnorm(uint16_t* qkv, const uint16_t* bias, int n_rows, int heads, int kv_heads, int head_dim, const uint16_t* q_w,
-                         const uint16_t* k_w, float eps, cudaStream_t stream) {
+void launch_head_rmsnorm(uint16_t* qkv, const uint16_t* bias, int n_rows, int heads, int kv_heads, int head_dim,
+                         const uint16_t* q_w, const uint16_t* k_w, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return;
   const int64_t tasks = static_cast<int64_t>(n_rows) * (heads + kv_heads);
   const int64_t blocks = (tasks + kHeadNormWarps - 1) / kHeadNormWarps;
   if (blocks > 0x7fffffff) throw std::invalid_argument("head_rmsnorm: too many rows");
-  head_rmsnorm_kernel<<<static_cast<unsigned>(blocks), 32 * kHeadNormWarps, 0, stream>>>(qkv, bias, n_rows, heads, kv_heads, head_dim, q_w,
-                                                                                         k_w, eps);
+  head_rmsnorm_kernel<<<static_cast<unsigned>(blocks), 32 * kHeadNormWarps, 0, stream>>>(qkv, bias, n_rows, heads, kv_heads,
+                                                                                         head_dim, q_w, k_w, eps);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -65,7 +65,9 @@ __device__ __forceinline__ unsigned int ordered_bits(float f) {
   const unsigned int u = __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-__device__ __forceinline__ int key_index(unsigned long long k) { return static_cast<int>(0xFFFFFFFFu - static_cast<unsigned int>(k)); }
+__device__ __forceinline__ int key_index(unsigned long long k) {
+  return static_cast<int>(0xFFFFFFFFu - static_cast<unsigned int>(k));
+}
 
 // The keys of one row of logits: key and fixed-point mass of token i.
 struct GlobalKeys {
@@ -77,7 +79,7 @@ struct GlobalKeys {
     const float z = logits[i];
     key = (static_cast<unsigned long long>(ordered_bits(z)) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(i));
     const double e = z == z ? exp(static_cast<double>(z) * inv_t - top) : 0.0;  // in [0, 1]
-    mass = __double2ull_rz(e * kMassOne);  // <= 2^40; a vocabulary < 2^17 sums below 2^57
+    mass = __double2ull_rz(e * kMassOne);                                       // <= 2^40; a vocabulary < 2^17 sums below 2^57
   }
 };
 struct SharedKeys {
@@ -232,9 +234,9 @@ __device__ float block_max(float v, SampleShared& sh) {
   return t;
 }
 
-__global__ void __launch_bounds__(kSampleThreads) sample_kernel(const float* __restrict__ logits, int vocab, float temperature,
-                                                                int top_k, float top_p, uint64_t seed, uint64_t step, int row_base,
-                                                                int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_kernel(const float* __restrict__ logits, int vocab, float temperature, int top_k, float top_p, uint64_t seed,
+                  uint64_t step, int row_base, int32_t* __restrict__ out) {
   __shared__ SampleShared sh;
   const int tid = threadIdx.x;
   const int row = blockIdx.x;
@@ -312,8 +314,8 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(const float* __r
 
 }  // namespace
 
-void launch_sample(const float* logits, int rows, int vocab, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
-                   int row_base, int32_t* out, cudaStream_t stream) {
+void launch_sample(const float* logits, int rows, int vocab, float temperature, int top_k, float top_p, uint64_t seed,
+                   uint64_t step, int row_base, int32_t* out, cudaStream_t stream) {
   if (rows <= 0) return;
   if (vocab <= 0 || vocab >= (1 << 24)) throw std::invalid_argument("sample: vocab must be in 1 .. 2^24");
   if (temperature <= 0.0f) {
@@ -321,7 +323,7 @@ void launch_sample(const float* logits, int rows, int vocab, float temperature, 
     return;
   }
   sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(logits, vocab, temperature, top_k, top_p, seed, step,
-                                                                           row_base, out);
+                                                                            row_base, out);
   IB_CUDA_CHECK_LAUNCH();
 }
 

@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kTreeThreads) tree_attention_kernel(TreeAttent
 
 void launch_tree_attention(const TreeAttentionArgs& a, cudaStream_t stream) {
   if (a.n_rows <= 0) return;
-  if (a.head_dim > 256 || a.heads % a.kv_heads != 0) throw std::invalid_argument("tree_attention: head_dim <= 256, heads a multiple of kv_heads");
+  if (a.head_dim > 256 || a.heads % a.kv_heads != 0)
+    throw std::invalid_argument("tree_attention: head_dim <= 256, heads a multiple of kv_heads");
   const int64_t blocks = static_cast<int64_t>(a.n_rows) * a.heads;
   if (blocks > 0x7fffffff) throw std::invalid_argument("tree_attention: too many rows");
   tree_attention_kernel<<<static_cast<unsigned>(blocks), kTreeThreads, 0, stream>>>(a);

@@ -10,9 +10,10 @@ KindInfo attention_kind() {
   KindInfo k;
   k.name = "attention";
   k.group = "attention";
-  k.doc = "One layer's attention O = softmax(scale·Q·Kᵀ)·V over [batch][heads][seq][head_dim] tensors. Every "
-          "variant is checked against a float64 reference (relative L2 over every row, or 64 sampled rows when large) "
-          "with its output poisoned first; FLOPs = 4·head_dim per visible (query, key) pair.";
+  k.doc =
+      "One layer's attention O = softmax(scale·Q·Kᵀ)·V over [batch][heads][seq][head_dim] tensors. Every "
+      "variant is checked against a float64 reference (relative L2 over every row, or 64 sampled rows when large) "
+      "with its output poisoned first; FLOPs = 4·head_dim per visible (query, key) pair.";
   k.keys = {
       key_spec("batch", ParamType::Int, "sequences", Value(int64_t{1}), 1.0),
       key_spec("heads", ParamType::Int, "query heads", Value(int64_t{32}), 1.0),

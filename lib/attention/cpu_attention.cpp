@@ -46,7 +46,8 @@ class CpuAttention : public Variant {
     std::fill(o_.begin(), o_.end(), std::numeric_limits<float>::quiet_NaN());
     run(rt);
     const int d = s_.head_dim;
-    return check_output(s_, in_, seed_, [&](int64_t r, int c) { return o_[static_cast<size_t>(r * d + c)]; }, tolerance());
+    return check_output(
+        s_, in_, seed_, [&](int64_t r, int c) { return o_[static_cast<size_t>(r * d + c)]; }, tolerance());
   }
   std::vector<Metric> metrics() const override {
     std::vector<Metric> m = {{"extra mem", static_cast<double>(mem_->peak() - io_bytes_) / (1 << 20), "MiB"}};
@@ -89,7 +90,8 @@ class Reference : public CpuAttention {
         const int64_t bh = static_cast<int64_t>(r) / s_.seq_q;
         reference_row(s_, in_, static_cast<int>(bh / s_.heads), static_cast<int>(bh % s_.heads),
                       static_cast<int>(static_cast<int64_t>(r) % s_.seq_q), row.data());
-        for (int c = 0; c < d; ++c) o_[r * static_cast<size_t>(d) + static_cast<size_t>(c)] = static_cast<float>(row[static_cast<size_t>(c)]);
+        for (int c = 0; c < d; ++c)
+          o_[r * static_cast<size_t>(d) + static_cast<size_t>(c)] = static_cast<float>(row[static_cast<size_t>(c)]);
       }
     });
   }
@@ -234,9 +236,9 @@ class CpuFlash : public CpuAttention {
           tile_sum += s[j];
         }
         float keep = 0, add = 0;
-        const SoftmaxSummary<float> merged = softmax_merge(
-            SoftmaxSummary<float>{row_max[r], row_sum[r]},
-            visible > lo ? SoftmaxSummary<float>{tile_max, tile_sum} : softmax_empty<float>(), &keep, &add);
+        const SoftmaxSummary<float> merged =
+            softmax_merge(SoftmaxSummary<float>{row_max[r], row_sum[r]},
+                          visible > lo ? SoftmaxSummary<float>{tile_max, tile_sum} : softmax_empty<float>(), &keep, &add);
         row_max[r] = merged.max;
         row_sum[r] = merged.sum;
         float* orow = o + r * d;
@@ -264,16 +266,16 @@ const VariantRegistration reg_attention_reference(
     make_variant<Reference>());
 const VariantRegistration reg_attention_cpu_standard(
     "attention",
-    {"cpu_standard", Backend::Cpu, "the three passes on the CPU: our SGEMM, a row softmax, our SGEMM; S and P materialised (fp32)",
-     attention_shape_keys()},
+    {"cpu_standard", Backend::Cpu,
+     "the three passes on the CPU: our SGEMM, a row softmax, our SGEMM; S and P materialised (fp32)", attention_shape_keys()},
     make_variant<CpuStandard>());
 // The chapter's flash2 figures are this variant's on the CPU (role flash2).
-const VariantRegistration reg_attention_cpu_flash(
-    "attention",
-    {"cpu_flash", Backend::Cpu,
-     "the flash algorithm on the CPU: 48×64 tiles through the SGEMM micro-kernel, online softmax, one tile of scores per thread (fp32)",
-     attention_shape_keys(), false, "flash2"},
-    make_variant<CpuFlash>());
+const VariantRegistration reg_attention_cpu_flash("attention",
+                                                  {"cpu_flash", Backend::Cpu,
+                                                   "the flash algorithm on the CPU: 48×64 tiles through the SGEMM micro-kernel, "
+                                                   "online softmax, one tile of scores per thread (fp32)",
+                                                   attention_shape_keys(), false, "flash2"},
+                                                  make_variant<CpuFlash>());
 
 }  // namespace
 }  // namespace ib::attention

@@ -112,7 +112,8 @@ class Standard : public CudaAttention {
     IB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_handle(st), CUBLAS_OP_T, CUBLAS_OP_N, nk, m, d, &alpha, k_.data(), t, d,
                                                int64_t{nk} * d, q_.data(), t, d, int64_t{m} * d, &zero, scores_.data(), t, nk,
                                                int64_t{m} * nk, batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    launch_attention_softmax(scores_.data(), probs_.data(), s_.rows(), nq, nk, s_.causal, s_.causal ? s_.window : 0, s_.dtype == DType::F16, st);
+    launch_attention_softmax(scores_.data(), probs_.data(), s_.rows(), nq, nk, s_.causal, s_.causal ? s_.window : 0,
+                             s_.dtype == DType::F16, st);
     // Row-major O (m × d) = P (m × n_k) · V (n_k × d) is column-major Oᵀ = Vᵀ·Pᵀ.
     IB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_handle(st), CUBLAS_OP_N, CUBLAS_OP_N, d, m, nk, &one, v_.data(), t, d,
                                                int64_t{nk} * d, probs_.data(), t, nk, int64_t{m} * nk, &zero, o_.data(), t, d,

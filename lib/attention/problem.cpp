@@ -111,7 +111,8 @@ Validation check_output(const AttentionShape& s, const AttentionInputs& in, uint
     for (int64_t r = 0; r < rows; ++r) picked.push_back(r);
   } else {
     picked = {0, rows - 1};
-    for (uint64_t t = 0; picked.size() < 64; ++t) picked.push_back(static_cast<int64_t>(random_bits(seed ^ 0xA77E, t) % static_cast<uint64_t>(rows)));
+    for (uint64_t t = 0; picked.size() < 64; ++t)
+      picked.push_back(static_cast<int64_t>(random_bits(seed ^ 0xA77E, t) % static_cast<uint64_t>(rows)));
   }
   double err2 = 0, ref2 = 0, max_err = 0;
   std::vector<double> ref(static_cast<size_t>(d));

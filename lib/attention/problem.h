@@ -24,7 +24,7 @@ struct AttentionShape {
   DType dtype = DType::BF16;
 
   int group() const { return heads / kv_heads; }
-  int64_t q_elems() const { return int64_t{batch} * heads * seq_q * head_dim; }   // also O
+  int64_t q_elems() const { return int64_t{batch} * heads * seq_q * head_dim; }      // also O
   int64_t kv_elems() const { return int64_t{batch} * kv_heads * seq_k * head_dim; }  // each of K, V
   int64_t rows() const { return int64_t{batch} * heads * seq_q; }
   // Keys query i sees: first_key(i) .. visible_keys(i) − 1 (the end is at most seq_k; with a

@@ -13,7 +13,6 @@
 #include <memory>
 #include <stdexcept>
 
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -79,9 +78,10 @@ PeerReading read_result(const PeerProcess& p, const PeerRun& run) {
 
     const nlohmann::json& c = j.at("check");
     const int64_t nan_rows = c.at("nan_rows").get<int64_t>(), rows = c.at("rows").get<int64_t>();
-    const std::string detail = fmt::format("torch {} on {}, its own inputs: {} of {} rows vs float64 in torch, max abs error {:.2e}",
-                                           j.value("torch", std::string("?")), j.value("device", std::string("?")),
-                                           c.at("rows_checked").get<int64_t>(), rows, c.at("max_abs_error").get<double>());
+    const std::string detail =
+        fmt::format("torch {} on {}, its own inputs: {} of {} rows vs float64 in torch, max abs error {:.2e}",
+                    j.value("torch", std::string("?")), j.value("device", std::string("?")), c.at("rows_checked").get<int64_t>(),
+                    rows, c.at("max_abs_error").get<double>());
     if (nan_rows > 0) {
       m.validation = {false, "nan_rows", static_cast<double>(nan_rows), 0,
                       fmt::format("{} of {} rows hold NaN/inf; {}", nan_rows, rows, detail)};
@@ -109,7 +109,8 @@ class TorchSdpaPeer : public Variant {
   std::string unsupported(const Point& p) const override {
     const AttentionShape s = attention_shape(p);
     if (std::string why = shape_problem(s); !why.empty()) return why;
-    if (s.causal && s.seq_q > s.seq_k) return "causal with seq_q > seq: the first rows see no key, and torch leaves them undefined";
+    if (s.causal && s.seq_q > s.seq_k)
+      return "causal with seq_q > seq: the first rows see no key, and torch leaves them undefined";
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
@@ -119,7 +120,9 @@ class TorchSdpaPeer : public Variant {
     peer_timeout_ = p.find("peer_timeout") ? p.number("peer_timeout") : 120.0;
     score_table_ = p.find("score_table") && p.flag("score_table");
   }
-  Validation validate(BackendRuntime&) override { throw std::logic_error("the torch peer is checked in its own process (measure_self)"); }
+  Validation validate(BackendRuntime&) override {
+    throw std::logic_error("the torch peer is checked in its own process (measure_self)");
+  }
   void run(BackendRuntime&) override { throw std::logic_error("the torch peer is timed in its own process (measure_self)"); }
 
   std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl& c) override {
@@ -130,24 +133,43 @@ class TorchSdpaPeer : public Variant {
     // The gate of the row's kind: bf16/fp16 outputs on the GPU; fp32 arithmetic on the CPU.
     run.tolerance = output_tolerance(cuda ? s_.dtype : DType::F32);
     run.memory_limit = c.memory_limit;
-    std::vector<std::string> argv = {python_, "-c", torch_sdpa_peer_script(),
-                                     "--device", cuda ? "cuda" : "cpu",
-                                     "--backend", backend_,
-                                     "--batch", std::to_string(s_.batch),
-                                     "--heads", std::to_string(s_.heads),
-                                     "--kv-heads", std::to_string(s_.kv_heads),
-                                     "--head-dim", std::to_string(s_.head_dim),
-                                     "--seq-k", std::to_string(s_.seq_k),
-                                     "--seq-q", std::to_string(s_.seq_q),
-                                     "--window", std::to_string(s_.causal ? s_.window : 0),
-                                     "--dtype", s_.dtype == DType::F16 ? "fp16" : "bf16",
-                                     "--seed", std::to_string(seed_),
-                                     "--tolerance", fmt::format("{}", run.tolerance),
-                                     "--warmup", std::to_string(c.warmup),
-                                     "--min-samples", std::to_string(c.min_samples),
-                                     "--min-time", fmt::format("{}", c.min_time),
-                                     "--max-noise", fmt::format("{}", c.max_noise),
-                                     "--timeout", fmt::format("{}", c.timeout)};
+    std::vector<std::string> argv = {python_,
+                                     "-c",
+                                     torch_sdpa_peer_script(),
+                                     "--device",
+                                     cuda ? "cuda" : "cpu",
+                                     "--backend",
+                                     backend_,
+                                     "--batch",
+                                     std::to_string(s_.batch),
+                                     "--heads",
+                                     std::to_string(s_.heads),
+                                     "--kv-heads",
+                                     std::to_string(s_.kv_heads),
+                                     "--head-dim",
+                                     std::to_string(s_.head_dim),
+                                     "--seq-k",
+                                     std::to_string(s_.seq_k),
+                                     "--seq-q",
+                                     std::to_string(s_.seq_q),
+                                     "--window",
+                                     std::to_string(s_.causal ? s_.window : 0),
+                                     "--dtype",
+                                     s_.dtype == DType::F16 ? "fp16" : "bf16",
+                                     "--seed",
+                                     std::to_string(seed_),
+                                     "--tolerance",
+                                     fmt::format("{}", run.tolerance),
+                                     "--warmup",
+                                     std::to_string(c.warmup),
+                                     "--min-samples",
+                                     std::to_string(c.min_samples),
+                                     "--min-time",
+                                     fmt::format("{}", c.min_time),
+                                     "--max-noise",
+                                     fmt::format("{}", c.max_noise),
+                                     "--timeout",
+                                     fmt::format("{}", c.timeout)};
     if (s_.causal) argv.push_back("--causal");
     if (c.cold_l2) argv.push_back("--cold-l2");
     if (cuda && c.memory_limit > 0) argv.insert(argv.end(), {"--memory-limit", std::to_string(c.memory_limit)});
@@ -192,20 +214,26 @@ const std::string torch_peer_doc =
 
 // The peer runs in python, so it is built into every binary: without a GPU (or torch) its CUDA
 // rows are unsupported, saying why.
-const VariantRegistration reg_attention_torch_sdpa(
-    "attention",
-    {"torch_sdpa", Backend::Cuda, "torch's own choice of SDPA backend (the note says which it picked). " + torch_peer_doc, torch_peer_keys()},
-    make_variant<TorchSdpaPeer>(Backend::Cuda, "default"));
-const VariantRegistration reg_attention_torch_sdpa_flash(
-    "attention", {"torch_sdpa_flash", Backend::Cuda, "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)", torch_peer_keys()},
-    make_variant<TorchSdpaPeer>(Backend::Cuda, "flash"));
-const VariantRegistration reg_attention_torch_sdpa_cudnn(
-    "attention", {"torch_sdpa_cudnn", Backend::Cuda, "torch SDPA forced to its cuDNN backend", torch_peer_keys()},
-    make_variant<TorchSdpaPeer>(Backend::Cuda, "cudnn"));
-const VariantRegistration reg_attention_torch_sdpa_efficient(
-    "attention",
-    {"torch_sdpa_efficient", Backend::Cuda, "torch SDPA forced to its memory-efficient (xFormers) backend", torch_peer_keys()},
-    make_variant<TorchSdpaPeer>(Backend::Cuda, "efficient"));
+const VariantRegistration reg_attention_torch_sdpa("attention",
+                                                   {"torch_sdpa", Backend::Cuda,
+                                                    "torch's own choice of SDPA backend (the note says which it picked). " +
+                                                        torch_peer_doc,
+                                                    torch_peer_keys()},
+                                                   make_variant<TorchSdpaPeer>(Backend::Cuda, "default"));
+const VariantRegistration reg_attention_torch_sdpa_flash("attention",
+                                                         {"torch_sdpa_flash", Backend::Cuda,
+                                                          "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)",
+                                                          torch_peer_keys()},
+                                                         make_variant<TorchSdpaPeer>(Backend::Cuda, "flash"));
+const VariantRegistration reg_attention_torch_sdpa_cudnn("attention",
+                                                         {"torch_sdpa_cudnn", Backend::Cuda,
+                                                          "torch SDPA forced to its cuDNN backend", torch_peer_keys()},
+                                                         make_variant<TorchSdpaPeer>(Backend::Cuda, "cudnn"));
+const VariantRegistration reg_attention_torch_sdpa_efficient("attention",
+                                                             {"torch_sdpa_efficient", Backend::Cuda,
+                                                              "torch SDPA forced to its memory-efficient (xFormers) backend",
+                                                              torch_peer_keys()},
+                                                             make_variant<TorchSdpaPeer>(Backend::Cuda, "efficient"));
 const VariantRegistration reg_attention_torch_sdpa_math(
     "attention",
     {"torch_sdpa_math", Backend::Cuda, "torch SDPA forced to its math backend (materialises the scores, as standard does)",

@@ -10,8 +10,9 @@ KindInfo ceiling_kind() {
   KindInfo k;
   k.name = "ceiling";
   k.group = "ceiling";
-  k.doc = "Peak rates of the machine: copy bandwidth (bytes read + written per second) and dense GEMM "
-          "throughput (2·m·n·k FLOP per run). `copy`/`memcpy` use `bytes`; `gemm`/`sgemm` use `m`, `n`, `k`, `dtype`.";
+  k.doc =
+      "Peak rates of the machine: copy bandwidth (bytes read + written per second) and dense GEMM "
+      "throughput (2·m·n·k FLOP per run). `copy`/`memcpy` use `bytes`; `gemm`/`sgemm` use `m`, `n`, `k`, `dtype`.";
   k.keys = {
       key_spec("bytes", ParamType::Bytes, "size of the copied buffer", Value(int64_t{1} << 30), 4096.0),
       key_spec("m", ParamType::Int, "GEMM rows of A and C", Value(int64_t{8192}), 1.0),

@@ -84,12 +84,13 @@ class CpuSgemm : public Variant {
 };
 
 const VariantRegistration reg_ceiling_memcpy("ceiling", {"memcpy", Backend::Cpu, "memcpy split over the CPU threads", {"bytes"}},
-                                              make_variant<CpuMemcpy>());
+                                             make_variant<CpuMemcpy>());
 const VariantRegistration reg_ceiling_sgemm("ceiling",
-                                             {"sgemm", Backend::Cpu,
-                                              "our blocked, packed (6×16 AVX2/FMA register tile), multithreaded SGEMM; fp32 only",
-                                              {"m", "n", "k", "dtype"}},
-                                             make_variant<CpuSgemm>());
+                                            {"sgemm",
+                                             Backend::Cpu,
+                                             "our blocked, packed (6×16 AVX2/FMA register tile), multithreaded SGEMM; fp32 only",
+                                             {"m", "n", "k", "dtype"}},
+                                            make_variant<CpuSgemm>());
 
 }  // namespace
 }  // namespace ib

@@ -79,7 +79,8 @@ class CublasGemm : public Variant {
     rt.synchronize();
     const size_t es = dtype_size(dtype_);
     const double worst = gemm_spot_check(
-        m_, n_, k_, [&](int64_t i, int64_t q) { return round_to(dtype_, random_uniform(seed_, static_cast<uint64_t>(i * k_ + q))); },
+        m_, n_, k_,
+        [&](int64_t i, int64_t q) { return round_to(dtype_, random_uniform(seed_, static_cast<uint64_t>(i * k_ + q))); },
         [&](int64_t q, int64_t j) { return round_to(dtype_, random_uniform(seed_ + 1, static_cast<uint64_t>(q * n_ + j))); },
         [&](int64_t i, int64_t j) {
           uint32_t raw = 0;
@@ -123,10 +124,10 @@ namespace {
 
 const VariantRegistration reg_ceiling_copy("ceiling", {"copy", Backend::Cuda, "cudaMemcpyAsync device to device", {"bytes"}},
                                            IB_IF_CUDA(make_variant<CudaCopy>()));
-const VariantRegistration reg_ceiling_gemm("ceiling",
-                                           {"gemm", Backend::Cuda, "cuBLAS cublasGemmEx, fp32 accumulation, tensor cores for bf16/fp16",
-                                            {"m", "n", "k", "dtype"}},
-                                           IB_IF_CUDA(make_variant<CublasGemm>()));
+const VariantRegistration reg_ceiling_gemm(
+    "ceiling",
+    {"gemm", Backend::Cuda, "cuBLAS cublasGemmEx, fp32 accumulation, tensor cores for bf16/fp16", {"m", "n", "k", "dtype"}},
+    IB_IF_CUDA(make_variant<CublasGemm>()));
 
 }  // namespace
 }  // namespace ib

@@ -136,9 +136,9 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   std::vector<std::vector<int32_t>> moved(static_cast<size_t>(nclass));
   std::vector<int> used;
   std::vector<int32_t> edge_states, mv;
-  std::vector<int32_t> single(nn, -1);  // NFA state t -> the DFA state of the move {t}, once found
-  std::vector<std::pair<uint64_t, int32_t>> seen_sigs;                 // (signature, DFA state)
-  std::vector<std::tuple<uint64_t, int, int32_t>> seen_moves;          // (hash, class, DFA state)
+  std::vector<int32_t> single(nn, -1);                         // NFA state t -> the DFA state of the move {t}, once found
+  std::vector<std::pair<uint64_t, int32_t>> seen_sigs;         // (signature, DFA state)
+  std::vector<std::tuple<uint64_t, int, int32_t>> seen_moves;  // (hash, class, DFA state)
   for (size_t d = 0; d < sets_of.size(); ++d) {
     edge_states.clear();
     for (const int32_t* it = sets_of.begin(static_cast<int32_t>(d)); it != sets_of.end(static_cast<int32_t>(d)); ++it)

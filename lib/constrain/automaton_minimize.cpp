@@ -104,7 +104,8 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     }
     if (static_cast<int32_t>(elems.size()) > f) {
       const int32_t b = new_block(f, static_cast<int32_t>(elems.size()));
-      for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i) at_[static_cast<size_t>(elems[static_cast<size_t>(i)])].block = b;
+      for (int32_t i = f; i < static_cast<int32_t>(elems.size()); ++i)
+        at_[static_cast<size_t>(elems[static_cast<size_t>(i)])].block = b;
       if (pass < 2) push_work(b);  // every initial block but the sink's
     }
   }
@@ -167,8 +168,10 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
         const bool y_pending = y.in_work != 0;
         const int32_t z = new_block(f, f + mk);  // (y may move: blk grows)
         for (int32_t i = f; i < f + mk; ++i) at_[static_cast<size_t>(elems[static_cast<size_t>(i)])].block = z;
-        if (y_pending) push_work(z);
-        else push_work(mk <= size - mk ? z : yi);
+        if (y_pending)
+          push_work(z);
+        else
+          push_work(mk <= size - mk ? z : yi);
       }
       touched.clear();
     }
@@ -181,7 +184,9 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   std::vector<int32_t> compact(blk.size(), -1);
   for (int32_t b = 0; b < static_cast<int32_t>(blk.size()); ++b)
     if (b != sink_block) compact[static_cast<size_t>(b)] = blocks++;
-  for (int32_t s = 0; s < n; ++s) block[static_cast<size_t>(s)] = live[static_cast<size_t>(s)] ? compact[static_cast<size_t>(block[static_cast<size_t>(s)])] : -1;
+  for (int32_t s = 0; s < n; ++s)
+    block[static_cast<size_t>(s)] =
+        live[static_cast<size_t>(s)] ? compact[static_cast<size_t>(block[static_cast<size_t>(s)])] : -1;
   block.resize(static_cast<size_t>(n));
 
   // Renumber blocks so the start state is 0 and states appear in BFS order (stable output).
@@ -253,8 +258,7 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   }
   if (!confirmed) {
     std::vector<std::vector<int32_t>> column(nc, std::vector<int32_t>(static_cast<size_t>(blocks), -1));
-    for (size_t o = 0; o < static_cast<size_t>(blocks); ++o)
-      for_each_edge(o, [&](size_t c, int32_t t) { column[c][o] = t; });
+    for (size_t o = 0; o < static_cast<size_t>(blocks); ++o) for_each_edge(o, [&](size_t c, int32_t t) { column[c][o] = t; });
     std::map<std::vector<int32_t>, int> merged;
     class_rep.clear();
     for (size_t c = 0; c < nc; ++c) {
@@ -273,7 +277,8 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
     for_each_edge(o, [&](size_t c, int32_t t) { out.next[o * onc + static_cast<size_t>(class_map[c])] = t; });
   out.accepting.assign(static_cast<size_t>(blocks), 0);
   for (int32_t b = 0; b < blocks; ++b)
-    out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] = raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
+    out.accepting[static_cast<size_t>(order[static_cast<size_t>(b)])] =
+        raw_accept[static_cast<size_t>(member[static_cast<size_t>(b)])];
   out.start = 0;
   return out;
 }

@@ -164,8 +164,7 @@ struct Nfa {
   // minimal DFA keeps and minimisation then merged. Compiled once per body node.
   std::unordered_map<const RegexNode*, Re> compacted;
   __attribute__((noinline)) const Re& compact(const Re& x) {
-    if (x->kind == RegexNode::Kind::Bytes || x->kind == RegexNode::Kind::Automaton || x->kind == RegexNode::Kind::Empty)
-      return x;
+    if (x->kind == RegexNode::Kind::Bytes || x->kind == RegexNode::Kind::Automaton || x->kind == RegexNode::Kind::Empty) return x;
     auto [it, fresh] = compacted.emplace(x.get(), x);
     int budget = kCompactNodes;
     if (fresh && small_ast(*x, &budget)) {

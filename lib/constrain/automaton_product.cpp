@@ -100,7 +100,8 @@ Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const Co
     for (int c = 0; c < nclass; ++c) {
       const auto& cls = class_of[static_cast<size_t>(c)];
       for (size_t i = 0; i < k; ++i)
-        t[i] = from[i] < 0 ? -1 : parts[i]->next[static_cast<size_t>(from[i]) * parts[i]->num_classes + static_cast<size_t>(cls[i])];
+        t[i] =
+            from[i] < 0 ? -1 : parts[i]->next[static_cast<size_t>(from[i]) * parts[i]->num_classes + static_cast<size_t>(cls[i])];
       if (hopeless(t)) continue;
       bool fresh = false;
       const int32_t id = tuples.intern(t, &fresh);

@@ -35,11 +35,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 size_t mask_mismatches(const Dfa& dfa, const Vocabulary& v, const std::function<const uint32_t*(int32_t)>& mask, uint64_t seed) {
   size_t bad = 0;
   for (int i = 0; i < 12; ++i) {
-    const int32_t s = i == 0 ? dfa.start : static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(dfa.num_states));
+    const int32_t s =
+        i == 0 ? dfa.start
+               : static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(dfa.num_states));
     const uint32_t* m = mask(s);
     for (int32_t t = 0; t < v.size(); ++t) {
       bool want = t == v.eos ? dfa.accepting[static_cast<size_t>(s)] != 0
-                              : !v.special[static_cast<size_t>(t)] && dfa.walk(s, v.token_bytes[static_cast<size_t>(t)]) >= 0;
+                             : !v.special[static_cast<size_t>(t)] && dfa.walk(s, v.token_bytes[static_cast<size_t>(t)]) >= 0;
       bad += mask_allows(m, t) != want;
     }
   }
@@ -57,9 +59,10 @@ class CompileVariant : public Variant {
   }
   Validation validate(BackendRuntime& rt) override {
     run(rt);
-    const size_t bad = precompute_
-                           ? mask_mismatches(index_->dfa(), *setup_.vocab, [&](int32_t s) { return index_->mask(s); }, seed_)
-                           : mask_mismatches(lazy_->dfa(), *setup_.vocab, [&](int32_t s) { return lazy_->mask(s); }, seed_);
+    const size_t bad = precompute_ ? mask_mismatches(
+                                         index_->dfa(), *setup_.vocab, [&](int32_t s) { return index_->mask(s); }, seed_)
+                                   : mask_mismatches(
+                                         lazy_->dfa(), *setup_.vocab, [&](int32_t s) { return lazy_->mask(s); }, seed_);
     runs_ = 0;
     regex_ms_ = dfa_ms_ = index_ms_ = 0;
     return {bad == 0, "mask_mismatches", static_cast<double>(bad), 0, "12 states × every token vs a brute-force walk"};
@@ -67,8 +70,10 @@ class CompileVariant : public Variant {
   void run(BackendRuntime&) override {
     CompiledConstraint c = setup_.compile();
     auto t1 = std::chrono::steady_clock::now();
-    if (precompute_) index_ = std::make_unique<TokenMaskIndex>(c.dfa, setup_.vocab);
-    else lazy_ = std::make_unique<LazyTokenMasker>(c.dfa, setup_.vocab);
+    if (precompute_)
+      index_ = std::make_unique<TokenMaskIndex>(c.dfa, setup_.vocab);
+    else
+      lazy_ = std::make_unique<LazyTokenMasker>(c.dfa, setup_.vocab);
     index_ms_ += ms_since(t1);
     regex_ms_ += c.regex_seconds * 1e3;
     dfa_ms_ += c.dfa_seconds * 1e3;
@@ -80,9 +85,11 @@ class CompileVariant : public Variant {
   }
   std::vector<Metric> metrics() const override {
     const double n = runs_ > 0 ? static_cast<double>(runs_) : 1;
-    std::vector<Metric> m = {{"regex", regex_ms_ / n, "ms"}, {"dfa", dfa_ms_ / n, "ms"},
+    std::vector<Metric> m = {{"regex", regex_ms_ / n, "ms"},
+                             {"dfa", dfa_ms_ / n, "ms"},
                              {precompute_ ? "masks" : "classes", index_ms_ / n, "ms"},
-                             {"dfa_states", static_cast<double>(states_), ""}, {"mask_classes", static_cast<double>(classes_), ""}};
+                             {"dfa_states", static_cast<double>(states_), ""},
+                             {"mask_classes", static_cast<double>(classes_), ""}};
     if (precompute_) m.push_back({"index", index_mb_, "MB"});
     return m;
   }
@@ -110,8 +117,10 @@ class MaskVariant : public Variant {
     setup_.load(p);
     CompiledConstraint c = setup_.compile();
     dfa_ = c.dfa;
-    if (precompute_) index_ = std::make_unique<TokenMaskIndex>(dfa_, setup_.vocab);
-    else lazy_ = std::make_unique<LazyTokenMasker>(dfa_, setup_.vocab);
+    if (precompute_)
+      index_ = std::make_unique<TokenMaskIndex>(dfa_, setup_.vocab);
+    else
+      lazy_ = std::make_unique<LazyTokenMasker>(dfa_, setup_.vocab);
     // The documents every run decodes: random valid documents, tokenised greedily.
     std::mt19937_64 rng(seed);
     const auto dist = distance_to_accept(*dfa_);
@@ -178,33 +187,35 @@ class MaskVariant : public Variant {
   std::vector<double> step_us_;
 };
 
-
 std::vector<KeySpec> mask_kind_keys() {
   return with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)});
 }
 
-const KindRegistration compile_kind(with_python_peers(kind(
-    "constrain-compile",
-    "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
-    "classes only, masks on first use). One sample = one full compile.",
-    constraint_keys())));
+const KindRegistration compile_kind(with_python_peers(
+    kind("constrain-compile",
+         "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
+         "classes only, masks on first use). One sample = one full compile.",
+         constraint_keys())));
 
-const KindRegistration mask_kind(with_python_peers(kind(
-    "constrain-mask",
-    "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
-    "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
-    mask_kind_keys())));
+const KindRegistration mask_kind(with_python_peers(
+    kind("constrain-mask",
+         "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
+         "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
+         mask_kind_keys())));
 
 // Ours read the kind's keys but the python peers' (python_peer.cpp declares the peers).
-const VariantRegistration reg_constrain_compile_precomputed(
-    "constrain-compile", host("precomputed", "outlines-style: every mask built ahead of generation", key_names(constraint_keys())),
-    make_variant<CompileVariant>(true));
+const VariantRegistration reg_constrain_compile_precomputed("constrain-compile",
+                                                            host("precomputed",
+                                                                 "outlines-style: every mask built ahead of generation",
+                                                                 key_names(constraint_keys())),
+                                                            make_variant<CompileVariant>(true));
 const VariantRegistration reg_constrain_compile_lazy(
     "constrain-compile",
     host("lazy", "XGrammar-style adaptive: DFA and mask classes now, each mask on first use", key_names(constraint_keys())),
     make_variant<CompileVariant>(false));
 const VariantRegistration reg_constrain_mask_precomputed("constrain-mask",
-                                                         host("precomputed", "mask lookup in the precomputed index", key_names(mask_kind_keys())),
+                                                         host("precomputed", "mask lookup in the precomputed index",
+                                                              key_names(mask_kind_keys())),
                                                          make_variant<MaskVariant>(true));
 const VariantRegistration reg_constrain_mask_lazy(
     "constrain-mask",

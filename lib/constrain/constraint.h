@@ -18,9 +18,9 @@ namespace ib::constrain {
 struct CompiledConstraint {
   std::shared_ptr<const Dfa> dfa;
   std::shared_ptr<const nlohmann::ordered_json> schema;  // null for regex / choice
-  double regex_seconds = 0;  // schema or pattern -> regex AST
-  double dfa_seconds = 0;    // AST -> minimal DFA
-  SchemaNotes notes;         // what a schema's compile read past (its draft, ignored keys, formats)
+  double regex_seconds = 0;                              // schema or pattern -> regex AST
+  double dfa_seconds = 0;                                // AST -> minimal DFA
+  SchemaNotes notes;                                     // what a schema's compile read past (its draft, ignored keys, formats)
 };
 
 // The text a constraint compiles from: the schema file's contents, or the regex / choice itself.

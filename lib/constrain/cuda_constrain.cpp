@@ -65,11 +65,13 @@ class CudaLmHead : public Variant {
     // Reference: float64 logits of the regenerated bf16 inputs, argmax among allowed tokens.
     const int64_t h = shape_.hidden;
     std::vector<double> x(static_cast<size_t>(h));
-    for (int64_t i = 0; i < h; ++i) x[static_cast<size_t>(i)] = round_to(DType::BF16, random_uniform(seed_ + 1, static_cast<uint64_t>(i)));
+    for (int64_t i = 0; i < h; ++i)
+      x[static_cast<size_t>(i)] = round_to(DType::BF16, random_uniform(seed_ + 1, static_cast<uint64_t>(i)));
     auto logit = [&](int32_t t) {
       double acc = 0;
       for (int64_t i = 0; i < h; ++i)
-        acc += static_cast<double>(round_to(DType::BF16, 0.05f * random_uniform(seed_, static_cast<uint64_t>(t * h + i)))) * x[static_cast<size_t>(i)];
+        acc += static_cast<double>(round_to(DType::BF16, 0.05f * random_uniform(seed_, static_cast<uint64_t>(t * h + i)))) *
+               x[static_cast<size_t>(i)];
       return acc;
     };
     int32_t want = -1;
@@ -91,9 +93,9 @@ class CudaLmHead : public Variant {
     cudaStream_t s = stream_of(rt);
     const float alpha = 1.0f, beta = 0.0f;
     // Row-major W [vocab × hidden] is column-major Wᵀ: logits = (Wᵀ)ᵀ·x.
-    IB_CUBLAS_CHECK(cublasGemmEx(cublas_handle(s), CUBLAS_OP_T, CUBLAS_OP_N, shape_.vocab, 1, shape_.hidden, &alpha,
-                                 w_.data(), CUDA_R_16BF, shape_.hidden, x_.data(), CUDA_R_16BF, shape_.hidden, &beta,
-                                 logits_.data(), CUDA_R_32F, shape_.vocab, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    IB_CUBLAS_CHECK(cublasGemmEx(cublas_handle(s), CUBLAS_OP_T, CUBLAS_OP_N, shape_.vocab, 1, shape_.hidden, &alpha, w_.data(),
+                                 CUDA_R_16BF, shape_.hidden, x_.data(), CUDA_R_16BF, shape_.hidden, &beta, logits_.data(),
+                                 CUDA_R_32F, shape_.vocab, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     const size_t words = (static_cast<size_t>(shape_.vocab) + 31) / 32;
     if (masked_)
       IB_CUDA_CHECK(cudaMemcpyAsync(mask_dev_.data(), mask_host_, words * sizeof(uint32_t), cudaMemcpyHostToDevice, s));

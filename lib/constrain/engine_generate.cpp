@@ -25,12 +25,13 @@
 
 namespace ib::constrain {
 
-int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, float temperature, float u, std::vector<double>& scratch) {
+int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, float temperature, float u,
+                      std::vector<double>& scratch) {
   if (temperature <= 0.0f) return masked_argmax(logits, mask, n);
   auto allowed = [&](int32_t t) { return !mask || mask_allows(mask, t); };
   float top = -INFINITY;
   for (int32_t t = 0; t < n; ++t)
-    if (allowed(t) && logits[t] > top) top = logits[t];  // NaN compares false: skipped
+    if (allowed(t) && logits[t] > top) top = logits[t];         // NaN compares false: skipped
   if (top == -INFINITY) return masked_argmax(logits, mask, n);  // nothing finite: -1 or an allowed -inf
   scratch.assign(static_cast<size_t>(n), 0.0);
   const double inv_t = 1.0 / static_cast<double>(temperature);
@@ -64,7 +65,8 @@ BudgetedConstraint::BudgetedConstraint(std::shared_ptr<const Dfa> d) : dfa(std::
   }
 }
 
-void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t state, const uint32_t* mask, int left, uint32_t* out) {
+void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t state, const uint32_t* mask, int left,
+                 uint32_t* out) {
   const size_t words = (static_cast<size_t>(vocab.size()) + 31) / 32;
   for (size_t w = 0; w < words; ++w) {
     uint32_t keep = 0;
@@ -116,7 +118,8 @@ std::string budget_guarantee_problem(const Vocabulary& vocab) {
   }
   for (int b = 0; b < 256; ++b)
     if (!byte_token[static_cast<size_t>(b)])
-      return fmt::format("the vocabulary has no token for the single byte 0x{:02X} (the token budget counts a token per byte)", b);
+      return fmt::format("the vocabulary has no token for the single byte 0x{:02X} (the token budget counts a token per byte)",
+                         b);
   return {};
 }
 
@@ -128,8 +131,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-EngineWriter::EngineWriter(model::Model& model, std::shared_ptr<const Vocabulary> vocab, std::vector<int32_t> prompt, int max_tokens,
-                           float temperature)
+EngineWriter::EngineWriter(model::Model& model, std::shared_ptr<const Vocabulary> vocab, std::vector<int32_t> prompt,
+                           int max_tokens, float temperature)
     : model_(model), vocab_(std::move(vocab)), prompt_(std::move(prompt)), max_tokens_(max_tokens), temperature_(temperature) {
   if (model_.config().vocab < vocab_->size())
     throw InputError(fmt::format("model {} has {} token ids, fewer than the {} tokens of vocab {}", model_.config().name,
@@ -171,8 +174,8 @@ EngineDocument EngineWriter::constrained(BudgetMasker& masker, uint64_t seed) {
     const uint32_t* mask = masker.mask(s, left);
     mask_seconds_ += seconds_since(t0);
     ++mask_steps_;
-    const int32_t tok = sample_masked(logits_.data(), v.size(), mask, temperature_,
-                                      model::sample_uniform(seed, doc.tokens.size(), 0), scratch_);
+    const int32_t tok =
+        sample_masked(logits_.data(), v.size(), mask, temperature_, model::sample_uniform(seed, doc.tokens.size(), 0), scratch_);
     if (tok < 0)
       throw std::logic_error(fmt::format("constrained generation: no token allowed in state {} with {} tokens left", s, left));
     doc.tokens.push_back(tok);
@@ -199,8 +202,8 @@ EngineDocument EngineWriter::unconstrained(uint64_t seed) {
   EngineDocument doc;
   start();
   for (int left = max_tokens_; left > 0; --left) {
-    const int32_t tok = sample_masked(logits_.data(), v.size(), nullptr, temperature_, model::sample_uniform(seed, doc.tokens.size(), 0),
-                                      scratch_);
+    const int32_t tok = sample_masked(logits_.data(), v.size(), nullptr, temperature_,
+                                      model::sample_uniform(seed, doc.tokens.size(), 0), scratch_);
     if (tok < 0) throw std::runtime_error("unconstrained generation: every logit is NaN");
     doc.tokens.push_back(tok);
     if (tok == v.eos) {
@@ -239,8 +242,8 @@ class EngineGenerateVariant : public Variant {
       BudgetedConstraint c(setup.compile().dfa);
       const int64_t max_tokens = p.integer("max_tokens");
       if (max_tokens < c.min_tokens())
-        return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)", max_tokens,
-                           c.min_tokens(), setup.constraint, c.min_tokens() - 1);
+        return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)",
+                           max_tokens, c.min_tokens(), setup.constraint, c.min_tokens() - 1);
     } catch (const std::exception&) {
     }
     return {};
@@ -297,7 +300,8 @@ class EngineGenerateVariant : public Variant {
     // Unconstrained rows gate the validator only: their check names what it counts.
     return {invalid + oracle_rejects == 0, constrained_ ? "invalid_documents" : "validator_rejects",
             static_cast<double>(invalid + oracle_rejects), 0,
-            constrained_ ? fmt::format("{} engine documents under the mask, each checked by an independent validator; {}", last_.documents, oracle)
+            constrained_ ? fmt::format("{} engine documents under the mask, each checked by an independent validator; {}",
+                                       last_.documents, oracle)
                          : oracle + " (the unmasked rate is measured, not gated)"};
   }
 
@@ -337,7 +341,8 @@ class EngineGenerateVariant : public Variant {
 
   std::string note() const override {
     if (!text_) return {};
-    return fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), text_->tokens[0].size(), text_->tokenizer->name());
+    return fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), text_->tokens[0].size(),
+                       text_->tokenizer->name());
   }
   // The prompt (when a text) and the documents of the last measured run, each marked valid or not.
   std::vector<std::pair<std::string, std::string>> texts() const override {
@@ -392,7 +397,8 @@ std::optional<KeyProblem> check_vocab_sizes(const std::map<std::string, std::vec
       const std::string& weights = std::get<std::string>(wv);
       int model_vocab = 0;
       if (name == "checkpoint") {
-        if (weights == "random") return KeyProblem{{"weights", "model"}, "model checkpoint needs weights: DIR (a Hugging Face checkpoint directory)"};
+        if (weights == "random")
+          return KeyProblem{{"weights", "model"}, "model checkpoint needs weights: DIR (a Hugging Face checkpoint directory)"};
         try {
           model_vocab = model::config_from_hf(weights).vocab;
         } catch (const std::exception& e) {
@@ -437,9 +443,10 @@ KindInfo generate_kind() {
       "vocabulary must cover the tokenizer's (ids past the tokenizer's are never chosen).";
   k.keys = constraint_keys("llama2");
   for (KeySpec ks : {model::model_key("deep-narrow"), model::weights_key(), model::matmul_key()}) k.keys.push_back(ks);
-  k.keys.push_back(key_spec("prompt", ParamType::Int,
-                            "prompt tokens before every document: seeded random ordinary tokens of the vocabulary, the same for every document",
-                            Value(int64_t{8}), 1.0, 1024.0));
+  k.keys.push_back(key_spec(
+      "prompt", ParamType::Int,
+      "prompt tokens before every document: seeded random ordinary tokens of the vocabulary, the same for every document",
+      Value(int64_t{8}), 1.0, 1024.0));
   // A text prompt instead of the random one, tokenized with `vocab` (the constraint's tokenizer).
   for (KeySpec ks : model::text_prompt_keys())
     if (ks.name != "tokenizer") k.keys.push_back(ks);
@@ -476,7 +483,8 @@ std::vector<std::string> generate_reads(bool masked, Backend b) {
 // The CUDA engine's where it is built (its logits returned to the host each step).
 const VariantListRegistration generate_variants(
     "constrain-generate",
-    {{{"cpu_constrained", Backend::Cpu, "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
+    {{{"cpu_constrained", Backend::Cpu,
+       "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
        generate_reads(true, Backend::Cpu)},
       make_variant<EngineGenerateVariant>(Backend::Cpu, true)},
      {{"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry",
@@ -486,7 +494,8 @@ const VariantListRegistration generate_variants(
        "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there",
        generate_reads(true, Backend::Cuda)},
       IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, true))},
-     {{"unconstrained_retry", Backend::Cuda, "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
+     {{"unconstrained_retry", Backend::Cuda,
+       "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
        generate_reads(false, Backend::Cuda)},
       IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, false))}});
 

@@ -27,22 +27,24 @@ namespace ib::constrain {
 // temperature <= 0 (smallest index on ties), else a draw from softmax(logits / temperature)
 // restricted to them, with u uniform in [0, 1). -1 when nothing is allowed; NaN logits are never
 // chosen. `scratch` holds the weights between the passes.
-int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, float temperature, float u, std::vector<double>& scratch);
+int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, float temperature, float u,
+                      std::vector<double>& scratch);
 
 // A constraint prepared for budget-aware masking.
 struct BudgetedConstraint {
   explicit BudgetedConstraint(std::shared_ptr<const Dfa> dfa);
   std::shared_ptr<const Dfa> dfa;
-  std::vector<int32_t> dist;   // bytes to acceptance (distance_to_accept)
-  std::vector<uint8_t> done;   // accepting, and no byte continues: the document is complete
-  int32_t max_dist = 0;        // the largest distance: with left − 2 >= it the budget cannot bind
+  std::vector<int32_t> dist;  // bytes to acceptance (distance_to_accept)
+  std::vector<uint8_t> done;  // accepting, and no byte continues: the document is complete
+  int32_t max_dist = 0;       // the largest distance: with left − 2 >= it the budget cannot bind
   // The fewest tokens a document takes: distance(start) bytes, one token each, then EOS.
   int32_t min_tokens() const { return dist[static_cast<size_t>(dfa->start)] + 1; }
 };
 
 // Of `mask` (the state's), the tokens a budget of `left` tokens leaves (see above), into `out`
 // (the same number of words).
-void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t state, const uint32_t* mask, int left, uint32_t* out);
+void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t state, const uint32_t* mask, int left,
+                 uint32_t* out);
 
 // A constraint's token masks under a budget: the state's mask (LazyTokenMasker, cached across
 // documents), filtered by budget_mask only where the budget can bind: when left − 2 is below the
@@ -97,8 +99,8 @@ class EngineWriter {
   int64_t mask_steps() const { return mask_steps_; }
 
  private:
-  void start();                       // the prompt: prefill, logits of the first token
-  void next_logits(int32_t token);    // one decode step
+  void start();                     // the prompt: prefill, logits of the first token
+  void next_logits(int32_t token);  // one decode step
 
   model::Model& model_;
   std::shared_ptr<const Vocabulary> vocab_;

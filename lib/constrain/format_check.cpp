@@ -75,8 +75,10 @@ bool uuid(const std::string& s) {
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out(1);
   for (char x : s) {
-    if (x == c) out.emplace_back();
-    else out.back() += x;
+    if (x == c)
+      out.emplace_back();
+    else
+      out.back() += x;
   }
   return out;
 }
@@ -103,7 +105,8 @@ bool email(const std::string& s) {
   for (const auto& atom : split(local, '.')) {
     if (atom.empty()) return false;
     for (char c : atom)
-      if (!std::isalnum(static_cast<unsigned char>(c)) && std::string("!#$%&'*+/=?^_`{|}~-").find(c) == std::string::npos) return false;
+      if (!std::isalnum(static_cast<unsigned char>(c)) && std::string("!#$%&'*+/=?^_`{|}~-").find(c) == std::string::npos)
+        return false;
   }
   if (domain.size() > 2 && domain.front() == '[' && domain.back() == ']') return ipv4(domain.substr(1, domain.size() - 2));
   return domain.find('.') != std::string::npos && hostname(domain);

@@ -113,9 +113,9 @@ int32_t random_allowed(const uint32_t* mask, size_t words, int32_t eos, std::mt1
 
 }  // namespace
 
-EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab,
-                              const VocabTrie& trie, LazyTokenMasker& masker, double epsilon, int documents,
-                              std::mt19937_64& rng, const std::function<bool(const std::string&)>& is_valid) {
+EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab, const VocabTrie& trie,
+                              LazyTokenMasker& masker, double epsilon, int documents, std::mt19937_64& rng,
+                              const std::function<bool(const std::string&)>& is_valid) {
   EmitterStats st;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   for (int d = 0; d < documents; ++d) {
@@ -152,8 +152,8 @@ EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, 
   return st;
 }
 
-EmitterStats emit_unconstrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab,
-                                const VocabTrie& trie, double epsilon, int documents, int retries, std::mt19937_64& rng,
+EmitterStats emit_unconstrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab, const VocabTrie& trie,
+                                double epsilon, int documents, int retries, std::mt19937_64& rng,
                                 const std::function<bool(const std::string&)>& is_valid) {
   EmitterStats st;
   std::uniform_real_distribution<double> coin(0.0, 1.0);

@@ -46,11 +46,11 @@ struct EmitterStats {
 // constrained, over the whole vocabulary when not). Constrained, it then continues with a new
 // valid target from where it is; unconstrained, it keeps following the old target, and the
 // document is parsed and validated at the end (`is_valid`), retrying up to `retries` times.
-EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab,
-                              const VocabTrie& trie, LazyTokenMasker& masker, double epsilon, int documents,
-                              std::mt19937_64& rng, const std::function<bool(const std::string&)>& is_valid);
-EmitterStats emit_unconstrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab,
-                                const VocabTrie& trie, double epsilon, int documents, int retries, std::mt19937_64& rng,
+EmitterStats emit_constrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab, const VocabTrie& trie,
+                              LazyTokenMasker& masker, double epsilon, int documents, std::mt19937_64& rng,
+                              const std::function<bool(const std::string&)>& is_valid);
+EmitterStats emit_unconstrained(const Dfa& dfa, const std::vector<int32_t>& dist, const Vocabulary& vocab, const VocabTrie& trie,
+                                double epsilon, int documents, int retries, std::mt19937_64& rng,
                                 const std::function<bool(const std::string&)>& is_valid);
 
 }  // namespace ib::constrain

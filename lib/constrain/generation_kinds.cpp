@@ -77,7 +77,6 @@ class ValidityVariant : public Variant {
   EmitterStats last_;
 };
 
-
 // ---- constrain-jump-forward ----
 
 class JumpVariant : public Variant {
@@ -156,29 +155,29 @@ class JumpVariant : public Variant {
   int64_t calls_ = 0, tokens_ = 0;
 };
 
+const KindRegistration validity_kind(
+    kind("constrain-validity",
+         "The documented synthetic noisy emitter: it follows valid target documents and errs with probability epsilon per "
+         "token; constrained, errors stay inside the mask; unconstrained, the document is parsed and validated at the end "
+         "and retried up to `retries` times. Validity by an independent validator.",
+         with(constraint_keys(),
+              {key_spec("epsilon", ParamType::Float, "probability that the emitter errs on a token", Value(0.01), 0.0, 1.0),
+               key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0),
+               key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)})));
 
-const KindRegistration validity_kind(kind(
-    "constrain-validity",
-    "The documented synthetic noisy emitter: it follows valid target documents and errs with probability epsilon per "
-    "token; constrained, errors stay inside the mask; unconstrained, the document is parsed and validated at the end "
-    "and retried up to `retries` times. Validity by an independent validator.",
-    with(constraint_keys(),
-         {key_spec("epsilon", ParamType::Float, "probability that the emitter errs on a token", Value(0.01), 0.0, 1.0),
-          key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0),
-          key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)})));
-
-const KindRegistration jump_kind(kind(
-    "constrain-jump-forward",
-    "Model calls per document when the bytes the DFA forces are emitted without a call (SGLang's jump-forward).",
-    with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)})));
+const KindRegistration jump_kind(
+    kind("constrain-jump-forward",
+         "Model calls per document when the bytes the DFA forces are emitted without a call (SGLang's jump-forward).",
+         with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)})));
 
 const VariantListRegistration validity_variants(
-    "constrain-validity", {{host("constrained", "the emitter under the token mask"), make_variant<ValidityVariant>(true)},
-                           {host("unconstrained_retry", "no mask; parse, validate, retry"), make_variant<ValidityVariant>(false)}});
-const VariantListRegistration jump_variants(
-    "constrain-jump-forward",
-    {{host("no_jump", "one model call per token"), make_variant<JumpVariant>(false)},
-     {host("jump_forward", "forced bytes emitted as tokens without a call"), make_variant<JumpVariant>(true)}});
+    "constrain-validity",
+    {{host("constrained", "the emitter under the token mask"), make_variant<ValidityVariant>(true)},
+     {host("unconstrained_retry", "no mask; parse, validate, retry"), make_variant<ValidityVariant>(false)}});
+const VariantListRegistration jump_variants("constrain-jump-forward",
+                                            {{host("no_jump", "one model call per token"), make_variant<JumpVariant>(false)},
+                                             {host("jump_forward", "forced bytes emitted as tokens without a call"),
+                                              make_variant<JumpVariant>(true)}});
 
 }  // namespace
 }  // namespace ib::constrain

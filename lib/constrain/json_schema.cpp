@@ -39,20 +39,55 @@ constexpr size_t kMaxDependentSchemas = 6;
 std::string escape_pointer(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
 
 const std::set<std::string>& supported() {
-  static const std::set<std::string> s = {
-      "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
-      "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "minLength", "maxLength", "pattern", "format",
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "nullable", "not", "if", "then", "else",
-      "multipleOf", "minProperties", "maxProperties", "dependentRequired", "propertyNames", "patternProperties",
-      "contains", "minContains", "maxContains", "dependentSchemas"};
+  static const std::set<std::string> s = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "uniqueItems",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "$ref",
+                                          "nullable",
+                                          "not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "multipleOf",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "dependentRequired",
+                                          "propertyNames",
+                                          "patternProperties",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "dependentSchemas"};
   return s;
 }
 
@@ -85,8 +120,9 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
   // references multiply that, and a schema past the budget is refused rather than compiled for
   // minutes.
   if (++steps_ > o_.max_compile_steps)
-    fail("", ptr, "compiling the schema takes more than " + std::to_string(o_.max_compile_steps) +
-                      " subschema compiles (max_compile_steps; nested if/then/else, oneOf and recursive $ref multiply them)");
+    fail("", ptr,
+         "compiling the schema takes more than " + std::to_string(o_.max_compile_steps) +
+             " subschema compiles (max_compile_steps; nested if/then/else, oneOf and recursive $ref multiply them)");
   struct Nest {
     int& d;
     explicit Nest(int& x) : d(++x) {}
@@ -200,7 +236,8 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       yes = compile_conjunction(std::move(parts), cp);
     } catch (const SchemaError& e) {
       const std::string& at = e.pointer();
-      const bool merge = at == cp || (at.compare(0, cp.size() + 1, cp + "/") == 0 && at.find('/', cp.size() + 1) == std::string::npos);
+      const bool merge =
+          at == cp || (at.compare(0, cp.size() + 1, cp + "/") == 0 && at.find('/', cp.size() + 1) == std::string::npos);
       if (e.cap() && !merge) throw;
       yes = product({with("then"), exact(strict_if_schema(s["if"]), ip)}, ProductRule::Intersection, "if", ip,
                     "if/then (the then branch where if holds)");
@@ -266,10 +303,12 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
   std::vector<std::string> types;
   if (s.contains("type")) {
     const json& t = s["type"];
-    if (t.is_string()) types.push_back(t.get<std::string>());
+    if (t.is_string())
+      types.push_back(t.get<std::string>());
     else if (t.is_array())
       for (const auto& x : t) types.push_back(x.is_string() ? x.get<std::string>() : "");
-    else fail("type", ptr + "/type", "type must be a string or an array of strings");
+    else
+      fail("type", ptr + "/type", "type must be a string or an array of strings");
   } else {
     types = inferred_types(s);
   }
@@ -347,9 +386,10 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
     }
     return re_automaton(std::make_shared<const Dfa>(product_dfa(parts, rule, limits)));
   } catch (const RegexError& e) {
-    throw SchemaError(keyword, ptr,
-                      what + ": " + e.what() + " (SchemaOptions::max_product_states = " + std::to_string(o_.max_product_states) + ")",
-                      true, true);
+    throw SchemaError(
+        keyword, ptr,
+        what + ": " + e.what() + " (SchemaOptions::max_product_states = " + std::to_string(o_.max_product_states) + ")", true,
+        true);
   }
 }
 
@@ -368,8 +408,7 @@ std::vector<std::string> Compiler::inferred_types(const json& s) {
 }
 
 Re Compiler::json_value_regex_ws(int depth) {
-  std::vector<Re> alts = {json_string_regex(), number_regex(true), re_literal("true"), re_literal("false"),
-                          re_literal("null")};
+  std::vector<Re> alts = {json_string_regex(), number_regex(true), re_literal("true"), re_literal("false"), re_literal("null")};
   if (depth > 0) {
     Re v = json_value_regex_ws(depth - 1);
     Re member = re_concat({json_string_regex(), ws_, re_byte(':'), ws_, v});
@@ -409,7 +448,8 @@ bool Compiler::value_has_type(const json& v, const std::string& t) {
 Re Compiler::one_of_values(const std::vector<json>& values, const json& s, const std::string& ptr) {
   std::vector<std::string> types;
   if (s.contains("type")) {
-    if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
+    if (s["type"].is_string())
+      types.push_back(s["type"].get<std::string>());
     else if (s["type"].is_array())
       for (const auto& x : s["type"])
         if (x.is_string()) types.push_back(x.get<std::string>());
@@ -420,7 +460,8 @@ Re Compiler::one_of_values(const std::vector<json>& values, const json& s, const
     for (const auto& t : types) ok = ok || value_has_type(v, t);
     if (ok) alts.push_back(re_literal(v.dump()));
   }
-  if (alts.empty()) unsatisfiable(s.contains("const") ? "const" : "enum", ptr, "no value of the enum/const has the schema's type");
+  if (alts.empty())
+    unsatisfiable(s.contains("const") ? "const" : "enum", ptr, "no value of the enum/const has the schema's type");
   Re exact = re_alt(std::move(alts));
   if (!over_) return exact;
   // Other spellings of the same values: numbers with a fraction or an exponent (or -0), strings
@@ -431,7 +472,7 @@ Re Compiler::one_of_values(const std::vector<json>& values, const json& s, const
     // A whole number written with a fraction (1.0, -0.0) equals its integer spelling too.
     if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
       more.push_back(std::fabs(v.get<double>()) < 1e15 ? re_literal(std::to_string(static_cast<long long>(v.get<double>())))
-                                                        : number_regex(true));
+                                                       : number_regex(true));
     if (v.is_string()) more.push_back(quoted(escaped_content()));
     if (v.is_object() || v.is_array()) more.push_back(deeper_containers());
   }

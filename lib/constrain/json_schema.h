@@ -154,8 +154,12 @@ class SchemaError : public std::runtime_error {
   // optional property's, the property cannot appear and the schema is still satisfiable.
   SchemaError(const std::string& keyword, const std::string& pointer, const std::string& what, bool beyond = false,
               bool cap = false, bool unsatisfiable = false)
-      : std::runtime_error("schema " + (pointer.empty() ? std::string("/") : pointer) + ": " + what), keyword_(keyword),
-        pointer_(pointer), beyond_(beyond || cap), cap_(cap), unsatisfiable_(unsatisfiable) {}
+      : std::runtime_error("schema " + (pointer.empty() ? std::string("/") : pointer) + ": " + what),
+        keyword_(keyword),
+        pointer_(pointer),
+        beyond_(beyond || cap),
+        cap_(cap),
+        unsatisfiable_(unsatisfiable) {}
   const std::string& keyword() const { return keyword_; }
   const std::string& pointer() const { return pointer_; }
   bool beyond() const { return beyond_; }
@@ -171,8 +175,8 @@ class SchemaError : public std::runtime_error {
 Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options = {}, SchemaNotes* notes = nullptr);
 
 // Pieces other constraints reuse.
-Re json_string_regex();             // any JSON string, quotes included
-Re json_value_regex(int depth);     // any JSON value nested at most `depth` levels
+Re json_string_regex();          // any JSON string, quotes included
+Re json_value_regex(int depth);  // any JSON value nested at most `depth` levels
 // Decimal integers in [lo, hi] (no leading zeros, "-0" excluded); bounds may be INT64 limits.
 Re integer_range_regex(int64_t lo, int64_t hi);
 

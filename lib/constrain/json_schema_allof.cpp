@@ -101,8 +101,8 @@ Re Compiler::compile_conjunction(std::vector<json> conjuncts, const std::string&
                                       std::make_pair("maxContains", "contains"), std::make_pair("else", "if")}) {
     auto d = source.find(dependent), o = source.find(on);
     if (d != source.end() && o != source.end() && (d->second < 0 || o->second < 0 || d->second != o->second))
-      beyond(dependent, ptr, std::string("allOf that combines '") + dependent + "' and '" + on +
-                               "' from different schemas cannot be merged");
+      beyond(dependent, ptr,
+             std::string("allOf that combines '") + dependent + "' and '" + on + "' from different schemas cannot be merged");
   }
   merge_additional_properties(merged, objects, ptr);
   merge_items(merged, arrays);
@@ -123,17 +123,21 @@ void Compiler::merge_additional_properties(json& merged, const std::vector<Objec
     extras.push_back(x.additional);
     if (x.patterns || (merged.contains("patternProperties") && objects.size() > 1))
       beyond("additionalProperties", ptr,
-           "allOf that combines 'additionalProperties' with patternProperties from different schemas cannot be merged");
+             "allOf that combines 'additionalProperties' with patternProperties from different schemas cannot be merged");
     if (!merged.contains("properties")) continue;
     for (auto& [name, sub] : merged["properties"].items())
-      if (!x.names.count(name)) sub = x.additional == json(false) ? json(false) : json{{"allOf", json::array({sub, x.additional})}};
+      if (!x.names.count(name))
+        sub = x.additional == json(false) ? json(false) : json{{"allOf", json::array({sub, x.additional})}};
   }
   bool any = false;
   for (const auto& x : objects) any = any || !x.additional.is_null();
   if (!any) return;
-  if (extras.empty()) merged["additionalProperties"] = true;
-  else if (extras.size() == 1) merged["additionalProperties"] = extras[0];
-  else merged["additionalProperties"] = json{{"allOf", extras}};
+  if (extras.empty())
+    merged["additionalProperties"] = true;
+  else if (extras.size() == 1)
+    merged["additionalProperties"] = extras[0];
+  else
+    merged["additionalProperties"] = json{{"allOf", extras}};
 }
 
 // items of part X applies past X's own prefixItems: each merged prefix position beyond them takes
@@ -147,8 +151,10 @@ void Compiler::merge_items(json& merged, const std::vector<ArrayPart>& arrays) {
   for (size_t i = 0; i < longest; ++i) {
     json all = json::array();
     for (const auto& a : arrays) {
-      if (i < a.prefix.size()) all.push_back(a.prefix[i]);
-      else if (!a.items.is_null()) all.push_back(a.items);
+      if (i < a.prefix.size())
+        all.push_back(a.prefix[i]);
+      else if (!a.items.is_null())
+        all.push_back(a.items);
     }
     prefix.push_back(all.size() == 1 ? all[0] : json{{"allOf", all}});
   }
@@ -167,7 +173,8 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
   if (cur == v) return;
   auto as_set = [](const json& t) {
     std::set<std::string> out;
-    if (t.is_string()) out.insert(t.get<std::string>());
+    if (t.is_string())
+      out.insert(t.get<std::string>());
     else
       for (const auto& x : t) out.insert(x.get<std::string>());
     return out;
@@ -188,21 +195,26 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
       if (!names.count(x.get<std::string>())) cur.push_back(x);
   } else if (k == "properties") {
     for (const auto& [name, sub] : v.items()) {
-      if (!cur.contains(name)) cur[name] = sub;
-      else if (cur[name] != sub) cur[name] = json{{"allOf", json::array({cur[name], sub})}};
+      if (!cur.contains(name))
+        cur[name] = sub;
+      else if (cur[name] != sub)
+        cur[name] = json{{"allOf", json::array({cur[name], sub})}};
     }
   } else if (k == "items") {
     cur = json{{"allOf", json::array({cur, v})}};
   } else if (k == "patternProperties") {  // the same pattern twice: both schemas
     for (const auto& [pattern, sub] : v.items()) {
-      if (!cur.contains(pattern)) cur[pattern] = sub;
-      else if (cur[pattern] != sub) cur[pattern] = json{{"allOf", json::array({cur[pattern], sub})}};
+      if (!cur.contains(pattern))
+        cur[pattern] = sub;
+      else if (cur[pattern] != sub)
+        cur[pattern] = json{{"allOf", json::array({cur[pattern], sub})}};
     }
   } else if (k == "propertyNames") {
     cur = json{{"allOf", json::array({cur, v})}};
   } else if (k == "dependentRequired") {
     for (const auto& [a, list] : v.items()) {
-      if (!cur.contains(a)) cur[a] = list;
+      if (!cur.contains(a))
+        cur[a] = list;
       else
         for (const auto& b : list)
           if (std::find(cur[a].begin(), cur[a].end(), b) == cur[a].end()) cur[a].push_back(b);
@@ -221,7 +233,8 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
   } else if (k == "not") {  // ¬A ∧ ¬B = ¬(A ∨ B)
     cur = json{{"anyOf", json::array({cur, v})}};
   } else if (k == "multipleOf" && cur.is_number_unsigned() && v.is_number_unsigned() && cur.get<uint64_t>() > 0 &&
-             v.get<uint64_t>() > 0 && cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) <= 1'000'000'000'000 / v.get<uint64_t>()) {
+             v.get<uint64_t>() > 0 &&
+             cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) <= 1'000'000'000'000 / v.get<uint64_t>()) {
     // Whole multipleOf values: a multiple of both is a multiple of their least common multiple.
     cur = cur.get<uint64_t>() / gcd_u64(cur.get<uint64_t>(), v.get<uint64_t>()) * v.get<uint64_t>();
   } else if (k == "const") {

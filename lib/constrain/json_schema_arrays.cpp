@@ -35,7 +35,8 @@ Re Compiler::array(const json& s, const std::string& ptr) {
   const int longest = !items_allowed ? (mx >= 0 ? std::min(mx, k) : k) : mx;
   const Re comma = re_concat({ws_, re_byte(','), ws_});
   if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
-    if (over_) ++over_changes_;  // an over-approximation leaves it out
+    if (over_)
+      ++over_changes_;  // an over-approximation leaves it out
     else if (longest < 0 || longest > 1) {
       // Items of a finite enumeration: each value at most once, in the enumeration's order.
       if (k == 0 && !s.contains("contains") && s.contains("items"))
@@ -82,16 +83,22 @@ std::optional<std::vector<json>> Compiler::finite_values(const json& raw, int de
   for (const auto& [k, v] : s.items())
     if (k != "type" && k != "enum" && k != "const") return std::nullopt;
   std::vector<json> values;
-  if (s.contains("const")) values.push_back(s["const"]);
-  else if (s.contains("enum") && s["enum"].is_array()) values.assign(s["enum"].begin(), s["enum"].end());
-  else if (s.contains("type") && s["type"] == "boolean") values = {json(false), json(true)};
-  else if (s.contains("type") && s["type"] == "null") values = {json(nullptr)};
-  else return std::nullopt;
+  if (s.contains("const"))
+    values.push_back(s["const"]);
+  else if (s.contains("enum") && s["enum"].is_array())
+    values.assign(s["enum"].begin(), s["enum"].end());
+  else if (s.contains("type") && s["type"] == "boolean")
+    values = {json(false), json(true)};
+  else if (s.contains("type") && s["type"] == "null")
+    values = {json(nullptr)};
+  else
+    return std::nullopt;
   std::vector<json> out;
   for (const auto& v : values) {
     bool typed = !s.contains("type");
     if (s.contains("type")) {
-      if (s["type"].is_string()) typed = value_has_type(v, s["type"].get<std::string>());
+      if (s["type"].is_string())
+        typed = value_has_type(v, s["type"].get<std::string>());
       else if (s["type"].is_array())
         for (const auto& t : s["type"]) typed = typed || (t.is_string() && value_has_type(v, t.get<std::string>()));
     }
@@ -109,7 +116,8 @@ std::optional<std::vector<json>> Compiler::finite_values(const json& raw, int de
 // Arrays of distinct values of a finite enumeration, written in its order: after value j, only
 // values past j (U_j: the rest, each with a comma before it). minItems/maxItems: the array's
 // ordinary language intersected with it.
-Re Compiler::unique_enum_array(const std::vector<json>& values, int mn, int mx, const Re& comma, const Re& item, const std::string& ptr) {
+Re Compiler::unique_enum_array(const std::vector<json>& values, int mn, int mx, const Re& comma, const Re& item,
+                               const std::string& ptr) {
   const size_t n = values.size();
   std::vector<Re> rest(n + 1, re_empty());  // rest[j]: any choice of values j.. in order, each after a comma
   for (size_t j = n; j-- > 0;) rest[j] = re_concat({re_optional(re_concat({comma, re_literal(values[j].dump())})), rest[j + 1]});
@@ -120,7 +128,8 @@ Re Compiler::unique_enum_array(const std::vector<json>& values, int mn, int mx, 
   const int lo = std::max(mn, 0);
   Re some = re_concat({item, re_repeat(re_concat({comma, item}), std::max(lo - 1, 0), mx < 0 ? -1 : std::max(mx - 1, 0))});
   Re counted = re_concat({re_byte('['), ws_, mx == 0 ? re_empty() : (lo == 0 ? re_optional(some) : some), ws_, re_byte(']')});
-  return product({unique, counted}, ProductRule::Intersection, "uniqueItems", ptr + "/uniqueItems", "uniqueItems with minItems/maxItems");
+  return product({unique, counted}, ProductRule::Intersection, "uniqueItems", ptr + "/uniqueItems",
+                 "uniqueItems with minItems/maxItems");
 }
 
 // uniqueItems: true beyond one item: only prefixItems with no items after them, pairwise
@@ -130,17 +139,20 @@ void Compiler::unique_prefix_items(const json& s, int longest, const std::string
   const std::string up = ptr + "/uniqueItems";
   const int k = s.contains("prefixItems") ? static_cast<int>(s["prefixItems"].size()) : 0;
   if (longest < 0 || longest > k)
-    beyond("uniqueItems", up, "uniqueItems: true is supported only where at most one item is allowed or every item is a "
-                            "prefixItems entry (items: false or maxItems) with pairwise disjoint languages");
+    beyond("uniqueItems", up,
+           "uniqueItems: true is supported only where at most one item is allowed or every item is a "
+           "prefixItems entry (items: false or maxItems) with pairwise disjoint languages");
   for (int i = 0; i < longest; ++i)
     for (int j = 0; j < longest; ++j) {
       if (i == j) continue;
       const std::string pi = ptr + "/prefixItems/" + std::to_string(i), pj = ptr + "/prefixItems/" + std::to_string(j);
-      const Re both = product({exact(s["prefixItems"][static_cast<size_t>(i)], pi), looser(s["prefixItems"][static_cast<size_t>(j)], pj)},
-                              ProductRule::Intersection, "uniqueItems", up, "uniqueItems (prefixItems disjointness)");
+      const Re both =
+          product({exact(s["prefixItems"][static_cast<size_t>(i)], pi), looser(s["prefixItems"][static_cast<size_t>(j)], pj)},
+                  ProductRule::Intersection, "uniqueItems", up, "uniqueItems (prefixItems disjointness)");
       if (both->kind != RegexNode::Kind::Never)
-        beyond("uniqueItems", up, "uniqueItems: prefixItems " + std::to_string(i) + " and " + std::to_string(j) +
-                                    " may hold equal values (only pairwise disjoint prefixItems are supported)");
+        beyond("uniqueItems", up,
+               "uniqueItems: prefixItems " + std::to_string(i) + " and " + std::to_string(j) +
+                   " may hold equal values (only pairwise disjoint prefixItems are supported)");
     }
 }
 
@@ -148,7 +160,8 @@ void Compiler::unique_prefix_items(const json& s, int longest, const std::string
 // language) or a miss (its language minus contains' over-approximation, so an item contains
 // holds in another spelling is never counted as a miss); the hits are counted up to the bounds.
 // An item that is neither (valid by contains, outside its exact language) is left out.
-Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const Re& item, int mn, int mx, const std::string& ptr) {
+Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const Re& item, int mn, int mx,
+                            const std::string& ptr) {
   const std::string cp = ptr + "/contains";
   const int min_c = s.contains("minContains") ? length_bound(s, "minContains", ptr) : 1;
   const int max_c = length_bound(s, "maxContains", ptr);
@@ -156,7 +169,7 @@ Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const 
   const int cap = std::max(min_c, max_c + 1);  // counts past it behave alike
   if (cap > kMaxContainsCount)
     beyond(max_c + 1 > min_c ? "maxContains" : "minContains", ptr + (max_c + 1 > min_c ? "/maxContains" : "/minContains"),
-         "contains counts above " + std::to_string(kMaxContainsCount) + " are not supported");
+           "contains counts above " + std::to_string(kMaxContainsCount) + " are not supported");
   const Re hit_of = exact(s["contains"], cp), miss_of = looser(s["contains"], cp);
   std::map<const RegexNode*, std::pair<Re, Re>> split;  // an item language -> (hit, miss)
   auto parts = [&](const Re& lang) -> const std::pair<Re, Re>& {
@@ -175,9 +188,9 @@ Re Compiler::array_contains(const json& s, const std::vector<Re>& prefix, const 
   // Positions are spelt out up to maxItems, else up to `loop`: each with its counts.
   const int positions = mx >= 0 ? mx + 1 : loop + 1;
   if (static_cast<int64_t>(positions) * (cap + 1) > kMaxContainsPositions)
-    beyond("contains", cp, "contains with " + std::string(mx >= 0 ? "maxItems " : "minItems/prefixItems ") +
-                             std::to_string(positions - 1) + " is too large to count (at most " +
-                             std::to_string(kMaxContainsPositions) + " positions × counts)");
+    beyond("contains", cp,
+           "contains with " + std::string(mx >= 0 ? "maxItems " : "minItems/prefixItems ") + std::to_string(positions - 1) +
+               " is too large to count (at most " + std::to_string(kMaxContainsPositions) + " positions × counts)");
   const Re comma = re_concat({ws_, re_byte(','), ws_});
   std::map<std::pair<int, int>, Re> memo;
   // elements(i, c): the elements from position i on, c hits so far (capped at `cap`).

@@ -37,8 +37,8 @@ bool overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
 
 // What some keywords of a conjunction of schemas say about its documents (a superset of them).
 struct Compiler::Facts {
-  bool never = false;                             // false (the schema), or types that cannot meet
-  std::optional<std::set<std::string>> types;     // the JSON types a document may have; nullopt: any
+  bool never = false;                                 // false (the schema), or types that cannot meet
+  std::optional<std::set<std::string>> types;         // the JSON types a document may have; nullopt: any
   std::optional<std::vector<nlohmann::json>> values;  // const / enum: the documents it may be; nullopt: any
   std::set<std::string> required;
   std::map<std::string, std::vector<json>> properties;  // a present key's value satisfies each of them
@@ -55,7 +55,8 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   const bool nullable = s.contains("nullable") && s["nullable"] == true;
   if (!nullable && s.contains("type")) {
     std::set<std::string> t;
-    if (s["type"].is_string()) t.insert(s["type"].get<std::string>());
+    if (s["type"].is_string())
+      t.insert(s["type"].get<std::string>());
     else if (s["type"].is_array())
       for (const auto& x : s["type"])
         if (x.is_string()) t.insert(x.get<std::string>());
@@ -63,9 +64,12 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
       if (f.types) {
         std::set<std::string> both;
         for (const auto& x : t)
-          if (f.types->count(x)) both.insert(x);
-          else if (x == "integer" && f.types->count("number")) both.insert("integer");
-          else if (x == "number" && f.types->count("integer")) both.insert("integer");
+          if (f.types->count(x))
+            both.insert(x);
+          else if (x == "integer" && f.types->count("number"))
+            both.insert("integer");
+          else if (x == "number" && f.types->count("integer"))
+            both.insert("integer");
         f.types = both;
       } else {
         f.types = t;
@@ -87,7 +91,8 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
     if (f.values->empty()) f.never = true;
   };
   if (!nullable && s.contains("const")) restrict_values({s["const"]});
-  if (!nullable && s.contains("enum") && s["enum"].is_array()) restrict_values(std::vector<json>(s["enum"].begin(), s["enum"].end()));
+  if (!nullable && s.contains("enum") && s["enum"].is_array())
+    restrict_values(std::vector<json>(s["enum"].begin(), s["enum"].end()));
   if (s.contains("required") && s["required"].is_array())
     for (const auto& r : s["required"])
       if (r.is_string()) f.required.insert(r.get<std::string>());
@@ -119,7 +124,8 @@ bool Compiler::disjoint(const Facts& a, const Facts& b, int depth) {
   };
   for (const Facts* p : {&a, &b}) {
     const Facts& q = p == &a ? b : a;
-    if (p->values && std::all_of(p->values->begin(), p->values->end(), [&](const nlohmann::json& v) { return excluded_by(v, q); }))
+    if (p->values &&
+        std::all_of(p->values->begin(), p->values->end(), [&](const nlohmann::json& v) { return excluded_by(v, q); }))
       return true;
   }
   // A discriminator: where one side holds objects only, a key one side requires whose value the two

@@ -78,8 +78,10 @@ std::optional<json> Compiler::widened(const json& s, const std::string& ptr, con
       if (group.size() > 1) {
         for (const auto& x : group) m.erase(x);
       } else if (m.contains(k)) {
-        if (first) first = false;
-        else m.erase(k);
+        if (first)
+          first = false;
+        else
+          m.erase(k);
       }
     }
     if (k == "additionalProperties")  // the merge of extra keys: any

@@ -79,7 +79,8 @@ bool decimal_fraction(const nlohmann::ordered_json& m, uint64_t* a, int* k) {
   size_t i = 0;
   if (i < text.size() && text[i] == '-') return false;
   for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
-    if (text[i] == '.') dot = true;
+    if (text[i] == '.')
+      dot = true;
     else {
       digits += text[i];
       if (dot) --exp10;
@@ -139,14 +140,17 @@ Dfa multiple_of_dfa(uint64_t a, int k) {
   set(zero, 11, dot(0));
   for (int32_t r = 0; r < A; ++r) {
     d.accepting[static_cast<size_t>(integer(r))] = whole(r, k);
-    for (int c = 0; c < 10; ++c) set(integer(r), c, integer(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a)));
+    for (int c = 0; c < 10; ++c)
+      set(integer(r), c, integer(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a)));
     set(integer(r), 11, dot(r));
     // After the dot and after j fraction digits: the next digit joins the remainder while j < k;
     // past the k-th fraction digit only zeros keep the value a multiple.
     auto digit_from = [&](int32_t from, int j) {
       for (int c = 0; c < 10; ++c) {
-        if (j < k) set(from, c, frac(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a), j + 1));
-        else if (c == 0 && r == 0) set(from, c, frac(r, k));
+        if (j < k)
+          set(from, c, frac(static_cast<int32_t>((static_cast<uint64_t>(r) * 10 + static_cast<uint64_t>(c)) % a), j + 1));
+        else if (c == 0 && r == 0)
+          set(from, c, frac(r, k));
       }
     };
     digit_from(dot(r), 0);
@@ -213,7 +217,8 @@ Re Compiler::integer(const json& s, const std::string& ptr) {
   // which must hold every document a validator accepts, leaves them out).
   if (s.contains("format") && s["format"].is_string())
     if (auto r = integer_format_range(s["format"].get<std::string>())) {
-      if (over_) ++over_changes_;
+      if (over_)
+        ++over_changes_;
       else {
         lo = std::max(lo, r->first == std::numeric_limits<int64_t>::min() ? kNoLower : r->first);
         hi = std::min(hi, r->second == std::numeric_limits<int64_t>::max() ? kNoUpper : r->second);
@@ -242,8 +247,9 @@ Compiler::MultipleOf Compiler::multiple_of(const json& s, const std::string& ptr
 // The divisibility automaton of a / 10^k, which has about a·(k + 3) states.
 Re Compiler::multiple_of_language(uint64_t a, int k, const std::string& ptr) const {
   if (static_cast<double>(a) * (k + 3) > static_cast<double>(o_.max_product_states))
-    beyond("multipleOf", ptr + "/multipleOf", "multipleOf needs more than " + std::to_string(o_.max_product_states) +
-                                               " automaton states (SchemaOptions::max_product_states)");
+    beyond("multipleOf", ptr + "/multipleOf",
+           "multipleOf needs more than " + std::to_string(o_.max_product_states) +
+               " automaton states (SchemaOptions::max_product_states)");
   return re_automaton(std::make_shared<const Dfa>(multiple_of_dfa(a, k)));
 }
 
@@ -265,9 +271,10 @@ Re Compiler::integer_multiples(int64_t lo, int64_t hi, uint64_t step, const std:
       return re_alt(std::move(alts));
     }
   }
-  Re out = product({integer_range_regex(lo, hi), multiple_of_language(step, 0, ptr)},
-                   ProductRule::Intersection, "multipleOf", ptr + "/multipleOf", "multipleOf with the bounds");
-  if (out->kind == RegexNode::Kind::Never) fail("multipleOf", ptr + "/multipleOf", "no integer within the bounds is a multiple of multipleOf");
+  Re out = product({integer_range_regex(lo, hi), multiple_of_language(step, 0, ptr)}, ProductRule::Intersection, "multipleOf",
+                   ptr + "/multipleOf", "multipleOf with the bounds");
+  if (out->kind == RegexNode::Kind::Never)
+    fail("multipleOf", ptr + "/multipleOf", "no integer within the bounds is a multiple of multipleOf");
   return out;
 }
 
@@ -277,8 +284,10 @@ Re Compiler::short_numeral() {
   std::vector<Re> alts;
   for (int i = 1; i <= kMaxMultipleDigits; ++i) {
     Re whole_part = re_repeat(digit(), i, i);
-    alts.push_back(i == kMaxMultipleDigits ? whole_part
-                                           : re_concat({whole_part, re_optional(re_concat({re_byte('.'), re_repeat(digit(), 1, kMaxMultipleDigits - i)}))}));
+    alts.push_back(
+        i == kMaxMultipleDigits
+            ? whole_part
+            : re_concat({whole_part, re_optional(re_concat({re_byte('.'), re_repeat(digit(), 1, kMaxMultipleDigits - i)}))}));
   }
   return re_concat({re_optional(re_byte('-')), re_alt(std::move(alts))});
 }
@@ -305,7 +314,8 @@ Re Compiler::number(const json& s, const std::string& ptr) {
   if (xmn) tighter_lo(*xmn, false);
   if (mx) tighter_hi(*mx, true);
   if (xmx) tighter_hi(*xmx, false);
-  for (const auto& [b, k] : {std::make_pair(lo, mn ? "minimum" : "exclusiveMinimum"), std::make_pair(hi, mx ? "maximum" : "exclusiveMaximum")})
+  for (const auto& [b, k] :
+       {std::make_pair(lo, mn ? "minimum" : "exclusiveMinimum"), std::make_pair(hi, mx ? "maximum" : "exclusiveMaximum")})
     if (b.set && (std::floor(b.value) != b.value || std::fabs(b.value) > 1e17))
       fail(k, ptr + "/" + k, "bounds on type number must be whole numbers (use a whole bound or type integer)");
   Re r = lo.set || hi.set ? signed_number_range(lo, hi) : number_regex(true);
@@ -317,7 +327,8 @@ Re Compiler::number(const json& s, const std::string& ptr) {
     std::vector<Re> parts = {r, multiple_of_language(m.a, m.k, ptr)};
     if (!over_) parts.push_back(short_numeral());
     r = product(parts, ProductRule::Intersection, "multipleOf", ptr + "/multipleOf", "multipleOf with the bounds");
-    if (r->kind == RegexNode::Kind::Never) fail("multipleOf", ptr + "/multipleOf", "no number within the bounds is a multiple of multipleOf");
+    if (r->kind == RegexNode::Kind::Never)
+      fail("multipleOf", ptr + "/multipleOf", "no number within the bounds is a multiple of multipleOf");
   }
   return over_ ? over_also(r, non_canonical_number(false)) : r;
 }

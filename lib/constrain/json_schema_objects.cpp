@@ -145,8 +145,9 @@ std::vector<Compiler::PatternProperty> Compiler::pattern_properties(const json& 
     for (size_t j = i + 1; j < out.size(); ++j)
       if (product({out[i].key, out[j].key}, ProductRule::Intersection, "patternProperties", pp, "patternProperties overlap check")
               ->kind != RegexNode::Kind::Never)
-        beyond("patternProperties", pp, "patterns '" + out[i].pattern + "' and '" + out[j].pattern +
-                                          "' match the same keys: overlapping patternProperties are not supported");
+        beyond("patternProperties", pp,
+               "patterns '" + out[i].pattern + "' and '" + out[j].pattern +
+                   "' match the same keys: overlapping patternProperties are not supported");
   return out;
 }
 
@@ -201,7 +202,8 @@ Re Compiler::object(const json& s, const std::string& ptr) {
       }
       Re value;
       try {
-        if (also.empty()) value = compile(v, pp);
+        if (also.empty())
+          value = compile(v, pp);
         else {  // a declared name a pattern matches: both schemas apply
           also.insert(also.begin(), v);
           value = compile_conjunction(also, pp);
@@ -229,9 +231,7 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     if (!also.empty()) return also.size() == 1 ? compile(also[0], vp) : compile_conjunction(also, vp);
     return s.contains("additionalProperties") ? extra : json_value_regex_ws(o_.any_depth);
   };
-  auto declared = [&](const std::string& name) {
-    return has_named_props && s["properties"].contains(name);
-  };
+  auto declared = [&](const std::string& name) { return has_named_props && s["properties"].contains(name); };
   for (const auto& r : required)
     if (!declared(r)) {
       Re value = undeclared_value(r, ptr + "/required");
@@ -275,13 +275,15 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   }
 
   const int min_props = length_bound(s, "minProperties", ptr), max_props = length_bound(s, "maxProperties", ptr);
-  if (min_props >= 0 && max_props >= 0 && min_props > max_props) fail("minProperties", ptr, "minProperties is above maxProperties");
+  if (min_props >= 0 && max_props >= 0 && min_props > max_props)
+    fail("minProperties", ptr, "minProperties is above maxProperties");
 
   // The extra members: keys a pattern matches with its schema, other keys with additionalProperties'.
   std::vector<Re> extra_members;
   {
     Re unnamed = quoted(unnamed_key(names, ptr));
-    if (names_lang) unnamed = product({unnamed, names_lang}, ProductRule::Intersection, "propertyNames", np, "propertyNames with the keys");
+    if (names_lang)
+      unnamed = product({unnamed, names_lang}, ProductRule::Intersection, "propertyNames", np, "propertyNames with the keys");
     std::vector<Re> pattern_keys = {unnamed};
     for (const auto& p : patterns) {
       Re key = product({quoted(p.key), unnamed}, ProductRule::Intersection, "patternProperties", p.ptr, "the keys of a pattern");
@@ -300,21 +302,24 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   const bool extras_possible = extra_member->kind != RegexNode::Kind::Never;
   if (extras_possible && max_props > kMaxCountedProperties)
     beyond("maxProperties", ptr + "/maxProperties",
-         "maxProperties above " + std::to_string(kMaxCountedProperties) + " with additional or pattern properties is not supported");
+           "maxProperties above " + std::to_string(kMaxCountedProperties) +
+               " with additional or pattern properties is not supported");
 
   // Presence bits of the properties dependentRequired mentions, in props order.
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < props.size(); ++i) index.emplace(props[i].first, i);
-  std::map<size_t, int> bit;  // prop index -> bit
-  std::set<size_t> forbidden;  // present would need an absent-by-schema dependent
+  std::map<size_t, int> bit;                     // prop index -> bit
+  std::set<size_t> forbidden;                    // present would need an absent-by-schema dependent
   std::vector<std::pair<size_t, size_t>> edges;  // (a, b): a present -> b present
   for (const auto& [a, bs] : deps) {
     auto ia = index.find(a);
     if (ia == index.end()) continue;  // a never appears: nothing to require
     for (const auto& b : bs) {
       auto ib = index.find(b);
-      if (ib == index.end()) forbidden.insert(ia->second);
-      else if (ib->second != ia->second) edges.emplace_back(ia->second, ib->second);
+      if (ib == index.end())
+        forbidden.insert(ia->second);
+      else if (ib->second != ia->second)
+        edges.emplace_back(ia->second, ib->second);
     }
   }
   for (const auto& [a, b] : edges)
@@ -322,11 +327,11 @@ Re Compiler::object(const json& s, const std::string& ptr) {
       if (!bit.count(x)) bit.emplace(x, static_cast<int>(bit.size()));
   if (bit.size() > kMaxDependentProperties)
     beyond("dependentRequired", ptr + "/dependentRequired",
-         "dependentRequired over more than " + std::to_string(kMaxDependentProperties) + " properties is not supported");
+           "dependentRequired over more than " + std::to_string(kMaxDependentProperties) + " properties is not supported");
   for (size_t f : forbidden)
     if (required.count(props[f].first))
       beyond("dependentRequired", ptr + "/dependentRequired",
-           "required property '" + props[f].first + "' depends on a property the schema rules out");
+             "required property '" + props[f].first + "' depends on a property the schema rules out");
   auto is_set = [&](uint32_t mask, size_t i) {
     auto it = bit.find(i);
     return it != bit.end() && ((mask >> it->second) & 1u) != 0;
@@ -348,8 +353,10 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     Re r;
     if (i == props.size()) {
       const int lo = min_props > c ? min_props - c : 0, hi = max_props >= 0 ? max_props - c : -1;
-      if (!extras_possible || hi == 0) r = lo == 0 ? re_empty() : re_never();
-      else if (lo > 1) r = re_never();
+      if (!extras_possible || hi == 0)
+        r = lo == 0 ? re_empty() : re_never();
+      else if (lo > 1)
+        r = re_never();
       else {
         Re some = re_concat({extra_member, re_repeat(re_concat({comma, extra_member}), 0, hi < 0 ? -1 : hi - 1)});
         if (!first) some = re_concat({comma, some});
@@ -366,7 +373,8 @@ Re Compiler::object(const json& s, const std::string& ptr) {
       std::vector<Re> alts;
       if (can_be_present) {
         const uint32_t m = bit.count(i) ? mask | (1u << bit.at(i)) : mask;
-        alts.push_back(re_concat({first ? re_empty() : comma, member(name, props[i].second), tail(i + 1, false, std::min(c + 1, count_cap), m)}));
+        alts.push_back(re_concat(
+            {first ? re_empty() : comma, member(name, props[i].second), tail(i + 1, false, std::min(c + 1, count_cap), m)}));
       }
       if (can_be_absent) alts.push_back(tail(i + 1, first, c, mask));
       r = re_alt(std::move(alts));
@@ -376,8 +384,12 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   };
   Re body = tail(0, true, 0, 0);
   if (body->kind == RegexNode::Kind::Never) {
-    const char* k = s.contains("minProperties") ? "minProperties" : s.contains("dependentRequired") ? "dependentRequired" : "properties";
-    beyond(k, ptr + "/" + k, std::string("no object satisfies ") + k + " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
+    const char* k = s.contains("minProperties")       ? "minProperties"
+                    : s.contains("dependentRequired") ? "dependentRequired"
+                                                      : "properties";
+    beyond(k, ptr + "/" + k,
+           std::string("no object satisfies ") + k +
+               " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
   }
   return re_concat({re_byte('{'), ws_, body, ws_, re_byte('}')});
 }
@@ -387,8 +399,8 @@ Re Compiler::object(const json& s, const std::string& ptr) {
 // with escapes any value; each required key is the key of some member, spelt raw or with
 // escapes (an escape in a value does not stand for a key: a regular language of members, not of
 // bytes, so {"b":"x\"y"} is not taken for a document holding a required "a").
-Re Compiler::object_over(const std::vector<std::pair<std::string, Re>>& props, const std::set<std::string>& required, const Re& extra,
-                         const std::string& ptr) {
+Re Compiler::object_over(const std::vector<std::pair<std::string, Re>>& props, const std::set<std::string>& required,
+                         const Re& extra, const std::string& ptr) {
   ++over_changes_;
   std::vector<Re> members;
   std::vector<std::string> names;
@@ -410,8 +422,10 @@ Re Compiler::object_over(const std::vector<std::pair<std::string, Re>>& props, c
     // key's), or any key with escapes.
     std::vector<Re> carriers = {escaped_member};
     const auto named = std::find_if(props.begin(), props.end(), [&](const auto& p) { return p.first == r; });
-    if (named != props.end()) carriers.push_back(member(r, named->second));
-    else if (extra->kind != RegexNode::Kind::Never) carriers.push_back(member(r, extra));
+    if (named != props.end())
+      carriers.push_back(member(r, named->second));
+    else if (extra->kind != RegexNode::Kind::Never)
+      carriers.push_back(member(r, extra));
     langs.push_back(re_concat({re_byte('{'), ws_, re_star(re_concat({m, sep})), re_alt(std::move(carriers)),
                                re_star(re_concat({sep, m})), ws_, re_byte('}')}));
   }

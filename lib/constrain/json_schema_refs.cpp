@@ -75,11 +75,13 @@ json Compiler::resolve(const json& r, const std::string& ptr) {
           key += part[i];
         }
       }
-      if (node->is_object() && node->contains(key)) node = &(*node)[key];
+      if (node->is_object() && node->contains(key))
+        node = &(*node)[key];
       else if (node->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
                std::stoul(key) < node->size())
         node = &(*node)[std::stoul(key)];
-      else fail("$ref", ptr, "reference '" + target + "' does not resolve");
+      else
+        fail("$ref", ptr, "reference '" + target + "' does not resolve");
       if (next == std::string::npos) break;
       pos = next + 1;
     }

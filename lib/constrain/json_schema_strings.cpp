@@ -22,7 +22,8 @@ Re json_escape() {
   ByteSet simple;
   for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
   // \uXXXX outside the surrogate block D800-DFFF (a lone surrogate is not a character).
-  Re not_d = re_bytes(range_set('0', '9') | range_set('a', 'c') | range_set('A', 'C') | range_set('e', 'f') | range_set('E', 'F'));
+  Re not_d =
+      re_bytes(range_set('0', '9') | range_set('a', 'c') | range_set('A', 'C') | range_set('e', 'f') | range_set('E', 'F'));
   Re d = re_bytes(range_set('d', 'd') | range_set('D', 'D'));
   Re u4 = re_alt({re_concat({not_d, re_repeat(hex_digit(), 3, 3)}),
                   re_concat({d, re_bytes(range_set('0', '7')), re_repeat(hex_digit(), 2, 2)})});

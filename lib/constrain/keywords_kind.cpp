@@ -75,21 +75,23 @@ class KeywordCheck : public Variant {
   std::string note_;
 };
 
-const KindRegistration keywords_kind(kind(
-    "constrain-keywords",
-    "The compiler's completeness table, one row per JSON Schema keyword (and regex: / choice:): a bundled case "
-    "(lib/constrain/keyword_cases.h) with hand-written valid, invalid and by-design documents (valid by the schema, "
-    "outside the language by design: key order, compact layout, ...). The row passes when the DFA accepts every valid "
-    "document and rejects the others, and `walks` random walks through the DFA parse and satisfy an independent "
-    "validator. Refused keywords are `unsupported` rows whose note is the compiler's error, which must name the "
-    "keyword and the JSON pointer. One sample = one compile of the case.",
-    {enum_key("keyword", "the keyword case: a supported keyword, regex, choice, or a refused keyword", "type-null",
-              keyword_case_names()),
-     key_spec("walks", ParamType::Int, "random documents drawn from the DFA per keyword, each checked by the validator",
-              Value(int64_t{100}), 1.0, 100000.0)}));
+const KindRegistration keywords_kind(
+    kind("constrain-keywords",
+         "The compiler's completeness table, one row per JSON Schema keyword (and regex: / choice:): a bundled case "
+         "(lib/constrain/keyword_cases.h) with hand-written valid, invalid and by-design documents (valid by the schema, "
+         "outside the language by design: key order, compact layout, ...). The row passes when the DFA accepts every valid "
+         "document and rejects the others, and `walks` random walks through the DFA parse and satisfy an independent "
+         "validator. Refused keywords are `unsupported` rows whose note is the compiler's error, which must name the "
+         "keyword and the JSON pointer. One sample = one compile of the case.",
+         {enum_key("keyword", "the keyword case: a supported keyword, regex, choice, or a refused keyword", "type-null",
+                   keyword_case_names()),
+          key_spec("walks", ParamType::Int, "random documents drawn from the DFA per keyword, each checked by the validator",
+                   Value(int64_t{100}), 1.0, 100000.0)}));
 
-const VariantRegistration reg_constrain_keywords_dfa(
-    "constrain-keywords", host("dfa", "the schema compiled to a minimal DFA, checked against the validator"), make_variant<KeywordCheck>());
+const VariantRegistration reg_constrain_keywords_dfa("constrain-keywords",
+                                                     host("dfa",
+                                                          "the schema compiled to a minimal DFA, checked against the validator"),
+                                                     make_variant<KeywordCheck>());
 
 }  // namespace
 }  // namespace ib::constrain

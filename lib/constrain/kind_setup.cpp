@@ -22,10 +22,11 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
       key_spec("constraint", ParamType::String,
                "a bundled schema (experiments/schemas/<name>.json), a schema file, regex:PATTERN or choice:a|b|c",
                Value(std::string("tool_call"))),
-      key_spec("vocab", ParamType::String, "gpt2 (50,257, built in), llama2 (32,000), deepseek-llm (102,400) or a tokenizer.json path",
-               Value(default_vocab)),
-      enum_key("whitespace", "JSON layout the generator may use: compact, or flexible (up to 2 of space/newline/tab between tokens)",
-               "compact", {"compact", "flexible"}),
+      key_spec("vocab", ParamType::String,
+               "gpt2 (50,257, built in), llama2 (32,000), deepseek-llm (102,400) or a tokenizer.json path", Value(default_vocab)),
+      enum_key("whitespace",
+               "JSON layout the generator may use: compact, or flexible (up to 2 of space/newline/tab between tokens)", "compact",
+               {"compact", "flexible"}),
       key_spec("max_recursion", ParamType::Int, "levels a recursive $ref is expanded to", Value(int64_t{3}), 0.0, 10.0),
       key_spec("strict_properties", ParamType::Bool,
                "without additionalProperties, no keys but the declared ones (true: what a model should write) or any other "
@@ -40,8 +41,8 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
                "overlapping patternProperties, an allOf it cannot merge, uniqueItems): refuse the schema, or validator (compile "
                "the schema object without it, a superset; the finished document is checked, the row says so)",
                "refuse", {"refuse", "validator"}),
-      enum_key("schema_draft", "the draft of a schema whose $schema names none (auto: 2020-12, as the specification says)", "auto",
-               {"auto", "4", "6", "7", "2019-09", "2020-12"}),
+      enum_key("schema_draft", "the draft of a schema whose $schema names none (auto: 2020-12, as the specification says)",
+               "auto", {"auto", "4", "6", "7", "2019-09", "2020-12"}),
   };
 }
 
@@ -78,8 +79,9 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
       for (const auto& entry : std::filesystem::directory_iterator(schema_directory(), ec))
         if (entry.path().extension() == ".json") bundled.push_back(entry.path().stem().string());
       std::sort(bundled.begin(), bundled.end());
-      return KeyProblem{{"constraint"}, fmt::format("'{}' is no schema file, nor a bundled schema ({}), nor regex:PATTERN or choice:a|b|c", c,
-                                                    fmt::join(bundled, ", "))};
+      return KeyProblem{{"constraint"},
+                        fmt::format("'{}' is no schema file, nor a bundled schema ({}), nor regex:PATTERN or choice:a|b|c", c,
+                                    fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
     std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft"), uniques = all("unique_items"),
@@ -90,36 +92,37 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
     if (drafts.empty()) drafts.push_back(Value(std::string("auto")));
     for (const Value& wv : all("whitespace"))
       for (const Value& rv : all("max_recursion"))
-      for (const Value& sv : stricts)
-      for (const Value& dv : drafts)
-      for (const Value& uv : uniques)
-      for (const Value& fv : fallbacks) {
-        const SchemaOptions options = schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
-                                                     std::get<std::string>(dv), std::get<std::string>(uv),
-                                                     std::get<std::string>(fv));
-        try {
-          if (c.rfind("regex:", 0) == 0) {
-            parse_regex(c.substr(6));
-          } else {
-            nlohmann::ordered_json schema;
-            try {
-              schema = parse_json_bounded<nlohmann::ordered_json>(source, c);
-            } catch (const nlohmann::json::exception& e) {
-              return KeyProblem{{"constraint"}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
-            }
-            schema_to_regex(schema, options);
-          }
-        } catch (const std::exception& e) {
-          return KeyProblem{{"constraint"}, fmt::format("'{}': {}", c, e.what())};
-        }
-      }
+        for (const Value& sv : stricts)
+          for (const Value& dv : drafts)
+            for (const Value& uv : uniques)
+              for (const Value& fv : fallbacks) {
+                const SchemaOptions options =
+                    schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
+                                   std::get<std::string>(dv), std::get<std::string>(uv), std::get<std::string>(fv));
+                try {
+                  if (c.rfind("regex:", 0) == 0) {
+                    parse_regex(c.substr(6));
+                  } else {
+                    nlohmann::ordered_json schema;
+                    try {
+                      schema = parse_json_bounded<nlohmann::ordered_json>(source, c);
+                    } catch (const nlohmann::json::exception& e) {
+                      return KeyProblem{{"constraint"}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
+                    }
+                    schema_to_regex(schema, options);
+                  }
+                } catch (const std::exception& e) {
+                  return KeyProblem{{"constraint"}, fmt::format("'{}': {}", c, e.what())};
+                }
+              }
   }
   for (const Value& vv : all("vocab")) {
     const std::string& v = std::get<std::string>(vv);
     try {
       load_vocabulary(v);
     } catch (const std::exception& e) {
-      return KeyProblem{{"vocab"}, fmt::format("'{}' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json ({})", v, e.what())};
+      return KeyProblem{{"vocab"},
+                        fmt::format("'{}' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json ({})", v, e.what())};
     }
   }
   return std::nullopt;
@@ -128,10 +131,10 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
 void Setup::load(const Point& p, bool with_trie) {
   constraint = p.text("constraint");
   source = constraint_source(constraint);
-  options = schema_options(p.text("whitespace"), p.integer("max_recursion"), p.find("strict_properties") ? p.flag("strict_properties") : true,
-                           p.find("schema_draft") ? p.text("schema_draft") : "auto",
-                           p.find("unique_items") ? p.text("unique_items") : "refuse",
-                           p.find("fallback") ? p.text("fallback") : "refuse");
+  options = schema_options(
+      p.text("whitespace"), p.integer("max_recursion"), p.find("strict_properties") ? p.flag("strict_properties") : true,
+      p.find("schema_draft") ? p.text("schema_draft") : "auto", p.find("unique_items") ? p.text("unique_items") : "refuse",
+      p.find("fallback") ? p.text("fallback") : "refuse");
   vocab = load_vocabulary(p.text("vocab"));
   if (with_trie) trie = vocab_trie(vocab);
 }

@@ -29,11 +29,16 @@ struct LmHeadShape {
   int32_t hidden, vocab;
 };
 inline bool lm_head_shape(const std::string& model, LmHeadShape* out) {
-  if (model == "llama2-7b") *out = {4096, 32000};
-  else if (model == "qwen2-0.5b") *out = {896, 151936};
-  else if (model == "gpt2") *out = {768, 50257};
-  else if (model == "tiny") *out = {256, 50257};
-  else return false;
+  if (model == "llama2-7b")
+    *out = {4096, 32000};
+  else if (model == "qwen2-0.5b")
+    *out = {896, 151936};
+  else if (model == "gpt2")
+    *out = {768, 50257};
+  else if (model == "tiny")
+    *out = {256, 50257};
+  else
+    return false;
   return true;
 }
 

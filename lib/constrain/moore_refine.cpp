@@ -20,8 +20,7 @@ using Sig = std::pair<uint64_t, uint64_t>;
 namespace detail {
 
 // (Declared in token_index_internal.h.)
-std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
-                                  RoundBlocks* snapshots,
+std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable, RoundBlocks* snapshots,
                                   const std::vector<uint8_t>* only) {
   const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
   std::vector<int32_t> id(n, 0);
@@ -79,7 +78,8 @@ std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds
     std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
     for (size_t s = 0; s < n; ++s)
       for (int32_t e = edge_start[s]; e < edge_start[s + 1]; ++e)
-        if (const int32_t t = edges[static_cast<size_t>(e)].to; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+        if (const int32_t t = edges[static_cast<size_t>(e)].to; t >= 0)
+          preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
   }
   // F per block, both lanes (dead: the last entry).
   std::vector<uint64_t> f1, f2;
@@ -119,7 +119,7 @@ std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds
   std::vector<Slot> slots;
   std::vector<uint32_t> slot_round;
   std::vector<int32_t> moving(n + 1, 0), blocks_hit;  // per block: its movers this round
-  std::vector<uint8_t> keeps(n + 1, 0);  // per block this round: 1 whole (not yet kept), 2 kept
+  std::vector<uint8_t> keeps(n + 1, 0);               // per block this round: 1 whole (not yet kept), 2 kept
   std::vector<int32_t> changed, affected;
   std::vector<uint32_t> seen(n, 0);
   uint32_t epoch = 0;
@@ -235,7 +235,8 @@ MaskClasses mask_classes(const Dfa& dfa, size_t max_token_bytes) {
   std::map<std::pair<int32_t, int>, int32_t> final_id;
   mc.class_of.resize(n);
   for (size_t s = 0; s < n; ++s) {
-    auto [it, fresh] = final_id.emplace(std::make_pair(id[s], static_cast<int>(dfa.accepting[s])), static_cast<int32_t>(final_id.size()));
+    auto [it, fresh] =
+        final_id.emplace(std::make_pair(id[s], static_cast<int>(dfa.accepting[s])), static_cast<int32_t>(final_id.size()));
     if (fresh) mc.representative.push_back(static_cast<int32_t>(s));
     mc.class_of[s] = it->second;
   }

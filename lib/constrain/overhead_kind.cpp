@@ -56,7 +56,9 @@ class CpuLmHead : public Variant {
     }
     int32_t want = -1;
     for (int32_t t = 0; t < shape_.vocab; ++t)
-      if ((!masked_ || mask_allows(mask_.data(), t)) && (want < 0 || ref[static_cast<size_t>(t)] > ref[static_cast<size_t>(want)])) want = t;
+      if ((!masked_ || mask_allows(mask_.data(), t)) &&
+          (want < 0 || ref[static_cast<size_t>(t)] > ref[static_cast<size_t>(want)]))
+        want = t;
     // A different index is fine only as a float near-tie with the true maximum.
     const double gap = token_ < 0 ? INFINITY : std::fabs(ref[static_cast<size_t>(token_)] - ref[static_cast<size_t>(want)]);
     const bool allowed = token_ >= 0 && (!masked_ || mask_allows(mask_.data(), token_));
@@ -88,13 +90,13 @@ class CpuLmHead : public Variant {
   int32_t token_ = -1;
 };
 
-
 const KindRegistration overhead_kind(kind(
     "constrain-overhead",
     "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
     "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
     "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
-    {enum_key("model", "LM-head shape: llama2-7b (4096 -> 32000), qwen2-0.5b (896 -> 151936), gpt2 (768 -> 50257), tiny (256 -> 50257)",
+    {enum_key("model",
+              "LM-head shape: llama2-7b (4096 -> 32000), qwen2-0.5b (896 -> 151936), gpt2 (768 -> 50257), tiny (256 -> 50257)",
               "llama2-7b", {"llama2-7b", "qwen2-0.5b", "gpt2", "tiny"}),
      key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)}));
 

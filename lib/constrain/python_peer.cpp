@@ -188,22 +188,35 @@ class PythonPeer : public Variant {
   Validation validate(BackendRuntime&) override {
     throw std::logic_error("the " + peer_ + " peer is checked in its own process (measure_self)");
   }
-  void run(BackendRuntime&) override { throw std::logic_error("the " + peer_ + " peer is timed in its own process (measure_self)"); }
+  void run(BackendRuntime&) override {
+    throw std::logic_error("the " + peer_ + " peer is timed in its own process (measure_self)");
+  }
 
   std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl& c) override {
     TempDir dir;
     const std::string input = dir.path + "/input.json";
     write_input(input);
-    std::vector<std::string> argv = {python_, "-c", constrain_peer_script(),
-                                     "--peer", peer_,
-                                     "--mode", mode_ == Mode::Mask ? "mask" : "compile",
-                                     "--input", input,
-                                     "--threads", std::to_string(cpu_threads()),
-                                     "--warmup", std::to_string(c.warmup),
-                                     "--min-samples", std::to_string(c.min_samples),
-                                     "--min-time", fmt::format("{}", c.min_time),
-                                     "--max-noise", fmt::format("{}", c.max_noise),
-                                     "--timeout", fmt::format("{}", c.timeout)};
+    std::vector<std::string> argv = {python_,
+                                     "-c",
+                                     constrain_peer_script(),
+                                     "--peer",
+                                     peer_,
+                                     "--mode",
+                                     mode_ == Mode::Mask ? "mask" : "compile",
+                                     "--input",
+                                     input,
+                                     "--threads",
+                                     std::to_string(cpu_threads()),
+                                     "--warmup",
+                                     std::to_string(c.warmup),
+                                     "--min-samples",
+                                     std::to_string(c.min_samples),
+                                     "--min-time",
+                                     fmt::format("{}", c.min_time),
+                                     "--max-noise",
+                                     fmt::format("{}", c.max_noise),
+                                     "--timeout",
+                                     fmt::format("{}", c.timeout)};
     const double deadline = c.timeout + peer_timeout_;
     return read_result(run_peer_process(argv, deadline), deadline);
   }
@@ -255,8 +268,8 @@ class PythonPeer : public Variant {
     const std::string line = result_line(p.out);
     if (line.empty()) {
       const std::string why = last_line(p.err);
-      throw std::runtime_error(fmt::format("{} peer (`{}`) exited with code {} and printed no result{}", peer_, python_, p.exit_code,
-                                           why.empty() ? "" : ": " + why));
+      throw std::runtime_error(fmt::format("{} peer (`{}`) exited with code {} and printed no result{}", peer_, python_,
+                                           p.exit_code, why.empty() ? "" : ": " + why));
     }
     try {
       const nlohmann::json j = nlohmann::json::parse(line);
@@ -274,12 +287,14 @@ class PythonPeer : public Variant {
       const std::string walks = judge_walks(check.at("walks"));
       if (!m.validation.ok) return m;
       compare_masks(check.at("masks"));
-      m.note = fmt::format("{} (python {}), in its own process; {}", j.value("note", who), j.value("python", std::string("?")), walks);
+      m.note =
+          fmt::format("{} (python {}), in its own process; {}", j.value("note", who), j.value("python", std::string("?")), walks);
       for (const auto& ms : j.at("samples_ms")) m.samples.push_back(ms.get<double>() / 1e3);
       m.stop_reason = j.value("stop_reason", std::string()) + " (timed in the peer's process)";
       add_metrics(j.at("metrics"));
     } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(fmt::format("{} peer printed an unreadable result ({}): {}", peer_, e.what(), line.substr(0, 200)));
+      throw std::runtime_error(
+          fmt::format("{} peer printed an unreadable result ({}): {}", peer_, e.what(), line.substr(0, 200)));
     }
     return m;
   }
@@ -320,13 +335,15 @@ class PythonPeer : public Variant {
         if (problem.empty()) problem = fmt::format("document {} stopped at step {} of {}", d, bits.size(), doc.size());
       } else if (!eos || !accepted) {
         ++bad;
-        if (problem.empty()) problem = fmt::format("document {}: EOS {} at the end", d, eos ? "allowed, then not accepted" : "not allowed");
+        if (problem.empty())
+          problem = fmt::format("document {}: EOS {} at the end", d, eos ? "allowed, then not accepted" : "not allowed");
       }
       const std::string error = docs[d].value("error", std::string());
       if (!problem.empty() && !error.empty()) problem += fmt::format(" ({}: {})", peer_, error.substr(0, 160));
       if (first.empty()) first = problem;
     }
-    std::string detail = fmt::format("{} steps of {} valid documents through {}'s masks, in its own process", steps, docs_.size(), who);
+    std::string detail =
+        fmt::format("{} steps of {} valid documents through {}'s masks, in its own process", steps, docs_.size(), who);
     if (bad > 0) detail += "; first: " + first;
     return {bad == 0, "disallowed_steps", static_cast<double>(bad), 0, detail};
   }
@@ -345,10 +362,13 @@ class PythonPeer : public Variant {
       } catch (const std::runtime_error& e) {
         unreadable(std::string("a walk's text: ") + e.what());
       }
-      if (valid_(text)) ++valid_walks_;
-      else if (first_invalid.empty()) first_invalid = show(text, 80);
+      if (valid_(text))
+        ++valid_walks_;
+      else if (first_invalid.empty())
+        first_invalid = show(text, 80);
     }
-    std::string out = fmt::format("{} of {} random walks under its mask finished, {} valid by our validator", finished_, walks_, valid_walks_);
+    std::string out =
+        fmt::format("{} of {} random walks under its mask finished, {} valid by our validator", finished_, walks_, valid_walks_);
     if (!first_invalid.empty()) out += fmt::format(" (not: {})", first_invalid);
     return out;
   }

@@ -49,8 +49,10 @@ Re re_concat(std::vector<Re> parts) {
   for (auto& p : parts) {
     if (p->kind == RegexNode::Kind::Never) return re_never();
     if (p->kind == RegexNode::Kind::Empty) continue;
-    if (p->kind == RegexNode::Kind::Concat) flat.insert(flat.end(), p->kids.begin(), p->kids.end());
-    else flat.push_back(std::move(p));
+    if (p->kind == RegexNode::Kind::Concat)
+      flat.insert(flat.end(), p->kids.begin(), p->kids.end());
+    else
+      flat.push_back(std::move(p));
   }
   if (flat.empty()) return re_empty();
   if (flat.size() == 1) return flat[0];
@@ -64,8 +66,10 @@ Re re_alt(std::vector<Re> alternatives) {
   std::vector<Re> flat;
   for (auto& a : alternatives) {
     if (a->kind == RegexNode::Kind::Never) continue;
-    if (a->kind == RegexNode::Kind::Alt) flat.insert(flat.end(), a->kids.begin(), a->kids.end());
-    else flat.push_back(std::move(a));
+    if (a->kind == RegexNode::Kind::Alt)
+      flat.insert(flat.end(), a->kids.begin(), a->kids.end());
+    else
+      flat.push_back(std::move(a));
   }
   if (flat.empty()) return re_never();
   if (flat.size() == 1) return flat[0];
@@ -179,8 +183,10 @@ std::vector<CodePointRange> normalize(std::vector<CodePointRange> r) {
   std::vector<CodePointRange> out;
   for (const auto& x : r) {
     if (x.lo > x.hi) continue;
-    if (!out.empty() && x.lo <= out.back().hi + 1) out.back().hi = std::max(out.back().hi, x.hi);
-    else out.push_back(x);
+    if (!out.empty() && x.lo <= out.back().hi + 1)
+      out.back().hi = std::max(out.back().hi, x.hi);
+    else
+      out.push_back(x);
   }
   return out;
 }
@@ -224,9 +230,7 @@ namespace {
 
 class PatternParser {
  public:
-  PatternParser(const std::string& p, const std::vector<CodePointRange>* universe) : src_(p), universe_(universe) {
-    decode();
-  }
+  PatternParser(const std::string& p, const std::vector<CodePointRange>* universe) : src_(p), universe_(universe) { decode(); }
 
   ParsedRegex parse() {
     ParsedRegex out;
@@ -359,19 +363,26 @@ class PatternParser {
 
   std::vector<CodePointRange> class_escape(uint32_t e) {
     switch (e) {
-      case 'd': return {{'0', '9'}};
-      case 'D': return complement({{'0', '9'}});
-      case 'w': return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-      case 'W': return complement({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
-      case 's': return spaces();
-      case 'S': return complement(spaces());
-      default: return {};
+      case 'd':
+        return {{'0', '9'}};
+      case 'D':
+        return complement({{'0', '9'}});
+      case 'w':
+        return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+      case 'W':
+        return complement({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
+      case 's':
+        return spaces();
+      case 'S':
+        return complement(spaces());
+      default:
+        return {};
     }
   }
 
   static std::vector<CodePointRange> spaces() {
-    return {{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
-            {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+    return {{0x09, 0x0D},     {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+            {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
   }
 
   uint32_t hex_digits(int n) {
@@ -379,8 +390,10 @@ class PatternParser {
     for (int i = 0; i < n; ++i) {
       if (!more()) fail("truncated hex escape");
       uint32_t c = peek();
-      int d = c >= '0' && c <= '9' ? static_cast<int>(c - '0') : c >= 'a' && c <= 'f' ? static_cast<int>(c - 'a' + 10)
-              : c >= 'A' && c <= 'F' ? static_cast<int>(c - 'A' + 10) : -1;
+      int d = c >= '0' && c <= '9'   ? static_cast<int>(c - '0')
+              : c >= 'a' && c <= 'f' ? static_cast<int>(c - 'a' + 10)
+              : c >= 'A' && c <= 'F' ? static_cast<int>(c - 'A' + 10)
+                                     : -1;
       if (d < 0) fail("bad hex digit");
       v = v * 16 + static_cast<uint32_t>(d);
       ++pos_;
@@ -393,13 +406,20 @@ class PatternParser {
     uint32_t c = peek();
     ++pos_;
     switch (c) {
-      case 'n': return '\n';
-      case 't': return '\t';
-      case 'r': return '\r';
-      case 'f': return '\f';
-      case 'v': return '\v';
-      case '0': return 0;
-      case 'x': return hex_digits(2);
+      case 'n':
+        return '\n';
+      case 't':
+        return '\t';
+      case 'r':
+        return '\r';
+      case 'f':
+        return '\f';
+      case 'v':
+        return '\v';
+      case '0':
+        return 0;
+      case 'x':
+        return hex_digits(2);
       case 'u':
         if (more() && peek() == '{') {
           ++pos_;
@@ -415,7 +435,9 @@ class PatternParser {
         }
         return hex_digits(4);
       case 'b':
-      case 'B': --pos_; fail("word boundaries (\\b, \\B) are not regular over bytes here");
+      case 'B':
+        --pos_;
+        fail("word boundaries (\\b, \\B) are not regular over bytes here");
       default:
         if (c >= '1' && c <= '9') {
           --pos_;
@@ -435,7 +457,8 @@ class PatternParser {
       ++pos_;
       if (more() && peek() == '?') {
         ++pos_;
-        if (more() && peek() == ':') ++pos_;
+        if (more() && peek() == ':')
+          ++pos_;
         else if (more() && peek() == '<' && pos_ + 1 < end_ && cps_[pos_ + 1] != '=' && cps_[pos_ + 1] != '!') {
           while (more() && peek() != '>') ++pos_;  // named group: the name does not matter
           if (!more()) fail("unterminated group name");

@@ -22,15 +22,15 @@ struct RegexNode {
   // by automaton.h's product_dfa) embedded as a compiled DFA; the NFA construction inlines it.
   enum class Kind { Empty, Never, Bytes, Concat, Alt, Repeat, Automaton };
   Kind kind = Kind::Empty;
-  ByteSet bytes;          // Bytes: one byte from this set
-  std::vector<Re> kids;   // Concat, Alt: the parts; Repeat: kids[0]
-  int min = 0, max = 0;   // Repeat: bounds, max = -1 for unbounded
+  ByteSet bytes;                   // Bytes: one byte from this set
+  std::vector<Re> kids;            // Concat, Alt: the parts; Repeat: kids[0]
+  int min = 0, max = 0;            // Repeat: bounds, max = -1 for unbounded
   std::shared_ptr<const Dfa> dfa;  // Automaton
 };
 
-Re re_empty();                        // matches ""
-Re re_never();                        // matches nothing
-Re re_bytes(const ByteSet& set);      // one byte
+Re re_empty();                    // matches ""
+Re re_never();                    // matches nothing
+Re re_bytes(const ByteSet& set);  // one byte
 Re re_byte(uint8_t b);
 Re re_literal(const std::string& s);  // exactly these bytes
 Re re_concat(std::vector<Re> parts);

@@ -116,8 +116,10 @@ class Orderer {
     json members = json::array();
     for (const auto& s : applying) {
       const size_t prefix = s.contains("prefixItems") && s["prefixItems"].is_array() ? s["prefixItems"].size() : 0;
-      if (i < prefix) members.push_back(s["prefixItems"][i]);
-      else if (s.contains("items")) members.push_back(s["items"]);
+      if (i < prefix)
+        members.push_back(s["prefixItems"][i]);
+      else if (s.contains("items"))
+        members.push_back(s["items"]);
     }
     return all_of(std::move(members));
   }

@@ -33,14 +33,14 @@ std::string canonical_spelling(const nlohmann::ordered_json& instance, const nlo
 // One schema's outcome.
 struct CorpusResult {
   bool compiled = false;
-  std::string refusal;        // the error when not compiled (keyword: message)
-  std::string keyword;        // the keyword it names ("" for an automaton limit)
-  double compile_ms = 0;      // schema -> regex -> minimal DFA
+  std::string refusal;    // the error when not compiled (keyword: message)
+  std::string keyword;    // the keyword it names ("" for an automaton limit)
+  double compile_ms = 0;  // schema -> regex -> minimal DFA
   int dfa_states = 0;
-  int valid = 0, valid_refused = 0;        // refused: the canonical spelling is outside the language
-  int invalid = 0, invalid_accepted = 0;   // accepted: the canonical or the instance's own spelling is inside
+  int valid = 0, valid_refused = 0;           // refused: the canonical spelling is outside the language
+  int invalid = 0, invalid_accepted = 0;      // accepted: the canonical or the instance's own spelling is inside
   std::vector<std::string> accepted_invalid;  // the documents, for the report
-  bool validator_decides = false;  // a keyword was left to the validator (SchemaOptions::unique_items_by_validator)
+  bool validator_decides = false;             // a keyword was left to the validator (SchemaOptions::unique_items_by_validator)
   SchemaNotes notes;
 };
 

@@ -21,17 +21,40 @@ struct KeywordSpan {
 const std::map<std::string, KeywordSpan>& validation_keywords() {
   static const std::map<std::string, KeywordSpan> k = [] {
     std::map<std::string, KeywordSpan> m;
-    for (const char* w : {"type", "enum", "allOf", "anyOf", "oneOf", "not", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-                          "exclusiveMinimum", "maxLength", "minLength", "pattern", "items", "maxItems", "minItems", "uniqueItems",
-                          "maxProperties", "minProperties", "required", "additionalProperties", "properties", "patternProperties",
-                          "format", "$ref", "nullable"})
+    for (const char* w : {"type",
+                          "enum",
+                          "allOf",
+                          "anyOf",
+                          "oneOf",
+                          "not",
+                          "multipleOf",
+                          "maximum",
+                          "exclusiveMaximum",
+                          "minimum",
+                          "exclusiveMinimum",
+                          "maxLength",
+                          "minLength",
+                          "pattern",
+                          "items",
+                          "maxItems",
+                          "minItems",
+                          "uniqueItems",
+                          "maxProperties",
+                          "minProperties",
+                          "required",
+                          "additionalProperties",
+                          "properties",
+                          "patternProperties",
+                          "format",
+                          "$ref",
+                          "nullable"})
       m[w] = {Draft::Draft4, 99};
     m["additionalItems"] = {Draft::Draft4, rank(Draft::Draft2020_12)};
     m["dependencies"] = {Draft::Draft4, rank(Draft::Draft2019_09)};
     for (const char* w : {"const", "contains", "propertyNames"}) m[w] = {Draft::Draft6, 99};
     for (const char* w : {"if", "then", "else"}) m[w] = {Draft::Draft7, 99};
-    for (const char* w : {"dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "minContains",
-                          "maxContains"})
+    for (const char* w :
+         {"dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "minContains", "maxContains"})
       m[w] = {Draft::Draft2019_09, 99};
     m["$recursiveRef"] = {Draft::Draft2019_09, rank(Draft::Draft2020_12)};
     for (const char* w : {"prefixItems", "$dynamicRef"}) m[w] = {Draft::Draft2020_12, 99};
@@ -56,20 +79,29 @@ bool keyword_of(const std::string& k, Draft d) {
 
 const char* draft_name(Draft d) {
   switch (d) {
-    case Draft::Draft4: return "4";
-    case Draft::Draft6: return "6";
-    case Draft::Draft7: return "7";
-    case Draft::Draft2019_09: return "2019-09";
-    case Draft::Draft2020_12: return "2020-12";
+    case Draft::Draft4:
+      return "4";
+    case Draft::Draft6:
+      return "6";
+    case Draft::Draft7:
+      return "7";
+    case Draft::Draft2019_09:
+      return "2019-09";
+    case Draft::Draft2020_12:
+      return "2020-12";
   }
   return "2020-12";
 }
 
 bool parse_draft(const std::string& name, Draft* out) {
-  static const std::map<std::string, Draft> names = {
-      {"4", Draft::Draft4},           {"draft-04", Draft::Draft4},      {"6", Draft::Draft6},
-      {"draft-06", Draft::Draft6},    {"7", Draft::Draft7},             {"draft-07", Draft::Draft7},
-      {"2019-09", Draft::Draft2019_09}, {"2020-12", Draft::Draft2020_12}};
+  static const std::map<std::string, Draft> names = {{"4", Draft::Draft4},
+                                                     {"draft-04", Draft::Draft4},
+                                                     {"6", Draft::Draft6},
+                                                     {"draft-06", Draft::Draft6},
+                                                     {"7", Draft::Draft7},
+                                                     {"draft-07", Draft::Draft7},
+                                                     {"2019-09", Draft::Draft2019_09},
+                                                     {"2020-12", Draft::Draft2020_12}};
   auto it = names.find(name);
   if (it == names.end()) return false;
   *out = it->second;
@@ -90,11 +122,10 @@ Draft draft_of(const json& root) {
 }
 
 bool is_annotation(const std::string& k) {
-  static const std::set<std::string> a = {"title",           "description",     "default",      "examples",   "$comment",
-                                          "deprecated",      "readOnly",        "writeOnly",    "contentEncoding",
-                                          "contentMediaType", "contentSchema",  "$schema",      "$id",        "id",
-                                          "$anchor",         "$dynamicAnchor",  "$recursiveAnchor", "$vocabulary",
-                                          "$defs",           "definitions"};
+  static const std::set<std::string> a = {
+      "title",     "description",     "default",          "examples",      "$comment", "deprecated", "readOnly",
+      "writeOnly", "contentEncoding", "contentMediaType", "contentSchema", "$schema",  "$id",        "id",
+      "$anchor",   "$dynamicAnchor",  "$recursiveAnchor", "$vocabulary",   "$defs",    "definitions"};
   return a.count(k) > 0;
 }
 

@@ -39,8 +39,8 @@ std::string ipv6() {
 // RFC 3986 pieces (sub-delims !$&'()*+,;= and unreserved A-Za-z0-9-._~).
 const std::string kPct = "%[0-9A-Fa-f]{2}";
 const std::string kPchar = "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|" + kPct + ")";
-const std::string kAuthority = "(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|" + kPct + ")*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|" + kPct +
-                               ")*(?::[0-9]*)?";
+const std::string kAuthority =
+    "(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|" + kPct + ")*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|" + kPct + ")*(?::[0-9]*)?";
 const std::string kPathAbempty = "(?:/" + kPchar + "*)*";
 const std::string kPathAbsolute = "/(?:" + kPchar + "+(?:/" + kPchar + "*)*)?";
 const std::string kPathRootless = kPchar + "+(?:/" + kPchar + "*)*";
@@ -75,7 +75,8 @@ std::string duration() {
   const std::string n = "[0-9]{1,9}";
   // RFC 3339 appendix A: the units written are contiguous (P1Y2D and PT1H2S are not durations).
   const std::string t = "T(?:" + n + "H(?:" + n + "M(?:" + n + "S)?)?|" + n + "M(?:" + n + "S)?|" + n + "S)";
-  return "P(?:" + n + "W|(?:" + n + "Y(?:" + n + "M(?:" + n + "D)?)?|" + n + "M(?:" + n + "D)?|" + n + "D)(?:" + t + ")?|" + t + ")";
+  return "P(?:" + n + "W|(?:" + n + "Y(?:" + n + "M(?:" + n + "D)?)?|" + n + "M(?:" + n + "D)?|" + n + "D)(?:" + t + ")?|" + t +
+         ")";
 }
 
 std::string uri_template() {

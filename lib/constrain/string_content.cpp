@@ -33,13 +33,20 @@ int utf8_char_step(int u, uint8_t b) {
       if (b >= 0xF1 && b <= 0xF3) return 3;
       if (b == 0xF4) return 7;
       return -1;
-    case 1: return cont ? 0 : -1;
-    case 2: return cont ? 1 : -1;
-    case 3: return cont ? 2 : -1;
-    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
-    case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
-    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
-    default: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    case 1:
+      return cont ? 0 : -1;
+    case 2:
+      return cont ? 1 : -1;
+    case 3:
+      return cont ? 2 : -1;
+    case 4:
+      return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5:
+      return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6:
+      return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    default:
+      return b >= 0x80 && b <= 0x8F ? 2 : -1;
   }
 }
 // The same with a budget of characters (a string's maxLength): state u + 8 * level, level 0 no
@@ -49,7 +56,7 @@ int utf8_step(int state, uint8_t b) {
   const int t = utf8_char_step(u, b);
   if (t < 0) return -1;
   if (u != 0 || level == 0) return t + 8 * level;  // a continuation byte, or no limit
-  if (level == 1) return -1;                        // no character left to start
+  if (level == 1) return -1;                       // no character left to start
   return t + 8 * (level - 1);
 }
 
@@ -64,7 +71,8 @@ const Dfa& utf8_dfa() {
     u.next.assign(static_cast<size_t>(kUtf8States) * 256, -1);
     u.accepting.assign(static_cast<size_t>(kUtf8States), 0);
     for (int q = 0; q < kUtf8States; ++q) {
-      for (int b = 0; b < 256; ++b) u.next[static_cast<size_t>(q) * 256 + static_cast<size_t>(b)] = utf8_step(q, static_cast<uint8_t>(b));
+      for (int b = 0; b < 256; ++b)
+        u.next[static_cast<size_t>(q) * 256 + static_cast<size_t>(b)] = utf8_step(q, static_cast<uint8_t>(b));
       u.accepting[static_cast<size_t>(q)] = q % 8 == 0;
     }
     return u;

@@ -27,7 +27,8 @@ TextProfile text_profile(const Dfa& dfa) {
   for (size_t s = 0; s < n; ++s)
     for (const size_t c : text_classes) {
       const int32_t t = dfa.next[s * k + c];
-      if (t >= 0) ++pred_start[static_cast<size_t>(t) + 1];
+      if (t >= 0)
+        ++pred_start[static_cast<size_t>(t) + 1];
       else if (run[s] != 0) {
         run[s] = 0;
         queue.push_back(static_cast<int32_t>(s));
@@ -38,7 +39,8 @@ TextProfile text_profile(const Dfa& dfa) {
   std::vector<int32_t> fill(pred_start.begin(), pred_start.end() - 1);
   for (size_t s = 0; s < n; ++s)
     for (const size_t c : text_classes)
-      if (const int32_t t = dfa.next[s * k + c]; t >= 0) preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
+      if (const int32_t t = dfa.next[s * k + c]; t >= 0)
+        preds[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = static_cast<int32_t>(s);
   for (size_t qi = 0; qi < queue.size(); ++qi) {
     const int32_t t = queue[qi];
     const int r = run[static_cast<size_t>(t)] + 1;
@@ -59,7 +61,8 @@ TextProfile text_profile(const Dfa& dfa) {
     int32_t u = kMixed;
     for (const size_t c : text_classes) {
       const int32_t t = dfa.next[s * k + c];
-      if (u == kMixed) u = t;
+      if (u == kMixed)
+        u = t;
       else if (u != t) {
         u = kMixed;
         break;

@@ -105,7 +105,7 @@ struct WalkShared {
   RoundBlocks blocks{kTokenClassRounds};  // every round stored whole
   // Blocks over strings of string bytes only: the key of a node with only string bytes below.
   StringRefinement strings;
-  std::vector<int32_t> column;                 // column[c * n + s] = next(s, c)
+  std::vector<int32_t> column;  // column[c * n + s] = next(s, c)
   std::vector<int32_t> live_begin, live_state, live_target;
   std::vector<std::vector<int32_t>> roots_in;  // the root's children of byte class c
 };
@@ -115,9 +115,21 @@ struct WalkShared {
 class TokenClassWalk {
  public:
   explicit TokenClassWalk(const WalkShared& sh)
-      : dfa_(sh.dfa), trie_(sh.trie), text_(sh.text), n_(sh.n), sh_(sh), rounds_(sh.rounds), stable_(sh.stable), blocks_(sh.blocks),
-        column_(sh.column), level_(sh.trie.max_depth + 2), all_id_(sh.trie.nodes(), -1), seen_(sh.n, -1), index_(sh.n),
-        stamp_(n_ + kUtf8States, -1), slot_(n_ + kUtf8States, 0) {}
+      : dfa_(sh.dfa),
+        trie_(sh.trie),
+        text_(sh.text),
+        n_(sh.n),
+        sh_(sh),
+        rounds_(sh.rounds),
+        stable_(sh.stable),
+        blocks_(sh.blocks),
+        column_(sh.column),
+        level_(sh.trie.max_depth + 2),
+        all_id_(sh.trie.nodes(), -1),
+        seen_(sh.n, -1),
+        index_(sh.n),
+        stamp_(n_ + kUtf8States, -1),
+        slot_(n_ + kUtf8States, 0) {}
 
   // The root's children of byte class c: from a state, they all lead to one state t, so their names
   // are a function of t, named once per distinct t. Writes group[c * n + s], the name of s's root
@@ -156,11 +168,13 @@ class TokenClassWalk {
     gid_.resize(targets_.size());
     for (size_t y = 0; y < targets_.size(); ++y) {
       tuple_.assign(1, -3 - static_cast<int32_t>(c));  // no node's tuple starts so
-      tuple_.insert(tuple_.end(), names_.begin() + static_cast<std::ptrdiff_t>(y * m), names_.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
+      tuple_.insert(tuple_.end(), names_.begin() + static_cast<std::ptrdiff_t>(y * m),
+                    names_.begin() + static_cast<std::ptrdiff_t>((y + 1) * m));
       gid_[y] = subs_.intern(tuple_);
     }
     for (size_t e = live0; e < live1; ++e)
-      group[c * n_ + static_cast<size_t>(sh_.live_state[e])] = gid_[static_cast<size_t>(index_[static_cast<size_t>(sh_.live_target[e])])];
+      group[c * n_ + static_cast<size_t>(sh_.live_state[e])] =
+          gid_[static_cast<size_t>(index_[static_cast<size_t>(sh_.live_target[e])])];
   }
 
  private:
@@ -185,7 +199,8 @@ class TokenClassWalk {
     const VocabTrie::Node& x = trie_.node[node];
     const int h = x.height;
     if (const int32_t b = sh_.strings.key(x, q); b >= 0) return b;
-    return h < 255 && (stable_ || h <= rounds_) ? blocks_.at(static_cast<size_t>(std::min(h, rounds_)), static_cast<size_t>(q)) : q;
+    return h < 255 && (stable_ || h <= rounds_) ? blocks_.at(static_cast<size_t>(std::min(h, rounds_)), static_cast<size_t>(q))
+                                                : q;
   }
 
   // Names level d's batch at node i (d >= 1).
@@ -263,7 +278,8 @@ class TokenClassWalk {
     for (size_t r = 0; r < L.states.size(); ++r) L.first[r + 1] += L.first[r];
     L.sorted.resize(L.pair_req.size());
     L.target.assign(L.first.begin(), L.first.end() - 1);  // fill positions
-    for (size_t p = 0; p < L.pair_req.size(); ++p) L.sorted[static_cast<size_t>(L.target[static_cast<size_t>(L.pair_req[p])]++)] = static_cast<int32_t>(p);
+    for (size_t p = 0; p < L.pair_req.size(); ++p)
+      L.sorted[static_cast<size_t>(L.target[static_cast<size_t>(L.pair_req[p])]++)] = static_cast<int32_t>(p);
   }
 
   void append_pairs(const Level& L, size_t r) {
@@ -351,7 +367,8 @@ MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const Text
     // The live entries of class c for states [b, e) (each class's are in state order).
     auto live_range = [&](size_t c, size_t b, size_t e) {
       const auto first = sh.live_state.begin() + sh.live_begin[c], last = sh.live_state.begin() + sh.live_begin[c + 1];
-      return std::make_pair(std::lower_bound(first, last, static_cast<int32_t>(b)), std::lower_bound(first, last, static_cast<int32_t>(e)));
+      return std::make_pair(std::lower_bound(first, last, static_cast<int32_t>(b)),
+                            std::lower_bound(first, last, static_cast<int32_t>(e)));
     };
     parallel_for(n, [&](size_t b, size_t e) {  // states split over the threads, every column each
       for (size_t s = b; s < e; ++s) h[s] = mix64(0x51ED2701ull + dfa.accepting[s]);
@@ -406,7 +423,8 @@ MaskClasses token_classes_impl(const Dfa& dfa, const VocabTrie& trie, const Text
     tuple_of(s);
     for (size_t x = 1; x < tuple.size(); x += 2) {
       const size_t c = static_cast<size_t>(tuple[x]);
-      auto [it, fresh] = part_of.emplace((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(tuple[x + 1]), static_cast<int32_t>(mc.part_target.size()));
+      auto [it, fresh] = part_of.emplace((static_cast<uint64_t>(c) << 32) | static_cast<uint32_t>(tuple[x + 1]),
+                                         static_cast<int32_t>(mc.part_target.size()));
       if (fresh) {
         mc.part_byte_class.push_back(static_cast<int32_t>(c));
         mc.part_target.push_back(dfa.next[s * k + c]);

@@ -16,7 +16,10 @@ using detail::token_classes_impl;
 using detail::walk_subtree;
 
 MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab, Classes classes)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), words_((static_cast<size_t>(vocab_->size()) + 31) / 32),
+    : dfa_(std::move(dfa)),
+      vocab_(std::move(vocab)),
+      trie_(vocab_trie(vocab_)),
+      words_((static_cast<size_t>(vocab_->size()) + 31) / 32),
       utf8_(utf8_pieces(trie_)) {
   if (classes == Classes::kToken) {
     classes_ = token_classes_impl(*dfa_, *trie_, text_, &text_, &strings_);
@@ -24,9 +27,12 @@ MaskSource::MaskSource(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Voc
     std::atomic<int> next_task{0};
     parallel_for(2, [&](size_t, size_t) {
       for (int task; (task = next_task.fetch_add(1)) < 3;) {
-        if (task == 0) strings_ = std::make_shared<const StringRefinement>(refine_strings(*dfa_, trie_->max_depth));
-        else if (task == 1) classes_ = mask_classes(*dfa_, vocab_->max_token_bytes);
-        else text_ = text_profile(*dfa_);
+        if (task == 0)
+          strings_ = std::make_shared<const StringRefinement>(refine_strings(*dfa_, trie_->max_depth));
+        else if (task == 1)
+          classes_ = mask_classes(*dfa_, vocab_->max_token_bytes);
+        else
+          text_ = text_profile(*dfa_);
       }
     });
   }
@@ -77,7 +83,9 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
         }
         walk_subtree(
             d, trie, &text_, j, classes_.part_target[p], at.data(),
-            [&](const int32_t* first, const int32_t* last, int32_t whole) { shared_parts[p].add(trie, words_, first, last, whole); },
+            [&](const int32_t* first, const int32_t* last, int32_t whole) {
+              shared_parts[p].add(trie, words_, first, last, whole);
+            },
             [&](int32_t i, int32_t t) {
               const TokenSet* below = string_piece(i, t, &block);
               if (below) shared_parts[p].add_set(*below, words_);
@@ -100,11 +108,12 @@ TokenMaskIndex::TokenMaskIndex(std::shared_ptr<const Dfa> dfa, std::shared_ptr<c
               vp->set_in(words, words_);
               continue;
             }
-            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words), [&](int32_t i, int32_t t) {
-              const TokenSet* below = string_piece(i, t, &block);
-              if (below) below->set_in(words, words_);
-              return below != nullptr;
-            });
+            walk_subtree(d, trie, &text_, j, classes_.part_target[p], at.data(), bit_setter(trie, words),
+                         [&](int32_t i, int32_t t) {
+                           const TokenSet* below = string_piece(i, t, &block);
+                           if (below) below->set_in(words, words_);
+                           return below != nullptr;
+                         });
           }
         } else {
           shared_parts[p].set_in(words, words_);

@@ -24,10 +24,10 @@ namespace ib::constrain {
 
 // The vocabulary's token bytes as a trie in depth-first pre-order (built once per vocabulary).
 struct VocabTrie {
-  std::vector<uint8_t> byte;          // the byte leading into node i (node 0 is the root)
-  std::vector<uint16_t> depth;        // bytes from the root
-  std::vector<int32_t> subtree_end;   // one past the last node of i's subtree
-  std::vector<int32_t> token_begin;   // tokens ending exactly at node i: tokens[token_begin[i]..token_begin[i+1])
+  std::vector<uint8_t> byte;         // the byte leading into node i (node 0 is the root)
+  std::vector<uint16_t> depth;       // bytes from the root
+  std::vector<int32_t> subtree_end;  // one past the last node of i's subtree
+  std::vector<int32_t> token_begin;  // tokens ending exactly at node i: tokens[token_begin[i]..token_begin[i+1])
   std::vector<int32_t> tokens;
   // For the text fast path: the longest path below node i (bytes, 255: at least 255), and whether every byte below
   // node i (its own excluded) is a text byte (printable ASCII but '"' and '\\').
@@ -66,9 +66,9 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
 
 // States grouped so that states in one group allow exactly the same tokens.
 struct MaskClasses {
-  std::vector<int32_t> class_of;  // per DFA state
+  std::vector<int32_t> class_of;        // per DFA state
   std::vector<int32_t> representative;  // one state per class
-  int rounds = 0;                 // refinement rounds until stable (at most the longest token)
+  int rounds = 0;                       // refinement rounds until stable (at most the longest token)
   // token_classes only: a class's mask is the union of its parts (and EOS where it accepts), class x's
   // parts[part_begin[x]..part_begin[x + 1]); part p: the tokens under the root's children of byte
   // class part_byte_class[p] alive from part_target[p] (a state reached on that class).

@@ -90,8 +90,7 @@ namespace detail {
 // bytes), the rounds run, and with `snapshots` the blocks after rounds 0, 1, ... (round 0: one block).
 // Stops early when a round changes nothing (the partition is then final). With `only`, strings
 // over the byte classes c with only[c] set (the refinement of the DFA restricted to them).
-std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable,
-                                  RoundBlocks* snapshots,
+std::vector<int32_t> moore_refine(const Dfa& dfa, size_t max_rounds, int* rounds, bool* stable, RoundBlocks* snapshots,
                                   const std::vector<uint8_t>* only = nullptr);
 
 }  // namespace detail
@@ -191,7 +190,8 @@ void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text
         const size_t limit = static_cast<size_t>(d) + static_cast<size_t>(r);
         const int32_t first = trie.by_length_begin[static_cast<size_t>(i)];
         int32_t stop = first;
-        while (stop < trie.by_length_begin[static_cast<size_t>(i) + 1] && trie.length_of[static_cast<size_t>(stop)] <= limit) ++stop;
+        while (stop < trie.by_length_begin[static_cast<size_t>(i) + 1] && trie.length_of[static_cast<size_t>(stop)] <= limit)
+          ++stop;
         emit(trie.by_length.data() + first, trie.by_length.data() + stop, -1);
         i = x.subtree_end;
         continue;
@@ -207,7 +207,8 @@ void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text
 }
 
 template <class Emit>
-void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at, Emit&& emit) {
+void walk_subtree(const Dfa& dfa, const VocabTrie& trie, const TextProfile* text, int32_t j, int32_t tj, int32_t* at,
+                  Emit&& emit) {
   walk_subtree(dfa, trie, text, j, tj, at, std::forward<Emit>(emit), [](int32_t, int32_t) { return false; });
 }
 
@@ -226,8 +227,10 @@ inline void or_bits(uint32_t* words, const uint32_t* bits, size_t n) {
 // OR-ing that in.
 inline auto bit_setter(const VocabTrie& trie, uint32_t* words) {
   return [&trie, words](const int32_t* first, const int32_t* last, int32_t whole) {
-    if (const uint32_t* bits = whole >= 0 ? trie.bitmap(whole) : nullptr) or_bits(words, bits, trie.bitmap_words);
-    else set_bits(words, first, last);
+    if (const uint32_t* bits = whole >= 0 ? trie.bitmap(whole) : nullptr)
+      or_bits(words, bits, trie.bitmap_words);
+    else
+      set_bits(words, first, last);
   };
 }
 

@@ -19,9 +19,12 @@ void TokenSet::add(const VocabTrie& trie, size_t words, const int32_t* first, co
     set_bits(bits.data(), tokens.data(), tokens.data() + tokens.size());
     tokens = {};
   }
-  if (bits.empty()) tokens.insert(tokens.end(), first, last);
-  else if (sub) or_bits(bits.data(), sub, words);
-  else set_bits(bits.data(), first, last);
+  if (bits.empty())
+    tokens.insert(tokens.end(), first, last);
+  else if (sub)
+    or_bits(bits.data(), sub, words);
+  else
+    set_bits(bits.data(), first, last);
 }
 
 void TokenSet::add_set(const TokenSet& other, size_t words) {
@@ -40,8 +43,10 @@ void TokenSet::add_set(const TokenSet& other, size_t words) {
 }
 
 void TokenSet::set_in(uint32_t* out, size_t words) const {
-  if (!bits.empty()) or_bits(out, bits.data(), words);
-  else set_bits(out, tokens.data(), tokens.data() + tokens.size());
+  if (!bits.empty())
+    or_bits(out, bits.data(), words);
+  else
+    set_bits(out, tokens.data(), tokens.data() + tokens.size());
 }
 
 void compute_mask(const Dfa& dfa, const Vocabulary& vocab, const VocabTrie& trie, int32_t state, uint32_t* words,

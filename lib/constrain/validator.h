@@ -89,8 +89,10 @@ class SchemaValidator {
   };
   static Decimal decimal(const json& v) {
     std::string text;
-    if (v.is_number_unsigned()) text = std::to_string(v.get<uint64_t>());
-    else if (v.is_number_integer()) text = std::to_string(v.get<int64_t>());
+    if (v.is_number_unsigned())
+      text = std::to_string(v.get<uint64_t>());
+    else if (v.is_number_integer())
+      text = std::to_string(v.get<int64_t>());
     else {
       const double x = v.get<double>();
       char buf[48];
@@ -177,14 +179,18 @@ class SchemaValidator {
       size_t next = p.find('/', pos);
       std::string part = p.substr(pos, next == std::string::npos ? std::string::npos : next - pos), key;
       for (size_t i = 0; i < part.size(); ++i) {
-        if (part[i] == '~' && i + 1 < part.size()) key += part[++i] == '1' ? '/' : '~';
-        else key += part[i];
+        if (part[i] == '~' && i + 1 < part.size())
+          key += part[++i] == '1' ? '/' : '~';
+        else
+          key += part[i];
       }
-      if (node->is_object() && node->contains(key)) node = &(*node)[key];
+      if (node->is_object() && node->contains(key))
+        node = &(*node)[key];
       else if (node->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
                std::stoul(key) < node->size())
         node = &(*node)[std::stoul(key)];
-      else return unresolved;
+      else
+        return unresolved;
       if (next == std::string::npos) break;
       pos = next + 1;
     }
@@ -199,7 +205,8 @@ class SchemaValidator {
     if (s.contains("$ref") && s["$ref"].is_string() && !check(resolve(s["$ref"].get<std::string>()), v)) return false;
     if (s.contains("type")) {
       bool ok = false;
-      if (s["type"].is_string()) ok = has_type(v, s["type"].get<std::string>());
+      if (s["type"].is_string())
+        ok = has_type(v, s["type"].get<std::string>());
       else
         for (const auto& t : s["type"]) ok = ok || has_type(v, t.get<std::string>());
       if (s.contains("nullable") && s["nullable"] == true) ok = ok || v.is_null();

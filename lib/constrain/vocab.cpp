@@ -106,7 +106,8 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
   auto checked_id = [&](const nlohmann::json& id, const std::string& where) {
     if (!id.is_number_integer()) throw std::runtime_error(name + ": " + where + ": the id is not an integer");
     const int64_t value = id.get<int64_t>();
-    if (value < 0 || value > kMaxId) throw std::runtime_error(name + ": " + where + ": id " + std::to_string(value) + " is outside 0 .. 2^24 - 1");
+    if (value < 0 || value > kMaxId)
+      throw std::runtime_error(name + ": " + where + ": id " + std::to_string(value) + " is outside 0 .. 2^24 - 1");
     return value;
   };
   int64_t max_id = -1;
@@ -146,13 +147,15 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
       }
       if (!ok) throw std::runtime_error(name + ": token '" + tok + "' is not byte-level encoded");
     } else {
-      if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>' && std::isxdigit(static_cast<unsigned char>(tok[3])) &&
-          std::isxdigit(static_cast<unsigned char>(tok[4]))) {
+      if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(tok[3])) && std::isxdigit(static_cast<unsigned char>(tok[4]))) {
         bytes += static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16));
       } else {
         for (uint32_t cp : code_points(tok)) {
-          if (cp == 0x2581) bytes += ' ';  // SentencePiece's word-boundary marker
-          else append_utf8(cp, &bytes);
+          if (cp == 0x2581)
+            bytes += ' ';  // SentencePiece's word-boundary marker
+          else
+            append_utf8(cp, &bytes);
         }
       }
     }
@@ -162,8 +165,13 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
   }
   for (const auto& a : added_tokens) {
     const std::string content = a["content"].get<std::string>();
-    static const char* eos_names[] = {"<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>",
-                                      "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
+    static const char* eos_names[] = {"<|endoftext|>",
+                                      "</s>",
+                                      "<|end_of_text|>",
+                                      "<|eot_id|>",
+                                      "<|im_end|>",
+                                      "<\xef\xbd\x9c"
+                                      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
     for (const char* e : eos_names)
       if (content == e && v.eos < 0) v.eos = static_cast<int32_t>(a["id"].get<int64_t>());
   }

@@ -22,7 +22,8 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
   for (int32_t id = 0; id < vocab->size(); ++id)
     if (!vocab->special[static_cast<size_t>(id)]) order.push_back(id);
   const auto& tb = vocab->token_bytes;
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)] < tb[static_cast<size_t>(b)]; });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)] < tb[static_cast<size_t>(b)]; });
 
   auto trie = std::make_shared<VocabTrie>();
   auto add_node = [&](uint8_t b, uint16_t d) {
@@ -81,10 +82,13 @@ std::shared_ptr<const VocabTrie> vocab_trie(const std::shared_ptr<const Vocabula
   }
   trie->length_of.resize(trie->by_length.size());
   for (size_t i = 0; i < nn; ++i) {
-    const auto first = trie->by_length.begin() + trie->by_length_begin[i], last = trie->by_length.begin() + trie->by_length_begin[i + 1];
-    std::stable_sort(first, last, [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)].size() < tb[static_cast<size_t>(b)].size(); });
+    const auto first = trie->by_length.begin() + trie->by_length_begin[i],
+               last = trie->by_length.begin() + trie->by_length_begin[i + 1];
+    std::stable_sort(first, last,
+                     [&](int32_t a, int32_t b) { return tb[static_cast<size_t>(a)].size() < tb[static_cast<size_t>(b)].size(); });
     for (auto it = first; it != last; ++it)
-      trie->length_of[static_cast<size_t>(it - trie->by_length.begin())] = static_cast<uint16_t>(tb[static_cast<size_t>(*it)].size());
+      trie->length_of[static_cast<size_t>(it - trie->by_length.begin())] =
+          static_cast<uint16_t>(tb[static_cast<size_t>(*it)].size());
   }
   trie->node.resize(nn + 1);
   for (size_t i = 0; i <= nn; ++i) {

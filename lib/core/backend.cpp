@@ -25,9 +25,7 @@ namespace {
 class CpuTimer : public SampleTimer {
  public:
   void start() override { t0_ = std::chrono::steady_clock::now(); }
-  double stop() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
+  double stop() override { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
  private:
   std::chrono::steady_clock::time_point t0_;
@@ -59,9 +57,7 @@ class CpuRuntime : public BackendRuntime {
 
 std::unique_ptr<BackendRuntime> make_cpu_runtime() { return std::make_unique<CpuRuntime>(); }
 
-std::unique_ptr<BackendRuntime> make_runtime(Backend b) {
-  return b == Backend::Cuda ? make_cuda_runtime() : make_cpu_runtime();
-}
+std::unique_ptr<BackendRuntime> make_runtime(Backend b) { return b == Backend::Cuda ? make_cuda_runtime() : make_cpu_runtime(); }
 
 Backend resolve_backend(const std::string& requested) {
   if (requested == "auto") return cuda_unavailable_reason().empty() ? Backend::Cuda : Backend::Cpu;

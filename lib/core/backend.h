@@ -54,5 +54,4 @@ std::string cuda_unavailable_reason();
 // "auto" -> Cuda when usable else Cpu; "cuda" when unusable -> InputError naming why.
 Backend resolve_backend(const std::string& requested);
 
-
 }  // namespace ib

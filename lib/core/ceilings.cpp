@@ -9,7 +9,8 @@ namespace ib {
 Spec ceiling_spec(Backend backend, bool quick, const RunControlOverrides& overrides) {
   // The GPU sizes are far past L2 (60 MB on H200) and large enough for cuBLAS's best kernels;
   // the CPU sizes fit a 2-core CI machine. `quick` only shortens the sampling.
-  const char* control = quick ? "    warmup: 2\n    min_samples: 5\n    min_time: 50ms\n    max_noise: 2%\n    timeout: 2s\n" : "";
+  const char* control =
+      quick ? "    warmup: 2\n    min_samples: 5\n    min_time: 50ms\n    max_noise: 2%\n    timeout: 2s\n" : "";
   const char* cpu_bytes = "256MiB";
   const int cpu_gemm = 1024;
   std::string yaml = fmt::format(
@@ -45,17 +46,16 @@ Ceilings ceilings_from_results(const std::vector<ExperimentResult>& results) {
         double rate = r.work.bytes / r.stats.median;
         if (rate > c.copy_bytes_per_s) {
           c.copy_bytes_per_s = rate;
-          c.copy_label = fmt::format("{} {}", r.variant == "copy" ? "cudaMemcpy D2D" : "memcpy",
-                                     format_bytes(r.point.number("bytes")));
+          c.copy_label =
+              fmt::format("{} {}", r.variant == "copy" ? "cudaMemcpy D2D" : "memcpy", format_bytes(r.point.number("bytes")));
         }
       }
       if ((r.variant == "gemm" || r.variant == "sgemm") && r.work.flops > 0) {
         double rate = r.work.flops / r.stats.median;
         if (rate > c.gemm_flops_per_s) {
           c.gemm_flops_per_s = rate;
-          c.gemm_label = fmt::format("{} {} {}x{}x{}", r.variant == "gemm" ? "cuBLAS" : "blocked SGEMM",
-                                     r.point.text("dtype"), r.point.integer("m"), r.point.integer("n"),
-                                     r.point.integer("k"));
+          c.gemm_label = fmt::format("{} {} {}x{}x{}", r.variant == "gemm" ? "cuBLAS" : "blocked SGEMM", r.point.text("dtype"),
+                                     r.point.integer("m"), r.point.integer("n"), r.point.integer("k"));
         }
       }
     }

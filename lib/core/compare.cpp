@@ -156,7 +156,8 @@ std::string comparison_markdown(const Comparison& c, const std::string& base_lab
           log_sum += std::log(r.speedup->ratio);
           (r.speedup->verdict == Verdict::Faster ? faster : r.speedup->verdict == Verdict::Slower ? slower : same)++;
         } else {
-          s += r.base_status == r.new_status ? " | |\n" : fmt::format(" | {} → {} |\n", to_string(r.base_status), to_string(r.new_status));
+          s += r.base_status == r.new_status ? " | |\n"
+                                             : fmt::format(" | {} → {} |\n", to_string(r.base_status), to_string(r.new_status));
         }
       }
     }
@@ -165,9 +166,10 @@ std::string comparison_markdown(const Comparison& c, const std::string& base_lab
                        e.base_only, e.base_only == 1 ? "" : "s", e.new_only);
   }
   s += "\n## Summary\n\n";
-  s += fmt::format("{} row{} timed in both runs: {} faster, {} slower, {} the same", matched, matched == 1 ? "" : "s", faster, slower,
-                   same);
-  if (matched > 0) s += fmt::format("; geometric mean of new vs base {}×", format_number(std::exp(log_sum / static_cast<double>(matched))));
+  s += fmt::format("{} row{} timed in both runs: {} faster, {} slower, {} the same", matched, matched == 1 ? "" : "s", faster,
+                   slower, same);
+  if (matched > 0)
+    s += fmt::format("; geometric mean of new vs base {}×", format_number(std::exp(log_sum / static_cast<double>(matched))));
   s += "\n";
   auto list = [](const std::vector<std::string>& v) {
     std::string out;
@@ -209,9 +211,8 @@ std::vector<std::string> slower_rows(const Comparison& c, double fraction) {
         if (std::find(varying.begin(), varying.end(), p.key) != varying.end())
           params += (params.empty() ? "" : ", ") + p.key + "=" + format_value(p.value, p.type);
       out.push_back(fmt::format("{}: {}{}: {} → {} ms, new vs base {}× [{}, {}]", e.name, r.variant,
-                                params.empty() ? "" : " (" + params + ")", ms(r.base_median),
-                                ms(r.new_median), format_number(r.speedup->ratio), format_number(r.speedup->lo),
-                                format_number(r.speedup->hi)));
+                                params.empty() ? "" : " (" + params + ")", ms(r.base_median), ms(r.new_median),
+                                format_number(r.speedup->ratio), format_number(r.speedup->lo), format_number(r.speedup->hi)));
     }
   }
   return out;

@@ -17,7 +17,7 @@ struct RowComparison {
   std::vector<Param> params;  // the base row's, restricted to the keys both runs have
   RowStatus base_status = RowStatus::Ok, new_status = RowStatus::Ok;
   double base_median = 0, new_median = 0;  // seconds (ok rows)
-  std::optional<Speedup> speedup;         // new over base (> 1: the new run is faster); both ok
+  std::optional<Speedup> speedup;          // new over base (> 1: the new run is faster); both ok
 };
 
 struct ExperimentComparison {

@@ -45,8 +45,8 @@ void* tracked_device_allocate(size_t bytes, const std::string& what) {
       size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
       throw OutOfMemory(what + ": cudaMalloc of " + format_bytes(static_cast<double>(bytes)) + " failed (" +
-                            format_bytes(static_cast<double>(free_b)) + " free of " +
-                            format_bytes(static_cast<double>(total_b)) + ")",
+                            format_bytes(static_cast<double>(free_b)) + " free of " + format_bytes(static_cast<double>(total_b)) +
+                            ")",
                         static_cast<int64_t>(bytes), static_cast<int64_t>(total_b - free_b), static_cast<int64_t>(total_b));
     }
     throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);

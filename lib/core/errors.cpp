@@ -38,8 +38,7 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   for (const auto& c : candidates) {
     size_t d = edit_distance(word, c);
     // A prefix/suffix relation ("seq" for "seq_len") is as good as a typo.
-    if (c.size() > word.size() && word.size() >= 3 &&
-        (c.compare(0, word.size(), word) == 0 || c.find(word) != std::string::npos))
+    if (c.size() > word.size() && word.size() >= 3 && (c.compare(0, word.size(), word) == 0 || c.find(word) != std::string::npos))
       d = std::min<size_t>(d, 2);
     if (d < best_d) {
       best_d = d;
@@ -60,10 +59,14 @@ std::string one_line(const std::string& message) {
   std::string out;
   for (const char c : message) {
     const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (u < 0x20 && c != '\t') out += std::string("\\x") + kHex[u >> 4] + kHex[u & 15];
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (u < 0x20 && c != '\t')
+      out += std::string("\\x") + kHex[u >> 4] + kHex[u & 15];
+    else
+      out += c;
   }
   return out;
 }

@@ -19,8 +19,7 @@ constexpr int kMaxJsonDepth = 512;
 template <class Json = nlohmann::json>
 Json parse_json_bounded(const std::string& text, const std::string& source, int max_depth = kMaxJsonDepth) {
   typename Json::parser_callback_t bound = [&](int depth, typename Json::parse_event_t, Json&) {
-    if (depth > max_depth)
-      throw InputError(source + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
+    if (depth > max_depth) throw InputError(source + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
     return true;
   };
   return Json::parse(text, bound);

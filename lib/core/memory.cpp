@@ -12,8 +12,8 @@ void MemoryTracker::reserve(int64_t bytes, const std::string& what) {
   if (limit_ > 0 && current_ + bytes > limit_) {
     throw OutOfMemory(what + ": " + format_bytes(static_cast<double>(bytes)) + " more would pass the " + name_ +
                           " memory limit of " + format_bytes(static_cast<double>(limit_)) +
-                          (limit_source_.empty() ? "" : ", " + limit_source_) + " (" + format_bytes(static_cast<double>(current_)) +
-                          " in use)",
+                          (limit_source_.empty() ? "" : ", " + limit_source_) + " (" +
+                          format_bytes(static_cast<double>(current_)) + " in use)",
                       bytes, current_, limit_);
   }
   current_ += bytes;

@@ -21,7 +21,6 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-
 std::string stamp(const char* format) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -70,7 +69,8 @@ std::string choose_run_dir(const std::string& requested, const std::string& labe
     // someone is not overwritten either.
     for (const char* file : {"results.json", "results.csv", "report.md"})
       if (exists(requested + "/" + file))
-        throw InputError(fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", requested, file));
+        throw InputError(
+            fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", requested, file));
     return requested;
   }
   const std::string base = "results/runs/" + utc_stamp_compact() + "-" + label;
@@ -129,8 +129,10 @@ RunDirLock::RunDirLock(const std::string& dir) : path_(dir + "/" + kFileName) {
         throw InputError(fmt::format("--output {}: another infer-bench run is writing there; choose another directory", dir));
       throw InputError(fmt::format("--output {}: cannot lock {}: {}", dir, kFileName, std::strerror(e)));
     }
-    struct stat held {}, named {};
-    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev)
       break;
     ::close(fd_);
     fd_ = -1;
@@ -140,7 +142,8 @@ RunDirLock::RunDirLock(const std::string& dir) : path_(dir + "/" + kFileName) {
     if (exists(dir + "/" + file)) {
       ::close(fd_);
       fd_ = -1;
-      throw InputError(fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", dir, file));
+      throw InputError(
+          fmt::format("--output {}: already holds {}; runs are never overwritten, choose another directory", dir, file));
     }
   const std::string pid = std::to_string(static_cast<long>(::getpid())) + "\n";
   if (::ftruncate(fd_, 0) == 0 && ::write(fd_, pid.data(), pid.size()) < 0) {
@@ -151,13 +154,16 @@ RunDirLock::RunDirLock(const std::string& dir) : path_(dir + "/" + kFileName) {
 RunDirLock::~RunDirLock() {
   if (fd_ < 0) return;
   // Only our own file: after remove_run_output took it away, the name may be another run's.
-  struct stat held {}, named {};
-  if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+  struct stat held {
+  }, named{};
+  if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+      held.st_dev == named.st_dev)
     ::unlink(path_.c_str());
   ::close(fd_);
 }
 
-void remove_run_output(const std::string& dir, const std::vector<std::string>& created, const std::vector<std::string>& extra_files) {
+void remove_run_output(const std::string& dir, const std::vector<std::string>& created,
+                       const std::vector<std::string>& extra_files) {
   std::vector<std::string> names = {"results.json", "results.csv", "report.md", RunDirLock::kFileName};
   names.insert(names.end(), extra_files.begin(), extra_files.end());
   for (const auto& name : names) {

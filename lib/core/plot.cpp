@@ -34,8 +34,8 @@ struct PlotPoint {
 
 struct PlotSeries {
   std::string label;
-  size_t color = 0;  // one colour per variant and parameter combination
-  size_t dash = 0;   // one line style per quantity (several y: measured solid, the next dashed, ...)
+  size_t color = 0;               // one colour per variant and parameter combination
+  size_t dash = 0;                // one line style per quantity (several y: measured solid, the next dashed, ...)
   std::vector<PlotPoint> points;  // sorted by x
 };
 
@@ -52,14 +52,15 @@ const Param* find_param(const Row& r, const std::string& key) {
 }
 
 struct YQuantity {
-  std::string label;  // the axis title
+  std::string label;           // the axis title
   bool reference_one = false;  // draw y = 1 (speedups)
 };
 
 YQuantity describe_one(const std::string& y, const ExperimentResult& result) {
   if (y == "ms") return {"median ms (whiskers: p10–p90)"};
   if (y == "speedup")
-    return {"speedup vs " + (result.spec.baseline.empty() ? std::string("the baseline") : result.spec.baseline) + " (95% CI)", true};
+    return {"speedup vs " + (result.spec.baseline.empty() ? std::string("the baseline") : result.spec.baseline) + " (95% CI)",
+            true};
   if (y == "tflops") return {"TFLOP/s"};
   if (y == "gbps") return {"GB/s"};
   for (const auto& r : result.rows)
@@ -191,13 +192,13 @@ std::string truncate(const std::string& s, size_t n) {
 }
 
 std::string diamond(double x, double y, const char* color) {
-  return fmt::format("<path d=\"M{} {}l5 5l-5 5l-5 -5z\" fill=\"white\" stroke=\"{}\" stroke-width=\"1.6\"/>\n", num(x), num(y - 5),
-                     color);
+  return fmt::format("<path d=\"M{} {}l5 5l-5 5l-5 -5z\" fill=\"white\" stroke=\"{}\" stroke-width=\"1.6\"/>\n", num(x),
+                     num(y - 5), color);
 }
 
 std::string cross(double x, double y, const char* color) {
-  return fmt::format("<path d=\"M{} {}l8 8M{} {}l-8 8\" stroke=\"{}\" stroke-width=\"2.2\"/>\n", num(x - 4), num(y - 4), num(x + 4),
-                     num(y - 4), color);
+  return fmt::format("<path d=\"M{} {}l8 8M{} {}l-8 8\" stroke=\"{}\" stroke-width=\"2.2\"/>\n", num(x - 4), num(y - 4),
+                     num(x + 4), num(y - 4), color);
 }
 
 constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
@@ -346,7 +347,8 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
   const size_t legend_rows = (entries + columns - 1) / columns;
   const double height = kLegendTop + static_cast<double>(legend_rows) * kLegendRow + 6;
   auto legend_at = [&](size_t k) {
-    return std::make_pair(kLeft + static_cast<double>(k % columns) * entry_w, kLegendTop + static_cast<double>(k / columns) * kLegendRow);
+    return std::make_pair(kLeft + static_cast<double>(k % columns) * entry_w,
+                          kLegendTop + static_cast<double>(k / columns) * kLegendRow);
   };
 
   const std::string title = p.title.empty() ? (join_y(p) + " vs " + p.x) : p.title;
@@ -362,12 +364,14 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
   // Grid and ticks.
   for (double v : yt) {
     const double py = sy(v);
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#e4e4e4\"/>\n", num(kLeft), num(py), num(kRight), num(py));
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#e4e4e4\"/>\n", num(kLeft), num(py), num(kRight),
+                     num(py));
     s += text(kLeft - 6, py + 4, tick_label(v), "text-anchor=\"end\"");
   }
   for (double v : xt) {
     const double px = sx(v);
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#f0f0f0\"/>\n", num(px), num(kTop), num(px), num(kBottom));
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#f0f0f0\"/>\n", num(px), num(kTop), num(px),
+                     num(kBottom));
     s += text(px, kBottom + 16, format_x(v, x_type), "text-anchor=\"middle\"");
   }
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", num(kLeft), num(kTop),
@@ -402,8 +406,9 @@ std::optional<PlotFile> render_one(const ExperimentResult& result, const PlotSpe
       if (pt.book.size() == 1) {
         s += diamond(px + 7, sy(pt.book[0]), color);
       } else if (pt.book.size() == 2) {
-        s += fmt::format("<path d=\"M{0} {1}V{2}M{3} {1}h8M{3} {2}h8\" stroke=\"{4}\" stroke-width=\"2\" stroke-dasharray=\"3 2\"/>\n",
-                         num(px + 7), num(sy(pt.book[0])), num(sy(pt.book[1])), num(px + 3), color);
+        s += fmt::format(
+            "<path d=\"M{0} {1}V{2}M{3} {1}h8M{3} {2}h8\" stroke=\"{4}\" stroke-width=\"2\" stroke-dasharray=\"3 2\"/>\n",
+            num(px + 7), num(sy(pt.book[0])), num(sy(pt.book[1])), num(px + 3), color);
         s += diamond(px + 7, sy((pt.book[0] + pt.book[1]) / 2), color);
       }
     }
@@ -449,8 +454,7 @@ std::vector<std::string> plot_file_names(const ExperimentSpec& spec) {
     if (ch == '/' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
   if (base.empty()) base = "_";
   std::vector<std::string> names;
-  for (size_t i = 0; i < spec.plots.size(); ++i)
-    names.push_back(i == 0 ? base + ".svg" : fmt::format("{}-{}.svg", base, i + 1));
+  for (size_t i = 0; i < spec.plots.size(); ++i) names.push_back(i == 0 ? base + ".svg" : fmt::format("{}-{}.svg", base, i + 1));
   return names;
 }
 
@@ -466,8 +470,9 @@ std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceiling
       why = std::string("internal error: ") + e.what();
     }
     if (!f) {
-      if (skipped) skipped->push_back(fmt::format("{}: plot {} ({} vs {}) not drawn: {}", result.spec.name, i + 1,
-                                                  join_y(result.spec.plots[i]), result.spec.plots[i].x, why));
+      if (skipped)
+        skipped->push_back(fmt::format("{}: plot {} ({} vs {}) not drawn: {}", result.spec.name, i + 1,
+                                       join_y(result.spec.plots[i]), result.spec.plots[i].x, why));
       continue;
     }
     f->file = plot_file_names(result.spec)[i];
@@ -483,8 +488,10 @@ std::vector<double> book_figure_values(const nlohmann::json& figure) {
   size_t i = 0;
   while (i < s.size() && s[i] == ' ') ++i;
   const std::string approx = "\u2248";  // ≈
-  if (s.compare(i, 1, "~") == 0) ++i;
-  else if (s.compare(i, approx.size(), approx) == 0) i += approx.size();
+  if (s.compare(i, 1, "~") == 0)
+    ++i;
+  else if (s.compare(i, approx.size(), approx) == 0)
+    i += approx.size();
   while (i < s.size() && s[i] == ' ') ++i;
   if (i >= s.size() || !(std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) return {};  // "< 100", "OOM"
   const char* start = s.c_str() + i;
@@ -507,14 +514,26 @@ std::string xml_escape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          out += ' ';
+        else
+          out += c;
     }
   }
   return out;

@@ -17,7 +17,7 @@ namespace ib {
 
 // One rendered plot: the file name inside the run directory and the SVG document.
 struct PlotFile {
-  std::string file;   // "<experiment>.svg", then "<experiment>-2.svg", ...
+  std::string file;  // "<experiment>.svg", then "<experiment>-2.svg", ...
   std::string title;
   std::string svg;
 };

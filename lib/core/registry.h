@@ -124,7 +124,8 @@ VariantFactory make_variant(Args... args) {
 #if INFER_BENCH_HAVE_CUDA
 #define IB_IF_CUDA(...) __VA_ARGS__
 #else
-#define IB_IF_CUDA(...) ::ib::VariantFactory{}
+#define IB_IF_CUDA(...) \
+  ::ib::VariantFactory {}
 #endif
 
 }  // namespace ib

@@ -35,13 +35,15 @@ std::string markdown_report(const ResultSet& rs) {
     s += fmt::format("- peaks measured: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
                      format_number(m.ceilings.copy_bytes_per_s / 1e9), m.ceilings.copy_label,
                      format_number(m.ceilings.gemm_flops_per_s / 1e12), m.ceilings.gemm_label);
-  if (m.interrupted) s += "- **interrupted** (Ctrl-C, SIGTERM or a closed stdout): the rows below are complete, the rest were not run\n";
+  if (m.interrupted)
+    s += "- **interrupted** (Ctrl-C, SIGTERM or a closed stdout): the rows below are complete, the rest were not run\n";
   if (!m.error.empty()) s += "- **stopped early**: " + m.error + " — the rows below are complete, the rest were not run\n";
   s += "\n" + markdown_summary(rs);
   for (const auto& e : rs.experiments) {
     s += "\n" + markdown_heading(e.spec, e.plan, m.backend);
     s += markdown_table(e, m.ceilings);
-    for (const auto& f : render_plots(e, m.ceilings, plot_subtitle(m))) s += "\n![" + e.spec.name + ": " + f.title + "](" + f.file + ")\n";
+    for (const auto& f : render_plots(e, m.ceilings, plot_subtitle(m)))
+      s += "\n![" + e.spec.name + ": " + f.title + "](" + f.file + ")\n";
   }
   return s;
 }

@@ -65,8 +65,8 @@ std::string markdown_report(const ResultSet& results);
 // Writes every experiment's plots (core/plot.h) into `dir`, each atomically and named `prefix` +
 // its file name; returns the names written. `skipped` (optional) receives one line per declared
 // plot without data.
-std::vector<std::string> write_plots(const ResultSet& results, const std::string& dir, std::vector<std::string>* skipped = nullptr,
-                                     const std::string& prefix = "");
+std::vector<std::string> write_plots(const ResultSet& results, const std::string& dir,
+                                     std::vector<std::string>* skipped = nullptr, const std::string& prefix = "");
 
 std::string csv_report(const ResultSet& results);
 

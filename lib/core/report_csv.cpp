@@ -13,8 +13,10 @@ std::string csv_field(const std::string& s) {
   if (!quote) return s;
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"') out += "\"\"";
-    else out += c;
+    if (c == '"')
+      out += "\"\"";
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -33,10 +35,10 @@ std::string csv_report(const ResultSet& rs) {
     }
   std::vector<std::string> header = {"experiment", "kind", "backend", "variant", "status"};
   for (const auto& p : params) header.push_back(p);
-  for (const char* h : {"samples", "median_ms", "mean_ms", "stdev_ms", "min_ms", "p10_ms", "p90_ms", "stop_reason",
-                        "work_flops", "work_bytes", "tflops", "gbps", "pct_gemm_peak", "pct_copy_peak",
-                        "peak_memory_bytes", "speedup", "speedup_lo", "speedup_hi", "verdict", "check_metric",
-                        "check_value", "check_tolerance"})
+  for (const char* h : {"samples",       "median_ms",     "mean_ms",           "stdev_ms",       "min_ms",     "p10_ms",
+                        "p90_ms",        "stop_reason",   "work_flops",        "work_bytes",     "tflops",     "gbps",
+                        "pct_gemm_peak", "pct_copy_peak", "peak_memory_bytes", "speedup",        "speedup_lo", "speedup_hi",
+                        "verdict",       "check_metric",  "check_value",       "check_tolerance"})
     header.push_back(h);
   for (const auto& m : metrics) header.push_back(m);
   for (const auto& b : book) header.push_back("book_" + b);
@@ -92,7 +94,10 @@ std::string csv_report(const ResultSet& rs) {
       for (const auto& b : book) {
         std::string v;
         for (const auto& x : r.book)
-          if (x.first == b) v = x.second.is_string() ? x.second.get<std::string>() : x.second.is_number() ? num(x.second.get<double>()) : x.second.dump();
+          if (x.first == b)
+            v = x.second.is_string()   ? x.second.get<std::string>()
+                : x.second.is_number() ? num(x.second.get<double>())
+                                       : x.second.dump();
         f.push_back(v);
       }
       f.push_back(r.message);

@@ -13,8 +13,8 @@ namespace ib {
 namespace {
 
 ParamType param_type_from_string(const std::string& s) {
-  for (ParamType t : {ParamType::Int, ParamType::Float, ParamType::Bool, ParamType::String, ParamType::Enum,
-                      ParamType::Bytes, ParamType::Seconds})
+  for (ParamType t : {ParamType::Int, ParamType::Float, ParamType::Bool, ParamType::String, ParamType::Enum, ParamType::Bytes,
+                      ParamType::Seconds})
     if (s == to_string(t)) return t;
   throw std::runtime_error("unknown parameter type '" + s + "'");
 }
@@ -31,9 +31,8 @@ nlohmann::json row_json(const Row& r, const Ceilings& c) {
   j["params"] = params;
   j["baseline"] = r.is_baseline;
   j["samples_s"] = r.samples;
-  j["stats_s"] = {{"n", r.stats.n},         {"median", r.stats.median}, {"mean", r.stats.mean},
-                  {"stdev", r.stats.stdev}, {"min", r.stats.min},       {"max", r.stats.max},
-                  {"p10", r.stats.p10},     {"p90", r.stats.p90}};
+  j["stats_s"] = {{"n", r.stats.n},     {"median", r.stats.median}, {"mean", r.stats.mean}, {"stdev", r.stats.stdev},
+                  {"min", r.stats.min}, {"max", r.stats.max},       {"p10", r.stats.p10},   {"p90", r.stats.p90}};
   j["stop_reason"] = r.stop_reason;
   if (r.validation)
     j["validation"] = {{"ok", r.validation->ok},
@@ -58,10 +57,8 @@ nlohmann::json row_json(const Row& r, const Ceilings& c) {
   for (const auto& m : r.metrics) metrics.push_back({{"key", m.key}, {"value", m.value}, {"unit", m.unit}});
   j["metrics"] = metrics;
   if (r.speedup)
-    j["speedup"] = {{"ratio", r.speedup->ratio},
-                    {"lo", r.speedup->lo},
-                    {"hi", r.speedup->hi},
-                    {"verdict", to_string(r.speedup->verdict)}};
+    j["speedup"] = {
+        {"ratio", r.speedup->ratio}, {"lo", r.speedup->lo}, {"hi", r.speedup->hi}, {"verdict", to_string(r.speedup->verdict)}};
   nlohmann::json book = nlohmann::json::object();
   for (const auto& [k, v] : r.book) book[k] = v;
   j["book"] = book;
@@ -100,7 +97,9 @@ nlohmann::json json_report(const ResultSet& rs) {
       axes.push_back({{"key", a.key}, {"type", to_string(a.type)}, {"values", vals}});
     }
     ej["axes"] = axes;
-    ej["plan"] = {{"configurations", e.plan.points.size()}, {"variants", e.plan.variants}, {"rows", e.plan.rows},
+    ej["plan"] = {{"configurations", e.plan.points.size()},
+                  {"variants", e.plan.variants},
+                  {"rows", e.plan.rows},
                   {"skipped", e.plan.skipped}};
     ej["interrupted"] = e.interrupted;
     nlohmann::json rows = nlohmann::json::array();
@@ -117,8 +116,7 @@ namespace {
 // The reader proper; *where follows it (the experiment and row being read) for the message of a
 // missing or mistyped member.
 ResultSet read_results(const nlohmann::json& j, std::string* where) {
-  if (j.value("schema", std::string()) != "infer-bench/results")
-    throw std::runtime_error("not an infer-bench results file");
+  if (j.value("schema", std::string()) != "infer-bench/results") throw std::runtime_error("not an infer-bench results file");
   int version = j.value("schema_version", 0);
   if (version != kResultsSchemaVersion)
     throw std::runtime_error(fmt::format("results schema version {} (this build reads {})", version, kResultsSchemaVersion));
@@ -177,8 +175,10 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
       for (const auto& rowj : bj.value("rows", nlohmann::json::array())) {
         BookRow br;
         for (const auto& [k, v] : rowj.items()) {
-          if (k == "variant" || k == "role" || types.count(k)) br.match.emplace_back(k, value_from_json(v));
-          else br.figures.emplace_back(k, v);
+          if (k == "variant" || k == "role" || types.count(k))
+            br.match.emplace_back(k, value_from_json(v));
+          else
+            br.figures.emplace_back(k, v);
         }
         e.spec.book.rows.push_back(std::move(br));
       }
@@ -233,7 +233,8 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
       r.work.flops = rj.at("work").at("flops").get<double>();
       r.work.bytes = rj.at("work").at("bytes").get<double>();
       for (const auto& mj : rj.at("metrics"))
-        r.metrics.push_back(Metric{mj.at("key").get<std::string>(), mj.at("value").get<double>(), mj.at("unit").get<std::string>()});
+        r.metrics.push_back(
+            Metric{mj.at("key").get<std::string>(), mj.at("value").get<double>(), mj.at("unit").get<std::string>()});
       if (rj.contains("speedup")) {
         const auto& s = rj["speedup"];
         Speedup sp;

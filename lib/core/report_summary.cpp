@@ -73,9 +73,12 @@ std::string shape_verdict(const ExperimentResult& e, const std::string& h, const
       const Param* p = r.point.find(key);
       if (!v || !p || !in_summary(e, r)) continue;
       double x = 0;
-      if (const auto* i = std::get_if<int64_t>(&p->value)) x = static_cast<double>(*i);
-      else if (const auto* d = std::get_if<double>(&p->value)) x = *d;
-      else continue;
+      if (const auto* i = std::get_if<int64_t>(&p->value))
+        x = static_cast<double>(*i);
+      else if (const auto* d = std::get_if<double>(&p->value))
+        x = *d;
+      else
+        continue;
       std::string id = r.variant;
       for (const auto& q : r.point.params)
         if (q.key != key) id += "|" + format_value(q.value, q.type);
@@ -86,7 +89,8 @@ std::string shape_verdict(const ExperimentResult& e, const std::string& h, const
       if (pts.size() < 2) continue;
       std::sort(pts.begin(), pts.end());
       bool mono = true;
-      for (size_t i = 1; i < pts.size(); ++i) mono = mono && (grows ? pts[i].second > pts[i - 1].second : pts[i].second < pts[i - 1].second);
+      for (size_t i = 1; i < pts.size(); ++i)
+        mono = mono && (grows ? pts[i].second > pts[i - 1].second : pts[i].second < pts[i - 1].second);
       ++n;
       ok += mono;
     }
@@ -126,7 +130,8 @@ std::string summary_line(const ExperimentResult& e, const Ceilings& c) {
   }
   size_t failed = 0;
   for (const auto& r : e.rows) failed += r.status == RowStatus::Failed;
-  if (failed && !s.holds.empty()) line += fmt::format(" · shape not judged ({} row{} FAILED)", failed, failed == 1 ? "" : "s");
+  if (failed && !s.holds.empty())
+    line += fmt::format(" · shape not judged ({} row{} FAILED)", failed, failed == 1 ? "" : "s");
   else
     for (const auto& h : s.holds) line += " · " + shape_verdict(e, h, figure, c);
   if (e.interrupted) line += " · interrupted";

@@ -17,9 +17,12 @@ namespace ib {
 std::string md_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -29,8 +32,24 @@ namespace {
 std::string ms(double seconds) { return format_number(seconds * 1e3); }
 
 // Column order of the Markdown table, whatever order rows contribute their cells in.
-enum Rank { kVariant, kParam, kTime, kTflops, kPctGemm, kGbps, kPctCopy, kMetric, kPeakMem, kSpeedup, kVerdict,
-            kBook, kCheck, kSamples, kStop, kNote };
+enum Rank {
+  kVariant,
+  kParam,
+  kTime,
+  kTflops,
+  kPctGemm,
+  kGbps,
+  kPctCopy,
+  kMetric,
+  kPeakMem,
+  kSpeedup,
+  kVerdict,
+  kBook,
+  kCheck,
+  kSamples,
+  kStop,
+  kNote
+};
 
 struct Cell {
   std::string header;
@@ -41,10 +60,14 @@ struct Cell {
 
 std::string status_text(const Row& r) {
   switch (r.status) {
-    case RowStatus::Ok: return "";
-    case RowStatus::Oom: return "OOM";
-    case RowStatus::Failed: return "FAILED";
-    case RowStatus::Unsupported: return "unsupported";
+    case RowStatus::Ok:
+      return "";
+    case RowStatus::Oom:
+      return "OOM";
+    case RowStatus::Failed:
+      return "FAILED";
+    case RowStatus::Unsupported:
+      return "unsupported";
   }
   return "";
 }
@@ -63,8 +86,10 @@ std::vector<Cell> row_cells(const Row& r, const Ceilings& c) {
   std::vector<Cell> cells;
   cells.push_back({"variant", r.variant, kVariant, "variant"});
   for (const auto& p : r.point.params) cells.push_back({p.key, format_value(p.value, p.type), kParam, p.key});
-  if (r.status == RowStatus::Ok) cells.push_back({"ms", ms(r.stats.median) + " ± " + ms(r.stats.stdev), kTime, "ms"});
-  else cells.push_back({"ms", status_text(r), kTime, "ms"});
+  if (r.status == RowStatus::Ok)
+    cells.push_back({"ms", ms(r.stats.median) + " ± " + ms(r.stats.stdev), kTime, "ms"});
+  else
+    cells.push_back({"ms", status_text(r), kTime, "ms"});
   Roofline rf = roofline(r, c);
   if (rf.tflops) cells.push_back({"TFLOP/s", format_number(*rf.tflops), kTflops, "tflops"});
   if (rf.pct_gemm) cells.push_back({"% GEMM peak", format_number(*rf.pct_gemm), kPctGemm, "pct_gemm"});
@@ -82,9 +107,10 @@ std::vector<Cell> row_cells(const Row& r, const Ceilings& c) {
   }
   for (const auto& [k, v] : r.book) cells.push_back({"book " + k, figure_text(v), kBook, "book_" + k});
   if (r.validation)
-    cells.push_back({"check", fmt::format("{} {} {}", r.validation->ok ? "ok" : "FAILED", r.validation->metric,
-                                          format_number(r.validation->value)),
-                     kCheck, "check"});
+    cells.push_back(
+        {"check",
+         fmt::format("{} {} {}", r.validation->ok ? "ok" : "FAILED", r.validation->metric, format_number(r.validation->value)),
+         kCheck, "check"});
   if (r.status == RowStatus::Ok) {
     cells.push_back({"samples", std::to_string(r.stats.n), kSamples, "samples"});
     cells.push_back({"stop", r.stop_reason, kStop, "stop"});
@@ -210,8 +236,9 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
     return markdown_table(result, ceilings, full);
   }
   const bool all = !options.compact;
-  const std::vector<std::string>& wanted =
-      !options.columns.empty() ? options.columns : !result.spec.columns.empty() ? result.spec.columns : kDefaultColumns;
+  const std::vector<std::string>& wanted = !options.columns.empty()       ? options.columns
+                                           : !result.spec.columns.empty() ? result.spec.columns
+                                                                          : kDefaultColumns;
   std::vector<std::string> shown, constants;
   std::vector<bool> requested;  // per shown column: named by the request (fitting drops the others first)
   size_t hidden = 0;
@@ -302,7 +329,8 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
   }
 
   out += "\n";
-  if (!constants.empty()) out += (options.compact ? wrap_dotted(constants, 120) : [&] {
+  if (!constants.empty())
+    out += (options.compact ? wrap_dotted(constants, 120) : [&] {
     std::string line;
     for (const auto& c : constants) line += (line.empty() ? "" : " · ") + c;
     return line;
@@ -327,13 +355,15 @@ std::string markdown_table(const ExperimentResult& result, const Ceilings& ceili
     out += "\n";
   }
   if (options.compact && hidden > 0)
-    out += fmt::format("\n+{} column{} in report.md, CSV and JSON (`--columns all` shows them)\n", hidden, hidden == 1 ? "" : "s");
+    out +=
+        fmt::format("\n+{} column{} in report.md, CSV and JSON (`--columns all` shows them)\n", hidden, hidden == 1 ? "" : "s");
   if (rows.size() > measured)
     out += "\n(chapter) rows: the chapter's figures at a role or point this run does not measure; nothing measured in them\n";
   if (!result.spec.book.empty()) {
     out += "\nbook: " + result.spec.book.source + (result.spec.book.note.empty() ? "" : " — " + result.spec.book.note) + "\n";
     if (result.spec.cpu_overrides_applied)
-      out += "book = the chapter's hardware at full size; measured = this machine with the spec's cpu: block: a shape, not a race\n";
+      out +=
+          "book = the chapter's hardware at full size; measured = this machine with the spec's cpu: block: a shape, not a race\n";
   }
   if (result.interrupted)
     out += fmt::format("\n_interrupted: {} of {} rows measured; the rows above are complete_\n", result.rows.size(),

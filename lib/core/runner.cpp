@@ -36,10 +36,14 @@ Ceilings Ceilings::from_json(const nlohmann::json& j) {
 
 const char* to_string(RowStatus s) {
   switch (s) {
-    case RowStatus::Ok: return "ok";
-    case RowStatus::Failed: return "FAILED";
-    case RowStatus::Oom: return "OOM";
-    case RowStatus::Unsupported: return "unsupported";
+    case RowStatus::Ok:
+      return "ok";
+    case RowStatus::Failed:
+      return "FAILED";
+    case RowStatus::Oom:
+      return "OOM";
+    case RowStatus::Unsupported:
+      return "unsupported";
   }
   return "?";
 }
@@ -251,14 +255,16 @@ Row Runner::run_row_on(BackendRuntime& rt, const ExperimentSpec& spec, const Var
     if (!row.validation->ok) {
       const Validation& val = *row.validation;
       row.status = RowStatus::Failed;
-      row.message = fmt::format("validation failed: {} {} > {}", val.metric, format_number(val.value), format_number(val.tolerance));
+      row.message =
+          fmt::format("validation failed: {} {} > {}", val.metric, format_number(val.value), format_number(val.tolerance));
       if (!val.detail.empty()) row.message += " (" + val.detail + ")";
     } else if (own) {
       if (own->samples.empty()) throw std::runtime_error("the variant measured itself and returned no samples");
       row.samples = own->samples;
-      row.stop_reason = options_.profile ? fmt::format("profile: {} runs in the variant's own process (outside the profiler range)",
-                                                       row.samples.size())
-                                         : own->stop_reason;
+      row.stop_reason =
+          options_.profile
+              ? fmt::format("profile: {} runs in the variant's own process (outside the profiler range)", row.samples.size())
+              : own->stop_reason;
       row.stats = summarize(row.samples);
       row.work = v->work();
       row.metrics = v->metrics();

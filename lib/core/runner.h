@@ -19,10 +19,10 @@ namespace ib {
 
 // The card's measured limits, for the roofline columns. Zero means "not measured".
 struct Ceilings {
-  double copy_bytes_per_s = 0;   // device-to-device (or memcpy) bytes read + written per second
-  double gemm_flops_per_s = 0;   // dense GEMM rate (cuBLAS bf16 on the GPU, our SGEMM on the CPU)
-  std::string copy_label;        // what was measured: "cudaMemcpy D2D 1 GiB"
-  std::string gemm_label;        // "cuBLAS bf16 8192x8192x8192"
+  double copy_bytes_per_s = 0;  // device-to-device (or memcpy) bytes read + written per second
+  double gemm_flops_per_s = 0;  // dense GEMM rate (cuBLAS bf16 on the GPU, our SGEMM on the CPU)
+  std::string copy_label;       // what was measured: "cudaMemcpy D2D 1 GiB"
+  std::string gemm_label;       // "cuBLAS bf16 8192x8192x8192"
   nlohmann::json to_json() const;
   static Ceilings from_json(const nlohmann::json& j);
 };
@@ -35,22 +35,22 @@ struct Row {
   std::string experiment;
   std::string kind;
   std::string variant;
-  std::string role;                  // the part the variant plays in the chapter's comparison (VariantDecl::role)
+  std::string role;  // the part the variant plays in the chapter's comparison (VariantDecl::role)
   Backend backend = Backend::Cpu;
   Point point;
   RowStatus status = RowStatus::Ok;
-  std::string message;               // why FAILED / OOM / unsupported; on an ok row, a self-measured variant's note
-  std::vector<double> samples;       // seconds
-  Stats stats;                       // of samples
+  std::string message;          // why FAILED / OOM / unsupported; on an ok row, a self-measured variant's note
+  std::vector<double> samples;  // seconds
+  Stats stats;                  // of samples
   std::string stop_reason;
   std::optional<Validation> validation;
   Work work;
   std::vector<Metric> metrics;
-  std::optional<Speedup> speedup;    // vs the baseline at the same point
+  std::optional<Speedup> speedup;  // vs the baseline at the same point
   bool is_baseline = false;
   std::vector<std::pair<std::string, nlohmann::json>> book;  // matched chapter figures
-  int64_t peak_memory = -1;          // bytes allocated above the row's start, at peak
-  std::vector<std::pair<std::string, std::string>> texts;  // Variant::texts (prompt, output) of an ok row
+  int64_t peak_memory = -1;                                  // bytes allocated above the row's start, at peak
+  std::vector<std::pair<std::string, std::string>> texts;    // Variant::texts (prompt, output) of an ok row
 };
 
 // Derived columns every report shows, from a row's stats, work and the ceilings.
@@ -76,7 +76,7 @@ class RunObserver {
 };
 
 struct RunnerOptions {
-  bool profile = false;   // a few runs between cudaProfilerStart/Stop instead of adaptive sampling
+  bool profile = false;  // a few runs between cudaProfilerStart/Stop instead of adaptive sampling
   int profile_runs = 3;
 };
 

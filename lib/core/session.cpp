@@ -147,7 +147,8 @@ class SessionObserver : public RunObserver {
     write();
   }
   void write() const {
-    write_file_atomic(dir_ + "/results.json", json_report(rs_).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomic(dir_ + "/results.json",
+                      json_report(rs_).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     write_file_atomic(dir_ + "/results.csv", csv_report(rs_));
     write_file_atomic(dir_ + "/report.md", markdown_report(rs_));
     write_plots(rs_, dir_);
@@ -194,10 +195,10 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   install_interrupt_handler();
   rs.meta.ceilings = measure_ceilings(*rt);
   if (o.format == "md")
-    out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
-                    file_stem(path), rs.meta.device.name, to_string(backend),
-                    format_number(rs.meta.ceilings.copy_bytes_per_s / 1e9), rs.meta.ceilings.copy_label,
-                    format_number(rs.meta.ceilings.gemm_flops_per_s / 1e12), rs.meta.ceilings.gemm_label));
+    out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", file_stem(path),
+                    rs.meta.device.name, to_string(backend), format_number(rs.meta.ceilings.copy_bytes_per_s / 1e9),
+                    rs.meta.ceilings.copy_label, format_number(rs.meta.ceilings.gemm_flops_per_s / 1e12),
+                    rs.meta.ceilings.gemm_label));
 
   SessionObserver observer(rs, dir, o);
   RunnerOptions ro;
@@ -219,8 +220,8 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
     rs.meta.error = e.what();
     rs.meta.finished_utc = utc_stamp_iso();
     observer.write();
-    std::fprintf(stderr, "infer-bench: %s; the run stopped: the %zu row%s measured before it are in %s/\n", one_line(e.what()).c_str(),
-                 measured, measured == 1 ? "" : "s", dir.c_str());
+    std::fprintf(stderr, "infer-bench: %s; the run stopped: the %zu row%s measured before it are in %s/\n",
+                 one_line(e.what()).c_str(), measured, measured == 1 ? "" : "s", dir.c_str());
     return 2;
   }
   rs.meta.interrupted = interrupted();
@@ -237,9 +238,10 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   for (const auto& p : plots) files += ", " + p;
   notes.say("results in " + dir + "/ (" + files + ")");
   if (rs.meta.interrupted) {
-    std::fprintf(stderr, "infer-bench: %s: the rows measured so far are in %s/\n",
-                 g_stdout_closed ? "stdout was closed (the reader of the pipe exited), so the run stopped as on Ctrl-C" : "interrupted",
-                 dir.c_str());
+    std::fprintf(
+        stderr, "infer-bench: %s: the rows measured so far are in %s/\n",
+        g_stdout_closed ? "stdout was closed (the reader of the pipe exited), so the run stopped as on Ctrl-C" : "interrupted",
+        dir.c_str());
     return 130;
   }
   return failed ? 1 : 0;
@@ -387,7 +389,8 @@ int plot_results_file(const std::string& results_path, const std::string& spec_p
   const std::vector<std::string> files = write_plots(rs, dir, &skipped, prefix);
   for (const auto& line : skipped) notes.say(line);
   for (const auto& f : files) std::printf("%s/%s\n", dir.c_str(), f.c_str());
-  if (files.empty()) throw InputError(results_path + ": none of the " + std::to_string(declared) + " declared plots has data to draw");
+  if (files.empty())
+    throw InputError(results_path + ": none of the " + std::to_string(declared) + " declared plots has data to draw");
   return 0;
 }
 
@@ -416,8 +419,8 @@ int show_info(const SessionOptions& o) {
     out("\n" + markdown_heading(e, results.back().plan, backend) + markdown_table(results.back(), Ceilings{}, compact));
   }
   Ceilings c = ceilings_from_results(results);
-  out(fmt::format("\nceilings: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", format_number(c.copy_bytes_per_s / 1e9),
-                  c.copy_label, format_number(c.gemm_flops_per_s / 1e12), c.gemm_label));
+  out(fmt::format("\nceilings: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", format_number(c.copy_bytes_per_s / 1e9), c.copy_label,
+                  format_number(c.gemm_flops_per_s / 1e12), c.gemm_label));
   bool failed = false;
   for (const auto& r : results)
     for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;

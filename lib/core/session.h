@@ -11,14 +11,14 @@ namespace ib {
 
 struct SessionOptions {
   std::vector<std::string> argv;
-  std::string backend = "auto";          // auto | cuda | cpu
-  std::string format = "md";            // stdout: md | csv | json
-  std::string output;                    // run directory ("" = results/runs/<UTC>-<label>)
-  std::vector<std::string> sets;         // --set overrides
-  std::vector<std::string> only;         // run only these experiments
+  std::string backend = "auto";   // auto | cuda | cpu
+  std::string format = "md";      // stdout: md | csv | json
+  std::string output;             // run directory ("" = results/runs/<UTC>-<label>)
+  std::vector<std::string> sets;  // --set overrides
+  std::vector<std::string> only;  // run only these experiments
   RunControlOverrides overrides;
   int64_t max_rows = SpecOptions::kDefaultMaxRows;  // --max-rows
-  std::vector<std::string> columns;     // --columns: stdout tables' columns ({"all"}: every one; empty: each spec's)
+  std::vector<std::string> columns;                 // --columns: stdout tables' columns ({"all"}: every one; empty: each spec's)
   bool quiet = false;
   bool profile = false;
 };

@@ -51,16 +51,16 @@ Spec SpecParser::parse(const std::string& text) {
       defaults = it->second;
       has_defaults = true;
     } else {
-      throw spec_error(kl, "", "unknown top-level key '" + k + "'" +
-                                   did_you_mean(k, {"version", "description", "defaults", "experiments"}));
+      throw spec_error(
+          kl, "", "unknown top-level key '" + k + "'" + did_you_mean(k, {"version", "description", "defaults", "experiments"}));
     }
   }
-  if (!has_experiments) throw spec_error(SourceLoc{file_, 1, 1}, "", "missing required key 'experiments' (the list of experiments)");
+  if (!has_experiments)
+    throw spec_error(SourceLoc{file_, 1, 1}, "", "missing required key 'experiments' (the list of experiments)");
   if (!experiments.IsSequence())
     throw spec_error(loc_of(experiments, file_), "experiments",
                      std::string("expected a list of experiments, got ") + node_kind(experiments));
-  if (experiments.size() == 0)
-    throw spec_error(loc_of(experiments, file_), "experiments", "the list is empty");
+  if (experiments.size() == 0) throw spec_error(loc_of(experiments, file_), "experiments", "the list is empty");
 
   FieldMap default_fields;
   if (has_defaults) {
@@ -108,8 +108,7 @@ const KindInfo* SpecParser::require_kind(const FieldMap& fields, const SourceLoc
   if (!kf) throw spec_error(where, path, "missing required key 'kind' (one of: " + list + ")");
   std::string k = scalar_text(kf->node, kf->path, kf->loc);
   const KindInfo* kind = Registry::instance().kind(k);
-  if (!kind)
-    throw spec_error(kf->loc, kf->path, "unknown kind '" + k + "'" + did_you_mean(k, names) + "; known kinds: " + list);
+  if (!kind) throw spec_error(kf->loc, kf->path, "unknown kind '" + k + "'" + did_you_mean(k, names) + "; known kinds: " + list);
   return kind;
 }
 
@@ -122,8 +121,7 @@ void SpecParser::check_name(const std::string& name, const Field& f) const {
 
 void SpecParser::check_defaults(const FieldMap& defaults, const std::vector<const KindInfo*>& kinds) const {
   for (const auto& [k, f] : defaults.entries()) {
-    if (k == "name" || k == "kind" || k == "cpu")
-      throw spec_error(key_loc(f), f.path, "'" + k + "' cannot have a default");
+    if (k == "name" || k == "kind" || k == "cpu") throw spec_error(key_loc(f), f.path, "'" + k + "' cannot have a default");
     bool any = false;
     std::vector<std::string> all;
     for (const auto* kind : kinds) {
@@ -140,8 +138,7 @@ void SpecParser::apply_sets(std::vector<FieldMap>* per_exp, const std::vector<co
     const std::string where = "--set " + s;
     SourceLoc l{where, 0, 0};
     auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InputError("--set '" + s + "': expected key=value or experiment.key=value");
+    if (eq == std::string::npos || eq == 0) throw InputError("--set '" + s + "': expected key=value or experiment.key=value");
     std::string lhs = s.substr(0, eq), rhs = s.substr(eq + 1);
     std::string target, k = lhs;
     if (auto dot = lhs.find('.'); dot != std::string::npos) {
@@ -194,8 +191,6 @@ Spec parse_spec(const std::string& text, const std::string& file, const SpecOpti
   return SpecParser(file, options).parse(text);
 }
 
-Spec load_spec(const std::string& path, const SpecOptions& options) {
-  return parse_spec(read_file(path), path, options);
-}
+Spec load_spec(const std::string& path, const SpecOptions& options) { return parse_spec(read_file(path), path, options); }
 
 }  // namespace ib

@@ -29,14 +29,14 @@ namespace ib {
 // How a row is measured. Precedence: built-in defaults < spec `defaults:` < the experiment <
 // its `cpu:` block (CPU backend) < --set < command-line flags.
 struct RunControl {
-  int64_t warmup = 3;          // unmeasured runs after validation
-  int64_t min_samples = 10;    // at least this many samples
-  double min_time = 0.25;      // and at least this much measured time (s)
-  double max_noise = 0.01;     // stop when relative stdev falls below this
-  double timeout = 10.0;       // wall-clock cap per row (s); the row names what was unmet
-  bool cold_l2 = false;        // flush caches before every sample
-  int64_t memory_limit = 0;    // bytes; 0 = the real card/host
-  int64_t seed = 20260101;     // inputs are fresh random data from this seed
+  int64_t warmup = 3;        // unmeasured runs after validation
+  int64_t min_samples = 10;  // at least this many samples
+  double min_time = 0.25;    // and at least this much measured time (s)
+  double max_noise = 0.01;   // stop when relative stdev falls below this
+  double timeout = 10.0;     // wall-clock cap per row (s); the row names what was unmet
+  bool cold_l2 = false;      // flush caches before every sample
+  int64_t memory_limit = 0;  // bytes; 0 = the real card/host
+  int64_t seed = 20260101;   // inputs are fresh random data from this seed
 };
 
 // Command-line overrides of RunControl (set only when the flag was given).
@@ -71,14 +71,14 @@ struct Book {
 
 // A plot of the experiment's rows (core/plot.h renders it): `plot: {x: seq, y: ms}` or a list.
 struct PlotSpec {
-  std::string x;              // a numeric parameter of the kind (int, float, bytes, seconds)
+  std::string x;  // a numeric parameter of the kind (int, float, bytes, seconds)
   // ms | speedup | tflops | gbps | a metric's key, as in the table; several share the y axis
   // (measured speedup beside the analytic prediction, say), one line style each.
   std::vector<std::string> y = {"ms"};
   std::string book;           // the book figure drawn beside y ("" = the figure named like y)
   std::optional<bool> log_x;  // unset: log when every value is positive and they span >= 16x
   std::optional<bool> log_y;
-  std::string title;          // "" = "<y> vs <x>"
+  std::string title;  // "" = "<y> vs <x>"
 };
 
 nlohmann::json plot_to_json(const PlotSpec& p);
@@ -87,11 +87,11 @@ PlotSpec plot_from_json(const nlohmann::json& j);
 // The experiment's line in the run's summary: the chapter's claim, the measured figure beside it
 // and whether the measured shape is the claim's.
 struct SummarySpec {
-  std::string claim;   // the chapter's claim in words ("" = the experiment makes none)
+  std::string claim;  // the chapter's claim in words ("" = the experiment makes none)
   // The column summarised: ms, speedup, overhead (100·(1/speedup − 1) %), tflops, gbps or a
   // metric's key ("" = ms).
   std::string figure;
-  std::string role;    // only the rows of the variants playing this role ("" = every row)
+  std::string role;  // only the rows of the variants playing this role ("" = every row)
   // The shape checks, each: "faster" (every compared row's verdict), "grows with <param>" /
   // "shrinks with <param>" (the figure along that axis, per variant), "below <n>", "above <n>",
   // "at least <n>", "at most <n>" (every row).

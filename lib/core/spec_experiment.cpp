@@ -22,15 +22,15 @@ void SpecParser::check_variant(const KindInfo& kind, const std::string& v, const
     names.push_back(d.name);
     list += (list.empty() ? "" : ", ") + d.name;
   }
-  throw spec_error(l, path, "unknown variant '" + v + "' of kind " + kind.name + did_you_mean(v, names) +
-                                "; variants: " + list);
+  throw spec_error(l, path, "unknown variant '" + v + "' of kind " + kind.name + did_you_mean(v, names) + "; variants: " + list);
 }
 
 ExperimentSpec SpecParser::build(FieldMap fields, const KindInfo& kind, const SourceLoc& where, const std::string& path) const {
   // Unknown keys first: a typo should be named before anything it causes.
   for (const auto& [k, f] : fields.entries())
     if (!accepts(kind, k))
-      throw spec_error(key_loc(f), f.path, "unknown key '" + k + "' for kind " + kind.name + did_you_mean(k, accepted_keys(kind)));
+      throw spec_error(key_loc(f), f.path,
+                       "unknown key '" + k + "' for kind " + kind.name + did_you_mean(k, accepted_keys(kind)));
 
   ExperimentSpec ex;
   ex.kind = kind.name;
@@ -46,7 +46,8 @@ ExperimentSpec SpecParser::build(FieldMap fields, const KindInfo& kind, const So
       if (k == "name" || k == "kind" || k == "cpu")
         throw spec_error(key_loc(f), f.path, "'" + k + "' cannot be changed for the CPU backend");
       if (!accepts(kind, k))
-        throw spec_error(key_loc(f), f.path, "unknown key '" + k + "' for kind " + kind.name + did_you_mean(k, accepted_keys(kind)));
+        throw spec_error(key_loc(f), f.path,
+                         "unknown key '" + k + "' for kind " + kind.name + did_you_mean(k, accepted_keys(kind)));
     }
     // Validate the CPU values by building them once (errors point into the cpu: block).
     if (opt_.backend != Backend::Cpu) {
@@ -87,15 +88,15 @@ void SpecParser::build_body(const FieldMap& fields, const KindInfo& kind, const 
       SourceLoc l = f->loc;
       if (f->node.IsSequence() && loc_of(f->node[i], file_).line > 0) l = loc_of(f->node[i], file_);
       check_variant(kind, ex->variants[i], l, f->path);
-      if (!seen.insert(ex->variants[i]).second)
-        throw spec_error(l, f->path, "variant '" + ex->variants[i] + "' is listed twice");
+      if (!seen.insert(ex->variants[i]).second) throw spec_error(l, f->path, "variant '" + ex->variants[i] + "' is listed twice");
     }
   } else {
     for (const auto& d : kind.variants)
       if (d.backend == backend || d.host) ex->variants.push_back(d.name);
     if (ex->variants.empty())
-      throw spec_error(ex->loc, path, std::string("kind ") + kind.name + " has no variant for the " + to_string(backend) +
-                                          " backend; list 'variants' explicitly");
+      throw spec_error(ex->loc, path,
+                       std::string("kind ") + kind.name + " has no variant for the " + to_string(backend) +
+                           " backend; list 'variants' explicitly");
   }
 
   if (const Field* f = fields.get("baseline")) {
@@ -154,7 +155,8 @@ void SpecParser::build_body(const FieldMap& fields, const KindInfo& kind, const 
   auto convert_param = [&](const YAML::Node& n, const KeySpec& ks, const SourceLoc& l, const std::string& p) {
     Value v = convert(n, ks, l, p);
     if (ks.type == ParamType::Int && !ks.max && std::get<int64_t>(v) > std::numeric_limits<int32_t>::max())
-      throw spec_error(l, p, fmt::format("must be at most {}, got {}", std::numeric_limits<int32_t>::max(), std::get<int64_t>(v)));
+      throw spec_error(l, p,
+                       fmt::format("must be at most {}, got {}", std::numeric_limits<int32_t>::max(), std::get<int64_t>(v)));
     return v;
   };
   for (const auto& ks : kind.keys) {
@@ -210,10 +212,12 @@ void SpecParser::check_row_count(const ExperimentSpec& ex, const std::string& pa
     if (n > 1) factors += fmt::format("{} {} × ", n, a.key);
   }
   if (rows <= opt_.max_rows) return;
-  throw spec_error(ex.loc, path,
-                   fmt::format("the sweep has {}{} rows ({}{} variant{}), past the limit of {} rows an experiment may have (--max-rows raises it)",
-                               rows == std::numeric_limits<int64_t>::max() ? "more than " : "", rows, factors, ex.variants.size(),
-                               ex.variants.size() == 1 ? "" : "s", opt_.max_rows));
+  throw spec_error(
+      ex.loc, path,
+      fmt::format(
+          "the sweep has {}{} rows ({}{} variant{}), past the limit of {} rows an experiment may have (--max-rows raises it)",
+          rows == std::numeric_limits<int64_t>::max() ? "more than " : "", rows, factors, ex.variants.size(),
+          ex.variants.size() == 1 ? "" : "s", opt_.max_rows));
 }
 
 }  // namespace ib::spec_detail

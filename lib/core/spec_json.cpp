@@ -37,9 +37,9 @@ nlohmann::json SpecParser::resolved_json(const ExperimentSpec& ex) const {
   }
   j["skip"] = skip;
   const RunControl& c = ex.control;
-  j["control"] = {{"warmup", c.warmup}, {"min_samples", c.min_samples}, {"min_time", c.min_time},
-                  {"max_noise", c.max_noise}, {"timeout", c.timeout},    {"cold_l2", c.cold_l2},
-                  {"memory_limit", c.memory_limit}, {"seed", c.seed}};
+  j["control"] = {
+      {"warmup", c.warmup},   {"min_samples", c.min_samples}, {"min_time", c.min_time},         {"max_noise", c.max_noise},
+      {"timeout", c.timeout}, {"cold_l2", c.cold_l2},         {"memory_limit", c.memory_limit}, {"seed", c.seed}};
   j["cpu_overrides_applied"] = ex.cpu_overrides_applied;
   if (!ex.book.empty()) {
     nlohmann::json b;
@@ -79,7 +79,9 @@ nlohmann::json plot_to_json(const PlotSpec& p) {
 PlotSpec plot_from_json(const nlohmann::json& j) {
   PlotSpec p;
   p.x = j.at("x").get<std::string>();
-  if (j.contains("y")) p.y = j.at("y").is_array() ? j.at("y").get<std::vector<std::string>>() : std::vector<std::string>{j.at("y").get<std::string>()};
+  if (j.contains("y"))
+    p.y =
+        j.at("y").is_array() ? j.at("y").get<std::vector<std::string>>() : std::vector<std::string>{j.at("y").get<std::string>()};
   // The spec parser refuses these; a results.json edited by hand must not get further (#19).
   if (p.x.empty() || p.y.empty() || std::any_of(p.y.begin(), p.y.end(), [](const std::string& y) { return y.empty(); }))
     throw std::runtime_error("/spec/plot: a plot needs an x and at least one y, none empty");

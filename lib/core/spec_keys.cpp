@@ -9,8 +9,8 @@ namespace ib {
 namespace spec_detail {
 
 // Keys that are not parameters of a kind; handled by the parser itself.
-const std::set<std::string> kStructuralKeys = {"name", "kind", "description", "variants", "baseline",
-                                               "skip", "book", "plot", "cpu", "columns", "summary"};
+const std::set<std::string> kStructuralKeys = {"name", "kind", "description", "variants", "baseline", "skip",
+                                               "book", "plot", "cpu",         "columns",  "summary"};
 
 // Run-control and structural keys are never axes.
 KeySpec key(std::string name, ParamType type, std::string doc, std::optional<Value> def, std::optional<double> min,
@@ -25,16 +25,12 @@ const std::vector<KeySpec>& control_keys() {
     RunControl d;
     return std::vector<KeySpec>{
         key("warmup", ParamType::Int, "unmeasured runs after validation (flag --warmup)", Value(d.warmup), 0.0),
-        key("min_samples", ParamType::Int, "at least this many samples (flag --min-samples)", Value(d.min_samples),
-            1.0),
-        key("min_time", ParamType::Seconds, "at least this much measured time (flag --min-time)",
-            Value(d.min_time), 0.0),
-        key("max_noise", ParamType::Float,
-            "stop once the relative stdev is below this fraction (0.01 or 1%) (flag --max-noise)",
+        key("min_samples", ParamType::Int, "at least this many samples (flag --min-samples)", Value(d.min_samples), 1.0),
+        key("min_time", ParamType::Seconds, "at least this much measured time (flag --min-time)", Value(d.min_time), 0.0),
+        key("max_noise", ParamType::Float, "stop once the relative stdev is below this fraction (0.01 or 1%) (flag --max-noise)",
             Value(d.max_noise), 1e-6, 1.0),
-        key("timeout", ParamType::Seconds,
-            "wall-clock cap per row; the row names the condition left unmet (flag --timeout)", Value(d.timeout),
-            1e-3),
+        key("timeout", ParamType::Seconds, "wall-clock cap per row; the row names the condition left unmet (flag --timeout)",
+            Value(d.timeout), 1e-3),
         key("cold_l2", ParamType::Bool, "flush L2 (GPU) or the last-level cache (CPU) before each sample (flag --cold-l2)",
             Value(d.cold_l2)),
         key("memory_limit", ParamType::Bytes,
@@ -75,7 +71,8 @@ const std::vector<KeySpec>& common_keys() {
         key("name", ParamType::String, "unique name of the experiment (letters, digits, '-', '_'); required"),
         key("kind", ParamType::String, "experiment kind (see below); required"),
         key("description", ParamType::String, "one line shown above the table", Value(std::string())),
-        key("variants", ParamType::String, "variants to run, baseline first (default: every variant of the kind for the backend)"),
+        key("variants", ParamType::String,
+            "variants to run, baseline first (default: every variant of the kind for the backend)"),
         key("baseline", ParamType::String, "variant the others are compared with (speedup, verdict); 'none' for no comparison",
             Value(std::string("none"))),
         key("skip", ParamType::String, "list of rules {key: value(s), variant: name(s)}: matching rows are not run"),
@@ -83,7 +80,8 @@ const std::vector<KeySpec>& common_keys() {
             "the chapter's figures: {source, note, rows: [{<param>: v, role: r, <figure>: number}]}; `role` matches every "
             "variant that plays it on any backend (cpu_flash plays flash2, cpu_X plays X), `variant` one variant by name"),
         key("plot", ParamType::String,
-            "SVG plots written beside the tables: {x: a numeric param, y: ms, speedup, tflops, gbps or a metric's name (or a list "
+            "SVG plots written beside the tables: {x: a numeric param, y: ms, speedup, tflops, gbps or a metric's name (or a "
+            "list "
             "of them), book: the figure to show, log_x, log_y, title}, or a list of such maps; one line per variant and "
             "combination of the other varying params"),
         key("cpu", ParamType::String, "map of keys that replace these on the CPU backend (scaled sizes)"),

@@ -34,13 +34,15 @@ std::string spec_reference_markdown() {
     return "";
   };
   std::string out;
-  out += "Top level: `version` (1), `description`, `defaults` (any experiment key, applied to every experiment "
-         "whose kind has it), `experiments` (the list).\n\n";
+  out +=
+      "Top level: `version` (1), `description`, `defaults` (any experiment key, applied to every experiment "
+      "whose kind has it), `experiments` (the list).\n\n";
   out += "#### Keys of every experiment\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& k : common_keys()) {
     bool structural = kStructuralKeys.count(k.name) > 0;
-    out += fmt::format("| `{}` | {} | {} | {} |\n", k.name, structural ? "—" : to_string(k.type),
-                       k.name == "name" || k.name == "kind" ? "required" : (structural && !k.default_value ? "—" : def(k)), k.doc);
+    out +=
+        fmt::format("| `{}` | {} | {} | {} |\n", k.name, structural ? "—" : to_string(k.type),
+                    k.name == "name" || k.name == "kind" ? "required" : (structural && !k.default_value ? "—" : def(k)), k.doc);
   }
   for (const KindInfo* kind : Registry::instance().kinds()) {
     out += fmt::format("\n#### kind `{}` ({})\n\n{}\n\n", kind->name, kind->group, kind->doc);
@@ -54,7 +56,8 @@ std::string spec_reference_markdown() {
     for (const auto& v : kind->variants) {
       std::string uses;
       for (const auto& u : v.uses) uses += (uses.empty() ? "" : ", ") + u;
-      out += fmt::format("| `{}` | {} | {} | {} |\n", v.name, v.host ? "host (any)" : to_string(v.backend), uses.empty() ? "all" : uses, v.doc);
+      out += fmt::format("| `{}` | {} | {} | {} |\n", v.name, v.host ? "host (any)" : to_string(v.backend),
+                         uses.empty() ? "all" : uses, v.doc);
     }
   }
   return out;

@@ -13,13 +13,13 @@ namespace ib::spec_detail {
 
 std::vector<SkipRule> SpecParser::parse_skip(const Field& f, const KindInfo& kind) const {
   if (!f.node.IsSequence())
-    throw spec_error(f.loc, f.path, std::string("expected a list of rules like {variant: x, seq_len: 32K}, got ") + node_kind(f.node));
+    throw spec_error(f.loc, f.path,
+                     std::string("expected a list of rules like {variant: x, seq_len: 32K}, got ") + node_kind(f.node));
   std::vector<SkipRule> rules;
   for (size_t i = 0; i < f.node.size(); ++i) {
     const YAML::Node& r = f.node[i];
     std::string rp = f.path + fmt::format("[{}]", i);
-    if (!r.IsMap() || r.size() == 0)
-      throw spec_error(loc_of(r, file_), rp, "a skip rule is a non-empty map of key: value(s)");
+    if (!r.IsMap() || r.size() == 0) throw spec_error(loc_of(r, file_), rp, "a skip rule is a non-empty map of key: value(s)");
     SkipRule rule;
     for (auto it = r.begin(); it != r.end(); ++it) {
       std::string k = it->first.Scalar();
@@ -67,14 +67,15 @@ std::vector<PlotSpec> SpecParser::parse_plots(const Field& f, const KindInfo& ki
       paths.push_back(f.path + fmt::format("[{}]", i));
     }
   } else {
-    throw spec_error(f.loc, f.path, std::string("expected a map like {x: seq, y: ms} or a non-empty list of them, got ") +
-                                        node_kind(f.node));
+    throw spec_error(f.loc, f.path,
+                     std::string("expected a map like {x: seq, y: ms} or a non-empty list of them, got ") + node_kind(f.node));
   }
   const std::vector<std::string> known = {"x", "y", "book", "log_x", "log_y", "title"};
   std::vector<PlotSpec> plots;
   for (size_t i = 0; i < maps.size(); ++i) {
     const YAML::Node& m = maps[i];
-    if (!m.IsMap()) throw spec_error(loc_of(m, file_), paths[i], std::string("expected a map like {x: seq, y: ms}, got ") + node_kind(m));
+    if (!m.IsMap())
+      throw spec_error(loc_of(m, file_), paths[i], std::string("expected a map like {x: seq, y: ms}, got ") + node_kind(m));
     PlotSpec p;
     bool has_x = false;
     for (auto it = m.begin(); it != m.end(); ++it) {
@@ -91,7 +92,9 @@ std::vector<PlotSpec> SpecParser::parse_plots(const Field& f, const KindInfo& ki
         }
         if (ks->type != ParamType::Int && ks->type != ParamType::Float && ks->type != ParamType::Bytes &&
             ks->type != ParamType::Seconds)
-          throw spec_error(vl, kp, "'" + p.x + "' is a " + to_string(ks->type) + " key: the x axis needs an integer, number, size or duration key");
+          throw spec_error(
+              vl, kp,
+              "'" + p.x + "' is a " + to_string(ks->type) + " key: the x axis needs an integer, number, size or duration key");
         has_x = true;
       } else if (k == "y") {
         p.y.clear();
@@ -119,19 +122,23 @@ std::vector<PlotSpec> SpecParser::parse_plots(const Field& f, const KindInfo& ki
 }
 
 SummarySpec SpecParser::parse_summary(const Field& f, const KindInfo& kind) const {
-  if (!f.node.IsMap()) throw spec_error(f.loc, f.path, std::string("expected a map {claim, figure, role, holds}, got ") + node_kind(f.node));
+  if (!f.node.IsMap())
+    throw spec_error(f.loc, f.path, std::string("expected a map {claim, figure, role, holds}, got ") + node_kind(f.node));
   SummarySpec sum;
   for (auto it = f.node.begin(); it != f.node.end(); ++it) {
     const std::string k = it->first.Scalar();
     const std::string kp = f.path + "." + k;
-    if (k == "claim") sum.claim = scalar_text(it->second, kp);
-    else if (k == "figure") sum.figure = scalar_text(it->second, kp);
+    if (k == "claim")
+      sum.claim = scalar_text(it->second, kp);
+    else if (k == "figure")
+      sum.figure = scalar_text(it->second, kp);
     else if (k == "role") {
       sum.role = scalar_text(it->second, kp);
       const std::vector<std::string> roles = kind_roles(kind);
       if (std::find(roles.begin(), roles.end(), sum.role) == roles.end())
-        throw spec_error(loc_of(it->second, file_), kp, "no variant of kind " + kind.name + " plays the role '" + sum.role + "'" +
-                                                            did_you_mean(sum.role, roles));
+        throw spec_error(
+            loc_of(it->second, file_), kp,
+            "no variant of kind " + kind.name + " plays the role '" + sum.role + "'" + did_you_mean(sum.role, roles));
     } else if (k == "holds") {
       std::vector<YAML::Node> items;
       if (it->second.IsSequence())
@@ -150,26 +157,32 @@ SummarySpec SpecParser::parse_summary(const Field& f, const KindInfo& kind) cons
         } else if (((starts("below ") || starts("above ")) && parse_float(h.substr(6), &x)) ||
                    ((starts("at least ") || starts("at most ")) && parse_float(h.substr(h.find(' ', 3) + 1), &x))) {
         } else {
-          throw spec_error(vl, kp, "expected faster, grows with <key>, shrinks with <key>, below <n>, above <n>, at least <n> or "
-                                   "at most <n>, got '" + h + "'");
+          throw spec_error(vl, kp,
+                           "expected faster, grows with <key>, shrinks with <key>, below <n>, above <n>, at least <n> or "
+                           "at most <n>, got '" +
+                               h + "'");
         }
         sum.holds.push_back(h);
       }
     } else {
-      throw spec_error(loc_of(it->first, file_), kp, "unknown key '" + k + "' in summary" + did_you_mean(k, {"claim", "figure", "role", "holds"}));
+      throw spec_error(loc_of(it->first, file_), kp,
+                       "unknown key '" + k + "' in summary" + did_you_mean(k, {"claim", "figure", "role", "holds"}));
     }
   }
   return sum;
 }
 
 Book SpecParser::parse_book(const Field& f, const KindInfo& kind) const {
-  if (!f.node.IsMap()) throw spec_error(f.loc, f.path, std::string("expected a map with source and rows, got ") + node_kind(f.node));
+  if (!f.node.IsMap())
+    throw spec_error(f.loc, f.path, std::string("expected a map with source and rows, got ") + node_kind(f.node));
   Book book;
   for (auto it = f.node.begin(); it != f.node.end(); ++it) {
     std::string k = it->first.Scalar();
     std::string kp = f.path + "." + k;
-    if (k == "source") book.source = scalar_text(it->second, kp);
-    else if (k == "note") book.note = scalar_text(it->second, kp);
+    if (k == "source")
+      book.source = scalar_text(it->second, kp);
+    else if (k == "note")
+      book.note = scalar_text(it->second, kp);
     else if (k == "rows") {
       // A copy: the iterator's -> yields a proxy that dies at the end of the statement, so a reference would dangle.
       const YAML::Node rows = it->second;
@@ -192,27 +205,33 @@ Book SpecParser::parse_book(const Field& f, const KindInfo& kind) const {
             if (std::find(roles.begin(), roles.end(), v) == roles.end()) {
               std::string list;
               for (const auto& r : roles) list += (list.empty() ? "" : ", ") + r;
-              throw spec_error(vl, fp, "no variant of kind " + kind.name + " plays the role '" + v + "' (roles: " + list + ")" +
-                                           did_you_mean(v, roles));
+              throw spec_error(vl, fp,
+                               "no variant of kind " + kind.name + " plays the role '" + v + "' (roles: " + list + ")" +
+                                   did_you_mean(v, roles));
             }
             row.match.emplace_back(rk, v);
           } else if (const KeySpec* ks = find_key(kind.keys, rk)) {
             row.match.emplace_back(rk, convert(jt->second, *ks, vl, fp));
           } else {
             bool ident = !rk.empty() && (std::islower(static_cast<unsigned char>(rk[0])) || rk[0] == '_');
-            for (char c : rk) ident = ident && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
+            for (char c : rk)
+              ident = ident &&
+                      (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
             if (!ident) throw spec_error(loc_of(jt->first, file_), fp, "a figure name is lower_case_with_underscores");
             if (!jt->second.IsScalar()) throw spec_error(vl, fp, "a figure is a number or a short text");
             double d = 0;
-            if (parse_float(jt->second.Scalar(), &d)) row.figures.emplace_back(rk, d);
-            else row.figures.emplace_back(rk, jt->second.Scalar());
+            if (parse_float(jt->second.Scalar(), &d))
+              row.figures.emplace_back(rk, d);
+            else
+              row.figures.emplace_back(rk, jt->second.Scalar());
           }
         }
         if (row.figures.empty()) throw spec_error(loc_of(rows[i], file_), rp, "a book row needs at least one figure");
         book.rows.push_back(std::move(row));
       }
     } else {
-      throw spec_error(loc_of(it->first, file_), kp, "unknown key '" + k + "' in book" + did_you_mean(k, {"source", "note", "rows"}));
+      throw spec_error(loc_of(it->first, file_), kp,
+                       "unknown key '" + k + "' in book" + did_you_mean(k, {"source", "note", "rows"}));
     }
   }
   return book;

@@ -26,11 +26,16 @@ SourceLoc loc_of(const YAML::Node& n, const std::string& file) {
 
 const char* node_kind(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Null: return "nothing";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    default: return "an undefined node";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "an undefined node";
   }
 }
 
@@ -92,8 +97,7 @@ SourceLoc SpecParser::key_loc(const Field& f) const {
 }
 
 Value SpecParser::convert(const YAML::Node& n, const KeySpec& ks, const SourceLoc& l, const std::string& path) const {
-  if (!n.IsScalar())
-    throw spec_error(l, path, fmt::format("expected a {}, got {}", to_string(ks.type), node_kind(n)));
+  if (!n.IsScalar()) throw spec_error(l, path, fmt::format("expected a {}, got {}", to_string(ks.type), node_kind(n)));
   const std::string text = n.Scalar();
   Value v;
   switch (ks.type) {
@@ -111,12 +115,17 @@ Value SpecParser::convert(const YAML::Node& n, const KeySpec& ks, const SourceLo
     }
     case ParamType::Bool: {
       std::string t = lower(text);
-      if (t == "true" || t == "yes" || t == "on") v = true;
-      else if (t == "false" || t == "no" || t == "off") v = false;
-      else throw spec_error(l, path, "expected true or false, got '" + text + "'");
+      if (t == "true" || t == "yes" || t == "on")
+        v = true;
+      else if (t == "false" || t == "no" || t == "off")
+        v = false;
+      else
+        throw spec_error(l, path, "expected true or false, got '" + text + "'");
       break;
     }
-    case ParamType::String: v = text; break;
+    case ParamType::String:
+      v = text;
+      break;
     case ParamType::Enum: {
       bool ok = false;
       for (const auto& c : ks.choices) ok = ok || c == text;

@@ -51,9 +51,12 @@ Stats summarize(const std::vector<double>& samples) {
 
 const char* to_string(Verdict v) {
   switch (v) {
-    case Verdict::Faster: return "faster";
-    case Verdict::Same: return "same";
-    case Verdict::Slower: return "slower";
+    case Verdict::Faster:
+      return "faster";
+    case Verdict::Same:
+      return "same";
+    case Verdict::Slower:
+      return "slower";
   }
   return "?";
 }
@@ -132,9 +135,12 @@ bool StoppingRule::add(double x, double wall) {
     done_ = true;
     met_ = false;
     std::string unmet;
-    if (!enough_samples) unmet = fmt::format("min_samples {} of {}", n_, limits_.min_samples);
-    else if (!enough_time) unmet = fmt::format("min_time {:.3g} s of {:.3g} s", measured_, limits_.min_time);
-    else unmet = fmt::format("max_noise {:.2f}% > {:.2f}%", nz * 100, limits_.max_noise * 100);
+    if (!enough_samples)
+      unmet = fmt::format("min_samples {} of {}", n_, limits_.min_samples);
+    else if (!enough_time)
+      unmet = fmt::format("min_time {:.3g} s of {:.3g} s", measured_, limits_.min_time);
+    else
+      unmet = fmt::format("max_noise {:.2f}% > {:.2f}%", nz * 100, limits_.max_noise * 100);
     reason_ = fmt::format("timeout {:.3g} s (unmet: {})", limits_.timeout, unmet);
     return true;
   }

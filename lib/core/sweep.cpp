@@ -79,8 +79,10 @@ bool is_skipped(const ExperimentSpec& spec, const Point& p, const std::string& v
     for (const auto& [key, values] : rule.conditions) {
       bool any = false;
       for (const auto& v : values) {
-        if (key == "variant") any = any || std::get<std::string>(v) == variant;
-        else if (const Param* q = p.find(key)) any = any || values_equal(q->value, v);
+        if (key == "variant")
+          any = any || std::get<std::string>(v) == variant;
+        else if (const Param* q = p.find(key))
+          any = any || values_equal(q->value, v);
       }
       all = all && any;
       if (!all) break;
@@ -96,8 +98,10 @@ SweepPlan plan_sweep(const ExperimentSpec& spec) {
   plan.variants = spec.variants.size();
   for (const auto& p : plan.points)
     for (const auto& v : spec.variants) {
-      if (is_skipped(spec, p, v)) ++plan.skipped;
-      else ++plan.rows;
+      if (is_skipped(spec, p, v))
+        ++plan.skipped;
+      else
+        ++plan.rows;
     }
   return plan;
 }

@@ -38,7 +38,7 @@ bool is_skipped(const ExperimentSpec& spec, const Point& p, const std::string& v
 struct SweepPlan {
   std::vector<Point> points;
   size_t variants = 0;
-  size_t rows = 0;     // points x variants, minus skipped
+  size_t rows = 0;  // points x variants, minus skipped
   size_t skipped = 0;
 };
 SweepPlan plan_sweep(const ExperimentSpec& spec);

@@ -114,7 +114,8 @@ DeviceInfo describe_cpu() {
   d.properties.emplace_back("threads used", std::to_string(cpu_threads()));
   d.properties.emplace_back("memory", format_bytes(static_cast<double>(host_memory_total_bytes())));
   for (int level = 1; level <= 3; ++level)
-    if (int64_t b = cache_bytes(level)) d.properties.emplace_back("L" + std::to_string(level) + " cache (per cpu0)", format_bytes(static_cast<double>(b)));
+    if (int64_t b = cache_bytes(level))
+      d.properties.emplace_back("L" + std::to_string(level) + " cache (per cpu0)", format_bytes(static_cast<double>(b)));
   std::string flags = cpuinfo_field("flags");
   std::string simd;
   for (const char* f : {"sse4_2", "avx", "avx2", "fma", "avx512f", "amx_tile"}) {
@@ -140,8 +141,10 @@ std::string short_device_name(const std::string& name) {
     if (s.rfind(prefix, 0) == 0) s = s.substr(std::string(prefix).size());
   std::string out;
   for (char c : s) {
-    if (std::isalnum(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    else if (!out.empty() && out.back() != '-') out += '-';
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out.empty() ? "unknown" : out;

@@ -14,7 +14,7 @@ namespace ib {
 
 struct DeviceInfo {
   Backend backend = Backend::Cpu;
-  std::string name;  // "NVIDIA H200" or the CPU model
+  std::string name;                                             // "NVIDIA H200" or the CPU model
   std::vector<std::pair<std::string, std::string>> properties;  // in display order
   nlohmann::json to_json() const;
 };

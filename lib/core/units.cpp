@@ -35,16 +35,26 @@ std::optional<int64_t> parse_bytes(const std::string& text) {
   std::string unit;
   if (!split_number(lower_trim(text), &v, &unit)) return std::nullopt;
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else return std::nullopt;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kib")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    mult = 1e3;
+  else if (unit == "mb")
+    mult = 1e6;
+  else if (unit == "gb")
+    mult = 1e9;
+  else if (unit == "tb")
+    mult = 1e12;
+  else
+    return std::nullopt;
   double bytes = v * mult;
   if (bytes > 9.0e18 || bytes < -9.0e18) return std::nullopt;
   double rounded = std::round(bytes);

@@ -12,13 +12,20 @@ namespace ib {
 
 const char* to_string(ParamType t) {
   switch (t) {
-    case ParamType::Int: return "integer";
-    case ParamType::Float: return "number";
-    case ParamType::Bool: return "boolean";
-    case ParamType::String: return "string";
-    case ParamType::Enum: return "choice";
-    case ParamType::Bytes: return "size";
-    case ParamType::Seconds: return "duration";
+    case ParamType::Int:
+      return "integer";
+    case ParamType::Float:
+      return "number";
+    case ParamType::Bool:
+      return "boolean";
+    case ParamType::String:
+      return "string";
+    case ParamType::Enum:
+      return "choice";
+    case ParamType::Bytes:
+      return "size";
+    case ParamType::Seconds:
+      return "duration";
   }
   return "?";
 }
@@ -29,8 +36,8 @@ KeySpec enum_key(std::string name, std::string doc, std::string def, std::vector
   return k;
 }
 
-KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value,
-                 std::optional<double> min, std::optional<double> max) {
+KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value, std::optional<double> min,
+                 std::optional<double> max) {
   KeySpec k;
   k.name = std::move(name);
   k.type = type;

@@ -33,8 +33,8 @@ struct KeySpec {
   std::optional<Value> default_value;  // nullopt: the key is required
   std::optional<double> min;           // inclusive bounds for numeric types
   std::optional<double> max;
-  std::vector<std::string> choices;    // Enum
-  bool sweepable = true;               // may be given as a list (an axis)
+  std::vector<std::string> choices;  // Enum
+  bool sweepable = true;             // may be given as a list (an axis)
 };
 
 KeySpec key_spec(std::string name, ParamType type, std::string doc, std::optional<Value> default_value = std::nullopt,

@@ -41,8 +41,8 @@ struct SelfMeasurement {
   Validation validation;        // its own correctness gate, passed or failed before any timing
   std::vector<double> samples;  // seconds, each timed where the work ran
   std::string stop_reason;
-  int64_t peak_memory = -1;     // bytes at peak above the row's start, as measured there (-1: unknown)
-  std::string note;             // how the row was measured, when that needs saying (the row's note)
+  int64_t peak_memory = -1;  // bytes at peak above the row's start, as measured there (-1: unknown)
+  std::string note;          // how the row was measured, when that needs saying (the row's note)
 };
 
 // One technique on one backend. The runner calls, for each point of the sweep:

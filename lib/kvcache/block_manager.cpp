@@ -22,7 +22,9 @@ BlockManager::Seq& BlockManager::seq(SeqId s) {
 }
 const BlockManager::Seq& BlockManager::seq(SeqId s) const { return const_cast<BlockManager*>(this)->seq(s); }
 
-bool BlockManager::alive(SeqId s) const { return s >= 0 && static_cast<size_t>(s) < seqs_.size() && seqs_[static_cast<size_t>(s)].alive; }
+bool BlockManager::alive(SeqId s) const {
+  return s >= 0 && static_cast<size_t>(s) < seqs_.size() && seqs_[static_cast<size_t>(s)].alive;
+}
 int BlockManager::length(SeqId s) const { return seq(s).length; }
 const std::vector<int32_t>& BlockManager::table(SeqId s) const { return seq(s).table; }
 
@@ -94,7 +96,8 @@ void BlockManager::free(SeqId s) {
 
 void BlockManager::truncate(SeqId s, int length) {
   Seq& q = seq(s);
-  if (length < 0 || length > q.length) throw std::invalid_argument(fmt::format("BlockManager::truncate: length {} of {}", length, q.length));
+  if (length < 0 || length > q.length)
+    throw std::invalid_argument(fmt::format("BlockManager::truncate: length {} of {}", length, q.length));
   const size_t keep = static_cast<size_t>((length + block_size_ - 1) / block_size_);
   while (q.table.size() > keep) {
     release(q.table.back());
@@ -114,7 +117,8 @@ void BlockManager::check_invariants() const {
     if (q.table.size() != want)
       throw std::logic_error(fmt::format("sequence {}: {} blocks for {} tokens (want {})", i, q.table.size(), q.length, want));
     for (int32_t b : q.table) {
-      if (b < 0 || static_cast<size_t>(b) >= refs_.size()) throw std::logic_error(fmt::format("sequence {}: block {} out of the pool", i, b));
+      if (b < 0 || static_cast<size_t>(b) >= refs_.size())
+        throw std::logic_error(fmt::format("sequence {}: block {} out of the pool", i, b));
       ++held[static_cast<size_t>(b)];
     }
   }

@@ -24,7 +24,7 @@
 namespace ib::kvcache {
 namespace {
 
-constexpr int kTile = 32;           // tokens scored before their values are accumulated
+constexpr int kTile = 32;  // tokens scored before their values are accumulated
 constexpr int kMinSplitTokens = 256;
 constexpr float kFp8Unbias = 1.329227995784916e+36f;  // 2^120
 
@@ -91,7 +91,8 @@ class CpuKvDecode : public Variant {
   void run(BackendRuntime&) override {
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads;
     parallel_for(pairs * static_cast<size_t>(splits_), [&](size_t lo, size_t hi) {
-      std::vector<float> ws(static_cast<size_t>(s_.group()) * (kTile + static_cast<size_t>(s_.head_dim)) + static_cast<size_t>(s_.head_dim));
+      std::vector<float> ws(static_cast<size_t>(s_.group()) * (kTile + static_cast<size_t>(s_.head_dim)) +
+                            static_cast<size_t>(s_.head_dim));
       if (is_kivi(s_.format)) {
         const size_t g = static_cast<size_t>(s_.group()), d = static_cast<size_t>(s_.head_dim);
         ws.resize(g * (static_cast<size_t>(s_.kivi_group) + 2 * d + 1 + d / static_cast<size_t>(s_.kivi_group)) + d);
@@ -124,7 +125,8 @@ class CpuKvDecode : public Variant {
     if (!s_.paged())
       return (static_cast<size_t>(b) * s_.kv_heads + kvh) * static_cast<size_t>(s_.context) + static_cast<size_t>(t);
     const int32_t block = tables_.table[static_cast<size_t>(b) * tables_.max_blocks + static_cast<size_t>(t / s_.block_size)];
-    return (static_cast<size_t>(block) * s_.kv_heads + kvh) * static_cast<size_t>(s_.block_size) + static_cast<size_t>(t % s_.block_size);
+    return (static_cast<size_t>(block) * s_.kv_heads + kvh) * static_cast<size_t>(s_.block_size) +
+           static_cast<size_t>(t % s_.block_size);
   }
 
   // slot(b, kvh, t) for tokens visited in increasing order: consecutive tokens of one block (all
@@ -219,7 +221,8 @@ class CpuKvDecode : public Variant {
 
   float* partial(size_t pair, int split, int i) {
     const size_t g = static_cast<size_t>(s_.group()), stride = static_cast<size_t>(s_.head_dim) + 2;
-    return partial_.data() + ((pair * static_cast<size_t>(splits_) + static_cast<size_t>(split)) * g + static_cast<size_t>(i)) * stride;
+    return partial_.data() +
+           ((pair * static_cast<size_t>(splits_) + static_cast<size_t>(split)) * g + static_cast<size_t>(i)) * stride;
   }
 
   // Online softmax of the group's queries over tokens [t0, t1) of one split; state (m, l, acc[d])
@@ -235,9 +238,9 @@ class CpuKvDecode : public Variant {
       v_head_scale = v_scale_[pair] * kFp8Unbias;
     }
     const float qs = static_cast<float>(s_.scale()) * k_head_scale;
-    float* scores = ws;                                  // [g][kTile]
-    float* row = ws + static_cast<size_t>(g) * kTile;    // one K or V row
-    float* qs_rows = row + d;  // [g][d]: the group's queries × softmax scale × K's head scale
+    float* scores = ws;                                // [g][kTile]
+    float* row = ws + static_cast<size_t>(g) * kTile;  // one K or V row
+    float* qs_rows = row + d;                          // [g][d]: the group's queries × softmax scale × K's head scale
     for (int i = 0; i < g; ++i) {
       const float* q = q_.data() + (static_cast<size_t>(b) * s_.heads + static_cast<size_t>(kvh * g + i)) * d;
       for (int c = 0; c < d; ++c) qs_rows[static_cast<size_t>(i) * d + c] = q[c] * qs;
@@ -371,9 +374,9 @@ class CpuKvDecode : public Variant {
     float* scores = ws;                                // [g][G]
     float* qs_rows = ws + static_cast<size_t>(g) * G;  // [g][d]
     float* row = qs_rows + static_cast<size_t>(g) * d;
-    float* qk = row + d;                                 // [g][d] queries × the group's K scales
-    float* qz = qk + static_cast<size_t>(g) * d;         // [g]: Σ q·zero of the group
-    float* zsum = qz + g;                                // [g][d / G]: Σ p·zero of the group's values
+    float* qk = row + d;                          // [g][d] queries × the group's K scales
+    float* qz = qk + static_cast<size_t>(g) * d;  // [g]: Σ q·zero of the group
+    float* zsum = qz + g;                         // [g][d / G]: Σ p·zero of the group's values
     const float qs = static_cast<float>(s_.scale());
     for (int i = 0; i < g; ++i) {
       const float* q = q_.data() + (static_cast<size_t>(b) * s_.heads + static_cast<size_t>(kvh * g + i)) * d;
@@ -507,7 +510,7 @@ class CpuKvDecode : public Variant {
   BlockTables tables_;
   HostBuffer<uint8_t> k_, v_;
   HostBuffer<float> k_scale_, v_scale_, q_, out_, partial_;
-  HostBuffer<uint8_t> kc_, vc_;           // KIVI codes
+  HostBuffer<uint8_t> kc_, vc_;             // KIVI codes
   HostBuffer<uint16_t> kp_, vp_, kr_, vr_;  // KIVI (scale, zero) fp16 pairs; bf16 residuals
   int splits_ = 1;
   DecodeCheck check_;
@@ -515,38 +518,44 @@ class CpuKvDecode : public Variant {
 
 VariantFactory cpu_kv_decode(std::optional<KvFormat> format, Layout layout) { return make_variant<CpuKvDecode>(format, layout); }
 
-const VariantRegistration reg_kv_quant_cpu_bf16(
-    "kv-quant",
-    {"cpu_bf16", Backend::Cpu, "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)",
-     quant_variant_keys(false, KvFormat::BF16)},
-    cpu_kv_decode(KvFormat::BF16, Layout::FromPoint));
-const VariantRegistration reg_kv_quant_cpu_fp8(
-    "kv-quant", {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)", quant_variant_keys(false, KvFormat::FP8)},
-    cpu_kv_decode(KvFormat::FP8, Layout::FromPoint));
-const VariantRegistration reg_kv_quant_cpu_int8(
-    "kv-quant", {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)", quant_variant_keys(false, KvFormat::INT8)},
-    cpu_kv_decode(KvFormat::INT8, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_bf16("kv-quant",
+                                                {"cpu_bf16", Backend::Cpu,
+                                                 "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)",
+                                                 quant_variant_keys(false, KvFormat::BF16)},
+                                                cpu_kv_decode(KvFormat::BF16, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_fp8("kv-quant",
+                                               {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)",
+                                                quant_variant_keys(false, KvFormat::FP8)},
+                                               cpu_kv_decode(KvFormat::FP8, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_int8("kv-quant",
+                                                {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)",
+                                                 quant_variant_keys(false, KvFormat::INT8)},
+                                                cpu_kv_decode(KvFormat::INT8, Layout::FromPoint));
 const VariantRegistration reg_kv_quant_cpu_int4(
     "kv-quant",
     {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
      quant_variant_keys(false, KvFormat::INT4)},
     cpu_kv_decode(KvFormat::INT4, Layout::FromPoint));
-const VariantRegistration reg_kv_quant_cpu_int2(
-    "kv-quant",
-    {"cpu_int2", Backend::Cpu, "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)",
-     quant_variant_keys(false, KvFormat::INT2)},
-    cpu_kv_decode(KvFormat::INT2, Layout::FromPoint));
+const VariantRegistration reg_kv_quant_cpu_int2("kv-quant",
+                                                {"cpu_int2", Backend::Cpu,
+                                                 "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)",
+                                                 quant_variant_keys(false, KvFormat::INT2)},
+                                                cpu_kv_decode(KvFormat::INT2, Layout::FromPoint));
 // kv-paged: the format is kv_dtype; the variant is the layout.
-const VariantRegistration reg_kv_paged_cpu_contiguous(
-    "kv-paged",
-    {"cpu_contiguous", Backend::Cpu, "contiguous cache on the CPU: the baseline",
-     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "kv_dtype"}},
-    cpu_kv_decode(std::nullopt, Layout::Contiguous));
-const VariantRegistration reg_kv_paged_cpu_paged(
-    "kv-paged",
-    {"cpu_paged", Backend::Cpu, "paged cache on the CPU",
-     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size", "kv_dtype"}},
-    cpu_kv_decode(std::nullopt, Layout::Paged));
+const VariantRegistration reg_kv_paged_cpu_contiguous("kv-paged",
+                                                      {"cpu_contiguous",
+                                                       Backend::Cpu,
+                                                       "contiguous cache on the CPU: the baseline",
+                                                       {"batch", "heads", "kv_heads", "head_dim", "context", "ragged",
+                                                        "kv_dtype"}},
+                                                      cpu_kv_decode(std::nullopt, Layout::Contiguous));
+const VariantRegistration reg_kv_paged_cpu_paged("kv-paged",
+                                                 {"cpu_paged",
+                                                  Backend::Cpu,
+                                                  "paged cache on the CPU",
+                                                  {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size",
+                                                   "kv_dtype"}},
+                                                 cpu_kv_decode(std::nullopt, Layout::Paged));
 
 }  // namespace
 }  // namespace ib::kvcache

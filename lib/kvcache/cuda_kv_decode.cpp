@@ -34,11 +34,15 @@ constexpr size_t kStagingBytes = size_t{256} << 20;
 
 KvElem elem_of(KvFormat f) {
   switch (f) {
-    case KvFormat::BF16: return KvElem::BF16;
-    case KvFormat::FP8: return KvElem::FP8;
-    case KvFormat::INT8: return KvElem::INT8;
+    case KvFormat::BF16:
+      return KvElem::BF16;
+    case KvFormat::FP8:
+      return KvElem::FP8;
+    case KvFormat::INT8:
+      return KvElem::INT8;
     case KvFormat::INT4:
-    case KvFormat::INT2: break;
+    case KvFormat::INT2:
+      break;
   }
   throw std::logic_error("kv decode: int4 and int2 have their own cache (KiviDecode)");
 }
@@ -454,19 +458,20 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
 namespace ib::kvcache {
 namespace {
 
-const VariantRegistration reg_kv_quant_bf16(
-    "kv-quant", {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline", quant_variant_keys(true, KvFormat::BF16)},
-    IB_IF_CUDA(make_variant<QuantDecode<KvFormat::BF16>>()));
+const VariantRegistration reg_kv_quant_bf16("kv-quant",
+                                            {"bf16", Backend::Cuda, "bf16 cache (2 bytes/element): the baseline",
+                                             quant_variant_keys(true, KvFormat::BF16)},
+                                            IB_IF_CUDA(make_variant<QuantDecode<KvFormat::BF16>>()));
 const VariantRegistration reg_kv_quant_fp8(
     "kv-quant",
     {"fp8", Backend::Cuda, "FP8 e4m3 cache, one scale per (sequence, kv head) for K and V, dequantized in registers",
      quant_variant_keys(true, KvFormat::FP8)},
     IB_IF_CUDA(make_variant<QuantDecode<KvFormat::FP8>>()));
-const VariantRegistration reg_kv_quant_int8(
-    "kv-quant",
-    {"int8", Backend::Cuda, "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers",
-     quant_variant_keys(true, KvFormat::INT8)},
-    IB_IF_CUDA(make_variant<QuantDecode<KvFormat::INT8>>()));
+const VariantRegistration reg_kv_quant_int8("kv-quant",
+                                            {"int8", Backend::Cuda,
+                                             "INT8 cache, one scale per (token, kv head) for K and V, dequantized in registers",
+                                             quant_variant_keys(true, KvFormat::INT8)},
+                                            IB_IF_CUDA(make_variant<QuantDecode<KvFormat::INT8>>()));
 const VariantRegistration reg_kv_quant_int4(
     "kv-quant",
     {"int4", Backend::Cuda,
@@ -481,11 +486,13 @@ const VariantRegistration reg_kv_quant_int2(
      "of int2_group, the last length mod int2_group tokens bf16; contiguous only",
      quant_variant_keys(true, KvFormat::INT2)},
     IB_IF_CUDA(make_variant<KiviDecode<KvFormat::INT2>>()));
-const VariantRegistration reg_kv_paged_contiguous(
-    "kv-paged",
-    {"contiguous", Backend::Cuda, "one [kv_heads][context][head_dim] buffer per sequence: the baseline",
-     {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "splits", "kv_dtype"}},
-    IB_IF_CUDA(make_variant<ContiguousDecode>()));
+const VariantRegistration reg_kv_paged_contiguous("kv-paged",
+                                                  {"contiguous",
+                                                   Backend::Cuda,
+                                                   "one [kv_heads][context][head_dim] buffer per sequence: the baseline",
+                                                   {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "splits",
+                                                    "kv_dtype"}},
+                                                  IB_IF_CUDA(make_variant<ContiguousDecode>()));
 const VariantRegistration reg_kv_paged_paged(
     "kv-paged", {"paged", Backend::Cuda, "blocks of block_size tokens through a block table (PagedAttention)", {}},
     IB_IF_CUDA(make_variant<PagedDecode>()));

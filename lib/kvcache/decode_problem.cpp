@@ -33,7 +33,8 @@ int DecodeShape::blocks_per_seq() const { return paged() ? (context + block_size
 double DecodeShape::kv_bytes() const {
   if (is_kivi(format)) {  // full groups: codes + (scale, zero) pairs; the residual: bf16
     double bytes = 0;
-    const double per_quantized = head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim, kivi_group);
+    const double per_quantized =
+        head_dim * kv_element_bytes(format) + kv_scale_bytes_per_token_head(format, head_dim, kivi_group);
     for (int b = 0; b < batch; ++b) {
       const int nq = quantized_length(b);
       bytes += nq * per_quantized + (length(b) - nq) * 2.0 * head_dim;
@@ -59,9 +60,12 @@ std::string DecodeShape::label() const {
 
 const char* kivi_group_key(KvFormat f) {
   switch (f) {
-    case KvFormat::INT4: return "int4_group";
-    case KvFormat::INT2: return "int2_group";
-    default: return "";
+    case KvFormat::INT4:
+      return "int4_group";
+    case KvFormat::INT2:
+      return "int2_group";
+    default:
+      return "";
   }
 }
 
@@ -74,8 +78,10 @@ DecodeShape decode_shape(const Point& p, std::optional<KvFormat> format) {
   s.head_dim = static_cast<int>(p.integer("head_dim"));
   s.context = static_cast<int>(p.integer("context"));
   s.ragged = p.flag("ragged");
-  if (format) s.format = *format;
-  else if (p.find("kv_dtype")) s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
+  if (format)
+    s.format = *format;
+  else if (p.find("kv_dtype"))
+    s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
   if (p.find("block_size")) s.block_size = static_cast<int>(p.integer("block_size"));
   if (is_kivi(s.format) && p.find(kivi_group_key(s.format))) s.kivi_group = static_cast<int>(p.integer(kivi_group_key(s.format)));
   return s;
@@ -86,15 +92,16 @@ std::string decode_shape_problem(const DecodeShape& s) {
     return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);
   if (is_kivi(s.format)) {
     if (s.kivi_group < 2 || s.head_dim % s.kivi_group != 0)
-      return fmt::format("{} needs {} >= 2 dividing head_dim ({}), got {}", to_string(s.format), kivi_group_key(s.format), s.head_dim,
-                         s.kivi_group);
+      return fmt::format("{} needs {} >= 2 dividing head_dim ({}), got {}", to_string(s.format), kivi_group_key(s.format),
+                         s.head_dim, s.kivi_group);
     if (s.head_dim * kivi_bits(s.format) % 8 != 0)
       return fmt::format("{} packs {} codes per byte: head_dim ({}) must be a multiple of it", to_string(s.format),
                          8 / kivi_bits(s.format), s.head_dim);
     if (s.paged())
-      return fmt::format("{} (KIVI) is contiguous only: a key group of G tokens shares per-channel scales across block "
-                         "boundaries, and the bf16 residual lives outside the block pool",
-                         to_string(s.format));
+      return fmt::format(
+          "{} (KIVI) is contiguous only: a key group of G tokens shares per-channel scales across block "
+          "boundaries, and the bf16 residual lives outside the block pool",
+          to_string(s.format));
   }
   return {};
 }
@@ -153,7 +160,8 @@ void original_head(const DecodeShape& s, const DecodeInputs& in, int b, int kvh,
 namespace {
 
 // One tensor (K or V) of a head in the format: bytes and scales.
-void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std::vector<uint8_t>& bytes, std::vector<float>& scales) {
+void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std::vector<uint8_t>& bytes,
+                     std::vector<float>& scales) {
   const size_t elems = static_cast<size_t>(n) * d;
   scales.clear();
   switch (f) {
@@ -187,7 +195,8 @@ void quantize_tensor(KvFormat f, int n, int d, const std::vector<float>& x, std:
       }
       break;
     case KvFormat::INT4:
-    case KvFormat::INT2: throw std::logic_error("int4/int2 are quantized by quantize_kivi");
+    case KvFormat::INT2:
+      throw std::logic_error("int4/int2 are quantized by quantize_kivi");
   }
 }
 
@@ -257,7 +266,8 @@ void dequantize_kivi(bool keys, int bits, int n, int d, int group, const std::ve
     }
 }
 
-void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& bytes, const std::vector<float>& scales, std::vector<float>& x) {
+void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& bytes, const std::vector<float>& scales,
+                       std::vector<float>& x) {
   const size_t elems = static_cast<size_t>(n) * d;
   x.resize(elems);
   for (size_t i = 0; i < elems; ++i) {
@@ -268,10 +278,15 @@ void dequantize_tensor(KvFormat f, int n, int d, const std::vector<uint8_t>& byt
         x[i] = bf16_bits_to_float(h);
         break;
       }
-      case KvFormat::FP8: x[i] = fp8_dequantize(bytes[i], scales.at(0)); break;
-      case KvFormat::INT8: x[i] = int8_dequantize(static_cast<int8_t>(bytes[i]), scales.at(i / static_cast<size_t>(d))); break;
+      case KvFormat::FP8:
+        x[i] = fp8_dequantize(bytes[i], scales.at(0));
+        break;
+      case KvFormat::INT8:
+        x[i] = int8_dequantize(static_cast<int8_t>(bytes[i]), scales.at(i / static_cast<size_t>(d)));
+        break;
       case KvFormat::INT4:
-      case KvFormat::INT2: throw std::logic_error("int4/int2 are dequantized by dequantize_kivi");
+      case KvFormat::INT2:
+        throw std::logic_error("int4/int2 are dequantized by dequantize_kivi");
     }
   }
 }
@@ -322,8 +337,8 @@ void attend(int n, int d, const float* q, const float* k, const float* v, double
   }
 }
 
-DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch,
-                         const ReadOut& out, double tolerance) {
+DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch, const ReadOut& out,
+                         double tolerance) {
   DecodeCheck r;
   const int d = s.head_dim, g = s.group();
   // Output written everywhere and finite.
@@ -365,7 +380,8 @@ DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t 
     auto count_bytes = [&](const std::vector<uint8_t>& x, const std::vector<uint8_t>& y, const char* what) {
       if (x.size() != y.size()) {
         byte_mismatch += static_cast<int64_t>(std::max(x.size(), y.size()));
-        if (first_mismatch.empty()) first_mismatch = fmt::format("{} of ({}, {}): {} bytes, want {}", what, b, kvh, x.size(), y.size());
+        if (first_mismatch.empty())
+          first_mismatch = fmt::format("{} of ({}, {}): {} bytes, want {}", what, b, kvh, x.size(), y.size());
         return;
       }
       for (size_t i = 0; i < x.size(); ++i)

@@ -34,21 +34,21 @@ namespace ib::kvcache {
 
 struct DecodeShape {
   int batch = 1, heads = 32, kv_heads = 32, head_dim = 128, context = 4096;
-  bool ragged = false;       // sequence lengths vary in (context/2, context]; sequence 0 has context
+  bool ragged = false;  // sequence lengths vary in (context/2, context]; sequence 0 has context
   KvFormat format = KvFormat::BF16;
-  int block_size = 0;        // 0: contiguous cache
+  int block_size = 0;           // 0: contiguous cache
   int kivi_group = kKiviGroup;  // int4/int2: G, tokens per key group and channels per value group
 
   bool paged() const { return block_size > 0; }
   int group() const { return heads / kv_heads; }
   int length(int b) const;
-  int quantized_length(int b) const;            // int4/int2: tokens in full key groups (the rest is the bf16 residual)
-  int64_t total_tokens() const;                 // Σ lengths
-  int blocks_per_seq() const;                   // paged: ceil(context / block_size)
-  double kv_bytes() const;                      // K and V bytes a step reads: elements + scales
-  double io_bytes() const;                      // kv_bytes + q read + out written
-  double flops() const;                         // 4·head_dim per (query head, key)
-  double scale() const;                         // 1/sqrt(head_dim)
+  int quantized_length(int b) const;  // int4/int2: tokens in full key groups (the rest is the bf16 residual)
+  int64_t total_tokens() const;       // Σ lengths
+  int blocks_per_seq() const;         // paged: ceil(context / block_size)
+  double kv_bytes() const;            // K and V bytes a step reads: elements + scales
+  double io_bytes() const;            // kv_bytes + q read + out written
+  double flops() const;               // 4·head_dim per (query head, key)
+  double scale() const;               // 1/sqrt(head_dim)
   std::string label() const;
 };
 
@@ -124,8 +124,8 @@ struct DecodeCheck {
 };
 using FetchHead = std::function<StoredHead(int b, int kvh)>;
 using ReadOut = std::function<float(int b, int h, int c)>;
-DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch,
-                         const ReadOut& out, double tolerance);
+DecodeCheck check_decode(const DecodeShape& s, const DecodeInputs& in, uint64_t seed, const FetchHead& fetch, const ReadOut& out,
+                         double tolerance);
 
 // The metrics every decode-attention row reports from its check.
 std::vector<Metric> decode_metrics(const DecodeShape& s, const DecodeCheck& c);

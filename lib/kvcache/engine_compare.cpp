@@ -15,9 +15,11 @@ std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_toke
   std::vector<std::string> models = model::preset_names();
   models.push_back("checkpoint");
   return {enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models),
-          key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+          key_spec("weights", ParamType::String,
+                   "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                    Value(std::string("random"))),
-          key_spec("prompt", ParamType::Int, "random prompt tokens decoded before the measured steps", Value(int64_t{default_prompt}), 1.0),
+          key_spec("prompt", ParamType::Int, "random prompt tokens decoded before the measured steps",
+                   Value(int64_t{default_prompt}), 1.0),
           key_spec("new_tokens", ParamType::Int, "measured steps: tokens the reference generates greedily (fed to both)",
                    Value(int64_t{default_new_tokens}), 1.0),
           key_spec("text", ParamType::String,
@@ -37,15 +39,18 @@ std::vector<int32_t> text_tokens(const std::string& path, const std::string& tok
   const auto tok = model::prompt_tokenizer(tokenizer, weights);
   std::vector<int32_t> ids = tok->encode(text, true);
   if (ids.size() < needed)
-    throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", path, ids.size(), tok->name(), needed));
+    throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", path, ids.size(),
+                                 tok->name(), needed));
   ids.resize(needed);
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
-      throw InputError(fmt::format("text: {} gives token id {} with {}, past the model's vocabulary of {}", path, id, tok->name(), vocab));
+      throw InputError(
+          fmt::format("text: {} gives token id {} with {}, past the model's vocabulary of {}", path, id, tok->name(), vocab));
   return ids;
 }
 
-std::vector<std::string> strings_of(const std::map<std::string, std::vector<Value>>& values, const char* key, const char* fallback) {
+std::vector<std::string> strings_of(const std::map<std::string, std::vector<Value>>& values, const char* key,
+                                    const char* fallback) {
   std::vector<std::string> out;
   if (auto it = values.find(key); it != values.end())
     for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
@@ -74,7 +79,8 @@ std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::v
           const auto t = model::prompt_tokenizer(tok, w);
           const size_t n = t->encode(body, true).size();
           if (static_cast<int64_t>(n) < longest)
-            throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", text, n, t->name(), longest));
+            throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", text, n,
+                                         t->name(), longest));
         }
     } catch (const InputError& e) {
       return KeyProblem{{"text"}, e.what()};
@@ -97,14 +103,15 @@ ReferenceDecode reference_decode(const Point& p, uint64_t seed) {
   r.prompt = static_cast<int>(p.integer("prompt"));
   r.new_tokens = static_cast<int>(p.integer("new_tokens"));
   if (r.context() > r.config.max_positions)
-    throw InputError(fmt::format("a {}-token decode exceeds {}'s {} positions", r.context(), r.config.name, r.config.max_positions));
+    throw InputError(
+        fmt::format("a {}-token decode exceeds {}'s {} positions", r.context(), r.config.name, r.config.max_positions));
   r.model = model::make_cpu_model(r.config, *m.weights);
   const std::string text = p.find("text") ? p.text("text") : std::string("random");
   r.scored = text != "random";
   if (r.scored) {
     r.text_source = text;
-    r.tokens = text_tokens(text, p.find("tokenizer") ? p.text("tokenizer") : std::string("auto"), p.text("weights"), r.config.vocab,
-                           static_cast<size_t>(r.context()));
+    r.tokens = text_tokens(text, p.find("tokenizer") ? p.text("tokenizer") : std::string("auto"), p.text("weights"),
+                           r.config.vocab, static_cast<size_t>(r.context()));
   } else {
     r.tokens = model::random_prompt(r.config.vocab, r.prompt, seed + 17);
     r.tokens.resize(static_cast<size_t>(r.context()));
@@ -123,7 +130,8 @@ ReferenceDecode reference_decode(const Point& p, uint64_t seed) {
     r.model->decode(&seq, &r.tokens[static_cast<size_t>(t)], 1, out);
     if (i < 0) continue;
     const model::AttentionRecord& record = r.model->attention_record(seq);
-    std::copy(record.output.begin(), record.output.end(), r.attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
+    std::copy(record.output.begin(), record.output.end(),
+              r.attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
     // kv_head_weights is [layers][kv_heads][t + 1], each row summed over its group's query heads.
     const size_t n = static_cast<size_t>(t) + 1, H = static_cast<size_t>(r.config.kv_heads);
     for (size_t l = 0; l < static_cast<size_t>(r.config.layers); ++l)
@@ -156,7 +164,8 @@ void teacher_forced_decode(ReferenceDecode& ref, std::vector<float>& logits, std
     ref.model->decode(&seq, &ref.tokens[static_cast<size_t>(t)], 1, out);
     const model::AttentionRecord& rec = ref.model->attention_record(seq);
     if (after) after(seq, t, rec);
-    if (i >= 0) std::copy(rec.output.begin(), rec.output.end(), attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
+    if (i >= 0)
+      std::copy(rec.output.begin(), rec.output.end(), attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
   }
   ref.model->release(seq);
 }
@@ -227,8 +236,9 @@ std::string first_token_note(const ReferenceDecode& ref) {
     one += fmt::format(" {:.1f}%", 100 * ref.first_token_mass[l]);
     four += fmt::format(" {:.1f}%", 100 * ref.first4_mass[l]);
   }
-  return fmt::format("full attention's mass on the first token, by layer:{}; on the first 4:{} (uniform over the context: {:.1f}%)", one, four,
-                     100.0 * 4 / (ref.prompt + ref.new_tokens / 2.0));
+  return fmt::format(
+      "full attention's mass on the first token, by layer:{}; on the first 4:{} (uniform over the context: {:.1f}%)", one, four,
+      100.0 * 4 / (ref.prompt + ref.new_tokens / 2.0));
 }
 
 void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m) {

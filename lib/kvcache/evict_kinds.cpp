@@ -33,8 +33,8 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 KeySpec budget_key() {
   return key_spec("budget", ParamType::Float,
-                  "KV budget: a fraction (≤ 1) of the context, or tokens (> 1, a whole number); full ignores it",
-                  Value(0.2), 0.001);
+                  "KV budget: a fraction (≤ 1) of the context, or tokens (> 1, a whole number); full ignores it", Value(0.2),
+                  0.001);
 }
 std::vector<KeySpec> policy_keys() {
   return {budget_key(),
@@ -46,7 +46,8 @@ std::vector<KeySpec> policy_keys() {
 // Budget in tokens of a `context`-token decode.
 int budget_tokens(double budget, int context) {
   if (budget <= 1.0) return std::max(1, static_cast<int>(std::lround(budget * context)));
-  if (budget != std::floor(budget)) throw InputError(fmt::format("budget {}: above 1 it counts tokens and must be a whole number", budget));
+  if (budget != std::floor(budget))
+    throw InputError(fmt::format("budget {}: above 1 it counts tokens and must be a whole number", budget));
   return static_cast<int>(budget);
 }
 
@@ -122,7 +123,8 @@ class SyntheticVariant : public Variant {
     const int steps = static_cast<int>(p.integer("decode_steps"));
     if (steps > sp.context) throw InputError(fmt::format("decode_steps {} exceeds the {}-token context", steps, sp.context));
     gen_ = std::make_unique<SyntheticAttention>(sp, seed);
-    replay_ = std::make_unique<EvictionReplay>(*gen_, make_policy(policy_, policy_ == "full" ? PolicyOptions{} : policy_options(p, sp.context)), steps);
+    replay_ = std::make_unique<EvictionReplay>(
+        *gen_, make_policy(policy_, policy_ == "full" ? PolicyOptions{} : policy_options(p, sp.context)), steps);
     const auto kv = model::preset(p.text("kv_model"));
     kv_bytes_per_token_ = static_cast<double>(kv->kv_elems_per_token()) * 2.0;  // bf16
   }
@@ -142,7 +144,8 @@ class SyntheticVariant : public Variant {
     const double tol = 1e-4;
     return {quality_.kernel_err <= tol, "rel_l2", quality_.kernel_err, tol,
             "each step's attention over the slot cache vs float64 attention over the kept positions; the policy keeps its "
-            "budget and promised tokens every step; " + shares};
+            "budget and promised tokens every step; " +
+                shares};
   }
 
   void run(BackendRuntime&) override { replay_->run(); }
@@ -182,17 +185,19 @@ KindInfo synthetic_kind() {
   KindInfo k;
   k.name = "kv-evict";
   k.group = "kvcache";
-  k.doc = "KV-cache eviction on one attention head with the structure trained models show, from a documented seeded "
-          "generator (lib/kvcache/synthetic_attention.h): a few sink tokens with large logits and small values, RoPE-style "
-          "recency, a few heavy hitters every query likes, a diffuse rest. Tokens stream through the policy (a KV manager "
-          "with `budget` slots); the last decode_steps steps are measured against full attention: relative L2 of the "
-          "attention output (mean, worst step), the full-attention mass on the kept tokens, and probes that target a "
-          "needle at least half the context back (recall = needle still kept). A sample is one measured decode: the "
-          "policy's bookkeeping, the new K/V written into its slot and attention over the slots. `bookkeeping` times the "
-          "policy's decisions alone. `KV held` prices the held tokens at kv_model's K/V bytes (all layers, bf16).";
+  k.doc =
+      "KV-cache eviction on one attention head with the structure trained models show, from a documented seeded "
+      "generator (lib/kvcache/synthetic_attention.h): a few sink tokens with large logits and small values, RoPE-style "
+      "recency, a few heavy hitters every query likes, a diffuse rest. Tokens stream through the policy (a KV manager "
+      "with `budget` slots); the last decode_steps steps are measured against full attention: relative L2 of the "
+      "attention output (mean, worst step), the full-attention mass on the kept tokens, and probes that target a "
+      "needle at least half the context back (recall = needle still kept). A sample is one measured decode: the "
+      "policy's bookkeeping, the new K/V written into its slot and attention over the slots. `bookkeeping` times the "
+      "policy's decisions alone. `KV held` prices the held tokens at kv_model's K/V bytes (all layers, bf16).";
   k.keys = {
       key_spec("context", ParamType::Int, "tokens decoded", Value(int64_t{4096}), 2.0),
-      key_spec("decode_steps", ParamType::Int, "measured steps at the end of the context (the earlier tokens stream through the policy first)",
+      key_spec("decode_steps", ParamType::Int,
+               "measured steps at the end of the context (the earlier tokens stream through the policy first)",
                Value(int64_t{256}), 1.0),
   };
   for (auto& key : policy_keys()) k.keys.push_back(key);
@@ -201,17 +206,24 @@ KindInfo synthetic_kind() {
       key_spec("head_dim", ParamType::Int, "dimension of the head (a multiple of 4)", Value(int64_t{d.head_dim}), 8.0, 1024.0),
       key_spec("sink_tokens", ParamType::Int, "generator: sink tokens at the start", Value(int64_t{d.sink_tokens}), 0.0),
       key_spec("sink_logit", ParamType::Float, "generator: logit bonus of a sink token", Value(d.sink_logit)),
-      key_spec("sink_value", ParamType::Float, "generator: sink tokens' value norm relative to the others", Value(d.sink_value), 0.0),
-      key_spec("heavy_tokens", ParamType::Int, "generator: heavy-hitter tokens, seeded positions over the context", Value(int64_t{d.heavy_tokens}), 0.0),
-      key_spec("heavy_logit", ParamType::Float, "generator: heavy hitters' logit bonus (× a per-query pull in [0.5, 1.5])", Value(d.heavy_logit)),
-      key_spec("recency_logit", ParamType::Float, "generator: logit bonus at distance 0, decaying as RoPE's mean cosine", Value(d.recency_logit)),
-      key_spec("recency_theta", ParamType::Float, "generator: base of the rotary frequencies (RoPE's theta)", Value(d.recency_theta), 2.0),
+      key_spec("sink_value", ParamType::Float, "generator: sink tokens' value norm relative to the others", Value(d.sink_value),
+               0.0),
+      key_spec("heavy_tokens", ParamType::Int, "generator: heavy-hitter tokens, seeded positions over the context",
+               Value(int64_t{d.heavy_tokens}), 0.0),
+      key_spec("heavy_logit", ParamType::Float, "generator: heavy hitters' logit bonus (× a per-query pull in [0.5, 1.5])",
+               Value(d.heavy_logit)),
+      key_spec("recency_logit", ParamType::Float, "generator: logit bonus at distance 0, decaying as RoPE's mean cosine",
+               Value(d.recency_logit)),
+      key_spec("recency_theta", ParamType::Float, "generator: base of the rotary frequencies (RoPE's theta)",
+               Value(d.recency_theta), 2.0),
       key_spec("noise", ParamType::Float, "generator: std of the diffuse, per-query logits", Value(d.noise), 0.0),
       key_spec("needle_logit", ParamType::Float, "probe queries' logit bonus on their needle", Value(d.needle_logit)),
-      key_spec("probe_every", ParamType::Int, "a needle probe every this many measured steps", Value(int64_t{d.probe_every}), 1.0),
+      key_spec("probe_every", ParamType::Int, "a needle probe every this many measured steps", Value(int64_t{d.probe_every}),
+               1.0),
   };
   for (auto& key : gen) k.keys.push_back(key);
-  k.keys.push_back(enum_key("kv_model", "model whose K/V bytes per token (all layers, bf16) price the held tokens", "llama2-7b", model::preset_names()));
+  k.keys.push_back(enum_key("kv_model", "model whose K/V bytes per token (all layers, bf16) price the held tokens", "llama2-7b",
+                            model::preset_names()));
   return k;
 }
 
@@ -248,10 +260,11 @@ class EngineVariant : public Variant {
               "the full policy's decode (same engine path, nothing masked) reproduces the full cache's logits bit for bit"};
     }
     if (per_head_)
-      return {c.evicted_weight == 0, "weight on evicted", c.evicted_weight, 0,
-              fmt::format("every step and each of the {} layers × {} kv heads: the attention the engine recorded for that head "
-                          "puts no weight on a position its own policy evicted; every policy keeps its budget and promised tokens",
-                          ref_.config.layers, ref_.config.kv_heads)};
+      return {
+          c.evicted_weight == 0, "weight on evicted", c.evicted_weight, 0,
+          fmt::format("every step and each of the {} layers × {} kv heads: the attention the engine recorded for that head "
+                      "puts no weight on a position its own policy evicted; every policy keeps its budget and promised tokens",
+                      ref_.config.layers, ref_.config.kv_heads)};
     return {c.evicted_weight == 0, "weight on evicted", c.evicted_weight, 0,
             fmt::format("every step: the attention the engine recorded puts no weight on an evicted position (summed over {} "
                         "layers × {} heads); the policy keeps its budget and promised tokens",
@@ -300,8 +313,10 @@ class EngineVariant : public Variant {
           for (int i = 0; i < count; ++i) {
             const KvPolicy::Append a = policies[static_cast<size_t>(i)]->on_append(t);
             if (a.evicted < 0) continue;
-            if (per_head_) ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
-            else ref_.model->set_kept(seq, a.evicted, false);
+            if (per_head_)
+              ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
+            else
+              ref_.model->set_kept(seq, a.evicted, false);
           }
           bookkeeping_s_ += seconds_since(t0);
         },
@@ -341,17 +356,19 @@ KindInfo engine_kind() {
   KindInfo k;
   k.name = "kv-evict-model";
   k.group = "kvcache";
-  k.doc = "KV-cache eviction on the transformer engine (CPU, float32): prompt + new_tokens tokens decoded one at a time, "
-          "each policy's sequence in lock-step with the full cache's and fed the same tokens (the full cache's greedy "
-          "output: teacher forcing). One kept set serves every layer and head (H2O scores a token by its attention "
-          "summed over them), except cpu_h2o_head: one H2O set per layer and kv head, as in the paper; evicted positions are skipped by the engine's attention. Over the new_tokens measured "
-          "steps: KL(full ‖ policy) of the next-token distribution (mean, worst), top-1 agreement, and the relative L2 "
-          "of the attention outputs of every layer. A sample is one decode with the policy (bookkeeping, masked "
-          "attention, recording the attention it needs). `KV held` = the tokens a cache holding only the kept ones "
-          "would allocate (bf16). With random weights the model has no learned sinks or heavy hitters: the claims need "
-          "real weights (weights: DIR). With `text: FILE` the decode is the text's own tokens and the measured ones are "
-          "scored: perplexity per policy and its ratio to the full cache's (StreamingLLM's table); the cpu_full row's note "
-          "gives the attention mass on the first tokens by layer.";
+  k.doc =
+      "KV-cache eviction on the transformer engine (CPU, float32): prompt + new_tokens tokens decoded one at a time, "
+      "each policy's sequence in lock-step with the full cache's and fed the same tokens (the full cache's greedy "
+      "output: teacher forcing). One kept set serves every layer and head (H2O scores a token by its attention "
+      "summed over them), except cpu_h2o_head: one H2O set per layer and kv head, as in the paper; evicted positions are skipped "
+      "by the engine's attention. Over the new_tokens measured "
+      "steps: KL(full ‖ policy) of the next-token distribution (mean, worst), top-1 agreement, and the relative L2 "
+      "of the attention outputs of every layer. A sample is one decode with the policy (bookkeeping, masked "
+      "attention, recording the attention it needs). `KV held` = the tokens a cache holding only the kept ones "
+      "would allocate (bf16). With random weights the model has no learned sinks or heavy hitters: the claims need "
+      "real weights (weights: DIR). With `text: FILE` the decode is the text's own tokens and the measured ones are "
+      "scored: perplexity per policy and its ratio to the full cache's (StreamingLLM's table); the cpu_full row's note "
+      "gives the attention mass on the first tokens by layer.";
   k.keys = engine_keys();
   k.check = check_engine_decode;
   return k;
@@ -374,8 +391,9 @@ std::vector<DeclaredVariant> engine_policy_variants() {
   const std::vector<KeySpec> keys = engine_kind().keys;
   std::vector<DeclaredVariant> out;
   for (const auto& name : policy_names())
-    out.push_back({{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(keys, name), true},
-                   make_variant<EngineVariant>(name)});
+    out.push_back(
+        {{"cpu_" + name, Backend::Cpu, std::string(policy_doc(name)) + "; on the CPU engine", keys_for(keys, name), true},
+         make_variant<EngineVariant>(name)});
   out.push_back({{"cpu_h2o_head", Backend::Cpu,
                   "H2O per head, as its paper runs it: each layer's kv head keeps its own heavy hitters (scored by that head's "
                   "attention, summed over its query heads) + recent window; on the CPU engine",

@@ -36,7 +36,8 @@ KvPolicy::Append KvPolicy::on_append(int pos) {
 
 std::string KvPolicy::check_invariants() const {
   const int want = std::min(budget_, newest_ + 1);
-  if (size() != want) return fmt::format("{} holds {} tokens after {} appended (budget {})", name(), size(), newest_ + 1, budget_);
+  if (size() != want)
+    return fmt::format("{} holds {} tokens after {} appended (budget {})", name(), size(), newest_ + 1, budget_);
   const std::vector<int> k = kept();
   for (size_t i = 0; i < k.size(); ++i) {
     if (k[i] < 0 || k[i] > newest_) return fmt::format("{} holds position {} of {}", name(), k[i], newest_ + 1);
@@ -84,7 +85,8 @@ class StreamingLlm final : public KvPolicy {
  public:
   StreamingLlm(int budget, int sinks) : KvPolicy(budget), sinks_(sinks) {
     if (sinks < 0 || sinks >= budget)
-      throw std::invalid_argument(fmt::format("streaming_llm with {} sink tokens needs a budget above {} (got {})", sinks, sinks, budget));
+      throw std::invalid_argument(
+          fmt::format("streaming_llm with {} sink tokens needs a budget above {} (got {})", sinks, sinks, budget));
   }
   std::string name() const override { return "streaming_llm"; }
   std::unique_ptr<KvPolicy> clone() const override { return std::make_unique<StreamingLlm>(*this); }
@@ -133,8 +135,10 @@ class HeavyHitterOracle final : public KvPolicy {
     return best;
   }
   void placed(int slot) override {
-    if (slot == static_cast<int>(score_.size())) score_.push_back(0.0);
-    else score_[static_cast<size_t>(slot)] = 0.0;
+    if (slot == static_cast<int>(score_.size()))
+      score_.push_back(0.0);
+    else
+      score_[static_cast<size_t>(slot)] = 0.0;
   }
   std::vector<int> promised() const override { return last_positions(newest(), std::min(recent_, size())); }
 
@@ -145,9 +149,7 @@ class HeavyHitterOracle final : public KvPolicy {
 
 }  // namespace
 
-int h2o_recent_tokens(int budget, double recent) {
-  return std::clamp(static_cast<int>(std::lround(recent * budget)), 1, budget);
-}
+int h2o_recent_tokens(int budget, double recent) { return std::clamp(static_cast<int>(std::lround(recent * budget)), 1, budget); }
 
 const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> names = {"full", "sliding_window", "streaming_llm", "h2o"};

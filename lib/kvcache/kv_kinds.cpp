@@ -23,8 +23,9 @@ std::vector<KeySpec> decode_keys(bool paged_kind) {
       key_spec("head_dim", ParamType::Int, "dimension of a head", Value(int64_t{128}), 1.0, 1024.0),
       key_spec("context", ParamType::Int, "tokens in the cache of the longest sequence", Value(int64_t{4096}), 1.0),
       key_spec("ragged", ParamType::Bool, "sequence lengths vary in (context/2, context] (sequence 0 has context)", Value(false)),
-      key_spec("block_size", ParamType::Int, paged_kind ? "tokens per KV block of the paged variants"
-                                                         : "0: contiguous cache; > 0: paged with blocks of this many tokens",
+      key_spec("block_size", ParamType::Int,
+               paged_kind ? "tokens per KV block of the paged variants"
+                          : "0: contiguous cache; > 0: paged with blocks of this many tokens",
                Value(int64_t{paged_kind ? 16 : 0}), paged_kind ? 1.0 : 0.0, 4096.0),
       key_spec("splits", ParamType::Int, "CUDA: blocks per (sequence, kv head) of the split-K kernel; 0 = enough to fill the GPU",
                Value(int64_t{0}), 0.0, 1024.0),
@@ -62,7 +63,8 @@ KindInfo paged_kind() {
   KindInfo k;
   k.name = "kv-paged";
   k.group = "kvcache";
-  k.doc = std::string(kDecodeDoc) + " PagedAttention: the paged variants read K/V through per-sequence block tables "
+  k.doc = std::string(kDecodeDoc) +
+          " PagedAttention: the paged variants read K/V through per-sequence block tables "
           "made by the block manager (blocks scattered over the pool); the contiguous ones from one buffer per sequence.";
   k.keys = decode_keys(true);
   return k;

@@ -55,8 +55,8 @@ class Formula : public Variant {
     run(rt);
     // The formula against the engine's own count of one token's K/V elements.
     const double elems = static_cast<double>(m_.kv_elems_per_token());
-    const double want = elems * kv_element_bytes(format_) +
-                        2.0 * m_.layers * m_.kv_heads * kv_scale_bytes_per_token_head(format_, m_.head_dim);
+    const double want =
+        elems * kv_element_bytes(format_) + 2.0 * m_.layers * m_.kv_heads * kv_scale_bytes_per_token_head(format_, m_.head_dim);
     const double err = std::fabs(per_token_ - want);
     return {err == 0, "bytes", err, 0, "bytes/token vs the engine's K/V elements per token × element + scale bytes"};
   }
@@ -90,20 +90,21 @@ KindInfo memory_kind() {
   KindInfo k;
   k.name = "kv-memory";
   k.group = "kvcache";
-  k.doc = "The KV cache's size, computed from the model's shape (not measured): bytes/token = 2 · layers · kv_heads · "
-          "head_dim · bytes(element) (int4: 1/2, int2: 1/4), plus int8's per-token scales and int4's and int2's (KIVI, "
-          "groups of 32) fp16 scale + zero per group (4·head_dim/32 bytes per token for K and for V) and their bf16 "
-          "residual buffer of 32 tokens per sequence and head; per sequence of `seq` tokens, per "
-          "batch, and the largest batch at `seq` that fits the card after the bf16 weights (activations and workspace not "
-          "counted). The check compares the formula with the engine's own K/V element count. A sample is the arithmetic.";
+  k.doc =
+      "The KV cache's size, computed from the model's shape (not measured): bytes/token = 2 · layers · kv_heads · "
+      "head_dim · bytes(element) (int4: 1/2, int2: 1/4), plus int8's per-token scales and int4's and int2's (KIVI, "
+      "groups of 32) fp16 scale + zero per group (4·head_dim/32 bytes per token for K and for V) and their bf16 "
+      "residual buffer of 32 tokens per sequence and head; per sequence of `seq` tokens, per "
+      "batch, and the largest batch at `seq` that fits the card after the bf16 weights (activations and workspace not "
+      "counted). The check compares the formula with the engine's own K/V element count. A sample is the arithmetic.";
   k.keys = {
       enum_key("model", "engine preset", "llama2-7b", model::preset_names()),
       enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8", "int4", "int2"}),
       key_spec("seq", ParamType::Int, "tokens per sequence", Value(int64_t{4096}), 1.0),
       key_spec("batch", ParamType::Int, "sequences", Value(int64_t{32}), 1.0),
       key_spec("card_memory", ParamType::Bytes,
-               "memory the batch must fit in; 0 = the run's --memory-limit, else the GPU's memory, else the host's", Value(int64_t{0}),
-               0.0),
+               "memory the batch must fit in; 0 = the run's --memory-limit, else the GPU's memory, else the host's",
+               Value(int64_t{0}), 0.0),
   };
   return k;
 }

@@ -32,8 +32,10 @@ std::vector<Request> make_requests(const Point& p, uint64_t seed) {
   const int omin = static_cast<int>(p.integer("output_min")), omax = static_cast<int>(p.integer("output_max"));
   std::vector<Request> r(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    r[static_cast<size_t>(i)].prompt = pmin + static_cast<int>(random_bits(seed, 2 * static_cast<uint64_t>(i)) % static_cast<uint64_t>(pmax - pmin + 1));
-    r[static_cast<size_t>(i)].output = omin + static_cast<int>(random_bits(seed, 2 * static_cast<uint64_t>(i) + 1) % static_cast<uint64_t>(omax - omin + 1));
+    r[static_cast<size_t>(i)].prompt =
+        pmin + static_cast<int>(random_bits(seed, 2 * static_cast<uint64_t>(i)) % static_cast<uint64_t>(pmax - pmin + 1));
+    r[static_cast<size_t>(i)].output =
+        omin + static_cast<int>(random_bits(seed, 2 * static_cast<uint64_t>(i) + 1) % static_cast<uint64_t>(omax - omin + 1));
   }
   return r;
 }
@@ -146,7 +148,8 @@ class WasteVariant : public Variant {
             {"peak slots", peak_slots_, "tokens"},
             // Sequences the policy keeps in the memory contiguous_max holds for `concurrent`
             // (concurrent · max_len slots over its mean slots per running sequence).
-            {"batch in same memory", mean_slots_ > 0 ? static_cast<double>(concurrent_) * max_len_ * mean_live_ / mean_slots_ : 0, ""},
+            {"batch in same memory", mean_slots_ > 0 ? static_cast<double>(concurrent_) * max_len_ * mean_live_ / mean_slots_ : 0,
+             ""},
             {"steps", static_cast<double>(steps_), ""}};
   }
 
@@ -164,11 +167,12 @@ KindInfo waste_kind() {
   KindInfo k;
   k.name = "kv-paged-waste";
   k.group = "kvcache";
-  k.doc = "KV memory waste of a served workload (continuous batching, requests with uniform random prompt and output "
-          "lengths): 1 − tokens stored / token slots allocated, averaged over decode steps, for contiguous reservation to "
-          "max_len, contiguous reservation of exactly prompt + output (oracle), and paged blocks (the block manager). "
-          "`batch in same memory` = sequences the policy fits in the memory contiguous_max uses for `concurrent`. A sample "
-          "is the whole replay's bookkeeping.";
+  k.doc =
+      "KV memory waste of a served workload (continuous batching, requests with uniform random prompt and output "
+      "lengths): 1 − tokens stored / token slots allocated, averaged over decode steps, for contiguous reservation to "
+      "max_len, contiguous reservation of exactly prompt + output (oracle), and paged blocks (the block manager). "
+      "`batch in same memory` = sequences the policy fits in the memory contiguous_max uses for `concurrent`. A sample "
+      "is the whole replay's bookkeeping.";
   k.keys = {
       key_spec("requests", ParamType::Int, "requests replayed", Value(int64_t{500}), 1.0),
       key_spec("concurrent", ParamType::Int, "sequences decoded at once (continuous batching)", Value(int64_t{32}), 1.0),
@@ -176,19 +180,22 @@ KindInfo waste_kind() {
       key_spec("prompt_max", ParamType::Int, "longest prompt", Value(int64_t{1024}), 1.0),
       key_spec("output_min", ParamType::Int, "shortest output", Value(int64_t{16}), 1.0),
       key_spec("output_max", ParamType::Int, "longest output", Value(int64_t{512}), 1.0),
-      key_spec("max_len", ParamType::Int, "the model's maximum sequence length (contiguous_max reserves it)", Value(int64_t{2048}), 1.0),
+      key_spec("max_len", ParamType::Int, "the model's maximum sequence length (contiguous_max reserves it)",
+               Value(int64_t{2048}), 1.0),
       key_spec("block_size", ParamType::Int, "tokens per block (paged)", Value(int64_t{16}), 1.0, 4096.0),
   };
   return k;
 }
 
 const KindRegistration waste_registration(waste_kind());
-const std::vector<std::string> waste_contiguous_keys = {"requests", "concurrent", "prompt_min", "prompt_max", "output_min", "output_max", "max_len"};
+const std::vector<std::string> waste_contiguous_keys = {"requests",   "concurrent", "prompt_min", "prompt_max",
+                                                        "output_min", "output_max", "max_len"};
 const VariantListRegistration waste_variants(
     "kv-paged-waste",
     {{{"contiguous_max", Backend::Cpu, "each sequence reserves max_len token slots", waste_contiguous_keys, true},
       make_variant<WasteVariant>(Policy::ContiguousMax)},
-     {{"contiguous_exact", Backend::Cpu, "each reserves prompt + output (knows the output length in advance)", waste_contiguous_keys, true},
+     {{"contiguous_exact", Backend::Cpu, "each reserves prompt + output (knows the output length in advance)",
+       waste_contiguous_keys, true},
       make_variant<WasteVariant>(Policy::ContiguousExact)},
      {{"paged", Backend::Cpu, "blocks of block_size from the block manager as tokens arrive", {}, true},
       make_variant<WasteVariant>(Policy::Paged)}});

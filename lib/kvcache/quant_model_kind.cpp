@@ -95,9 +95,10 @@ class QuantModel : public Variant {
     return m;
   }
   std::string note() const override {
-    return fmt::format("over the prompt's float32 K/V, per layer and kv head: the largest channel's |max| is {:.1f}× the median "
-                       "channel's for keys (worst head {:.1f}×), {:.1f}× for values (worst {:.1f}×)",
-                       outliers_.key_mean, outliers_.key_worst, outliers_.value_mean, outliers_.value_worst);
+    return fmt::format(
+        "over the prompt's float32 K/V, per layer and kv head: the largest channel's |max| is {:.1f}× the median "
+        "channel's for keys (worst head {:.1f}×), {:.1f}× for values (worst {:.1f}×)",
+        outliers_.key_mean, outliers_.key_worst, outliers_.value_mean, outliers_.value_worst);
   }
 
  private:
@@ -112,17 +113,19 @@ KindInfo quant_model_kind() {
   KindInfo k;
   k.name = "kv-quant-model";
   k.group = "kvcache";
-  k.doc = "Quantized KV on the transformer engine (CPU, float32 arithmetic): prompt + new_tokens tokens decoded one at a "
-          "time with every K/V rounded through the format as it is written (bf16; fp8 e4m3 with static scales per layer, K/V "
-          "and kv head calibrated on the prompt (amax/448 over a prefill of it) – larger values later saturate; int8 with per-token scales; "
-          "int4 and int2 KIVI: bf16 until a group of 32 tokens completes, then keys per channel over the group and values "
-          "per token in groups of min(32, head_dim) channels, 4 or 2 bits), fed the "
-          "float32 cache's greedy tokens (teacher forcing). Over the measured steps: KL(float32 ‖ format) of the next-token "
-          "distribution, top-1 agreement, relative L2 of every layer's attention output. A sample is one such decode on "
-          "the CPU: quality only – kv-quant times the formats' decode-attention kernels. With `text: FILE` the decode is "
-          "the text's tokens and the measured ones are scored (perplexity, and its ratio to the float32 cache's). `K outlier` / "
-          "`V outlier`: per layer and kv head, the largest channel's |max| over the median channel's in the prompt's float32 "
-          "cache (KIVI's case for per-channel keys).";
+  k.doc =
+      "Quantized KV on the transformer engine (CPU, float32 arithmetic): prompt + new_tokens tokens decoded one at a "
+      "time with every K/V rounded through the format as it is written (bf16; fp8 e4m3 with static scales per layer, K/V "
+      "and kv head calibrated on the prompt (amax/448 over a prefill of it) – larger values later saturate; int8 with per-token "
+      "scales; "
+      "int4 and int2 KIVI: bf16 until a group of 32 tokens completes, then keys per channel over the group and values "
+      "per token in groups of min(32, head_dim) channels, 4 or 2 bits), fed the "
+      "float32 cache's greedy tokens (teacher forcing). Over the measured steps: KL(float32 ‖ format) of the next-token "
+      "distribution, top-1 agreement, relative L2 of every layer's attention output. A sample is one such decode on "
+      "the CPU: quality only – kv-quant times the formats' decode-attention kernels. With `text: FILE` the decode is "
+      "the text's tokens and the measured ones are scored (perplexity, and its ratio to the float32 cache's). `K outlier` / "
+      "`V outlier`: per layer and kv head, the largest channel's |max| over the median channel's in the prompt's float32 "
+      "cache (KIVI's case for per-channel keys).";
   k.keys = engine_decode_keys(256, 64);
   k.check = check_engine_decode;
   return k;
@@ -135,10 +138,14 @@ const VariantListRegistration quant_model_variants(
      {{"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache, static per-(layer, K/V, kv head) scales calibrated on the prompt", {}, true},
       make_variant<QuantModel>(KvFormat::FP8)},
      {{"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true}, make_variant<QuantModel>(KvFormat::INT8)},
-     {{"cpu_int4", Backend::Cpu, "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16", {},
+     {{"cpu_int4",
+       Backend::Cpu,
+       "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16",
+       {},
        true},
       make_variant<QuantModel>(KvFormat::INT4)},
-     {{"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true}, make_variant<QuantModel>(KvFormat::INT2)}});
+     {{"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
+      make_variant<QuantModel>(KvFormat::INT2)}});
 
 }  // namespace
 }  // namespace ib::kvcache

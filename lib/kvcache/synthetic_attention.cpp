@@ -51,7 +51,8 @@ enum Stream : uint64_t { kKeys = 0, kValues = 1, kQueries = 2, kHeavy = 3, kNeed
 std::string synthetic_problem(const SyntheticParams& p) {
   if (p.head_dim < 8 || p.head_dim % 4) return fmt::format("head_dim {} must be a multiple of 4, at least 8", p.head_dim);
   if (p.context < 2) return "context must be at least 2 tokens";
-  if (p.sink_tokens < 0 || p.sink_tokens >= p.context) return fmt::format("sink_tokens {} must lie in [0, context)", p.sink_tokens);
+  if (p.sink_tokens < 0 || p.sink_tokens >= p.context)
+    return fmt::format("sink_tokens {} must lie in [0, context)", p.sink_tokens);
   if (p.heavy_tokens < 0 || p.heavy_tokens > p.context - p.sink_tokens)
     return fmt::format("heavy_tokens {} must lie in [0, context − sink_tokens]", p.heavy_tokens);
   if (!(p.recency_theta > 1)) return "recency_theta must exceed 1";
@@ -69,7 +70,8 @@ SyntheticAttention::SyntheticAttention(const SyntheticParams& p, uint64_t seed) 
   heavy_.assign(static_cast<size_t>(n), 0);
   for (int i = 0, drawn = 0; i < p.heavy_tokens; ++drawn) {
     const uint64_t span = static_cast<uint64_t>(n - p.sink_tokens);
-    const size_t j = static_cast<size_t>(p.sink_tokens) + static_cast<size_t>(random_bits(seed + kHeavy, static_cast<uint64_t>(drawn)) % span);
+    const size_t j =
+        static_cast<size_t>(p.sink_tokens) + static_cast<size_t>(random_bits(seed + kHeavy, static_cast<uint64_t>(drawn)) % span);
     if (!heavy_[j]) {
       heavy_[j] = 1;
       ++i;
@@ -106,7 +108,8 @@ SyntheticAttention::SyntheticAttention(const SyntheticParams& p, uint64_t seed) 
 
 int SyntheticAttention::needle(int t) const {
   const int lo = p_.sink_tokens, hi = std::max(lo, t / 2);
-  const int n = lo + static_cast<int>(random_bits(seed_ + kNeedle, static_cast<uint64_t>(t)) % static_cast<uint64_t>(hi - lo + 1));
+  const int n =
+      lo + static_cast<int>(random_bits(seed_ + kNeedle, static_cast<uint64_t>(t)) % static_cast<uint64_t>(hi - lo + 1));
   return std::min(n, t);
 }
 
@@ -144,10 +147,14 @@ AttentionShares attention_shares(const SyntheticAttention& g, int t, int recent)
   AttentionShares s;
   for (int j = 0; j <= t; ++j) {
     const double x = w[static_cast<size_t>(j)];
-    if (g.is_sink(j)) s.sinks += x;
-    else if (j > t - recent) s.recent += x;
-    else if (g.is_heavy(j)) s.heavy += x;
-    else s.rest += x;
+    if (g.is_sink(j))
+      s.sinks += x;
+    else if (j > t - recent)
+      s.recent += x;
+    else if (g.is_heavy(j))
+      s.heavy += x;
+    else
+      s.rest += x;
   }
   return s;
 }

@@ -34,7 +34,7 @@ namespace ib::kvcache {
 
 struct SyntheticParams {
   int head_dim = 128;
-  int context = 4096;          // tokens decoded
+  int context = 4096;  // tokens decoded
   int sink_tokens = 4;
   double sink_logit = 9.0;
   double sink_value = 0.2;

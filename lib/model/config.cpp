@@ -101,8 +101,8 @@ std::string ModelConfig::describe() const {
   } else if (sliding_window > 0) {
     window_text = fmt::format(", sliding window {}", sliding_window);
   }
-  return fmt::format("{} layers, hidden {}, {} heads ({} kv) × {}, MLP {}, vocab {}{}{}", layers, hidden, heads, kv_heads, head_dim,
-                     mlp, vocab, tied_embeddings ? ", tied embeddings" : "", window_text);
+  return fmt::format("{} layers, hidden {}, {} heads ({} kv) × {}, MLP {}, vocab {}{}{}", layers, hidden, heads, kv_heads,
+                     head_dim, mlp, vocab, tied_embeddings ? ", tied embeddings" : "", window_text);
 }
 
 std::string ModelConfig::describe_details() const {
@@ -112,11 +112,11 @@ std::string ModelConfig::describe_details() const {
   const RopeScaling& r = rope_scaling;
   if (r.type == "linear") rope += fmt::format(", linear x{:g}", r.factor);
   if (r.type == "llama3")
-    rope += fmt::format(", llama3 x{:g} (original {}, low {:g}, high {:g})", r.factor, r.original_max_positions, r.low_freq_factor,
-                        r.high_freq_factor);
+    rope += fmt::format(", llama3 x{:g} (original {}, low {:g}, high {:g})", r.factor, r.original_max_positions,
+                        r.low_freq_factor, r.high_freq_factor);
   if (r.type == "yarn")
-    rope += fmt::format(", yarn x{:g} (original {}, beta {:g}/{:g}, attention x{:.4g})", r.factor, r.original_max_positions, r.beta_fast,
-                        r.beta_slow, r.attention_factor);
+    rope += fmt::format(", yarn x{:g} (original {}, beta {:g}/{:g}, attention x{:.4g})", r.factor, r.original_max_positions,
+                        r.beta_fast, r.beta_slow, r.attention_factor);
   parts.push_back(rope);
   parts.push_back(fmt::format("rms eps {:g}", rms_eps));
   if (any_window()) {
@@ -228,12 +228,14 @@ struct Architecture {
   const char* model_type;
   const char* architecture;
 };
-constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+constexpr Architecture kArchitectures[] = {{"llama", "LlamaForCausalLM"},
+                                           {"qwen2", "Qwen2ForCausalLM"},
+                                           {"mistral", "MistralForCausalLM"},
+                                           {"qwen3", "Qwen3ForCausalLM"}};
 
 // Keys whose presence means a model the engine would run wrongly: refused, never ignored.
-constexpr const char* kRefusedKeys[] = {"quantization_config", "num_local_experts", "num_experts", "num_experts_per_tok",
-                                        "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "decoder_sparse_step"};
+constexpr const char* kRefusedKeys[] = {"quantization_config",   "num_local_experts", "num_experts",      "num_experts_per_tok",
+                                        "moe_intermediate_size", "n_routed_experts",  "n_shared_experts", "decoder_sparse_step"};
 
 // config.json read key by key. Every field is checked for its JSON type (and integers for
 // range) before use: a garbage config is an InputError naming the file and the key, never a
@@ -290,8 +292,9 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
   if (r.present("rope_parameters") && r.present("rope_scaling")) {
     const auto& a = j["rope_parameters"];
     const auto& b = j["rope_scaling"];
-    if (a.is_object() && b.is_object() && r.text(a, "rope_parameters.rope_type", "rope_type", "default") !=
-                                              r.text(b, "rope_scaling.rope_type", "rope_type", r.text(b, "rope_scaling.type", "type", "default")))
+    if (a.is_object() && b.is_object() &&
+        r.text(a, "rope_parameters.rope_type", "rope_type", "default") !=
+            r.text(b, "rope_scaling.rope_type", "rope_type", r.text(b, "rope_scaling.type", "type", "default")))
       r.fail("rope_scaling", "disagrees with rope_parameters on the rope type");
   }
   double theta = r.real(j, "", "rope_theta", 10000.0, 0.0);
@@ -312,7 +315,8 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
     // transformers: a top-level original_max_position_embeddings wins, then the dict's, then max_position_embeddings.
     auto original = [&]() {
       if (r.present("original_max_position_embeddings")) return r.integer("original_max_position_embeddings", 1);
-      return r.present(p, "original_max_position_embeddings") ? r.integer(p, where, "original_max_position_embeddings", 1) : max_pos;
+      return r.present(p, "original_max_position_embeddings") ? r.integer(p, where, "original_max_position_embeddings", 1)
+                                                              : max_pos;
     };
     if (s.type == "default") {
     } else if (s.type == "linear") {
@@ -328,12 +332,16 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
       s.original_max_positions = original();
     } else if (s.type == "yarn") {
       s.original_max_positions = original();
-      s.factor = r.present(p, "factor") ? r.real(p, where, "factor", 1.0, 0.0) : static_cast<double>(max_pos) / s.original_max_positions;
+      s.factor =
+          r.present(p, "factor") ? r.real(p, where, "factor", 1.0, 0.0) : static_cast<double>(max_pos) / s.original_max_positions;
       auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
       const double m = r.real(p, where, "mscale", 0.0, -1e300), m_all = r.real(p, where, "mscale_all_dim", 0.0, -1e300);
-      if (r.present(p, "attention_factor")) s.attention_factor = r.real(p, where, "attention_factor", 1.0, 0.0);
-      else if (m != 0.0 && m_all != 0.0) s.attention_factor = mscale(s.factor, m) / mscale(s.factor, m_all);
-      else s.attention_factor = mscale(s.factor, 1.0);
+      if (r.present(p, "attention_factor"))
+        s.attention_factor = r.real(p, where, "attention_factor", 1.0, 0.0);
+      else if (m != 0.0 && m_all != 0.0)
+        s.attention_factor = mscale(s.factor, m) / mscale(s.factor, m_all);
+      else
+        s.attention_factor = mscale(s.factor, 1.0);
       // transformers: `get("beta_fast") or 32` (0 means the default too).
       s.beta_fast = r.real(p, where, "beta_fast", 0.0, -1e300);
       if (s.beta_fast == 0.0) s.beta_fast = 32.0;
@@ -344,8 +352,9 @@ void read_rope(const ConfigReader& r, ModelConfig& c) {
         s.truncate = p["truncate"].get<bool>();
       }
     } else if (s.type == "dynamic") {
-      r.fail(where + ".rope_type", "'dynamic' is not supported (its frequencies change with the sequence length while the cache keeps keys "
-                                   "rotated by the old ones; supported: default, linear, llama3, yarn)");
+      r.fail(where + ".rope_type",
+             "'dynamic' is not supported (its frequencies change with the sequence length while the cache keeps keys "
+             "rotated by the old ones; supported: default, linear, llama3, yarn)");
     } else {
       r.fail(where + ".rope_type", fmt::format("'{}' is not supported (default, linear, llama3, yarn)", s.type));
     }
@@ -389,15 +398,18 @@ void read_windows(const ConfigReader& r, const std::string& type, ModelConfig& c
       c.layer_windows[static_cast<size_t>(l)] = w;
       any = true;
     }
-  if (!any) c.layer_windows.clear();
-  else c.sliding_window = w;
+  if (!any)
+    c.layer_windows.clear();
+  else
+    c.sliding_window = w;
 }
 
 }  // namespace
 
 ModelConfig config_from_hf(const std::string& dir) {
   const std::string path = data_path(dir) + "/config.json";
-  if (::access(path.c_str(), F_OK) != 0) throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
+  if (::access(path.c_str(), F_OK) != 0)
+    throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
   ModelConfig c = config_from_hf_json(read_input_file(path, kMaxConfigBytes), path);
   c.name = dir;
   return c;
@@ -444,7 +456,8 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
   c.vocab = r.need("vocab_size");
   // Shapes whose products overflow the engine's int indices are bad input, not a crash.
   const int64_t widest = std::max({int64_t{c.hidden}, int64_t{c.mlp}, int64_t{c.heads} * c.head_dim, int64_t{c.vocab}});
-  if (int64_t{c.heads} * c.head_dim > (int64_t{1} << 20) || widest * std::max<int64_t>(c.hidden, c.mlp) > std::numeric_limits<int32_t>::max())
+  if (int64_t{c.heads} * c.head_dim > (int64_t{1} << 20) ||
+      widest * std::max<int64_t>(c.hidden, c.mlp) > std::numeric_limits<int32_t>::max())
     r.fail("hidden_size", "the shapes are past what the engine indexes (a matrix of more than 2^31 elements)");
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   // Biases as each architecture's modules take them: Qwen2 q/k/v always; Llama and Qwen3 q/k/v

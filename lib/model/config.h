@@ -11,14 +11,14 @@ namespace ib::model {
 // RoPE frequency scaling as transformers' modeling_rope_utils computes it (rope_type in
 // `rope_parameters` of transformers 5, `rope_scaling` of 4.x). "default" leaves theta^(-2i/D).
 struct RopeScaling {
-  std::string type = "default";           // default | linear | llama3 | yarn
-  double factor = 1.0;                     // linear, llama3, yarn
-  double low_freq_factor = 1.0;            // llama3
-  double high_freq_factor = 4.0;           // llama3
-  int original_max_positions = 0;          // llama3, yarn: the pretrained context
+  std::string type = "default";              // default | linear | llama3 | yarn
+  double factor = 1.0;                       // linear, llama3, yarn
+  double low_freq_factor = 1.0;              // llama3
+  double high_freq_factor = 4.0;             // llama3
+  int original_max_positions = 0;            // llama3, yarn: the pretrained context
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn: the correction range in rotations
-  bool truncate = true;                    // yarn: the correction range rounded to whole dimensions
-  double attention_factor = 1.0;           // yarn: cos and sin are multiplied by it (resolved at load)
+  bool truncate = true;                      // yarn: the correction range rounded to whole dimensions
+  double attention_factor = 1.0;             // yarn: cos and sin are multiplied by it (resolved at load)
 };
 
 struct ModelConfig {
@@ -27,8 +27,8 @@ struct ModelConfig {
   int hidden = 64;
   int heads = 4;
   int kv_heads = 4;
-  int head_dim = 16;       // hidden / heads for every preset
-  int mlp = 172;           // SwiGLU intermediate size
+  int head_dim = 16;  // hidden / heads for every preset
+  int mlp = 172;      // SwiGLU intermediate size
   int vocab = 512;
   bool tied_embeddings = false;  // LM head = embedding matrix (Qwen2-0.5B)
   bool qkv_bias = false;         // q/k/v projections have a bias (Qwen2; Llama attention_bias)
@@ -38,17 +38,15 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   float rms_eps = 1e-5f;
-  int sliding_window = 0;        // 0 = full attention (Mistral: 4096); the window of every layer
-                                 // unless layer_windows says otherwise
+  int sliding_window = 0;          // 0 = full attention (Mistral: 4096); the window of every layer
+                                   // unless layer_windows says otherwise
   std::vector<int> layer_windows;  // per layer (Qwen2 layer_types / max_window_layers); empty: sliding_window
   int max_positions = 4096;
-  std::string model_type;        // a checkpoint's config.json model_type ("" for presets)
+  std::string model_type;               // a checkpoint's config.json model_type ("" for presets)
   std::vector<std::string> load_notes;  // what the loader decided that a user should see (tied lm_head dropped, ...)
 
   // The window of layer l: 0 = full attention.
-  int window(int layer) const {
-    return layer_windows.empty() ? sliding_window : layer_windows[static_cast<size_t>(layer)];
-  }
+  int window(int layer) const { return layer_windows.empty() ? sliding_window : layer_windows[static_cast<size_t>(layer)]; }
   bool any_window() const;
   // RoPE inverse frequencies [head_dim / 2] (theta and scaling applied) and the factor on cos/sin.
   std::vector<double> rope_inv_freq() const;

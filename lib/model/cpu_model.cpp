@@ -14,7 +14,8 @@
 
 namespace ib::model::cpu_detail {
 
-CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c), inv_freq_(c.rope_inv_freq()), rope_factor_(c.rope_attention_factor()) {
+CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w)
+    : c_(c), inv_freq_(c.rope_inv_freq()), rope_factor_(c.rope_attention_factor()) {
   const auto specs = tensor_specs(c);
   auto load = [&](const std::string& name, Buf& dst, bool transpose) {
     for (const auto& s : specs)
@@ -28,7 +29,8 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c), inv_fre
           const int64_t out = s.shape[0], in = s.shape[1];
           parallel_for(static_cast<size_t>(in), [&](size_t lo, size_t hi) {
             for (size_t i = lo; i < hi; ++i)
-              for (int64_t o = 0; o < out; ++o) dst[i * static_cast<size_t>(out) + static_cast<size_t>(o)] = tmp[static_cast<size_t>(o * in) + i];
+              for (int64_t o = 0; o < out; ++o)
+                dst[i * static_cast<size_t>(out) + static_cast<size_t>(o)] = tmp[static_cast<size_t>(o * in) + i];
           });
         }
         weight_bytes_ += static_cast<int64_t>(dst.bytes());
@@ -74,6 +76,8 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w) : c_(c), inv_fre
 
 namespace ib::model {
 
-std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) { return std::make_unique<cpu_detail::CpuModel>(c, w); }
+std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) {
+  return std::make_unique<cpu_detail::CpuModel>(c, w);
+}
 
 }  // namespace ib::model

@@ -21,8 +21,10 @@ namespace {
 
 template <class F>
 void run_chunks(bool parallel, size_t n, F&& body) {
-  if (parallel) parallel_for(n, body);
-  else if (n) body(0, n);
+  if (parallel)
+    parallel_for(n, body);
+  else if (n)
+    body(0, n);
 }
 
 // The GEMV-class product of decode steps and verify passes: y[r][o] for o in [o0, o1) as one
@@ -53,17 +55,26 @@ __attribute__((target("avx2,fma"))) void gemv_tile_avx2(const float* x, int in, 
 // from memory once and stays in the L1/L2 cache for every block of rows, so a verify pass of 30
 // rows streams the weights once, not once per 4 rows. Each output's operations are the same in
 // either order.
-__attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, int rows, int in, const float* wt, int out, int o0, int o1, float* y) {
+__attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, int rows, int in, const float* wt, int out, int o0, int o1,
+                                                   float* y) {
   int o = o0;
   for (; o + 16 <= o1; o += 16)
     for (int r0 = 0; r0 < rows; r0 += 4) {
       const float* xr = x + static_cast<size_t>(r0) * in;
       float* yr = y + static_cast<size_t>(r0) * out;
       switch (std::min(4, rows - r0)) {
-        case 1: gemv_tile_avx2<1>(xr, in, wt, out, o, yr); break;
-        case 2: gemv_tile_avx2<2>(xr, in, wt, out, o, yr); break;
-        case 3: gemv_tile_avx2<3>(xr, in, wt, out, o, yr); break;
-        default: gemv_tile_avx2<4>(xr, in, wt, out, o, yr); break;
+        case 1:
+          gemv_tile_avx2<1>(xr, in, wt, out, o, yr);
+          break;
+        case 2:
+          gemv_tile_avx2<2>(xr, in, wt, out, o, yr);
+          break;
+        case 3:
+          gemv_tile_avx2<3>(xr, in, wt, out, o, yr);
+          break;
+        default:
+          gemv_tile_avx2<4>(xr, in, wt, out, o, yr);
+          break;
       }
     }
   for (; o < o1; ++o)  // the last columns: the same fused operations, one at a time
@@ -167,7 +178,8 @@ void rope(float* v, int d, int pos, const double* inv_freq, double attention_fac
   const int half = d / 2;
   for (int i = 0; i < half; ++i) {
     const double angle = pos * inv_freq[i];
-    const float c = static_cast<float>(std::cos(angle) * attention_factor), s = static_cast<float>(std::sin(angle) * attention_factor);
+    const float c = static_cast<float>(std::cos(angle) * attention_factor),
+                s = static_cast<float>(std::sin(angle) * attention_factor);
     const float a = v[i], b = v[i + half];
     v[i] = a * c - b * s;
     v[i + half] = b * c + a * s;
@@ -181,14 +193,15 @@ void rope(float* v, int d, int pos, const double* inv_freq, double attention_fac
 // With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
 // positions before tree->base (within the window) and to its ancestors' slots.
 // Outputs the rows from `first_out` on.
-void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
-                       const StepOutput& out, const TreeRows* tree) {
+void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos,
+                       int first_out, const StepOutput& out, const TreeRows* tree) {
   auto slot = [&](int r) { return tree ? tree->slot[static_cast<size_t>(r)] : pos[static_cast<size_t>(r)]; };
   const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
   for (int r = 0; r < rows; ++r) {
     check_token(tokens[r], c_.vocab);
     if (slot(r) >= at(seq_of[static_cast<size_t>(r)]).capacity)
-      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)], at(seq_of[static_cast<size_t>(r)]).capacity));
+      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)],
+                                              at(seq_of[static_cast<size_t>(r)]).capacity));
   }
   const size_t R = static_cast<size_t>(rows);
   // A position written now is in the cache again. A recording sequence records its last row.
@@ -236,8 +249,10 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       const int p = slot(r);
       Sequence& s = at(seq_of[static_cast<size_t>(r)]);
       for (int kh = 0; kh < c_.kv_heads; ++kh) {
-        std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d, &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
-        std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d, &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+        std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d,
+                    &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+        std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d,
+                    &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
       }
       if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
     }
@@ -247,7 +262,8 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       static const DotFn dot = pick_dot();
       std::vector<float> score;
       for (size_t t = lo; t < hi; ++t) {
-        const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)), hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
+        const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)),
+                  hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
         const int p = pos[static_cast<size_t>(r)];
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         const int window = c_.window(l);
@@ -257,8 +273,10 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         const float* vc = cache_v(s, l, hh / g);
         const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
         const uint8_t* head_evicted =
-            s.evicted_head.empty() ? nullptr
-                                   : s.evicted_head.data() + (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * static_cast<size_t>(s.capacity);
+            s.evicted_head.empty()
+                ? nullptr
+                : s.evicted_head.data() +
+                      (static_cast<size_t>(l) * c_.kv_heads + static_cast<size_t>(hh / g)) * static_cast<size_t>(s.capacity);
         // Keys: positions first..p, or in a tree the committed ones then the ancestors' slots.
         const std::vector<int>* anc = tree ? tree->nodes[static_cast<size_t>(r)] : nullptr;
         const int cached = anc ? std::max(0, tree->base - first) : p - first + 1;

@@ -110,7 +110,7 @@ class CpuModel : public Model {
 
   ModelConfig c_;
   std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied
-  double rope_factor_ = 1.0;       // on cos and sin (YaRN)
+  double rope_factor_ = 1.0;      // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;

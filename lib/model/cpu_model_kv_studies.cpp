@@ -15,19 +15,22 @@ namespace ib::model::cpu_detail {
 
 void CpuModel::set_kept(int seq, int pos, bool kept) {
   Sequence& s = at(seq);
-  if (pos < 0 || pos >= s.capacity) throw std::invalid_argument(fmt::format("position {} of a {}-token sequence", pos, s.capacity));
+  if (pos < 0 || pos >= s.capacity)
+    throw std::invalid_argument(fmt::format("position {} of a {}-token sequence", pos, s.capacity));
   if (!kept && s.evicted.empty()) s.evicted.assign(static_cast<size_t>(s.capacity), 0);
   if (!s.evicted.empty()) s.evicted[static_cast<size_t>(pos)] = kept ? 0 : 1;
 }
 void CpuModel::set_kept_head(int seq, int layer, int kv_head, int pos, bool kept) {
   Sequence& s = at(seq);
   if (layer < 0 || layer >= c_.layers || kv_head < 0 || kv_head >= c_.kv_heads || pos < 0 || pos >= s.capacity)
-    throw std::invalid_argument(fmt::format("set_kept_head: layer {}, kv head {}, position {} of a {}-layer, {}-kv-head, {}-token sequence",
-                                            layer, kv_head, pos, c_.layers, c_.kv_heads, s.capacity));
-  if (!kept && s.evicted_head.empty()) s.evicted_head.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * static_cast<size_t>(s.capacity), 0);
+    throw std::invalid_argument(
+        fmt::format("set_kept_head: layer {}, kv head {}, position {} of a {}-layer, {}-kv-head, {}-token sequence", layer,
+                    kv_head, pos, c_.layers, c_.kv_heads, s.capacity));
+  if (!kept && s.evicted_head.empty())
+    s.evicted_head.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * static_cast<size_t>(s.capacity), 0);
   if (!s.evicted_head.empty())
-    s.evicted_head[(static_cast<size_t>(layer) * c_.kv_heads + static_cast<size_t>(kv_head)) * static_cast<size_t>(s.capacity) + static_cast<size_t>(pos)] =
-        kept ? 0 : 1;
+    s.evicted_head[(static_cast<size_t>(layer) * c_.kv_heads + static_cast<size_t>(kv_head)) * static_cast<size_t>(s.capacity) +
+                   static_cast<size_t>(pos)] = kept ? 0 : 1;
 }
 void CpuModel::set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) {
   Sequence& s = at(seq);
@@ -67,10 +70,12 @@ void CpuModel::round_kv(int l, int rows, const std::vector<int>& seq_of, float* 
   for (int r = 0; r < rows; ++r) {
     Sequence& s = at(seq_of[static_cast<size_t>(r)]);
     if (!s.kv_format) continue;
-    const float* scales = s.fp8_scale.empty() ? nullptr : s.fp8_scale.data() + static_cast<size_t>(l) * 2 * static_cast<size_t>(kvh);
+    const float* scales =
+        s.fp8_scale.empty() ? nullptr : s.fp8_scale.data() + static_cast<size_t>(l) * 2 * static_cast<size_t>(kvh);
     for (int kh = 0; kh < kvh; ++kh) {
       round_row(*s.kv_format, k + static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d, d, scales ? scales[kh] : 0.0f);
-      round_row(*s.kv_format, v + static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d, d, scales ? scales[kvh + kh] : 0.0f);
+      round_row(*s.kv_format, v + static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d, d,
+                scales ? scales[kvh + kh] : 0.0f);
     }
   }
 }

@@ -57,7 +57,8 @@ void CpuModel::prefill_tree(int seq, const int32_t* tokens, const int32_t* paren
   if (s.recording) throw std::invalid_argument("prefill_tree while recording attention");
   check_tokens(tokens, n, c_.vocab);
   const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
-  if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+  if (base + first_node + n > s.capacity)
+    throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
   s.tree.append(base, s.tree.extend(parents, n));
   TreeRows tree;
   tree.base = base;

@@ -32,9 +32,10 @@ CudaModel::CudaModel(const ModelConfig& c, const WeightSource& w, const EngineOp
   if (c.hidden <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.layers <= 0 || c.vocab <= 0 || c.mlp <= 0)
     throw InputError(fmt::format("model {}: every dimension must be positive", c.name));
   if (c.head_dim % 8 != 0 || !decode_attention_supports(c.head_dim, c.heads, c.kv_heads))
-    throw InputError(fmt::format("model {}: the CUDA engine supports head_dim 16, 32, 64, 128 and 256 with heads a multiple of "
-                                 "kv_heads (got head_dim {}, {} heads, {} kv heads)",
-                                 c.name, c.head_dim, c.heads, c.kv_heads));
+    throw InputError(
+        fmt::format("model {}: the CUDA engine supports head_dim 16, 32, 64, 128 and 256 with heads a multiple of "
+                    "kv_heads (got head_dim {}, {} heads, {} kv heads)",
+                    c.name, c.head_dim, c.heads, c.kv_heads));
   if (o.max_batch < 1 || o.max_batch > kMaxLaunchRows || o.max_prefill < 1 || o.max_prefill > kMaxLaunchRows)
     throw std::invalid_argument(fmt::format("max_batch and max_prefill must be in 1..{}", kMaxLaunchRows));
   int dev = 0;

@@ -18,7 +18,8 @@ namespace ib::model::cuda_detail {
 
 void CudaModel::decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) {
   if (batch <= 0) throw std::invalid_argument("decode of an empty batch");
-  if (batch > o_.max_batch) throw std::invalid_argument(fmt::format("decode batch {} is larger than max_batch {}", batch, o_.max_batch));
+  if (batch > o_.max_batch)
+    throw std::invalid_argument(fmt::format("decode batch {} is larger than max_batch {}", batch, o_.max_batch));
   check_tokens(tokens, batch, c_.vocab);
   for (int r = 0; r < batch; ++r) {
     no_tree(seqs[r], "decode");

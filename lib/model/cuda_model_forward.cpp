@@ -43,7 +43,8 @@ bool CudaModel::use_gemv(int rows, int in, int out, const uint16_t* w, const uin
 // Y[rows][out] (= or +=, beta) X[rows][in] · W[out][in]ᵀ on stream s (cuBLAS: the stream
 // bind_cublas gave the handle). matmul = gemv: our kernel where it takes the shape (rows <= 8,
 // in % 8 == 0), cuBLAS otherwise. Column-major view for cuBLAS: Yᵀ = W·Xᵀ.
-void CudaModel::gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type, float beta) {
+void CudaModel::gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out,
+                     cudaDataType_t y_type, float beta) {
   // The GEMV stores bf16 (beta 0) or fp32 (beta 0: =, beta 1: +=); any other beta or type is cuBLAS's.
   const bool gemv_out = (y_type == CUDA_R_16BF && beta == 0.0f) || (y_type == CUDA_R_32F && (beta == 0.0f || beta == 1.0f));
   if (gemv_out && use_gemv(rows, in, out, w, x)) {

@@ -27,22 +27,22 @@ using Bf16Buffer = DeviceBuffer<uint16_t>;
 
 struct LayerWeights {
   Bf16Buffer in_norm, post_norm;
-  Bf16Buffer wqkv;  // [q_dim + 2·kv_dim][hidden]: q_proj, k_proj, v_proj rows one after the other
-  Bf16Buffer bqkv;  // [q_dim + 2·kv_dim] when the model has q/k/v biases
+  Bf16Buffer wqkv;            // [q_dim + 2·kv_dim][hidden]: q_proj, k_proj, v_proj rows one after the other
+  Bf16Buffer bqkv;            // [q_dim + 2·kv_dim] when the model has q/k/v biases
   Bf16Buffer q_norm, k_norm;  // [head_dim] each (Qwen3)
-  Bf16Buffer wo;    // [hidden][q_dim]
-  Bf16Buffer bo;    // [hidden] (Llama attention_bias)
-  Bf16Buffer wgu;   // [2·mlp][hidden]: gate_proj rows, then up_proj rows
-  Bf16Buffer bgu;   // [2·mlp]: gate then up biases (Llama mlp_bias)
-  Bf16Buffer wd;    // [hidden][mlp]
-  Bf16Buffer bd;    // [hidden] (Llama mlp_bias)
+  Bf16Buffer wo;              // [hidden][q_dim]
+  Bf16Buffer bo;              // [hidden] (Llama attention_bias)
+  Bf16Buffer wgu;             // [2·mlp][hidden]: gate_proj rows, then up_proj rows
+  Bf16Buffer bgu;             // [2·mlp]: gate then up biases (Llama mlp_bias)
+  Bf16Buffer wd;              // [hidden][mlp]
+  Bf16Buffer bd;              // [hidden] (Llama mlp_bias)
 };
 
 struct Sequence {
   bool live = false;
   int capacity = 0, length = 0;
   Bf16Buffer cache;  // [layers][2 (K, V)][kv_heads][capacity][head_dim]
-  TokenTree tree;  // open while a tree verification is in progress (prefill_tree)
+  TokenTree tree;    // open while a tree verification is in progress (prefill_tree)
 };
 
 // A tree pass's device inputs (forward_layers): slots to store K/V at, ancestor lists.
@@ -119,7 +119,8 @@ class CudaModel final : public Model {
   int splits_for(int rows) const;
   void bind_cublas(cudaStream_t s);
   bool use_gemv(int rows, int in, int out, const uint16_t* w, const uint16_t* x) const;
-  void gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type, float beta);
+  void gemm(cudaStream_t s, const uint16_t* w, const uint16_t* x, void* y, int rows, int in, int out, cudaDataType_t y_type,
+            float beta);
   void row_attention_args(RowAttentionArgs& a, const AttnRow* table, int rows, int l, float scale);
   void forward_layers(cudaStream_t s, int rows, const int32_t* tokens, const AttnRow* table, const PrefillCache* pc,
                       const TreeInputs* tree = nullptr);

@@ -22,8 +22,7 @@ void CudaModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, con
   no_tree(seq, "prefill");
   {
     const Sequence& s = at(seq);
-    if (s.length + n > s.capacity)
-      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+    if (s.length + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
   }
   const bool want = out.logits || out.next;
   const int first_out = n - n_logits;
@@ -63,7 +62,8 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
     if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
     no_tree(seqs[i], "prefill_batch");
     const Sequence& s = at(seqs[i]);
-    if (s.length + counts[i] > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seqs[i], s.capacity));
+    if (s.length + counts[i] > s.capacity)
+      throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seqs[i], s.capacity));
     for (int i2 = 0; i2 < i; ++i2)
       if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
     total += counts[i];
@@ -76,8 +76,10 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
     for (int j = 0; j < counts[i]; ++j) rows.push_back(AttnRow{s.cache.data(), s.capacity, s.length + j});
   }
   // Pageable sources: the copies have read them when cudaMemcpyAsync returns.
-  IB_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(total), cudaMemcpyHostToDevice, stream_));
-  IB_CUDA_CHECK(cudaMemcpyAsync(prefill_rows_.data(), rows.data(), sizeof(AttnRow) * rows.size(), cudaMemcpyHostToDevice, stream_));
+  IB_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(total),
+                                cudaMemcpyHostToDevice, stream_));
+  IB_CUDA_CHECK(
+      cudaMemcpyAsync(prefill_rows_.data(), rows.data(), sizeof(AttnRow) * rows.size(), cudaMemcpyHostToDevice, stream_));
   bind_cublas(stream_);
   forward_layers(stream_, total, prefill_tokens_.data(), prefill_rows_.data(), nullptr);
   for (int i = 0; i < n; ++i) at(seqs[i]).length += counts[i];

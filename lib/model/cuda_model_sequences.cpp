@@ -15,7 +15,8 @@ namespace ib::model::cuda_detail {
 
 int CudaModel::new_sequence(int capacity) {
   if (capacity <= 0) throw std::invalid_argument("sequence capacity must be positive");
-  Bf16Buffer cache(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");  // may be OutOfMemory
+  Bf16Buffer cache(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity),
+                   "KV cache");  // may be OutOfMemory
   const int id = seqs_.free_id();
   Sequence& s = seqs_.slot(id);
   s.cache = std::move(cache);

@@ -21,11 +21,13 @@ namespace ib::model::cuda_detail {
 // attention (committed positions, then the ancestors).
 void CudaModel::prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) {
   if (n <= 0) throw std::invalid_argument("prefill_tree of no tokens");
-  if (n > o_.max_prefill) throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_prefill)", n, o_.max_prefill));
+  if (n > o_.max_prefill)
+    throw std::invalid_argument(fmt::format("prefill_tree of {} tokens: at most {} (max_prefill)", n, o_.max_prefill));
   check_tokens(tokens, n, c_.vocab);
   Sequence& s = at(seq);
   const int base = s.tree.open() ? s.tree.base() : s.length, first_node = s.tree.size();
-  if (base + first_node + n > s.capacity) throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
+  if (base + first_node + n > s.capacity)
+    throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq, s.capacity));
   std::vector<std::vector<int>> nodes = s.tree.extend(parents, n);
   // Host image of the device inputs: rows, slots, ancestor offsets and slots.
   std::vector<AttnRow> rows(static_cast<size_t>(n));
@@ -50,7 +52,8 @@ void CudaModel::prefill_tree(int seq, const int32_t* tokens, const int32_t* pare
   std::memcpy(host.data() + rows_bytes + slots_bytes, begin.data(), sizeof(int32_t) * begin.size());
   std::memcpy(host.data() + rows_bytes + slots_bytes + begin_bytes, anc.data(), anc_bytes);
   IB_CUDA_CHECK(cudaMemcpyAsync(tree_dev_.data(), host.data(), bytes, cudaMemcpyHostToDevice, stream_));
-  IB_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream_));
+  IB_CUDA_CHECK(
+      cudaMemcpyAsync(prefill_tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream_));
   TreeInputs tree;
   tree.slots = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes);
   tree.anc_begin = reinterpret_cast<const int32_t*>(tree_dev_.data() + rows_bytes + slots_bytes);
@@ -82,8 +85,8 @@ void CudaModel::keep_tree_path(int seq, const std::vector<int>& path) {
     const size_t from = static_cast<size_t>(base + path[i]), to = static_cast<size_t>(base) + i;
     if (from == to) continue;
     IB_CUDA_CHECK(cudaMemcpy2DAsync(s.cache.data() + to * c_.head_dim, pitch, s.cache.data() + from * c_.head_dim, pitch,
-                                    static_cast<size_t>(c_.head_dim) * sizeof(uint16_t), static_cast<size_t>(2) * c_.layers * c_.kv_heads,
-                                    cudaMemcpyDeviceToDevice, stream_));
+                                    static_cast<size_t>(c_.head_dim) * sizeof(uint16_t),
+                                    static_cast<size_t>(2) * c_.layers * c_.kv_heads, cudaMemcpyDeviceToDevice, stream_));
   }
   s.length = base + static_cast<int>(path.size());
   s.tree.close();

@@ -34,8 +34,10 @@ void CudaModel::load_weights(const WeightSource& w) {
       throw std::logic_error(fmt::format("tensor {} has {} elements, the model needs {}", name, s.elems(), expected_elems));
     const size_t n = static_cast<size_t>(expected_elems);
     if (w.is_random()) {
-      if (s.is_norm()) launch_fill_u16(dst, n, 0x3F80, stream_);  // exactly 1.0
-      else launch_fill_random(dst, n, DType::BF16, w.tensor_seed(s), w.tensor_scale(s), stream_);
+      if (s.is_norm())
+        launch_fill_u16(dst, n, 0x3F80, stream_);  // exactly 1.0
+      else
+        launch_fill_random(dst, n, DType::BF16, w.tensor_seed(s), w.tensor_scale(s), stream_);
       return;
     }
     host_f.resize(n);

@@ -22,10 +22,11 @@ KindInfo decode_kind() {
   KindInfo k;
   k.name = "decode";
   k.group = "decode";
-  k.doc = "The transformer engine measured as a server sees it: TTFT = prefill to the first token on the host, TPOT = "
-          "(end-to-end − TTFT)/(n − 1), TPS = all output tokens / wall time (vLLM's definitions). Every variant is first "
-          "checked against a recomputation without the KV cache (the cached steps' logits vs one prefill of the whole "
-          "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
+  k.doc =
+      "The transformer engine measured as a server sees it: TTFT = prefill to the first token on the host, TPOT = "
+      "(end-to-end − TTFT)/(n − 1), TPS = all output tokens / wall time (vLLM's definitions). Every variant is first "
+      "checked against a recomputation without the KV cache (the cached steps' logits vs one prefill of the whole "
+      "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
   k.keys = {
       model_key("tiny"),
       weights_key(),
@@ -55,26 +56,29 @@ const VariantRegistration reg_decode_generate(
     {"generate", Backend::Cuda, "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
      with_matmul(kGenerateKeys)},
     IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Generate, true)));
-const VariantRegistration reg_decode_decode_step(
-    "decode",
-    {"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph", with_matmul(kStepKeys)},
-    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Step, true)));
+const VariantRegistration reg_decode_decode_step("decode",
+                                                 {"decode_step", Backend::Cuda,
+                                                  "one batched decode step at context `prompt`, replayed as a CUDA Graph",
+                                                  with_matmul(kStepKeys)},
+                                                 IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Step, true)));
 const VariantRegistration reg_decode_decode_step_eager(
     "decode",
     {"decode_step_eager", Backend::Cuda, "the same step launched kernel by kernel (no graph): the launch overhead graphs save",
      with_matmul(kStepKeys)},
     IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Step, false)));
-const VariantRegistration reg_decode_prefill(
-    "decode",
-    {"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)", with_matmul(kPrefillKeys)},
-    IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Prefill, true)));
+const VariantRegistration reg_decode_prefill("decode",
+                                             {"prefill", Backend::Cuda,
+                                              "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)",
+                                              with_matmul(kPrefillKeys)},
+                                             IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Prefill, true)));
 const VariantRegistration reg_decode_cpu_generate(
     "decode", {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
     decode_variant(Backend::Cpu, DecodeMeasure::Generate, false));
 // No graph on the CPU: its step plays decode_step_eager.
-const VariantRegistration reg_decode_cpu_decode_step(
-    "decode", {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", kStepKeys, false, "decode_step_eager"},
-    decode_variant(Backend::Cpu, DecodeMeasure::Step, false));
+const VariantRegistration reg_decode_cpu_decode_step("decode",
+                                                     {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine",
+                                                      kStepKeys, false, "decode_step_eager"},
+                                                     decode_variant(Backend::Cpu, DecodeMeasure::Step, false));
 const VariantRegistration reg_decode_cpu_prefill("decode",
                                                  {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
                                                  decode_variant(Backend::Cpu, DecodeMeasure::Prefill, false));

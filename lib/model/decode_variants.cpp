@@ -31,8 +31,8 @@ ModelChoice choose_model(const std::string& name, const std::string& weights, ui
   return m;
 }
 
-std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values, const std::string& model_key,
-                                              const std::string& weights_key) {
+std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
+                                              const std::string& model_key, const std::string& weights_key) {
   auto m = values.find(model_key);
   auto w = values.find(weights_key);
   if (m == values.end() || w == values.end()) return std::nullopt;
@@ -42,14 +42,15 @@ std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::v
       const std::string& name = std::get<std::string>(mv);
       if (weights == "random") {
         if (name == "checkpoint")
-          return KeyProblem{{weights_key, model_key},
-                            fmt::format("{} checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key)};
+          return KeyProblem{
+              {weights_key, model_key},
+              fmt::format("{} checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key)};
         continue;
       }
       try {
         std::optional<ModelConfig> c = name == "checkpoint" ? config_from_hf(weights) : preset(name);
         if (c) safetensors_weights(*c, weights);  // headers only: every tensor's name, dtype and shape
-      } catch (const std::exception& e) {  // InputError, or a JSON type error in an index file
+      } catch (const std::exception& e) {         // InputError, or a JSON type error in an index file
         return KeyProblem{{weights_key}, e.what()};
       }
     }
@@ -58,22 +59,25 @@ std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::v
 }
 
 KeySpec model_key(const std::string& default_preset) {
-  KeySpec model = key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
-                           Value(default_preset));
+  KeySpec model =
+      key_spec("model", ParamType::Enum, "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)",
+               Value(default_preset));
   model.choices = preset_names();
   model.choices.push_back("checkpoint");
   return model;
 }
 
 KeySpec weights_key() {
-  return key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+  return key_spec("weights", ParamType::String,
+                  "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                   Value(std::string("random")));
 }
 
 KeySpec matmul_key(const std::string& engines) {
   return enum_key("matmul",
-                  engines + " matmuls: cublas, or gemv (our weight-streaming GEMV for products of <= 8 rows whose `in` is a "
-                            "multiple of 8, cuBLAS for the others)",
+                  engines +
+                      " matmuls: cublas, or gemv (our weight-streaming GEMV for products of <= 8 rows whose `in` is a "
+                      "multiple of 8, cuBLAS for the others)",
                   "cublas", matmul_names());
 }
 
@@ -86,7 +90,8 @@ Matmul matmul_of(const Point& p) { return p.find("matmul") ? parse_matmul(p.text
 
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
+  for (int i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
   return t;
 }
 
@@ -110,7 +115,8 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   text_ = text_prompts(p, p.text("weights"), config_.vocab);
   if (text_) {  // the longest of the batch's prompts sizes the caches; each keeps its own length
     prompt_ = 0;
-    for (int b = 0; b < batch_; ++b) prompt_ = std::max(prompt_, static_cast<int>(text_->for_sequence(static_cast<size_t>(b)).size()));
+    for (int b = 0; b < batch_; ++b)
+      prompt_ = std::max(prompt_, static_cast<int>(text_->for_sequence(static_cast<size_t>(b)).size()));
   }
   new_tokens_ = p.find("new_tokens") ? static_cast<int>(p.integer("new_tokens")) : 0;
   sampling_.temperature = static_cast<float>(p.number("temperature"));
@@ -135,15 +141,16 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   }
   // A decode step runs at a fixed context: the prompts are prefilled once here.
   if (what_ == DecodeMeasure::Step)
-    for (int b = 0; b < batch_; ++b) model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), length_of(b), 1, {});
+    for (int b = 0; b < batch_; ++b)
+      model_->prefill(seqs_[static_cast<size_t>(b)], prompts_[static_cast<size_t>(b)].data(), length_of(b), 1, {});
 }
 
 int DecodeVariant::length_of(int b) const { return static_cast<int>(prompts_[static_cast<size_t>(b)].size()); }
 
 // The cached path (decode steps) against a recomputation without a cache: one prefill of the
 // whole sequence, whose per-position logits must match the step logits.
-Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
-                                                  int prompt_len, double tolerance) {
+Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<float>>& step_logits,
+                                                  const std::vector<int32_t>& tokens, int prompt_len, double tolerance) {
   const int n = static_cast<int>(step_logits.size());
   const int fresh = model_->new_sequence(static_cast<int>(tokens.size()));
   std::vector<float> all(static_cast<size_t>(n) * static_cast<size_t>(config_.vocab));
@@ -163,7 +170,8 @@ Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<
     agree += std::max_element(a, a + config_.vocab) - a == std::max_element(b, b + config_.vocab) - b;
   }
   return {err <= tolerance, "rel_l2", err, tolerance,
-          fmt::format("{} cached steps after a {}-token prompt vs one uncached prefill; argmax agrees at {}/{}", n, prompt_len, agree, n)};
+          fmt::format("{} cached steps after a {}-token prompt vs one uncached prefill; argmax agrees at {}/{}", n, prompt_len,
+                      agree, n)};
 }
 
 Validation DecodeVariant::validate(BackendRuntime& rt) {

@@ -25,8 +25,8 @@ struct ModelChoice {
 ModelChoice choose_model(const Point& p, uint64_t seed);
 // The same for a preset name (or "checkpoint") and weights ("random" or a directory) under the
 // spec keys `model_key` / `weights_key` (named in errors).
-ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed, const std::string& model_key = "model",
-                         const std::string& weights_key = "weights");
+ModelChoice choose_model(const std::string& name, const std::string& weights, uint64_t seed,
+                         const std::string& model_key = "model", const std::string& weights_key = "weights");
 // Spec-time check of a model key and its weights key (every value of each): checkpoint needs a
 // directory; a directory's config.json (for checkpoint) and safetensors headers are read and
 // every tensor the config needs is checked, nothing is loaded. The problem names the weights key

@@ -17,14 +17,17 @@ class EngineSequences : public SequenceTable<S> {
  public:
   // Throws when `seq`'s token tree is open: `what` (an operation) needs it closed.
   void no_tree(int seq, const char* what) const {
-    if (this->at(seq).tree.open()) throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
+    if (this->at(seq).tree.open())
+      throw std::logic_error(fmt::format("{} on sequence {} while its token tree is open", what, seq));
   }
   void truncate(int seq, int length) {
     S& s = this->at(seq);
-    if (length < 0 || length > s.length) throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
+    if (length < 0 || length > s.length)
+      throw std::invalid_argument(fmt::format("truncate to {} of a {}-token sequence", length, s.length));
     if (s.tree.open()) {
       if (length > s.tree.base())
-        throw std::invalid_argument(fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
+        throw std::invalid_argument(
+            fmt::format("truncate to {} inside an open token tree (committed {})", length, s.tree.base()));
       s.tree.close();
     }
     s.length = length;

@@ -21,7 +21,9 @@ void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
   throw std::runtime_error("set_kv_format is not supported by this engine");
 }
 std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
-std::vector<float> Model::kv_channel_amax(int) const { throw std::runtime_error("kv_channel_amax is not supported by this engine"); }
+std::vector<float> Model::kv_channel_amax(int) const {
+  throw std::runtime_error("kv_channel_amax is not supported by this engine");
+}
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
   const size_t V = static_cast<size_t>(config().vocab);
   int row = 0;

@@ -116,10 +116,10 @@ const char* to_string(Matmul m);
 Matmul parse_matmul(const std::string& name);
 
 struct EngineOptions {
-  bool cuda_graph = true;  // CUDA: capture the decode step per batch size and replay it
+  bool cuda_graph = true;          // CUDA: capture the decode step per batch size and replay it
   Matmul matmul = Matmul::Cublas;  // CUDA
-  int max_batch = 256;     // CUDA: activation buffers are sized for this many decode rows
-  int max_prefill = 8192;  // CUDA: ... and this many prefill tokens per call
+  int max_batch = 256;             // CUDA: activation buffers are sized for this many decode rows
+  int max_prefill = 8192;          // CUDA: ... and this many prefill tokens per call
 };
 
 std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w);

@@ -17,7 +17,8 @@ int32_t argmax(const float* logits, int vocab) {
 
 // The kept tokens in descending probability (ties: smaller index first) and their renormalised
 // probabilities.
-void kept_tokens(const float* logits, int vocab, const SamplingParams& p, std::vector<int32_t>& order, std::vector<double>& probs) {
+void kept_tokens(const float* logits, int vocab, const SamplingParams& p, std::vector<int32_t>& order,
+                 std::vector<double>& probs) {
   order.resize(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
@@ -54,8 +55,8 @@ void kept_tokens(const float* logits, int vocab, const SamplingParams& p, std::v
 // (nth_element) instead of sorting: O(n). Afterwards order[0, position] holds exactly the tokens
 // up to that one.
 template <typename Before>
-std::pair<size_t, double> first_reaching(std::vector<int32_t>& order, size_t n, const std::vector<double>& prob, const Before& before,
-                                         double target, bool inclusive) {
+std::pair<size_t, double> first_reaching(std::vector<int32_t>& order, size_t n, const std::vector<double>& prob,
+                                         const Before& before, double target, bool inclusive) {
   auto reached = [&](double cum) { return inclusive ? cum >= target : cum > target; };
   size_t lo = 0, hi = n;
   double cum = 0;  // the mass of order[0, lo): every token ranked before order[lo, hi)

@@ -10,8 +10,8 @@
 namespace ib::model {
 
 // The parameters and the counter-based uniform live in numerics/ (the GPU sampler uses them too).
-using ib::SamplingParams;
 using ib::sample_uniform;
+using ib::SamplingParams;
 
 // CPU reference sampler: the token for one row of logits. Probabilities are softmax(logits / T)
 // restricted to the top_k most likely tokens and then to the smallest prefix (by descending

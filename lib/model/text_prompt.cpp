@@ -76,18 +76,22 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const std::s
     } catch (const std::exception& e) {
       throw InputError(fmt::format("{}:{}: prompts: not JSON ({})", path, n, e.what()));
     }
-    if (!j.is_object()) throw InputError(fmt::format("{}:{}: prompts: expected an object with \"prompt\" or \"messages\"", path, n));
+    if (!j.is_object())
+      throw InputError(fmt::format("{}:{}: prompts: expected an object with \"prompt\" or \"messages\"", path, n));
     if (j.contains("prompt")) {
       if (!j["prompt"].is_string()) throw InputError(fmt::format("{}:{}: prompts: /prompt is not a string", path, n));
       out.push_back(j["prompt"].get<std::string>());
     } else if (j.contains("messages")) {
       const auto& m = j["messages"];
       if (!m.is_array() || m.empty()) throw InputError(fmt::format("{}:{}: prompts: /messages is not a non-empty list", path, n));
-      if (tmpl.empty()) throw InputError(fmt::format("{}:{}: prompts: chat messages need a `template` (e.g. \"{{role}}: {{content}}\\n\")", path, n));
+      if (tmpl.empty())
+        throw InputError(
+            fmt::format("{}:{}: prompts: chat messages need a `template` (e.g. \"{{role}}: {{content}}\\n\")", path, n));
       std::string rendered;
       for (size_t i = 0; i < m.size(); ++i) {
         const auto& msg = m[i];
-        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !msg.contains("content") || !msg["content"].is_string())
+        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !msg.contains("content") ||
+            !msg["content"].is_string())
           throw InputError(fmt::format("{}:{}: prompts: /messages/{} needs string \"role\" and \"content\"", path, n, i));
         rendered += render(tmpl, msg["role"].get<std::string>(), msg["content"].get<std::string>());
       }
@@ -104,8 +108,9 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const std::s
 std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights) {
   if (name == "auto") {
     if (weights.empty() || weights == "random")
-      throw InputError("tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
-                       "weights needs a named tokenizer (gpt2, llama2, deepseek-llm or a tokenizer.json path)");
+      throw InputError(
+          "tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
+          "weights needs a named tokenizer (gpt2, llama2, deepseek-llm or a tokenizer.json path)");
     if (!std::filesystem::exists(data_path(weights) + "/tokenizer.json"))
       throw InputError(fmt::format("tokenizer: auto: {}/tokenizer.json does not exist (name one with tokenizer:)", weights));
     return tokenizer::Tokenizer::load(weights);
@@ -115,10 +120,11 @@ std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& 
 
 std::vector<KeySpec> text_prompt_keys() {
   return {
-      key_spec("prompt_text", ParamType::String,
-               "a text prompt, tokenized with `tokenizer` (BOS added as the tokenizer's post-processor does); replaces the random "
-               "`prompt` tokens, whose count it sets",
-               Value(std::string())),
+      key_spec(
+          "prompt_text", ParamType::String,
+          "a text prompt, tokenized with `tokenizer` (BOS added as the tokenizer's post-processor does); replaces the random "
+          "`prompt` tokens, whose count it sets",
+          Value(std::string())),
       key_spec("prompt_file", ParamType::String, "a file whose whole text is the prompt (as prompt_text)", Value(std::string())),
       key_spec("prompts", ParamType::String,
                "a JSONL file, one {\"prompt\": text} or {\"messages\": [{\"role\", \"content\"}, ...]} per line; sequence b of a "
@@ -132,7 +138,8 @@ std::vector<KeySpec> text_prompt_keys() {
 }
 
 KeySpec tokenizer_key_spec() {
-  return key_spec("tokenizer", ParamType::String, "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
+  return key_spec("tokenizer", ParamType::String,
+                  "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
                   Value(std::string("auto")));
 }
 
@@ -141,15 +148,19 @@ const std::vector<std::string>& text_prompt_key_names() {
   return n;
 }
 
-std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab, const std::string& tokenizer_key) {
+std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
+                                        const std::string& tokenizer_key) {
   const std::string &text = text_of(p, "prompt_text"), &file = text_of(p, "prompt_file"), &jsonl = text_of(p, "prompts");
   const int given = !text.empty() + !file.empty() + !jsonl.empty();
   if (given == 0) return std::nullopt;
   if (given > 1) throw InputError("prompt_text, prompt_file, prompts: give one of them");
   TextPrompts t;
-  if (!text.empty()) t.texts = {text};
-  else if (!file.empty()) t.texts = {read_prompt_file("prompt_file", file)};
-  else t.texts = read_prompt_lines(jsonl, text_of(p, "template"));
+  if (!text.empty())
+    t.texts = {text};
+  else if (!file.empty())
+    t.texts = {read_prompt_file("prompt_file", file)};
+  else
+    t.texts = read_prompt_lines(jsonl, text_of(p, "template"));
   const std::string tok = p.find(tokenizer_key) ? p.text(tokenizer_key) : std::string("auto");
   t.tokenizer = prompt_tokenizer(tok, weights);
   for (const auto& s : t.texts) {
@@ -157,15 +168,16 @@ std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weigh
     if (ids.empty()) throw InputError(fmt::format("prompt: '{}' encodes to no tokens", short_text(s)));
     for (int32_t id : ids)
       if (id < 0 || id >= model_vocab)
-        throw InputError(fmt::format("tokenizer: {} gives token id {} for '{}', past the model's vocabulary of {}", t.tokenizer->name(), id,
-                                     short_text(s), model_vocab));
+        throw InputError(fmt::format("tokenizer: {} gives token id {} for '{}', past the model's vocabulary of {}",
+                                     t.tokenizer->name(), id, short_text(s), model_vocab));
     t.tokens.push_back(std::move(ids));
   }
   return t;
 }
 
-std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values, const std::string& weights_key,
-                                             const std::string& tokenizer_key, const std::string& model_key) {
+std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
+                                             const std::string& weights_key, const std::string& tokenizer_key,
+                                             const std::string& model_key) {
   auto all = [&](const char* key) {
     std::vector<std::string> out;
     auto it = values.find(key);
@@ -173,7 +185,8 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
       for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
     return out;
   };
-  const auto texts = all("prompt_text"), files = all("prompt_file"), jsonls = all("prompts"), toks = all(tokenizer_key.c_str()), weights = all(weights_key.c_str());
+  const auto texts = all("prompt_text"), files = all("prompt_file"), jsonls = all("prompts"), toks = all(tokenizer_key.c_str()),
+             weights = all(weights_key.c_str());
   auto any = [](const std::vector<std::string>& v) {
     for (const auto& s : v)
       if (!s.empty()) return true;
@@ -181,7 +194,8 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
   };
   const int sources = any(texts) + any(files) + any(jsonls);
   if (sources == 0) return std::nullopt;
-  if (sources > 1) return KeyProblem{{"prompt_text", "prompt_file", "prompts"}, "give one of prompt_text, prompt_file and prompts"};
+  if (sources > 1)
+    return KeyProblem{{"prompt_text", "prompt_file", "prompts"}, "give one of prompt_text, prompt_file and prompts"};
   try {
     for (const auto& f : files)
       if (!f.empty()) read_prompt_file("prompt_file", f);
@@ -199,12 +213,14 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
         // The tokenizer's ids must be ids of the model (a larger model vocabulary, padded, is fine).
         for (const auto& m : models) {
           int vocab = 0;
-          if (m == "checkpoint" && w != "random") vocab = config_from_hf(w).vocab;
-          else if (auto c = preset(m)) vocab = c->vocab;
+          if (m == "checkpoint" && w != "random")
+            vocab = config_from_hf(w).vocab;
+          else if (auto c = preset(m))
+            vocab = c->vocab;
           if (vocab > 0 && tok->vocab_size() > vocab)
             return KeyProblem{{tokenizer_key, model_key},
-                              fmt::format("tokenizer {} has {} ids, past the {} token ids of model {}", tok->name(), tok->vocab_size(), vocab,
-                                          m == "checkpoint" ? w : m)};
+                              fmt::format("tokenizer {} has {} ids, past the {} token ids of model {}", tok->name(),
+                                          tok->vocab_size(), vocab, m == "checkpoint" ? w : m)};
         }
       }
   } catch (const InputError& e) {
@@ -222,10 +238,14 @@ std::string short_text(const std::string& text, size_t width) {
       out += "…";
       break;
     }
-    if (c == '\n') out += "⏎";
-    else if (c == '\r' || c == '\t') out += ' ';
-    else if (c == '|') out += "¦";  // a Markdown table cell
-    else out += static_cast<char>(c);
+    if (c == '\n')
+      out += "⏎";
+    else if (c == '\r' || c == '\t')
+      out += ' ';
+    else if (c == '|')
+      out += "¦";  // a Markdown table cell
+    else
+      out += static_cast<char>(c);
   }
   return out;
 }

@@ -25,8 +25,8 @@ KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "tem
 
 struct TextPrompts {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
-  std::vector<std::string> texts;             // as rendered (chat messages through the template)
-  std::vector<std::vector<int32_t>> tokens;   // encoded with the tokenizer's special tokens (BOS)
+  std::vector<std::string> texts;            // as rendered (chat messages through the template)
+  std::vector<std::vector<int32_t>> tokens;  // encoded with the tokenizer's special tokens (BOS)
   // Prompt b of a batch of n: line b mod lines.
   const std::vector<int32_t>& for_sequence(size_t b) const { return tokens[b % tokens.size()]; }
 };
@@ -43,7 +43,8 @@ std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weigh
 // tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
 // `model_key` / `weights_key` name the keys of the model (a preset or checkpoint) and its weights.
 std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const std::string& weights_key = "weights", const std::string& tokenizer_key = "tokenizer",
+                                             const std::string& weights_key = "weights",
+                                             const std::string& tokenizer_key = "tokenizer",
                                              const std::string& model_key = "model");
 
 // The pieces, for kinds with prompts of their own shape (prefix: a system prompt and queries).

@@ -127,10 +127,12 @@ struct SafetensorsFile {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(path + ": cannot open");
     unsigned char len_bytes[8];
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) throw InputError(path + ": not a safetensors file (shorter than 8 bytes)");
+    if (!in.read(reinterpret_cast<char*>(len_bytes), 8))
+      throw InputError(path + ": not a safetensors file (shorter than 8 bytes)");
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-    if (len == 0 || len > (uint64_t{1} << 30)) throw InputError(path + ": not a safetensors file (header length " + std::to_string(len) + ")");
+    if (len == 0 || len > (uint64_t{1} << 30))
+      throw InputError(path + ": not a safetensors file (header length " + std::to_string(len) + ")");
     std::string text(len, '\0');
     if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw InputError(path + ": truncated header");
     try {
@@ -140,7 +142,8 @@ struct SafetensorsFile {
     }
     if (!header.is_object()) throw InputError(path + ": the header is not a JSON object");
     data_start = 8 + len;
-    if (data_start > file_bytes) throw InputError(path + ": truncated header (the file holds " + std::to_string(file_bytes) + " bytes)");
+    if (data_start > file_bytes)
+      throw InputError(path + ": truncated header (the file holds " + std::to_string(file_bytes) + " bytes)");
   }
 };
 
@@ -194,7 +197,8 @@ class SafetensorsWeights : public WeightSource {
     if (!unused.empty()) {
       const size_t shown = std::min<size_t>(unused.size(), 6);
       throw InputError(fmt::format("{}: {} tensor{} the model described by config.json does not use: {}{}", dir_, unused.size(),
-                                   unused.size() == 1 ? "" : "s", fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                                   unused.size() == 1 ? "" : "s",
+                                   fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
                                    unused.size() > shown ? fmt::format(" and {} more", unused.size() - shown) : ""));
     }
     tied_head_ignored_ = c.tied_embeddings && where_.count("lm_head.weight");
@@ -223,7 +227,8 @@ class SafetensorsWeights : public WeightSource {
   std::string describe() const override {
     std::string d = "safetensors checkpoint " + dir_;
     if (tied_head_ignored_) d += " (its lm_head.weight ignored: tied embeddings, as transformers does)";
-    if (ignored_inv_freq_ > 0) d += fmt::format(" ({} stored rotary_emb.inv_freq buffers ignored, as transformers does)", ignored_inv_freq_);
+    if (ignored_inv_freq_ > 0)
+      d += fmt::format(" ({} stored rotary_emb.inv_freq buffers ignored, as transformers does)", ignored_inv_freq_);
     return d;
   }
 
@@ -252,16 +257,17 @@ class SafetensorsWeights : public WeightSource {
       throw InputError(fmt::format("{}: tensor '{}': dtype {} (BF16, F16 or F32 expected)", f.path, spec.name, dtype));
     const auto shape = info.at("shape").get<std::vector<int64_t>>();
     if (shape != spec.shape)
-      throw InputError(fmt::format("{}: tensor '{}': shape [{}], the config needs [{}]", f.path, spec.name, fmt::join(shape, ", "),
-                                   fmt::join(spec.shape, ", ")));
+      throw InputError(fmt::format("{}: tensor '{}': shape [{}], the config needs [{}]", f.path, spec.name,
+                                   fmt::join(shape, ", "), fmt::join(spec.shape, ", ")));
     const auto off = info.at("data_offsets").get<std::vector<uint64_t>>();
     const uint64_t es = dtype == "F32" ? 4 : 2;
     if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != static_cast<uint64_t>(spec.elems()) * es)
       throw InputError(fmt::format("{}: tensor '{}': data_offsets do not match its shape", f.path, spec.name));
     // Checked here, with the headers, so a cut-short file is an input error before anything runs.
     if (off[1] > f.file_bytes - f.data_start)
-      throw InputError(fmt::format("{}: tensor '{}': its data ends at byte {} of the data section, which holds {} bytes (truncated file?)", f.path,
-                                   spec.name, off[1], f.file_bytes - f.data_start));
+      throw InputError(
+          fmt::format("{}: tensor '{}': its data ends at byte {} of the data section, which holds {} bytes (truncated file?)",
+                      f.path, spec.name, off[1], f.file_bytes - f.data_start));
     return {&f, info};
   }
 
@@ -274,7 +280,9 @@ class SafetensorsWeights : public WeightSource {
 
 }  // namespace
 
-std::unique_ptr<WeightSource> random_weights(const ModelConfig& c, uint64_t seed) { return std::make_unique<RandomWeights>(c, seed); }
+std::unique_ptr<WeightSource> random_weights(const ModelConfig& c, uint64_t seed) {
+  return std::make_unique<RandomWeights>(c, seed);
+}
 
 namespace {
 
@@ -295,11 +303,14 @@ class FirstLayers : public WeightSource {
 
 }  // namespace
 
-std::unique_ptr<WeightSource> first_layers(const WeightSource& full, int layers) { return std::make_unique<FirstLayers>(full, layers); }
+std::unique_ptr<WeightSource> first_layers(const WeightSource& full, int layers) {
+  return std::make_unique<FirstLayers>(full, layers);
+}
 
 ModelConfig first_layers_config(const ModelConfig& c, int layers) {
   if (layers < 1 || layers >= c.layers)
-    throw InputError(fmt::format("draft_layers: {} is not between 1 and {} (the target's layers minus one)", layers, c.layers - 1));
+    throw InputError(
+        fmt::format("draft_layers: {} is not between 1 and {} (the target's layers minus one)", layers, c.layers - 1));
   ModelConfig d = c;
   d.layers = layers;
   d.name = fmt::format("{}:{}", c.name, layers);

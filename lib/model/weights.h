@@ -14,10 +14,10 @@
 namespace ib::model {
 
 struct TensorSpec {
-  std::string name;             // "model.layers.3.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;   // [out, in] for matrices, [n] for norms and biases
+  std::string name;            // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // [out, in] for matrices, [n] for norms and biases
   int64_t elems() const;
-  bool is_norm() const;         // RMSNorm weights (random source: all ones)
+  bool is_norm() const;  // RMSNorm weights (random source: all ones)
 };
 
 // Every tensor the model reads, in a fixed order.

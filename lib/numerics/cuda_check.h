@@ -19,15 +19,15 @@ class CudaError : public std::runtime_error {
 
 }  // namespace ib
 
-#define IB_CUDA_CHECK(expr)                                                         \
-  do {                                                                              \
-    cudaError_t ib_cuda_err_ = (expr);                                              \
+#define IB_CUDA_CHECK(expr)                                                                           \
+  do {                                                                                                \
+    cudaError_t ib_cuda_err_ = (expr);                                                                \
     if (ib_cuda_err_ != cudaSuccess) ::ib::throw_cuda_error(ib_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define IB_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                     \
-    cublasStatus_t ib_cublas_st_ = (expr);                                                 \
+#define IB_CUBLAS_CHECK(expr)                                                                                       \
+  do {                                                                                                              \
+    cublasStatus_t ib_cublas_st_ = (expr);                                                                          \
     if (ib_cublas_st_ != CUBLAS_STATUS_SUCCESS) ::ib::throw_cublas_error(ib_cublas_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 

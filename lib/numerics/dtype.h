@@ -15,10 +15,14 @@ inline size_t dtype_size(DType t) { return t == DType::BF16 || t == DType::F16 ?
 
 inline const char* to_string(DType t) {
   switch (t) {
-    case DType::F32: return "fp32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "fp16";
-    case DType::U32: return "u32";
+    case DType::F32:
+      return "fp32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "fp16";
+    case DType::U32:
+      return "u32";
   }
   return "?";
 }
@@ -34,9 +38,12 @@ inline std::optional<DType> dtype_from_string(const std::string& s) {
 // The float a value takes after storage in `t` (what the GPU reads back).
 inline float round_to(DType t, float v) {
   switch (t) {
-    case DType::BF16: return bf16_bits_to_float(float_to_bf16_bits(v));
-    case DType::F16: return fp16_bits_to_float(float_to_fp16_bits(v));
-    default: return v;
+    case DType::BF16:
+      return bf16_bits_to_float(float_to_bf16_bits(v));
+    case DType::F16:
+      return fp16_bits_to_float(float_to_fp16_bits(v));
+    default:
+      return v;
   }
 }
 

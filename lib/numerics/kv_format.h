@@ -44,11 +44,16 @@ enum class KvFormat { BF16, FP8, INT8, INT4, INT2 };
 
 inline const char* to_string(KvFormat f) {
   switch (f) {
-    case KvFormat::BF16: return "bf16";
-    case KvFormat::FP8: return "fp8";
-    case KvFormat::INT8: return "int8";
-    case KvFormat::INT4: return "int4";
-    case KvFormat::INT2: return "int2";
+    case KvFormat::BF16:
+      return "bf16";
+    case KvFormat::FP8:
+      return "fp8";
+    case KvFormat::INT8:
+      return "int8";
+    case KvFormat::INT4:
+      return "int4";
+    case KvFormat::INT2:
+      return "int2";
   }
   return "?";
 }
@@ -69,11 +74,15 @@ IB_HD constexpr bool is_kivi(KvFormat f) { return kivi_bits(f) > 0; }
 // Bytes of one stored element (int4: half a byte, int2: a quarter).
 inline double kv_element_bytes(KvFormat f) {
   switch (f) {
-    case KvFormat::BF16: return 2;
-    case KvFormat::FP8: return 1;
-    case KvFormat::INT8: return 1;
+    case KvFormat::BF16:
+      return 2;
+    case KvFormat::FP8:
+      return 1;
+    case KvFormat::INT8:
+      return 1;
     case KvFormat::INT4:
-    case KvFormat::INT2: return kivi_bits(f) / 8.0;
+    case KvFormat::INT2:
+      return kivi_bits(f) / 8.0;
   }
   return 2;
 }
@@ -103,9 +112,9 @@ IB_HD uint8_t float_to_e4m3_bits(float f) {
   uint32_t x = float_bits(f);
   const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
   x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);     // NaN
-  if (x >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);    // >= 448 (and inf): saturate
-  if (x < 0x3c800000u) {                                             // below 2^-6: subnormal, m·2^-9
+  if (x > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
+  if (x >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
+  if (x < 0x3c800000u) {                                            // below 2^-6: subnormal, m·2^-9
     const float m = rintf(bits_float(x) * 512.0f);                  // exact scaling, RNE; 8 = 2^-6
     return static_cast<uint8_t>(sign | static_cast<uint32_t>(m));
   }
@@ -144,12 +153,14 @@ IB_HD float int8_dequantize(int8_t q, float scale) { return static_cast<float>(q
 // fp16 bits of the largest fp16 <= x / the smallest fp16 >= x (x finite, |x| < 65504).
 IB_HD uint16_t fp16_bits_down(float x) {
   uint16_t h = float_to_fp16_bits(x);
-  if (fp16_bits_to_float(h) > x) h = (h & 0x8000u) ? static_cast<uint16_t>(h + 1u) : (h == 0 ? uint16_t{0x8001u} : static_cast<uint16_t>(h - 1u));
+  if (fp16_bits_to_float(h) > x)
+    h = (h & 0x8000u) ? static_cast<uint16_t>(h + 1u) : (h == 0 ? uint16_t{0x8001u} : static_cast<uint16_t>(h - 1u));
   return h;
 }
 IB_HD uint16_t fp16_bits_up(float x) {
   uint16_t h = float_to_fp16_bits(x);
-  if (fp16_bits_to_float(h) < x) h = (h & 0x8000u) ? (h == 0x8000u ? uint16_t{1} : static_cast<uint16_t>(h - 1u)) : static_cast<uint16_t>(h + 1u);
+  if (fp16_bits_to_float(h) < x)
+    h = (h & 0x8000u) ? (h == 0x8000u ? uint16_t{1} : static_cast<uint16_t>(h - 1u)) : static_cast<uint16_t>(h + 1u);
   return h;
 }
 
@@ -199,7 +210,8 @@ IB_HD void kivi_round_key_group(float* x, int group, int stride, int d, int bits
     }
     const KiviRange r = kivi_range(lo, hi, bits);
     const float scale = fp16_bits_to_float(r.scale), zero = fp16_bits_to_float(r.zero);
-    for (int t = 0; t < group; ++t) x[t * stride + c] = kivi_dequantize(kivi_quantize(x[t * stride + c], scale, zero, bits), scale, zero);
+    for (int t = 0; t < group; ++t)
+      x[t * stride + c] = kivi_dequantize(kivi_quantize(x[t * stride + c], scale, zero, bits), scale, zero);
   }
 }
 IB_HD void kivi_round_value_row(float* x, int d, int group, int bits) {

@@ -10,7 +10,6 @@ namespace ib {
 // Hardware threads the CPU variants use (INFER_BENCH_THREADS overrides).
 unsigned cpu_threads();
 
-
 void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& body);
 
 }  // namespace ib

@@ -28,8 +28,8 @@ inline void store_tile(const v8f (&acc)[MR][2], float* C, int ldc, int mr, int n
 }
 
 // Inlined into each target-specific wrapper, so it is compiled once per instruction set.
-__attribute__((always_inline)) inline void micro_kernel_body(int kc, const float* Ap, const float* Bp, float* C,
-                                                             int ldc, int mr, int nr) {
+__attribute__((always_inline)) inline void micro_kernel_body(int kc, const float* Ap, const float* Bp, float* C, int ldc, int mr,
+                                                             int nr) {
   v8f acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = v8f{};
   for (int p = 0; p < kc; ++p) {
@@ -52,8 +52,8 @@ void micro_kernel_generic(int kc, const float* Ap, const float* Bp, float* C, in
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma"))) void micro_kernel_avx2(int kc, const float* Ap, const float* Bp, float* C, int ldc,
-                                                            int mr, int nr) {
+__attribute__((target("avx2,fma"))) void micro_kernel_avx2(int kc, const float* Ap, const float* Bp, float* C, int ldc, int mr,
+                                                           int nr) {
   micro_kernel_body(kc, Ap, Bp, C, ldc, mr, nr);
 }
 #endif
@@ -100,8 +100,8 @@ void sgemm_blocked(int m, int n, int k, const float* A, int lda, const float* B,
             Ap[static_cast<size_t>(p) * MR + i] = i < mr ? A[static_cast<size_t>(i0 + i) * lda + k0 + p] : 0.0f;
         for (int pnl = 0; pnl < panels; ++pnl) {
           const int j0 = pnl * NR;
-          micro_kernel(kc, Ap.data(), Bp.data() + static_cast<size_t>(pnl) * NR * KC,
-                       C + static_cast<size_t>(i0) * ldc + j0, ldc, mr, std::min(NR, n - j0));
+          micro_kernel(kc, Ap.data(), Bp.data() + static_cast<size_t>(pnl) * NR * KC, C + static_cast<size_t>(i0) * ldc + j0, ldc,
+                       mr, std::min(NR, n - j0));
         }
       }
     });
@@ -132,8 +132,8 @@ void sgemm_accumulate_serial(int m, int n, int k, const float* A, int lda, const
           Ap[static_cast<size_t>(p) * MR + i] = i < mr ? A[static_cast<size_t>(i0 + i) * lda + k0 + p] : 0.0f;
       for (int pnl = 0; pnl < panels; ++pnl) {
         const int j0 = pnl * NR;
-        micro_kernel(kc, Ap.data(), Bp.data() + static_cast<size_t>(pnl) * NR * KC, C + static_cast<size_t>(i0) * ldc + j0, ldc, mr,
-                     std::min(NR, n - j0));
+        micro_kernel(kc, Ap.data(), Bp.data() + static_cast<size_t>(pnl) * NR * KC, C + static_cast<size_t>(i0) * ldc + j0, ldc,
+                     mr, std::min(NR, n - j0));
       }
     }
   }

@@ -84,7 +84,8 @@ bool BlockHashCache::same_block(BlockId id, const Hash128& parent, const int32_t
   return b.parent == parent && b.extra_key == extra_key && std::equal(tokens, tokens + opt_.block_size, tokens_of(id));
 }
 
-std::vector<BlockHashCache::BlockId> BlockHashCache::lookup(const int32_t* tokens, int n, uint64_t extra_key, int max_blocks) const {
+std::vector<BlockHashCache::BlockId> BlockHashCache::lookup(const int32_t* tokens, int n, uint64_t extra_key,
+                                                            int max_blocks) const {
   std::vector<BlockId> chain;
   const int full = std::min(n / opt_.block_size, max_blocks);
   Hash128 parent = kRootHash;
@@ -119,8 +120,8 @@ void BlockHashCache::release(const std::vector<BlockId>& blocks) {
   }
 }
 
-BlockHashCache::InsertResult BlockHashCache::insert(const int32_t* tokens, int n, uint64_t extra_key, const std::vector<BlockId>& held,
-                                                    int holder) {
+BlockHashCache::InsertResult BlockHashCache::insert(const int32_t* tokens, int n, uint64_t extra_key,
+                                                    const std::vector<BlockId>& held, int holder) {
   InsertResult r;
   r.chain = held;
   const int bs = opt_.block_size;
@@ -193,18 +194,24 @@ void BlockHashCache::queue_push_back(BlockId id) {
   Slot& s = blocks_[static_cast<size_t>(id)];
   s.prev = tail_;
   s.next = -1;
-  if (tail_ >= 0) blocks_[static_cast<size_t>(tail_)].next = id;
-  else head_ = id;
+  if (tail_ >= 0)
+    blocks_[static_cast<size_t>(tail_)].next = id;
+  else
+    head_ = id;
   tail_ = id;
   ++free_count_;
 }
 
 void BlockHashCache::queue_remove(BlockId id) {
   Slot& s = blocks_[static_cast<size_t>(id)];
-  if (s.prev >= 0) blocks_[static_cast<size_t>(s.prev)].next = s.next;
-  else head_ = s.next;
-  if (s.next >= 0) blocks_[static_cast<size_t>(s.next)].prev = s.prev;
-  else tail_ = s.prev;
+  if (s.prev >= 0)
+    blocks_[static_cast<size_t>(s.prev)].next = s.next;
+  else
+    head_ = s.next;
+  if (s.next >= 0)
+    blocks_[static_cast<size_t>(s.next)].prev = s.prev;
+  else
+    tail_ = s.prev;
   s.prev = s.next = -1;
   --free_count_;
 }
@@ -246,7 +253,8 @@ std::string BlockHashCache::check_invariants() const {
     if (b.ref < 0) return fmt::format("block {} has reference count {}", i, b.ref);
     unreferenced += b.ref == 0;
     auto it = map_.find(b.hash);
-    if (it == map_.end() || it->second != static_cast<BlockId>(i)) return fmt::format("block {} is not in the map under its hash", i);
+    if (it == map_.end() || it->second != static_cast<BlockId>(i))
+      return fmt::format("block {} is not in the map under its hash", i);
     if (hash_of(b.parent, tokens_of(static_cast<BlockId>(i)), b.extra_key) != b.hash)
       return fmt::format("block {}'s hash does not match its parent, tokens and extra key", i);
     if (b.kv.len != opt_.block_size || b.kv.pos != b.index * opt_.block_size)

@@ -57,16 +57,16 @@ class BlockHashCache {
     uint64_t extra_key = 0;
     int index = 0;  // block index in the prompt (positions index·block_size …)
     int ref = 0;
-    KvRun kv;       // where its K/V lives
+    KvRun kv;  // where its K/V lives
   };
 
   struct InsertResult {
     // Every block of the prompt's cached chain the caller now holds a reference on, in order:
     // the `held` ones it passed in, then the ones this call added or found already cached.
     std::vector<BlockId> chain;
-    int added = 0;                 // blocks newly cached (K/V in `holder`)
-    std::vector<KvRun> evicted;    // K/V of the blocks evicted to make room
-    bool stopped_full = false;     // a block could not be cached: full of referenced blocks
+    int added = 0;               // blocks newly cached (K/V in `holder`)
+    std::vector<KvRun> evicted;  // K/V of the blocks evicted to make room
+    bool stopped_full = false;   // a block could not be cached: full of referenced blocks
     bool stopped_collision = false;
   };
 
@@ -74,8 +74,8 @@ class BlockHashCache {
 
   int block_size() const { return opt_.block_size; }
   int64_t capacity() const { return opt_.capacity_blocks; }
-  int64_t size() const { return live_; }             // cached blocks
-  int64_t free_blocks() const { return free_count_; } // cached and unreferenced (evictable)
+  int64_t size() const { return live_; }               // cached blocks
+  int64_t free_blocks() const { return free_count_; }  // cached and unreferenced (evictable)
   int64_t evictions() const { return evictions_; }
   int64_t collisions() const { return collisions_; }
 

@@ -68,7 +68,8 @@ class CostVariant : public Variant {
     options_ = server_options(p, kind_, kUnbounded);
     input_price_ = p.number("input_price");
     anthropic_ = {p.number("anthropic_read"), p.number("anthropic_write"), static_cast<int>(p.integer("anthropic_min")), 1};
-    openai_ = {p.number("openai_read"), 1.0, static_cast<int>(p.integer("openai_min")), static_cast<int>(p.integer("openai_step"))};
+    openai_ = {p.number("openai_read"), 1.0, static_cast<int>(p.integer("openai_min")),
+               static_cast<int>(p.integer("openai_step"))};
   }
 
   Validation validate(BackendRuntime&) override {
@@ -77,17 +78,21 @@ class CostVariant : public Variant {
       const Request& r = trace_[i];
       const auto s = replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key);
       if (s.hit > s.prompt - 1 || s.written > s.prompt - s.hit || s.hit < 0 || s.written < 0)
-        return {false, "accounting", 1, 0, fmt::format("request {}: {} hit + {} written of {} tokens", i, s.hit, s.written, s.prompt)};
-      if (std::string e = replay.check(); !e.empty()) return {false, "invariants", 1, 0, fmt::format("after request {}: {}", i, e)};
+        return {false, "accounting", 1, 0,
+                fmt::format("request {}: {} hit + {} written of {} tokens", i, s.hit, s.written, s.prompt)};
+      if (std::string e = replay.check(); !e.empty())
+        return {false, "invariants", 1, 0, fmt::format("after request {}: {}", i, e)};
     }
-    return {true, "invariants", 0, 0, fmt::format("the trace's {} requests replayed through the cache; invariants after each", trace_.size())};
+    return {true, "invariants", 0, 0,
+            fmt::format("the trace's {} requests replayed through the cache; invariants after each", trace_.size())};
   }
 
   void run(BackendRuntime&) override {
     CacheReplay replay(options_);
     steps_.clear();
     steps_.reserve(trace_.size());
-    for (const Request& r : trace_) steps_.push_back(replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key));
+    for (const Request& r : trace_)
+      steps_.push_back(replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key));
   }
 
   std::vector<Metric> metrics() const override {
@@ -122,24 +127,29 @@ KindInfo cost_kind() {
   KindInfo k;
   k.name = "prefix-cost";
   k.group = "prefix";
-  k.doc = "What API prompt caching saves in money on the same workloads. The caches replay the trace (bookkeeping only: "
-          "hits do not depend on the engine) and each request's measured hit and newly cached tokens are priced under both "
-          "providers' rules: reads at read × the input price once the cached prefix reaches the minimum (OpenAI: in "
-          "`openai_step` increments), newly cached tokens at write × (Anthropic), the rest at 1×. Prices are inputs from the "
-          "spec, not measurements; output tokens are not priced. A sample is the replay's bookkeeping time.";
+  k.doc =
+      "What API prompt caching saves in money on the same workloads. The caches replay the trace (bookkeeping only: "
+      "hits do not depend on the engine) and each request's measured hit and newly cached tokens are priced under both "
+      "providers' rules: reads at read × the input price once the cached prefix reaches the minimum (OpenAI: in "
+      "`openai_step` increments), newly cached tokens at write × (Anthropic), the rest at 1×. Prices are inputs from the "
+      "spec, not measurements; output tokens are not priced. A sample is the replay's bookkeeping time.";
   k.keys = {enum_key("workload", "which trace: system-prompt (one shared prompt + a query) or mixed (tenants, chats, few-shot)",
                      "system-prompt", {"system-prompt", "mixed"})};
   for (auto& key : system_prompt_keys(true)) k.keys.push_back(key);
   for (auto& key : mixed_keys()) k.keys.push_back(key);
   k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded", Value(int64_t{0}), 0.0));
-  k.keys.push_back(key_spec("input_price", ParamType::Float, "USD per million input tokens (an input, not a measurement)", Value(3.0), 0.0));
+  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded",
+                            Value(int64_t{0}), 0.0));
+  k.keys.push_back(
+      key_spec("input_price", ParamType::Float, "USD per million input tokens (an input, not a measurement)", Value(3.0), 0.0));
   k.keys.push_back(key_spec("anthropic_read", ParamType::Float, "cache read price / input price", Value(0.1), 0.0));
   k.keys.push_back(key_spec("anthropic_write", ParamType::Float, "cache write price / input price", Value(1.25), 0.0));
   k.keys.push_back(key_spec("anthropic_min", ParamType::Int, "shortest cacheable prompt (tokens)", Value(int64_t{1024}), 0.0));
   k.keys.push_back(key_spec("openai_read", ParamType::Float, "cached input price / input price", Value(0.5), 0.0));
-  k.keys.push_back(key_spec("openai_min", ParamType::Int, "caching starts at this many prompt tokens", Value(int64_t{1024}), 0.0));
-  k.keys.push_back(key_spec("openai_step", ParamType::Int, "cached tokens count in increments of this past the minimum", Value(int64_t{128}), 1.0));
+  k.keys.push_back(
+      key_spec("openai_min", ParamType::Int, "caching starts at this many prompt tokens", Value(int64_t{1024}), 0.0));
+  k.keys.push_back(key_spec("openai_step", ParamType::Int, "cached tokens count in increments of this past the minimum",
+                            Value(int64_t{128}), 1.0));
   k.check = check_workload_keys;
   return k;
 }
@@ -148,7 +158,8 @@ const KindRegistration cost_registration(cost_kind());
 
 std::vector<DeclaredVariant> cost_variants() {
   const std::vector<KeySpec> keys = cost_kind().keys;
-  return {{{"none", Backend::Cpu, "no prompt caching: every input token at the input price", all_but(keys, {"block_size", "capacity"}), true},
+  return {{{"none", Backend::Cpu, "no prompt caching: every input token at the input price",
+            all_but(keys, {"block_size", "capacity"}), true},
            make_variant<CostVariant>(CacheKind::None)},
           {{"block_hash", Backend::Cpu, "hits of the block-hash cache (16-token blocks)", {}, true},
            make_variant<CostVariant>(CacheKind::BlockHash)},

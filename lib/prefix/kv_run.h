@@ -16,8 +16,10 @@ struct KvRun {
 // Appends `r` to `runs`, merging it into the last run when it continues it in the same holder.
 inline void append_run(std::vector<KvRun>& runs, const KvRun& r) {
   if (r.len <= 0) return;
-  if (!runs.empty() && runs.back().holder == r.holder && runs.back().pos + runs.back().len == r.pos) runs.back().len += r.len;
-  else runs.push_back(r);
+  if (!runs.empty() && runs.back().holder == r.holder && runs.back().pos + runs.back().len == r.pos)
+    runs.back().len += r.len;
+  else
+    runs.push_back(r);
 }
 
 }  // namespace ib::prefix

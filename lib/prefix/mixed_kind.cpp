@@ -86,7 +86,8 @@ class MixedVariant : public Variant {
     server_->clear();
     if (kind_ != CacheKind::None && compared == 0) return {false, "hits", 0, 1, "no request of the trace hit the cache"};
     return {worst <= tol, "rel_l2", worst, tol,
-            fmt::format("{} requests replayed ({} hits), {} hits vs full prefills; invariants after every request", n, hits, compared)};
+            fmt::format("{} requests replayed ({} hits), {} hits vs full prefills; invariants after every request", n, hits,
+                        compared)};
   }
 
   void run(BackendRuntime&) override {
@@ -149,17 +150,19 @@ KindInfo mixed_kind() {
   KindInfo k;
   k.name = "prefix-mixed";
   k.group = "prefix";
-  k.doc = "A server's mixed load: several tenants' system prompts, multi-turn chats whose prompt grows each turn, few-shot "
-          "prompts, Poisson arrivals at `qps`, served one at a time in arrival order from an empty cache. A sample is one "
-          "replay of the whole trace (every request's real service time back to back); TTFT = queueing on a simulated clock "
-          "advanced by the measured service times + service. `held` = the engine K/V allocations the cache keeps alive "
-          "(holder sequences), `cached` = cached tokens × K/V bytes per token (what a paged cache would hold). The gate: one "
-          "replay with the invariants checked after every request and up to 8 hits' logits against full prefills.";
+  k.doc =
+      "A server's mixed load: several tenants' system prompts, multi-turn chats whose prompt grows each turn, few-shot "
+      "prompts, Poisson arrivals at `qps`, served one at a time in arrival order from an empty cache. A sample is one "
+      "replay of the whole trace (every request's real service time back to back); TTFT = queueing on a simulated clock "
+      "advanced by the measured service times + service. `held` = the engine K/V allocations the cache keeps alive "
+      "(holder sequences), `cached` = cached tokens × K/V bytes per token (what a paged cache would hold). The gate: one "
+      "replay with the invariants checked after every request and up to 8 hits' logits against full prefills.";
   k.keys = model_keys();
   k.keys.push_back(key_spec("qps", ParamType::Float, "Poisson arrival rate (requests per second)", Value(10.0), 0.0));
   for (auto& key : mixed_keys()) k.keys.push_back(key);
   k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded", Value(int64_t{0}), 0.0));
+  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded",
+                            Value(int64_t{0}), 0.0));
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
     return model::check_model_weights(values);
@@ -170,9 +173,10 @@ KindInfo mixed_kind() {
 const KindRegistration mixed_registration(mixed_kind());
 
 // The CPU engine's, and the CUDA engine's where it is built (make_cuda_model; Model::copy_cache on the device).
-const VariantListRegistration mixed_variants("prefix-mixed",
-                                             engine_variants(mixed_kind().keys, {"block_size", "capacity"},
-                                                             [](Backend b, CacheKind c) { return make_variant<MixedVariant>(b, c); }));
+const VariantListRegistration mixed_variants("prefix-mixed", engine_variants(mixed_kind().keys, {"block_size", "capacity"},
+                                                                             [](Backend b, CacheKind c) {
+                                                                               return make_variant<MixedVariant>(b, c);
+                                                                             }));
 
 }  // namespace
 }  // namespace ib::prefix

@@ -21,9 +21,12 @@ namespace {
 
 const char* kind_label(CacheKind k) {
   switch (k) {
-    case CacheKind::None: return "every request fully prefilled (the baseline)";
-    case CacheKind::BlockHash: return "vLLM-style automatic prefix caching: chained 128-bit block hashes, ref counts, LRU free queue";
-    case CacheKind::Radix: return "SGLang-style RadixAttention: radix tree, token-granular matches, LRU leaf eviction";
+    case CacheKind::None:
+      return "every request fully prefilled (the baseline)";
+    case CacheKind::BlockHash:
+      return "vLLM-style automatic prefix caching: chained 128-bit block hashes, ref counts, LRU free queue";
+    case CacheKind::Radix:
+      return "SGLang-style RadixAttention: radix tree, token-granular matches, LRU leaf eviction";
   }
   return "";
 }
@@ -42,18 +45,21 @@ std::vector<KeySpec> model_keys() {
   std::vector<std::string> models = model::preset_names();
   models.push_back("checkpoint");
   return {enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models),
-          key_spec("weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+          key_spec("weights", ParamType::String,
+                   "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                    Value(std::string("random"))),
           model::matmul_key()};
 }
 
 KeySpec block_size_key() {
-  return key_spec("block_size", ParamType::Int, "tokens per cached block (block_hash; vLLM's default 16)", Value(int64_t{16}), 1.0, 1024.0);
+  return key_spec("block_size", ParamType::Int, "tokens per cached block (block_hash; vLLM's default 16)", Value(int64_t{16}),
+                  1.0, 1024.0);
 }
 
 std::vector<KeySpec> system_prompt_keys(bool for_cost) {
   std::vector<KeySpec> k = {
-      key_spec("system_prompt", ParamType::Int, for_cost ? "shared system prompt tokens (workload system-prompt)" : "shared system prompt tokens",
+      key_spec("system_prompt", ParamType::Int,
+               for_cost ? "shared system prompt tokens (workload system-prompt)" : "shared system prompt tokens",
                Value(int64_t{2000}), 0.0),
       key_spec("query_min", ParamType::Int, "fewest tokens of a request's own query", Value(int64_t{7}), 1.0),
       key_spec("query_max", ParamType::Int, "most tokens of a request's own query", Value(int64_t{10}), 1.0),
@@ -64,17 +70,20 @@ std::vector<KeySpec> system_prompt_keys(bool for_cost) {
 std::vector<KeySpec> mixed_keys() {
   return {
       key_spec("requests", ParamType::Int, "requests in the trace", Value(int64_t{200}), 1.0),
-      key_spec("tenants", ParamType::Int, "tenants, each with its own system prompt and few-shot examples", Value(int64_t{4}), 1.0, 1000.0),
+      key_spec("tenants", ParamType::Int, "tenants, each with its own system prompt and few-shot examples", Value(int64_t{4}),
+               1.0, 1000.0),
       key_spec("mean_system_prompt", ParamType::Int, "mean system prompt tokens (tenant t's: 0.5 … 1.5 × this, spread evenly)",
                Value(int64_t{1000}), 1.0),
-      key_spec("user_tokens", ParamType::Int, "mean tokens of a user message or question (0.5 … 1.5 × this)", Value(int64_t{40}), 1.0),
+      key_spec("user_tokens", ParamType::Int, "mean tokens of a user message or question (0.5 … 1.5 × this)", Value(int64_t{40}),
+               1.0),
       key_spec("reply_tokens", ParamType::Int, "mean tokens of an assistant reply carried into the next chat turn (not decoded)",
                Value(int64_t{120}), 1.0),
       key_spec("max_turns", ParamType::Int, "turns of a chat", Value(int64_t{6}), 1.0),
-      key_spec("fewshot_tokens", ParamType::Int, "a tenant's few-shot examples (after its system prompt)", Value(int64_t{600}), 0.0),
+      key_spec("fewshot_tokens", ParamType::Int, "a tenant's few-shot examples (after its system prompt)", Value(int64_t{600}),
+               0.0),
       key_spec("chat_share", ParamType::Float, "fraction of requests that are chat turns", Value(0.5), 0.0, 1.0),
-      key_spec("fewshot_share", ParamType::Float, "fraction of requests that are few-shot prompts (the rest: system prompt + question)",
-               Value(0.25), 0.0, 1.0),
+      key_spec("fewshot_share", ParamType::Float,
+               "fraction of requests that are few-shot prompts (the rest: system prompt + question)", Value(0.25), 0.0, 1.0),
   };
 }
 
@@ -97,8 +106,9 @@ std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::v
     for (const Value& chat : all("chat_share"))
       for (const Value& fewshot : all("fewshot_share"))
         if (std::get<double>(chat) + std::get<double>(fewshot) > 1.0 + 1e-9)
-          return KeyProblem{{"fewshot_share", "chat_share"}, fmt::format("chat_share {} + fewshot_share {} exceeds 1", format_number(std::get<double>(chat)),
-                                                                         format_number(std::get<double>(fewshot)))};
+          return KeyProblem{{"fewshot_share", "chat_share"},
+                            fmt::format("chat_share {} + fewshot_share {} exceeds 1", format_number(std::get<double>(chat)),
+                                        format_number(std::get<double>(fewshot)))};
   return std::nullopt;
 }
 
@@ -153,11 +163,14 @@ std::vector<DeclaredVariant> engine_variants(const std::vector<KeySpec>& keys, c
       {{"none", Backend::Cuda, kind_label(CacheKind::None), reads(cache_only, Backend::Cuda)}, cuda(CacheKind::None)},
       {{"block_hash", Backend::Cuda, kind_label(CacheKind::BlockHash), reads({}, Backend::Cuda)}, cuda(CacheKind::BlockHash)},
       {{"radix", Backend::Cuda, kind_label(CacheKind::Radix), reads({"block_size"}, Backend::Cuda)}, cuda(CacheKind::Radix)},
-      {{"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine", reads(cache_only, Backend::Cpu)},
+      {{"cpu_none", Backend::Cpu, std::string(kind_label(CacheKind::None)) + "; on the CPU engine",
+        reads(cache_only, Backend::Cpu)},
        make(Backend::Cpu, CacheKind::None)},
-      {{"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine", reads({}, Backend::Cpu)},
+      {{"cpu_block_hash", Backend::Cpu, std::string(kind_label(CacheKind::BlockHash)) + "; on the CPU engine",
+        reads({}, Backend::Cpu)},
        make(Backend::Cpu, CacheKind::BlockHash)},
-      {{"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine", reads({"block_size"}, Backend::Cpu)},
+      {{"cpu_radix", Backend::Cpu, std::string(kind_label(CacheKind::Radix)) + "; on the CPU engine",
+        reads({"block_size"}, Backend::Cpu)},
        make(Backend::Cpu, CacheKind::Radix)},
   };
 }

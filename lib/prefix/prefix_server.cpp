@@ -23,9 +23,12 @@ int64_t run_tokens(const std::vector<KvRun>& runs) {
 
 const char* to_string(CacheKind k) {
   switch (k) {
-    case CacheKind::None: return "none";
-    case CacheKind::BlockHash: return "block_hash";
-    case CacheKind::Radix: return "radix";
+    case CacheKind::None:
+      return "none";
+    case CacheKind::BlockHash:
+      return "block_hash";
+    case CacheKind::Radix:
+      return "radix";
   }
   return "?";
 }
@@ -46,9 +49,7 @@ void make_cache(const ServerOptions& o, std::unique_ptr<BlockHashCache>& blocks,
 
 }  // namespace
 
-PrefixServer::PrefixServer(model::Model& m, ServerOptions o) : model_(m), opt_(o) {
-  make_cache(opt_, blocks_, radix_);
-}
+PrefixServer::PrefixServer(model::Model& m, ServerOptions o) : model_(m), opt_(o) { make_cache(opt_, blocks_, radix_); }
 
 PrefixServer::~PrefixServer() {
   // The engine outlives the server (declared first by its owner): give its sequences back.
@@ -141,8 +142,10 @@ Served PrefixServer::serve(const int32_t* tokens, int n, uint64_t extra_key, con
 
 void PrefixServer::finish(Served& r) {
   auto t0 = Clock::now();
-  if (blocks_) blocks_->release(r.chain);
-  else if (radix_ && r.node >= 0) radix_->unlock(r.node);
+  if (blocks_)
+    blocks_->release(r.chain);
+  else if (radix_ && r.node >= 0)
+    radix_->unlock(r.node);
   r.chain.clear();
   r.node = -1;
   r.finish_us = us_since(t0);
@@ -183,12 +186,14 @@ std::string PrefixServer::check() const {
     count[r.holder] += r.len;
     try {
       if (model_.length(r.holder) < r.pos + r.len)
-        return fmt::format("a cached entry points at positions [{}, {}) of a {}-token holder", r.pos, r.pos + r.len, model_.length(r.holder));
+        return fmt::format("a cached entry points at positions [{}, {}) of a {}-token holder", r.pos, r.pos + r.len,
+                           model_.length(r.holder));
     } catch (const std::exception&) {
       return fmt::format("a cached entry points into released sequence {}", r.holder);
     }
   }
-  if (count.size() != holder_tokens_.size()) return fmt::format("{} holders counted, the cache points into {}", holder_tokens_.size(), count.size());
+  if (count.size() != holder_tokens_.size())
+    return fmt::format("{} holders counted, the cache points into {}", holder_tokens_.size(), count.size());
   for (const auto& [seq, n] : count) {
     auto it = holder_tokens_.find(seq);
     if (it == holder_tokens_.end() || it->second != n) return fmt::format("holder {} is counted wrong", seq);
@@ -196,9 +201,7 @@ std::string PrefixServer::check() const {
   return {};
 }
 
-CacheReplay::CacheReplay(ServerOptions o) : opt_(o) {
-  make_cache(opt_, blocks_, radix_);
-}
+CacheReplay::CacheReplay(ServerOptions o) : opt_(o) { make_cache(opt_, blocks_, radix_); }
 
 CacheReplay::Step CacheReplay::step(const int32_t* tokens, int n, uint64_t extra_key) {
   Step s;

@@ -13,8 +13,10 @@ std::pair<std::vector<KvRun>, std::vector<KvRun>> split_runs(const std::vector<K
   std::vector<KvRun> a, b;
   int seen = 0;
   for (const KvRun& r : runs) {
-    if (seen + r.len <= k) a.push_back(r);
-    else if (seen >= k) b.push_back(r);
+    if (seen + r.len <= k)
+      a.push_back(r);
+    else if (seen >= k)
+      b.push_back(r);
     else {
       const int left = k - seen;
       a.push_back({r.holder, r.pos, left});
@@ -298,7 +300,8 @@ std::string RadixCache::check_invariants() const {
     if (n.ref < 0) return fmt::format("node {} has reference count {}", i, n.ref);
     for (const auto& [tok, c] : n.children) {
       if (c < 0 || static_cast<size_t>(c) >= nodes_.size() || !at(c).live) return fmt::format("node {} has a dead child", i);
-      if (at(c).parent != id || at(c).key.empty() || at(c).key[0] != tok) return fmt::format("node {}'s child {} is linked wrong", i, c);
+      if (at(c).parent != id || at(c).key.empty() || at(c).key[0] != tok)
+        return fmt::format("node {}'s child {} is linked wrong", i, c);
     }
     if (n.root) {
       auto it = roots_.find(n.extra_key);
@@ -310,7 +313,8 @@ std::string RadixCache::check_invariants() const {
     tokens += static_cast<int64_t>(n.key.size());
     const Node& p = at(n.parent);
     if (!p.live) return fmt::format("node {}'s parent is dead", i);
-    if (n.depth != p.depth + static_cast<int>(p.key.size())) return fmt::format("node {} is at depth {}, its parent ends at {}", i, n.depth, p.depth + p.key.size());
+    if (n.depth != p.depth + static_cast<int>(p.key.size()))
+      return fmt::format("node {} is at depth {}, its parent ends at {}", i, n.depth, p.depth + p.key.size());
     if (n.extra_key != p.extra_key) return fmt::format("node {} is under another extra key's root", i);
     if (p.ref < n.ref) return fmt::format("node {} has {} references, its parent {}", i, n.ref, p.ref);
     if (p.last_use < n.last_use) return fmt::format("node {} was used after its parent", i);
@@ -320,7 +324,8 @@ std::string RadixCache::check_invariants() const {
       pos += r.len;
       covered += r.len;
     }
-    if (covered != static_cast<int>(n.key.size())) return fmt::format("node {}'s runs cover {} of {} tokens", i, covered, n.key.size());
+    if (covered != static_cast<int>(n.key.size()))
+      return fmt::format("node {}'s runs cover {} of {} tokens", i, covered, n.key.size());
     const bool should = n.children.empty() && n.ref == 0;
     leaves += should;
     if (should != n.in_evictable || (should && !evictable_.count({n.last_use, id})))
@@ -329,7 +334,8 @@ std::string RadixCache::check_invariants() const {
   if (tokens != tokens_) return fmt::format("nodes hold {} tokens, counted {}", tokens, tokens_);
   if (tokens_ > capacity_) return fmt::format("{} tokens cached, capacity {}", tokens_, capacity_);
   if (live != live_nodes_) return fmt::format("{} live nodes, counted {}", live, live_nodes_);
-  if (leaves != static_cast<int64_t>(evictable_.size())) return fmt::format("{} evictable leaves, the set holds {}", leaves, evictable_.size());
+  if (leaves != static_cast<int64_t>(evictable_.size()))
+    return fmt::format("{} evictable leaves, the set holds {}", leaves, evictable_.size());
   return {};
 }
 

@@ -28,16 +28,16 @@ class RadixCache {
   using NodeId = int32_t;
 
   struct Match {
-    NodeId node = -1;           // the matched prefix ends at this node (a root when nothing matched)
-    int tokens = 0;             // tokens matched
-    std::vector<KvRun> runs;    // where they live, in position order
+    NodeId node = -1;         // the matched prefix ends at this node (a root when nothing matched)
+    int tokens = 0;           // tokens matched
+    std::vector<KvRun> runs;  // where they live, in position order
   };
 
   struct InsertResult {
-    NodeId node = -1;             // the node the cached part of the prompt ends at
-    int cached = 0;               // tokens of the prompt now cached (matched + added)
-    int added = 0;                // tokens newly cached (K/V in `holder`)
-    std::vector<KvRun> evicted;   // K/V of evicted tokens
+    NodeId node = -1;            // the node the cached part of the prompt ends at
+    int cached = 0;              // tokens of the prompt now cached (matched + added)
+    int added = 0;               // tokens newly cached (K/V in `holder`)
+    std::vector<KvRun> evicted;  // K/V of evicted tokens
     int evicted_nodes = 0;
   };
 
@@ -85,9 +85,9 @@ class RadixCache {
   struct Node {
     bool live = false;
     NodeId parent = -1;
-    int depth = 0;                         // tokens before this node's first token
-    std::vector<int32_t> key;              // the edge's tokens
-    std::vector<KvRun> runs;               // their K/V, covering positions [depth, depth + key.size())
+    int depth = 0;                                 // tokens before this node's first token
+    std::vector<int32_t> key;                      // the edge's tokens
+    std::vector<KvRun> runs;                       // their K/V, covering positions [depth, depth + key.size())
     std::unordered_map<int32_t, NodeId> children;  // by first token
     int ref = 0;
     uint64_t last_use = 0;
@@ -102,7 +102,7 @@ class RadixCache {
   const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
   // Splits `id` after `k` tokens; returns the new upper node (which keeps id's parent link).
   NodeId split(NodeId id, int k);
-  void touch(NodeId id);  // last use = now on the path
+  void touch(NodeId id);    // last use = now on the path
   void refresh(NodeId id);  // keeps the evictable set in step with id's state
   void evict(int64_t need, InsertResult& r);
   void remove_leaf(NodeId id, InsertResult* r);

@@ -46,7 +46,8 @@ std::vector<KeySpec> system_prompt_text_keys() {
                "the shared system prompt as text, tokenized with `tokenizer` (BOS as its post-processor adds it); replaces the "
                "random `system_prompt` tokens",
                Value(std::string())),
-      key_spec("system_file", ParamType::String, "a file whose whole text is the system prompt (as system_text)", Value(std::string())),
+      key_spec("system_file", ParamType::String, "a file whose whole text is the system prompt (as system_text)",
+               Value(std::string())),
       key_spec("queries", ParamType::String,
                "a JSONL file of {\"prompt\": text}: request i's own query is line i mod lines, tokenized without special tokens; "
                "replaces the random query_min..query_max tokens (needs system_text or system_file)",
@@ -79,7 +80,8 @@ std::optional<SystemPromptTexts> system_prompt_texts(const Point& p) {
   t.system = !text.empty() ? text : model::read_prompt_file("system_file", file);
   t.tokenizer = model::prompt_tokenizer(text_key(p, "tokenizer").empty() ? "auto" : text_key(p, "tokenizer"), p.text("weights"));
   t.system_tokens = t.tokenizer->encode(t.system, true);
-  if (queries.empty()) throw InputError("queries: a text system prompt needs its queries as text too (a JSONL of {\"prompt\": ...})");
+  if (queries.empty())
+    throw InputError("queries: a text system prompt needs its queries as text too (a JSONL of {\"prompt\": ...})");
   for (const auto& q : model::read_prompt_lines(queries, "")) {
     std::vector<int32_t> ids = t.tokenizer->encode(q, false);
     if (ids.empty()) throw InputError(fmt::format("queries: '{}' encodes to no tokens", model::short_text(q)));
@@ -92,7 +94,8 @@ void check_ids(const SystemPromptTexts& t, int vocab) {
   auto check = [&](const std::vector<int32_t>& ids) {
     for (int32_t id : ids)
       if (id < 0 || id >= vocab)
-        throw InputError(fmt::format("tokenizer: {} gives token id {}, past the model's vocabulary of {}", t.tokenizer->name(), id, vocab));
+        throw InputError(
+            fmt::format("tokenizer: {} gives token id {}, past the model's vocabulary of {}", t.tokenizer->name(), id, vocab));
   };
   check(t.system_tokens);
   for (const auto& q : t.queries) check(q);
@@ -114,8 +117,11 @@ std::optional<KeyProblem> check_system_prompt_texts(const std::map<std::string, 
             for (const auto& weights : all("weights")) {
               if (text.empty() && file.empty() && queries.empty()) continue;
               Point p;
-              for (const auto& [k, v] : std::map<std::string, std::string>{
-                       {"system_text", text}, {"system_file", file}, {"queries", queries}, {"tokenizer", tok}, {"weights", weights}})
+              for (const auto& [k, v] : std::map<std::string, std::string>{{"system_text", text},
+                                                                           {"system_file", file},
+                                                                           {"queries", queries},
+                                                                           {"tokenizer", tok},
+                                                                           {"weights", weights}})
                 p.params.push_back(Param{k, Value(v), ParamType::String});
               system_prompt_texts(p);
             }
@@ -132,7 +138,8 @@ class SystemPromptVariant : public Variant {
   std::string unsupported(const Point& p) const override {
     const auto c = model::preset(p.text("model"));
     const int64_t longest = p.integer("system_prompt") + p.integer("query_max");
-    if (c && longest > c->max_positions) return fmt::format("a {}-token request exceeds {}'s {} positions", longest, c->name, c->max_positions);
+    if (c && longest > c->max_positions)
+      return fmt::format("a {}-token request exceeds {}'s {} positions", longest, c->name, c->max_positions);
     return {};
   }
 
@@ -200,8 +207,10 @@ class SystemPromptVariant : public Variant {
     // of it (radix), as far as the capacity allows; the last token is always prefilled.
     const int64_t cap = server_->capacity_tokens();
     int expect = 0;
-    if (kind_ == CacheKind::BlockHash) expect = static_cast<int>(std::min<int64_t>(std::min(sp, n - 1), cap) / block_size_ * block_size_);
-    else if (kind_ == CacheKind::Radix) expect = static_cast<int>(std::min<int64_t>(std::min(sp, n - 1), cap));
+    if (kind_ == CacheKind::BlockHash)
+      expect = static_cast<int>(std::min<int64_t>(std::min(sp, n - 1), cap) / block_size_ * block_size_);
+    else if (kind_ == CacheKind::Radix)
+      expect = static_cast<int>(std::min<int64_t>(std::min(sp, n - 1), cap));
     if (hit < expect)
       return {false, "hit_tokens", static_cast<double>(hit), static_cast<double>(expect),
               fmt::format("the second request reused {} tokens of the {}-token system prompt", hit, sp)};
@@ -238,8 +247,8 @@ class SystemPromptVariant : public Variant {
 
   std::string note() const override {
     if (!text_) return {};
-    return fmt::format("system prompt '{}' ({} tokens, {}), {} text queries", model::short_text(text_->system), text_->system_tokens.size(),
-                       text_->tokenizer->name(), text_->queries.size());
+    return fmt::format("system prompt '{}' ({} tokens, {}), {} text queries", model::short_text(text_->system),
+                       text_->system_tokens.size(), text_->tokenizer->name(), text_->queries.size());
   }
   std::vector<std::pair<std::string, std::string>> texts() const override {
     if (!text_) return {};
@@ -263,7 +272,8 @@ class SystemPromptVariant : public Variant {
       m.push_back({"uncached TTFT", uncached, "ms"});
       m.push_back({"saved", uncached - cached, "ms/req"});
       m.push_back({"TTFT/uncached", 100.0 * cached / uncached, "%"});
-      if (qps_ > 0) m.push_back({fmt::format("device-s/s saved at {} QPS", qps_), (uncached - cached) * qps_ / 1000.0, "derived"});
+      if (qps_ > 0)
+        m.push_back({fmt::format("device-s/s saved at {} QPS", qps_), (uncached - cached) * qps_ / 1000.0, "derived"});
       m.push_back({"bookkeeping", median_of(bookkeeping_us_), "µs/req"});
       if (backend_ == Backend::Cpu) m.push_back({"K/V copy", median_of(copy_ms_), "ms"});
       m.push_back({"held", static_cast<double>(server_->held_bytes()) / (1 << 20), "MiB"});
@@ -278,7 +288,7 @@ class SystemPromptVariant : public Variant {
   Engine engine_;
   std::unique_ptr<SystemPromptWorkload> workload_;
   std::optional<SystemPromptTexts> text_;  // a text system prompt and queries
-  std::unique_ptr<PrefixServer> server_;  // after engine_: destroyed first, gives its sequences back
+  std::unique_ptr<PrefixServer> server_;   // after engine_: destroyed first, gives its sequences back
   double qps_ = 0;
   int reference_runs_ = 0;
   int block_size_ = 16;
@@ -290,19 +300,24 @@ KindInfo system_prompt_kind() {
   KindInfo k;
   k.name = "prefix-system-prompt";
   k.group = "prefix";
-  k.doc = "The chapter's agent case: every request is one shared system prompt + a 7–10-token query. A sample is one request's "
-          "TTFT (lookup, K/V copy of the cached prefix, prefill of the rest to the first token on the host, insert) behind a "
-          "warm cache. `uncached TTFT` is measured in the row's validation (full prefills of requests of the same shape); "
-          "`saved` = uncached − cached medians; `device-s/s saved` = saved × qps / 1000 is derived, not measured. The gate: "
-          "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
+  k.doc =
+      "The chapter's agent case: every request is one shared system prompt + a 7–10-token query. A sample is one request's "
+      "TTFT (lookup, K/V copy of the cached prefix, prefill of the rest to the first token on the host, insert) behind a "
+      "warm cache. `uncached TTFT` is measured in the row's validation (full prefills of requests of the same shape); "
+      "`saved` = uncached − cached medians; `device-s/s saved` = saved × qps / 1000 is derived, not measured. The gate: "
+      "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
   k.keys = model_keys();
   for (auto& key : system_prompt_keys(false)) k.keys.push_back(key);
-  k.keys.push_back(key_spec("qps", ParamType::Float, "request rate for the derived device-seconds saved per second", Value(100.0), 0.0));
+  k.keys.push_back(
+      key_spec("qps", ParamType::Float, "request rate for the derived device-seconds saved per second", Value(100.0), 0.0));
   k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = the system prompt + 128",
-                            Value(int64_t{0}), 0.0));
-  k.keys.push_back(key_spec("reference_runs", ParamType::Int, "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
-                            Value(int64_t{7}), 1.0));
+  k.keys.push_back(key_spec("capacity", ParamType::Int,
+                            "cache capacity in tokens (block_hash: whole blocks); 0 = the system prompt + 128", Value(int64_t{0}),
+                            0.0));
+  k.keys.push_back(
+      key_spec("reference_runs", ParamType::Int,
+               "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
+               Value(int64_t{7}), 1.0));
   for (auto& key : system_prompt_text_keys()) k.keys.push_back(key);
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
@@ -316,9 +331,8 @@ const KindRegistration system_prompt_registration(system_prompt_kind());
 
 // The CPU engine's, and the CUDA engine's where it is built (make_cuda_model; Model::copy_cache on the device).
 const VariantListRegistration system_prompt_variants(
-    "prefix-system-prompt",
-    engine_variants(system_prompt_kind().keys, {"qps", "block_size", "capacity", "reference_runs"},
-                    [](Backend b, CacheKind c) { return make_variant<SystemPromptVariant>(b, c); }));
+    "prefix-system-prompt", engine_variants(system_prompt_kind().keys, {"qps", "block_size", "capacity", "reference_runs"},
+                                            [](Backend b, CacheKind c) { return make_variant<SystemPromptVariant>(b, c); }));
 
 }  // namespace
 }  // namespace ib::prefix

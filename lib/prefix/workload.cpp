@@ -103,7 +103,9 @@ std::vector<Request> mixed_workload(const MixedOptions& o, int vocab, uint64_t s
       prompt.insert(prompt.end(), msg.begin(), msg.end());
       const auto reply = fresh(around(rng, o.reply_tokens));
       if (!fits(prompt)) {  // too long for the model: the chat ends without this turn
-        if (c.turns == 0) throw std::invalid_argument(fmt::format("mixed workload: a first chat turn of {} tokens exceeds the model's {} positions", prompt.size(), cap));
+        if (c.turns == 0)
+          throw std::invalid_argument(
+              fmt::format("mixed workload: a first chat turn of {} tokens exceeds the model's {} positions", prompt.size(), cap));
         open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
         continue;
       }
@@ -123,7 +125,9 @@ std::vector<Request> mixed_workload(const MixedOptions& o, int vocab, uint64_t s
       const auto q = fresh(around(rng, o.user_tokens));
       r.tokens.insert(r.tokens.end(), q.begin(), q.end());
     }
-    if (!fits(r.tokens)) throw std::invalid_argument(fmt::format("mixed workload: a {}-token prompt exceeds the model's {} positions", r.tokens.size(), cap));
+    if (!fits(r.tokens))
+      throw std::invalid_argument(
+          fmt::format("mixed workload: a {}-token prompt exceeds the model's {} positions", r.tokens.size(), cap));
     clock += gap(rng);
     r.arrival = clock;
     trace.push_back(std::move(r));
@@ -143,8 +147,8 @@ std::string describe(const std::vector<Request>& trace) {
     sum += r.tokens.size();
   }
   if (trace.empty()) return "no requests";
-  return fmt::format("{} requests: {} chat turns, {} few-shot, {} single; prompts {}–{} tokens (mean {})", trace.size(), c, f, s, lo, hi,
-                     sum / trace.size());
+  return fmt::format("{} requests: {} chat turns, {} few-shot, {} single; prompts {}–{} tokens (mean {})", trace.size(), c, f, s,
+                     lo, hi, sum / trace.size());
 }
 
 }  // namespace ib::prefix

@@ -35,16 +35,16 @@ class SystemPromptWorkload {
 
 struct MixedOptions {
   int requests = 200;
-  double qps = 10;            // Poisson arrival rate
-  int tenants = 4;            // each with its own system prompt and few-shot examples
-  int system_prompt = 1000;   // mean tokens; tenant t's is 0.5 … 1.5 × this, spread evenly
-  int user_tokens = 40;       // a user message or question: 0.5 … 1.5 × this
-  int reply_tokens = 120;     // the assistant's reply, carried into the next turn's prompt
-  int max_turns = 6;          // turns of a chat
-  int fewshot_tokens = 600;   // a tenant's few-shot examples (after its system prompt)
-  double chat_share = 0.5;    // fraction of requests that are chat turns
+  double qps = 10;              // Poisson arrival rate
+  int tenants = 4;              // each with its own system prompt and few-shot examples
+  int system_prompt = 1000;     // mean tokens; tenant t's is 0.5 … 1.5 × this, spread evenly
+  int user_tokens = 40;         // a user message or question: 0.5 … 1.5 × this
+  int reply_tokens = 120;       // the assistant's reply, carried into the next turn's prompt
+  int max_turns = 6;            // turns of a chat
+  int fewshot_tokens = 600;     // a tenant's few-shot examples (after its system prompt)
+  double chat_share = 0.5;      // fraction of requests that are chat turns
   double fewshot_share = 0.25;  // ... few-shot prompts; the rest: system prompt + a question
-  int max_prompt = 0;         // longest prompt allowed (the model's positions); 0 = no cap
+  int max_prompt = 0;           // longest prompt allowed (the model's positions); 0 = no cap
 };
 
 // Requests in arrival order. Up to 8 chats are open at a time; a chat request continues an open

@@ -85,7 +85,8 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
       for (int i = 0; i < k; ++i) {
         model::StepOutput o;
         o.logits = dl.data();
-        if (i == 0) draft->prefill(draft_seq, in.data(), static_cast<int>(in.size()), 1, o);
+        if (i == 0)
+          draft->prefill(draft_seq, in.data(), static_cast<int>(in.size()), 1, o);
         else {
           const int32_t prev = fit(drafts.back(), dv);
           draft->decode(&draft_seq, &prev, 1, o);
@@ -96,7 +97,8 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
           // The draft model really ran; its token is the target's next one with probability α.
           const int64_t pos = static_cast<int64_t>(out.size()) + i;
           const int32_t want = truth(pos);
-          const uint64_t r = random_bits(cfg.seed ^ 0xC0DEull, static_cast<uint64_t>(pos) * 131u + step * 7u + static_cast<uint64_t>(i));
+          const uint64_t r =
+              random_bits(cfg.seed ^ 0xC0DEull, static_cast<uint64_t>(pos) * 131u + step * 7u + static_cast<uint64_t>(i));
           const bool hit = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0) < cfg.alpha;
           d = hit ? want : static_cast<int32_t>((want + 1 + static_cast<int64_t>((r >> 3) % static_cast<uint64_t>(tv - 1))) % tv);
         } else if (sampled) {
@@ -125,11 +127,13 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
     int j;
     if (sampled) {
       std::vector<int> path;
-      j = verify_logits_sampled(DraftTree::chain(drafts), logits.data(), tv, cfg, cfg.source == DraftSource::Ngram ? nullptr : &q, step, emitted, path);
+      j = verify_logits_sampled(DraftTree::chain(drafts), logits.data(), tv, cfg, cfg.source == DraftSource::Ngram ? nullptr : &q,
+                                step, emitted, path);
     } else {
       std::vector<int32_t> choice(static_cast<size_t>(kk + 1));
       for (int i = 0; i <= kk; ++i)
-        choice[static_cast<size_t>(i)] = force_truth ? truth(static_cast<int64_t>(out.size()) + i) : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
+        choice[static_cast<size_t>(i)] =
+            force_truth ? truth(static_cast<int64_t>(out.size()) + i) : argmax_row(&logits[static_cast<size_t>(i) * tv], tv);
       j = verify_greedy(drafts, choice, emitted);
     }
     count_step(stats, kk, j, j < kk, emitted);

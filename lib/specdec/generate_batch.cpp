@@ -35,15 +35,17 @@ int32_t controlled_draft(const SpecConfig& cfg, int32_t want, int64_t pos, uint6
   const uint64_t r = random_bits(cfg.seed ^ 0xC0DEull ^ (stream * 0x9E3779B97F4A7C15ull),
                                  static_cast<uint64_t>(pos) * 131u + step * 7u + static_cast<uint64_t>(i));
   const bool hit = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0) < cfg.alpha;
-  return hit ? want : static_cast<int32_t>((want + 1 + static_cast<int64_t>((r >> 3) % static_cast<uint64_t>(vocab - 1))) % vocab);
+  return hit ? want
+             : static_cast<int32_t>((want + 1 + static_cast<int64_t>((r >> 3) % static_cast<uint64_t>(vocab - 1))) % vocab);
 }
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& target, const std::vector<int>& target_seqs, model::Model& draft,
-                                                             const std::vector<int>& draft_seqs, const std::vector<int32_t>& lasts, int n,
-                                                             const SpecConfig& cfg,
-                                                             const std::vector<std::function<int32_t(int64_t)>>& truths, SpecStats& stats) {
+std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
+                                                             model::Model& draft, const std::vector<int>& draft_seqs,
+                                                             const std::vector<int32_t>& lasts, int n, const SpecConfig& cfg,
+                                                             const std::vector<std::function<int32_t(int64_t)>>& truths,
+                                                             SpecStats& stats) {
   if (cfg.source == DraftSource::Ngram) throw std::invalid_argument("batched speculative decoding drafts with a draft model");
   check_sampled(cfg, false);
   const bool sampled = !cfg.sampling.greedy();
@@ -188,7 +190,8 @@ std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& targe
 }
 
 std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
-                                                                const std::vector<int32_t>& lasts, int n, const model::SamplingParams& sampling) {
+                                                                const std::vector<int32_t>& lasts, int n,
+                                                                const model::SamplingParams& sampling) {
   const int B = static_cast<int>(target_seqs.size()), tv = target.config().vocab;
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   std::vector<int32_t> in(static_cast<size_t>(B)), next(static_cast<size_t>(B));

@@ -35,8 +35,8 @@ namespace {
 // them (one draft tree pass); at the end the `nodes` most confident of all become the tree (a
 // child is never more confident than its parent, so they form a tree). draft_slot: per node its
 // index in the draft's open tree, -1 for nodes never expanded.
-DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<float>& rows, int tv, int depth, int width, int nodes,
-                             SpecStats& stats, std::vector<int>& draft_slot, bool& draft_open) {
+DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<float>& rows, int tv, int depth, int width,
+                             int nodes, SpecStats& stats, std::vector<int>& draft_slot, bool& draft_open) {
   struct Cand {
     int32_t token;
     int parent;  // pool index, -1: the root
@@ -64,7 +64,8 @@ DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<flo
       const double log_z = static_cast<double>(mx) + std::log(z);
       std::iota(idx.begin(), idx.end(), 0);
       const int take = std::min(width, nv);
-      std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+      std::partial_sort(idx.begin(), idx.begin() + take, idx.end(),
+                        [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
       const double base = frontier[f] < 0 ? 0.0 : pool[static_cast<size_t>(frontier[f])].logp;
       for (int r = 0; r < take; ++r) {
         const int32_t tok = idx[static_cast<size_t>(r)];
@@ -98,7 +99,8 @@ DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<flo
   std::partial_sort(pick.begin(), pick.begin() + static_cast<std::ptrdiff_t>(keep), pick.end(), more_confident);
   pick.resize(keep);
   std::sort(pick.begin(), pick.end(), [&](int a, int b) {
-    return pool[static_cast<size_t>(a)].depth < pool[static_cast<size_t>(b)].depth || (pool[static_cast<size_t>(a)].depth == pool[static_cast<size_t>(b)].depth && a < b);
+    return pool[static_cast<size_t>(a)].depth < pool[static_cast<size_t>(b)].depth ||
+           (pool[static_cast<size_t>(a)].depth == pool[static_cast<size_t>(b)].depth && a < b);
   });
   std::vector<int> at(pool.size(), -1);  // pool index -> tree node
   DraftTree tree;
@@ -116,9 +118,10 @@ DraftTree draft_dynamic_tree(model::Model& draft, int draft_seq, std::vector<flo
 
 }  // namespace
 
-std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
-                                               int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
-                                               bool force_truth, std::vector<int32_t>& history, SpecStats& stats) {
+std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq,
+                                               int32_t last, int n, const SpecConfig& cfg,
+                                               const std::function<int32_t(int64_t)>& truth, bool force_truth,
+                                               std::vector<int32_t>& history, SpecStats& stats) {
   check_sampled(cfg, force_truth);
   const bool sampled = !cfg.sampling.greedy();
   const bool ngram = cfg.source == DraftSource::Ngram;
@@ -154,7 +157,8 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
       draft->prefill(draft_seq, in.data(), static_cast<int>(in.size()), 1, o);
       ++stats.draft_forward;
       if (cfg.dynamic_nodes > 0) {
-        tree = draft_dynamic_tree(*draft, draft_seq, dl, tv, depth, cfg.tree[0], cfg.dynamic_nodes, stats, draft_slot, draft_open);
+        tree =
+            draft_dynamic_tree(*draft, draft_seq, dl, tv, depth, cfg.tree[0], cfg.dynamic_nodes, stats, draft_slot, draft_open);
         depth = 0;  // skips the static shape below
       }
       std::vector<int> frontier = {-1};  // nodes whose children come next; row f of dl is frontier[f]'s
@@ -172,7 +176,8 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
             const uint64_t ctr = (static_cast<uint64_t>(pos) * 131u + step * 7u) * 4099u + static_cast<uint64_t>(parent + 1);
             if (parent < 0 || on_truth[static_cast<size_t>(parent)])
               for (int r = 0; r < b && hit == b; ++r)
-                if (static_cast<double>(random_bits(cfg.seed ^ 0x7EEull, ctr * 17u + static_cast<uint64_t>(r)) >> 11) * (1.0 / 9007199254740992.0) <
+                if (static_cast<double>(random_bits(cfg.seed ^ 0x7EEull, ctr * 17u + static_cast<uint64_t>(r)) >> 11) *
+                        (1.0 / 9007199254740992.0) <
                     cfg.alpha)
                   hit = r;
             // Distinct other tokens: want + 1 + off + r (mod vocab) never equals want for r < b.
@@ -190,7 +195,8 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
             std::vector<int32_t> idx(static_cast<size_t>(dv));
             for (int i = 0; i < dv; ++i) idx[static_cast<size_t>(i)] = i;
             const int take = std::min(b, dv);
-            std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+            std::partial_sort(idx.begin(), idx.begin() + take, idx.end(),
+                              [&](int32_t a, int32_t c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
             cand.assign(idx.begin(), idx.begin() + take);
           }
           for (size_t r = 0; r < cand.size(); ++r) {

@@ -47,10 +47,11 @@ const std::deque<std::vector<int32_t>>& NgramPool::candidates(int32_t first) con
   return it == map_.end() ? none_ : it->second;
 }
 
-int verify_tree_longest(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path,
-                        int max_depth) {
+int verify_tree_longest(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted,
+                        std::vector<int>& path, int max_depth) {
   const int m = tree.size();
-  if (choice.size() != static_cast<size_t>(m) + 1) throw std::invalid_argument("verify_tree_longest needs 1 + nodes target choices");
+  if (choice.size() != static_cast<size_t>(m) + 1)
+    throw std::invalid_argument("verify_tree_longest needs 1 + nodes target choices");
   std::vector<int> depth(static_cast<size_t>(m), 0);  // 0: the node's path leaves the target's choices
   int best = -1;
   for (int i = 0; i < m; ++i) {
@@ -84,8 +85,8 @@ using detail::since;
 }  // namespace
 
 std::vector<int32_t> lookahead_generate(model::Model& target, int target_seq, int32_t last, int n, const LookaheadConfig& cfg,
-                                        const std::function<int32_t(int64_t)>& truth, bool force_truth, std::vector<int32_t>& history,
-                                        SpecStats& stats) {
+                                        const std::function<int32_t(int64_t)>& truth, bool force_truth,
+                                        std::vector<int32_t>& history, SpecStats& stats) {
   const int W = cfg.window, N = cfg.ngram, G = cfg.candidates;
   if (W < 1 || N < 2 || G < 0)
     throw std::invalid_argument(
@@ -171,7 +172,8 @@ std::vector<int32_t> lookahead_generate(model::Model& target, int target_seq, in
       const int row = node[static_cast<size_t>(levels) - 1][static_cast<size_t>(c)];
       guess[static_cast<size_t>(c)] = argmax_row(&logits[static_cast<size_t>(row) * static_cast<size_t>(tv)], tv);
       std::vector<int32_t> gram;
-      for (int lv = 0; lv < levels; ++lv) gram.push_back(in[static_cast<size_t>(node[static_cast<size_t>(lv)][static_cast<size_t>(c)])]);
+      for (int lv = 0; lv < levels; ++lv)
+        gram.push_back(in[static_cast<size_t>(node[static_cast<size_t>(lv)][static_cast<size_t>(c)])]);
       gram.push_back(guess[static_cast<size_t>(c)]);
       pool.add(gram[0], gram.data() + 1);
     }

@@ -45,11 +45,11 @@ class NgramPool {
 };
 
 struct LookaheadConfig {
-  int window = 5;       // W: columns of the Jacobi window
-  int ngram = 4;        // N: n-gram size (levels = N − 1)
-  int candidates = 5;   // G: pool n-grams verified per step
+  int window = 5;            // W: columns of the Jacobi window
+  int ngram = 4;             // N: n-gram size (levels = N − 1)
+  int candidates = 5;        // G: pool n-grams verified per step
   bool prompt_pool = false;  // also pool the n-grams of the prompt and of the output (prompt lookup)
-  uint64_t seed = 1;    // the window's initial tokens (drawn from the prompt)
+  uint64_t seed = 1;         // the window's initial tokens (drawn from the prompt)
 };
 
 // Greedy verification of a tree in which several nodes may hold the same token under one parent
@@ -57,8 +57,8 @@ struct LookaheadConfig {
 // target's choices all along (choice[0] after the root, choice[1 + i] after node i) and at most
 // max_depth deep; ties go to the lowest node index. `path` gets that path, `emitted` its tokens
 // and then the target's choice after it. Returns the accepted count.
-int verify_tree_longest(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path,
-                        int max_depth);
+int verify_tree_longest(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted,
+                        std::vector<int>& path, int max_depth);
 
 // Nodes a lookahead step puts in the target's open tree beyond the root, at most.
 int lookahead_max_nodes(const LookaheadConfig& cfg);
@@ -68,7 +68,7 @@ int lookahead_max_nodes(const LookaheadConfig& cfg);
 // must implement prefill_tree. stats: drafted/tree_nodes count every candidate node verified,
 // accepted the tokens accepted, pool_ngrams the pool's size at the end.
 std::vector<int32_t> lookahead_generate(model::Model& target, int target_seq, int32_t last, int n, const LookaheadConfig& cfg,
-                                        const std::function<int32_t(int64_t)>& truth, bool force_truth, std::vector<int32_t>& history,
-                                        SpecStats& stats);
+                                        const std::function<int32_t(int64_t)>& truth, bool force_truth,
+                                        std::vector<int32_t>& history, SpecStats& stats);
 
 }  // namespace ib::specdec

@@ -50,7 +50,8 @@ DraftTree ngram_propose_tree(const std::vector<int32_t>& history, int k, int bra
 // node i's path. Walks down from the root while a child holds the target's choice; `path` gets
 // the accepted nodes, `emitted` their tokens and then the target's choice where the walk stopped.
 // Returns the accepted count.
-int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path);
+int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted,
+                       std::vector<int>& path);
 
 // Greedy verification: target[i] is the target's choice after the i-th prefix (i = 0..K, so
 // target.size() = drafts.size() + 1). Returns the accepted count j; `emitted` gets the drafts'
@@ -113,7 +114,7 @@ struct SpecConfig {
   int dynamic_nodes = 0;
   int branches = 0;
   DraftSource source = DraftSource::Model;
-  double alpha = 0.8;           // Controlled
+  double alpha = 0.8;  // Controlled
   int ngram_min = 1, ngram_max = 3;
   model::SamplingParams sampling;  // temperature 0: greedy verification; else rejection sampling
   // Sampled verification, when set: receives, for every emitted token, the target distribution
@@ -126,14 +127,14 @@ struct SpecConfig {
 };
 
 struct SpecStats {
-  int64_t steps = 0;            // sequence-steps (a batched pass counts once per sequence in it)
-  int64_t passes = 0;           // verify passes
+  int64_t steps = 0;   // sequence-steps (a batched pass counts once per sequence in it)
+  int64_t passes = 0;  // verify passes
   int64_t drafted = 0, accepted = 0;
-  int64_t tested = 0;           // drafted tokens the verification reached (up to the first rejection)
+  int64_t tested = 0;  // drafted tokens the verification reached (up to the first rejection)
   int64_t emitted = 0;
   double draft_seconds = 0, verify_seconds = 0;
-  int64_t draft_forward = 0;    // draft model forward calls
-  int64_t tree_nodes = 0;       // tree drafting: candidate tokens verified (all branches)
+  int64_t draft_forward = 0;  // draft model forward calls
+  int64_t tree_nodes = 0;     // tree drafting: candidate tokens verified (all branches)
   // Lookahead decoding: tokens accepted along pool n-grams and along the Jacobi window's own
   // columns, and the pool's n-grams at the end.
   int64_t pool_accepted = 0, window_accepted = 0, pool_ngrams = 0;
@@ -168,9 +169,10 @@ std::vector<int32_t> speculative_generate(model::Model& target, int target_seq, 
 // Controlled drafting (greedy only): at each depth on the target's trajectory the candidates, in
 // rank order, are the target's token with probability α each until one is (a chain's α for one
 // child); the others, and all children off the trajectory, are distinct other tokens.
-std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq, int32_t last,
-                                               int n, const SpecConfig& cfg, const std::function<int32_t(int64_t)>& truth,
-                                               bool force_truth, std::vector<int32_t>& history, SpecStats& stats);
+std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_seq, model::Model* draft, int draft_seq,
+                                               int32_t last, int n, const SpecConfig& cfg,
+                                               const std::function<int32_t(int64_t)>& truth, bool force_truth,
+                                               std::vector<int32_t>& history, SpecStats& stats);
 
 // Batched speculative decoding (draft model; greedy with controlled or model acceptance, or
 // sampled with model acceptance: each sequence's chain by rejection sampling, its draws from a
@@ -179,14 +181,16 @@ std::vector<int32_t> speculative_generate_tree(model::Model& target, int target_
 // sequences still drafting), verifies them all
 // in one target prefill_batch, and keeps each sequence's agreeing prefix plus the target's token.
 // truths[b] is sequence b's target trajectory (Controlled). Returns each sequence's n tokens.
-std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& target, const std::vector<int>& target_seqs, model::Model& draft,
-                                                             const std::vector<int>& draft_seqs, const std::vector<int32_t>& lasts, int n,
-                                                             const SpecConfig& cfg,
-                                                             const std::vector<std::function<int32_t(int64_t)>>& truths, SpecStats& stats);
+std::vector<std::vector<int32_t>> speculative_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
+                                                             model::Model& draft, const std::vector<int>& draft_seqs,
+                                                             const std::vector<int32_t>& lasts, int n, const SpecConfig& cfg,
+                                                             const std::vector<std::function<int32_t(int64_t)>>& truths,
+                                                             SpecStats& stats);
 // The target alone on a batch: n decode steps of every sequence together (greedy, or sampled:
 // the engine draws row b of step i with the uniform of (seed, i, b)).
 std::vector<std::vector<int32_t>> autoregressive_generate_batch(model::Model& target, const std::vector<int>& target_seqs,
-                                                                const std::vector<int32_t>& lasts, int n, const model::SamplingParams& sampling = {});
+                                                                const std::vector<int32_t>& lasts, int n,
+                                                                const model::SamplingParams& sampling = {});
 
 // Parses a tree shape "3x2x1" (children per node at each depth, 1..16 each); empty when malformed.
 std::vector<int> parse_tree_shape(const std::string& shape);

@@ -14,7 +14,8 @@ namespace ib::specdec::detail {
 // verify.cpp
 void check_sampled(const SpecConfig& cfg, bool force_truth);
 int verify_logits_sampled(const DraftTree& tree, const float* logits, int tv, const SpecConfig& cfg,
-                          const std::vector<std::vector<float>>* q, uint64_t step, std::vector<int32_t>& emitted, std::vector<int>& path);
+                          const std::vector<std::vector<float>>* q, uint64_t step, std::vector<int32_t>& emitted,
+                          std::vector<int>& path);
 
 // drafters.cpp
 void draft_distribution(const float* logits, int dv, int tv, const model::SamplingParams& sp, std::vector<float>& q);

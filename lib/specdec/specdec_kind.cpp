@@ -26,7 +26,8 @@ std::vector<std::string> tree_shapes() {
 
 // Keys every variant reads, then `own`.
 std::vector<std::string> spec_reads(std::vector<std::string> own) {
-  for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"}) own.push_back(key);
+  for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"})
+    own.push_back(key);
   for (const auto& key : model::text_prompt_key_names()) own.push_back(key);
   return own;
 }
@@ -35,12 +36,13 @@ KindInfo specdec_kind() {
   KindInfo k;
   k.name = "specdec";
   k.group = "specdec";
-  k.doc = "Speculative decoding on the engine: one run generates new_tokens. Greedy (temperature 0): every variant's output "
-          "is first checked token for token against the target decoding alone (or the forced text). Sampled (temperature > "
-          "0, rejection sampling, trees by recursive rejection sampling): the distributions verification used are checked "
-          "against the target's own from a fresh prefill of the output, and every token must lie in its support. "
-          "Acceptance comes from a named source: controlled(alpha) (greedy only; the draft model really runs, its token is "
-          "the target's next with probability alpha), model (the draft's own choices), or a real text (n-gram).";
+  k.doc =
+      "Speculative decoding on the engine: one run generates new_tokens. Greedy (temperature 0): every variant's output "
+      "is first checked token for token against the target decoding alone (or the forced text). Sampled (temperature > "
+      "0, rejection sampling, trees by recursive rejection sampling): the distributions verification used are checked "
+      "against the target's own from a fresh prefill of the output, and every token must lie in its support. "
+      "Acceptance comes from a named source: controlled(alpha) (greedy only; the draft model really runs, its token is "
+      "the target's next with probability alpha), model (the draft's own choices), or a real text (n-gram).";
   std::vector<std::string> texts = text_names();
   texts.insert(texts.begin(), "none");
   std::vector<std::string> models = model::preset_names();
@@ -48,23 +50,28 @@ KindInfo specdec_kind() {
   std::vector<std::string> drafts = models;
   drafts.push_back("self");
   k.keys = {
-      enum_key("target", "target model preset (random weights unless target_weights), or checkpoint (target_weights: DIR)", "qwen2-7b",
-               models),
+      enum_key("target", "target model preset (random weights unless target_weights), or checkpoint (target_weights: DIR)",
+               "qwen2-7b", models),
       enum_key("draft",
                "draft model preset (random weights unless draft_weights), checkpoint (draft_weights: DIR), or self (the target's "
                "first draft_layers layers and its LM head: self-speculative early exit, Draft & Verify / LayerSkip)",
                "qwen2-0.5b", drafts),
-      key_spec("draft_layers", ParamType::Int, "draft: self — how many of the target's layers the draft runs", Value(int64_t{0}), 0.0),
-      key_spec("target_weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+      key_spec("draft_layers", ParamType::Int, "draft: self — how many of the target's layers the draft runs", Value(int64_t{0}),
+               0.0),
+      key_spec("target_weights", ParamType::String,
+               "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                Value(std::string("random"))),
-      key_spec("draft_weights", ParamType::String, "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+      key_spec("draft_weights", ParamType::String,
+               "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
                Value(std::string("random"))),
       // A verify pass of k + 1 <= 8 rows and the draft's steps are the GEMV's shapes (bigger passes,
       // most trees and batches, stay on cuBLAS).
       model::matmul_key("CUDA target and draft engines'"),
       key_spec("k", ParamType::Int, "tokens drafted per step", Value(int64_t{5}), 1.0, 16.0),
-      enum_key("acceptance", "draft_model: controlled (alpha) or model (the draft's own agreement)", "controlled", {"controlled", "model"}),
-      key_spec("alpha", ParamType::Float, "controlled acceptance: probability a drafted token is the target's", Value(0.8), 0.0, 1.0),
+      enum_key("acceptance", "draft_model: controlled (alpha) or model (the draft's own agreement)", "controlled",
+               {"controlled", "model"}),
+      key_spec("alpha", ParamType::Float, "controlled acceptance: probability a drafted token is the target's", Value(0.8), 0.0,
+               1.0),
       key_spec("prompt", ParamType::Int, "prompt tokens (random; a text brings its own)", Value(int64_t{128}), 2.0),
       key_spec("new_tokens", ParamType::Int, "tokens generated per run", Value(int64_t{64}), 2.0),
       enum_key("text", "none, or a bundled text whose continuation is the target trajectory (n-gram drafting)", "none", texts),
@@ -76,22 +83,25 @@ KindInfo specdec_kind() {
                "draft_tree: 0 = the static shape; N > 0 = an EAGLE-2 dynamic tree of the N nodes the draft is most confident of "
                "(path probability), the shape's depth, each depth expanding its first width's most confident nodes",
                Value(int64_t{0}), 0.0, 256.0),
-      key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together", Value(int64_t{4}),
-               1.0, 16.0),
+      key_spec("branches", ParamType::Int, "ngram_tree: earlier occurrences whose continuations are verified together",
+               Value(int64_t{4}), 1.0, 16.0),
       key_spec("batch", ParamType::Int,
                "autoregressive and draft_model: sequences decoded together (greedy, or sampled with acceptance: model); a "
                "batched step verifies every sequence's drafts in one target pass",
                Value(int64_t{1}), 1.0, 256.0),
-      key_spec("temperature", ParamType::Float, "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)",
-               Value(0.0), 0.0),
+      key_spec("temperature", ParamType::Float,
+               "0: greedy verification; > 0: sampling, verified by rejection sampling (acceptance: model or n-gram)", Value(0.0),
+               0.0),
       key_spec("top_k", ParamType::Int, "sampling: keep the k most likely tokens (0: all)", Value(int64_t{0}), 0.0),
       key_spec("top_p", ParamType::Float, "sampling: keep the smallest set whose mass reaches p (1: all)", Value(1.0), 0.0, 1.0),
       key_spec("lookahead_window", ParamType::Int, "lookahead: W, columns of the Jacobi window", Value(int64_t{5}), 1.0, 64.0),
-      key_spec("lookahead_ngram", ParamType::Int, "lookahead: N, the n-gram size (the window has N − 1 levels)", Value(int64_t{4}), 2.0, 16.0),
-      key_spec("lookahead_candidates", ParamType::Int, "lookahead: G, pool n-grams starting with the last token verified per step",
-               Value(int64_t{5}), 0.0, 64.0),
+      key_spec("lookahead_ngram", ParamType::Int, "lookahead: N, the n-gram size (the window has N − 1 levels)",
+               Value(int64_t{4}), 2.0, 16.0),
+      key_spec("lookahead_candidates", ParamType::Int,
+               "lookahead: G, pool n-grams starting with the last token verified per step", Value(int64_t{5}), 0.0, 64.0),
       key_spec("lookahead_prompt", ParamType::Bool,
-               "lookahead: also pool the n-grams of the prompt and of the output so far (prompt lookup inside lookahead)", Value(false)),
+               "lookahead: also pool the n-grams of the prompt and of the output so far (prompt lookup inside lookahead)",
+               Value(false)),
   };
   for (auto& t : model::text_prompt_keys()) k.keys.push_back(std::move(t));
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
@@ -123,8 +133,10 @@ class SpecVariant : public Variant {
     }
     if (lookup() && p.integer("ngram_min") > p.integer("ngram_max")) return "ngram_min > ngram_max";
     if (mode_ == Mode::DraftTree && p.integer("dynamic_nodes") > 0) {
-      if (p.text("acceptance") == "controlled") return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
-      if (p.number("temperature") > 0) return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
+      if (p.text("acceptance") == "controlled")
+        return "a dynamic tree ranks candidates by the draft's confidence: it needs acceptance: model";
+      if (p.number("temperature") > 0)
+        return "dynamic trees are verified greedily (pruning by confidence breaks the sampled draws)";
     }
     if (mode_ == Mode::Lookahead && p.number("temperature") > 0) return "lookahead rows verify greedily (temperature 0)";
     // The prompt and the new tokens must fit the models' positions (a bundled text's prompt is short).
@@ -137,7 +149,8 @@ class SpecVariant : public Variant {
     if (p.find("batch") && p.integer("batch") > 1) {
       if (p.text("text") != "none") return "a bundled text is one sequence; batched rows need text: none";
     }
-    if (p.text("text") != "none" && (!p.text("prompt_text").empty() || !p.text("prompt_file").empty() || !p.text("prompts").empty()))
+    if (p.text("text") != "none" &&
+        (!p.text("prompt_text").empty() || !p.text("prompt_file").empty() || !p.text("prompts").empty()))
       return "a bundled text brings its own prompt: give text: none with prompt_text, prompt_file or prompts";
     if (p.number("temperature") > 0) {
       if (p.text("text") != "none") return "a bundled text forces a greedy trajectory; sampled rows need text: none";
@@ -149,7 +162,8 @@ class SpecVariant : public Variant {
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     engine_.matmul = model::matmul_of(p);  // the CUDA target's and draft's
-    const model::ModelChoice tm = model::choose_model(p.text("target"), p.text("target_weights"), seed, "target", "target_weights");
+    const model::ModelChoice tm =
+        model::choose_model(p.text("target"), p.text("target_weights"), seed, "target", "target_weights");
     target_ = make(tm, rt);
     const model::ModelConfig& tc = target_->config();
     if (drafts()) {
@@ -219,8 +233,8 @@ class SpecVariant : public Variant {
     const int need = static_cast<int>(prompt_.size()) + n_;
     for (const model::Model* m : {target_.get(), draft_.get()})
       if (m && need > m->config().max_positions)  // a checkpoint's max_position_embeddings (presets: unsupported rows)
-        throw InputError(fmt::format("a {}-token sequence exceeds {}'s {} positions (max_position_embeddings)", need, m->config().name,
-                                     m->config().max_positions));
+        throw InputError(fmt::format("a {}-token sequence exceeds {}'s {} positions (max_position_embeddings)", need,
+                                     m->config().name, m->config().max_positions));
     tseq_ = target_->new_sequence(cap);
     if (draft_) dseq_ = draft_->new_sequence(cap);
     batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
@@ -230,23 +244,28 @@ class SpecVariant : public Variant {
       btseqs_ = {tseq_};
       bdseqs_ = {dseq_};
       for (int b = 1; b < batch_; ++b) {
-        bprompts_.push_back(text_ ? text_->for_sequence(static_cast<size_t>(b))
-                                  : model::random_prompt(tc.vocab, static_cast<int>(prompt_.size()), seed + 5 + 1000 * static_cast<uint64_t>(b)));
+        bprompts_.push_back(
+            text_ ? text_->for_sequence(static_cast<size_t>(b))
+                  : model::random_prompt(tc.vocab, static_cast<int>(prompt_.size()), seed + 5 + 1000 * static_cast<uint64_t>(b)));
         btseqs_.push_back(target_->new_sequence(cap));
         if (draft_) bdseqs_.push_back(draft_->new_sequence(cap));
       }
     }
     reset();
     // The target's own greedy trajectory: the reference of the gate and Controlled's truth.
-    if (batch_ > 1 && cfg_.sampling.greedy()) btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
-    else if (!forced_ && cfg_.sampling.greedy()) truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
+    if (batch_ > 1 && cfg_.sampling.greedy())
+      btruths_ = autoregressive_generate_batch(*target_, btseqs_, lasts(), n_);
+    else if (!forced_ && cfg_.sampling.greedy())
+      truth_ = autoregressive_generate(*target_, tseq_, prompt_.back(), n_, {}, {}, false);
     // Calibration: the target's decode step at this context and batch (c and v are relative to it).
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
       reset();
       const auto t0 = std::chrono::steady_clock::now();
-      if (batch_ > 1) autoregressive_generate_batch(*target_, btseqs_, lasts(), 1);
-      else autoregressive_generate(*target_, tseq_, prompt_.back(), 1, {}, {}, false);
+      if (batch_ > 1)
+        autoregressive_generate_batch(*target_, btseqs_, lasts(), 1);
+      else
+        autoregressive_generate(*target_, tseq_, prompt_.back(), 1, {}, {}, false);
       t.push_back(since(t0));
     }
     target_step_ = summarize(t).median;
@@ -260,7 +279,9 @@ class SpecVariant : public Variant {
     int64_t wrong = 0;
     for (int i = 0; i < n_; ++i) wrong += out[static_cast<size_t>(i)] != truth_[static_cast<size_t>(i)];
     const int cached = target_->length(tseq_), want = static_cast<int>(prompt_.size()) - 1 + n_;
-    if (cached != want) return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), "the target's cache after generation"};
+    if (cached != want)
+      return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want),
+              "the target's cache after generation"};
     runs_ = 0;
     stats_ = {};
     run_seconds_.clear();
@@ -299,8 +320,8 @@ class SpecVariant : public Variant {
   // prefill of prompt + output (a third path). Passes when every token's gap to the row's maximum is
   // at most 1% of the row's logit range; a wrong token (a misaligned position, a stale cache) is
   // typically a large part of the range away.
-  Validation greedy_up_to_rounding(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& outs,
-                                   int64_t mismatches) {
+  Validation greedy_up_to_rounding(const std::vector<std::vector<int32_t>>& prompts,
+                                   const std::vector<std::vector<int32_t>>& outs, int64_t mismatches) {
     const int tv = target_->config().vocab;
     double worst = 0;
     for (size_t b = 0; b < prompts.size(); ++b) {
@@ -408,8 +429,10 @@ class SpecVariant : public Variant {
   Validation validate_sampled() {
     std::vector<std::vector<std::vector<float>>> used(static_cast<size_t>(batch_));
     if (mode_ != Mode::Autoregressive) {
-      if (batch_ > 1) cfg_.record_batch = &used;
-      else cfg_.record_target = &used[0];
+      if (batch_ > 1)
+        cfg_.record_batch = &used;
+      else
+        cfg_.record_target = &used[0];
     }
     const std::vector<std::vector<int32_t>> outs = batch_ > 1 ? generate_batch() : std::vector<std::vector<int32_t>>{generate()};
     cfg_.record_target = nullptr;
@@ -428,7 +451,8 @@ class SpecVariant : public Variant {
       const int seq = batch_ > 1 ? btseqs_[static_cast<size_t>(b)] : tseq_;
       const int cached = target_->length(seq), want = static_cast<int>(prompt.size()) - 1 + n_;
       if (cached != want)
-        return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want), fmt::format("the target's cache of sequence {} after generation", b)};
+        return {false, "cache_length", static_cast<double>(cached), static_cast<double>(want),
+                fmt::format("the target's cache of sequence {} after generation", b)};
       if (mode_ != Mode::Autoregressive && static_cast<int>(rows.size()) != n_)
         return {false, "recorded_rows", static_cast<double>(rows.size()), static_cast<double>(n_),
                 fmt::format("target distributions recorded by verification of sequence {}", b)};
@@ -441,17 +465,23 @@ class SpecVariant : public Variant {
         off += t < 0 || t >= tv || !(pf[static_cast<size_t>(t)] > 0);
         if (rows.empty()) continue;
         double d = 0;
-        for (int x = 0; x < tv; ++x) d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - rows[static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        for (int x = 0; x < tv; ++x)
+          d += std::fabs(static_cast<double>(pf[static_cast<size_t>(x)]) - rows[static_cast<size_t>(i)][static_cast<size_t>(x)]);
         worst = std::max(worst, d / 2);
       }
     }
     const int64_t total = static_cast<int64_t>(batch_) * n_;
-    const std::string what = batch_ > 1 ? fmt::format("{} sequences × {} sampled tokens", batch_, n_) : fmt::format("{} sampled tokens", n_);
-    if (off > 0) return {false, "off_support", static_cast<double>(off), 0, fmt::format("of {} sampled tokens outside the target's distribution", total)};
-    if (mode_ == Mode::Autoregressive) return {true, "off_support", 0, 0, fmt::format("{}, all in the target's distribution (fresh prefill)", what)};
+    const std::string what =
+        batch_ > 1 ? fmt::format("{} sequences × {} sampled tokens", batch_, n_) : fmt::format("{} sampled tokens", n_);
+    if (off > 0)
+      return {false, "off_support", static_cast<double>(off), 0,
+              fmt::format("of {} sampled tokens outside the target's distribution", total)};
+    if (mode_ == Mode::Autoregressive)
+      return {true, "off_support", 0, 0, fmt::format("{}, all in the target's distribution (fresh prefill)", what)};
     const double tol = gpu_ ? 0.15 : 1e-3;
-    return {worst <= tol, "tv_target", worst, tol,
-            fmt::format("{} in support; max total variation of the verification's target distributions vs a fresh prefill", what)};
+    return {
+        worst <= tol, "tv_target", worst, tol,
+        fmt::format("{} in support; max total variation of the verification's target distributions vs a fresh prefill", what)};
   }
 
   // Batched rows: every sequence's output equals its own greedy trajectory, every cache the
@@ -460,12 +490,13 @@ class SpecVariant : public Variant {
     const auto out = generate_batch();
     int64_t wrong = 0;
     for (int b = 0; b < batch_; ++b)
-      for (int i = 0; i < n_; ++i) wrong += out[static_cast<size_t>(b)][static_cast<size_t>(i)] != btruths_[static_cast<size_t>(b)][static_cast<size_t>(i)];
+      for (int i = 0; i < n_; ++i)
+        wrong += out[static_cast<size_t>(b)][static_cast<size_t>(i)] != btruths_[static_cast<size_t>(b)][static_cast<size_t>(i)];
     const int want = static_cast<int>(prompt_.size()) - 1 + n_;
     for (int b = 0; b < batch_; ++b)
       if (target_->length(btseqs_[static_cast<size_t>(b)]) != want)
-        return {false, "cache_length", static_cast<double>(target_->length(btseqs_[static_cast<size_t>(b)])), static_cast<double>(want),
-                fmt::format("the target's cache of sequence {} after generation", b)};
+        return {false, "cache_length", static_cast<double>(target_->length(btseqs_[static_cast<size_t>(b)])),
+                static_cast<double>(want), fmt::format("the target's cache of sequence {} after generation", b)};
     runs_ = 0;
     stats_ = {};
     run_seconds_.clear();
@@ -549,11 +580,14 @@ class SpecVariant : public Variant {
     auto truth = [this](int64_t i) {
       return truth_.empty() ? 0 : truth_[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(truth_.size()) - 1))];
     };
-    if (mode_ == Mode::Autoregressive) return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, cfg_.sampling, truth, forced_);
+    if (mode_ == Mode::Autoregressive)
+      return autoregressive_generate(*target_, tseq_, prompt_.back(), n_, cfg_.sampling, truth, forced_);
     std::vector<int32_t> history = prompt_;
-    if (mode_ == Mode::Lookahead) return lookahead_generate(*target_, tseq_, prompt_.back(), n_, la_, truth, forced_, history, stats_);
+    if (mode_ == Mode::Lookahead)
+      return lookahead_generate(*target_, tseq_, prompt_.back(), n_, la_, truth, forced_, history, stats_);
     if (tree())
-      return speculative_generate_tree(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
+      return speculative_generate_tree(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history,
+                                       stats_);
     return speculative_generate(*target_, tseq_, draft_.get(), dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
   }
 
@@ -581,11 +615,14 @@ class SpecVariant : public Variant {
 // The keys each mode reads; the CUDA variants also read `matmul` (model::with_matmul): the CPU
 // engine has one matmul.
 const std::vector<std::string> kAutoregressiveKeys = spec_reads({"batch"});
-const std::vector<std::string> kDraftModelKeys = spec_reads({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
+const std::vector<std::string> kDraftModelKeys =
+    spec_reads({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
 const std::vector<std::string> kNgramKeys = spec_reads({"k", "ngram_min", "ngram_max"});
-const std::vector<std::string> kDraftTreeKeys = spec_reads({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
+const std::vector<std::string> kDraftTreeKeys =
+    spec_reads({"draft", "draft_weights", "draft_layers", "tree", "dynamic_nodes", "acceptance", "alpha"});
 const std::vector<std::string> kNgramTreeKeys = spec_reads({"k", "branches", "ngram_min", "ngram_max"});
-const std::vector<std::string> kLookaheadKeys = spec_reads({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
+const std::vector<std::string> kLookaheadKeys =
+    spec_reads({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
 
 VariantFactory spec_variant(Backend backend, Mode mode) { return make_variant<SpecVariant>(backend, mode); }
 using model::with_matmul;
@@ -593,15 +630,20 @@ using model::with_matmul;
 const VariantListRegistration specdec_variants(
     "specdec",
     {
-        {{"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)", with_matmul(kAutoregressiveKeys)},
+        {{"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)",
+          with_matmul(kAutoregressiveKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Autoregressive))},
-        {{"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass", with_matmul(kDraftModelKeys)},
+        {{"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass",
+          with_matmul(kDraftModelKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::DraftModel))},
         {{"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", with_matmul(kNgramKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Ngram))},
-        {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", kAutoregressiveKeys}, spec_variant(Backend::Cpu, Mode::Autoregressive)},
-        {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", kDraftModelKeys}, spec_variant(Backend::Cpu, Mode::DraftModel)},
-        {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", kNgramKeys}, spec_variant(Backend::Cpu, Mode::Ngram)},
+        {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", kAutoregressiveKeys},
+         spec_variant(Backend::Cpu, Mode::Autoregressive)},
+        {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", kDraftModelKeys},
+         spec_variant(Backend::Cpu, Mode::DraftModel)},
+        {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", kNgramKeys},
+         spec_variant(Backend::Cpu, Mode::Ngram)},
         {{"draft_tree", Backend::Cuda,
           "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
           "mechanism)",
@@ -612,14 +654,16 @@ const VariantListRegistration specdec_variants(
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::NgramTree))},
         {{"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", kDraftTreeKeys},
          spec_variant(Backend::Cpu, Mode::DraftTree)},
-        {{"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine", kNgramTreeKeys},
+        {{"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine",
+          kNgramTreeKeys},
          spec_variant(Backend::Cpu, Mode::NgramTree)},
         {{"lookahead", Backend::Cuda,
           "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
           "produced, both verified in one target pass under a tree mask (greedy)",
           with_matmul(kLookaheadKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Lookahead))},
-        {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", kLookaheadKeys}, spec_variant(Backend::Cpu, Mode::Lookahead)},
+        {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", kLookaheadKeys},
+         spec_variant(Backend::Cpu, Mode::Lookahead)},
     });
 
 }  // namespace

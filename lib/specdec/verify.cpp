@@ -9,8 +9,10 @@
 
 namespace ib::specdec {
 
-int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted, std::vector<int>& path) {
-  if (choice.size() != static_cast<size_t>(tree.size()) + 1) throw std::invalid_argument("verify_tree_greedy needs 1 + nodes target choices");
+int verify_tree_greedy(const DraftTree& tree, const std::vector<int32_t>& choice, std::vector<int32_t>& emitted,
+                       std::vector<int>& path) {
+  if (choice.size() != static_cast<size_t>(tree.size()) + 1)
+    throw std::invalid_argument("verify_tree_greedy needs 1 + nodes target choices");
   int at = -1;
   for (;;) {
     const int32_t want = choice[static_cast<size_t>(at + 1)];
@@ -139,7 +141,8 @@ namespace detail {
 void check_sampled(const SpecConfig& cfg, bool force_truth) {
   if (cfg.sampling.greedy()) return;
   if (cfg.source == DraftSource::Controlled)
-    throw std::invalid_argument("sampled verification needs the draft model's own distribution (acceptance: model), not controlled acceptance");
+    throw std::invalid_argument(
+        "sampled verification needs the draft model's own distribution (acceptance: model), not controlled acceptance");
   if (force_truth) throw std::invalid_argument("sampled verification cannot follow a forced text");
 }
 
@@ -148,7 +151,8 @@ void check_sampled(const SpecConfig& cfg, bool force_truth) {
 // walk reaches. q: the draft distribution each row's children were drawn from, or nullptr for
 // deterministic candidates. Records the target rows of the emitted tokens when asked.
 int verify_logits_sampled(const DraftTree& tree, const float* logits, int tv, const SpecConfig& cfg,
-                          const std::vector<std::vector<float>>* q, uint64_t step, std::vector<int32_t>& emitted, std::vector<int>& path) {
+                          const std::vector<std::vector<float>>* q, uint64_t step, std::vector<int32_t>& emitted,
+                          std::vector<int>& path) {
   std::vector<std::vector<float>> p(static_cast<size_t>(tree.size()) + 1);
   const DistributionRow target = [&](int row) {
     std::vector<float>& r = p[static_cast<size_t>(row)];

@@ -66,7 +66,9 @@ class MergeHeap {
   std::vector<Entry> v_;
 };
 
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 }  // namespace
 
@@ -168,7 +170,8 @@ BpeModel::BpeModel(const Json& model) {
       const std::string line = m.str();
       if (line.rfind("#version", 0) == 0) continue;
       const size_t sp = line.find(' ');
-      if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos) m.fail("'" + line + "' is not two tokens separated by one space");
+      if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
+        m.fail("'" + line + "' is not two tokens separated by one space");
       a = line.substr(0, sp);
       b = line.substr(sp + 1);
     }
@@ -251,7 +254,8 @@ void BpeModel::tokenize_chunk(std::string_view word, std::vector<int32_t>* out) 
   merge_word(word, out);
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    if (cache_.size() < kCacheCapacity) cache_.emplace(std::string(word), std::vector<int32_t>(out->begin() + static_cast<std::ptrdiff_t>(before), out->end()));
+    if (cache_.size() < kCacheCapacity)
+      cache_.emplace(std::string(word), std::vector<int32_t>(out->begin() + static_cast<std::ptrdiff_t>(before), out->end()));
   }
 }
 

@@ -28,8 +28,10 @@ class ByteLevelDecoder : public Decoder {
       bool ok = true;
       for (size_t i = 0; i < t.size() && ok;) {
         const int b = byte_level_byte(next_code_point(t, &i));
-        if (b < 0) ok = false;
-        else bytes += static_cast<char>(b);
+        if (b < 0)
+          ok = false;
+        else
+          bytes += static_cast<char>(b);
       }
       if (!ok) {
         bytes.resize(mark);
@@ -49,8 +51,10 @@ class ReplaceDecoder : public Decoder {
       pattern_.find_matches(t, &spans);
       std::string out;
       for (const auto& s : spans) {
-        if (s.match) out += content_;
-        else out.append(t, s.start, s.end - s.start);
+        if (s.match)
+          out += content_;
+        else
+          out.append(t, s.start, s.end - s.start);
       }
       t = std::move(out);
     }
@@ -225,7 +229,8 @@ std::unique_ptr<Decoder> parse_decoder(const Json& j, int depth) {
     return std::make_unique<MetaspaceDecoder>(replacement, scheme != "never");
   }
   if (type == "BPEDecoder") return std::make_unique<BpeSuffixDecoder>(j["suffix"].str());
-  j["type"].fail("'" + type + "' is not supported (ByteLevel, Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace, BPEDecoder)");
+  j["type"].fail("'" + type +
+                 "' is not supported (ByteLevel, Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace, BPEDecoder)");
 }
 
 }  // namespace ib::tokenizer::detail

@@ -53,7 +53,9 @@ class UnicodeNormalizer : public Normalizer {
 
 class LowercaseNormalizer : public Normalizer {
  public:
-  void normalize(Piece* p) const override { map_piece(p, [](std::string_view s) { return to_lower(s); }); }
+  void normalize(Piece* p) const override {
+    map_piece(p, [](std::string_view s) { return to_lower(s); });
+  }
 };
 
 class StripNormalizer : public Normalizer {
@@ -103,7 +105,9 @@ class StripAccentsNormalizer : public Normalizer {
 
 class ByteLevelNormalizer : public Normalizer {
  public:
-  void normalize(Piece* p) const override { map_piece(p, [](std::string_view s) { return byte_level_encode(s); }); }
+  void normalize(Piece* p) const override {
+    map_piece(p, [](std::string_view s) { return byte_level_encode(s); });
+  }
 };
 
 }  // namespace
@@ -116,7 +120,10 @@ std::unique_ptr<Normalizer> parse_normalizer(const Json& j, int depth) {
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(j["prepend"].str());
   if (type == "Replace") return std::make_unique<ReplaceNormalizer>(Pattern::from_json(j["pattern"]), j["content"].str());
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    const NormalForm form = type == "NFC" ? NormalForm::NFC : type == "NFD" ? NormalForm::NFD : type == "NFKC" ? NormalForm::NFKC : NormalForm::NFKD;
+    const NormalForm form = type == "NFC"    ? NormalForm::NFC
+                            : type == "NFD"  ? NormalForm::NFD
+                            : type == "NFKC" ? NormalForm::NFKC
+                                             : NormalForm::NFKD;
     std::string why;
     if (!normal_form_available(form, &why)) j["type"].fail(type + ": " + why);
     return std::make_unique<UnicodeNormalizer>(form);
@@ -125,8 +132,9 @@ std::unique_ptr<Normalizer> parse_normalizer(const Json& j, int depth) {
   if (type == "Strip") return std::make_unique<StripNormalizer>(j["strip_left"].boolean(), j["strip_right"].boolean());
   if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
   if (type == "ByteLevel") return std::make_unique<ByteLevelNormalizer>();
-  j["type"].fail("'" + type +
-                 "' is not supported (Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, ByteLevel)");
+  j["type"].fail(
+      "'" + type +
+      "' is not supported (Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, ByteLevel)");
 }
 
 }  // namespace ib::tokenizer::detail

@@ -12,8 +12,10 @@ void split_each(std::vector<Piece>* pieces, F f) {
   std::vector<Piece> out;
   out.reserve(pieces->size());
   for (auto& p : *pieces) {
-    if (p.id >= 0) out.push_back(std::move(p));
-    else f(p, &out);
+    if (p.id >= 0)
+      out.push_back(std::move(p));
+    else
+      f(p, &out);
   }
   *pieces = std::move(out);
 }
@@ -104,12 +106,15 @@ class MetaspacePreTokenizer : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>* pieces) const override {
     std::vector<Span> spans;
     split_each(pieces, [&](Piece& p, std::vector<Piece>* out) {
-      find_char_matches(p.text, [](uint32_t c) { return c == ' '; }, &spans);
+      find_char_matches(
+          p.text, [](uint32_t c) { return c == ' '; }, &spans);
       replace_spans(&p, spans, rep_);
       const bool starts = p.text.compare(0, rep_.size(), rep_) == 0;
-      if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && p.at_start))) prepend_piece(&p, rep_);
+      if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && p.at_start)))
+        prepend_piece(&p, rep_);
       if (split_) {
-        find_char_matches(p.text, [this](uint32_t c) { return c == replacement_; }, &spans);
+        find_char_matches(
+            p.text, [this](uint32_t c) { return c == replacement_; }, &spans);
         split_piece(p, spans, SplitBehavior::MergedWithNext, false, out);
       } else if (!p.text.empty()) {
         out->push_back(std::move(p));
@@ -188,7 +193,8 @@ class CharDelimiterPreTokenizer : public PreTokenizer {
  public:
   explicit CharDelimiterPreTokenizer(uint32_t delimiter) : delimiter_(delimiter) {}
   void pre_tokenize(std::vector<Piece>* pieces) const override {
-    split_on_chars(pieces, [this](uint32_t c) { return c == delimiter_; }, SplitBehavior::Removed);
+    split_on_chars(
+        pieces, [this](uint32_t c) { return c == delimiter_; }, SplitBehavior::Removed);
   }
 
  private:
@@ -203,7 +209,8 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Json& j, int depth) {
     return std::make_unique<SequencePreTokenizer>(parse_sequence(j, "pretokenizers", depth, parse_pre_tokenizer));
   }
   if (type == "Split")
-    return std::make_unique<SplitPreTokenizer>(Pattern::from_json(j["pattern"]), parse_behavior(j["behavior"]), j["invert"].boolean());
+    return std::make_unique<SplitPreTokenizer>(Pattern::from_json(j["pattern"]), parse_behavior(j["behavior"]),
+                                               j["invert"].boolean());
   if (type == "ByteLevel") {
     // trim_offsets only moves offsets; add_prefix_space is required, as `tokenizers` requires it.
     return std::make_unique<ByteLevelPreTokenizer>(j["add_prefix_space"].boolean(), j.opt_bool("use_regex", true));
@@ -213,14 +220,17 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Json& j, int depth) {
     PrependScheme scheme = PrependScheme::Always;
     if (j.has("prepend_scheme")) {
       const std::string s = j["prepend_scheme"].str();
-      if (s == "always") scheme = PrependScheme::Always;
-      else if (s == "first") scheme = PrependScheme::First;
-      else if (s == "never") scheme = PrependScheme::Never;
-      else j["prepend_scheme"].fail("'" + s + "' is not a prepend scheme (always, first, never)");
+      if (s == "always")
+        scheme = PrependScheme::Always;
+      else if (s == "first")
+        scheme = PrependScheme::First;
+      else if (s == "never")
+        scheme = PrependScheme::Never;
+      else
+        j["prepend_scheme"].fail("'" + s + "' is not a prepend scheme (always, first, never)");
     }
     if (j.has("add_prefix_space") && !j["add_prefix_space"].boolean()) {
-      if (scheme != PrependScheme::Never)
-        j["add_prefix_space"].fail("add_prefix_space does not match declared prepend_scheme");
+      if (scheme != PrependScheme::Never) j["add_prefix_space"].fail("add_prefix_space does not match declared prepend_scheme");
       scheme = PrependScheme::Never;
     }
     return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, j.opt_bool("split", true));

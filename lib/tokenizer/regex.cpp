@@ -14,7 +14,8 @@ namespace {
 
 // Onig's \s (Unicode): 0009-000D, 0085 and the Z categories, i.e. White_Space. PCRE2's \s adds
 // U+180E, so it is spelled out; \S inside a class is the complement as ranges.
-constexpr const char* kSpace = "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+constexpr const char* kSpace =
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 constexpr const char* kNotSpace =
     "\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}"
     "\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{D7FF}\\x{E000}-\\x{10FFFF}";
@@ -131,27 +132,45 @@ std::string rewrite_escape(const std::string& p, size_t i, bool in_class, size_t
   const std::string digit = std::string("\\p{Nd}") + kNd16;
   if (!in_class) {
     switch (e) {
-      case 's': return std::string("[") + kSpace + "]";
-      case 'S': return std::string("[^") + kSpace + "]";
-      case 'w': return "[" + word + "]";
-      case 'W': return "[^" + word + "]";
-      case 'd': return "[" + digit + "]";
-      case 'D': return "[^" + digit + "]";
-      case 'h': return std::string("[") + kHex + "]";
-      case 'H': return std::string("[^") + kHex + "]";
-      case 'b': return word_boundary(true);
-      case 'B': return word_boundary(false);
-      default: break;
+      case 's':
+        return std::string("[") + kSpace + "]";
+      case 'S':
+        return std::string("[^") + kSpace + "]";
+      case 'w':
+        return "[" + word + "]";
+      case 'W':
+        return "[^" + word + "]";
+      case 'd':
+        return "[" + digit + "]";
+      case 'D':
+        return "[^" + digit + "]";
+      case 'h':
+        return std::string("[") + kHex + "]";
+      case 'H':
+        return std::string("[^") + kHex + "]";
+      case 'b':
+        return word_boundary(true);
+      case 'B':
+        return word_boundary(false);
+      default:
+        break;
     }
   } else {
     switch (e) {
-      case 's': return kSpace;
-      case 'S': return kNotSpace;
-      case 'w': return word;
-      case 'd': return digit;
-      case 'h': return kHex;
-      case 'H': return kNotHex;
-      default: break;  // \W, \D inside a class: PCRE2's own (no class subtraction to spell them)
+      case 's':
+        return kSpace;
+      case 'S':
+        return kNotSpace;
+      case 'w':
+        return word;
+      case 'd':
+        return digit;
+      case 'h':
+        return kHex;
+      case 'H':
+        return kNotHex;
+      default:
+        break;  // \W, \D inside a class: PCRE2's own (no class subtraction to spell them)
     }
   }
   if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{') {
@@ -185,8 +204,10 @@ std::string onig_to_pcre2(const std::string& p) {
     if (c == '\\' && i + 1 < p.size()) {
       if (p[i + 1] == 'Q') {  // \Q...\E: literal text, copied as is
         size_t j = p.find("\\E", i + 2);
-        if (j == std::string::npos) j = p.size();
-        else j += 2;
+        if (j == std::string::npos)
+          j = p.size();
+        else
+          j += 2;
         out.append(p, i, j - i);
         i = j;
         continue;
@@ -206,9 +227,12 @@ std::string onig_to_pcre2(const std::string& p) {
         size_t j = p.find(":]", i + 2);
         if (j != std::string::npos) {
           const std::string name = p.substr(i + 2, j - i - 2);
-          if (name == "alpha") out += std::string("\\p{Alphabetic}") + kAlpha16;  // PCRE2: \p{L}
-          else if (name == "punct") out += std::string("\\p{P}\\p{S}") + kP16 + kS16;  // PCRE2: P and ASCII S
-          else out.append(p, i, j + 2 - i);
+          if (name == "alpha")
+            out += std::string("\\p{Alphabetic}") + kAlpha16;  // PCRE2: \p{L}
+          else if (name == "punct")
+            out += std::string("\\p{P}\\p{S}") + kP16 + kS16;  // PCRE2: P and ASCII S
+          else
+            out.append(p, i, j + 2 - i);
           i = j + 2;
           continue;
         }

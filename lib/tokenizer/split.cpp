@@ -84,8 +84,10 @@ void split_piece(const Piece& p, std::vector<Span> spans, SplitBehavior behavior
     case SplitBehavior::Contiguous: {
       bool previous = false;
       for (const auto& s : spans) {
-        if (s.match == previous && !parts.empty()) parts.back().end = s.end;
-        else parts.push_back({s.start, s.end, false});
+        if (s.match == previous && !parts.empty())
+          parts.back().end = s.end;
+        else
+          parts.push_back({s.start, s.end, false});
         previous = s.match;
       }
       break;
@@ -93,8 +95,10 @@ void split_piece(const Piece& p, std::vector<Span> spans, SplitBehavior behavior
     case SplitBehavior::MergedWithPrevious: {
       bool previous = false;
       for (const auto& s : spans) {
-        if (s.match && !previous && !parts.empty()) parts.back().end = s.end;
-        else parts.push_back({s.start, s.end, false});
+        if (s.match && !previous && !parts.empty())
+          parts.back().end = s.end;
+        else
+          parts.push_back({s.start, s.end, false});
         previous = s.match;
       }
       break;
@@ -102,8 +106,10 @@ void split_piece(const Piece& p, std::vector<Span> spans, SplitBehavior behavior
     case SplitBehavior::MergedWithNext: {
       bool previous = false;
       for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->match && !previous && !parts.empty()) parts.back().start = it->start;
-        else parts.push_back({it->start, it->end, false});
+        if (it->match && !previous && !parts.empty())
+          parts.back().start = it->start;
+        else
+          parts.push_back({it->start, it->end, false});
         previous = it->match;
       }
       std::reverse(parts.begin(), parts.end());
@@ -134,8 +140,10 @@ void replace_spans(Piece* p, const std::vector<Span>& spans, const std::string& 
       out += content;
       // Inserted text takes the alignment of the match's last byte (of nothing, at offset 0).
       if (open) {
-        if (s.end <= p->zp) zp += content.size();
-        else open = false;
+        if (s.end <= p->zp)
+          zp += content.size();
+        else
+          open = false;
       }
     }
   }

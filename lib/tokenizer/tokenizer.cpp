@@ -59,8 +59,10 @@ class TemplatePostProcessor : public PostProcessor {
     std::vector<int32_t> out;
     out.reserve(ids->size() + 4);
     for (const auto& item : single_) {
-      if (item.sequence) out.insert(out.end(), ids->begin(), ids->end());
-      else if (add_special_tokens) out.insert(out.end(), item.ids.begin(), item.ids.end());
+      if (item.sequence)
+        out.insert(out.end(), ids->begin(), ids->end());
+      else if (add_special_tokens)
+        out.insert(out.end(), item.ids.begin(), item.ids.end());
     }
     *ids = std::move(out);
   }
@@ -195,7 +197,8 @@ std::unique_ptr<TokenizerImpl> parse(const std::string& text, const std::string&
   }
   Json root(doc, "", &source);
   if (!root.is_object()) root.fail("expected an object (a tokenizer.json)");
-  if (root.has("version") && root["version"].str() != "1.0") root["version"].fail("unknown tokenizer version '" + root["version"].str() + "'");
+  if (root.has("version") && root["version"].str() != "1.0")
+    root["version"].fail("unknown tokenizer version '" + root["version"].str() + "'");
   if (!root.has("model")) root.fail("missing member 'model'");
 
   auto t = std::make_unique<TokenizerImpl>();
@@ -204,7 +207,8 @@ std::unique_ptr<TokenizerImpl> parse(const std::string& text, const std::string&
     if (!model.is_object()) model.fail("expected an object");
     if (model.has("type") && model["type"].str() != "BPE")
       model["type"].fail("'" + model["type"].str() + "' is not supported (BPE)");
-    if (!model.has("type") && !model.has("merges")) model.fail("no \"type\" and no merges: not a BPE model (only BPE is supported)");
+    if (!model.has("type") && !model.has("merges"))
+      model.fail("no \"type\" and no merges: not a BPE model (only BPE is supported)");
     t->model = std::make_unique<BpeModel>(model);
   }
   if (root.has("normalizer")) t->normalizer = parse_normalizer(root["normalizer"], 0);
@@ -218,10 +222,18 @@ std::unique_ptr<TokenizerImpl> parse(const std::string& text, const std::string&
     t->eos = t->post_processor->eos();
   }
   // Otherwise the conventional names among the special added tokens (first in file order).
-  static const char* bos_names[] = {"<s>", "<|begin_of_text|>", "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+  static const char* bos_names[] = {"<s>", "<|begin_of_text|>",
+                                    "<\xef\xbd\x9c"
+                                    "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
                                     "<|startoftext|>", "<bos>"};
-  static const char* eos_names[] = {"<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>",
-                                    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<eos>"};
+  static const char* eos_names[] = {"<|endoftext|>",
+                                    "</s>",
+                                    "<|end_of_text|>",
+                                    "<|eot_id|>",
+                                    "<|im_end|>",
+                                    "<\xef\xbd\x9c"
+                                    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                    "<eos>"};
   int32_t endoftext = -1;
   for (const auto& [id, tok] : t->added.in_order()) {
     if (!tok.special) continue;
@@ -266,7 +278,8 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   } else if (fs::exists(what, ec)) {
     path = what;
   } else {
-    throw InputError("'" + what + "': not a tokenizer name (gpt2, llama2, deepseek-llm), nor a tokenizer.json file or a checkpoint directory");
+    throw InputError("'" + what +
+                     "': not a tokenizer name (gpt2, llama2, deepseek-llm), nor a tokenizer.json file or a checkpoint directory");
   }
   if (embedded) {
     key = "<embedded gpt2>";
@@ -294,15 +307,17 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
   const auto& t = *impl_;
-  std::vector<detail::Piece> pieces =
-      detail::is_valid_utf8(text) ? t.added.extract_and_normalize(text, t.normalizer.get())
-                                  : t.added.extract_and_normalize(detail::utf8_lossy(text), t.normalizer.get());
+  std::vector<detail::Piece> pieces = detail::is_valid_utf8(text)
+                                          ? t.added.extract_and_normalize(text, t.normalizer.get())
+                                          : t.added.extract_and_normalize(detail::utf8_lossy(text), t.normalizer.get());
   if (t.pre_tokenizer) t.pre_tokenizer->pre_tokenize(&pieces);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   for (const auto& p : pieces) {
-    if (p.id >= 0) ids.push_back(p.id);
-    else t.model->tokenize(p.text, &ids);
+    if (p.id >= 0)
+      ids.push_back(p.id);
+    else
+      t.model->tokenize(p.text, &ids);
   }
   if (t.post_processor) t.post_processor->process(&ids, add_special_tokens);
   return ids;

@@ -43,7 +43,7 @@ class Json {
   // A member that must be there (null counts as there); fails naming pointer/key when missing.
   Json operator[](const std::string& key) const;
   Json at(size_t index) const;
-  size_t size() const;  // of an array (fails on anything else)
+  size_t size() const;                                                    // of an array (fails on anything else)
   Json child(const std::string& key, const nlohmann::json& value) const;  // while iterating items()
 
   std::string str() const;
@@ -86,11 +86,11 @@ void append_utf8(uint32_t cp, std::string* out);
 std::string utf8_lossy(std::string_view bytes);
 bool is_valid_utf8(std::string_view bytes);
 
-bool is_white_space(uint32_t cp);   // Rust char::is_whitespace (White_Space)
-bool is_numeric(uint32_t cp);       // Rust char::is_numeric (Nd, Nl, No)
-bool is_punctuation(uint32_t cp);   // ASCII punctuation or general category P*
-bool is_regex_word(uint32_t cp);    // Rust regex's \w (Alphabetic, M, Nd, Pc, Join_Control)
-bool is_mark(uint32_t cp);          // general category M*
+bool is_white_space(uint32_t cp);          // Rust char::is_whitespace (White_Space)
+bool is_numeric(uint32_t cp);              // Rust char::is_numeric (Nd, Nl, No)
+bool is_punctuation(uint32_t cp);          // ASCII punctuation or general category P*
+bool is_regex_word(uint32_t cp);           // Rust regex's \w (Alphabetic, M, Nd, Pc, Join_Control)
+bool is_mark(uint32_t cp);                 // general category M*
 std::string to_lower(std::string_view s);  // Rust str chars().flat_map(char::to_lowercase)
 enum class NormalForm { NFC, NFD, NFKC, NFKD };
 std::string normalize_unicode(NormalForm form, std::string_view s);
@@ -177,8 +177,7 @@ void find_char_matches(std::string_view text, Pred pred, std::vector<Span>* out)
 
 Piece slice_piece(const Piece& p, size_t start, size_t end);
 // NormalizedString::split: appends the non-empty slices of `p` to `out`.
-void split_piece(const Piece& p, std::vector<Span> spans, SplitBehavior behavior, bool invert,
-                 std::vector<Piece>* out);
+void split_piece(const Piece& p, std::vector<Span> spans, SplitBehavior behavior, bool invert, std::vector<Piece>* out);
 // NormalizedString::replace over the given spans, and prepend.
 void replace_spans(Piece* p, const std::vector<Span>& spans, const std::string& content);
 void prepend_piece(Piece* p, const std::string& s);
@@ -271,7 +270,7 @@ class BpeModel {
   std::string continuing_subword_prefix_, end_of_word_suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   std::array<int32_t, 256> byte_ids_{};  // <0xNN> tokens, -1 when absent
-  std::string barrier_;                   // where a long word may be cut (see the constructor)
+  std::string barrier_;                  // where a long word may be cut (see the constructor)
 
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;

@@ -130,36 +130,36 @@ struct Range {
   uint32_t lo, hi;
 };
 constexpr Range kRustWordExtra[] = {
-    {0x897, 0x897}, {0x1C89, 0x1C8A}, {0xA7CB, 0xA7CD}, {0xA7DA, 0xA7DC}, {0x105C0, 0x105F3},
-    {0x10D40, 0x10D65}, {0x10D69, 0x10D6D}, {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x10EFC, 0x10EFC},
-    {0x11380, 0x11389}, {0x1138B, 0x1138B}, {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113C0},
-    {0x113C2, 0x113C2}, {0x113C5, 0x113C5}, {0x113C7, 0x113CA}, {0x113CC, 0x113D3}, {0x113E1, 0x113E2},
-    {0x116D0, 0x116E3}, {0x11BC0, 0x11BE0}, {0x11BF0, 0x11BF9}, {0x11F5A, 0x11F5A}, {0x13460, 0x143FA},
-    {0x16100, 0x16139}, {0x16D40, 0x16D6C}, {0x16D70, 0x16D79}, {0x18CFF, 0x18CFF}, {0x1CCF0, 0x1CCF9},
+    {0x897, 0x897},     {0x1C89, 0x1C8A},   {0xA7CB, 0xA7CD},   {0xA7DA, 0xA7DC},   {0x105C0, 0x105F3}, {0x10D40, 0x10D65},
+    {0x10D69, 0x10D6D}, {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x10EFC, 0x10EFC}, {0x11380, 0x11389}, {0x1138B, 0x1138B},
+    {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113C0}, {0x113C2, 0x113C2}, {0x113C5, 0x113C5}, {0x113C7, 0x113CA},
+    {0x113CC, 0x113D3}, {0x113E1, 0x113E2}, {0x116D0, 0x116E3}, {0x11BC0, 0x11BE0}, {0x11BF0, 0x11BF9}, {0x11F5A, 0x11F5A},
+    {0x13460, 0x143FA}, {0x16100, 0x16139}, {0x16D40, 0x16D6C}, {0x16D70, 0x16D79}, {0x18CFF, 0x18CFF}, {0x1CCF0, 0x1CCF9},
     {0x1E5D0, 0x1E5FA}, {0x2EBF0, 0x2EE5D}};
-constexpr Range kRustNumericExtra[] = {
-    {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11DE0, 0x11DE9}, {0x16130, 0x16139},
-    {0x16D70, 0x16D79}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA}};
+constexpr Range kRustNumericExtra[] = {{0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9},
+                                       {0x11DE0, 0x11DE9}, {0x16130, 0x16139}, {0x16D70, 0x16D79},
+                                       {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA}};
 constexpr Range kRustLowerExtra[] = {  // code point, its lowercase
-    {0x1C89, 0x1C8A}, {0xA7CB, 0x264}, {0xA7CC, 0xA7CD}, {0xA7CE, 0xA7CF}, {0xA7D2, 0xA7D3},
-    {0xA7D4, 0xA7D5}, {0xA7DA, 0xA7DB}, {0xA7DC, 0x19B}, {0x10D50, 0x10D70}, {0x10D51, 0x10D71},
-    {0x10D52, 0x10D72}, {0x10D53, 0x10D73}, {0x10D54, 0x10D74}, {0x10D55, 0x10D75}, {0x10D56, 0x10D76},
-    {0x10D57, 0x10D77}, {0x10D58, 0x10D78}, {0x10D59, 0x10D79}, {0x10D5A, 0x10D7A}, {0x10D5B, 0x10D7B},
-    {0x10D5C, 0x10D7C}, {0x10D5D, 0x10D7D}, {0x10D5E, 0x10D7E}, {0x10D5F, 0x10D7F}, {0x10D60, 0x10D80},
-    {0x10D61, 0x10D81}, {0x10D62, 0x10D82}, {0x10D63, 0x10D83}, {0x10D64, 0x10D84}, {0x10D65, 0x10D85},
-    {0x16EA0, 0x16EBB}, {0x16EA1, 0x16EBC}, {0x16EA2, 0x16EBD}, {0x16EA3, 0x16EBE}, {0x16EA4, 0x16EBF},
-    {0x16EA5, 0x16EC0}, {0x16EA6, 0x16EC1}, {0x16EA7, 0x16EC2}, {0x16EA8, 0x16EC3}, {0x16EA9, 0x16EC4},
-    {0x16EAA, 0x16EC5}, {0x16EAB, 0x16EC6}, {0x16EAC, 0x16EC7}, {0x16EAD, 0x16EC8}, {0x16EAE, 0x16EC9},
-    {0x16EAF, 0x16ECA}, {0x16EB0, 0x16ECB}, {0x16EB1, 0x16ECC}, {0x16EB2, 0x16ECD}, {0x16EB3, 0x16ECE},
-    {0x16EB4, 0x16ECF}, {0x16EB5, 0x16ED0}, {0x16EB6, 0x16ED1}, {0x16EB7, 0x16ED2}, {0x16EB8, 0x16ED3}};
+    {0x1C89, 0x1C8A},   {0xA7CB, 0x264},    {0xA7CC, 0xA7CD},   {0xA7CE, 0xA7CF},   {0xA7D2, 0xA7D3},   {0xA7D4, 0xA7D5},
+    {0xA7DA, 0xA7DB},   {0xA7DC, 0x19B},    {0x10D50, 0x10D70}, {0x10D51, 0x10D71}, {0x10D52, 0x10D72}, {0x10D53, 0x10D73},
+    {0x10D54, 0x10D74}, {0x10D55, 0x10D75}, {0x10D56, 0x10D76}, {0x10D57, 0x10D77}, {0x10D58, 0x10D78}, {0x10D59, 0x10D79},
+    {0x10D5A, 0x10D7A}, {0x10D5B, 0x10D7B}, {0x10D5C, 0x10D7C}, {0x10D5D, 0x10D7D}, {0x10D5E, 0x10D7E}, {0x10D5F, 0x10D7F},
+    {0x10D60, 0x10D80}, {0x10D61, 0x10D81}, {0x10D62, 0x10D82}, {0x10D63, 0x10D83}, {0x10D64, 0x10D84}, {0x10D65, 0x10D85},
+    {0x16EA0, 0x16EBB}, {0x16EA1, 0x16EBC}, {0x16EA2, 0x16EBD}, {0x16EA3, 0x16EBE}, {0x16EA4, 0x16EBF}, {0x16EA5, 0x16EC0},
+    {0x16EA6, 0x16EC1}, {0x16EA7, 0x16EC2}, {0x16EA8, 0x16EC3}, {0x16EA9, 0x16EC4}, {0x16EAA, 0x16EC5}, {0x16EAB, 0x16EC6},
+    {0x16EAC, 0x16EC7}, {0x16EAD, 0x16EC8}, {0x16EAE, 0x16EC9}, {0x16EAF, 0x16ECA}, {0x16EB0, 0x16ECB}, {0x16EB1, 0x16ECC},
+    {0x16EB2, 0x16ECD}, {0x16EB3, 0x16ECE}, {0x16EB4, 0x16ECF}, {0x16EB5, 0x16ED0}, {0x16EB6, 0x16ED1}, {0x16EB7, 0x16ED2},
+    {0x16EB8, 0x16ED3}};
 
 template <size_t N>
 bool in_ranges(const Range (&r)[N], uint32_t cp) {
   size_t lo = 0, hi = N;
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;
-    if (r[mid].hi < cp) lo = mid + 1;
-    else hi = mid;
+    if (r[mid].hi < cp)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < N && r[lo].lo <= cp && cp <= r[lo].hi;
 }
@@ -183,7 +183,8 @@ bool is_numeric(uint32_t cp) {
 }
 
 bool is_punctuation(uint32_t cp) {
-  if (cp < 0x80) return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E);
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E);
   if (cp == 0x166D || cp == 0x111C9) return true;  // Po in Unicode 8.0
   return (U_GET_GC_MASK(static_cast<UChar32>(cp)) & U_GC_P_MASK) != 0 && assigned_by(cp, 8);
 }
@@ -198,7 +199,7 @@ bool is_regex_word(uint32_t cp) {
 bool is_mark(uint32_t cp) {
   if (cp < 0x80) return false;
   if (cp == 0x1CF2 || cp == 0x1CF3) return true;  // Mc in Unicode 9.0
-  if (cp == 0x111C9) return false;                 // Po in Unicode 9.0
+  if (cp == 0x111C9) return false;                // Po in Unicode 9.0
   return (U_GET_GC_MASK(static_cast<UChar32>(cp)) & U_GC_M_MASK) != 0 && assigned_by(cp, 9);
 }
 
@@ -220,8 +221,10 @@ std::string to_lower(std::string_view s) {
     } else {
       const Range* hit = std::lower_bound(std::begin(kRustLowerExtra), std::end(kRustLowerExtra), cp,
                                           [](const Range& r, uint32_t x) { return r.lo < x; });
-      if (hit != std::end(kRustLowerExtra) && hit->lo == cp) append_utf8(hit->hi, &out);
-      else append_utf8(static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp))), &out);
+      if (hit != std::end(kRustLowerExtra) && hit->lo == cp)
+        append_utf8(hit->hi, &out);
+      else
+        append_utf8(static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp))), &out);
     }
   }
   return out;
@@ -247,7 +250,7 @@ const UNormalizer2* unicode9_normalizer(NormalForm form, std::string* why) {
       uset_freeze(set);
       for (int i = 0; i < 4; ++i) {
         err = U_ZERO_ERROR;
-        const UNormalizer2* base = i == 0 ? unorm2_getNFCInstance(&err)
+        const UNormalizer2* base = i == 0   ? unorm2_getNFCInstance(&err)
                                    : i == 1 ? unorm2_getNFDInstance(&err)
                                    : i == 2 ? unorm2_getNFKCInstance(&err)
                                             : unorm2_getNFKDInstance(&err);
@@ -287,7 +290,8 @@ std::string normalize_unicode(NormalForm form, std::string_view s) {
   if (!n) throw std::runtime_error(why);
   std::u16string in(s.size() + 1, u'\0');
   int32_t in_len = 0;
-  u_strFromUTF8(reinterpret_cast<UChar*>(in.data()), static_cast<int32_t>(in.size()), &in_len, s.data(), static_cast<int32_t>(s.size()), &err);
+  u_strFromUTF8(reinterpret_cast<UChar*>(in.data()), static_cast<int32_t>(in.size()), &in_len, s.data(),
+                static_cast<int32_t>(s.size()), &err);
   if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU: UTF-8 to UTF-16: ") + u_errorName(err));
   // Decompositions grow text by at most a factor of 18 (NFKD of U+FDFA); retry with the exact size.
   std::u16string norm(static_cast<size_t>(in_len) * 2 + 16, u'\0');
@@ -302,7 +306,8 @@ std::string normalize_unicode(NormalForm form, std::string_view s) {
   if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU normalize: ") + u_errorName(err));
   std::string out(static_cast<size_t>(norm_len) * 3 + 1, '\0');
   int32_t out_len = 0;
-  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_len, reinterpret_cast<const UChar*>(norm.data()), norm_len, &err);
+  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_len, reinterpret_cast<const UChar*>(norm.data()), norm_len,
+              &err);
   if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU: UTF-16 to UTF-8: ") + u_errorName(err));
   out.resize(static_cast<size_t>(out_len));
   return out;

@@ -14,7 +14,8 @@ using Tokens = std::vector<int32_t>;
 
 Tokens random_tokens(int n, uint64_t seed) {
   Tokens t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(ib::random_bits(seed, static_cast<uint64_t>(i)) % 32000);
+  for (int i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(ib::random_bits(seed, static_cast<uint64_t>(i)) % 32000);
   return t;
 }
 

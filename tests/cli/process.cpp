@@ -53,8 +53,10 @@ void walk(const std::string& root, const std::string& rel, std::vector<std::stri
     std::string r = rel.empty() ? name : rel + "/" + name;
     struct stat st {};
     if (::stat((root + "/" + r).c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode)) walk(root, r, out);
-    else out->push_back(r);
+    if (S_ISDIR(st.st_mode))
+      walk(root, r, out);
+    else
+      out->push_back(r);
   }
   closedir(d);
 }
@@ -79,7 +81,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
     if (o.file_size_limit >= 0) {
       std::signal(SIGXFSZ, SIG_IGN);  // kept across exec: the write fails instead of killing
-      struct rlimit lim {static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+      struct rlimit lim {
+        static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)
+      };
       if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(125);
     }
     int fe = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -100,7 +104,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     ::close(pipe_fds[1]);
     char buf[4096];
     while (piped.size() < static_cast<size_t>(o.close_stdout_after_bytes)) {
-      const ssize_t n = ::read(pipe_fds[0], buf, std::min(sizeof buf, static_cast<size_t>(o.close_stdout_after_bytes) - piped.size()));
+      const ssize_t n =
+          ::read(pipe_fds[0], buf, std::min(sizeof buf, static_cast<size_t>(o.close_stdout_after_bytes) - piped.size()));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       piped.append(buf, static_cast<size_t>(n));

@@ -15,9 +15,9 @@ struct ProcessResult {
 };
 
 struct ProcessOptions {
-  std::string cwd;                                          // "" = inherit
-  std::vector<std::pair<std::string, std::string>> env;     // added to the environment
-  int sigint_after_ms = -1;                                 // send SIGINT after this long
+  std::string cwd;                                       // "" = inherit
+  std::vector<std::pair<std::string, std::string>> env;  // added to the environment
+  int sigint_after_ms = -1;                              // send SIGINT after this long
   // RLIMIT_FSIZE for the child, with SIGXFSZ ignored: a write past it fails (EFBIG) as on a full disk.
   int64_t file_size_limit = -1;
   // stdout through a pipe whose reading end closes after this many bytes (`| head -c N`).

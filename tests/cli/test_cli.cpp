@@ -46,11 +46,12 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, HelpAndVersionExitZero) {
   auto h = ib({"--help"});
   EXPECT_EQ(h.exit_code, 0);
-  for (const char* s : {"run", "list", "info", "keys", "attention", "Exit codes"}) EXPECT_NE(h.out.find(s), std::string::npos) << s;
+  for (const char* s : {"run", "list", "info", "keys", "attention", "Exit codes"})
+    EXPECT_NE(h.out.find(s), std::string::npos) << s;
   auto rh = ib({"run", "--help"});
   EXPECT_EQ(rh.exit_code, 0);
-  for (const char* s : {"--backend", "--format", "--output", "--set", "--warmup", "--min-samples", "--min-time",
-                        "--max-noise", "--timeout", "--cold-l2", "--memory-limit", "--seed", "--profile", "--quiet"})
+  for (const char* s : {"--backend", "--format", "--output", "--set", "--warmup", "--min-samples", "--min-time", "--max-noise",
+                        "--timeout", "--cold-l2", "--memory-limit", "--seed", "--profile", "--quiet"})
     EXPECT_NE(rh.out.find(s), std::string::npos) << s;
   auto v = ib({"--version"});
   EXPECT_EQ(v.exit_code, 0);
@@ -67,8 +68,8 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
 }
 
 TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
-  auto r = ib({"kvcache", kSource + "/experiments/kvcache.yaml", "--backend", "cpu", "--only", "kv-memory", "--only",
-               "kv-quant", "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q", "--columns", "all"});
+  auto r = ib({"kvcache", kSource + "/experiments/kvcache.yaml", "--backend", "cpu", "--only", "kv-memory", "--only", "kv-quant",
+               "--set", "kv-quant.context=[500]", "--set", "kv-quant.batch=[1]", "-o", dir_ + "/kv", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"cpu_fp8", "cpu_int8", "rel L2 vs bf16 KV", "KV batch (formula)", "book: Chapter 8"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
@@ -77,9 +78,11 @@ TEST_F(Cli, KvcacheRunsItsSpecOnTheCpuBackend) {
 
 TEST_F(Cli, AttentionRunsItsSpecOnTheCpuBackend) {
   auto r = ib({"attention", kSource + "/experiments/attention.yaml", "--backend", "cpu", "--only", "flash-vs-standard", "--set",
-               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q", "--columns", "all"});
+               "flash-vs-standard.seq=[64, 300]", "--set", "flash-vs-standard.heads=2", "-o", dir_ + "/att", "-q", "--columns",
+               "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  for (const char* s : {"cpu_standard", "cpu_flash", "mem saving", "rel_l2", "book: Chapter 8"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
   // The torch peer row is there: measured where python3 has torch, else unsupported saying why.
   EXPECT_NE(r.out.find("| cpu_torch_sdpa |"), std::string::npos) << r.out;
@@ -89,9 +92,10 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
   auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "decode-metrics", "--set",
                "decode-metrics.model=tiny", "-o", dir_ + "/dec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
-  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama9-70b", "-o",
-                 dir_ + "/dec2"});
+  for (const char* s : {"cpu_generate", "TTFT (ms)", "TPOT (ms)", "TPS (tok/s)", "ok rel_l2"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--set", "decode-metrics.model=llama9-70b",
+                 "-o", dir_ + "/dec2"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("llama2-7b"), std::string::npos) << bad.err;  // the known presets are listed
   EXPECT_TRUE(bad.out.empty());
@@ -100,7 +104,8 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
 // `matmul` is validated on every backend (a bad value is exit 2 before anything runs) and left
 // out of the CPU rows, whose engine has one matmul.
 TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
-  auto r = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "-o", dir_ + "/mm", "-q"});
+  auto r =
+      ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "-o", dir_ + "/mm", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu_decode_step"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("matmul ="), std::string::npos) << r.out;  // neither a constant above the table
@@ -117,8 +122,9 @@ TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
 // a bad value is a spec error at its file:line (exit 2, nothing written), and the CPU variants
 // leave it out (a matmul axis does not repeat their rows).
 TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
-  const std::string spec = "version: 1\nexperiments:\n  - name: mm\n    kind: specdec\n    variants: [cpu_autoregressive, cpu_ngram]\n"
-                           "    target: tiny\n    matmul: ";
+  const std::string spec =
+      "version: 1\nexperiments:\n  - name: mm\n    kind: specdec\n    variants: [cpu_autoregressive, cpu_ngram]\n"
+      "    target: tiny\n    matmul: ";
   write_text(dir_ + "/mm.yaml", spec + "[cublas, gemv]\n");
   auto l = ib({"list", "mm.yaml", "--backend", "cpu"}, in_dir());
   ASSERT_EQ(l.exit_code, 0) << l.err;
@@ -139,17 +145,19 @@ TEST_F(Cli, SpecdecRunsOnTheCpuEngineWithExactOutputs) {
                "specdec-ngram.text=edit", "--set", "specdec-ngram.new_tokens=24", "--set", "specdec-ngram.target=tiny", "-o",
                dir_ + "/spec", "-q", "--columns", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"}) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  for (const char* s : {"cpu_autoregressive", "cpu_ngram", "ok mismatches 0", "tokens/step"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 
 // A prompt and new tokens past the target's (or draft's) positions are an unsupported row saying
 // so, not a prefill that runs for minutes.
 TEST_F(Cli, SpecdecRefusesSequencesPastTheModelsPositions) {
-  write_text(dir_ + "/long.yaml", "experiments:\n  - name: target\n    kind: specdec\n    variants: [cpu_autoregressive]\n"
-                                  "    target: tiny\n    prompt: 100000\n    new_tokens: 8\n    min_samples: 1\n    min_time: 0\n"
-                                  "  - name: draft\n    kind: specdec\n    variants: [cpu_draft_model]\n"
-                                  "    target: deep-narrow\n    draft: tiny\n    prompt: 3000\n    new_tokens: 8\n"
-                                  "    min_samples: 1\n    min_time: 0\n");
+  write_text(dir_ + "/long.yaml",
+             "experiments:\n  - name: target\n    kind: specdec\n    variants: [cpu_autoregressive]\n"
+             "    target: tiny\n    prompt: 100000\n    new_tokens: 8\n    min_samples: 1\n    min_time: 0\n"
+             "  - name: draft\n    kind: specdec\n    variants: [cpu_draft_model]\n"
+             "    target: deep-narrow\n    draft: tiny\n    prompt: 3000\n    new_tokens: 8\n"
+             "    min_samples: 1\n    min_time: 0\n");
   auto r = ib({"specdec", "long.yaml", "--backend", "cpu", "-q", "-o", "out"}, in_dir());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("a 100008-token sequence exceeds the target tiny's 2048 positions"), std::string::npos) << r.out;
@@ -184,7 +192,8 @@ TEST_F(Cli, ListShowsTheExpandedSweepWithNvtxRanges) {
     EXPECT_EQ(lines(bad.err), 1u) << bad.err;
     EXPECT_TRUE(bad.out.empty()) << flag;
   }
-  EXPECT_EQ(ib({"list", "quick.yaml", "--backend", "cpu", "--set", "bytes=4MiB", "--only", "tiny-copy", "-q"}, in_dir()).exit_code, 0);
+  EXPECT_EQ(
+      ib({"list", "quick.yaml", "--backend", "cpu", "--set", "bytes=4MiB", "--only", "tiny-copy", "-q"}, in_dir()).exit_code, 0);
 }
 
 // An experiment named twice by --only runs once (twice would repeat its rows under one name).
@@ -245,15 +254,17 @@ TEST_F(Cli, RunOnTheCpuPrintsTablesAndWritesThreeFiles) {
 }
 
 TEST_F(Cli, PlotsAreWrittenBesideTheTablesAndRedrawnFromResults) {
-  write_text(dir_ + "/plotted.yaml", std::string(kQuickSpec) + "    plot: {x: m, y: gbps}\n" +
-                                         "  - name: copy-sweep\n    kind: ceiling\n    variants: [memcpy]\n"
-                                         "    bytes: [1MiB, 2MiB, 4MiB]\n    plot: [{x: bytes, y: gbps}, {x: bytes, y: nothing}]\n");
+  write_text(dir_ + "/plotted.yaml",
+             std::string(kQuickSpec) + "    plot: {x: m, y: gbps}\n" +
+                 "  - name: copy-sweep\n    kind: ceiling\n    variants: [memcpy]\n"
+                 "    bytes: [1MiB, 2MiB, 4MiB]\n    plot: [{x: bytes, y: gbps}, {x: bytes, y: nothing}]\n");
   auto r = ib({"run", "plotted.yaml", "--backend", "cpu", "--output", "out"}, in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // tiny-gemm has one m: its plot is left out, and the note says why; copy-sweep's second plot has no data.
   EXPECT_EQ(list_files(dir_ + "/out"), (std::vector<std::string>{"copy-sweep.svg", "report.md", "results.csv", "results.json"}));
   EXPECT_NE(r.err.find("tiny-gemm: plot 1 (gbps vs m) not drawn: fewer than two values of m"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("copy-sweep: plot 2 (nothing vs bytes) not drawn: no row has a value of nothing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("copy-sweep: plot 2 (nothing vs bytes) not drawn: no row has a value of nothing"), std::string::npos)
+      << r.err;
   const std::string svg = read_text(dir_ + "/out/copy-sweep.svg");
   EXPECT_EQ(svg.rfind("<svg xmlns=", 0), 0u);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
@@ -269,7 +280,8 @@ TEST_F(Cli, PlotsAreWrittenBesideTheTablesAndRedrawnFromResults) {
   auto none = ib({"plot", "plain/results.json"}, in_dir());
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("plain/results.json: no experiment declares a plot"), std::string::npos) << none.err;
-  write_text(dir_ + "/plots.yaml", std::string(kQuickSpec).replace(std::string(kQuickSpec).find("    bytes:"), 0, "    plot: {x: bytes, y: ms}\n"));
+  write_text(dir_ + "/plots.yaml",
+             std::string(kQuickSpec).replace(std::string(kQuickSpec).find("    bytes:"), 0, "    plot: {x: bytes, y: ms}\n"));
   auto with_spec = ib({"plot", "plain/results.json", "--spec", "plots.yaml"}, in_dir());
   ASSERT_EQ(with_spec.exit_code, 0) << with_spec.err;
   EXPECT_EQ(with_spec.out, "plain/tiny-copy.svg\n");
@@ -299,11 +311,12 @@ TEST_F(Cli, CompareMatchesTwoRunsRowByRow) {
   EXPECT_EQ(lines(csv.out), 3u);  // header + the two tiny-copy rows
   // A gate no row can fail (1000% slower) passes.
   EXPECT_EQ(ib({"compare", "a/results.json", "b/results.json", "--fail-slower", "1000%"}, in_dir()).exit_code, 0);
-  for (const auto& args : std::vector<std::vector<std::string>>{{"compare", "a/results.json", "missing.json"},
-                                                                {"compare", "a/results.json", "quick.yaml"},
-                                                                {"compare", "a/results.json", "b/results.json", "--only", "nope"},
-                                                                {"compare", "a/results.json", "b/results.json", "--fail-slower", "x"},
-                                                                {"compare", "a/results.json", "b/results.json", "--format", "json"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"compare", "a/results.json", "missing.json"},
+                                             {"compare", "a/results.json", "quick.yaml"},
+                                             {"compare", "a/results.json", "b/results.json", "--only", "nope"},
+                                             {"compare", "a/results.json", "b/results.json", "--fail-slower", "x"},
+                                             {"compare", "a/results.json", "b/results.json", "--format", "json"}}) {
     auto bad = ib(args, in_dir());
     EXPECT_EQ(bad.exit_code, 2) << args[2];
     EXPECT_EQ(lines(bad.err), 1u) << bad.err;
@@ -323,8 +336,8 @@ TEST_F(Cli, DefaultOutputIsATimestampedRunDirectory) {
 }
 
 TEST_F(Cli, MemoryLimitMakesAnOomRowNotAFailure) {
-  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-copy", "--set", "bytes=[1MiB, 64MiB]",
-               "--memory-limit", "32MiB", "-o", "out", "--format", "json"},
+  auto r = ib({"run", "quick.yaml", "--backend", "cpu", "--only", "tiny-copy", "--set", "bytes=[1MiB, 64MiB]", "--memory-limit",
+               "32MiB", "-o", "out", "--format", "json"},
               in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);  // --format json: stdout is the results document
@@ -371,8 +384,9 @@ TEST_F(Cli, CtrlCKeepsTheRowsMeasuredSoFar) {
 // Bad input only a variant sees (here kv-evict's whole-number budget above 1) is still exit 2 with
 // the experiment's file:line, and the run directory made for it (parents included) is removed.
 TEST_F(Cli, BadInputFoundWhileRunningLeavesNoRunDirectory) {
-  write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: kv-evict\n    variants: [sliding_window]\n    context: 64\n"
-                                 "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
+  write_text(dir_ + "/bad.yaml",
+             "experiments:\n  - name: a\n    kind: kv-evict\n    variants: [sliding_window]\n    context: 64\n"
+             "    decode_steps: 8\n    budget: 2.5\n    min_samples: 1\n    min_time: 0\n");
   for (const std::string out : {"out", "deep/er/out"}) {
     auto r = ib({"kvcache", "bad.yaml", "--backend", "cpu", "-q", "--format", "json", "-o", out}, in_dir());
     EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -417,7 +431,8 @@ TEST_F(Cli, BadInputFoundLateKeepsTheRowsMeasuredBeforeIt) {
 // directory, one without config.json or with a garbage one is exit 2 at the key's file:line,
 // never a crash (num_attention_heads: 0 divided by zero), a FAILED row or a run directory.
 TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
-  const std::string fields = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256)";
+  const std::string fields =
+      R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 256)";
   struct Case {
     std::string config;  // "" = no config.json
     std::string expected;
@@ -434,13 +449,16 @@ TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
     for (const auto& c : cases) {
       const std::string ckpt = make_temp_dir();
       if (!c.config.empty()) write_text(ckpt + "/config.json", c.config);
-      const std::string spec = sub == "decode" ? "experiments:\n  - name: a\n    kind: decode\n    model: checkpoint\n    weights: " + ckpt + "\n"
-                                               : "experiments:\n  - name: a\n    kind: specdec\n    target: checkpoint\n    target_weights: " + ckpt + "\n";
+      const std::string spec =
+          sub == "decode"
+              ? "experiments:\n  - name: a\n    kind: decode\n    model: checkpoint\n    weights: " + ckpt + "\n"
+              : "experiments:\n  - name: a\n    kind: specdec\n    target: checkpoint\n    target_weights: " + ckpt + "\n";
       write_text(dir_ + "/bad.yaml", spec);
       auto r = ib({sub, "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
       EXPECT_EQ(r.exit_code, 2) << sub << " " << c.config << "\n" << r.err;
       EXPECT_EQ(lines(r.err), 1u) << r.err;
-      const std::string key = sub == "decode" ? "bad.yaml:5:14: experiments[0].weights: " : "bad.yaml:5:21: experiments[0].target_weights: ";
+      const std::string key =
+          sub == "decode" ? "bad.yaml:5:14: experiments[0].weights: " : "bad.yaml:5:21: experiments[0].target_weights: ";
       EXPECT_NE(r.err.find(key + ckpt + c.expected), std::string::npos) << r.err;
       EXPECT_TRUE(r.out.empty()) << r.out;
       EXPECT_FALSE(path_exists(dir_ + "/out"));
@@ -449,7 +467,8 @@ TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
   write_text(dir_ + "/bad.yaml", "experiments:\n  - name: a\n    kind: specdec\n    target: tiny\n    draft: checkpoint\n");
   auto r = ib({"specdec", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos)
+      << r.err;
 }
 
 // A constraint or vocabulary that cannot be used is bad input found with the spec (exit 2 at the
@@ -464,17 +483,21 @@ TEST_F(Cli, ConstraintsAndVocabulariesAreCheckedWithTheSpec) {
   const std::vector<Case> cases = {
       {"    constraint: broken.json\n", "bad.yaml:5:17: experiments[0].constraint: 'broken.json': the schema is not JSON: "},
       {"    constraint: nope.json\n",
-       "bad.yaml:5:17: experiments[0].constraint: 'nope.json' is no schema file, nor a bundled schema (calendar_event, extraction, "
+       "bad.yaml:5:17: experiments[0].constraint: 'nope.json' is no schema file, nor a bundled schema (calendar_event, "
+       "extraction, "
        "order, person, tool_call, tool_union, tree), nor regex:PATTERN or choice:a|b|c"},
       {"    constraint: unsupported.json\n",
        "bad.yaml:5:17: experiments[0].constraint: 'unsupported.json': schema /unevaluatedProperties: unsupported keyword "
        "'unevaluatedProperties'"},
-      {"    constraint: [tool_call, 'regex:(ab']\n", "bad.yaml:5:17: experiments[0].constraint: 'regex:(ab': pattern /(ab/ at offset 3"},
-      {"    vocab: gpt3\n", "bad.yaml:5:12: experiments[0].vocab: 'gpt3' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json"},
+      {"    constraint: [tool_call, 'regex:(ab']\n",
+       "bad.yaml:5:17: experiments[0].constraint: 'regex:(ab': pattern /(ab/ at offset 3"},
+      {"    vocab: gpt3\n",
+       "bad.yaml:5:12: experiments[0].vocab: 'gpt3' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json"},
   };
   for (const char* kind : {"constrain-compile", "constrain-generate"})
     for (const auto& c : cases) {
-      write_text(dir_ + "/bad.yaml", std::string("experiments:\n  - name: a\n    kind: ") + kind + "\n    min_samples: 1\n" + c.line);
+      write_text(dir_ + "/bad.yaml",
+                 std::string("experiments:\n  - name: a\n    kind: ") + kind + "\n    min_samples: 1\n" + c.line);
       auto r = ib({"constrain", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
       EXPECT_EQ(r.exit_code, 2) << kind << " " << c.line << r.err;
       EXPECT_EQ(lines(r.err), 1u) << r.err;
@@ -502,10 +525,11 @@ TEST_F(Cli, UntrackedHostAllocationFailureIsAnOomRow) {
 #ifdef __SANITIZE_ADDRESS__
   GTEST_SKIP() << "an address-space limit cannot hold an AddressSanitizer binary's shadow memory";
 #endif
-  write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: kv-paged\n    variants: [cpu_paged]\n    batch: 2000000000\n"
-                                 "    heads: 1\n    context: 2000000000\n    min_samples: 1\n    min_time: 0\n");
-  auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", kBinary, "kvcache", "big.yaml", "--backend", "cpu",
-                        "-o", "out", "-q", "--format", "json"},
+  write_text(dir_ + "/big.yaml",
+             "experiments:\n  - name: big\n    kind: kv-paged\n    variants: [cpu_paged]\n    batch: 2000000000\n"
+             "    heads: 1\n    context: 2000000000\n    min_samples: 1\n    min_time: 0\n");
+  auto r = run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", kBinary, "kvcache", "big.yaml", "--backend",
+                        "cpu", "-o", "out", "-q", "--format", "json"},
                        in_dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -516,9 +540,9 @@ TEST_F(Cli, UntrackedHostAllocationFailureIsAnOomRow) {
 
 struct Malformed {
   const char* name;
-  std::string spec;                 // written to bad.yaml ("" = do not write)
-  std::vector<std::string> extra;   // more arguments
-  std::string expected;             // in the one-line error
+  std::string spec;                // written to bad.yaml ("" = do not write)
+  std::vector<std::string> extra;  // more arguments
+  std::string expected;            // in the one-line error
 };
 
 // Shown by gtest and ctest instead of the struct's bytes.
@@ -551,26 +575,63 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, CliMalformed,
     ::testing::Values(
         Malformed{"yaml_syntax", "experiments: [\n  - {name: a\n", {}, "bad.yaml:2:3: YAML syntax error"},
-        Malformed{"unknown_key", kHead + "    byts: 1MiB\n", {}, "bad.yaml:5:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)"},
-        Malformed{"wrong_type", kHead + "    bytes: lots\n", {}, "bad.yaml:5:12: experiments[0].bytes: expected a size like 4096, 64MiB or 80GB, got 'lots'"},
-        Malformed{"negative_size", kHead + "    bytes: -64MiB\n", {}, "bad.yaml:5:12: experiments[0].bytes: must be at least 4 KiB, got -64 MiB"},
-        Malformed{"int_past_int32", kHead + "    bytes: 1MiB\n  - name: b\n    kind: attention\n    seq: [64, 3000000000]\n", {},
+        Malformed{"unknown_key",
+                  kHead + "    byts: 1MiB\n",
+                  {},
+                  "bad.yaml:5:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)"},
+        Malformed{"wrong_type",
+                  kHead + "    bytes: lots\n",
+                  {},
+                  "bad.yaml:5:12: experiments[0].bytes: expected a size like 4096, 64MiB or 80GB, got 'lots'"},
+        Malformed{"negative_size",
+                  kHead + "    bytes: -64MiB\n",
+                  {},
+                  "bad.yaml:5:12: experiments[0].bytes: must be at least 4 KiB, got -64 MiB"},
+        Malformed{"int_past_int32",
+                  kHead + "    bytes: 1MiB\n  - name: b\n    kind: attention\n    seq: [64, 3000000000]\n",
+                  {},
                   "bad.yaml:8:15: experiments[1].seq[1]: must be at most 2147483647, got 3000000000"},
-        Malformed{"int_suffix_overflow", "experiments:\n  - name: a\n    kind: attention\n    seq: 9223372036854775807K\n", {},
+        Malformed{"int_suffix_overflow",
+                  "experiments:\n  - name: a\n    kind: attention\n    seq: 9223372036854775807K\n",
+                  {},
                   "bad.yaml:4:10: experiments[0].seq: expected an integer, got '9223372036854775807K'"},
-        Malformed{"prefix_query_range", "experiments:\n  - name: a\n    kind: prefix-cost\n    query_min: 10\n    query_max: 5\n", {},
+        Malformed{"prefix_query_range",
+                  "experiments:\n  - name: a\n    kind: prefix-cost\n    query_min: 10\n    query_max: 5\n",
+                  {},
                   "bad.yaml:5:16: experiments[0].query_max: query_max 5 is below query_min 10"},
-        Malformed{"prefix_shares", "experiments:\n  - name: a\n    kind: prefix-mixed\n    chat_share: 0.8\n    fewshot_share: 0.5\n", {},
+        Malformed{"prefix_shares",
+                  "experiments:\n  - name: a\n    kind: prefix-mixed\n    chat_share: 0.8\n    fewshot_share: 0.5\n",
+                  {},
                   "bad.yaml:5:20: experiments[0].fewshot_share: chat_share 0.8 + fewshot_share 0.5 exceeds 1"},
-        Malformed{"empty_axis", kHead + "    bytes: []\n", {}, "bad.yaml:5:12: experiments[0].bytes: empty list: an axis needs at least one value"},
-        Malformed{"unknown_kind", "experiments:\n  - name: a\n    kind: attentoin\n", {}, "bad.yaml:3:11: experiments[0].kind: unknown kind 'attentoin'"},
-        Malformed{"unknown_variant", "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcopy]\n", {},
+        Malformed{"empty_axis",
+                  kHead + "    bytes: []\n",
+                  {},
+                  "bad.yaml:5:12: experiments[0].bytes: empty list: an axis needs at least one value"},
+        Malformed{"unknown_kind",
+                  "experiments:\n  - name: a\n    kind: attentoin\n",
+                  {},
+                  "bad.yaml:3:11: experiments[0].kind: unknown kind 'attentoin'"},
+        Malformed{"unknown_variant",
+                  "experiments:\n  - name: a\n    kind: ceiling\n    variants: [memcopy]\n",
+                  {},
                   "bad.yaml:4:16: experiments[0].variants: unknown variant 'memcopy' of kind ceiling (did you mean 'memcpy'?)"},
-        Malformed{"missing_required_key", "experiments:\n  - kind: ceiling\n", {}, "bad.yaml:2:5: experiments[0]: missing required key 'name'"},
-        Malformed{"duplicate_name", kHead + "  - name: a\n    kind: ceiling\n", {}, "bad.yaml:5:11: experiments[1].name: duplicate experiment name 'a' (first at line 2)"},
-        Malformed{"bad_set", kHead, {"--set", "bites=1MiB"}, "--set 'bites=1MiB': no experiment in bad.yaml has a key 'bites' (did you mean 'bytes'?)"},
+        Malformed{"missing_required_key",
+                  "experiments:\n  - kind: ceiling\n",
+                  {},
+                  "bad.yaml:2:5: experiments[0]: missing required key 'name'"},
+        Malformed{"duplicate_name",
+                  kHead + "  - name: a\n    kind: ceiling\n",
+                  {},
+                  "bad.yaml:5:11: experiments[1].name: duplicate experiment name 'a' (first at line 2)"},
+        Malformed{"bad_set",
+                  kHead,
+                  {"--set", "bites=1MiB"},
+                  "--set 'bites=1MiB': no experiment in bad.yaml has a key 'bites' (did you mean 'bytes'?)"},
         Malformed{"unreadable_file", "", {}, "bad.yaml: cannot read: No such file or directory"},
-        Malformed{"unwritable_output", kHead, {"--output", "file.txt/run"}, "--output file.txt/run: cannot create file.txt/run: Not a directory"},
+        Malformed{"unwritable_output",
+                  kHead,
+                  {"--output", "file.txt/run"},
+                  "--output file.txt/run: cannot create file.txt/run: Not a directory"},
         Malformed{"bad_memory_limit", kHead, {"--memory-limit", "lots"}, "--memory-limit 'lots': expected a size like 80GiB"},
         Malformed{"bad_format", kHead, {"--format", "xml"}, "--format 'xml': expected md, csv or json"},
         Malformed{"bad_only", kHead, {"--only", "b"}, "--only b: no such experiment in bad.yaml"},
@@ -578,16 +639,19 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"negative_seed", kHead, {"--seed", "-3"}, "--seed: must be at least 0"},
         Malformed{"negative_min_samples", kHead, {"--min-samples", "-1"}, "--min-samples: must be at least 1"},
         Malformed{"bad_max_noise", kHead, {"--max-noise", "2"}, "--max-noise '2': expected a fraction in (0, 1]"},
-        Malformed{"model_vocab_below_tokenizer", "experiments:\n  - name: a\n    kind: constrain-generate\n    model: tiny\n", {},
-                  "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'"}),
+        Malformed{"model_vocab_below_tokenizer",
+                  "experiments:\n  - name: a\n    kind: constrain-generate\n    model: tiny\n",
+                  {},
+                  "bad.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab "
+                  "'llama2'"}),
     [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
 
 // The README's main command on the CPU backend (quick stopping rule): every stdout table fits 160
 // characters, every experiment with a book: block shows the chapter's figures, and the summary,
 // one line per experiment, is the last thing printed.
 TEST_F(Cli, MainCommandTablesFitAndEndWithTheSummary) {
-  auto r = ib({"run", kSource + "/experiments/chapter8.yaml", "--backend", "cpu", "-q", "--output", dir_ + "/ch8", "--warmup", "0",
-               "--min-samples", "1", "--min-time", "0", "--timeout", "0.01"});
+  auto r = ib({"run", kSource + "/experiments/chapter8.yaml", "--backend", "cpu", "-q", "--output", dir_ + "/ch8", "--warmup",
+               "0", "--min-samples", "1", "--min-time", "0", "--timeout", "0.01"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   size_t widest = 0, tables = 0;
   std::string line;

@@ -58,7 +58,8 @@ TEST_F(Reliability, FifosDevicesAndGzipBombsAreRefusedBeforeTheyAreRead) {
   for (const Case& c : {Case{"fifo", "fifo: cannot read: is a FIFO, not a regular file"},
                         Case{"/dev/zero", "/dev/zero: cannot read: is a device, not a regular file"},
                         Case{"bomb.json.gz", "bomb.json.gz: more than 64 MiB once decompressed"}}) {
-    write_text(dir_ + "/v.yaml", "experiments:\n  - name: v\n    kind: constrain-mask\n    constraint: \"regex:a+\"\n    vocab: " + c.vocab + "\n");
+    write_text(dir_ + "/v.yaml",
+               "experiments:\n  - name: v\n    kind: constrain-mask\n    constraint: \"regex:a+\"\n    vocab: " + c.vocab + "\n");
     expect_refused(ib({"run", "v.yaml", "--backend", "cpu", "-o", "out"}, in_dir()), c.expected);
   }
   // The spec itself, a schema file and a checkpoint's weights file as a FIFO.
@@ -69,8 +70,9 @@ TEST_F(Reliability, FifosDevicesAndGzipBombsAreRefusedBeforeTheyAreRead) {
   ASSERT_EQ(::mkdir(ckpt.c_str(), 0755), 0);
   write_text(ckpt + "/config.json", read_text(kSource + "/data/models/ib-draft-1m/config.json"));
   ASSERT_EQ(::mkfifo((ckpt + "/model.safetensors").c_str(), 0644), 0);
-  write_text(dir_ + "/d.yaml", "experiments:\n  - name: d\n    kind: decode\n    variants: [cpu_prefill]\n    model: checkpoint\n"
-                               "    weights: ckpt\n");
+  write_text(dir_ + "/d.yaml",
+             "experiments:\n  - name: d\n    kind: decode\n    variants: [cpu_prefill]\n    model: checkpoint\n"
+             "    weights: ckpt\n");
   expect_refused(ib({"run", "d.yaml", "--backend", "cpu", "-o", "out"}, in_dir()), "model.safetensors: cannot read: is a FIFO");
 }
 
@@ -82,8 +84,9 @@ TEST_F(Reliability, TruncatedCheckpointIsRefusedWithTheSpec) {
   for (const char* f : {"config.json", "tokenizer.json"}) write_text(ckpt + "/" + f, read_text(src + "/" + f));
   const std::string weights = read_text(src + "/model.safetensors");
   write_text(ckpt + "/model.safetensors", weights.substr(0, weights.size() - 1000));
-  write_text(dir_ + "/d.yaml", "experiments:\n" + copy_rows("first", 2) +
-                                   "  - name: d\n    kind: decode\n    variants: [cpu_prefill]\n    model: checkpoint\n    weights: ckpt\n");
+  write_text(dir_ + "/d.yaml",
+             "experiments:\n" + copy_rows("first", 2) +
+                 "  - name: d\n    kind: decode\n    variants: [cpu_prefill]\n    model: checkpoint\n    weights: ckpt\n");
   expect_refused(ib({"run", "d.yaml", "--backend", "cpu", "-o", "out"}, in_dir()), "(truncated file?)");
 }
 
@@ -93,8 +96,8 @@ TEST_F(Reliability, SweepsPastTheRowLimitAreRefusedAndTheFlagRaisesIt) {
   std::string bytes, m;
   for (int i = 0; i < 400; ++i) bytes += (i ? ", " : "") + std::to_string(4096 + i);
   for (int i = 0; i < 300; ++i) m += (i ? ", " : "") + std::to_string(1 + i);
-  write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: ceiling\n    variants: [memcpy, sgemm]\n    bytes: [" + bytes +
-                                     "]\n    m: [" + m + "]\n");
+  write_text(dir_ + "/big.yaml", "experiments:\n  - name: big\n    kind: ceiling\n    variants: [memcpy, sgemm]\n    bytes: [" +
+                                     bytes + "]\n    m: [" + m + "]\n");
   for (const char* cmd : {"list", "run"}) {
     auto r = ib({cmd, "big.yaml", "--backend", "cpu"}, in_dir());
     expect_refused(r, "the sweep has 240000 rows (400 bytes × 300 m × 2 variants), past the limit of 100000 rows");

@@ -5,7 +5,7 @@
 
 #include "core/backend.h"
 
-#define REQUIRE_GPU()                                                                          \
-  do {                                                                                         \
+#define REQUIRE_GPU()                                                                              \
+  do {                                                                                             \
     if (!::ib::cuda_unavailable_reason().empty()) GTEST_SKIP() << ::ib::cuda_unavailable_reason(); \
   } while (0)

@@ -24,25 +24,32 @@ const char* kGpuVariants = "standard, flash1, flash2";
 
 TEST(GpuAttention, ShortAndOddLengths) {
   REQUIRE_GPU();
-  expect_all_ok(run_gpu(kGpuVariants, "heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 63, 64, 65, 129], causal: [true, false]"));
+  expect_all_ok(run_gpu(
+      kGpuVariants, "heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 63, 64, 65, 129], causal: [true, false]"));
 }
 
 TEST(GpuAttention, QueriesAndKeysOfDifferentLengths) {
   REQUIRE_GPU();
-  expect_all_ok(run_gpu(kGpuVariants, "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000], seq_q: [1, 7, 150, 1500], causal: [true, false]"));
+  expect_all_ok(
+      run_gpu(kGpuVariants,
+              "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000], seq_q: [1, 7, 150, 1500], causal: [true, false]"));
 }
 
 // Sliding windows (Mistral) in standard (the softmax kernel's mask) and flash2 (tiles before
 // the window skipped, edge tiles masked); flash1 rows say unsupported.
 TEST(GpuAttention, SlidingWindow) {
   REQUIRE_GPU();
-  const auto r = run_gpu("standard, flash2", "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000, 4097], seq_q: [0, 9], window: [1, 50, 128, 1000]");
+  const auto r =
+      run_gpu("standard, flash2",
+              "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000, 4097], seq_q: [0, 9], window: [1, 50, 128, 1000]");
   expect_all_ok(r, 2 * 2 * 3 * 2 * 4);
 }
 
 TEST(GpuAttention, LongSequencesBf16AndFp16) {
   REQUIRE_GPU();
-  expect_all_ok(run_gpu(kGpuVariants, "batch: 2, heads: 8, kv_heads: [8, 2], head_dim: [64, 128], seq: [1000, 4097], causal: [true, false], dtype: [bf16, fp16]"));
+  expect_all_ok(run_gpu(kGpuVariants,
+                        "batch: 2, heads: 8, kv_heads: [8, 2], head_dim: [64, 128], seq: [1000, 4097], causal: [true, false], "
+                        "dtype: [bf16, fp16]"));
 }
 
 TEST(GpuAttention, StandardHoldsTheSquareMatricesFlashDoesNot) {

@@ -87,8 +87,8 @@ TEST(Gpu, CeilingVariantsPassTheGate) {
       EXPECT_TRUE(row.validation->ok) << row.validation->metric << " " << row.validation->value;
     }
   Ceilings c = ceilings_from_results(results);
-  EXPECT_GT(c.copy_bytes_per_s, 1e11);   // any datacenter GPU copies > 100 GB/s
-  EXPECT_GT(c.gemm_flops_per_s, 1e13);   // and multiplies bf16 at > 10 TFLOP/s
+  EXPECT_GT(c.copy_bytes_per_s, 1e11);  // any datacenter GPU copies > 100 GB/s
+  EXPECT_GT(c.gemm_flops_per_s, 1e13);  // and multiplies bf16 at > 10 TFLOP/s
 }
 
 TEST(Gpu, EveryGemmTypeValidates) {
@@ -149,8 +149,10 @@ TEST(GpuConstrain, OverheadVariantsPassTheGate) {
   REQUIRE_GPU();
   SpecOptions opt;
   opt.backend = Backend::Cuda;
-  Spec spec = parse_spec("experiments:\n  - {name: o, kind: constrain-overhead, variants: [lm_head_argmax, lm_head_masked_argmax],"
-                         " model: [llama2-7b, qwen2-0.5b], min_samples: 3, min_time: 0, timeout: 2s}\n", "gpu-test", opt);
+  Spec spec = parse_spec(
+      "experiments:\n  - {name: o, kind: constrain-overhead, variants: [lm_head_argmax, lm_head_masked_argmax],"
+      " model: [llama2-7b, qwen2-0.5b], min_samples: 3, min_time: 0, timeout: 2s}\n",
+      "gpu-test", opt);
   auto rt = make_cuda_runtime();
   Runner runner(*rt, RunnerOptions{});
   ExperimentResult r = runner.run(spec.experiments[0]);

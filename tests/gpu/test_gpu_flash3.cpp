@@ -49,9 +49,9 @@ using ib::testing::TestStream;
 using ib::testing::to_device;
 using ib::testing::to_host;
 
-#define REQUIRE_HOPPER()                                                            \
-  do {                                                                              \
-    REQUIRE_GPU();                                                                  \
+#define REQUIRE_HOPPER()                                                                             \
+  do {                                                                                               \
+    REQUIRE_GPU();                                                                                   \
     if (const std::string why = ::ib::hopper_probe_unsupported(); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
@@ -82,9 +82,9 @@ std::string compare_tile(const std::vector<float>& got, const std::vector<double
       }
     }
   if (bad == 0) return {};
-  std::string s = fmt::format("{} of {} elements wrong (tolerance {}); first at row {} col {}: got {} want {}\n", bad,
-                              int64_t{rows} * cols, tol, first / cols, first % cols, got[static_cast<size_t>(first)],
-                              want[static_cast<size_t>(first)]);
+  std::string s =
+      fmt::format("{} of {} elements wrong (tolerance {}); first at row {} col {}: got {} want {}\n", bad, int64_t{rows} * cols,
+                  tol, first / cols, first % cols, got[static_cast<size_t>(first)], want[static_cast<size_t>(first)]);
   s += "map (row: 8-column blocks, X wrong):\n";
   for (int r = 0; r < rows; ++r) s += fmt::format("{:4}: {}\n", r, map[static_cast<size_t>(r)]);
   return s;
@@ -116,7 +116,9 @@ void check_wgmma(WgmmaProbe which, int d, bool fp16, int a_row0) {
   const auto v = small_ints(static_cast<size_t>(kRows) * static_cast<size_t>(d), fp16, 3, &vf);
   const int cols = which == WgmmaProbe::Scores ? kRows : d;
   std::vector<double> want(static_cast<size_t>(64 * cols), 0.0);
-  auto A = [&](int r, int k) { return static_cast<double>(af[static_cast<size_t>(r * (which == WgmmaProbe::Pv ? kRows : d) + k)]); };
+  auto A = [&](int r, int k) {
+    return static_cast<double>(af[static_cast<size_t>(r * (which == WgmmaProbe::Pv ? kRows : d) + k)]);
+  };
   auto B = [&](int n, int k) { return static_cast<double>(bf[static_cast<size_t>(n * d + k)]); };
   auto V = [&](int k, int n) { return static_cast<double>(vf[static_cast<size_t>(k * d + n)]); };
   if (which == WgmmaProbe::Pv) {
@@ -195,15 +197,15 @@ void check_tma(int d, bool fp16) {
     x = static_cast<uint16_t>(gen());
     const uint16_t exp_mask = fp16 ? 0x7C00 : 0x7F80;
     if ((x & exp_mask) == exp_mask) x = static_cast<uint16_t>(x & ~0x0400);  // finite values only
-    if (x == 0) x = 1;  // zero is what out-of-range rows read
+    if (x == 0) x = 1;                                                       // zero is what out-of-range rows read
   }
   const std::vector<TmaProbeTile> tiles = {{0, 1, 0}, {128, 2, 1}, {256, 0, 1}, {100, 2, 0}};  // the third runs past row 300
   auto dsrc = to_device(src);
   DeviceBuffer<uint16_t> dout(tiles.size() * kBoxRows * static_cast<size_t>(d), "out");
   IB_CUDA_CHECK(cudaMemset(dout.data(), 0xFF, dout.bytes()));
   TestStream st;
-  launch_tma_probe(dsrc.data(), fp16, d, rows, heads, batch, head_stride, batch_stride, tiles.data(), static_cast<int>(tiles.size()),
-                   dout.data(), st.get());
+  launch_tma_probe(dsrc.data(), fp16, d, rows, heads, batch, head_stride, batch_stride, tiles.data(),
+                   static_cast<int>(tiles.size()), dout.data(), st.get());
   sync_or_fail(st.get(), "TMA probe");
   if (::testing::Test::HasFatalFailure()) return;
   const auto out = to_host(dout);
@@ -215,13 +217,14 @@ void check_tma(int d, bool fp16) {
         const size_t i = static_cast<size_t>(r * d + c);
         got[i] = static_cast<float>(out[t * kBoxRows * static_cast<size_t>(d) + i]);  // raw bits, compared exactly
         const int row = tiles[t].row0 + r;
-        want[i] = row < rows ? static_cast<double>(src[static_cast<size_t>(tiles[t].batch * batch_stride + tiles[t].head * head_stride +
-                                                                         int64_t{row} * d + c)])
+        want[i] = row < rows ? static_cast<double>(src[static_cast<size_t>(tiles[t].batch * batch_stride +
+                                                                           tiles[t].head * head_stride + int64_t{row} * d + c)])
                              : 0.0;
       }
     const std::string why = compare_tile(got, want, kBoxRows, d, 0.0);
     EXPECT_TRUE(why.empty()) << "head_dim " << d << " tile " << t << " (row0 " << tiles[t].row0 << ", head " << tiles[t].head
-                             << ", batch " << tiles[t].batch << ", mbarrier phase " << (t & 1) << "), values are raw bit patterns: " << why;
+                             << ", batch " << tiles[t].batch << ", mbarrier phase " << (t & 1)
+                             << "), values are raw bit patterns: " << why;
   }
 }
 
@@ -245,9 +248,10 @@ struct Flash3Case {
 };
 
 // Arguments in AttentionShape's order.
-Flash3Case make_case(int batch, int heads, int kv_heads, int d, int seq_q, int seq_k, bool causal, int window = 0, bool fp16 = false,
-                     int kv_capacity = 0) {
-  return {attention::AttentionShape{batch, heads, kv_heads, d, seq_q, seq_k, causal, window, fp16 ? DType::F16 : DType::BF16}, kv_capacity};
+Flash3Case make_case(int batch, int heads, int kv_heads, int d, int seq_q, int seq_k, bool causal, int window = 0,
+                     bool fp16 = false, int kv_capacity = 0) {
+  return {attention::AttentionShape{batch, heads, kv_heads, d, seq_q, seq_k, causal, window, fp16 ? DType::F16 : DType::BF16},
+          kv_capacity};
 }
 
 // Runs flash3 once on the case's inputs (the counter-based values the runner and the reference
@@ -269,11 +273,13 @@ std::vector<uint16_t> run_case(const Flash3Case& c, Flash3Schedule schedule, uin
   DeviceBuffer<uint16_t> kc, vc;
   if (c.kv_capacity > s.seq_k) {  // copy K and V into caches [batch][kv_heads][capacity][d], NaN past seq_k
     const size_t head = static_cast<size_t>(c.kv_capacity) * static_cast<size_t>(s.head_dim);
-    const size_t width = static_cast<size_t>(s.seq_k) * static_cast<size_t>(s.head_dim) * 2, heads = static_cast<size_t>(s.batch * s.kv_heads);
+    const size_t width = static_cast<size_t>(s.seq_k) * static_cast<size_t>(s.head_dim) * 2,
+                 heads = static_cast<size_t>(s.batch * s.kv_heads);
     for (auto [cache, src] : {std::pair{&kc, &k}, std::pair{&vc, &v}}) {
       cache->allocate(heads * head, "K/V cache");
       IB_CUDA_CHECK(cudaMemsetAsync(cache->data(), 0xFF, cache->bytes(), st.get()));
-      IB_CUDA_CHECK(cudaMemcpy2DAsync(cache->data(), head * 2, src->data(), width, width, heads, cudaMemcpyDeviceToDevice, st.get()));
+      IB_CUDA_CHECK(
+          cudaMemcpy2DAsync(cache->data(), head * 2, src->data(), width, width, heads, cudaMemcpyDeviceToDevice, st.get()));
     }
     p.k = kc.data();
     p.v = vc.data();
@@ -311,8 +317,8 @@ void check_case(const Flash3Case& c, Flash3Schedule schedule) {
   int64_t bad = 0, bad_rows = 0, first = -1;
   std::string rows_list;  // the first 16 wrong rows
   auto where = [&](int64_t r) {
-    return fmt::format("b{} h{} query {} (block {} row {})", r / s.seq_q / s.heads, r / s.seq_q % s.heads, r % s.seq_q, r % s.seq_q / 128,
-                       r % s.seq_q % 128);
+    return fmt::format("b{} h{} query {} (block {} row {})", r / s.seq_q / s.heads, r / s.seq_q % s.heads, r % s.seq_q,
+                       r % s.seq_q / 128, r % s.seq_q % 128);
   };
   for (int64_t r = 0; r < rows; ++r) {
     bool row_bad = false;
@@ -330,8 +336,8 @@ void check_case(const Flash3Case& c, Flash3Schedule schedule) {
   }
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   if (bad == 0 && rel <= 1e-2) return;
-  std::string msg = fmt::format("relative L2 error {:.3g} (gate 1e-2); {} elements in {} of {} rows off by more than 3e-2 or NaN", rel, bad,
-                                bad_rows, rows);
+  std::string msg = fmt::format("relative L2 error {:.3g} (gate 1e-2); {} elements in {} of {} rows off by more than 3e-2 or NaN",
+                                rel, bad, bad_rows, rows);
   if (first >= 0)
     msg += fmt::format("; first: {} col {}: got {} want {:.6f}; first wrong rows:{}", where(first / d), first % d,
                        from_bits(out[static_cast<size_t>(first)], fp16), want[static_cast<size_t>(first)], rows_list);
@@ -364,7 +370,8 @@ TEST(Flash3Stage3Kernel, Length4097) {
   REQUIRE_HOPPER();
   for (bool causal : {false, true})
     for (int d : {64, 128})
-      for (auto schedule : {Flash3Schedule::Serial, Flash3Schedule::Overlapped}) check_case(make_case(1, 2, 1, d, 4097, 4097, causal), schedule);
+      for (auto schedule : {Flash3Schedule::Serial, Flash3Schedule::Overlapped})
+        check_case(make_case(1, 2, 1, d, 4097, 4097, causal), schedule);
 }
 
 // Bottom-right causal alignment both ways (seq_q > seq_k leaves the first rows with no key:
@@ -393,7 +400,8 @@ TEST(Flash3Stage3Kernel, Fp16BatchesAndHeads) {
 // each head, and the rows past seq_k of the last tile come from TMA's zero fill, not the cache.
 TEST(Flash3Stage3Kernel, StridedKvCacheView) {
   REQUIRE_HOPPER();
-  for (bool causal : {false, true}) check_case(make_case(2, 4, 2, 128, 37, 1000, causal, 0, false, 1100), Flash3Schedule::Overlapped);
+  for (bool causal : {false, true})
+    check_case(make_case(2, 4, 2, 128, 37, 1000, causal, 0, false, 1100), Flash3Schedule::Overlapped);
 }
 
 // The same inputs three times give the same bits: a race (a slot refilled too early, a missing
@@ -409,8 +417,8 @@ TEST(Flash3Stage3Kernel, RepeatableAcrossRuns) {
     size_t diff = 0, first_diff = 0;
     for (size_t i = 0; i < first.size(); ++i)
       if (again[i] != first[i] && diff++ == 0) first_diff = i;
-    EXPECT_EQ(diff, 0u) << "run " << run << ": " << diff << " elements differ from run 0, first at element " << first_diff << " (row "
-                        << first_diff / 128 << ")";
+    EXPECT_EQ(diff, 0u) << "run " << run << ": " << diff << " elements differ from run 0, first at element " << first_diff
+                        << " (row " << first_diff / 128 << ")";
   }
 }
 
@@ -423,23 +431,28 @@ ExperimentResult run_gpu(const std::string& variants, const std::string& axes) {
 
 TEST(Flash3Stage4Runner, ShortAndOddLengths) {
   REQUIRE_HOPPER();
-  expect_all_ok(run_gpu("flash3", "heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 63, 64, 65, 129], causal: [true, false]"));
+  expect_all_ok(run_gpu(
+      "flash3", "heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 63, 64, 65, 129], causal: [true, false]"));
 }
 
 TEST(Flash3Stage4Runner, QueriesAndKeysOfDifferentLengths) {
   REQUIRE_HOPPER();
-  expect_all_ok(run_gpu("flash3", "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000], seq_q: [1, 7, 150, 1500], causal: [true, false]"));
+  expect_all_ok(run_gpu(
+      "flash3", "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000], seq_q: [1, 7, 150, 1500], causal: [true, false]"));
 }
 
 TEST(Flash3Stage4Runner, SlidingWindow) {
   REQUIRE_HOPPER();
-  const auto r = run_gpu("flash3", "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000, 4097], seq_q: [0, 9], window: [1, 50, 128, 1000]");
+  const auto r = run_gpu(
+      "flash3", "heads: 4, kv_heads: 2, head_dim: [64, 128], seq: [100, 1000, 4097], seq_q: [0, 9], window: [1, 50, 128, 1000]");
   expect_all_ok(r, 2 * 3 * 2 * 4);
 }
 
 TEST(Flash3Stage4Runner, LongSequencesBf16AndFp16) {
   REQUIRE_HOPPER();
-  expect_all_ok(run_gpu("flash3", "batch: 2, heads: 8, kv_heads: [8, 2], head_dim: [64, 128], seq: [1000, 4097], causal: [true, false], dtype: [bf16, fp16]"));
+  expect_all_ok(run_gpu("flash3",
+                        "batch: 2, heads: 8, kv_heads: [8, 2], head_dim: [64, 128], seq: [1000, 4097], causal: [true, false], "
+                        "dtype: [bf16, fp16]"));
 }
 
 // The shape beside flash2 (Llama 2 7B attention, 8K, causal): both pass the gate; the

@@ -42,7 +42,7 @@ struct Shape {
 // llama2-7b's and qwen2-0.5b's shapes are too slow to check against a host reference in full;
 // these cover the kernel's cases: 1 chunk per row, fewer chunks than lanes, a tail of 1..U
 // steps, every split 1/2/4/8 (with 132 SMs), `out` below and just past a block's outputs.
-const std::vector<Shape> kShapes = {{8, 5},      {64, 8},     {136, 77},   {1000, 33},  {896, 1152},
+const std::vector<Shape> kShapes = {{8, 5},      {64, 8},     {136, 77},    {1000, 33}, {896, 1152},
                                     {4864, 896}, {4104, 300}, {2056, 4100}, {264, 1}};
 
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale) {
@@ -108,7 +108,7 @@ TEST(Gemv, ShapesItRefusesAreLeftToTheCaller) {
   EXPECT_TRUE(gemv_bf16_supports(kGemvMaxRows, 64, 3, buf, buf));
   EXPECT_FALSE(gemv_bf16_supports(0, 64, 3, buf, buf));
   EXPECT_FALSE(gemv_bf16_supports(kGemvMaxRows + 1, 64, 3, buf, buf));
-  EXPECT_FALSE(gemv_bf16_supports(1, 60, 3, buf, buf));   // in % 8 != 0 (tiny's MLP of 172)
+  EXPECT_FALSE(gemv_bf16_supports(1, 60, 3, buf, buf));  // in % 8 != 0 (tiny's MLP of 172)
   EXPECT_FALSE(gemv_bf16_supports(1, 0, 3, buf, buf));
   EXPECT_FALSE(gemv_bf16_supports(1, 64, 0, buf, buf));
   EXPECT_FALSE(gemv_bf16_supports(1, 64, 3, buf + 1, buf));  // W not 16-byte aligned
@@ -195,8 +195,9 @@ TEST(Gemv, AgreesWithCublas) {
       DeviceBuffer<float> ours(static_cast<size_t>(rows) * s.out, "gemv"), theirs(ours.size(), "cublas");
       launch_gemv_bf16(dw.data(), dx.data(), ours.data(), GemvOut::Fp32, rows, s.in, s.out, sms, stream.get());
       const float alpha = 1.0f, beta = 0.0f;
-      IB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &alpha, dw.data(), CUDA_R_16BF, s.in, dx.data(),
-                                   CUDA_R_16BF, s.in, &beta, theirs.data(), CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      IB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &alpha, dw.data(), CUDA_R_16BF, s.in,
+                                   dx.data(), CUDA_R_16BF, s.in, &beta, theirs.data(), CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
       IB_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
       const auto a = to_host(ours), b = to_host(theirs);
       for (size_t i = 0; i < a.size(); ++i)
@@ -272,8 +273,8 @@ TEST(Gemv, SwigluEpilogueIsBitwiseTheGemvThenLaunchSwiglu) {
     const auto w = random_bf16(static_cast<size_t>(2 * mlp) * s.in, 1000 + s.in, 0.5f);
     const auto x = random_bf16(static_cast<size_t>(kGemvMaxRows) * s.in, 1100 + mlp, 1.0f);
     const auto dw = to_device(w), dx = to_device(x);
-    DeviceBuffer<uint16_t> gu(static_cast<size_t>(kGemvMaxRows) * 2 * mlp, "gate/up"), want(static_cast<size_t>(kGemvMaxRows) * mlp, "act"),
-        got(want.size(), "fused act");
+    DeviceBuffer<uint16_t> gu(static_cast<size_t>(kGemvMaxRows) * 2 * mlp, "gate/up"),
+        want(static_cast<size_t>(kGemvMaxRows) * mlp, "act"), got(want.size(), "fused act");
     for (int rows = 1; rows <= kGemvMaxRows; ++rows) {
       IB_CUDA_CHECK(cudaMemsetAsync(want.data(), 0, want.bytes(), stream.get()));
       IB_CUDA_CHECK(cudaMemsetAsync(got.data(), 0, got.bytes(), stream.get()));

@@ -96,7 +96,8 @@ TEST(GpuKvDecode, Int4AndInt2EveryShape) {
     SCOPED_TRACE(f);
     expect_all_ok(run_gpu("kv-quant", f,
                           "batch: 3, heads: 8, kv_heads: [8, 2], head_dim: [64, 128, 256], context: [1, 31, 100, 1000], "
-                          "ragged: true, splits: [1, 0, 7], " + f + "_group: [32, 16, 8]"));
+                          "ragged: true, splits: [1, 0, 7], " +
+                              f + "_group: [32, 16, 8]"));
     // Groups larger than a block's 8 heads, and a long context with automatic splits.
     expect_all_ok(run_gpu("kv-quant", f, "batch: 2, heads: 24, kv_heads: [1, 4], head_dim: 128, context: 500, ragged: true"));
     auto r = run_gpu("kv-quant", f, "batch: 1, heads: 32, kv_heads: 8, head_dim: 128, context: 32768");
@@ -369,8 +370,8 @@ TEST(GpuKvAppend, SaturationTiesAndZerosFollowTheHostRules) {
   TestStream st;
   const int d = 64, tokens = 4;
   std::vector<uint16_t> k(static_cast<size_t>(tokens) * d), v(k.size());
-  const float specials[] = {1000.0f, -1000.0f, 448.0f, 464.0f, 479.0f, -480.0f, 0.0f, -0.0f, 0.0009765625f, 0.00146484375f,
-                            0.0029296875f, 1.0625f, 1.1875f, -2.5f, 3.5f, 65504.0f};
+  const float specials[] = {1000.0f,       -1000.0f,       448.0f,        464.0f,  479.0f,  -480.0f, 0.0f, -0.0f,
+                            0.0009765625f, 0.00146484375f, 0.0029296875f, 1.0625f, 1.1875f, -2.5f,   3.5f, 65504.0f};
   for (int t = 0; t < tokens; ++t)
     for (int c = 0; c < d; ++c) {
       const size_t i = static_cast<size_t>(t) * d + c;
@@ -531,8 +532,10 @@ struct OneHeadCache {
     IB_CUDA_CHECK(cudaStreamSynchronize(st));
   }
 
-  StoredHead fetch() const { return {to_host(k), to_host(v), k_scale.size() ? to_host(k_scale) : std::vector<float>{},
-                                     v_scale.size() ? to_host(v_scale) : std::vector<float>{}}; }
+  StoredHead fetch() const {
+    return {to_host(k), to_host(v), k_scale.size() ? to_host(k_scale) : std::vector<float>{},
+            v_scale.size() ? to_host(v_scale) : std::vector<float>{}};
+  }
 };
 
 // Scores that climb by ~11 (base 2) from one key of a lane to its next, so the running max keeps

@@ -90,7 +90,8 @@ std::vector<ModelConfig> all_configs() {
 
 std::vector<int32_t> prompt(int vocab, int n, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
+  for (int i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(random_bits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
   return t;
 }
 
@@ -139,7 +140,8 @@ struct Engines {
   std::unique_ptr<WeightSource> weights;
   TestStream stream;
   std::unique_ptr<Model> cpu, gpu;
-  Engines(const ModelConfig& c, uint64_t seed, const EngineOptions& o = small_options()) : config(c), weights(random_weights(c, seed)) {
+  Engines(const ModelConfig& c, uint64_t seed, const EngineOptions& o = small_options())
+      : config(c), weights(random_weights(c, seed)) {
     cpu = make_cpu_model(c, *weights);
     gpu = make_cuda_model(c, *weights, o, stream.get());
   }
@@ -155,8 +157,8 @@ std::vector<float> prefill_logits(Model& m, int seq, const std::vector<int32_t>&
   return l;
 }
 
-std::vector<float> decode_logits(Model& m, const std::vector<int>& seqs, const std::vector<int32_t>& tokens, int32_t* next = nullptr,
-                                 const SamplingParams& sp = {}, uint64_t step = 0) {
+std::vector<float> decode_logits(Model& m, const std::vector<int>& seqs, const std::vector<int32_t>& tokens,
+                                 int32_t* next = nullptr, const SamplingParams& sp = {}, uint64_t step = 0) {
   std::vector<float> l(seqs.size() * static_cast<size_t>(m.config().vocab));
   StepOutput out;
   out.logits = l.data();
@@ -426,7 +428,9 @@ TEST(GpuModel, LookaheadTreeMatchesTheCpu) {
     e.gpu->prefill_tree(sg, tok.data(), parent.data(), n, {got.data()});
     ASSERT_TRUE(all_finite(got)) << c.name;
     for (int i = 0; i < n; ++i)
-      EXPECT_LT(rel_l2(got.data() + static_cast<size_t>(i) * e.vocab(), want.data() + static_cast<size_t>(i) * e.vocab(), e.vocab()), 2e-2)
+      EXPECT_LT(
+          rel_l2(got.data() + static_cast<size_t>(i) * e.vocab(), want.data() + static_cast<size_t>(i) * e.vocab(), e.vocab()),
+          2e-2)
           << c.name << " node " << i;
     e.cpu->keep_tree_path(sc, keep);
     e.gpu->keep_tree_path(sg, keep);
@@ -603,8 +607,8 @@ TEST(GpuModel, SamplerMatchesTheCpuReferenceOnIdenticalLogits) {
     int k;
     float p;
   };
-  const std::vector<Case> cases = {{0.0f, 0, 1.0f},  {1.0f, 0, 1.0f},    {0.8f, 40, 0.9f},  {0.7f, 0, 0.95f},
-                                   {1.3f, 5000, 1.0f}, {1.0f, 3000, 0.5f}, {2.0f, 1, 1.0f},   {0.5f, 2, 0.3f}};
+  const std::vector<Case> cases = {{0.0f, 0, 1.0f},    {1.0f, 0, 1.0f},    {0.8f, 40, 0.9f}, {0.7f, 0, 0.95f},
+                                   {1.3f, 5000, 1.0f}, {1.0f, 3000, 0.5f}, {2.0f, 1, 1.0f},  {0.5f, 2, 0.3f}};
   for (int vocab : {600, 152064}) {
     const int rows = 6;
     std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(vocab));
@@ -635,8 +639,8 @@ TEST(GpuModel, SamplerMatchesTheCpuReferenceOnIdenticalLogits) {
                                             sample_uniform(sp.seed, step, r));
           ++total;
           agree += got[static_cast<size_t>(r)] == want;
-          EXPECT_EQ(got[static_cast<size_t>(r)], want) << "vocab " << vocab << " T " << cs.t << " k " << cs.k << " p " << cs.p
-                                                       << " step " << step << " row " << r;
+          EXPECT_EQ(got[static_cast<size_t>(r)], want)
+              << "vocab " << vocab << " T " << cs.t << " k " << cs.k << " p " << cs.p << " step " << step << " row " << r;
         }
       }
     RecordProperty("agree_" + std::to_string(vocab), std::to_string(agree) + "/" + std::to_string(total));

@@ -46,8 +46,8 @@ TEST(Nvtx, RunEmitsNestedRangesPerRow) {
   // Balanced, all in our domain; each row is the nested path group/experiment/variant/config
   // holding validate -> warmup -> measure.
   std::vector<std::string> stack;
-  std::vector<std::string> row_paths;                    // paths of depth 4
-  std::vector<std::vector<std::string>> row_children;    // the ranges directly inside each
+  std::vector<std::string> row_paths;                  // paths of depth 4
+  std::vector<std::vector<std::string>> row_children;  // the ranges directly inside each
   for (const auto& e : events) {
     EXPECT_EQ(e.domain, "infer-bench");
     if (e.push) {

@@ -120,7 +120,8 @@ TEST(AttentionGate, CatchesAWrongOrUnwrittenOutput) {
   const AttentionInputs in{11, DType::BF16};
   std::vector<double> ref(static_cast<size_t>(s.rows() * s.head_dim));
   for (int64_t r = 0; r < s.rows(); ++r)
-    reference_row(s, in, 0, static_cast<int>(r / s.seq_q), static_cast<int>(r % s.seq_q), &ref[static_cast<size_t>(r * s.head_dim)]);
+    reference_row(s, in, 0, static_cast<int>(r / s.seq_q), static_cast<int>(r % s.seq_q),
+                  &ref[static_cast<size_t>(r * s.head_dim)]);
   auto at = [&](int64_t r, int c) { return static_cast<float>(ref[static_cast<size_t>(r * s.head_dim + c)]); };
   EXPECT_TRUE(check_output(s, in, 1, at, 1e-4).ok);
   // One row off by 10%.
@@ -147,16 +148,19 @@ ExperimentResult run_attention(const std::string& axes, const std::string& varia
 
 TEST(CpuAttention, EveryVariantMatchesTheReferenceOnAwkwardShapes) {
   // Lengths 1 and 17 (below one tile), 100 (a partial tile), q ≠ k both ways, GQA, d 64/128.
-  expect_all_ok(run_attention("heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 100], causal: [true, false]"), 3 * 2 * 3 * 2 * 3);
-  expect_all_ok(run_attention("heads: 2, kv_heads: 1, head_dim: 64, seq: [33, 100], seq_q: [1, 7, 150], causal: [true, false]"), 2 * 3 * 2 * 3);
+  expect_all_ok(run_attention("heads: 4, kv_heads: [4, 2, 1], head_dim: [64, 128], seq: [1, 17, 100], causal: [true, false]"),
+                3 * 2 * 3 * 2 * 3);
+  expect_all_ok(run_attention("heads: 2, kv_heads: 1, head_dim: 64, seq: [33, 100], seq_q: [1, 7, 150], causal: [true, false]"),
+                2 * 3 * 2 * 3);
   expect_all_ok(run_attention("batch: 2, heads: 2, head_dim: 64, seq: 65, dtype: fp16"), 3);
 }
 
 // A sliding window (Mistral): each query sees its last `window` keys; windows shorter than a
 // tile, across tile edges, longer than the sequence, with queries fewer than keys.
 TEST(CpuAttention, SlidingWindowMatchesTheReference) {
-  expect_all_ok(run_attention("heads: 4, kv_heads: 2, head_dim: 64, seq: [100, 300], seq_q: [0, 7], window: [1, 5, 64, 97, 1000]"),
-                3 * 2 * 2 * 5);
+  expect_all_ok(
+      run_attention("heads: 4, kv_heads: 2, head_dim: 64, seq: [100, 300], seq_q: [0, 7], window: [1, 5, 64, 97, 1000]"),
+      3 * 2 * 2 * 5);
   // Not causal: no window.
   const auto r = run_attention("heads: 2, head_dim: 64, seq: 50, causal: false, window: 8");
   ASSERT_EQ(r.rows.size(), 3u);
@@ -182,7 +186,8 @@ TEST(AttentionShape, SlidingWindowBoundsTheVisibleKeys) {
 
 TEST(CpuAttention, LongSequencesAndTails) {
   // 1000 and 4097 (one past a power of two): the gate samples rows when the problem is large.
-  expect_all_ok(run_attention("heads: 1, head_dim: 64, seq: [1000, 4097], causal: [true, false]", "cpu_standard, cpu_flash"), 2 * 2 * 2);
+  expect_all_ok(run_attention("heads: 1, head_dim: 64, seq: [1000, 4097], causal: [true, false]", "cpu_standard, cpu_flash"),
+                2 * 2 * 2);
 }
 
 TEST(CpuAttention, StandardMemoryGrowsWithTheSquareFlashDoesNot) {
@@ -195,10 +200,10 @@ TEST(CpuAttention, StandardMemoryGrowsWithTheSquareFlashDoesNot) {
     return 0.0;
   };
   // Rows: seq 256 (standard, flash, reference), seq 1024 (...). S and P are 2·heads·n² floats.
-  EXPECT_NEAR(extra(0), 2.0 * 2 * 256 * 256 * 4 / (1 << 20), 0.1);   // 1 MiB (+ one head's Kᵀ)
+  EXPECT_NEAR(extra(0), 2.0 * 2 * 256 * 256 * 4 / (1 << 20), 0.1);    // 1 MiB (+ one head's Kᵀ)
   EXPECT_NEAR(extra(3), 2.0 * 2 * 1024 * 1024 * 4 / (1 << 20), 0.3);  // 16 MiB: 4x the length, 16x the memory
-  EXPECT_LT(extra(4), 1.0);                   // flash: tiles per thread only, below 1 MiB
-  EXPECT_DOUBLE_EQ(extra(4), extra(1));       // ... and independent of n
+  EXPECT_LT(extra(4), 1.0);                                           // flash: tiles per thread only, below 1 MiB
+  EXPECT_DOUBLE_EQ(extra(4), extra(1));                               // ... and independent of n
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ using Stub = test::FakeInterpreter;
 // One experiment of the CPU peer against cpu_flash (the baseline) on a small shape.
 std::string experiment(const std::string& python, const std::string& extra = "") {
   return "  - name: peer\n    kind: attention\n    variants: [cpu_flash, cpu_torch_sdpa]\n    baseline: cpu_flash\n"
-         "    heads: 2\n    kv_heads: 1\n    head_dim: 32\n    seq: 64\n    python: '" + python + "'\n" + extra;
+         "    heads: 2\n    kv_heads: 1\n    head_dim: 32\n    seq: 64\n    python: '" +
+         python + "'\n" + extra;
 }
 
 nlohmann::json ok_result() {
@@ -47,7 +48,12 @@ nlohmann::json ok_result() {
           {"device", "CPU, 2 torch threads"},
           {"backend", "default"},
           {"check",
-           {{"metric", "rel_l2"}, {"value", 2e-7}, {"tolerance", 1e-4}, {"nan_rows", 0}, {"rows_checked", 128}, {"rows", 128},
+           {{"metric", "rel_l2"},
+            {"value", 2e-7},
+            {"tolerance", 1e-4},
+            {"nan_rows", 0},
+            {"rows_checked", 128},
+            {"rows", 128},
             {"max_abs_error", 3e-8}}},
           {"note", "torch dispatched to flash"},
           {"samples_ms", {2.0, 3.0, 4.0}},
@@ -82,7 +88,8 @@ TEST(TorchPeer, OkRowTakesTheScriptsGateSamplesAndMemory) {
   EXPECT_TRUE(row.validation->ok);
   EXPECT_EQ(row.validation->metric, "rel_l2");
   EXPECT_DOUBLE_EQ(row.validation->tolerance, 1e-4);  // our CPU gate, not the script's word
-  EXPECT_NE(row.validation->detail.find("torch 2.11.0+cu130 on CPU, 2 torch threads"), std::string::npos) << row.validation->detail;
+  EXPECT_NE(row.validation->detail.find("torch 2.11.0+cu130 on CPU, 2 torch threads"), std::string::npos)
+      << row.validation->detail;
   EXPECT_NE(row.validation->detail.find("128 of 128 rows vs float64 in torch"), std::string::npos) << row.validation->detail;
   EXPECT_EQ(row.peak_memory, 3 << 20);
   EXPECT_DOUBLE_EQ(ib::testing::metric(row, "extra mem"), 2.0);
@@ -95,10 +102,10 @@ TEST(TorchPeer, OkRowTakesTheScriptsGateSamplesAndMemory) {
   ASSERT_GE(argv.size(), 2u);
   EXPECT_EQ(argv[0], "-c");
   EXPECT_EQ(argv[1], torch_sdpa_peer_script());
-  const std::pair<const char*, const char*> asked[] = {
-      {"--device", "cpu"}, {"--backend", "default"}, {"--heads", "2"},         {"--kv-heads", "1"},    {"--head-dim", "32"},
-      {"--seq-k", "64"},   {"--seq-q", "64"},        {"--tolerance", "0.0001"}, {"--min-samples", "3"}, {"--max-noise", "0.5"},
-      {"--timeout", "5"},  {"--compute", "fp32"}};
+  const std::pair<const char*, const char*> asked[] = {{"--device", "cpu"},    {"--backend", "default"},  {"--heads", "2"},
+                                                       {"--kv-heads", "1"},    {"--head-dim", "32"},      {"--seq-k", "64"},
+                                                       {"--seq-q", "64"},      {"--tolerance", "0.0001"}, {"--min-samples", "3"},
+                                                       {"--max-noise", "0.5"}, {"--timeout", "5"},        {"--compute", "fp32"}};
   for (const auto& [flag, value] : asked) EXPECT_EQ(arg_after(argv, flag), value) << flag;
   EXPECT_FALSE(arg_after(argv, "--threads").empty());
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--causal"), argv.end());
@@ -147,7 +154,8 @@ TEST(TorchPeer, ScriptFailuresAreFailedRowsWithTheReason) {
   EXPECT_EQ(f.status, RowStatus::Failed);
   EXPECT_EQ(f.message, "torch peer failed: RuntimeError: CUDA error: an illegal memory access");
 
-  Stub oom = Stub::printing(R"({"status": "oom", "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB"})");
+  Stub oom =
+      Stub::printing(R"({"status": "oom", "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB"})");
   const Row o = peer_row(run_spec_text(kDefaults, experiment(oom.path)));
   EXPECT_EQ(o.status, RowStatus::Oom);
   EXPECT_NE(o.message.find("Tried to allocate 64.00 GiB"), std::string::npos) << o.message;
@@ -165,7 +173,8 @@ TEST(TorchPeer, ScriptFailuresAreFailedRowsWithTheReason) {
   Stub silent = Stub::printing("", "Traceback (most recent call last):\n  ...\nImportError: libcudnn.so.9: cannot open\n", 1);
   const Row s = peer_row(run_spec_text(kDefaults, experiment(silent.path)));
   EXPECT_EQ(s.status, RowStatus::Failed);
-  EXPECT_NE(s.message.find("exited with code 1 and printed no result: ImportError: libcudnn.so.9: cannot open"), std::string::npos)
+  EXPECT_NE(s.message.find("exited with code 1 and printed no result: ImportError: libcudnn.so.9: cannot open"),
+            std::string::npos)
       << s.message;
 
   Stub odd = Stub::printing(R"({"status": "maybe"})");
@@ -187,9 +196,10 @@ TEST(TorchPeer, AHungPeerIsKilledAtItsDeadline) {
 }
 
 TEST(TorchPeer, CudaPeersNeedTheCudaBackend) {
-  const ExperimentResult res = run_spec_text(
-      kDefaults, "  - name: gpu-peers\n    kind: attention\n    variants: [torch_sdpa, torch_sdpa_flash, torch_sdpa_cudnn, "
-                 "torch_sdpa_efficient, torch_sdpa_math]\n    heads: 2\n    head_dim: 32\n    seq: 64\n");
+  const ExperimentResult res =
+      run_spec_text(kDefaults,
+                    "  - name: gpu-peers\n    kind: attention\n    variants: [torch_sdpa, torch_sdpa_flash, torch_sdpa_cudnn, "
+                    "torch_sdpa_efficient, torch_sdpa_math]\n    heads: 2\n    head_dim: 32\n    seq: 64\n");
   ASSERT_EQ(res.rows.size(), 5u);
   for (const Row& row : res.rows) {
     EXPECT_EQ(row.status, RowStatus::Unsupported) << row.variant;
@@ -198,8 +208,9 @@ TEST(TorchPeer, CudaPeersNeedTheCudaBackend) {
 }
 
 TEST(TorchPeer, OnlyPeerExperimentsCarryThePythonKeys) {
-  const ExperimentResult ours = run_spec_text(kDefaults, "  - name: e\n    kind: attention\n    variants: [cpu_flash]\n"
-                                                         "    heads: 2\n    head_dim: 32\n    seq: 64\n");
+  const ExperimentResult ours = run_spec_text(kDefaults,
+                                              "  - name: e\n    kind: attention\n    variants: [cpu_flash]\n"
+                                              "    heads: 2\n    head_dim: 32\n    seq: 64\n");
   ASSERT_EQ(ours.rows.size(), 1u);
   EXPECT_FALSE(ours.rows[0].point.find("python"));
   EXPECT_FALSE(ours.rows[0].point.find("peer_timeout"));
@@ -253,8 +264,10 @@ TEST(TorchPeerScript, RealTorchOnTheCpuPassesTheGate) {
   };
   for (const std::string& c : cases) {
     const ExperimentResult res =
-        run_spec_text(kDefaults, "  - name: real\n    kind: attention\n    variants: [cpu_torch_sdpa]\n    kv_heads: 1\n"
-                                 "    head_dim: 32\n    python: '" + python + "'\n" + c);
+        run_spec_text(kDefaults,
+                      "  - name: real\n    kind: attention\n    variants: [cpu_torch_sdpa]\n    kv_heads: 1\n"
+                      "    head_dim: 32\n    python: '" +
+                          python + "'\n" + c);
     ib::testing::expect_all_ok(res);
     for (const Row& row : res.rows) {
       EXPECT_GE(row.stats.n, 3u) << row.point.label();

@@ -23,16 +23,17 @@ void check_sgemm(int m, int n, int k) {
         ref += double(a[size_t(i) * k + p]) * b[size_t(p) * n + j];
         mag += std::fabs(double(a[size_t(i) * k + p]) * b[size_t(p) * n + j]);
       }
-      ASSERT_LE(std::fabs(c[size_t(i) * n + j] - ref), 1e-5 * mag + 1e-30) << m << "x" << n << "x" << k << " at " << i << "," << j;
+      ASSERT_LE(std::fabs(c[size_t(i) * n + j] - ref), 1e-5 * mag + 1e-30)
+          << m << "x" << n << "x" << k << " at " << i << "," << j;
     }
 }
 
 TEST(Sgemm, MatchesFloat64OnRaggedShapes) {
   check_sgemm(1, 1, 1);
-  check_sgemm(7, 17, 5);      // tails in every dimension
-  check_sgemm(13, 33, 300);   // k crosses a KC block
+  check_sgemm(7, 17, 5);     // tails in every dimension
+  check_sgemm(13, 33, 300);  // k crosses a KC block
   check_sgemm(64, 64, 64);
-  check_sgemm(1, 100, 513);   // decode-like: one row
+  check_sgemm(1, 100, 513);  // decode-like: one row
 }
 
 TEST(Ceiling, CpuVariantsPassTheGateAndYieldPeaks) {

@@ -13,9 +13,10 @@ namespace {
 // One experiment over m = 64, 128 with two variants; `scale` multiplies every sample.
 ResultSet run(const std::string& extra_axis, double scale, const std::string& name = "demo") {
   SpecOptions opt;
-  Spec spec = parse_spec("experiments:\n  - name: " + name +
-                             "\n    kind: ceiling\n    variants: [sgemm, memcpy]\n    m: [64, 128]\n    dtype: fp32\n" + extra_axis,
-                         "demo.yaml", opt);
+  Spec spec =
+      parse_spec("experiments:\n  - name: " + name +
+                     "\n    kind: ceiling\n    variants: [sgemm, memcpy]\n    m: [64, 128]\n    dtype: fp32\n" + extra_axis,
+                 "demo.yaml", opt);
   ExperimentResult e;
   e.spec = spec.experiments[0];
   e.plan = plan_sweep(e.spec);
@@ -52,7 +53,8 @@ TEST(Compare, MatchedRowsGetTheNewRunsSpeedupWithAnInterval) {
   const std::string md = comparison_markdown(c, "a.json", "b.json");
   EXPECT_NE(md.find("| variant | m | base ms | new ms | new vs base (95% CI) | verdict |"), std::string::npos) << md;
   EXPECT_NE(md.find("| sgemm | 64 | 1.00 | 0.501 | 2.00× [2.00, 2.00] | faster |"), std::string::npos) << md;
-  EXPECT_NE(md.find("4 rows timed in both runs: 4 faster, 0 slower, 0 the same; geometric mean of new vs base 2.00×"), std::string::npos);
+  EXPECT_NE(md.find("4 rows timed in both runs: 4 faster, 0 slower, 0 the same; geometric mean of new vs base 2.00×"),
+            std::string::npos);
   EXPECT_TRUE(slower_rows(c, 0.05).empty());
   // The other way round every row is slower, past a 5% gate, and each is named.
   const Comparison back = compare_results(run("", 0.5), run("", 1.0));
@@ -74,8 +76,9 @@ TEST(Compare, RowsMatchOnTheParametersBothRunsHave) {
   // A run made before a key existed (its rows lack dtype): the rows match on the others.
   ResultSet older = run("", 2.0);
   for (auto& r : older.experiments[0].rows)
-    r.point.params.erase(std::remove_if(r.point.params.begin(), r.point.params.end(), [](const Param& p) { return p.key == "dtype"; }),
-                         r.point.params.end());
+    r.point.params.erase(
+        std::remove_if(r.point.params.begin(), r.point.params.end(), [](const Param& p) { return p.key == "dtype"; }),
+        r.point.params.end());
   const Comparison o = compare_results(older, run("", 1.0));
   ASSERT_EQ(o.experiments[0].rows.size(), 4u);
   EXPECT_NEAR(o.experiments[0].rows[0].speedup->ratio, 2.0, 1e-9);
@@ -100,8 +103,11 @@ TEST(Compare, StatusChangesAndExperimentsOnlyOneRunHas) {
   EXPECT_NE(md.find("experiments only in base: gone"), std::string::npos);
   EXPECT_NE(md.find("experiments only in new: added"), std::string::npos);
   const std::string csv = comparison_csv(c);
-  EXPECT_EQ(csv.rfind("experiment,variant,params,base_status,new_status,base_ms,new_ms,speedup,speedup_lo,speedup_hi,verdict\n", 0), 0u);
-  EXPECT_NE(csv.find("demo,sgemm,bytes=1 GiB;m=64;n=8192;k=8192;dtype=fp32,ok,FAILED,"), std::string::npos) << csv;  // every shared param, values as written
+  EXPECT_EQ(
+      csv.rfind("experiment,variant,params,base_status,new_status,base_ms,new_ms,speedup,speedup_lo,speedup_hi,verdict\n", 0),
+      0u);
+  EXPECT_NE(csv.find("demo,sgemm,bytes=1 GiB;m=64;n=8192;k=8192;dtype=fp32,ok,FAILED,"), std::string::npos)
+      << csv;  // every shared param, values as written
   // `only` narrows the experiments.
   EXPECT_TRUE(compare_results(base, next, {"gone"}).experiments.empty());
 }

@@ -47,7 +47,8 @@ void expect_every_token_allowed(const EngineDocument& doc, BudgetMasker& masker,
   for (size_t i = 0; i < doc.tokens.size(); ++i) {
     const int32_t t = doc.tokens[i];
     ASSERT_TRUE(mask_allows(masker.state_mask(s), t)) << "token " << i << " (" << t << ") was not allowed";
-    ASSERT_TRUE(mask_allows(masker.mask(s, max_tokens - static_cast<int>(i)), t)) << "token " << i << " (" << t << ") broke the budget";
+    ASSERT_TRUE(mask_allows(masker.mask(s, max_tokens - static_cast<int>(i)), t))
+        << "token " << i << " (" << t << ") broke the budget";
     if (t == v.eos) {
       EXPECT_EQ(i + 1, doc.tokens.size()) << "EOS before the end";
       EXPECT_TRUE(c.dfa->accepting[static_cast<size_t>(s)]);
@@ -108,7 +109,8 @@ TEST(EngineGenerate, SampleMaskedDrawsOnlyAllowedTokens) {
   EXPECT_EQ(sample_masked(logits.data(), n, mask.data(), 0.0f, 0.5f, scratch), masked_argmax(logits.data(), mask.data(), n));
   std::vector<int> hits(n, 0);
   for (int i = 0; i < 4000; ++i) {
-    const int32_t t = sample_masked(logits.data(), n, mask.data(), 1.0f, model::sample_uniform(5, static_cast<uint64_t>(i), 0), scratch);
+    const int32_t t =
+        sample_masked(logits.data(), n, mask.data(), 1.0f, model::sample_uniform(5, static_cast<uint64_t>(i), 0), scratch);
     ASSERT_TRUE(t >= 0 && mask_allows(mask.data(), t)) << t;
     ++hits[static_cast<size_t>(t)];
   }
@@ -132,9 +134,10 @@ TEST(EngineGenerate, BudgetNeedsEosAndATokenPerByte) {
 // Through the runner: the constrained row passes its gate at 100% valid, the unmasked row is
 // measured (random weights: nothing valid), and a budget below the shortest document is refused.
 TEST(EngineGenerate, KindRowsThroughTheRunner) {
-  auto r = testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
-                                  "  - {name: g, kind: constrain-generate, variants: [cpu_unconstrained_retry, cpu_constrained],"
-                                  " constraint: 'regex:[a-z]{2,12}@[a-z]{2,8}\\.(com|org)', documents: 2, retries: 2, max_tokens: 24}\n");
+  auto r = testing::run_spec_text(
+      "{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
+      "  - {name: g, kind: constrain-generate, variants: [cpu_unconstrained_retry, cpu_constrained],"
+      " constraint: 'regex:[a-z]{2,12}@[a-z]{2,8}\\.(com|org)', documents: 2, retries: 2, max_tokens: 24}\n");
   testing::expect_all_ok(r, 2);
   EXPECT_EQ(testing::metric(r.rows[1], "valid"), 100);
   EXPECT_EQ(testing::metric(r.rows[1], "attempts_per_doc"), 1);
@@ -157,8 +160,9 @@ TEST(EngineGenerate, KindRowsThroughTheRunner) {
       }
     }
   }
-  auto small = testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
-                                      "  - {name: g, kind: constrain-generate, variants: [cpu_constrained], constraint: tool_call, max_tokens: 8}\n");
+  auto small = testing::run_spec_text(
+      "{warmup: 0, min_samples: 1, min_time: 0, timeout: 1s}",
+      "  - {name: g, kind: constrain-generate, variants: [cpu_constrained], constraint: tool_call, max_tokens: 8}\n");
   ASSERT_EQ(small.rows.size(), 1u);
   EXPECT_EQ(small.rows[0].status, RowStatus::Unsupported);
   EXPECT_NE(small.rows[0].message.find("max_tokens 8 is below"), std::string::npos) << small.rows[0].message;
@@ -176,14 +180,21 @@ std::string spec_error_of(const std::string& body) {
 // A model whose vocabulary is smaller than the tokenizer's is refused at spec validation,
 // pointing at the model key (file:line:col) and naming both sizes.
 TEST(EngineGenerate, SmallerModelVocabularyIsASpecError) {
-  EXPECT_EQ(spec_error_of("  - name: g\n    kind: constrain-generate\n    model: tiny\n").rfind("t.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'", 0),
-            0u)
+  EXPECT_EQ(
+      spec_error_of("  - name: g\n    kind: constrain-generate\n    model: tiny\n")
+          .rfind(
+              "t.yaml:4:12: experiments[0].model: model 'tiny' has 512 token ids, fewer than the 32000 tokens of vocab 'llama2'",
+              0),
+      0u)
       << spec_error_of("  - name: g\n    kind: constrain-generate\n    model: tiny\n");
   // In an axis too, pointing at the key the spec writes; the defaults fit (deep-narrow: llama2's 32000).
-  EXPECT_NE(spec_error_of("  - name: g\n    kind: constrain-generate\n    vocab: [llama2, gpt2]\n").find("t.yaml:4:12: experiments[0].vocab: model 'deep-narrow' has 32000 token ids, fewer than the 50257 tokens of vocab 'gpt2'"),
+  EXPECT_NE(spec_error_of("  - name: g\n    kind: constrain-generate\n    vocab: [llama2, gpt2]\n")
+                .find("t.yaml:4:12: experiments[0].vocab: model 'deep-narrow' has 32000 token ids, fewer than the 50257 tokens "
+                      "of vocab 'gpt2'"),
             std::string::npos);
   EXPECT_EQ(spec_error_of("  - name: g\n    kind: constrain-generate\n"), "no error");
-  EXPECT_NE(spec_error_of("  - name: g\n    kind: constrain-generate\n    model: checkpoint\n").find("experiments[0].model: model checkpoint needs weights: DIR"),
+  EXPECT_NE(spec_error_of("  - name: g\n    kind: constrain-generate\n    model: checkpoint\n")
+                .find("experiments[0].model: model checkpoint needs weights: DIR"),
             std::string::npos);
 }
 

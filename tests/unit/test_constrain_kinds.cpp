@@ -24,45 +24,51 @@ double metric(const Row& r, const std::string& key) {
 }
 
 TEST(ConstrainKinds, CompileBothVariantsOnRegexChoiceAndSchema) {
-  auto r = run_spec_text("  - {name: c, kind: constrain-compile, variants: [precomputed, lazy],"
-                         " constraint: [tool_call, 'regex:[a-z]{1,8}@[a-z]+\\.com', 'choice:yes|no|maybe'], vocab: llama2}\n");
+  auto r = run_spec_text(
+      "  - {name: c, kind: constrain-compile, variants: [precomputed, lazy],"
+      " constraint: [tool_call, 'regex:[a-z]{1,8}@[a-z]+\\.com', 'choice:yes|no|maybe'], vocab: llama2}\n");
   expect_all_ok(r, 6);
   EXPECT_GT(metric(r.rows[0], "dfa_states"), 100);
 }
 
 TEST(ConstrainKinds, MaskStepsAreAllowedAndTimed) {
-  auto r = run_spec_text("  - {name: m, kind: constrain-mask, variants: [precomputed, lazy], constraint: extraction, documents: 3}\n");
+  auto r =
+      run_spec_text("  - {name: m, kind: constrain-mask, variants: [precomputed, lazy], constraint: extraction, documents: 3}\n");
   expect_all_ok(r, 2);
   EXPECT_GT(metric(r.rows[0], "steps_per_run"), 3);
   EXPECT_GT(metric(r.rows[0], "step_p99"), 0);
 }
 
 TEST(ConstrainKinds, ConstrainedOutputIsAlwaysValidUnconstrainedIsNot) {
-  auto r = run_spec_text("  - {name: v, kind: constrain-validity, variants: [unconstrained_retry, constrained],"
-                         " constraint: tool_call, epsilon: 0.2, retries: 1, documents: 20}\n");
+  auto r = run_spec_text(
+      "  - {name: v, kind: constrain-validity, variants: [unconstrained_retry, constrained],"
+      " constraint: tool_call, epsilon: 0.2, retries: 1, documents: 20}\n");
   expect_all_ok(r, 2);
   EXPECT_LT(metric(r.rows[0], "valid"), 60);  // 20% errors per token: few documents survive
   EXPECT_EQ(metric(r.rows[1], "valid"), 100);
 }
 
 TEST(ConstrainKinds, JumpForwardSavesCallsOnTheSameDocuments) {
-  auto r = run_spec_text("  - {name: j, kind: constrain-jump-forward, variants: [no_jump, jump_forward], constraint: tool_union, documents: 5}\n");
+  auto r = run_spec_text(
+      "  - {name: j, kind: constrain-jump-forward, variants: [no_jump, jump_forward], constraint: tool_union, documents: 5}\n");
   expect_all_ok(r, 2);
   EXPECT_LT(metric(r.rows[1], "model_calls_per_doc"), metric(r.rows[0], "model_calls_per_doc"));
   EXPECT_GT(metric(r.rows[1], "calls_saved"), 10);
 }
 
 TEST(ConstrainKinds, CpuOverheadPicksTheMaskedArgmax) {
-  auto r = run_spec_text("  - {name: o, kind: constrain-overhead, variants: [cpu_lm_head_argmax, cpu_lm_head_masked_argmax],"
-                         " baseline: cpu_lm_head_argmax, model: tiny, mask_density: 0.01}\n");
+  auto r = run_spec_text(
+      "  - {name: o, kind: constrain-overhead, variants: [cpu_lm_head_argmax, cpu_lm_head_masked_argmax],"
+      " baseline: cpu_lm_head_argmax, model: tiny, mask_density: 0.01}\n");
   expect_all_ok(r, 2);
 }
 
 // Supported keywords pass their case; a refused keyword is an `unsupported` row whose note is
 // the compiler's error, naming the keyword and the JSON pointer.
 TEST(ConstrainKinds, KeywordRowsCheckCasesAndShowRefusals) {
-  auto r = run_spec_text("  - {name: k, kind: constrain-keywords, variants: [dfa], walks: 30,"
-                         " keyword: [additionalProperties-schema, $ref-recursive, regex, unevaluatedProperties, pattern-product-too-large]}\n");
+  auto r = run_spec_text(
+      "  - {name: k, kind: constrain-keywords, variants: [dfa], walks: 30,"
+      " keyword: [additionalProperties-schema, $ref-recursive, regex, unevaluatedProperties, pattern-product-too-large]}\n");
   ASSERT_EQ(r.rows.size(), 5u);
   for (size_t i = 0; i < 3; ++i) {
     const Row& row = r.rows[i];
@@ -132,11 +138,11 @@ TEST(Emitter, ConstrainedStaysValidAfterDeviationsThatRepeatATargetToken) {
   LazyTokenMasker masker(c.dfa, v);
   SchemaValidator validator(*c.schema);
   std::mt19937_64 rng(20260101ull + 1000003ull * 6);
-  EmitterStats st = emit_constrained(*c.dfa, distance_to_accept(*c.dfa), *v, *vocab_trie(v), masker, 0.05, 50, rng,
-                                     [&](const std::string& t) {
-                                       auto d = nlohmann::ordered_json::parse(t, nullptr, false);
-                                       return !d.is_discarded() && validator.valid(d);
-                                     });
+  EmitterStats st =
+      emit_constrained(*c.dfa, distance_to_accept(*c.dfa), *v, *vocab_trie(v), masker, 0.05, 50, rng, [&](const std::string& t) {
+        auto d = nlohmann::ordered_json::parse(t, nullptr, false);
+        return !d.is_discarded() && validator.valid(d);
+      });
   EXPECT_EQ(st.valid, 50);
 }
 

@@ -123,10 +123,12 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
   EXPECT_EQ(row.validation->metric, "disallowed_steps");
   EXPECT_TRUE(has(row.validation->detail, "steps of 8 valid documents through xgrammar 0.2.9's masks, in its own process"))
       << row.validation->detail;
-  EXPECT_TRUE(has(row.message, "xgrammar 0.2.9: compile = compile_json_schema + GrammarMatcher (2 threads, no cache) (python 3.11.7)"))
+  EXPECT_TRUE(
+      has(row.message, "xgrammar 0.2.9: compile = compile_json_schema + GrammarMatcher (2 threads, no cache) (python 3.11.7)"))
       << row.message;
   // The walks' documents went through our validator: the second is no tool call.
-  EXPECT_TRUE(has(row.message, "2 of 2 random walks under its mask finished, 1 valid by our validator (not: `{\"tool\":\"fly\"}`)"))
+  EXPECT_TRUE(
+      has(row.message, "2 of 2 random walks under its mask finished, 1 valid by our validator (not: `{\"tool\":\"fly\"}`)"))
       << row.message;
   EXPECT_DOUBLE_EQ(metric(row, "walks_valid"), 1);
   EXPECT_DOUBLE_EQ(metric(row, "tokenizer"), 20);
@@ -140,13 +142,14 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
   ASSERT_GE(argv.size(), 2u);
   EXPECT_EQ(argv[0], "-c");
   EXPECT_EQ(argv[1], constrain_peer_script());
-  const std::pair<const char*, const char*> asked[] = {{"--peer", "xgrammar"}, {"--mode", "compile"}, {"--warmup", "1"},
-                                                       {"--min-samples", "3"}, {"--max-noise", "0.5"},  {"--timeout", "5"}};
+  const std::pair<const char*, const char*> asked[] = {{"--peer", "xgrammar"}, {"--mode", "compile"},  {"--warmup", "1"},
+                                                       {"--min-samples", "3"}, {"--max-noise", "0.5"}, {"--timeout", "5"}};
   for (const auto& [flag, value] : asked) EXPECT_EQ(arg_after(argv, flag), value) << flag;
   EXPECT_FALSE(arg_after(argv, "--threads").empty());
   EXPECT_FALSE(test::path_exists(arg_after(argv, "--input"))) << "the input file outlives the row";
   const nlohmann::json in = nlohmann::json::parse(stub.file("input.json"));
-  EXPECT_EQ(in["schema"].get<std::string>(), test::read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/peers/closed_call.json"));
+  EXPECT_EQ(in["schema"].get<std::string>(),
+            test::read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/peers/closed_call.json"));
   EXPECT_EQ(in["whitespace"], "compact");
   EXPECT_EQ(in["strict_properties"], true);
   EXPECT_EQ(in["vocab"]["name"], "gpt2");
@@ -164,8 +167,8 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
 TEST(ConstrainPeer, OkMaskRowReportsTheStepsAsOurRowsDo) {
   if (!have_python3()) GTEST_SKIP() << "no python3 here (the answering stub is a python script)";
   Stub stub = answering({{"walks", {kValidDoc}}});
-  const ExperimentResult res =
-      run_spec_text(kDefaults, experiment("constrain-mask", stub.path, "    documents: 3\n    whitespace: flexible\n", "llguidance"));
+  const ExperimentResult res = run_spec_text(
+      kDefaults, experiment("constrain-mask", stub.path, "    documents: 3\n    whitespace: flexible\n", "llguidance"));
   ASSERT_EQ(res.rows.size(), 2u);
   const Row ours = res.rows[0], row = peer_row(res);
   ASSERT_EQ(row.status, RowStatus::Ok) << row.message;
@@ -211,7 +214,8 @@ TEST(ConstrainPeer, ARefusedTokenIsAFailedRowNeverTimed) {
 }
 
 TEST(ConstrainPeer, UnsupportedSaysWhyAndIsNotAFailure) {
-  Stub stub = Stub::printing(R"({"status": "unsupported", "reason": "llguidance 1.9.1 refused the schema: Unimplemented keys: [\"not\"]"})");
+  Stub stub = Stub::printing(
+      R"({"status": "unsupported", "reason": "llguidance 1.9.1 refused the schema: Unimplemented keys: [\"not\"]"})");
   const Row row = peer_row(run_spec_text(kDefaults, experiment("constrain-compile", stub.path, "", "llguidance")));
   EXPECT_EQ(row.status, RowStatus::Unsupported);
   EXPECT_EQ(row.message, "llguidance 1.9.1 refused the schema: Unimplemented keys: [\"not\"]");
@@ -222,7 +226,8 @@ TEST(ConstrainPeer, NoInterpreterIsAnUnsupportedRow) {
   for (const char* kind : {"constrain-compile", "constrain-mask"}) {
     const Row row = peer_row(run_spec_text(kDefaults, experiment(kind, "/nonexistent/python3")));
     EXPECT_EQ(row.status, RowStatus::Unsupported) << kind;
-    EXPECT_EQ(row.message, "no `/nonexistent/python3` here (the `python` key): the xgrammar peer needs python3 with xgrammar") << kind;
+    EXPECT_EQ(row.message, "no `/nonexistent/python3` here (the `python` key): the xgrammar peer needs python3 with xgrammar")
+        << kind;
   }
   const Row in_path = peer_row(run_spec_text(kDefaults, experiment("constrain-mask", "no-such-python-ib", "", "llguidance")));
   EXPECT_EQ(in_path.status, RowStatus::Unsupported);
@@ -251,10 +256,12 @@ TEST(ConstrainPeer, ScriptFailuresAreFailedRowsWithTheReason) {
   EXPECT_EQ(c.status, RowStatus::Failed);
   EXPECT_TRUE(has(c.message, "unreadable result: 0 documents checked of 8")) << c.message;
 
-  Stub silent = Stub::printing("", "Traceback (most recent call last):\n  ...\nImportError: libxgrammar_bindings.so: cannot open\n", 1);
+  Stub silent =
+      Stub::printing("", "Traceback (most recent call last):\n  ...\nImportError: libxgrammar_bindings.so: cannot open\n", 1);
   const Row s = peer_row(run_spec_text(kDefaults, experiment("constrain-compile", silent.path)));
   EXPECT_EQ(s.status, RowStatus::Failed);
-  EXPECT_TRUE(has(s.message, "exited with code 1 and printed no result: ImportError: libxgrammar_bindings.so: cannot open")) << s.message;
+  EXPECT_TRUE(has(s.message, "exited with code 1 and printed no result: ImportError: libxgrammar_bindings.so: cannot open"))
+      << s.message;
 
   Stub odd = Stub::printing(R"({"status": "maybe"})");
   const Row u = peer_row(run_spec_text(kDefaults, experiment("constrain-compile", odd.path)));
@@ -265,19 +272,23 @@ TEST(ConstrainPeer, ScriptFailuresAreFailedRowsWithTheReason) {
 TEST(ConstrainPeer, AHungPeerIsKilledAtItsDeadline) {
   Stub stub("echo 'importing torch' >&2\nsleep 30");
   const auto t0 = std::chrono::steady_clock::now();
-  const Row row = peer_row(run_spec_text(kDefaults, experiment("constrain-mask", stub.path, "    timeout: 0.2s\n    peer_timeout: 0.3s\n")));
+  const Row row =
+      peer_row(run_spec_text(kDefaults, experiment("constrain-mask", stub.path, "    timeout: 0.2s\n    peer_timeout: 0.3s\n")));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(row.status, RowStatus::Failed);
-  EXPECT_TRUE(has(row.message, "xgrammar peer killed after 0.5 s (the row's timeout + peer_timeout); its last words: importing torch"))
+  EXPECT_TRUE(
+      has(row.message, "xgrammar peer killed after 0.5 s (the row's timeout + peer_timeout); its last words: importing torch"))
       << row.message;
   EXPECT_LT(took, 10.0);
 }
 
 TEST(ConstrainPeer, RegexAndChoiceAreNotGivenToThePeers) {
   Stub stub = Stub::printing(R"({"status": "failed", "reason": "should not run"})");
-  const ExperimentResult res = run_spec_text(
-      kDefaults, "  - name: e\n    kind: constrain-compile\n    variants: [lazy, xgrammar, llguidance]\n"
-                 "    constraint: ['regex:[a-z]{1,8}', 'choice:yes|no']\n    python: '" + stub.path + "'\n");
+  const ExperimentResult res =
+      run_spec_text(kDefaults,
+                    "  - name: e\n    kind: constrain-compile\n    variants: [lazy, xgrammar, llguidance]\n"
+                    "    constraint: ['regex:[a-z]{1,8}', 'choice:yes|no']\n    python: '" +
+                        stub.path + "'\n");
   ASSERT_EQ(res.rows.size(), 6u);
   for (const Row& row : res.rows) {
     if (row.variant == "lazy") continue;
@@ -371,10 +382,12 @@ TEST(ConstrainPeerScript, RealPeersPassOnAClosedSchemaAndAreTimed) {
   if (!has_module(python, "xgrammar") || !has_module(python, "llguidance"))
     GTEST_SKIP() << python << " cannot import xgrammar and llguidance (scripts/dev-venv installs them)";
   for (const char* kind : {"constrain-compile", "constrain-mask"}) {
-    const ExperimentResult res = run_spec_text(
-        "{warmup: 1, min_samples: 3, min_time: 0, max_noise: 50%, timeout: 2s}",
-        std::string("  - name: real\n    kind: ") + kind + "\n    variants: [xgrammar, llguidance]\n    constraint: peers/closed_call\n"
-            "    whitespace: [compact, flexible]\n    python: '" + python + "'\n" + (kind == std::string("constrain-mask") ? "    documents: 3\n" : ""));
+    const ExperimentResult res =
+        run_spec_text("{warmup: 1, min_samples: 3, min_time: 0, max_noise: 50%, timeout: 2s}",
+                      std::string("  - name: real\n    kind: ") + kind +
+                          "\n    variants: [xgrammar, llguidance]\n    constraint: peers/closed_call\n"
+                          "    whitespace: [compact, flexible]\n    python: '" +
+                          python + "'\n" + (kind == std::string("constrain-mask") ? "    documents: 3\n" : ""));
     ib::testing::expect_all_ok(res, 4);
     for (const Row& row : res.rows) {
       EXPECT_GE(row.stats.n, 3u) << row.variant;
@@ -397,17 +410,22 @@ TEST(ConstrainPeerScript, RealPeersRefusalsAndNarrowerLanguagesShowInTheRows) {
     GTEST_SKIP() << python << " cannot import xgrammar and llguidance (scripts/dev-venv installs them)";
   const std::string dir = test::make_temp_dir();
   // llguidance implements no `not`: an unsupported row with its error.
-  test::write_text(dir + "/not.json", R"({"type": "object", "properties": {"a": {"type": "integer", "not": {"const": 3}}}, "required": ["a"]})");
-  const Row refused = peer_row(run_spec_text(kDefaults, "  - name: e\n    kind: constrain-compile\n    variants: [llguidance]\n"
-                                                        "    constraint: '" + dir + "/not.json'\n    python: '" + python + "'\n"));
+  test::write_text(dir + "/not.json",
+                   R"({"type": "object", "properties": {"a": {"type": "integer", "not": {"const": 3}}}, "required": ["a"]})");
+  const Row refused = peer_row(run_spec_text(kDefaults,
+                                             "  - name: e\n    kind: constrain-compile\n    variants: [llguidance]\n"
+                                             "    constraint: '" +
+                                                 dir + "/not.json'\n    python: '" + python + "'\n"));
   EXPECT_EQ(refused.status, RowStatus::Unsupported);
   EXPECT_TRUE(has(refused.message, "llguidance 1.9.1 refused the schema: ")) << refused.message;
   EXPECT_TRUE(has(refused.message, "not")) << refused.message;
   // 100 characters of free text: our valid documents escape some (8 of them, 1% escapes per character), and
   // XGrammar's length-bounded strings take no escapes.
   test::write_text(dir + "/long.json", R"({"type": "string", "minLength": 100, "maxLength": 100})");
-  const Row narrow = peer_row(run_spec_text(kDefaults, "  - name: e\n    kind: constrain-compile\n    variants: [xgrammar]\n"
-                                                       "    constraint: '" + dir + "/long.json'\n    python: '" + python + "'\n"));
+  const Row narrow = peer_row(run_spec_text(kDefaults,
+                                            "  - name: e\n    kind: constrain-compile\n    variants: [xgrammar]\n"
+                                            "    constraint: '" +
+                                                dir + "/long.json'\n    python: '" + python + "'\n"));
   EXPECT_EQ(narrow.status, RowStatus::Failed);
   EXPECT_TRUE(has(narrow.message, "validation failed: disallowed_steps")) << narrow.message;
   EXPECT_TRUE(has(narrow.message, " not allowed after ")) << narrow.message;

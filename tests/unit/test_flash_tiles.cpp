@@ -16,11 +16,13 @@ namespace ib::attention {
 namespace {
 
 // The shape the reference's visibility rule reads (batch, heads and head_dim do not matter).
-AttentionShape lengths(int seq_q, int seq_k, bool causal, int window) { return AttentionShape{1, 1, 1, 64, seq_q, seq_k, causal, window}; }
+AttentionShape lengths(int seq_q, int seq_k, bool causal, int window) {
+  return AttentionShape{1, 1, 1, 64, seq_q, seq_k, causal, window};
+}
 
 std::string describe(const AttentionShape& s) {
-  return "seq_q " + std::to_string(s.seq_q) + " seq_k " + std::to_string(s.seq_k) + " causal " + std::to_string(s.causal) + " window " +
-         std::to_string(s.window);
+  return "seq_q " + std::to_string(s.seq_q) + " seq_k " + std::to_string(s.seq_k) + " causal " + std::to_string(s.causal) +
+         " window " + std::to_string(s.window);
 }
 
 TEST(FlashKeyTiles, MatchTheReferenceVisibility) {
@@ -49,7 +51,8 @@ TEST(FlashKeyTiles, MatchTheReferenceVisibility) {
                 }
               }
               if (r.count > 0) {
-                EXPECT_TRUE(needed[static_cast<size_t>(r.first)]) << where << ": first tile " << r.first << " holds no visible key";
+                EXPECT_TRUE(needed[static_cast<size_t>(r.first)])
+                    << where << ": first tile " << r.first << " holds no visible key";
                 EXPECT_TRUE(needed[static_cast<size_t>(r.first + r.count - 1)]) << where << ": last tile holds no visible key";
               }
             }
@@ -77,7 +80,8 @@ TEST(FlashKeyTiles, MaskPredicatesMatchTheReference) {
               bool any = false;
               for (int i = row0; i < row0 + 16; ++i)
                 for (int j = n0; j < n0 + 64; ++j) any = any || key_hidden(j, i, seq_k, causal, shift, window);
-              ASSERT_EQ(tile_needs_mask(n0, 64, row0, 16, seq_k, causal, shift, window), any) << where << " rows " << row0 << " keys " << n0;
+              ASSERT_EQ(tile_needs_mask(n0, 64, row0, 16, seq_k, causal, shift, window), any)
+                  << where << " rows " << row0 << " keys " << n0;
             }
         }
 }

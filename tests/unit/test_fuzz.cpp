@@ -70,8 +70,8 @@ std::string scratch_dir() {
 class Mutator {
  public:
   Mutator(uint64_t seed, std::vector<std::string> tokens) : rng_(seed), tokens_(std::move(tokens)) {
-    for (const char* t : {"-1", "0", "4294967296", "-2147483649", "9223372036854775808", "1e309", "NaN", "null", "\"\"", "[]", "{}",
-                          "\xff", "\xc3", "\\u0000", "\\ud800"})
+    for (const char* t : {"-1", "0", "4294967296", "-2147483649", "9223372036854775808", "1e309", "NaN", "null", "\"\"", "[]",
+                          "{}", "\xff", "\xc3", "\\u0000", "\\ud800"})
       tokens_.push_back(t);
   }
   std::string operator()(const std::string& seed) {
@@ -81,13 +81,25 @@ class Mutator {
       const size_t at = rng_() % s.size();
       const size_t len = 1 + rng_() % std::min<size_t>(64, s.size() - at);
       switch (rng_() % 8) {
-        case 0: s[at] = static_cast<char>(rng_()); break;                                  // a byte
-        case 1: s.erase(at, len); break;                                                   // a cut
-        case 2: s.insert(at, s.substr(at, len)); break;                                    // a repeat
-        case 3: s.insert(at, tokens_[rng_() % tokens_.size()]); break;                     // a token
-        case 4: s.replace(at, len, tokens_[rng_() % tokens_.size()]); break;               // a swap
-        case 5: s.resize(at); break;                                                       // truncated
-        case 6: {                                                                          // deep nesting
+        case 0:
+          s[at] = static_cast<char>(rng_());
+          break;  // a byte
+        case 1:
+          s.erase(at, len);
+          break;  // a cut
+        case 2:
+          s.insert(at, s.substr(at, len));
+          break;  // a repeat
+        case 3:
+          s.insert(at, tokens_[rng_() % tokens_.size()]);
+          break;  // a token
+        case 4:
+          s.replace(at, len, tokens_[rng_() % tokens_.size()]);
+          break;  // a swap
+        case 5:
+          s.resize(at);
+          break;   // truncated
+        case 6: {  // deep nesting
           const std::string open = rng_() % 2 ? "[" : "{\"a\":", close = open == "[" ? "]" : "}";
           const size_t depth = 1 + rng_() % 3000;
           std::string wrapped;
@@ -97,7 +109,7 @@ class Mutator {
           s.replace(at, len, wrapped);
           break;
         }
-        default: {                                                                          // a number
+        default: {  // a number
           const size_t digit = s.find_first_of("0123456789", at);
           if (digit != std::string::npos) s.replace(digit, 1, tokens_[rng_() % 6]);
         }
@@ -137,18 +149,30 @@ class JsonMutator {
   }
   nlohmann::ordered_json edge_value() {
     switch (rng_() % 12) {
-      case 0: return -1;
-      case 1: return 0;
-      case 2: return int64_t{1} << 31;
-      case 3: return std::numeric_limits<int64_t>::max();
-      case 4: return std::numeric_limits<uint64_t>::max();
-      case 5: return 1e308;
-      case 6: return -0.5;
-      case 7: return nullptr;
-      case 8: return true;
-      case 9: return "";
-      case 10: return nlohmann::ordered_json::array();
-      default: return nlohmann::ordered_json::object();
+      case 0:
+        return -1;
+      case 1:
+        return 0;
+      case 2:
+        return int64_t{1} << 31;
+      case 3:
+        return std::numeric_limits<int64_t>::max();
+      case 4:
+        return std::numeric_limits<uint64_t>::max();
+      case 5:
+        return 1e308;
+      case 6:
+        return -0.5;
+      case 7:
+        return nullptr;
+      case 8:
+        return true;
+      case 9:
+        return "";
+      case 10:
+        return nlohmann::ordered_json::array();
+      default:
+        return nlohmann::ordered_json::object();
     }
   }
   void edit(nlohmann::ordered_json* root) {
@@ -156,8 +180,12 @@ class JsonMutator {
     collect(root, &nodes);
     nlohmann::ordered_json* n = nodes[rng_() % nodes.size()];
     switch (rng_() % 6) {
-      case 0: *n = edge_value(); break;
-      case 1: *n = nlohmann::ordered_json(*nodes[rng_() % nodes.size()]); break;  // a copy of another subtree
+      case 0:
+        *n = edge_value();
+        break;
+      case 1:
+        *n = nlohmann::ordered_json(*nodes[rng_() % nodes.size()]);
+        break;  // a copy of another subtree
       case 2:
         if (n->is_object() && !n->empty()) {
           auto it = n->begin();
@@ -174,7 +202,8 @@ class JsonMutator {
         }
         break;
       case 4:
-        for (size_t k = 1 + rng_() % 2000; k > 0; --k) *n = rng_() % 2 ? nlohmann::ordered_json::array({*n}) : nlohmann::ordered_json{{"a", *n}};
+        for (size_t k = 1 + rng_() % 2000; k > 0; --k)
+          *n = rng_() % 2 ? nlohmann::ordered_json::array({*n}) : nlohmann::ordered_json{{"a", *n}};
         break;
       default:
         if (n->is_string()) {
@@ -198,7 +227,8 @@ void fuzz(const std::string& target, const std::vector<std::string>& seeds, std:
   ASSERT_FALSE(seeds.empty());
   Mutator mutate(std::hash<std::string>{}(target), std::move(tokens));
   JsonMutator mutate_json(std::hash<std::string>{}(target) + 1);
-  const bool json = seeds[0].find_first_not_of(" \n\t") != std::string::npos && seeds[0][seeds[0].find_first_not_of(" \n\t")] == '{';
+  const bool json =
+      seeds[0].find_first_not_of(" \n\t") != std::string::npos && seeds[0][seeds[0].find_first_not_of(" \n\t")] == '{';
   const std::string last = scratch_dir() + "/../ib-fuzz-" + target + ".last";
   int refused = 0, accepted = 0;
   for (int i = 0; i < iterations(); ++i) {
@@ -210,8 +240,8 @@ void fuzz(const std::string& target, const std::vector<std::string>& seeds, std:
       ++accepted;
     } catch (const std::exception& e) {
       if (!allowed(e)) {
-        ADD_FAILURE() << target << ": input " << i << " (kept in " << last << ") threw an undocumented " << typeid(e).name() << ": "
-                      << std::string(e.what()).substr(0, 300);
+        ADD_FAILURE() << target << ": input " << i << " (kept in " << last << ") threw an undocumented " << typeid(e).name()
+                      << ": " << std::string(e.what()).substr(0, 300);
         return;
       }
       ++refused;
@@ -237,14 +267,36 @@ TEST(Fuzz, SpecLoader) {
   for (const char* f : {"ceiling", "attention", "kvcache", "prefix", "specdec", "decode", "constrain"})
     seeds.push_back(read_all(kSource + "/experiments/" + f + ".yaml"));
   SpecOptions options;
-  fuzz("spec", seeds, {"- ", ": ", "[", "]", "{", "}", "&a ", "*a", "<<: ", "!!binary ", "experiments:", "variants:", "book:", "plot:",
-                       "cpu:", "skip:", "\n  - name: x\n    kind: ceiling\n", "1GiB", "32K", "10%", "1e-300s"},
-       [&](const std::string& text) { parse_spec(text, "fuzz.yaml", options); }, is_input_error);
+  fuzz(
+      "spec", seeds,
+      {"- ",
+       ": ",
+       "[",
+       "]",
+       "{",
+       "}",
+       "&a ",
+       "*a",
+       "<<: ",
+       "!!binary ",
+       "experiments:",
+       "variants:",
+       "book:",
+       "plot:",
+       "cpu:",
+       "skip:",
+       "\n  - name: x\n    kind: ceiling\n",
+       "1GiB",
+       "32K",
+       "10%",
+       "1e-300s"},
+      [&](const std::string& text) { parse_spec(text, "fuzz.yaml", options); }, is_input_error);
 }
 
 TEST(Fuzz, JsonSchemaCompiler) {
   std::vector<std::string> seeds = files_in(kSource + "/experiments/schemas", ".json");
-  seeds.push_back(R"({"oneOf":[{"required":["a"]},{"required":["b"]}],"properties":{"a":{"type":"string","pattern":"^[a-z]{2,5}$"},"b":{"type":"integer","minimum":-5,"maximum":70000}}})");
+  seeds.push_back(
+      R"({"oneOf":[{"required":["a"]},{"required":["b"]}],"properties":{"a":{"type":"string","pattern":"^[a-z]{2,5}$"},"b":{"type":"integer","minimum":-5,"maximum":70000}}})");
   seeds.push_back(R"({"type":"array","items":{"$ref":"#/$defs/n"},"uniqueItems":true,"$defs":{"n":{"enum":[1,2,"x",null]}}})");
   constrain::SchemaOptions options;
   options.max_product_states = 20'000;
@@ -253,35 +305,59 @@ TEST(Fuzz, JsonSchemaCompiler) {
   limits.max_dfa_states = 20'000;
   limits.max_nfa_states = 200'000;
   limits.max_set_entries = 2'000'000;
-  fuzz("schema", seeds, {"\"type\":", "\"$ref\":\"#\"", "\"allOf\":[", "\"anyOf\":[", "\"oneOf\":[", "\"not\":", "\"if\":", "\"then\":",
-                         "\"items\":", "\"prefixItems\":[", "\"pattern\":\"(a|b)*c{3,}\"", "\"format\":\"date\"", "\"enum\":[",
-                         "\"minimum\":", "\"multipleOf\":0.1", "\"minLength\":", "\"maxItems\":", "\"dependentSchemas\":{",
-                         "\"$schema\":\"http://json-schema.org/draft-04/schema#\"", "\"additionalProperties\":false"},
-       [&](const std::string& text) {
-         nlohmann::ordered_json j;
-         try {
-           j = nlohmann::ordered_json::parse(text);
-         } catch (const nlohmann::json::parse_error&) {
-           return;  // not JSON: the constraint loader's error, before the compiler
-         }
-         constrain::compile_dfa(constrain::schema_to_regex(j, options), limits);
-       },
-       [](const std::exception& e) {
-         return dynamic_cast<const constrain::SchemaError*>(&e) || dynamic_cast<const constrain::RegexError*>(&e);
-       });
+  fuzz(
+      "schema", seeds,
+      {"\"type\":",
+       "\"$ref\":\"#\"",
+       "\"allOf\":[",
+       "\"anyOf\":[",
+       "\"oneOf\":[",
+       "\"not\":",
+       "\"if\":",
+       "\"then\":",
+       "\"items\":",
+       "\"prefixItems\":[",
+       "\"pattern\":\"(a|b)*c{3,}\"",
+       "\"format\":\"date\"",
+       "\"enum\":[",
+       "\"minimum\":",
+       "\"multipleOf\":0.1",
+       "\"minLength\":",
+       "\"maxItems\":",
+       "\"dependentSchemas\":{",
+       "\"$schema\":\"http://json-schema.org/draft-04/schema#\"",
+       "\"additionalProperties\":false"},
+      [&](const std::string& text) {
+        nlohmann::ordered_json j;
+        try {
+          j = nlohmann::ordered_json::parse(text);
+        } catch (const nlohmann::json::parse_error&) {
+          return;  // not JSON: the constraint loader's error, before the compiler
+        }
+        constrain::compile_dfa(constrain::schema_to_regex(j, options), limits);
+      },
+      [](const std::exception& e) {
+        return dynamic_cast<const constrain::SchemaError*>(&e) || dynamic_cast<const constrain::RegexError*>(&e);
+      });
 }
 
 TEST(Fuzz, RegexParser) {
-  const std::vector<std::string> seeds = {"^[a-z]+(-[a-z0-9]+)*$", "\\d{3}-\\d{4}", "(?:ab|cd)*e?f+", "[^\\s\"]{1,20}",
-                                          "\\u00e9|\\u{1F600}|[\\x00-\\x1f]", "a{2,}b{0,3}(c|d|)", "^(\\([0-9]{3}\\))?[0-9]{3}-[0-9]{4}$"};
+  const std::vector<std::string> seeds = {"^[a-z]+(-[a-z0-9]+)*$",
+                                          "\\d{3}-\\d{4}",
+                                          "(?:ab|cd)*e?f+",
+                                          "[^\\s\"]{1,20}",
+                                          "\\u00e9|\\u{1F600}|[\\x00-\\x1f]",
+                                          "a{2,}b{0,3}(c|d|)",
+                                          "^(\\([0-9]{3}\\))?[0-9]{3}-[0-9]{4}$"};
   constrain::CompileLimits limits;
   limits.max_dfa_states = 20'000;
   limits.max_nfa_states = 200'000;
   limits.max_set_entries = 2'000'000;
-  fuzz("regex", seeds, {"(", ")", "(?:", "(?=", "[", "]", "[^", "{", "}", "{99999}", "{2,1}", "*", "+", "?", "|", "\\", "\\p{L}",
-                        "^", "$", ".", "-"},
-       [&](const std::string& p) { constrain::compile_dfa(constrain::parse_regex(p).re, limits); },
-       [](const std::exception& e) { return dynamic_cast<const constrain::RegexError*>(&e) != nullptr; });
+  fuzz(
+      "regex", seeds, {"(", ")", "(?:", "(?=", "[",  "]",      "[^", "{", "}", "{99999}", "{2,1}",
+                       "*", "+", "?",   "|",   "\\", "\\p{L}", "^",  "$", ".", "-"},
+      [&](const std::string& p) { constrain::compile_dfa(constrain::parse_regex(p).re, limits); },
+      [](const std::exception& e) { return dynamic_cast<const constrain::RegexError*>(&e) != nullptr; });
 }
 
 // Both readers of tokenizer.json: the tokenizer (encode/decode) and the constrained decoder's vocabulary.
@@ -290,19 +366,21 @@ TEST(Fuzz, TokenizerJson) {
                                           read_all(kSource + "/tests/data/hf/models/llama-spm-tokenizer/tokenizer.json")};
   const std::string dir = scratch_dir();
   int n = 0;
-  fuzz("tokenizer", seeds, {"\"type\":\"Sequence\",", "\"normalizers\":[", "\"decoders\":[", "\"pretokenizers\":[", "\"id\":", "\"vocab\":{",
-                            "\"merges\":[", "\"added_tokens\":[", "\"special\":true", "\"<0xZZ>\"", "\"Ġ\""},
-       [&](const std::string& text) {
-         // A path per input: both readers cache by path.
-         const std::string path = dir + "/tokenizer-" + std::to_string(n++) + ".json";
-         write_all(path, text);
-         const auto t = tokenizer::Tokenizer::load(path);
-         const std::vector<int32_t> ids = t->encode("Hello, wörld!\n\tdef f(x): return x", true);
-         t->decode(ids, false);
-         constrain::load_vocabulary(path);
-         ::unlink(path.c_str());
-       },
-       [](const std::exception& e) { return is_input_error(e) || dynamic_cast<const std::runtime_error*>(&e) != nullptr; });
+  fuzz(
+      "tokenizer", seeds,
+      {"\"type\":\"Sequence\",", "\"normalizers\":[", "\"decoders\":[", "\"pretokenizers\":[", "\"id\":", "\"vocab\":{",
+       "\"merges\":[", "\"added_tokens\":[", "\"special\":true", "\"<0xZZ>\"", "\"Ġ\""},
+      [&](const std::string& text) {
+        // A path per input: both readers cache by path.
+        const std::string path = dir + "/tokenizer-" + std::to_string(n++) + ".json";
+        write_all(path, text);
+        const auto t = tokenizer::Tokenizer::load(path);
+        const std::vector<int32_t> ids = t->encode("Hello, wörld!\n\tdef f(x): return x", true);
+        t->decode(ids, false);
+        constrain::load_vocabulary(path);
+        ::unlink(path.c_str());
+      },
+      [](const std::exception& e) { return is_input_error(e) || dynamic_cast<const std::runtime_error*>(&e) != nullptr; });
 }
 
 TEST(Fuzz, ConfigJson) {
@@ -310,9 +388,11 @@ TEST(Fuzz, ConfigJson) {
   for (const auto& entry : fs::directory_iterator(kSource + "/tests/data/hf/models"))
     if (fs::exists(entry.path() / "config.json")) seeds.push_back(read_all((entry.path() / "config.json").string()));
   std::sort(seeds.begin(), seeds.end());
-  fuzz("config", seeds, {"\"num_attention_heads\":", "\"head_dim\":", "\"rope_scaling\":{", "\"rope_type\":\"yarn\",", "\"layer_types\":[",
-                         "\"sliding_window\":", "\"max_window_layers\":", "\"torch_dtype\":\"float8\""},
-       [](const std::string& text) { model::config_from_hf_json(text, "fuzz/config.json"); }, is_input_error);
+  fuzz(
+      "config", seeds,
+      {"\"num_attention_heads\":", "\"head_dim\":", "\"rope_scaling\":{", "\"rope_type\":\"yarn\",", "\"layer_types\":[",
+       "\"sliding_window\":", "\"max_window_layers\":", "\"torch_dtype\":\"float8\""},
+      [](const std::string& text) { model::config_from_hf_json(text, "fuzz/config.json"); }, is_input_error);
 }
 
 // The header of a real checkpoint mutated (its length prefix kept consistent half of the time),
@@ -328,33 +408,37 @@ TEST(Fuzz, SafetensorsHeader) {
   fs::create_directories(dir);
   write_all(dir + "/config.json", read_all(src + "/config.json"));
   int n = 0;
-  fuzz("safetensors", {header}, {"\"dtype\":\"F64\"", "\"dtype\":\"BF16\"", "\"shape\":[", "\"data_offsets\":[", "\"__metadata__\":{"},
-       [&](const std::string& h) {
-         std::string bytes(8, '\0');
-         uint64_t l = n++ % 2 ? h.size() : h.size() + static_cast<uint64_t>(n % 7) - 3;
-         for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((l >> (8 * i)) & 0xFF);
-         write_all(dir + "/model.safetensors", bytes + h + data);
-         const auto w = model::safetensors_weights(config, dir);
-         for (const auto& spec : model::tensor_specs(config)) {
-           std::vector<float> buf(static_cast<size_t>(spec.elems()));
-           w->read(spec, buf.data());
-         }
-       },
-       is_input_error);
+  fuzz(
+      "safetensors", {header},
+      {"\"dtype\":\"F64\"", "\"dtype\":\"BF16\"", "\"shape\":[", "\"data_offsets\":[", "\"__metadata__\":{"},
+      [&](const std::string& h) {
+        std::string bytes(8, '\0');
+        uint64_t l = n++ % 2 ? h.size() : h.size() + static_cast<uint64_t>(n % 7) - 3;
+        for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((l >> (8 * i)) & 0xFF);
+        write_all(dir + "/model.safetensors", bytes + h + data);
+        const auto w = model::safetensors_weights(config, dir);
+        for (const auto& spec : model::tensor_specs(config)) {
+          std::vector<float> buf(static_cast<size_t>(spec.elems()));
+          w->read(spec, buf.data());
+        }
+      },
+      is_input_error);
 }
 
 // results.json as plot and compare read it: parsed, then drawn (the report and every plot).
 TEST(Fuzz, ResultsJson) {
   const std::vector<std::string> seeds = {read_all(kSource + "/results/h200/attention-flash-evolution.json"),
                                           read_all(kSource + "/results/cpu-amd-epyc-2t/specdec-batch.json")};
-  fuzz("results", seeds, {"\"y\":[]", "\"x\":\"\"", "\"configurations\":", "\"rows\":[", "\"samples_s\":[", "\"backend\":\"tpu\"", "\"log_x\":true",
-                          "\"values\":[0.3,0.30000000000000004]"},
-       [](const std::string& text) {
-         const ResultSet rs = results_from_json(nlohmann::json::parse(text));
-         markdown_report(rs);
-         for (const auto& e : rs.experiments) render_plots(e, rs.meta.ceilings, "fuzz");
-       },
-       [](const std::exception&) { return true; });  // load_results turns every std::exception into one InputError naming the file
+  fuzz(
+      "results", seeds,
+      {"\"y\":[]", "\"x\":\"\"", "\"configurations\":", "\"rows\":[", "\"samples_s\":[", "\"backend\":\"tpu\"", "\"log_x\":true",
+       "\"values\":[0.3,0.30000000000000004]"},
+      [](const std::string& text) {
+        const ResultSet rs = results_from_json(nlohmann::json::parse(text));
+        markdown_report(rs);
+        for (const auto& e : rs.experiments) render_plots(e, rs.meta.ceilings, "fuzz");
+      },
+      [](const std::exception&) { return true; });  // load_results turns every std::exception into one InputError naming the file
 }
 
 }  // namespace

@@ -26,9 +26,9 @@ TEST(Half, Bf16RoundsToNearestEven) {
 TEST(Half, Fp16MatchesIeeeRounding) {
   EXPECT_EQ(float_to_fp16_bits(1.0f), 0x3c00);
   EXPECT_EQ(float_to_fp16_bits(-2.0f), 0xc000);
-  EXPECT_EQ(float_to_fp16_bits(65504.0f), 0x7bff);   // largest finite
-  EXPECT_EQ(float_to_fp16_bits(65519.0f), 0x7bff);   // still rounds down
-  EXPECT_EQ(float_to_fp16_bits(65520.0f), 0x7c00);   // rounds to infinity
+  EXPECT_EQ(float_to_fp16_bits(65504.0f), 0x7bff);               // largest finite
+  EXPECT_EQ(float_to_fp16_bits(65519.0f), 0x7bff);               // still rounds down
+  EXPECT_EQ(float_to_fp16_bits(65520.0f), 0x7c00);               // rounds to infinity
   EXPECT_EQ(float_to_fp16_bits(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(float_to_fp16_bits(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(float_to_fp16_bits(std::ldexp(1.0f, -25)), 0x0000);  // tie to even: zero

@@ -106,7 +106,8 @@ TEST_P(HfCase, MatchesTransformers) {
   if (facts.contains("layer_types") && facts["layer_types"].is_array()) {
     const auto types = facts["layer_types"].get<std::vector<std::string>>();
     ASSERT_EQ(static_cast<int>(types.size()), c.layers);
-    for (int l = 0; l < c.layers; ++l) EXPECT_EQ(c.window(l) > 0, types[static_cast<size_t>(l)] == "sliding_attention") << "layer " << l;
+    for (int l = 0; l < c.layers; ++l)
+      EXPECT_EQ(c.window(l) > 0, types[static_cast<size_t>(l)] == "sliding_attention") << "layer " << l;
   }
 
   auto weights = safetensors_weights(c, dir.string());
@@ -179,12 +180,13 @@ std::vector<std::string> case_names() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HfCase, ::testing::ValuesIn(case_names()), [](const ::testing::TestParamInfo<std::string>& param) {
-  std::string n = param.param;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Cases, HfCase, ::testing::ValuesIn(case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string n = param.param;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace ib::model

@@ -57,7 +57,8 @@ TEST(KvEvictPolicy, EachHoldsExactlyMinOfBudgetAndTokens) {
       EXPECT_EQ(a.evicted >= 0, t >= want) << name << " " << t;
       ASSERT_EQ(p->check_invariants(), "") << name;
       w.assign(static_cast<size_t>(p->size()), 0.0f);
-      for (size_t s = 0; s < w.size(); ++s) w[s] = static_cast<float>(random_uniform(1, static_cast<uint64_t>(t) * 1000 + s) + 1.0);
+      for (size_t s = 0; s < w.size(); ++s)
+        w[s] = static_cast<float>(random_uniform(1, static_cast<uint64_t>(t) * 1000 + s) + 1.0);
       p->on_attention(w.data());
     }
   }
@@ -448,8 +449,9 @@ ExperimentResult run_spec_text(const std::string& body) {
 }
 
 TEST(KvEvictKinds, SyntheticStudyRunsThroughTheRunner) {
-  auto r = run_spec_text("  - {name: e, kind: kv-evict, variants: [full, sliding_window, streaming_llm, h2o], baseline: full,"
-                         " context: 1024, decode_steps: 64, head_dim: 64, budget: [0.1, 1.0]}\n");
+  auto r = run_spec_text(
+      "  - {name: e, kind: kv-evict, variants: [full, sliding_window, streaming_llm, h2o], baseline: full,"
+      " context: 1024, decode_steps: 64, head_dim: 64, budget: [0.1, 1.0]}\n");
   testing::expect_all_ok(r, 8);
   for (const char* v : {"full", "sliding_window", "streaming_llm", "h2o"}) {
     EXPECT_EQ(evict_metric(row(r, v, 1.0), "err mean"), 0) << v;
@@ -467,18 +469,20 @@ TEST(KvEvictKinds, SyntheticStudyRunsThroughTheRunner) {
 
 TEST(KvEvictKinds, StreamingLlmWithoutSinksIsThePlainWindow) {
   // No h2o listed: the points carry no `recent`.
-  auto r = run_spec_text("  - {name: e, kind: kv-evict, variants: [sliding_window, streaming_llm], context: 512, decode_steps: 32,"
-                         " head_dim: 32, budget: 16, sinks: [0, 4, 16]}\n");
+  auto r = run_spec_text(
+      "  - {name: e, kind: kv-evict, variants: [sliding_window, streaming_llm], context: 512, decode_steps: 32,"
+      " head_dim: 32, budget: 16, sinks: [0, 4, 16]}\n");
   ASSERT_EQ(r.rows.size(), 6u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(r.rows[i].status, RowStatus::Ok) << r.rows[i].message;
   EXPECT_EQ(evict_metric(r.rows[1], "err mean"), evict_metric(r.rows[0], "err mean"));  // sinks: 0
   EXPECT_LT(evict_metric(r.rows[3], "err mean"), evict_metric(r.rows[2], "err mean"));  // sinks: 4
-  EXPECT_EQ(r.rows[5].status, RowStatus::Unsupported);                      // sinks: 16 = budget
+  EXPECT_EQ(r.rows[5].status, RowStatus::Unsupported);                                  // sinks: 16 = budget
 }
 
 TEST(KvEvictKinds, EngineStudyRunsThroughTheRunner) {
-  auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm, cpu_h2o],"
-                         " baseline: cpu_full, model: tiny, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
+  auto r = run_spec_text(
+      "  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm, cpu_h2o],"
+      " baseline: cpu_full, model: tiny, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
   testing::expect_all_ok(r, 8);
   for (const char* v : {"cpu_full", "cpu_sliding_window", "cpu_streaming_llm", "cpu_h2o"}) {
     EXPECT_EQ(evict_metric(row(r, v, 1.0), "KL mean"), 0) << v;
@@ -494,8 +498,9 @@ TEST(KvEvictKinds, EngineStudyRunsThroughTheRunner) {
 }
 
 TEST(KvEvictKinds, PerHeadH2oKeepsItsBudgetInEveryHead) {
-  auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_h2o, cpu_h2o_head], baseline: cpu_full,"
-                         " model: tiny-gqa, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
+  auto r = run_spec_text(
+      "  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_h2o, cpu_h2o_head], baseline: cpu_full,"
+      " model: tiny-gqa, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
   testing::expect_all_ok(r, 6);  // validation: no head attends to a position its own policy evicted
   EXPECT_EQ(evict_metric(row(r, "cpu_h2o_head", 1.0), "KL mean"), 0);
   EXPECT_EQ(evict_metric(row(r, "cpu_h2o_head", 0.25), "held"), 32);
@@ -511,8 +516,10 @@ TEST(KvEvictKinds, ATextIsScoredAsItsPerplexity) {
   const std::string dir = std::string(IB_SOURCE_DIR) + "/tests/data/hf/models/qwen2-tokenizer";
   const std::string text = std::string(IB_SOURCE_DIR) + "/data/texts/code.txt";
   const int prompt = 48, fresh = 64;
-  auto r = run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm], baseline: cpu_full,"
-                         " model: checkpoint, weights: " + dir + ", text: " + text + ", prompt: 48, new_tokens: 64, budget: 16, sinks: 2}\n");
+  auto r = run_spec_text(
+      "  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_sliding_window, cpu_streaming_llm], baseline: cpu_full,"
+      " model: checkpoint, weights: " +
+      dir + ", text: " + text + ", prompt: 48, new_tokens: 64, budget: 16, sinks: 2}\n");
   testing::expect_all_ok(r, 3);
   const double full = evict_metric(r.rows[0], "ppl");
   EXPECT_EQ(evict_metric(r.rows[0], "ppl ×full"), 1.0);
@@ -550,8 +557,8 @@ TEST(KvEvictKinds, ATextTooShortForTheDecodeIsAnInputError) {
   const std::string text = ::testing::TempDir() + "ib_short_text.txt";
   std::ofstream(text) << "def f(x):\n    return x\n";
   try {
-    run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full], model: checkpoint, weights: " + dir + ", text: " + text +
-                  ", prompt: 100, new_tokens: 27}\n");
+    run_spec_text("  - {name: m, kind: kv-evict-model, variants: [cpu_full], model: checkpoint, weights: " + dir +
+                  ", text: " + text + ", prompt: 100, new_tokens: 27}\n");
     ADD_FAILURE() << "no error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("text:"), std::string::npos) << e.what();
@@ -571,7 +578,9 @@ TEST(KvEvictEngine, ChannelRangesAgreeWithTheHeadRanges) {
   const size_t D = static_cast<size_t>(c.head_dim);
   ASSERT_EQ(channel.size(), head.size() * D);
   for (size_t i = 0; i < head.size(); ++i) {
-    EXPECT_EQ(*std::max_element(channel.begin() + static_cast<std::ptrdiff_t>(i * D), channel.begin() + static_cast<std::ptrdiff_t>((i + 1) * D)), head[i]);
+    EXPECT_EQ(*std::max_element(channel.begin() + static_cast<std::ptrdiff_t>(i * D),
+                                channel.begin() + static_cast<std::ptrdiff_t>((i + 1) * D)),
+              head[i]);
     EXPECT_GT(head[i], 0.0f);
   }
 }

@@ -104,13 +104,15 @@ TEST(KvFormat, KiviRoundTripIsWithinHalfAStepForFourAndTwoBits) {
       const KiviRange r = kivi_range(lo, hi, bits);
       const float scale = fp16_bits_to_float(r.scale), zero = fp16_bits_to_float(r.zero);
       ASSERT_LE(zero, lo);
-      ASSERT_GE(static_cast<double>(zero) + kivi_max_code(bits) * static_cast<double>(scale), hi - 1e-6 * (std::fabs(hi) + std::fabs(zero)));
+      ASSERT_GE(static_cast<double>(zero) + kivi_max_code(bits) * static_cast<double>(scale),
+                hi - 1e-6 * (std::fabs(hi) + std::fabs(zero)));
       for (float e : x) {
         const uint32_t q = kivi_quantize(e, scale, zero, bits);
         ASSERT_LE(q, static_cast<uint32_t>(kivi_max_code(bits)));
         const double err = std::fabs(static_cast<double>(e) - kivi_dequantize(q, scale, zero));
         // scale/2, up to float rounding of (x - zero)/scale and of zero + code·scale.
-        ASSERT_LE(err, scale / 2 * (1 + 1e-5) + 1e-6 * (std::fabs(e) + std::fabs(zero))) << bits << " bits, x " << e << " scale " << scale;
+        ASSERT_LE(err, scale / 2 * (1 + 1e-5) + 1e-6 * (std::fabs(e) + std::fabs(zero)))
+            << bits << " bits, x " << e << " scale " << scale;
       }
     }
 }
@@ -239,7 +241,8 @@ TEST(BlockManager, RandomOperationsKeepInvariantsAndCopyOnWriteKeepsContents) {
     for (auto [src, dst] : m.take_copies())
       std::copy(pool.begin() + src * kBs, pool.begin() + (src + 1) * kBs, pool.begin() + dst * kBs);
     const auto& t = m.table(s);
-    for (int i = from; i < m.length(s); ++i) pool[static_cast<size_t>(t[static_cast<size_t>(i / kBs)] * kBs + i % kBs)] = want[s][static_cast<size_t>(i)];
+    for (int i = from; i < m.length(s); ++i)
+      pool[static_cast<size_t>(t[static_cast<size_t>(i / kBs)] * kBs + i % kBs)] = want[s][static_cast<size_t>(i)];
   };
   int copies_seen = 0;
   for (int step = 0; step < 4000; ++step) {
@@ -409,18 +412,21 @@ TEST(DecodeCheck, CatchesACorruptedInt4OrInt2CodeOrPair) {
       attend(s.context, s.head_dim, q.data(), k.data(), v.data(), s.scale(), out.data() + h * s.head_dim);
     }
     auto read = [&](int, int h, int c) { return static_cast<float>(out[static_cast<size_t>(h * s.head_dim + c)]); };
-    const DecodeCheck ok = check_decode(s, in, 12, [&](int b, int kvh) { return quantize_head(s, in, b, kvh); }, read, 1e-2);
+    const DecodeCheck ok = check_decode(
+        s, in, 12, [&](int b, int kvh) { return quantize_head(s, in, b, kvh); }, read, 1e-2);
     EXPECT_TRUE(ok.gate.ok) << ok.gate.detail;
     EXPECT_GT(ok.format_rel_l2, 1e-2);  // 4 bits cost more than int8
     EXPECT_LT(ok.format_rel_l2, f == KvFormat::INT4 ? 0.2 : 0.5);
-    if (f == KvFormat::INT4) int4_err = ok.format_rel_l2;
-    else EXPECT_GT(ok.format_rel_l2, 2 * int4_err);  // 2 bits: a step 5× int4's
+    if (f == KvFormat::INT4)
+      int4_err = ok.format_rel_l2;
+    else
+      EXPECT_GT(ok.format_rel_l2, 2 * int4_err);  // 2 bits: a step 5× int4's
     for (int what = 0; what < 3; ++what) {
       auto corrupt = [&](int b, int kvh) {
         StoredHead h = quantize_head(s, in, b, kvh);
-        if (what == 0) h.k[40] ^= 0x10;                  // a code
-        if (what == 1) h.v[h.v.size() - 3] ^= 1;         // the residual
-        if (what == 2) h.k_scale[7] *= 2;                // a pair
+        if (what == 0) h.k[40] ^= 0x10;           // a code
+        if (what == 1) h.v[h.v.size() - 3] ^= 1;  // the residual
+        if (what == 2) h.k_scale[7] *= 2;         // a pair
         return h;
       };
       EXPECT_EQ(check_decode(s, in, 12, corrupt, read, 1e-2).gate.metric, "cache_mismatch") << what;
@@ -502,8 +508,10 @@ TEST(KvKinds, Int4AndInt2PassTheGateOnOddRaggedGqaLengthsAndSayPagedIsUnsupporte
   for (KvFormat f : {KvFormat::INT4, KvFormat::INT2}) {
     const std::string name = to_string(f), key = kivi_group_key(f), variant = "cpu_" + name;
     const bool two = f == KvFormat::INT2;
-    auto r = run_kv("  - {name: q, kind: kv-quant, variants: [cpu_bf16, " + variant + "], baseline: cpu_bf16, batch: 3, heads: 8,"
-                    " kv_heads: [8, 2], head_dim: [64, 128], context: [1, 31, 33, 1000], ragged: true, " + key + ": [32, 16]}\n");
+    auto r = run_kv("  - {name: q, kind: kv-quant, variants: [cpu_bf16, " + variant +
+                    "], baseline: cpu_bf16, batch: 3, heads: 8,"
+                    " kv_heads: [8, 2], head_dim: [64, 128], context: [1, 31, 33, 1000], ragged: true, " +
+                    key + ": [32, 16]}\n");
     size_t kivi_rows = 0;
     for (const auto& row : r.rows) {
       EXPECT_EQ(row.status, RowStatus::Ok) << row.variant << " " << row.point.label() << ": " << row.message;
@@ -528,8 +536,9 @@ TEST(KvKinds, Int4AndInt2PassTheGateOnOddRaggedGqaLengthsAndSayPagedIsUnsupporte
     EXPECT_EQ(paged.rows[0].status, RowStatus::Unsupported);
     EXPECT_NE(paged.rows[0].message.find("contiguous only"), std::string::npos) << paged.rows[0].message;
   }
-  auto odd = run_kv("  - {name: g, kind: kv-quant, variants: [cpu_int2], batch: 1, heads: 4, head_dim: 64, context: 100,"
-                    " int2_group: 48}\n");
+  auto odd = run_kv(
+      "  - {name: g, kind: kv-quant, variants: [cpu_int2], batch: 1, heads: 4, head_dim: 64, context: 100,"
+      " int2_group: 48}\n");
   ASSERT_EQ(odd.rows.size(), 1u);
   EXPECT_EQ(odd.rows[0].status, RowStatus::Unsupported);
   EXPECT_NE(odd.rows[0].message.find("int2_group"), std::string::npos) << odd.rows[0].message;
@@ -573,7 +582,7 @@ TEST(KvKinds, MemoryFormulaGivesTheChaptersLlama2Figure) {
   EXPECT_DOUBLE_EQ(metric(r.rows[0], "KV batch (formula)"), 64.0);  // 2·32·32·128·2 B × 4096 × 32
   EXPECT_DOUBLE_EQ(metric(r.rows[0], "KV/token (formula)"), 512.0);
   EXPECT_NEAR(metric(r.rows[1], "vs bf16 (×)"), 2.0, 1e-4);  // less the per-head scales
-  EXPECT_LT(metric(r.rows[2], "vs bf16 (×)"), 2.0);  // int8's per-token scales
+  EXPECT_LT(metric(r.rows[2], "vs bf16 (×)"), 2.0);          // int8's per-token scales
   // 80 GiB − 12.55 GiB of weights = 67.45 GiB: 33 sequences of 2 GiB.
   EXPECT_EQ(metric(r.rows[0], "max batch at seq"), 33);
   // Qwen2-0.5B: 24 layers × 2 kv heads × 64 × 2 × 2 B = 12 KiB per token.
@@ -609,7 +618,8 @@ TEST(KvKinds, EngineDecodeWithInt4CostsMoreThanInt8ButKeepsMostTokens) {
 }
 
 TEST(KvKinds, EngineDecodeCostsLittleWithInt8AndBf16MoreWithFp8) {
-  auto r = run_kv("  - {name: e, kind: kv-quant-model, variants: [cpu_bf16, cpu_int8, cpu_fp8], model: tiny, prompt: 64, new_tokens: 16}\n");
+  auto r = run_kv(
+      "  - {name: e, kind: kv-quant-model, variants: [cpu_bf16, cpu_int8, cpu_fp8], model: tiny, prompt: 64, new_tokens: 16}\n");
   expect_all_ok(r, 3);
   for (const auto& row : r.rows) {
     EXPECT_GE(metric(row, "top-1 agree"), 75) << row.variant;

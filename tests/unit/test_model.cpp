@@ -84,8 +84,8 @@ void expect_matmul_on_cuda_variants_only(const std::string& kind, const std::str
   auto spec = [&](const std::string& variant, const std::string& matmul, Backend b) {
     SpecOptions o;
     o.backend = b;
-    return parse_spec("version: 1\nexperiments:\n  - name: mm\n    kind: " + kind + "\n    variants: [" + variant + "]\n    matmul: " +
-                          matmul + "\n",
+    return parse_spec("version: 1\nexperiments:\n  - name: mm\n    kind: " + kind + "\n    variants: [" + variant +
+                          "]\n    matmul: " + matmul + "\n",
                       "t.yaml", o);
   };
   auto matmul_axis = [](const Spec& s) -> const Axis* {
@@ -119,7 +119,8 @@ TEST(DecodeKind, MatmulIsAnAxisOfTheCudaVariantsOnly) {
 // The other kinds that build the CUDA engine: specdec's target and draft (its verify passes of
 // k + 1 <= 8 rows are the GEMV's shapes), the prefix caches' engine, constrain-generate's writer.
 TEST(EngineKinds, MatmulIsAnAxisOfTheirCudaVariantsOnly) {
-  expect_matmul_on_cuda_variants_only("specdec", "autoregressive, draft_model, ngram, draft_tree, ngram_tree, lookahead", "cpu_draft_model");
+  expect_matmul_on_cuda_variants_only("specdec", "autoregressive, draft_model, ngram, draft_tree, ngram_tree, lookahead",
+                                      "cpu_draft_model");
   expect_matmul_on_cuda_variants_only("prefix-system-prompt", "none, block_hash, radix", "cpu_block_hash");
   expect_matmul_on_cuda_variants_only("prefix-mixed", "none, block_hash, radix", "cpu_radix");
   expect_matmul_on_cuda_variants_only("constrain-generate", "constrained, unconstrained_retry", "cpu_unconstrained_retry");
@@ -131,7 +132,7 @@ TEST(ModelConfig, PresetsHaveThePublishedParameterCounts) {
   EXPECT_EQ(P("qwen2-7b").parameters(), 7615616512);
   EXPECT_EQ(P("mistral-7b").parameters(), 7241732096);
   EXPECT_EQ(P("llama2-7b").kv_elems_per_token() * 2, 524288);  // 0.5 MiB per token in bf16
-  EXPECT_EQ(P("llama3-8b").parameters(), 8030261248);  // Meta-Llama-3-8B
+  EXPECT_EQ(P("llama3-8b").parameters(), 8030261248);          // Meta-Llama-3-8B
   EXPECT_EQ(P("llama3-8b").rope_scaling.type, "llama3");
 }
 
@@ -159,7 +160,8 @@ TEST(CpuModel, DecodeStepsMatchARecomputationWithoutTheCache) {
 TEST(CpuModel, ABatchOfDifferentLengthsDecodesLikeEachAlone) {
   const ModelConfig c = P("tiny-gqa");
   auto m = make_cpu_model(c, *random_weights(c, 4));
-  std::vector<std::vector<int32_t>> prompts = {random_prompt(c.vocab, 5, 1), random_prompt(c.vocab, 33, 2), random_prompt(c.vocab, 70, 3)};
+  std::vector<std::vector<int32_t>> prompts = {random_prompt(c.vocab, 5, 1), random_prompt(c.vocab, 33, 2),
+                                               random_prompt(c.vocab, 70, 3)};
   std::vector<int> seqs;
   for (auto& p : prompts) {
     seqs.push_back(m->new_sequence(80));
@@ -275,7 +277,8 @@ TEST(CpuModel, TreeVerificationScoresEachBranchLikeItsChain) {
     auto chain = prompt;
     chain.insert(chain.end(), path.begin(), path.end());
     const std::vector<float> want = last_logits(*m, chain);
-    const std::vector<float> got(logits.begin() + static_cast<std::ptrdiff_t>(node * V), logits.begin() + static_cast<std::ptrdiff_t>((node + 1) * V));
+    const std::vector<float> got(logits.begin() + static_cast<std::ptrdiff_t>(node * V),
+                                 logits.begin() + static_cast<std::ptrdiff_t>((node + 1) * V));
     EXPECT_LT(rel_l2(got, want), 1e-5) << "node " << node;
   }
   // While the tree is open the sequence refuses ordinary passes.
@@ -326,9 +329,11 @@ TEST(CpuModel, SlidingWindowBoundsHowFarBackATokenIsSeen) {
   auto t = random_prompt(c.vocab, 120, 6);
   auto u = t;
   u[0] = (u[0] + 1) % c.vocab;
-  auto prefix = [](const std::vector<int32_t>& v, size_t n) { return std::vector<int32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n)); };
-  EXPECT_GT(rel_l2(last_logits(*m, prefix(t, 30)), last_logits(*m, prefix(u, 30))), 1e-3);   // within reach
-  EXPECT_EQ(last_logits(*m, prefix(t, 110)), last_logits(*m, prefix(u, 110)));                 // out of reach: bit-identical
+  auto prefix = [](const std::vector<int32_t>& v, size_t n) {
+    return std::vector<int32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
+  };
+  EXPECT_GT(rel_l2(last_logits(*m, prefix(t, 30)), last_logits(*m, prefix(u, 30))), 1e-3);  // within reach
+  EXPECT_EQ(last_logits(*m, prefix(t, 110)), last_logits(*m, prefix(u, 110)));              // out of reach: bit-identical
 }
 
 TEST(CpuModel, ThirtyTwoLayersOfRandomWeightsGivePeakedButNotOneHotDistributions) {
@@ -348,7 +353,7 @@ TEST(CpuModel, ThirtyTwoLayersOfRandomWeightsGivePeakedButNotOneHotDistributions
       pmax = std::max(pmax, p);
       if (p > 0) ent -= p * std::log(p);
     }
-    EXPECT_GT(ent, 1.0) << "near one-hot";                                  // ln 32000 = 10.4
+    EXPECT_GT(ent, 1.0) << "near one-hot";  // ln 32000 = 10.4
     EXPECT_LT(ent, 0.9 * std::log(static_cast<double>(c.vocab))) << "flat";
     EXPECT_LT(pmax, 0.9);
   }
@@ -378,7 +383,8 @@ TEST(Sampling, GreedyTopKTopPAndTheDistribution) {
   t.temperature = 2.0f;
   sampling_distribution(logits.data(), 5, t, p.data());
   std::vector<int> count(5);
-  for (int i = 0; i < 20000; ++i) ++count[static_cast<size_t>(sample_token(logits.data(), 5, t, sample_uniform(11, static_cast<uint64_t>(i), 0)))];
+  for (int i = 0; i < 20000; ++i)
+    ++count[static_cast<size_t>(sample_token(logits.data(), 5, t, sample_uniform(11, static_cast<uint64_t>(i), 0)))];
   for (int k = 0; k < 5; ++k) EXPECT_NEAR(count[static_cast<size_t>(k)] / 20000.0, p[static_cast<size_t>(k)], 0.015) << k;
 }
 
@@ -395,7 +401,8 @@ TEST(Sampling, UncutSamplingPicksTheTokenAFullSortPicks) {
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] || (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
   });
   int deep = 0;
   for (float t : {0.3f, 1.0f, 3.0f})
@@ -405,7 +412,9 @@ TEST(Sampling, UncutSamplingPicksTheTokenAFullSortPicks) {
       sp.top_p = top_p;
       std::vector<double> pr(static_cast<size_t>(V));
       double sum = 0;
-      for (int i = 0; i < V; ++i) sum += pr[static_cast<size_t>(i)] = std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - logits[static_cast<size_t>(order[0])]) / t);
+      for (int i = 0; i < V; ++i)
+        sum += pr[static_cast<size_t>(i)] =
+            std::exp((logits[static_cast<size_t>(order[static_cast<size_t>(i)])] - logits[static_cast<size_t>(order[0])]) / t);
       size_t n = 0;
       double kept = 0;
       while (n < pr.size() && (kept < top_p * sum || top_p >= 1.0f)) kept += pr[n++];

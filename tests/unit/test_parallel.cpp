@@ -25,9 +25,10 @@ TEST(ParallelFor, CoversEveryIndexExactlyOnce) {
 }
 
 TEST(ParallelFor, RethrowsAChunksErrorOnTheCaller) {
-  EXPECT_THROW(parallel_for(1000, [](size_t b, size_t e) {
-                 if (b <= 999 && 999 < e) throw std::runtime_error("last chunk");
-               }),
+  EXPECT_THROW(parallel_for(1000,
+                            [](size_t b, size_t e) {
+                              if (b <= 999 && 999 < e) throw std::runtime_error("last chunk");
+                            }),
                std::runtime_error);
   expect_each_index_once(1000);  // the pool still works afterwards
 }
@@ -46,8 +47,7 @@ TEST(ParallelFor, NestedCallsRunSeriallyAndComplete) {
 TEST(ParallelFor, ConcurrentCallersAndManyCallsComplete) {
   std::atomic<long> sum{0};
   auto caller = [&] {
-    for (int r = 0; r < 2000; ++r)
-      parallel_for(64, [&](size_t b, size_t e) { sum.fetch_add(static_cast<long>(e - b)); });
+    for (int r = 0; r < 2000; ++r) parallel_for(64, [&](size_t b, size_t e) { sum.fetch_add(static_cast<long>(e - b)); });
   };
   std::thread other(caller);
   caller();

@@ -19,7 +19,8 @@ TEST(PeerProcess, ProcessGroupIsKilledAtTheDeadline) {
   const std::string dir = test::make_temp_dir();
   const std::string pid_file = dir + "/pid";
   // The shell's child (sleep) would keep the pipes open: killing the group ends both.
-  const PeerProcess p = run_peer_process({"/bin/sh", "-c", "echo out; echo err >&2; sleep 30 & echo $! > '" + pid_file + "'; wait"}, 0.5);
+  const PeerProcess p =
+      run_peer_process({"/bin/sh", "-c", "echo out; echo err >&2; sleep 30 & echo $! > '" + pid_file + "'; wait"}, 0.5);
   EXPECT_TRUE(p.timed_out);
   EXPECT_EQ(p.out, "out\n");
   EXPECT_EQ(p.err, "err\n");

@@ -59,12 +59,12 @@ TEST(PrefixHash, DependsOnParentTokensAndExtraKey) {
   const Tokens t = iota_tokens(16, 5);
   const Hash128 h = hash_block(kRootHash, t.data(), 16, 0);
   EXPECT_EQ(h, hash_block(kRootHash, t.data(), 16, 0));
-  EXPECT_NE(h, hash_block(h, t.data(), 16, 0));             // same tokens, another parent
-  EXPECT_NE(h, hash_block(kRootHash, t.data(), 16, 1));     // another adapter
+  EXPECT_NE(h, hash_block(h, t.data(), 16, 0));          // same tokens, another parent
+  EXPECT_NE(h, hash_block(kRootHash, t.data(), 16, 1));  // another adapter
   Tokens u = t;
   u[15] += 1;
   EXPECT_NE(h, hash_block(kRootHash, u.data(), 16, 0));
-  EXPECT_NE(h, hash_block(kRootHash, t.data(), 15, 0));     // length is hashed
+  EXPECT_NE(h, hash_block(kRootHash, t.data(), 15, 0));  // length is hashed
   // Both halves carry entropy (a 128-bit hash, not a 64-bit one padded).
   std::set<uint64_t> hi, lo;
   for (int i = 0; i < 1000; ++i) {
@@ -86,10 +86,10 @@ TEST(PrefixBlockHash, LookupReturnsTheLongestCachedChainOfFullBlocks) {
   EXPECT_EQ(r.added, 3);
   EXPECT_EQ(c.size(), 3);
   EXPECT_EQ(c.lookup(a.data(), 14, 0).size(), 3u);
-  EXPECT_EQ(c.lookup(a.data(), 14, 0, 2).size(), 2u);   // capped
-  EXPECT_EQ(c.lookup(a.data(), 11, 0).size(), 2u);      // only full blocks of the query
+  EXPECT_EQ(c.lookup(a.data(), 14, 0, 2).size(), 2u);  // capped
+  EXPECT_EQ(c.lookup(a.data(), 11, 0).size(), 2u);     // only full blocks of the query
   Tokens b = a;
-  b[9] = 1;                                             // differs in block 2
+  b[9] = 1;  // differs in block 2
   EXPECT_EQ(c.lookup(b.data(), 14, 0).size(), 2u);
   const auto chain = c.lookup(a.data(), 14, 0);
   for (int i = 0; i < 3; ++i) {
@@ -110,7 +110,7 @@ TEST(PrefixBlockHash, SameTokensAtAnotherPositionOrAfterAnotherParentDoNotHit) {
   const Tokens y_first = cat(y, seq({1}));
   EXPECT_EQ(c.lookup(y_first.data(), 5, 0).size(), 0u);  // Y at position 0: no hit
   const Tokens zy = cat(cat(z, y), seq({1}));
-  EXPECT_EQ(c.lookup(zy.data(), 9, 0).size(), 1u);       // Z hits, Y after Z does not
+  EXPECT_EQ(c.lookup(zy.data(), 9, 0).size(), 1u);  // Z hits, Y after Z does not
   const Tokens xy = cat(cat(x, y), seq({2}));
   EXPECT_EQ(c.lookup(xy.data(), 9, 0).size(), 2u);
 }
@@ -246,7 +246,8 @@ struct BlockModel {
   }
   void acquire(int i) {
     if (live[static_cast<size_t>(i)].ref++ == 0)
-      free.erase(std::find(free.begin(), free.end(), std::make_pair(live[static_cast<size_t>(i)].holder, live[static_cast<size_t>(i)].pos)));
+      free.erase(std::find(free.begin(), free.end(),
+                           std::make_pair(live[static_cast<size_t>(i)].holder, live[static_cast<size_t>(i)].pos)));
   }
   void release(const std::vector<std::pair<int, int>>& chain) {
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
@@ -255,8 +256,8 @@ struct BlockModel {
     }
   }
   // Returns the chain (as holder, pos) and the evicted (holder, pos) in order.
-  std::pair<std::vector<std::pair<int, int>>, std::vector<std::pair<int, int>>> insert(const Tokens& t, uint64_t extra,
-                                                                                       const std::vector<std::pair<int, int>>& held, int holder) {
+  std::pair<std::vector<std::pair<int, int>>, std::vector<std::pair<int, int>>> insert(
+      const Tokens& t, uint64_t extra, const std::vector<std::pair<int, int>>& held, int holder) {
     std::vector<std::pair<int, int>> chain = held, evicted;
     for (int b = static_cast<int>(held.size()) + 1; b <= static_cast<int>(t.size()) / bs; ++b) {
       const int i = find(extra, t, b);
@@ -305,12 +306,14 @@ TEST(PrefixBlockHash, MatchesABruteForceModelUnderRandomRequests) {
         m.acquire(i);
         held.emplace_back(m.live[static_cast<size_t>(i)].holder, m.live[static_cast<size_t>(i)].pos);
       }
-      for (size_t i = 0; i < chain.size(); ++i) ASSERT_EQ(std::make_pair(c.block(chain[i]).kv.holder, c.block(chain[i]).kv.pos), held[i]);
+      for (size_t i = 0; i < chain.size(); ++i)
+        ASSERT_EQ(std::make_pair(c.block(chain[i]).kv.holder, c.block(chain[i]).kv.pos), held[i]);
       auto r = c.insert(t.data(), n, extra, chain, step);
       auto [mc, me] = m.insert(t, extra, held, step);
       ASSERT_EQ(r.chain.size(), mc.size()) << "step " << step;
       ASSERT_EQ(r.evicted.size(), me.size()) << "step " << step;
-      for (size_t i = 0; i < me.size(); ++i) ASSERT_EQ(std::make_pair(r.evicted[i].holder, r.evicted[i].pos), me[i]) << "step " << step;
+      for (size_t i = 0; i < me.size(); ++i)
+        ASSERT_EQ(std::make_pair(r.evicted[i].holder, r.evicted[i].pos), me[i]) << "step " << step;
       running.emplace_back(r.chain, mc);
       // Requests finish in random order; a few stay in flight (their blocks pinned).
       while (running.size() > 3 || (!running.empty() && rng() % 2)) {
@@ -367,7 +370,7 @@ TEST(PrefixRadix, EvictsTheLeastRecentlyUsedLeafAndMergesWhatIsLeft) {
   c.insert(a.data(), 5, 0, 0);
   c.insert(b.data(), 5, 0, 1);  // [1 2 3] -> {[4 5], [8 9]}
   EXPECT_EQ(c.size(), 7);
-  c.match(a.data(), 5, 0, 5);   // a is now the most recent
+  c.match(a.data(), 5, 0, 5);            // a is now the most recent
   auto r = c.insert(d.data(), 4, 0, 2);  // needs 4, 3 free: b's leaf goes
   EXPECT_EQ(r.added, 4);
   ASSERT_EQ(r.evicted.size(), 1u);
@@ -419,14 +422,17 @@ using PathSet = std::set<std::pair<uint64_t, Tokens>>;
 PathSet prefixes_of(const std::vector<std::pair<uint64_t, Tokens>>& leaves) {
   PathSet s;
   for (const auto& [extra, path] : leaves)
-    for (size_t k = 1; k <= path.size(); ++k) s.insert({extra, Tokens(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k))});
+    for (size_t k = 1; k <= path.size(); ++k)
+      s.insert({extra, Tokens(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(k))});
   return s;
 }
 int longest_in(const PathSet& s, uint64_t extra, const Tokens& q, int limit) {
   int best = 0;
   for (int k = 1; k <= limit; ++k)
-    if (s.count({extra, Tokens(q.begin(), q.begin() + k)})) best = k;
-    else break;
+    if (s.count({extra, Tokens(q.begin(), q.begin() + k)}))
+      best = k;
+    else
+      break;
   return best;
 }
 
@@ -483,7 +489,8 @@ TEST(PrefixRadix, SplitMergeAndEvictionAgreeWithABruteForceModel) {
         // Locked prefixes survive.
         for (const auto& l : locked)
           for (size_t k = 1; k <= l.prefix.size(); ++k)
-            ASSERT_TRUE(now.count({l.extra, Tokens(l.prefix.begin(), l.prefix.begin() + static_cast<std::ptrdiff_t>(k))})) << "step " << step;
+            ASSERT_TRUE(now.count({l.extra, Tokens(l.prefix.begin(), l.prefix.begin() + static_cast<std::ptrdiff_t>(k))}))
+                << "step " << step;
         // A cut insert means nothing else was evictable.
         auto on_prompt = [&](const RadixCache::Leaf& e) {
           return e.extra_key == extra && e.path.size() <= t.size() && std::equal(e.path.begin(), e.path.end(), t.begin());
@@ -494,8 +501,10 @@ TEST(PrefixRadix, SplitMergeAndEvictionAgreeWithABruteForceModel) {
         // LRU: every leaf evicted was used no later than every evictable leaf that stayed.
         uint64_t newest_removed = 0, oldest_kept = UINT64_MAX;
         for (const auto& e : before) {
-          if (!now.count({e.extra_key, e.path})) newest_removed = std::max(newest_removed, e.last_use);
-          else if (!on_prompt(e)) oldest_kept = std::min(oldest_kept, e.last_use);
+          if (!now.count({e.extra_key, e.path}))
+            newest_removed = std::max(newest_removed, e.last_use);
+          else if (!on_prompt(e))
+            oldest_kept = std::min(oldest_kept, e.last_use);
         }
         if (!r.evicted.empty()) {
           ASSERT_LE(newest_removed, oldest_kept) << "step " << step;
@@ -647,8 +656,9 @@ ExperimentResult run_spec_text(const std::string& body) {
 using testing::metric;
 
 TEST(PrefixKinds, SystemPromptRowsPassTheirGateAndHitThePrompt) {
-  auto r = run_spec_text("  - {name: s, kind: prefix-system-prompt, variants: [cpu_none, cpu_block_hash, cpu_radix], baseline: cpu_none,"
-                         " model: tiny, system_prompt: 200, reference_runs: 2}\n");
+  auto r = run_spec_text(
+      "  - {name: s, kind: prefix-system-prompt, variants: [cpu_none, cpu_block_hash, cpu_radix], baseline: cpu_none,"
+      " model: tiny, system_prompt: 200, reference_runs: 2}\n");
   expect_all_ok(r, 3);
   EXPECT_EQ(metric(r.rows[0], "hit rate"), 0);
   EXPECT_GT(metric(r.rows[1], "hit rate"), 90);
@@ -659,9 +669,10 @@ TEST(PrefixKinds, SystemPromptRowsPassTheirGateAndHitThePrompt) {
 }
 
 TEST(PrefixKinds, MixedRowsPassTheirGateOverACapacitySweep) {
-  auto r = run_spec_text("  - {name: m, kind: prefix-mixed, variants: [cpu_none, cpu_block_hash, cpu_radix], baseline: cpu_none,"
-                         " model: tiny, requests: 40, qps: 50, mean_system_prompt: 80, fewshot_tokens: 40, user_tokens: 10,"
-                         " reply_tokens: 20, capacity: [0, 128]}\n");
+  auto r = run_spec_text(
+      "  - {name: m, kind: prefix-mixed, variants: [cpu_none, cpu_block_hash, cpu_radix], baseline: cpu_none,"
+      " model: tiny, requests: 40, qps: 50, mean_system_prompt: 80, fewshot_tokens: 40, user_tokens: 10,"
+      " reply_tokens: 20, capacity: [0, 128]}\n");
   expect_all_ok(r, 6);
   EXPECT_GT(metric(r.rows[1], "hit rate"), 30);
   EXPECT_GE(metric(r.rows[2], "hit rate"), metric(r.rows[1], "hit rate"));  // token-granular >= block-granular
@@ -671,8 +682,9 @@ TEST(PrefixKinds, MixedRowsPassTheirGateOverACapacitySweep) {
 }
 
 TEST(PrefixKinds, CostPricesTheMeasuredHits) {
-  auto r = run_spec_text("  - {name: c, kind: prefix-cost, variants: [none, block_hash, radix], baseline: none,"
-                         " workload: system-prompt, system_prompt: 2000, requests: 100}\n");
+  auto r = run_spec_text(
+      "  - {name: c, kind: prefix-cost, variants: [none, block_hash, radix], baseline: none,"
+      " workload: system-prompt, system_prompt: 2000, requests: 100}\n");
   expect_all_ok(r, 3);
   EXPECT_EQ(metric(r.rows[0], "anthropic saved"), 0);
   EXPECT_EQ(metric(r.rows[0], "openai saved"), 0);

@@ -69,10 +69,17 @@ TEST(Regex, AnchorsAreReportedNotMatched) {
 }
 
 TEST(Regex, UnsupportedConstructsNameTheOffset) {
-  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{
-           {"a(?=b)", "lookaround"}, {"(a)\\1", "backreferences"}, {"\\bword", "word boundaries"},
-           {"a^b", "anchors"}, {"(ab", "missing ')'"}, {"ab)", "unexpected ')'"}, {"[ab", "missing ']'"},
-           {"*a", "nothing to repeat"}, {"a{3,1}", "m < n"}, {"[z-a]", "out of order"}, {"\\q", "unknown escape"}}) {
+  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{{"a(?=b)", "lookaround"},
+                                                                                      {"(a)\\1", "backreferences"},
+                                                                                      {"\\bword", "word boundaries"},
+                                                                                      {"a^b", "anchors"},
+                                                                                      {"(ab", "missing ')'"},
+                                                                                      {"ab)", "unexpected ')'"},
+                                                                                      {"[ab", "missing ']'"},
+                                                                                      {"*a", "nothing to repeat"},
+                                                                                      {"a{3,1}", "m < n"},
+                                                                                      {"[z-a]", "out of order"},
+                                                                                      {"\\q", "unknown escape"}}) {
     try {
       parse_regex(pattern);
       ADD_FAILURE() << pattern << " parsed";
@@ -89,7 +96,8 @@ TEST(Regex, Utf8RangesMatchExactlyTheirCodePoints) {
   Dfa d = compile_dfa(r);
   auto enc = [](uint32_t cp) {
     std::string s;
-    if (cp < 0x80) s += static_cast<char>(cp);
+    if (cp < 0x80)
+      s += static_cast<char>(cp);
     else if (cp < 0x800) {
       s += static_cast<char>(0xC0 | (cp >> 6));
       s += static_cast<char>(0x80 | (cp & 0x3F));
@@ -192,12 +200,18 @@ std::string random_pattern(uint64_t* seed, int depth) {
   const char* atoms[] = {"a", "b", "c", "[ab]", "[^a]", "(ab)", "(a|c)"};
   if (depth == 0) return atoms[next(7)];
   switch (next(6)) {
-    case 0: return random_pattern(seed, depth - 1) + random_pattern(seed, depth - 1);
-    case 1: return "(" + random_pattern(seed, depth - 1) + "|" + random_pattern(seed, depth - 1) + ")";
-    case 2: return "(" + random_pattern(seed, depth - 1) + ")*";
-    case 3: return "(" + random_pattern(seed, depth - 1) + ")?";
-    case 4: return "(" + random_pattern(seed, depth - 1) + "){1,3}";
-    default: return random_pattern(seed, depth - 1) + "(" + random_pattern(seed, depth - 1) + ")+";
+    case 0:
+      return random_pattern(seed, depth - 1) + random_pattern(seed, depth - 1);
+    case 1:
+      return "(" + random_pattern(seed, depth - 1) + "|" + random_pattern(seed, depth - 1) + ")";
+    case 2:
+      return "(" + random_pattern(seed, depth - 1) + ")*";
+    case 3:
+      return "(" + random_pattern(seed, depth - 1) + ")?";
+    case 4:
+      return "(" + random_pattern(seed, depth - 1) + "){1,3}";
+    default:
+      return random_pattern(seed, depth - 1) + "(" + random_pattern(seed, depth - 1) + ")+";
   }
 }
 
@@ -219,7 +233,8 @@ std::vector<std::vector<uint8_t>> distinguishable(const Dfa& d) {
     for (int32_t p = 0; p <= n; ++p)
       for (int32_t q = 0; q <= n; ++q)
         for (int32_t c = 0; c < d.num_classes && !apart[static_cast<size_t>(p)][static_cast<size_t>(q)]; ++c)
-          if (apart[static_cast<size_t>(to(p, c))][static_cast<size_t>(to(q, c))]) apart[static_cast<size_t>(p)][static_cast<size_t>(q)] = 1, changed = true;
+          if (apart[static_cast<size_t>(to(p, c))][static_cast<size_t>(to(q, c))])
+            apart[static_cast<size_t>(p)][static_cast<size_t>(q)] = 1, changed = true;
   }
   return apart;
 }
@@ -265,7 +280,8 @@ TEST(Automaton, ProductsMatchBruteForceOnAllShortWords) {
     // Over-approximations of the others: P_1's over-approximation is (P_1)|(P_2).
     const Dfa wider = dfa("(" + pats[1] + ")|(" + pats[2] + ")");
     const Dfa one_over = product_dfa({&d[0], &d[1], &d[0], &wider}, ProductRule::ExactlyOne);
-    const Dfa embedded = compile_dfa(re_concat({re_literal("c"), re_automaton(std::make_shared<const Dfa>(both)), re_literal("a")}));
+    const Dfa embedded =
+        compile_dfa(re_concat({re_literal("c"), re_automaton(std::make_shared<const Dfa>(both)), re_literal("a")}));
     const std::string what = pats[0] + " / " + pats[1] + " / " + pats[2];
     for (const std::string& w : words) {
       const bool m0 = std::regex_match(w, want[0]), m1 = std::regex_match(w, want[1]), m2 = std::regex_match(w, want[2]);

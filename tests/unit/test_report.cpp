@@ -194,8 +194,9 @@ TEST(Report, JsonRejectsAConfigurationCountItsAxesDoNotMake) {
     results_from_json(j);
     ADD_FAILURE() << "accepted 300,000,000 configurations";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("/experiments/0/plan/configurations: 300000000, but its axes make " + std::to_string(real)),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("/experiments/0/plan/configurations: 300000000, but its axes make " + std::to_string(real)),
+        std::string::npos)
         << e.what();
   }
 }
@@ -304,7 +305,8 @@ TEST(BookRoles, EverySpecShowsTheChaptersFiguresOnBothBackends) {
           }
         bool beside_measured = false;
         for (const auto& r : e.rows) beside_measured = beside_measured || !r.book.empty();
-        const bool no_counterpart = file.find("chapter8.yaml") != std::string::npos && spec.name == "cuda-graph" && b == Backend::Cpu;
+        const bool no_counterpart =
+            file.find("chapter8.yaml") != std::string::npos && spec.name == "cuda-graph" && b == Backend::Cpu;
         if (file.find("chapter8.yaml") != std::string::npos) {
           EXPECT_EQ(beside_measured, !no_counterpart) << where << ": the chapter's figures beside a measured row";
         }

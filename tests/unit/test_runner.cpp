@@ -61,7 +61,9 @@ class Wrong : public Variant {
 
 class Hungry : public Variant {
  public:
-  void prepare(const Point& p, BackendRuntime&, uint64_t) override { big_.allocate(static_cast<size_t>(p.integer("alloc")), "n×n scores"); }
+  void prepare(const Point& p, BackendRuntime&, uint64_t) override {
+    big_.allocate(static_cast<size_t>(p.integer("alloc")), "n×n scores");
+  }
   Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
   void run(BackendRuntime&) override {}
 
@@ -133,20 +135,22 @@ KindInfo test_kind() {
 
 const KindRegistration kind_registration(test_kind());
 // gpu_only has no factory: declared, not built into this binary.
-const VariantListRegistration test_variants(
-    "unit-test", {{{"slow", Backend::Cpu, "3 units of work", {}}, make_variant<Slow>()},
-                  {{"fast", Backend::Cpu, "1 unit", {}}, make_variant<Fast>()},
-                  {{"wrong", Backend::Cpu, "fails validation", {}}, make_variant<Wrong>()},
-                  {{"hungry", Backend::Cpu, "allocates alloc bytes", {}}, make_variant<Hungry>()},
-                  {{"picky", Backend::Cpu, "only work = 1", {}}, make_variant<Picky>()},
-                  {{"gpu_only", Backend::Cuda, "a CUDA variant", {}}, VariantFactory{}},
-                  {{"thrower", Backend::Cpu, "throws while running", {}}, make_variant<Thrower>()},
-                  {{"self_timed", Backend::Cpu, "measures itself", {}}, make_variant<SelfTimed>()}});
+const VariantListRegistration test_variants("unit-test",
+                                            {{{"slow", Backend::Cpu, "3 units of work", {}}, make_variant<Slow>()},
+                                             {{"fast", Backend::Cpu, "1 unit", {}}, make_variant<Fast>()},
+                                             {{"wrong", Backend::Cpu, "fails validation", {}}, make_variant<Wrong>()},
+                                             {{"hungry", Backend::Cpu, "allocates alloc bytes", {}}, make_variant<Hungry>()},
+                                             {{"picky", Backend::Cpu, "only work = 1", {}}, make_variant<Picky>()},
+                                             {{"gpu_only", Backend::Cuda, "a CUDA variant", {}}, VariantFactory{}},
+                                             {{"thrower", Backend::Cpu, "throws while running", {}}, make_variant<Thrower>()},
+                                             {{"self_timed", Backend::Cpu, "measures itself", {}}, make_variant<SelfTimed>()}});
 
 ExperimentSpec spec_of(const std::string& body) {
   SpecOptions opt;
-  std::string text = "experiments:\n  - name: e\n    kind: unit-test\n    warmup: 1\n    min_samples: 5\n"
-                     "    min_time: 0\n    max_noise: 50%\n    timeout: 5s\n" + body;
+  std::string text =
+      "experiments:\n  - name: e\n    kind: unit-test\n    warmup: 1\n    min_samples: 5\n"
+      "    min_time: 0\n    max_noise: 50%\n    timeout: 5s\n" +
+      body;
   return parse_spec(text, "t.yaml", opt).experiments[0];
 }
 
@@ -157,8 +161,9 @@ ExperimentResult run(const ExperimentSpec& e) {
 }
 
 TEST(Runner, BaselineFirstAndSpeedupWithInterval) {
-  ExperimentResult res = run(spec_of("    variants: [fast, slow]\n    baseline: slow\n    work: [2, 3]\n"
-                                     "    book: {source: b, rows: [{variant: fast, work: 2, speedup: 3}]}\n"));
+  ExperimentResult res =
+      run(spec_of("    variants: [fast, slow]\n    baseline: slow\n    work: [2, 3]\n"
+                  "    book: {source: b, rows: [{variant: fast, work: 2, speedup: 3}]}\n"));
   ASSERT_EQ(res.rows.size(), 4u);
   EXPECT_EQ(res.rows[0].variant, "slow");
   EXPECT_TRUE(res.rows[0].is_baseline);
@@ -275,7 +280,8 @@ TEST(Session, ExitCodeOneWhenARowFailedAndTheRunIsStillWritten) {
   auto j = nlohmann::json::parse(test::read_text(dir + "/out/results.json"));
   EXPECT_EQ(j["experiments"][0]["rows"][1]["status"], "FAILED");
   o.output = dir + "/out2";
-  test::write_text(dir + "/ok.yaml", "experiments:\n  - {name: e, kind: unit-test, variants: [fast], min_samples: 2, min_time: 0}\n");
+  test::write_text(dir + "/ok.yaml",
+                   "experiments:\n  - {name: e, kind: unit-test, variants: [fast], min_samples: 2, min_time: 0}\n");
   EXPECT_EQ(run_spec_file(dir + "/ok.yaml", o), 0);
 }
 

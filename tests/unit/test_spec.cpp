@@ -38,8 +38,7 @@ experiments:
         - {m: 16, variant: sgemm, ms: 12, note: from the book}
 )";
 
-Spec parse(const std::string& text, Backend b = Backend::Cpu, std::vector<std::string> sets = {},
-           RunControlOverrides o = {}) {
+Spec parse(const std::string& text, Backend b = Backend::Cpu, std::vector<std::string> sets = {}, RunControlOverrides o = {}) {
   SpecOptions opt;
   opt.backend = b;
   opt.sets = std::move(sets);
@@ -74,7 +73,7 @@ TEST(Spec, ValidSpecOnTheCpuBackend) {
   ASSERT_EQ(copy.axes.size(), 1u);  // memcpy reads only `bytes`
   EXPECT_EQ(axis(copy, "bytes").values.size(), 3u);
   EXPECT_EQ(std::get<int64_t>(axis(copy, "bytes").values[0]), 64 * 1024);
-  EXPECT_EQ(copy.control.warmup, 1);      // from defaults
+  EXPECT_EQ(copy.control.warmup, 1);  // from defaults
   EXPECT_EQ(copy.control.min_samples, 3);
   EXPECT_DOUBLE_EQ(copy.control.timeout, 2.0);
 
@@ -90,9 +89,10 @@ TEST(Spec, ValidSpecOnTheCpuBackend) {
 }
 
 TEST(Spec, ColumnsAndSummaryAreRead) {
-  Spec s = parse(std::string("experiments:\n  - name: a\n    kind: ceiling\n") + "    variants: [memcpy]\n    columns: [ms, gbps]\n"
-                         "    summary: {claim: fast, figure: gbps, holds: [above 1, grows with bytes]}\n"
-                         "    book: {source: s, rows: [{role: memcpy, gbps: 10}]}\n");
+  Spec s = parse(std::string("experiments:\n  - name: a\n    kind: ceiling\n") +
+                 "    variants: [memcpy]\n    columns: [ms, gbps]\n"
+                 "    summary: {claim: fast, figure: gbps, holds: [above 1, grows with bytes]}\n"
+                 "    book: {source: s, rows: [{role: memcpy, gbps: 10}]}\n");
   const ExperimentSpec& e = s.experiments[0];
   EXPECT_EQ(e.columns, (std::vector<std::string>{"ms", "gbps"}));
   EXPECT_EQ(e.summary.claim, "fast");
@@ -151,26 +151,45 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, MalformedSpec,
     ::testing::Values(
         BadCase{"yaml_syntax", "experiments: [\n  - {name: a\n", "t.yaml:2:3: YAML syntax error: illegal block entry", {}},
-        BadCase{"unknown_key", kHead + "    byts: 1MiB\n",
-                "t.yaml:4:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)", {}},
+        BadCase{"unknown_key",
+                kHead + "    byts: 1MiB\n",
+                "t.yaml:4:5: experiments[0].byts: unknown key 'byts' for kind ceiling (did you mean 'bytes'?)",
+                {}},
         BadCase{"wrong_type", kHead + "    m: many\n", "t.yaml:4:8: experiments[0].m: expected an integer, got 'many'", {}},
-        BadCase{"negative_size", kHead + "    bytes: -1MiB\n",
-                "t.yaml:4:12: experiments[0].bytes: must be at least 4 KiB, got -1 MiB", {}},
-        BadCase{"empty_axis", kHead + "    m: []\n", "t.yaml:4:8: experiments[0].m: empty list: an axis needs at least one value", {}},
-        BadCase{"unknown_kind", "experiments:\n  - {name: a, kind: celing}\n",
-                "t.yaml:2:21: experiments[0].kind: unknown kind 'celing' (did you mean 'ceiling'?)", {}},
-        BadCase{"unknown_variant", kHead + "    variants: [memcopy]\n",
-                "t.yaml:4:16: experiments[0].variants: unknown variant 'memcopy' of kind ceiling (did you mean 'memcpy'?)", {}},
-        BadCase{"missing_name", "experiments:\n  - kind: ceiling\n", "t.yaml:2:5: experiments[0]: missing required key 'name'", {}},
+        BadCase{"negative_size",
+                kHead + "    bytes: -1MiB\n",
+                "t.yaml:4:12: experiments[0].bytes: must be at least 4 KiB, got -1 MiB",
+                {}},
+        BadCase{"empty_axis",
+                kHead + "    m: []\n",
+                "t.yaml:4:8: experiments[0].m: empty list: an axis needs at least one value",
+                {}},
+        BadCase{"unknown_kind",
+                "experiments:\n  - {name: a, kind: celing}\n",
+                "t.yaml:2:21: experiments[0].kind: unknown kind 'celing' (did you mean 'ceiling'?)",
+                {}},
+        BadCase{"unknown_variant",
+                kHead + "    variants: [memcopy]\n",
+                "t.yaml:4:16: experiments[0].variants: unknown variant 'memcopy' of kind ceiling (did you mean 'memcpy'?)",
+                {}},
+        BadCase{
+            "missing_name", "experiments:\n  - kind: ceiling\n", "t.yaml:2:5: experiments[0]: missing required key 'name'", {}},
         BadCase{"missing_kind", "experiments:\n  - name: a\n", "t.yaml:2:5: experiments[0]: missing required key 'kind'", {}},
-        BadCase{"duplicate_name", kHead + "  - name: a\n    kind: ceiling\n",
-                "t.yaml:4:11: experiments[1].name: duplicate experiment name 'a' (first at line 2)", {}},
+        BadCase{"duplicate_name",
+                kHead + "  - name: a\n    kind: ceiling\n",
+                "t.yaml:4:11: experiments[1].name: duplicate experiment name 'a' (first at line 2)",
+                {}},
         BadCase{"bad_set_syntax", kHead, "--set 'bytes': expected key=value", {"bytes"}},
         BadCase{"bad_set_key", kHead, "--set 'seqlen=4': no experiment in t.yaml has a key 'seqlen'", {"seqlen=4"}},
         BadCase{"bad_set_value", kHead, "--set m=-3: m: must be at least 1, got -3", {"m=-3"}},
-        BadCase{"bad_enum", kHead + "    dtype: fp8\n", "t.yaml:4:12: experiments[0].dtype: 'fp8' is not one of bf16, fp16, fp32", {}},
-        BadCase{"bad_baseline", kHead + "    variants: [memcpy]\n    baseline: sgemm\n",
-                "experiments[0].baseline: baseline 'sgemm' is not among the variants run (memcpy)", {}},
+        BadCase{"bad_enum",
+                kHead + "    dtype: fp8\n",
+                "t.yaml:4:12: experiments[0].dtype: 'fp8' is not one of bf16, fp16, fp32",
+                {}},
+        BadCase{"bad_baseline",
+                kHead + "    variants: [memcpy]\n    baseline: sgemm\n",
+                "experiments[0].baseline: baseline 'sgemm' is not among the variants run (memcpy)",
+                {}},
         BadCase{"bad_skip_key", kHead + "    skip: [{mm: 3}]\n", "unknown key 'mm' in a skip rule (did you mean 'm'?)", {}},
         BadCase{"bad_cpu_key", kHead + "    cpu: {bites: 1MiB}\n", "experiments[0].cpu.bites: unknown key 'bites'", {}},
         BadCase{"control_axis", kHead + "    warmup: [1, 2]\n", "warmup cannot be a list", {}},
@@ -179,30 +198,49 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_version", "version: 2\nexperiments: []\n", "t.yaml:1:10: version: only version 1 exists", {}},
         BadCase{"unknown_top_key", "experiment: []\n", "unknown top-level key 'experiment' (did you mean 'experiments'?)", {}},
         BadCase{"duplicate_key", kHead + "    m: 1\n    m: 2\n", "t.yaml:5:5: experiments[0].m: duplicate key", {}},
-        BadCase{"plot_unknown_x", kHead + "    plot: {x: mm}\n",
-                "t.yaml:4:15: experiments[0].plot.x: 'mm' is not a key of kind ceiling (did you mean 'm'?)", {}},
-        BadCase{"plot_text_x", kHead + "    plot: {x: dtype}\n",
-                "t.yaml:4:15: experiments[0].plot.x: 'dtype' is a choice key: the x axis needs an integer, number, size or duration key", {}},
+        BadCase{"plot_unknown_x",
+                kHead + "    plot: {x: mm}\n",
+                "t.yaml:4:15: experiments[0].plot.x: 'mm' is not a key of kind ceiling (did you mean 'm'?)",
+                {}},
+        BadCase{"plot_text_x",
+                kHead + "    plot: {x: dtype}\n",
+                "t.yaml:4:15: experiments[0].plot.x: 'dtype' is a choice key: the x axis needs an integer, number, size or "
+                "duration key",
+                {}},
         BadCase{"plot_no_x", kHead + "    plot: [{y: ms}]\n", "t.yaml:4:12: experiments[0].plot[0]: a plot needs x", {}},
-        BadCase{"book_unknown_role", kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
-                "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: copy, gemm, memcpy, sgemm) "
-                "(did you mean 'memcpy'?)", {}},
-        BadCase{"summary_bad_check", kHead + "    summary: {figure: ms, holds: quicker}\n",
-                "t.yaml:4:34: experiments[0].summary.holds: expected faster, grows with <key>", {}},
+        BadCase{"book_unknown_role",
+                kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
+                "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: copy, gemm, "
+                "memcpy, sgemm) "
+                "(did you mean 'memcpy'?)",
+                {}},
+        BadCase{"summary_bad_check",
+                kHead + "    summary: {figure: ms, holds: quicker}\n",
+                "t.yaml:4:34: experiments[0].summary.holds: expected faster, grows with <key>",
+                {}},
         BadCase{"summary_unknown_axis", kHead + "    summary: {holds: grows with mm}\n", "'mm' is not a key of kind ceiling", {}},
-        BadCase{"summary_unknown_key", kHead + "    summary: {claims: x}\n", "unknown key 'claims' in summary (did you mean 'claim'?)", {}},
-        BadCase{"plot_unknown_key", kHead + "    plot: {x: m, logy: true}\n",
-                "t.yaml:4:18: experiments[0].plot.logy: unknown key 'logy' in plot (did you mean 'log_y'?)", {}},
-        BadCase{"plot_bad_bool", kHead + "    plot: {x: m, log_x: maybe}\n",
-                "experiments[0].plot.log_x: expected true or false, got 'maybe'", {}},
+        BadCase{"summary_unknown_key",
+                kHead + "    summary: {claims: x}\n",
+                "unknown key 'claims' in summary (did you mean 'claim'?)",
+                {}},
+        BadCase{"plot_unknown_key",
+                kHead + "    plot: {x: m, logy: true}\n",
+                "t.yaml:4:18: experiments[0].plot.logy: unknown key 'logy' in plot (did you mean 'log_y'?)",
+                {}},
+        BadCase{"plot_bad_bool",
+                kHead + "    plot: {x: m, log_x: maybe}\n",
+                "experiments[0].plot.log_x: expected true or false, got 'maybe'",
+                {}},
         BadCase{"plot_y_twice", kHead + "    plot: {x: m, y: [ms, ms]}\n", "experiments[0].plot.y: 'ms' is listed twice", {}},
         BadCase{"plot_y_empty", kHead + "    plot: {x: m, y: []}\n", "experiments[0].plot.y: the list is empty", {}},
-        BadCase{"plot_scalar", kHead + "    plot: m\n", "t.yaml:4:11: experiments[0].plot: expected a map like {x: seq, y: ms}", {}}),
+        BadCase{
+            "plot_scalar", kHead + "    plot: m\n", "t.yaml:4:11: experiments[0].plot: expected a map like {x: seq, y: ms}", {}}),
     [](const ::testing::TestParamInfo<BadCase>& p) { return p.param.name; });
 
 TEST(Spec, PlotsAreParsedAndKeptInTheResolvedSpec) {
-  Spec s = parse(kHead + "    m: [64, 128]\n    plot:\n      - {x: m, y: speedup, book: speedup, log_x: true, title: T}\n"
-                         "      - {x: bytes}\n      - {x: m, y: [speedup, predicted speedup]}\n");
+  Spec s = parse(kHead +
+                 "    m: [64, 128]\n    plot:\n      - {x: m, y: speedup, book: speedup, log_x: true, title: T}\n"
+                 "      - {x: bytes}\n      - {x: m, y: [speedup, predicted speedup]}\n");
   const auto& plots = s.experiments[0].plots;
   ASSERT_EQ(plots.size(), 3u);
   EXPECT_EQ(plots[2].y, (std::vector<std::string>{"speedup", "predicted speedup"}));

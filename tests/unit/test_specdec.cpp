@@ -96,8 +96,8 @@ TEST(SpecdecVerify, GreedyKeepsTheAgreeingPrefixAndOneTargetToken) {
 
 TEST(SpecdecVerify, RejectionSamplingReproducesTheTargetDistribution) {
   const int V = 5, K = 2;
-  const std::vector<float> p = {0.1f, 0.4f, 0.2f, 0.3f, 0.0f,  0.25f, 0.25f, 0.0f, 0.5f, 0.0f,  0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
-  const std::vector<float> q = {0.5f, 0.1f, 0.1f, 0.1f, 0.2f,  0.0f, 0.6f, 0.2f, 0.2f, 0.0f};
+  const std::vector<float> p = {0.1f, 0.4f, 0.2f, 0.3f, 0.0f, 0.25f, 0.25f, 0.0f, 0.5f, 0.0f, 0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+  const std::vector<float> q = {0.5f, 0.1f, 0.1f, 0.1f, 0.2f, 0.0f, 0.6f, 0.2f, 0.2f, 0.0f};
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<double> first(V), second(V);
@@ -165,7 +165,8 @@ void check_tree_sampling(bool deterministic) {
     }
     for (int i = 0, n = tree.size(); i < n; ++i) {
       const std::vector<int32_t> second =
-          deterministic ? std::vector<int32_t>{static_cast<int32_t>((i + 3) % V), static_cast<int32_t>((i + 1) % V)} : draw_distinct(q[static_cast<size_t>(i) + 1].data(), V, 2, uniform);
+          deterministic ? std::vector<int32_t>{static_cast<int32_t>((i + 3) % V), static_cast<int32_t>((i + 1) % V)}
+                        : draw_distinct(q[static_cast<size_t>(i) + 1].data(), V, 2, uniform);
       for (int32_t b : second) {
         tree.tokens.push_back(b);
         tree.parents.push_back(i);
@@ -185,8 +186,10 @@ void check_tree_sampling(bool deterministic) {
     std::vector<int> path;
     verify_tree_sampled(tree, V, target, draft, uniform, e, path);
     ASSERT_EQ(e.size(), path.size() + 1);
-    if (e.size() >= 2) ++depth2;
-    else e.push_back(draw(p_after({e[0]}).data(), V, u(rng)));  // the next step's token
+    if (e.size() >= 2)
+      ++depth2;
+    else
+      e.push_back(draw(p_after({e[0]}).data(), V, u(rng)));  // the next step's token
     ++seen[static_cast<size_t>(e[0] * V + e[1])];
   }
   double tv = 0;
@@ -194,7 +197,8 @@ void check_tree_sampling(bool deterministic) {
   for (int a = 0; a < V; ++a) {
     const std::vector<float> p1 = p_after({a});
     for (int b = 0; b < V; ++b)
-      tv += std::fabs(seen[static_cast<size_t>(a * V + b)] / trials - static_cast<double>(p0[static_cast<size_t>(a)]) * p1[static_cast<size_t>(b)]);
+      tv += std::fabs(seen[static_cast<size_t>(a * V + b)] / trials -
+                      static_cast<double>(p0[static_cast<size_t>(a)]) * p1[static_cast<size_t>(b)]);
   }
   // 36 cells, 300k draws: sampling noise ~0.004. Skipping the residual (accept-or-draw-from-p)
   // or keeping the draft row after a rejection moves it by several times that.
@@ -255,8 +259,8 @@ TEST(SpecdecGenerate, GreedyOutputIsExactlyTheTargetsWhateverTheDrafter) {
       cfg.alpha = 0.7;
       std::vector<int32_t> history = m.prompt;
       SpecStats st;
-      const auto out = speculative_generate(*m.target, m.ts, src == DraftSource::Ngram ? nullptr : m.draft.get(), m.ds, m.prompt.back(), 60,
-                                            cfg, truth, false, history, st);
+      const auto out = speculative_generate(*m.target, m.ts, src == DraftSource::Ngram ? nullptr : m.draft.get(), m.ds,
+                                            m.prompt.back(), 60, cfg, truth, false, history, st);
       EXPECT_EQ(out, reference) << "source " << static_cast<int>(src) << " k " << k;
       EXPECT_EQ(m.target->length(m.ts), 23 + 60);
       EXPECT_EQ(st.emitted, 60);
@@ -276,7 +280,8 @@ TEST(SpecdecGenerate, ControlledAcceptanceGivesTheTokensPerStepTheModelPredicts)
     cfg.alpha = alpha;
     std::vector<int32_t> history = m.prompt;
     SpecStats st;
-    EXPECT_EQ(speculative_generate(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 150, cfg, truth, false, history, st), reference);
+    EXPECT_EQ(speculative_generate(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 150, cfg, truth, false, history, st),
+              reference);
     if (alpha == 0.0) {
       EXPECT_DOUBLE_EQ(st.tokens_per_step(), 1.0);
     }
@@ -311,9 +316,10 @@ TEST(SpecdecGenerate, TreeVerificationOutputIsExactlyTheTargets) {
     int branches;
     int dynamic = 0;
   };
-  for (const Case& cs : {Case{DraftSource::Controlled, {3, 2, 1}, 0}, Case{DraftSource::Controlled, {1, 1, 1, 1}, 0},
-                         Case{DraftSource::Controlled, {2}, 0}, Case{DraftSource::Model, {2, 2}, 0}, Case{DraftSource::Ngram, {}, 3},
-                         Case{DraftSource::Model, {3, 1, 1, 1}, 0, 7}, Case{DraftSource::Model, {2, 1}, 0, 1}}) {
+  for (const Case& cs :
+       {Case{DraftSource::Controlled, {3, 2, 1}, 0}, Case{DraftSource::Controlled, {1, 1, 1, 1}, 0},
+        Case{DraftSource::Controlled, {2}, 0}, Case{DraftSource::Model, {2, 2}, 0}, Case{DraftSource::Ngram, {}, 3},
+        Case{DraftSource::Model, {3, 1, 1, 1}, 0, 7}, Case{DraftSource::Model, {2, 1}, 0, 1}}) {
     m.reset();
     SpecConfig cfg;
     cfg.k = 4;
@@ -358,7 +364,8 @@ TEST(SpecdecGenerate, ADraftEqualToTheTargetIsAcceptedDeepInStaticAndDynamicTree
     cfg.dynamic_nodes = dynamic;
     std::vector<int32_t> history = m.prompt;
     SpecStats st;
-    const auto out = speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 40, cfg, {}, false, history, st);
+    const auto out =
+        speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 40, cfg, {}, false, history, st);
     EXPECT_EQ(out, reference) << "dynamic " << dynamic;
     // A static tree holds the draft's greedy chain: depth 4 + the bonus token every step (the
     // last steps are capped). A dynamic one keeps the most confident nodes, which need not
@@ -410,7 +417,9 @@ TEST(SpecdecGenerate, BatchedSpeculationGivesEachSequenceItsOwnTokens) {
     target->release(solo);
   }
   std::vector<std::function<int32_t(int64_t)>> truths;
-  for (int b = 0; b < B; ++b) truths.push_back([&, b](int64_t i) { return reference[static_cast<size_t>(b)][static_cast<size_t>(std::min<int64_t>(i, n - 1))]; });
+  for (int b = 0; b < B; ++b)
+    truths.push_back(
+        [&, b](int64_t i) { return reference[static_cast<size_t>(b)][static_cast<size_t>(std::min<int64_t>(i, n - 1))]; });
   for (DraftSource src : {DraftSource::Controlled, DraftSource::Model}) {
     reset();
     SpecConfig cfg;
@@ -499,7 +508,9 @@ TEST(SpecdecGenerate, BatchedSampledVerificationFollowsEachSequencesTarget) {
       for (int i = 0; i < n; ++i) {
         const float* want = &rows[static_cast<size_t>(i) * static_cast<size_t>(vocab)];
         double tv = 0;
-        for (int x = 0; x < vocab; ++x) tv += std::fabs(static_cast<double>(want[x]) - used[static_cast<size_t>(b)][static_cast<size_t>(i)][static_cast<size_t>(x)]);
+        for (int x = 0; x < vocab; ++x)
+          tv += std::fabs(static_cast<double>(want[x]) -
+                          used[static_cast<size_t>(b)][static_cast<size_t>(i)][static_cast<size_t>(x)]);
         EXPECT_LT(tv / 2, 1e-4) << b << " " << i;
       }
     }
@@ -515,7 +526,8 @@ TEST(SpecdecGenerate, BatchedSampledVerificationFollowsEachSequencesTarget) {
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
     for (int x = 0; x < vocab; ++x) idx[static_cast<size_t>(x)] = x;
     const auto& p = p0.back();
-    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int32_t u, int32_t v) { return p[static_cast<size_t>(u)] > p[static_cast<size_t>(v)]; });
+    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(),
+                      [&](int32_t u, int32_t v) { return p[static_cast<size_t>(u)] > p[static_cast<size_t>(v)]; });
     top[static_cast<size_t>(b)].assign(idx.begin(), idx.begin() + 5);
   }
   auto bin = [&](int b, int32_t t) {
@@ -528,14 +540,16 @@ TEST(SpecdecGenerate, BatchedSampledVerificationFollowsEachSequencesTarget) {
     cfg.seed = cfg.sampling.seed = 1000 + static_cast<uint64_t>(r);
     SpecStats st;
     const auto out = speculative_generate_batch(*target, ts, *draft, ds, lasts, 4, cfg, {}, st);
-    for (int b = 0; b < B; ++b) freq[static_cast<size_t>(b)][static_cast<size_t>(bin(b, out[static_cast<size_t>(b)][0]))] += 1.0 / runs;
+    for (int b = 0; b < B; ++b)
+      freq[static_cast<size_t>(b)][static_cast<size_t>(bin(b, out[static_cast<size_t>(b)][0]))] += 1.0 / runs;
   }
   reset();
   for (int b = 0; b < B; ++b) {
     std::vector<double> want(6, 0.0);
     for (int x = 0; x < vocab; ++x) want[static_cast<size_t>(bin(b, x))] += p0[static_cast<size_t>(b)][static_cast<size_t>(x)];
     double tv = 0;
-    for (int i = 0; i < 6; ++i) tv += std::fabs(freq[static_cast<size_t>(b)][static_cast<size_t>(i)] - want[static_cast<size_t>(i)]);
+    for (int i = 0; i < 6; ++i)
+      tv += std::fabs(freq[static_cast<size_t>(b)][static_cast<size_t>(i)] - want[static_cast<size_t>(i)]);
     EXPECT_LT(tv / 2, 0.03) << "sequence " << b;
   }
 }
@@ -553,7 +567,9 @@ TEST(SpecdecGenerate, ATreeAcceptsMoreTokensPerStepThanAChainOfTheSameDepth) {
     cfg.tree = shape;
     std::vector<int32_t> history = m.prompt;
     SpecStats st;
-    EXPECT_EQ(speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 150, cfg, truth, false, history, st), reference);
+    EXPECT_EQ(
+        speculative_generate_tree(*m.target, m.ts, m.draft.get(), m.ds, m.prompt.back(), 150, cfg, truth, false, history, st),
+        reference);
     return st;
   };
   const SpecStats chain = run({1, 1, 1, 1}), tree = run({3, 2, 1, 1});
@@ -592,8 +608,9 @@ TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) 
     DraftSource src;
     std::vector<int> tree;
   };
-  for (const Case& cs : {Case{"chain, draft model", DraftSource::Model, {}}, Case{"tree 3x2, draft model", DraftSource::Model, {3, 2}},
-                         Case{"chain, n-gram", DraftSource::Ngram, {}}, Case{"tree, n-gram", DraftSource::Ngram, {1}}}) {
+  for (const Case& cs :
+       {Case{"chain, draft model", DraftSource::Model, {}}, Case{"tree 3x2, draft model", DraftSource::Model, {3, 2}},
+        Case{"chain, n-gram", DraftSource::Ngram, {}}, Case{"tree, n-gram", DraftSource::Ngram, {1}}}) {
     std::map<int32_t, int> seen;
     const int runs = 1500;
     SpecStats st;
@@ -633,7 +650,8 @@ TEST(SpecdecGenerate, SampledVerificationMatchesTheTargetsSamplingDistribution) 
     for (int i = 0; i < 3; ++i) {
       model::sampling_distribution(&fresh[static_cast<size_t>(i) * V], V, sp, pf.data());
       double d = 0;
-      for (int t = 0; t < V; ++t) d += std::fabs(pf[static_cast<size_t>(t)] - used[static_cast<size_t>(i)][static_cast<size_t>(t)]);
+      for (int t = 0; t < V; ++t)
+        d += std::fabs(pf[static_cast<size_t>(t)] - used[static_cast<size_t>(i)][static_cast<size_t>(t)]);
       EXPECT_LT(d / 2, 1e-4) << cs.name << " position " << i;
       EXPECT_GT(pf[static_cast<size_t>(last_out[static_cast<size_t>(i)])], 0.0f) << cs.name << " position " << i;
     }
@@ -701,7 +719,8 @@ TEST(SpecdecLookahead, OutputIsExactlyTheTargets) {
     int w, n, g;
     bool prompt_pool;
   };
-  for (const Case& cs : {Case{5, 4, 5, false}, Case{1, 2, 0, false}, Case{4, 2, 3, false}, Case{7, 5, 7, true}, Case{3, 3, 0, true}}) {
+  for (const Case& cs :
+       {Case{5, 4, 5, false}, Case{1, 2, 0, false}, Case{4, 2, 3, false}, Case{7, 5, 7, true}, Case{3, 3, 0, true}}) {
     m.reset();
     LookaheadConfig cfg;
     cfg.window = cs.w;

@@ -16,7 +16,7 @@ TEST(Stats, KnownSamples) {
   EXPECT_DOUBLE_EQ(s.min, 1);
   EXPECT_DOUBLE_EQ(s.max, 5);
   EXPECT_NEAR(s.stdev, std::sqrt(2.5), 1e-12);  // sample stdev (n - 1)
-  EXPECT_NEAR(s.p10, 1.4, 1e-12);                // linear interpolation between ranks
+  EXPECT_NEAR(s.p10, 1.4, 1e-12);               // linear interpolation between ranks
   EXPECT_NEAR(s.p90, 4.6, 1e-12);
   EXPECT_NEAR(s.rel_stdev(), std::sqrt(2.5) / 3, 1e-12);
 }

@@ -26,15 +26,16 @@ TEST(Sweep, CartesianProductFirstAxisSlowest) {
 }
 
 TEST(Sweep, SkipRulesMatchEveryCondition) {
-  ExperimentSpec e = one("    m: [1, 2, 3]\n    bytes: [1MiB, 2MiB]\n"
-                         "    skip:\n      - {m: [2, 3], variant: memcpy}\n      - {bytes: 2MiB, m: 1}\n");
+  ExperimentSpec e =
+      one("    m: [1, 2, 3]\n    bytes: [1MiB, 2MiB]\n"
+          "    skip:\n      - {m: [2, 3], variant: memcpy}\n      - {bytes: 2MiB, m: 1}\n");
   SweepPlan plan = plan_sweep(e);
   EXPECT_EQ(plan.points.size(), 6u);
   // Points in key order (bytes slowest): memcpy is skipped at m = 2, 3 (4 rows); both variants
   // at bytes = 2MiB, m = 1 (2 rows).
   EXPECT_EQ(plan.skipped, 6u);
   EXPECT_EQ(plan.rows, 6u);
-  EXPECT_TRUE(is_skipped(e, plan.points[2], "memcpy"));   // 1MiB, m=3
+  EXPECT_TRUE(is_skipped(e, plan.points[2], "memcpy"));  // 1MiB, m=3
   EXPECT_FALSE(is_skipped(e, plan.points[2], "sgemm"));
   EXPECT_TRUE(is_skipped(e, plan.points[3], "sgemm"));    // 2MiB, m=1
   EXPECT_FALSE(is_skipped(e, plan.points[0], "memcpy"));  // 1MiB, m=1

@@ -58,9 +58,9 @@ TEST_P(TextCase, DecodeGeneratesTransformersGreedyText) {
   const auto& t = e.at("text");
   const std::string dir = (kModels / GetParam()).string();
   const int n = static_cast<int>(t.at("new_ids").size());
-  auto r = run_spec_text(kFast, "  - {name: d, kind: decode, variants: [cpu_generate], model: checkpoint, weights: " + yaml_quote(dir) +
-                                    ", prompt_text: " + yaml_quote(t.at("prompt").get<std::string>()) + ", new_tokens: " +
-                                    std::to_string(n) + ", temperature: 0}");
+  auto r = run_spec_text(kFast, "  - {name: d, kind: decode, variants: [cpu_generate], model: checkpoint, weights: " +
+                                    yaml_quote(dir) + ", prompt_text: " + yaml_quote(t.at("prompt").get<std::string>()) +
+                                    ", new_tokens: " + std::to_string(n) + ", temperature: 0}");
   expect_all_ok(r, 1);
   const Row& row = r.rows[0];
   EXPECT_EQ(metric(row, "prompt tokens"), static_cast<double>(t.at("prompt_ids").size()));
@@ -76,9 +76,9 @@ TEST_P(TextCase, SpecdecVerifiesTowardsTransformersGreedyText) {
   const auto& t = e.at("text");
   const std::string dir = (kModels / GetParam()).string();
   const int n = static_cast<int>(t.at("new_ids").size());
-  auto r = run_spec_text(kFast, "  - {name: s, kind: specdec, variants: [cpu_ngram], target: checkpoint, target_weights: " + yaml_quote(dir) +
-                                    ", prompt_text: " + yaml_quote(t.at("prompt").get<std::string>()) + ", new_tokens: " +
-                                    std::to_string(n) + ", k: 3}");
+  auto r = run_spec_text(kFast, "  - {name: s, kind: specdec, variants: [cpu_ngram], target: checkpoint, target_weights: " +
+                                    yaml_quote(dir) + ", prompt_text: " + yaml_quote(t.at("prompt").get<std::string>()) +
+                                    ", new_tokens: " + std::to_string(n) + ", k: 3}");
   expect_all_ok(r, 1);
   EXPECT_EQ(text_of(r.rows[0], "output"), t.at("new_text").get<std::string>());
 }
@@ -100,9 +100,10 @@ TEST(TextPrompt, ChatMessagesThroughTheTemplateAreTransformersRenderedPrompt) {
     out << nlohmann::json{{"messages", chat.at("messages")}}.dump() << "\n";
   }
   const std::string dir = (kModels / "qwen2-tokenizer").string();
-  auto r = run_spec_text(kFast, "  - {name: d, kind: decode, variants: [cpu_prefill], model: checkpoint, weights: " + yaml_quote(dir) +
-                                    ", prompts: " + yaml_quote(jsonl.string()) + ", template: " +
-                                    yaml_quote(chat.at("template").get<std::string>()) + "}");
+  auto r =
+      run_spec_text(kFast, "  - {name: d, kind: decode, variants: [cpu_prefill], model: checkpoint, weights: " + yaml_quote(dir) +
+                               ", prompts: " + yaml_quote(jsonl.string()) +
+                               ", template: " + yaml_quote(chat.at("template").get<std::string>()) + "}");
   fs::remove(jsonl);
   expect_all_ok(r, 1);
   EXPECT_EQ(text_of(r.rows[0], "prompt"), chat.at("rendered").get<std::string>());
@@ -120,9 +121,11 @@ TEST(TextPrompt, PrefixCachingServesATextSystemPromptAndTextQueries) {
     for (const char* q : {" When is the build back?", " Which jobs were lost?", " Can I restart mine?"})
       out << nlohmann::json{{"prompt", q}}.dump() << "\n";
   }
-  auto r = run_spec_text(kFast, "  - {name: p, kind: prefix-system-prompt, variants: [cpu_none, cpu_radix], baseline: cpu_none, model: "
-                                    "checkpoint, weights: " + yaml_quote(dir) + ", system_text: " + yaml_quote(system) +
-                                    ", queries: " + yaml_quote(jsonl.string()) + ", reference_runs: 1}");
+  auto r = run_spec_text(kFast,
+                         "  - {name: p, kind: prefix-system-prompt, variants: [cpu_none, cpu_radix], baseline: cpu_none, model: "
+                         "checkpoint, weights: " +
+                             yaml_quote(dir) + ", system_text: " + yaml_quote(system) +
+                             ", queries: " + yaml_quote(jsonl.string()) + ", reference_runs: 1}");
   fs::remove(jsonl);
   expect_all_ok(r, 2);
   auto tok = tokenizer::Tokenizer::load(dir);
@@ -145,18 +148,23 @@ TEST(TextPrompt, BadInputIsASpecErrorNamingTheKey) {
     return std::string("no error");
   };
   // A preset with random weights has no tokenizer.json: `tokenizer: auto` cannot work.
-  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], prompt_text: hi}").find("tokenizer"), std::string::npos);
+  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], prompt_text: hi}").find("tokenizer"),
+            std::string::npos);
   // Two prompt sources at once.
-  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], tokenizer: gpt2, prompt_text: hi, prompt_file: x}").find("one of"),
+  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], tokenizer: gpt2, prompt_text: hi, prompt_file: x}")
+                .find("one of"),
             std::string::npos);
   // A prompt file that is not there.
-  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], tokenizer: gpt2, prompt_file: /no/such/file}").find("prompt_file"),
+  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], tokenizer: gpt2, prompt_file: /no/such/file}")
+                .find("prompt_file"),
             std::string::npos);
   // Queries without the system prompt they follow.
-  EXPECT_NE(error_of("  - {name: p, kind: prefix-system-prompt, variants: [cpu_none], tokenizer: gpt2, queries: x.jsonl}").find("queries"),
+  EXPECT_NE(error_of("  - {name: p, kind: prefix-system-prompt, variants: [cpu_none], tokenizer: gpt2, queries: x.jsonl}")
+                .find("queries"),
             std::string::npos);
   // A tokenizer whose ids run past the model's vocabulary: gpt2's 50,257 ids against tiny's 512.
-  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], model: tiny, tokenizer: gpt2, prompt_text: hi}").find("50257 ids"),
+  EXPECT_NE(error_of("  - {name: d, kind: decode, variants: [cpu_prefill], model: tiny, tokenizer: gpt2, prompt_text: hi}")
+                .find("50257 ids"),
             std::string::npos);
 }
 

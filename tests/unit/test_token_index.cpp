@@ -59,7 +59,7 @@ TEST(Vocabulary, Llama2AndDeepSeekDecodeBytes) {
   EXPECT_EQ(l->eos, 2);
   EXPECT_TRUE(l->special[0] && l->special[1] && l->special[2]);
   EXPECT_EQ(l->token_bytes[3], std::string(1, '\0'));  // <0x00>
-  EXPECT_EQ(l->token_bytes[3 + 0x41], "A");             // <0x41>
+  EXPECT_EQ(l->token_bytes[3 + 0x41], "A");            // <0x41>
   int the = -1;
   for (int32_t id = 0; id < l->size(); ++id)
     if (l->token_bytes[static_cast<size_t>(id)] == " the") the = id;
@@ -68,7 +68,7 @@ TEST(Vocabulary, Llama2AndDeepSeekDecodeBytes) {
   EXPECT_EQ(d->size(), 102400);
   EXPECT_EQ(d->eos, 100001);
   EXPECT_EQ(d->token_bytes[254], " the");  // 'Ġthe'
-  EXPECT_TRUE(d->special[100015]);          // [PAD...]
+  EXPECT_TRUE(d->special[100015]);         // [PAD...]
 }
 
 TEST(Vocabulary, BadFilesAreClearErrors) {
@@ -85,13 +85,17 @@ TEST(Vocabulary, BadFilesAreClearErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0, "b": 1, "c": -1}}})").find("/model/vocab/c: id -1 is outside"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0, "b": 1, "c": -1}}})").find("/model/vocab/c: id -1 is outside"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 400000000}}})").find("id 400000000 is outside"), std::string::npos);
   EXPECT_NE(error_of(R"({"model": {"vocab": {"a": "x"}}})").find("not an integer"), std::string::npos);
-  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": -5, "content": "x"}]})").find("/added_tokens/0/id"),
+  EXPECT_NE(
+      error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": -5, "content": "x"}]})").find("/added_tokens/0/id"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"content": "x"}]})").find("/added_tokens/0"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model": {"vocab": {"a": 0}}, "added_tokens": [{"content": "x"}]})").find("/added_tokens/0"), std::string::npos);
-  EXPECT_NE(error_of("{\"model\": {\"vocab\": {\"" + std::string(65536, 'a') + "\": 0}}}").find("65536 bytes"), std::string::npos);
+  EXPECT_NE(error_of("{\"model\": {\"vocab\": {\"" + std::string(65536, 'a') + "\": 0}}}").find("65536 bytes"),
+            std::string::npos);
   EXPECT_EQ(error_of(R"({"model": {"vocab": {"a": 0, "b": 1}}})"), "no error");
 }
 
@@ -114,10 +118,14 @@ void expect_masks_exact(const Dfa& d, const Vocabulary& v, const std::function<c
     const uint32_t* m = mask(s);
     for (int32_t t = 0; t < v.size(); ++t) {
       bool want;
-      if (t == v.eos) want = d.accepting[static_cast<size_t>(s)];
-      else if (v.special[static_cast<size_t>(t)]) want = false;
-      else want = d.walk(s, v.token_bytes[static_cast<size_t>(t)]) >= 0;
-      ASSERT_EQ(mask_allows(m, t), want) << "state " << s << " token " << t << " '" << v.token_bytes[static_cast<size_t>(t)] << "'";
+      if (t == v.eos)
+        want = d.accepting[static_cast<size_t>(s)];
+      else if (v.special[static_cast<size_t>(t)])
+        want = false;
+      else
+        want = d.walk(s, v.token_bytes[static_cast<size_t>(t)]) >= 0;
+      ASSERT_EQ(mask_allows(m, t), want) << "state " << s << " token " << t << " '" << v.token_bytes[static_cast<size_t>(t)]
+                                         << "'";
     }
   }
 }
@@ -131,7 +139,7 @@ TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
   expect_masks_exact(*d, *v, [&](int32_t s) { return index.mask(s); });
   LazyTokenMasker lazy(d, v);
   expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
-  EXPECT_EQ(lazy.cached(), lazy.num_classes());       // one mask per Moore class
+  EXPECT_EQ(lazy.cached(), lazy.num_classes());        // one mask per Moore class
   EXPECT_LE(index.num_classes(), lazy.num_classes());  // token classes: never more
 }
 
@@ -215,7 +223,8 @@ TEST(TokenMasks, TokenClassesGiveEachStateItsOwnMask) {
     auto trie = vocab_trie(v);
     const size_t words = (static_cast<size_t>(v->size()) + 31) / 32;
     for (const auto& name : schemas) {
-      auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+      auto schema =
+          nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
       const Dfa d = compile_dfa(schema_to_regex(schema));
       const TextProfile text = text_profile(d);
       const MaskClasses tc = token_classes(d, *trie, text);
@@ -260,7 +269,8 @@ TEST(TokenMasks, TokenClassesMergeStatesNoTokenTellsApart) {
 TEST(TokenMasks, TokenClassesKeyStringSubtreesByStringBytes) {
   Vocabulary v;
   const std::string e = "\xC3\xA9";
-  v.token_bytes = {e, e + e, e + e + e, e + e + e + e, "\"", e + "\"", e + e + "\"", "\xC3", "\xA9", e + "\xC3", e + e + e + e + "\xC3", ""};
+  v.token_bytes = {e,      e + e,  e + e + e,  e + e + e + e,          "\"", e + "\"", e + e + "\"",
+                   "\xC3", "\xA9", e + "\xC3", e + e + e + e + "\xC3", ""};
   v.special.assign(v.token_bytes.size(), 0);
   v.special.back() = 1;
   v.eos = static_cast<int32_t>(v.token_bytes.size() - 1);

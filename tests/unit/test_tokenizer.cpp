@@ -124,7 +124,8 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TokenizerShipped, TokenizerBattery,
-                         ::testing::Values("gpt2", "llama2", "deepseek-llm", "qwen2-tokenizer", "llama-spm-tokenizer"), test_name);
+                         ::testing::Values("gpt2", "llama2", "deepseek-llm", "qwen2-tokenizer", "llama-spm-tokenizer"),
+                         test_name);
 
 class TokenizerLlamaCpp : public ::testing::TestWithParam<std::string> {};
 
@@ -179,7 +180,8 @@ TEST(TokenizerLoad, NamesPathsAndDirectoriesShareOneInstance) {
   // A checkpoint directory and a plain tokenizer.json.
   const fs::path dir = fs::temp_directory_path() / ("ib_tok_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string json = R"({"version":"1.0","added_tokens":[],"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})";
+  const std::string json =
+      R"({"version":"1.0","added_tokens":[],"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})";
   std::ofstream(dir / "tokenizer.json") << json;
   auto from_dir = Tokenizer::load(dir.string());
   auto from_file = Tokenizer::load((dir / "tokenizer.json").string());
@@ -192,7 +194,8 @@ TEST(TokenizerLoad, NamesPathsAndDirectoriesShareOneInstance) {
 TEST(TokenizerLoad, DecodesWhatItEncodes) {
   for (const char* name : {"gpt2", "llama2", "deepseek-llm"}) {
     auto t = Tokenizer::load(name);
-    for (const std::string s : {"Hello, world!", "  two  spaces\nand a newline", "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80"}) {
+    for (const std::string s :
+         {"Hello, world!", "  two  spaces\nand a newline", "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80"}) {
       EXPECT_EQ(t->decode(t->encode(s, true), true), s) << name;
     }
   }
@@ -201,14 +204,21 @@ TEST(TokenizerLoad, DecodesWhatItEncodes) {
 TEST(TokenizerEncode, InvalidUtf8IsReadWithReplacementCharacters) {
   auto t = Tokenizer::load("gpt2");
   // Python: b"a\xffb\xe2\x82".decode(errors="replace") == "a\ufffdb\ufffd"
-  EXPECT_EQ(t->encode("a\xff" "b\xe2\x82", false), t->encode("a\xEF\xBF\xBD" "b\xEF\xBF\xBD", false));
+  EXPECT_EQ(t->encode("a\xff"
+                      "b\xe2\x82",
+                      false),
+            t->encode("a\xEF\xBF\xBD"
+                      "b\xEF\xBF\xBD",
+                      false));
 }
 
 TEST(TokenizerDecode, LoneBytesBecomeReplacementCharacters) {
   auto t = Tokenizer::load("gpt2");
   // 'Ã' (id 127) is byte 0xC3 alone, 'ĥ' (id 223) is 0xE2's stand-in; from_utf8_lossy: U+FFFD each.
   EXPECT_EQ(t->decode({127}), "\xEF\xBF\xBD");
-  EXPECT_EQ(t->decode({64, 127, 64}), "a\xEF\xBF\xBD" "a");
+  EXPECT_EQ(t->decode({64, 127, 64}),
+            "a\xEF\xBF\xBD"
+            "a");
   EXPECT_EQ(t->decode({-1, 1 << 23, 64}), "a");  // ids outside the vocabulary are skipped
   auto l = Tokenizer::load("llama2");
   // ByteFallback: <0xE6> <0x97> alone is not UTF-8, one U+FFFD per byte.
@@ -239,15 +249,16 @@ Tokenizer make(const std::string& json) { return Tokenizer::from_json(json, "tes
 
 TEST(TokenizerPipeline, AddedTokenFlags) {
   // vocab: single characters; added: "[M]" lstrip+rstrip special, "hi" single_word, "<x>" plain.
-  const auto t = make(R"({"version":"1.0","model":{"type":"BPE","vocab":{"a":0,"b":1," ":2,"h":3,"i":4,"x":5,"<":6,">":7},"merges":[]},
+  const auto t =
+      make(R"({"version":"1.0","model":{"type":"BPE","vocab":{"a":0,"b":1," ":2,"h":3,"i":4,"x":5,"<":6,">":7},"merges":[]},
     "added_tokens":[{"id":8,"content":"[M]","single_word":false,"lstrip":true,"rstrip":true,"normalized":false,"special":true},
                     {"id":9,"content":"hi","single_word":true,"lstrip":false,"rstrip":false,"normalized":false,"special":false},
                     {"id":10,"content":"<x>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":false}]})");
-  EXPECT_EQ(t.encode("a  [M]  b"), (Ids{0, 8, 1}));     // the spaces go with [M]
-  EXPECT_EQ(t.encode("hi a"), (Ids{9, 2, 0}));          // a word on its own
-  EXPECT_EQ(t.encode("ahi"), (Ids{0, 3, 4}));           // inside a word: not the added token
+  EXPECT_EQ(t.encode("a  [M]  b"), (Ids{0, 8, 1}));  // the spaces go with [M]
+  EXPECT_EQ(t.encode("hi a"), (Ids{9, 2, 0}));       // a word on its own
+  EXPECT_EQ(t.encode("ahi"), (Ids{0, 3, 4}));        // inside a word: not the added token
   EXPECT_EQ(t.encode("a<x>b"), (Ids{0, 10, 1}));
-  EXPECT_EQ(t.decode({0, 8, 1}), "a [M] b");            // no decoder: tokens joined by spaces
+  EXPECT_EQ(t.decode({0, 8, 1}), "a [M] b");  // no decoder: tokens joined by spaces
   EXPECT_EQ(t.decode({0, 8, 1}, true), "a b");
   EXPECT_EQ(t.vocab_size(), 11);
 }
@@ -259,7 +270,8 @@ TEST(TokenizerPipeline, ByteFallbackUnkAndFuse) {
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     vocab += ",\"" + std::string(name) + "\":" + std::to_string(6 + b);
   }
-  const std::string pipeline = R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},
+  const std::string pipeline =
+      R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},
     "decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]})";
   const auto t = make(R"({"model":{"type":"BPE","unk_token":"<unk>","byte_fallback":true,"fuse_unk":true,"vocab":{)" + vocab +
                       R"(},"merges":[["▁","a"],["a","b"]]},)" + pipeline + "}");
@@ -268,19 +280,25 @@ TEST(TokenizerPipeline, ByteFallbackUnkAndFuse) {
   EXPECT_EQ(t.decode({4, 3, 1, 6 + 0xC3, 6 + 0xA9}), "ab \xC3\xA9");
   // Without byte fallback, unknown characters fuse into one <unk>.
   const auto u = make(R"({"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":true,"vocab":{"<unk>":0,"a":1},"merges":[]}})");
-  EXPECT_EQ(u.encode("a\xC3\xA9\xC3\xA9" "a"), (Ids{1, 0, 1}));
+  EXPECT_EQ(u.encode("a\xC3\xA9\xC3\xA9"
+                     "a"),
+            (Ids{1, 0, 1}));
   const auto v = make(R"({"model":{"type":"BPE","unk_token":"<unk>","fuse_unk":false,"vocab":{"<unk>":0,"a":1},"merges":[]}})");
-  EXPECT_EQ(v.encode("a\xC3\xA9\xC3\xA9" "a"), (Ids{1, 0, 0, 1}));
+  EXPECT_EQ(v.encode("a\xC3\xA9\xC3\xA9"
+                     "a"),
+            (Ids{1, 0, 0, 1}));
 }
 
 TEST(TokenizerPipeline, MergesByRankLeftmostFirst) {
   // "aaaa": merge "a a" (rank 0) leftmost first gives "aa aa", then "aa aa" (rank 1).
-  const auto t = make(R"({"model":{"type":"BPE","vocab":{"a":0,"aa":1,"aaaa":2,"b":3,"ab":4,"aab":5},"merges":["a a","aa aa","a b","aa b"]}})");
+  const auto t = make(
+      R"({"model":{"type":"BPE","vocab":{"a":0,"aa":1,"aaaa":2,"b":3,"ab":4,"aab":5},"merges":["a a","aa aa","a b","aa b"]}})");
   EXPECT_EQ(t.encode("aaaa"), (Ids{2}));
   EXPECT_EQ(t.encode("aaa"), (Ids{1, 0}));
-  EXPECT_EQ(t.encode("aab"), (Ids{5}));   // "a a" (0) before "a b" (2), then "aa b"
+  EXPECT_EQ(t.encode("aab"), (Ids{5}));  // "a a" (0) before "a b" (2), then "aa b"
   EXPECT_EQ(t.encode("aaab"), (Ids{1, 4}));
-  const auto ignore = make(R"({"model":{"type":"BPE","ignore_merges":true,"vocab":{"a":0,"b":1,"ba":2,"ab":3,"aba":4},"merges":["a b"]}})");
+  const auto ignore =
+      make(R"({"model":{"type":"BPE","ignore_merges":true,"vocab":{"a":0,"b":1,"ba":2,"ab":3,"aba":4},"merges":["a b"]}})");
   EXPECT_EQ(ignore.encode("aba"), (Ids{4}));  // the whole word is a token
 }
 
@@ -289,13 +307,15 @@ TEST(TokenizerPipeline, MetaspaceAndSplitBehaviours) {
   const auto first = make(R"({"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true},
     "decoder":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true},
     "added_tokens":[{"id":5,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
-    "model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":["▁ a"]}})");
+    "model":{"type":"BPE","vocab":{)" +
+                          vocab + R"(},"merges":["▁ a"]}})");
   EXPECT_EQ(first.encode("a b"), (Ids{4, 0, 2}));
   EXPECT_EQ(first.encode("<s>a b"), (Ids{5, 1, 0, 2}));  // "first": only at the very start of the text
   EXPECT_EQ(first.decode({4, 0, 2}), "a b");
   const auto split = [&](const std::string& behavior, bool invert) {
     return make(R"({"pre_tokenizer":{"type":"Split","pattern":{"String":"-"},"behavior":")" + behavior + R"(","invert":)" +
-                (invert ? "true" : "false") + R"(},"model":{"type":"BPE","vocab":{"a":0,"-":1,"a-":2,"-a":3,"--":4},"merges":["a -","- a","- -"]}})");
+                (invert ? "true" : "false") +
+                R"(},"model":{"type":"BPE","vocab":{"a":0,"-":1,"a-":2,"-a":3,"--":4},"merges":["a -","- a","- -"]}})");
   };
   // "a--a" under each behaviour (tokenizers: Removed a,a; Isolated a,-,-,a; MergedWithPrevious
   // a-,-,a; MergedWithNext a,-,-a; Contiguous a,--,a).
@@ -313,12 +333,15 @@ TEST(TokenizerPipeline, RegexSplitWithOnigClasses) {
   // letters of Unicode 16 (U+1C89), which PCRE2 10.42 does not.
   const std::string pattern =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+)";
-  const auto t = make(R"({"pre_tokenizer":{"type":"Split","pattern":{"Regex":")" + pattern + R"("},"behavior":"Isolated","invert":false},
+  const auto t =
+      make(R"({"pre_tokenizer":{"type":"Split","pattern":{"Regex":")" + pattern + R"("},"behavior":"Isolated","invert":false},
     "model":{"type":"BPE","ignore_merges":true,"vocab":{"a":0,"b":1,"!":2,"\u180e":3,"!\u180e":4,"\u1c89":5,"\u1c89b":6,"I":7,"'M":8,
     " ":9,"123":10,"45":11,"'":12,"M":13," b":14},"merges":[]}})");
   EXPECT_EQ(t.encode("I'M 12345"), (Ids{7, 8, 9, 10, 11}));
   EXPECT_EQ(t.encode("a!\xE1\xA0\x8E"), (Ids{0, 4}));
-  EXPECT_EQ(t.encode("\xE1\xB2\x89" "b b"), (Ids{6, 14}));
+  EXPECT_EQ(t.encode("\xE1\xB2\x89"
+                     "b b"),
+            (Ids{6, 14}));
 }
 
 TEST(TokenizerPipeline, UnicodeNormalizers) {
@@ -327,14 +350,17 @@ TEST(TokenizerPipeline, UnicodeNormalizers) {
       "model":{"type":"BPE","vocab":{"1":0,"\u2044":1,"2":2,"\u00bd":3,"\u00e9":4,"e":5,"\u0301":6,"b":7},"merges":[]}})";
   };
   const auto nfc = make(with("NFC"));
-  EXPECT_EQ(nfc.encode("\xC2\xBD"), (Ids{3}));          // ½ stays
-  EXPECT_EQ(nfc.encode("E\xCC\x81" "B"), (Ids{4, 7}));   // E + U+0301 composes, then lowercases
+  EXPECT_EQ(nfc.encode("\xC2\xBD"), (Ids{3}));  // ½ stays
+  EXPECT_EQ(nfc.encode("E\xCC\x81"
+                       "B"),
+            (Ids{4, 7}));  // E + U+0301 composes, then lowercases
   // NFKC needs ICU's data library, which a build with INFER_BENCH_STATIC_DEPS leaves out.
   try {
     const auto nfkc = make(with("NFKC"));
     EXPECT_EQ(nfkc.encode("\xC2\xBD"), (Ids{0, 1, 2}));  // ½ -> 1⁄2
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("test.json: /normalizer/normalizers/0/type: NFKC: needs ICU's data library"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("test.json: /normalizer/normalizers/0/type: NFKC: needs ICU's data library"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -359,15 +385,18 @@ TEST(TokenizerErrors, NameTheFileAndThePointer) {
   expect_error(R"({"model":{"type":"BPE","vocab":{"a":-1},"merges":[]}})", "/model/vocab/a", "out of range");
   expect_error(R"({"model":{"type":"BPE","vocab":{"a":16777216},"merges":[]}})", "/model/vocab/a", "out of range");
   expect_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":0},"merges":[]}})", "/model/vocab/b", "is also the id of 'a'");
-  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b","a c"]}})", "/model/merges/1", "'c' is not in the vocabulary");
-  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[["a","b"]]}})", "/model/merges/0", "'ab' is not in the vocabulary");
+  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b","a c"]}})", "/model/merges/1",
+               "'c' is not in the vocabulary");
+  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[["a","b"]]}})", "/model/merges/0",
+               "'ab' is not in the vocabulary");
   expect_error(R"({"model":{"type":"BPE","dropout":0.1,"vocab":{"a":0},"merges":[]}})", "/model/dropout", "dropout must be null");
   expect_error(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"normalizer":{"type":"Precompiled"}})", "/normalizer/type",
                "'Precompiled' is not supported");
-  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(a"},"behavior":"Isolated","invert":false}})",
-               "/pre_tokenizer/pattern/Regex", "regex does not compile");
-  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":{"type":"WordPiece","prefix":"##"}})", "/decoder/type",
-               "'WordPiece' is not supported");
+  expect_error(
+      R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(a"},"behavior":"Isolated","invert":false}})",
+      "/pre_tokenizer/pattern/Regex", "regex does not compile");
+  expect_error(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":{"type":"WordPiece","prefix":"##"}})",
+               "/decoder/type", "'WordPiece' is not supported");
   expect_error(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"content":"x"}]})", "/added_tokens/0",
                "missing member 'id'");
   // Sequence nesting: 64 levels are fine, 65 are not.

@@ -87,17 +87,16 @@ TEST_P(TrainedModel, MatchesTransformersOnHeldOutCode) {
 TEST(TrainedModelPaths, DataPathsResolveFromAnyDirectory) {
   EXPECT_TRUE(fs::exists(data_path("data/models/ib-target-16m/config.json")));
   EXPECT_NO_THROW(config_from_hf("data/models/ib-draft-1m"));
-  EXPECT_EQ(data_path("data/no/such/file"), "data/no/such/file");  // the error then names what was given
+  EXPECT_EQ(data_path("data/no/such/file"), "data/no/such/file");        // the error then names what was given
   EXPECT_EQ(data_path("models/ib-target-16m"), "models/ib-target-16m");  // only data/ is looked up
 }
 
-INSTANTIATE_TEST_SUITE_P(Family, TrainedModel, ::testing::ValuesIn(kFamily),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           std::string n = p.param;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Family, TrainedModel, ::testing::ValuesIn(kFamily), [](const ::testing::TestParamInfo<std::string>& p) {
+  std::string n = p.param;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
 
 }  // namespace
 }  // namespace ib::model

@@ -27,10 +27,11 @@ class CpuAttention : public Variant {
  public:
   std::string unsupported(const Point& p) const override { return shape_problem(attention_shape(p)); }
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    s_ = attention_shape(p);
+    const AttentionKeys params = attention_keys().read(p);
+    s_ = attention_shape(params);
     in_ = {seed, s_.dtype};
     seed_ = seed;
-    score_table_ = p.find("score_table") && p.flag("score_table");
+    score_table_ = params.score_table;
     q_.allocate(static_cast<size_t>(s_.q_elems()), "Q (fp32)");
     k_.allocate(static_cast<size_t>(s_.kv_elems()), "K (fp32)");
     v_.allocate(static_cast<size_t>(s_.kv_elems()), "V (fp32)");

@@ -36,10 +36,11 @@ class CudaAttention : public Variant {
     return kernel_unsupported(params_of(s));
   }
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    s_ = attention_shape(p);
+    const AttentionKeys params = attention_keys().read(p);
+    s_ = attention_shape(params);
     in_ = {seed, s_.dtype};
     seed_ = seed;
-    score_table_ = p.flag("score_table");
+    score_table_ = params.score_table;
     const size_t es = dtype_size(s_.dtype);
     q_.allocate(static_cast<size_t>(s_.q_elems()) * es, "Q");
     k_.allocate(static_cast<size_t>(s_.kv_elems()) * es, "K");

@@ -38,21 +38,21 @@ std::string AttentionShape::label() const {
                      causal ? " causal" : "", causal && window > 0 ? fmt::format(" window {}", window) : "", to_string(dtype));
 }
 
-AttentionShape attention_shape(const Point& p) {
+AttentionShape attention_shape(const AttentionKeys& p) {
   AttentionShape s;
-  s.batch = static_cast<int>(p.integer("batch"));
-  s.heads = static_cast<int>(p.integer("heads"));
-  const int64_t kv = p.integer("kv_heads");
-  s.kv_heads = kv == 0 ? s.heads : static_cast<int>(kv);
-  s.head_dim = static_cast<int>(p.integer("head_dim"));
-  s.seq_k = static_cast<int>(p.integer("seq"));
-  const int64_t sq = p.integer("seq_q");
-  s.seq_q = sq == 0 ? s.seq_k : static_cast<int>(sq);
-  s.causal = p.flag("causal");
-  s.window = p.find("window") ? static_cast<int>(p.integer("window")) : 0;
-  s.dtype = p.text("dtype") == "fp16" ? DType::F16 : DType::BF16;
+  s.batch = p.batch;
+  s.heads = p.heads;
+  s.kv_heads = p.kv_heads == 0 ? s.heads : p.kv_heads;
+  s.head_dim = p.head_dim;
+  s.seq_k = p.seq;
+  s.seq_q = p.seq_q == 0 ? s.seq_k : p.seq_q;
+  s.causal = p.causal;
+  s.window = p.window;
+  s.dtype = p.dtype;
   return s;
 }
+
+AttentionShape attention_shape(const Point& p) { return attention_shape(attention_keys().read(p)); }
 
 std::string shape_problem(const AttentionShape& s) {
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)

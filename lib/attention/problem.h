@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_keys.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
 #include "core/sweep.h"
@@ -42,12 +43,9 @@ struct AttentionShape {
   std::string label() const;
 };
 
-// Reads batch, heads, kv_heads, head_dim, seq, seq_q (0 = seq), causal, window, dtype.
+// The shape of a point's parameters (attention_keys.h): kv_heads 0 = heads, seq_q 0 = seq.
 AttentionShape attention_shape(const Point& p);
-// The keys every attention variant reads (VariantDecl::uses): the shape's and score_table.
-inline std::vector<std::string> attention_shape_keys() {
-  return {"batch", "heads", "kv_heads", "head_dim", "seq", "seq_q", "causal", "window", "dtype", "score_table"};
-}
+AttentionShape attention_shape(const AttentionKeys& p);
 // Why the shape is not an attention problem ("" when it is): heads not a multiple of kv_heads...
 std::string shape_problem(const AttentionShape& s);
 

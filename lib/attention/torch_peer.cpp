@@ -114,11 +114,12 @@ class TorchSdpaPeer : public Variant {
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    s_ = attention_shape(p);
+    const AttentionKeys params = attention_keys().read(p);
+    s_ = attention_shape(params);
     seed_ = seed;
-    python_ = p.find("python") ? p.text("python") : "python3";
-    peer_timeout_ = p.find("peer_timeout") ? p.number("peer_timeout") : 120.0;
-    score_table_ = p.find("score_table") && p.flag("score_table");
+    python_ = params.python;
+    peer_timeout_ = params.peer_timeout;
+    score_table_ = params.score_table;
   }
   Validation validate(BackendRuntime&) override {
     throw std::logic_error("the torch peer is checked in its own process (measure_self)");

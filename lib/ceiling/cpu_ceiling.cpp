@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ceiling/ceiling_keys.h"
 #include "ceiling/gemm_check.h"
 #include "numerics/sgemm.h"
 #include "core/memory.h"
@@ -17,7 +18,7 @@ namespace {
 class CpuMemcpy : public Variant {
  public:
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    words_ = static_cast<size_t>(p.integer("bytes")) / sizeof(uint32_t);
+    words_ = static_cast<size_t>(ceiling_keys().read(p).bytes) / sizeof(uint32_t);
     src_.allocate(words_, "memcpy source");
     dst_.allocate(words_, "memcpy destination");
     parallel_for(words_, [&](size_t b, size_t e) {
@@ -44,13 +45,15 @@ class CpuMemcpy : public Variant {
 class CpuSgemm : public Variant {
  public:
   std::string unsupported(const Point& p) const override {
-    if (p.text("dtype") != "fp32") return "sgemm computes in fp32 only (dtype " + p.text("dtype") + ")";
+    const std::string dtype = ceiling_keys().read(p).dtype;
+    if (dtype != "fp32") return "sgemm computes in fp32 only (dtype " + dtype + ")";
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    m_ = p.integer("m");
-    n_ = p.integer("n");
-    k_ = p.integer("k");
+    const CeilingKeys params = ceiling_keys().read(p);
+    m_ = params.m;
+    n_ = params.n;
+    k_ = params.k;
     seed_ = seed;
     a_.allocate(static_cast<size_t>(m_) * k_, "sgemm A");
     b_.allocate(static_cast<size_t>(k_) * n_, "sgemm B");

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ceiling/ceiling_keys.h"
 #include "ceiling/gemm_check.h"
 #include "core/cublas.h"
 #include "numerics/cuda_check.h"
@@ -26,7 +27,7 @@ class CudaCopy : public Variant {
  public:
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     seed_ = seed;
-    words_ = static_cast<size_t>(p.integer("bytes")) / sizeof(uint32_t);
+    words_ = static_cast<size_t>(ceiling_keys().read(p).bytes) / sizeof(uint32_t);
     src_.allocate(words_, "copy source");
     dst_.allocate(words_, "copy destination");
     launch_fill_random(src_.data(), words_, DType::U32, seed, 1.0f, stream_of(rt));
@@ -60,10 +61,11 @@ class CudaCopy : public Variant {
 class CublasGemm : public Variant {
  public:
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    m_ = p.integer("m");
-    n_ = p.integer("n");
-    k_ = p.integer("k");
-    dtype_ = *dtype_from_string(p.text("dtype"));
+    const CeilingKeys params = ceiling_keys().read(p);
+    m_ = params.m;
+    n_ = params.n;
+    k_ = params.k;
+    dtype_ = *dtype_from_string(params.dtype);
     seed_ = seed;
     const size_t es = dtype_size(dtype_);
     a_.allocate(static_cast<size_t>(m_ * k_) * es, "gemm A");

@@ -1,0 +1,69 @@
+// ParamSet: keys bound to struct fields read a point into the struct (values, defaults, parsed
+// enums) and refuse a key whose type does not fit its field.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "core/params.h"
+
+namespace ib {
+namespace {
+
+enum class Shade { Light, Dark };
+
+struct Demo {
+  int count = -1;
+  int64_t bytes = -1;
+  double ratio = -1;
+  bool on = false;
+  std::string name;
+  Shade shade = Shade::Light;
+};
+
+ParamSet<Demo> demo_set() {
+  return ParamSet<Demo>()
+      .add(&Demo::count, key_spec("count", ParamType::Int, "a count", Value(int64_t{3}), 1.0))
+      .add(&Demo::bytes, key_spec("bytes", ParamType::Bytes, "a size", Value(int64_t{4096})))
+      .add(&Demo::ratio, key_spec("ratio", ParamType::Float, "a ratio"))  // required
+      .add(&Demo::on, key_spec("on", ParamType::Bool, "a flag", Value(true)))
+      .add(&Demo::name, key_spec("name", ParamType::String, "a name", Value(std::string("x"))))
+      .add(&Demo::shade, enum_key("shade", "a shade", "light", {"light", "dark"}),
+           [](const std::string& s) { return s == "dark" ? Shade::Dark : Shade::Light; });
+}
+
+TEST(ParamSet, ReadsThePointsValuesAndTheDefaultsOfTheRest) {
+  const ParamSet<Demo> set = demo_set();
+  ASSERT_EQ(set.names(), (std::vector<std::string>{"count", "bytes", "ratio", "on", "name", "shade"}));
+  Point p;
+  p.params = {{"ratio", Value(0.25), ParamType::Float},
+              {"count", Value(int64_t{7}), ParamType::Int},
+              {"shade", Value(std::string("dark")), ParamType::Enum}};
+  const Demo d = set.read(p);
+  EXPECT_EQ(d.count, 7);
+  EXPECT_EQ(d.bytes, 4096);  // the KeySpec's default, not the struct's -1
+  EXPECT_DOUBLE_EQ(d.ratio, 0.25);
+  EXPECT_TRUE(d.on);
+  EXPECT_EQ(d.name, "x");
+  EXPECT_EQ(d.shade, Shade::Dark);
+}
+
+TEST(ParamSet, ARequiredKeyMissingFromThePointIsNamed) {
+  Point p;
+  try {
+    (void)demo_set().read(p);
+    FAIL() << "expected out_of_range";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("'ratio'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ParamSet, RefusesAKeyWhoseTypeDoesNotFitItsField) {
+  EXPECT_THROW(ParamSet<Demo>().add(&Demo::count, key_spec("count", ParamType::Float, "")), std::logic_error);
+  EXPECT_THROW(ParamSet<Demo>().add(&Demo::ratio, key_spec("ratio", ParamType::Int, "")), std::logic_error);
+  EXPECT_THROW(ParamSet<Demo>().add(&Demo::on, key_spec("on", ParamType::Int, "")), std::logic_error);
+  EXPECT_THROW(ParamSet<Demo>().add(&Demo::name, key_spec("name", ParamType::Bytes, "")), std::logic_error);
+  EXPECT_NO_THROW(ParamSet<Demo>().add(&Demo::ratio, key_spec("ratio", ParamType::Seconds, "")));
+}
+
+}  // namespace
+}  // namespace ib

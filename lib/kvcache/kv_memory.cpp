@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/memory.h"
+#include "core/params.h"
 #include "core/registry.h"
 #include "core/sysinfo.h"
 #include "numerics/kv_format.h"
@@ -31,10 +32,33 @@ double seq_bytes(const model::ModelConfig& m, KvFormat f, int64_t seq) {
   return b;
 }
 
+// The kind's keys, bound to the fields they fill (core/params.h).
+struct MemoryKeys {
+  std::string model;
+  KvFormat kv_dtype = KvFormat::BF16;
+  int64_t seq = 0, batch = 0, card_memory = 0;
+};
+
+const ParamSet<MemoryKeys>& memory_keys() {
+  using P = MemoryKeys;
+  static const ParamSet<MemoryKeys> set =
+      ParamSet<MemoryKeys>()
+          .add(&P::model, enum_key("model", "engine preset", "llama2-7b", model::preset_names()))
+          .add(&P::kv_dtype, enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8", "int4", "int2"}),
+               [](const std::string& s) { return *kv_format_from_string(s); })
+          .add(&P::seq, key_spec("seq", ParamType::Int, "tokens per sequence", Value(int64_t{4096}), 1.0))
+          .add(&P::batch, key_spec("batch", ParamType::Int, "sequences", Value(int64_t{32}), 1.0))
+          .add(&P::card_memory,
+               key_spec("card_memory", ParamType::Bytes,
+                        "memory the batch must fit in; 0 = the run's --memory-limit, else the GPU's memory, else the host's",
+                        Value(int64_t{0}), 0.0));
+  return set;
+}
+
 // The memory the batch must fit in: the key, else the run's --memory-limit, else the GPU's
 // total memory, else (no GPU) the host's.
-double card_bytes(const Point& p) {
-  if (const int64_t k = p.integer("card_memory"); k > 0) return static_cast<double>(k);
+double card_bytes(const MemoryKeys& keys) {
+  if (const int64_t k = keys.card_memory; k > 0) return static_cast<double>(k);
   if (const int64_t limit = device_memory().limit(); limit > 0) return static_cast<double>(limit);
   if (const int64_t gpu = cuda_memory_total_bytes(); gpu > 0) return static_cast<double>(gpu);
   return static_cast<double>(host_memory_total_bytes());
@@ -43,13 +67,14 @@ double card_bytes(const Point& p) {
 class Formula : public Variant {
  public:
   void prepare(const Point& p, BackendRuntime&, uint64_t) override {
-    const auto m = model::preset(p.text("model"));
-    if (!m) throw InputError("kv-memory: unknown model " + p.text("model"));
+    const MemoryKeys keys = memory_keys().read(p);
+    const auto m = model::preset(keys.model);
+    if (!m) throw InputError("kv-memory: unknown model " + keys.model);
     m_ = *m;
-    format_ = *kv_format_from_string(p.text("kv_dtype"));
-    seq_ = p.integer("seq");
-    batch_ = p.integer("batch");
-    card_ = card_bytes(p);
+    format_ = keys.kv_dtype;
+    seq_ = keys.seq;
+    batch_ = keys.batch;
+    card_ = card_bytes(keys);
   }
   Validation validate(BackendRuntime& rt) override {
     run(rt);
@@ -97,15 +122,7 @@ KindInfo memory_kind() {
       "residual buffer of 32 tokens per sequence and head; per sequence of `seq` tokens, per "
       "batch, and the largest batch at `seq` that fits the card after the bf16 weights (activations and workspace not "
       "counted). The check compares the formula with the engine's own K/V element count. A sample is the arithmetic.";
-  k.keys = {
-      enum_key("model", "engine preset", "llama2-7b", model::preset_names()),
-      enum_key("kv_dtype", "element type of the cache", "bf16", {"bf16", "fp8", "int8", "int4", "int2"}),
-      key_spec("seq", ParamType::Int, "tokens per sequence", Value(int64_t{4096}), 1.0),
-      key_spec("batch", ParamType::Int, "sequences", Value(int64_t{32}), 1.0),
-      key_spec("card_memory", ParamType::Bytes,
-               "memory the batch must fit in; 0 = the run's --memory-limit, else the GPU's memory, else the host's",
-               Value(int64_t{0}), 0.0),
-  };
+  k.keys = memory_keys().keys();
   return k;
 }
 

@@ -16,20 +16,45 @@
 #include <fmt/format.h>
 
 #include "numerics/random.h"
+#include "core/params.h"
 #include "core/registry.h"
 #include "kvcache/block_manager.h"
 
 namespace ib::kvcache {
 namespace {
 
+// The kind's keys, bound to the fields they fill (core/params.h).
+struct WasteKeys {
+  int requests = 0, concurrent = 0, prompt_min = 0, prompt_max = 0, output_min = 0, output_max = 0, max_len = 0, block_size = 0;
+};
+
+const ParamSet<WasteKeys>& waste_keys() {
+  using P = WasteKeys;
+  static const ParamSet<WasteKeys> set =
+      ParamSet<WasteKeys>()
+          .add(&P::requests, key_spec("requests", ParamType::Int, "requests replayed", Value(int64_t{500}), 1.0))
+          .add(&P::concurrent,
+               key_spec("concurrent", ParamType::Int, "sequences decoded at once (continuous batching)", Value(int64_t{32}), 1.0))
+          .add(&P::prompt_min, key_spec("prompt_min", ParamType::Int, "shortest prompt (tokens)", Value(int64_t{16}), 1.0))
+          .add(&P::prompt_max, key_spec("prompt_max", ParamType::Int, "longest prompt", Value(int64_t{1024}), 1.0))
+          .add(&P::output_min, key_spec("output_min", ParamType::Int, "shortest output", Value(int64_t{16}), 1.0))
+          .add(&P::output_max, key_spec("output_max", ParamType::Int, "longest output", Value(int64_t{512}), 1.0))
+          .add(&P::max_len,
+               key_spec("max_len", ParamType::Int, "the model's maximum sequence length (contiguous_max reserves it)",
+                        Value(int64_t{2048}), 1.0))
+          .add(&P::block_size,
+               key_spec("block_size", ParamType::Int, "tokens per block (paged)", Value(int64_t{16}), 1.0, 4096.0));
+  return set;
+}
+
 struct Request {
   int prompt = 0, output = 0;
 };
 
-std::vector<Request> make_requests(const Point& p, uint64_t seed) {
-  const int n = static_cast<int>(p.integer("requests"));
-  const int pmin = static_cast<int>(p.integer("prompt_min")), pmax = static_cast<int>(p.integer("prompt_max"));
-  const int omin = static_cast<int>(p.integer("output_min")), omax = static_cast<int>(p.integer("output_max"));
+std::vector<Request> make_requests(const WasteKeys& k, uint64_t seed) {
+  const int n = k.requests;
+  const int pmin = k.prompt_min, pmax = k.prompt_max;
+  const int omin = k.output_min, omax = k.output_max;
   std::vector<Request> r(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     r[static_cast<size_t>(i)].prompt =
@@ -47,18 +72,19 @@ class WasteVariant : public Variant {
   explicit WasteVariant(Policy policy) : policy_(policy) {}
 
   std::string unsupported(const Point& p) const override {
-    if (p.integer("prompt_min") > p.integer("prompt_max") || p.integer("output_min") > p.integer("output_max"))
+    const WasteKeys k = waste_keys().read(p);
+    if (k.prompt_min > k.prompt_max || k.output_min > k.output_max)
       return "prompt_min/output_min must not exceed prompt_max/output_max";
-    if (p.integer("prompt_max") + p.integer("output_max") > p.integer("max_len"))
-      return fmt::format("prompt_max + output_max ({}) exceeds max_len ({})", p.integer("prompt_max") + p.integer("output_max"),
-                         p.integer("max_len"));
+    if (int64_t{k.prompt_max} + k.output_max > k.max_len)
+      return fmt::format("prompt_max + output_max ({}) exceeds max_len ({})", int64_t{k.prompt_max} + k.output_max, k.max_len);
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    requests_ = make_requests(p, seed);
-    concurrent_ = static_cast<int>(p.integer("concurrent"));
-    max_len_ = static_cast<int>(p.integer("max_len"));
-    block_size_ = static_cast<int>(p.integer("block_size"));
+    const WasteKeys k = waste_keys().read(p);
+    requests_ = make_requests(k, seed);
+    concurrent_ = k.concurrent;
+    max_len_ = k.max_len;
+    block_size_ = k.block_size;
   }
   Validation validate(BackendRuntime& rt) override {
     check_ = true;
@@ -173,17 +199,7 @@ KindInfo waste_kind() {
       "max_len, contiguous reservation of exactly prompt + output (oracle), and paged blocks (the block manager). "
       "`batch in same memory` = sequences the policy fits in the memory contiguous_max uses for `concurrent`. A sample "
       "is the whole replay's bookkeeping.";
-  k.keys = {
-      key_spec("requests", ParamType::Int, "requests replayed", Value(int64_t{500}), 1.0),
-      key_spec("concurrent", ParamType::Int, "sequences decoded at once (continuous batching)", Value(int64_t{32}), 1.0),
-      key_spec("prompt_min", ParamType::Int, "shortest prompt (tokens)", Value(int64_t{16}), 1.0),
-      key_spec("prompt_max", ParamType::Int, "longest prompt", Value(int64_t{1024}), 1.0),
-      key_spec("output_min", ParamType::Int, "shortest output", Value(int64_t{16}), 1.0),
-      key_spec("output_max", ParamType::Int, "longest output", Value(int64_t{512}), 1.0),
-      key_spec("max_len", ParamType::Int, "the model's maximum sequence length (contiguous_max reserves it)",
-               Value(int64_t{2048}), 1.0),
-      key_spec("block_size", ParamType::Int, "tokens per block (paged)", Value(int64_t{16}), 1.0, 4096.0),
-  };
+  k.keys = waste_keys().keys();
   return k;
 }
 

@@ -30,6 +30,10 @@ void Registry::add_variant(const std::string& kind, VariantDecl decl, VariantFac
     if (d.name == decl.name) throw std::logic_error("variant registered twice: " + kind + "/" + decl.name);
   if (make) factories_.emplace(std::make_pair(kind, decl.name), std::move(make));
   list.push_back(std::move(decl));
+  // Stable: a list registered at one line keeps its order.
+  std::stable_sort(list.begin(), list.end(), [](const VariantDecl& a, const VariantDecl& b) {
+    return a.file != b.file ? a.file < b.file : a.line < b.line;
+  });
 }
 
 std::vector<std::string> Registry::problems() const {

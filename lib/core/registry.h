@@ -29,6 +29,10 @@ struct VariantDecl {
   // row's `role:` names it, so the chapter's figures land on the CPU stand-in too. "" = the
   // default: a CPU variant `cpu_X` plays X where the kind declares an X, any other plays itself.
   std::string role;
+  // Where it was registered (VariantRegistration fills them in): a kind lists its variants by
+  // source file, then by line, whatever order static initialisation ran them in.
+  std::string file;
+  int line = 0;
 };
 
 // A problem found across keys at spec validation: the keys it involves, most to blame first (the
@@ -93,10 +97,14 @@ struct KindRegistration {
 // A variant, declared once beside its code: what `list`, `keys`, the spec reader and the
 // reference docs know of it (`decl`), and how to make one (`make`). `make` is empty where this
 // binary lacks the variant's backend (IB_IF_CUDA): the variant is still declared, and its rows
-// say it is not built into this binary. A kind lists its variants in registration order: the
-// order of the declarations in a file, and of the files in lib/CMakeLists.txt.
+// say it is not built into this binary. A kind lists its variants by the file that registers
+// them (its path), then by line, then in the order of a list: the order in which static
+// initialisers run across files differs between builds (a unity build links them otherwise).
 struct VariantRegistration {
-  VariantRegistration(const std::string& kind, VariantDecl decl, VariantFactory make) {
+  VariantRegistration(const std::string& kind, VariantDecl decl, VariantFactory make, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE()) {
+    decl.file = file;
+    decl.line = line;
     Registry::instance().add_variant(kind, std::move(decl), std::move(make));
   }
 };
@@ -107,8 +115,13 @@ struct DeclaredVariant {
   VariantFactory make;
 };
 struct VariantListRegistration {
-  VariantListRegistration(const std::string& kind, std::vector<DeclaredVariant> variants) {
-    for (auto& v : variants) Registry::instance().add_variant(kind, std::move(v.decl), std::move(v.make));
+  VariantListRegistration(const std::string& kind, std::vector<DeclaredVariant> variants, const char* file = __builtin_FILE(),
+                          int line = __builtin_LINE()) {
+    for (auto& v : variants) {
+      v.decl.file = file;
+      v.decl.line = line;
+      Registry::instance().add_variant(kind, std::move(v.decl), std::move(v.make));
+    }
   }
 };
 

@@ -43,6 +43,27 @@ TEST(Registry, VariantsRegisteredBeforeTheirKindKeepTheirOrder) {
   EXPECT_EQ(r.make("k", "zz"), nullptr);
 }
 
+// Static initialisers run file by file in an order the build decides (a unity build differs from
+// the default one): the list is ordered by file, then line, not by that order.
+TEST(Registry, AKindListsItsVariantsByFileThenLine) {
+  Registry r;
+  r.add_kind(bare_kind("k"));
+  auto decl = [](const char* name, const char* file, int line) {
+    VariantDecl d{name, Backend::Cpu, "", {}};
+    d.file = file;
+    d.line = line;
+    return d;
+  };
+  r.add_variant("k", decl("torch", "lib/attention/torch_peer.cpp", 10), make_variant<Nothing>());
+  r.add_variant("k", decl("flash", "lib/attention/cpu_attention.cpp", 30), make_variant<Nothing>());
+  r.add_variant("k", decl("list_1", "lib/attention/cuda_attention.cpp", 5), make_variant<Nothing>());
+  r.add_variant("k", decl("list_2", "lib/attention/cuda_attention.cpp", 5), make_variant<Nothing>());
+  r.add_variant("k", decl("standard", "lib/attention/cpu_attention.cpp", 20), make_variant<Nothing>());
+  std::vector<std::string> names;
+  for (const auto& v : r.kind("k")->variants) names.push_back(v.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"standard", "flash", "list_1", "list_2", "torch"}));
+}
+
 TEST(Registry, RefusesTwiceTheSameVariantAndAKindListingVariants) {
   Registry r;
   r.add_kind(bare_kind("k"));

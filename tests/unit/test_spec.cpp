@@ -210,8 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"plot_no_x", kHead + "    plot: [{y: ms}]\n", "t.yaml:4:12: experiments[0].plot[0]: a plot needs x", {}},
         BadCase{"book_unknown_role",
                 kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
-                "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: copy, gemm, "
-                "memcpy, sgemm) "
+                "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: memcpy, sgemm, "
+                "copy, gemm) "
                 "(did you mean 'memcpy'?)",
                 {}},
         BadCase{"summary_bad_check",

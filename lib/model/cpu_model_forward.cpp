@@ -140,27 +140,6 @@ DotFn pick_dot() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? dot_avx2 : dot_generic;
 }
 
-// Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias).
-void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
-  // Up to 32 rows (decode batches, verify passes) the GEMV kernel: row-independent results, the
-  // weights read once per 4 rows. Past that (prefill) the packed SGEMM.
-  if (rows > 32) {
-    sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
-  } else {
-    static const GemvFn gemv = pick_gemv();
-    // Threads take 64-column slices; they are started per call, so small products stay on the
-    // calling thread.
-    const size_t chunks = static_cast<size_t>((out + 63) / 64);
-    const bool big = static_cast<double>(in) * out * rows >= (1 << 20);
-    run_chunks(big, chunks, [&](size_t lo, size_t hi) {
-      gemv(x, rows, in, wt, out, static_cast<int>(lo) * 64, std::min(out, static_cast<int>(hi) * 64), y);
-    });
-  }
-  if (bias)
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
-}
-
 void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<size_t>(r) * n;
@@ -188,6 +167,26 @@ void rope(float* v, int d, int pos, const double* inv_freq, double attention_fac
 
 }  // namespace
 
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
+  // Up to 32 rows (decode batches, verify passes) the GEMV kernel: row-independent results, the
+  // weights read once per 4 rows. Past that (prefill) the packed SGEMM.
+  if (rows > 32) {
+    sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
+  } else {
+    static const GemvFn gemv = pick_gemv();
+    // Threads take 64-column slices; they are started per call, so small products stay on the
+    // calling thread.
+    const size_t chunks = static_cast<size_t>((out + 63) / 64);
+    const bool big = static_cast<double>(in) * out * rows >= (1 << 20);
+    run_chunks(big, chunks, [&](size_t lo, size_t hi) {
+      gemv(x, rows, in, wt, out, static_cast<int>(lo) * 64, std::min(out, static_cast<int>(hi) * 64), y);
+    });
+  }
+  if (bias)
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
+}
+
 // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
 // there, and it attends to that sequence's keys up to its own position (within the window).
 // With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
@@ -203,6 +202,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       throw std::invalid_argument(fmt::format("sequence {} is full ({} tokens)", seq_of[static_cast<size_t>(r)],
                                               at(seq_of[static_cast<size_t>(r)]).capacity));
   }
+  check_adapters(rows, seq_of);
   const size_t R = static_cast<size_t>(rows);
   // A position written now is in the cache again. A recording sequence records its last row.
   std::vector<uint8_t> recorded(R, 0);
@@ -230,9 +230,12 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
   for (int l = 0; l < c_.layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     rmsnorm(x.data(), rows, h, L.in_norm.data(), c_.rms_eps, xn.data());
-    matmul(xn.data(), rows, h, L.wq.data(), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
-    matmul(xn.data(), rows, h, L.wk.data(), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
-    matmul(xn.data(), rows, h, L.wv.data(), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    matmul(xn.data(), rows, h, weight(L, LoraModule::Q), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
+    matmul(xn.data(), rows, h, weight(L, LoraModule::K), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
+    matmul(xn.data(), rows, h, weight(L, LoraModule::V), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    lora_add(l, LoraModule::Q, xn.data(), rows, h, qd, seq_of, q.data());
+    lora_add(l, LoraModule::K, xn.data(), rows, h, kvd, seq_of, k.data());
+    lora_add(l, LoraModule::V, xn.data(), rows, h, kvd, seq_of, v.data());
     for (int r = 0; r < rows; ++r) {
       const int p = pos[static_cast<size_t>(r)];
       if (c_.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
@@ -323,13 +326,17 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         }
       }
     }
-    matmul(att.data(), rows, qd, L.wo.data(), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+    matmul(att.data(), rows, qd, weight(L, LoraModule::O), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+    lora_add(l, LoraModule::O, att.data(), rows, qd, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
     rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
-    matmul(xn.data(), rows, h, L.wg.data(), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
-    matmul(xn.data(), rows, h, L.wu.data(), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    matmul(xn.data(), rows, h, weight(L, LoraModule::Gate), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
+    matmul(xn.data(), rows, h, weight(L, LoraModule::Up), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    lora_add(l, LoraModule::Gate, xn.data(), rows, h, c_.mlp, seq_of, gate.data());
+    lora_add(l, LoraModule::Up, xn.data(), rows, h, c_.mlp, seq_of, up.data());
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    matmul(gate.data(), rows, c_.mlp, L.wd.data(), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+    matmul(gate.data(), rows, c_.mlp, weight(L, LoraModule::Down), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+    lora_add(l, LoraModule::Down, gate.data(), rows, c_.mlp, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
   }
   for (int r = 0; r < rows; ++r) {

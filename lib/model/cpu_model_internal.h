@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,18 @@ using Buf = HostBuffer<float>;
 
 struct Layer {
   Buf in_norm, post_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, wg, wu, wd, bg, bu, bd;
+  // merge_adapter's W + scaling·B·A per projection ([in][out], as the base), allocated on the
+  // first merge of an adapter targeting it; used while that module is merged.
+  std::array<Buf, kLoraModules> merged;
+};
+
+// A resident adapter, transposed for the engine's matmul ([in][out] operands): at [in][rank],
+// bt [rank][out] per [layer][module].
+struct CpuAdapter {
+  int rank = 0;
+  float scaling = 0;
+  std::array<bool, kLoraModules> targets{};
+  std::vector<std::array<Buf, kLoraModules>> at, bt;
 };
 
 struct Sequence {
@@ -42,8 +55,13 @@ struct Sequence {
   // Format studies: K/V rounded through kv_format on write; fp8 scales [layers][2][kv_heads].
   std::optional<kvcache::KvFormat> kv_format;
   std::vector<float> fp8_scale;
-  TokenTree tree;  // open while a tree verification is in progress (prefill_tree)
+  TokenTree tree;    // open while a tree verification is in progress (prefill_tree)
+  int adapter = -1;  // LoRA: the resident adapter its rows use (-1: the base model)
 };
+
+// Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias): up to 32 rows a GEMV whose every row's result
+// is the same bit for bit whatever the other rows (cpu_model_forward.cpp), past that our SGEMM.
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y);
 
 // The rows of a tree pass: row r is node nodes[r] (its ancestor list) at cache slot slot[r].
 struct TreeRows {
@@ -83,6 +101,13 @@ class CpuModel : public Model {
   std::vector<float> kv_channel_amax(int seq) const override;
   const AttentionRecord& attention_record(int seq) const override { return at(seq).record; }
 
+  // cpu_model_lora.cpp
+  int add_adapter(const LoraAdapter& a) override;
+  void set_adapter(int seq, int adapter) override;
+  void merge_adapter(int adapter) override;
+  int merged_adapter() const override { return merged_; }
+  int64_t adapter_bytes() const override { return adapter_bytes_; }
+
   int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t kv_bytes() const override { return seqs_.cache_bytes(); }
 
@@ -104,6 +129,12 @@ class CpuModel : public Model {
   int kivi_value_group() const;
   void kivi_close_group(Sequence& s, int l, int p);
 
+  // cpu_model_lora.cpp: the projection's weights as the pass uses them (merged or base), and the
+  // rows' low-rank updates y[r] += scaling·B·(A·x[r]) for rows whose sequence has an adapter.
+  const float* weight(const Layer& L, LoraModule m) const;
+  void check_adapters(int rows, const std::vector<int>& seq_of) const;
+  void lora_add(int layer, LoraModule m, const float* x, int rows, int in, int out, const std::vector<int>& seq_of, float* y);
+
   // cpu_model_forward.cpp
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
                const StepOutput& out, const TreeRows* tree = nullptr);
@@ -115,6 +146,10 @@ class CpuModel : public Model {
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;
   int64_t weight_bytes_ = 0;
+  std::vector<CpuAdapter> adapters_;
+  int merged_ = -1;                                  // merge_adapter's adapter, -1 for the base weights
+  std::array<bool, kLoraModules> merged_modules_{};  // projections whose Layer::merged is in use
+  int64_t adapter_bytes_ = 0, merged_bytes_ = 0;
 };
 
 }  // namespace ib::model::cpu_detail

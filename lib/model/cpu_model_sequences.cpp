@@ -27,6 +27,7 @@ int CpuModel::new_sequence(int capacity) {
   s.kv_format.reset();
   s.fp8_scale.clear();
   s.tree.close();
+  s.adapter = -1;
   return id;
 }
 void CpuModel::release(int seq) { seqs_.release(seq); }
@@ -42,6 +43,7 @@ int CpuModel::fork(int seq) {
   dst.evicted_head = src.evicted_head;
   dst.kv_format = src.kv_format;
   dst.fp8_scale = src.fp8_scale;
+  dst.adapter = src.adapter;
   return id;
 }
 void CpuModel::truncate(int seq, int length) { seqs_.truncate(seq, length); }

@@ -24,6 +24,9 @@ std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax
 std::vector<float> Model::kv_channel_amax(int) const {
   throw std::runtime_error("kv_channel_amax is not supported by this engine");
 }
+int Model::add_adapter(const LoraAdapter&) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
+void Model::set_adapter(int, int) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
+void Model::merge_adapter(int) { throw std::runtime_error("merging LoRA adapters is not supported by this engine"); }
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
   const size_t V = static_cast<size_t>(config().vocab);
   int row = 0;

@@ -10,6 +10,7 @@
 
 #include "numerics/kv_format.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/sample.h"
 #include "model/weights.h"
 
@@ -101,6 +102,21 @@ class Model {
   // The largest |K| and |V| per channel over the sequence's cached positions, [layers][K, V]
   // [kv_heads][head_dim]: the per-channel key outliers that motivate KIVI's per-channel keys.
   virtual std::vector<float> kv_channel_amax(int seq) const;
+
+  // LoRA serving (model/lora.h). add_adapter makes an adapter resident (its A/B allocated through
+  // the memory tracker; an adapter that does not fit the model is an InputError) and returns its
+  // id, 0, 1, ... in order. set_adapter(seq, id) gives the sequence's rows that adapter's update
+  // y += scaling·B·(A·x) in every pass from now on, the rows of one adapter gathered into one
+  // low-rank product per projection (Punica's SGMV, S-LoRA); -1, a new sequence's, is the base
+  // model. merge_adapter(id) writes W + scaling·B·A into the engine's projections instead, a
+  // single-adapter server's way (-1 restores the base weights); while an adapter is merged, a
+  // pass over a sequence whose adapter is another one throws std::logic_error. The default
+  // implementations throw std::runtime_error (the engine does not support LoRA).
+  virtual int add_adapter(const LoraAdapter& a);
+  virtual void set_adapter(int seq, int adapter);
+  virtual void merge_adapter(int adapter);
+  virtual int merged_adapter() const { return -1; }
+  virtual int64_t adapter_bytes() const { return 0; }
 
   // Bytes of weights, and of the KV caches of live sequences.
   virtual int64_t weight_bytes() const = 0;

@@ -1,5 +1,6 @@
 #include "core/data_dir.h"
 #include "model/weights.h"
+#include "model/safetensors_file.h"
 
 #include <cmath>
 #include <cstring>
@@ -115,38 +116,6 @@ class RandomWeights : public WeightSource {
   uint64_t seed_;
 };
 
-// One safetensors file: the JSON header (tensor -> dtype, shape, byte range) and its path.
-struct SafetensorsFile {
-  std::string path;
-  nlohmann::json header;
-  uint64_t data_start = 0;
-  uint64_t file_bytes = 0;
-
-  explicit SafetensorsFile(std::string p) : path(std::move(p)) {
-    file_bytes = regular_file_size(path);  // a FIFO or a device is refused here, before it can block
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(path + ": cannot open");
-    unsigned char len_bytes[8];
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 8))
-      throw InputError(path + ": not a safetensors file (shorter than 8 bytes)");
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-    if (len == 0 || len > (uint64_t{1} << 30))
-      throw InputError(path + ": not a safetensors file (header length " + std::to_string(len) + ")");
-    std::string text(len, '\0');
-    if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw InputError(path + ": truncated header");
-    try {
-      header = parse_json_bounded(text, path);
-    } catch (const std::exception& e) {
-      throw InputError(path + ": header is not JSON: " + e.what());
-    }
-    if (!header.is_object()) throw InputError(path + ": the header is not a JSON object");
-    data_start = 8 + len;
-    if (data_start > file_bytes)
-      throw InputError(path + ": truncated header (the file holds " + std::to_string(file_bytes) + " bytes)");
-  }
-};
-
 class SafetensorsWeights : public WeightSource {
  public:
   SafetensorsWeights(const ModelConfig& c, std::string dir) : dir_(std::move(dir)) {
@@ -169,8 +138,7 @@ class SafetensorsWeights : public WeightSource {
       }
     } else if (fs::exists(single)) {
       files_.emplace("model.safetensors", SafetensorsFile(single));
-      for (auto it = files_.at("model.safetensors").header.begin(); it != files_.at("model.safetensors").header.end(); ++it)
-        if (it.key() != "__metadata__") where_[it.key()] = "model.safetensors";
+      for (const std::string& name : files_.at("model.safetensors").names()) where_[name] = "model.safetensors";
     } else {
       throw InputError(dir_ + ": no model.safetensors or model.safetensors.index.json");
     }
@@ -204,26 +172,7 @@ class SafetensorsWeights : public WeightSource {
     tied_head_ignored_ = c.tied_embeddings && where_.count("lm_head.weight");
   }
 
-  void read(const TensorSpec& spec, float* dst) const override {
-    const auto [file, info] = entry(spec);
-    const std::string dtype = info.at("dtype").get<std::string>();
-    const uint64_t begin = info.at("data_offsets")[0].get<uint64_t>();
-    const size_t es = dtype == "F32" ? 4 : 2;
-    const size_t n = static_cast<size_t>(spec.elems());
-    std::vector<unsigned char> raw(n * es);
-    std::ifstream in(file->path, std::ios::binary);
-    in.seekg(static_cast<std::streamoff>(file->data_start + begin));
-    if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
-      throw InputError(fmt::format("{}: tensor '{}': data past the end of the file", file->path, spec.name));
-    for (size_t i = 0; i < n; ++i) {
-      if (es == 4) {
-        std::memcpy(&dst[i], &raw[i * 4], 4);
-      } else {
-        const uint16_t bits = static_cast<uint16_t>(raw[i * 2] | (raw[i * 2 + 1] << 8));
-        dst[i] = dtype == "BF16" ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
-      }
-    }
-  }
+  void read(const TensorSpec& spec, float* dst) const override { entry(spec).read(spec.name, dst); }
   std::string describe() const override {
     std::string d = "safetensors checkpoint " + dir_;
     if (tied_head_ignored_) d += " (its lm_head.weight ignored: tied embeddings, as transformers does)";
@@ -233,42 +182,15 @@ class SafetensorsWeights : public WeightSource {
   }
 
  private:
-  std::pair<const SafetensorsFile*, const nlohmann::json&> entry(const TensorSpec& spec) const {
+  // The file holding the tensor, its header entry checked against the config's shape.
+  const SafetensorsFile& entry(const TensorSpec& spec) const {
     auto w = where_.find(spec.name);
     if (w == where_.end()) throw InputError(fmt::format("{}: tensor '{}' is missing from the checkpoint", dir_, spec.name));
     const SafetensorsFile& f = files_.at(w->second);
-    if (!f.header.contains(spec.name))
-      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but not in the file", f.path, spec.name));
-    const nlohmann::json& info = f.header.at(spec.name);
-    // Every field's type checked before it is read: a hand-made header gets an error naming it.
-    auto bad = [&](const char* what) {
-      return InputError(fmt::format("{}: tensor '{}': {} (the header at /{})", f.path, spec.name, what, spec.name));
-    };
-    if (!info.is_object()) throw bad("not an object with dtype, shape and data_offsets");
-    if (!info.contains("dtype") || !info["dtype"].is_string()) throw bad("no dtype string");
-    if (!info.contains("shape") || !info["shape"].is_array()) throw bad("no shape list");
-    for (const auto& d : info["shape"])
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("a shape entry is not a non-negative integer");
-    if (!info.contains("data_offsets") || !info["data_offsets"].is_array() || info["data_offsets"].size() != 2 ||
-        !info["data_offsets"][0].is_number_unsigned() || !info["data_offsets"][1].is_number_unsigned())
-      throw bad("data_offsets is not a pair of byte offsets");
-    const std::string dtype = info["dtype"].get<std::string>();
-    if (dtype != "BF16" && dtype != "F16" && dtype != "F32")
-      throw InputError(fmt::format("{}: tensor '{}': dtype {} (BF16, F16 or F32 expected)", f.path, spec.name, dtype));
-    const auto shape = info.at("shape").get<std::vector<int64_t>>();
-    if (shape != spec.shape)
-      throw InputError(fmt::format("{}: tensor '{}': shape [{}], the config needs [{}]", f.path, spec.name,
-                                   fmt::join(shape, ", "), fmt::join(spec.shape, ", ")));
-    const auto off = info.at("data_offsets").get<std::vector<uint64_t>>();
-    const uint64_t es = dtype == "F32" ? 4 : 2;
-    if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != static_cast<uint64_t>(spec.elems()) * es)
-      throw InputError(fmt::format("{}: tensor '{}': data_offsets do not match its shape", f.path, spec.name));
-    // Checked here, with the headers, so a cut-short file is an input error before anything runs.
-    if (off[1] > f.file_bytes - f.data_start)
-      throw InputError(
-          fmt::format("{}: tensor '{}': its data ends at byte {} of the data section, which holds {} bytes (truncated file?)",
-                      f.path, spec.name, off[1], f.file_bytes - f.data_start));
-    return {&f, info};
+    if (!f.contains(spec.name))
+      throw InputError(fmt::format("{}: tensor '{}' is listed in the index but not in the file", f.path(), spec.name));
+    f.entry(spec.name, spec.shape);
+    return f;
   }
 
   std::string dir_;

@@ -1,6 +1,6 @@
-// infer-bench attention|constrain|decode|prefix|specdec|kvcache [SPEC]: one subcommand per
+// infer-bench attention|constrain|decode|prefix|specdec|kvcache|lora [SPEC]: one subcommand per
 // technique, each running its own spec (experiments/<name>.yaml) with the options `run` takes.
-// The six differ only in the row of the table below.
+// They differ only in the row of the table below.
 #include <array>
 #include <iterator>
 #include <string>
@@ -24,6 +24,7 @@ constexpr Technique kTechniques[] = {
     {"prefix", "Prefix caching (§8.4): block hashes (vLLM) and a radix tree (SGLang) vs none; TTFT, hit rate, cost"},
     {"specdec", "Speculative decoding (§8.2): draft model, n-gram, token trees and lookahead vs autoregressive, exact outputs"},
     {"kvcache", "KV cache (§8.3): memory per token, FP8/INT8 KV decode attention, PagedAttention, eviction policies"},
+    {"lora", "LoRA serving: many adapters over one base model; batched low-rank products vs merged weights vs one at a time"},
 };
 
 }  // namespace

@@ -40,8 +40,6 @@ namespace ib::constrain {
 
 const char* constrain_peer_script() { return ib_constrain_peer_py; }
 
-bool is_python_peer(const std::string& variant) { return variant == "xgrammar" || variant == "llguidance"; }
-
 KindInfo with_python_peers(KindInfo k) {
   k.keys.push_back(key_spec("python", ParamType::String,
                             "xgrammar/llguidance peers: the interpreter that runs the compiled-in scripts/constrain_peer.py "

@@ -14,9 +14,6 @@ namespace ib::constrain {
 // The text of scripts/constrain_peer.py as this binary was built with it.
 const char* constrain_peer_script();
 
-// The python peers' names: xgrammar, llguidance.
-bool is_python_peer(const std::string& variant);
-
 // The kind with the peer keys (python, peer_timeout) added. The peers (declared in
 // python_peer.cpp) read every key; our variants declare the kind's other keys only, so an
 // experiment of ours alone carries no python key.

@@ -124,7 +124,9 @@ void LoraStep::step(float* logits) {
       for (size_t a = 0; a < groups_.size(); ++a) {
         if (groups_[a].empty()) continue;
         if (model_->merged_adapter() != static_cast<int>(a)) {
+          const auto t0 = std::chrono::steady_clock::now();
           model_->merge_adapter(static_cast<int>(a));
+          switch_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           ++switches_;
         }
         pass(groups_[a], logits);
@@ -206,7 +208,11 @@ std::vector<Metric> LoraStep::metrics() const {
     m.push_back(
         {"merged copies", static_cast<double>(keys_.adapters) * static_cast<double>(model_->weight_bytes()) / (1 << 20), "MiB"});
   }
-  if (how_ == Serving::Merged) m.push_back({"switches", static_cast<double>(switches_), "per step"});
+  if (how_ == Serving::Merged) {
+    m.push_back({"switches", static_cast<double>(switches_), "per step"});
+    // One merge of W + s·B·A into every targeted projection, timed where it ran (median).
+    if (!switch_seconds_.empty()) m.push_back({"switch", summarize(switch_seconds_).median * 1e3, "ms"});
+  }
   return m;
 }
 

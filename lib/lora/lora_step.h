@@ -46,7 +46,8 @@ class LoraStep : public Variant {
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<std::vector<size_t>> groups_;  // the rows of each distinct adapter, by adapter id
   int distinct_ = 0;
-  int switches_ = 0;  // merges in the last step (Merged)
+  int switches_ = 0;                    // merges in the last step (Merged)
+  std::vector<double> switch_seconds_;  // every merge's wall time (Merged)
   uint64_t seed_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // LoRA adapters in the CPU engine against transformers + PEFT on the same files:
-// tests/data/lora/ (scripts/make-lora-fixtures) holds three adapters PEFT wrote over
+// data/adapters/ and tests/data/lora/expected.json (scripts/make-lora-fixtures) hold three adapters PEFT wrote over
 // data/models/ib-draft-1m (q/v rank 8; all-linear rank 4 with rsLoRA, saved as full module paths;
 // a regex over two MLP projections, rank 2) and PEFT's own float32 logits with each. The engine's
 // batched path (each row its own adapter, one pass), its merged path and a plain engine on merged
@@ -27,7 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kLora = fs::path(IB_SOURCE_DIR) / "tests/data/lora";
+const fs::path kLora = fs::path(IB_SOURCE_DIR) / "data/adapters";
+const fs::path kExpected = fs::path(IB_SOURCE_DIR) / "tests/data/lora/expected.json";
 const std::vector<std::string> kAdapters = {"qv-r8", "all-r4-rslora", "mlp-regex-r2"};
 
 struct Fixture {
@@ -39,7 +40,7 @@ struct Fixture {
 
 Fixture load() {
   Fixture f;
-  std::ifstream in(kLora / "expected.json");
+  std::ifstream in(kExpected);
   EXPECT_TRUE(in.good()) << "run scripts/make-lora-fixtures";
   f.expected = nlohmann::json::parse(in);
   const std::string dir = (fs::path(IB_SOURCE_DIR) / f.expected["base"].get<std::string>()).string();

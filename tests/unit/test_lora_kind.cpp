@@ -67,7 +67,7 @@ TEST(LoraKind, ZipfPopularityConcentratesTheBatchOnFewAdapters) {
 }
 
 TEST(LoraKind, ASpecWhoseAdapterDoesNotFitItsModelIsRefusedWhenRead) {
-  const std::string dir = std::string(IB_SOURCE_DIR) + "/tests/data/lora/qv-r8";  // an adapter of ib-draft-1m (hidden 128)
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/adapters/qv-r8";  // an adapter of ib-draft-1m (hidden 128)
   const std::string spec =
       "experiments:\n  - name: t\n    kind: lora\n    variants: [cpu_batched]\n    model: tiny\n    adapter: " + dir + "\n";
   try {

@@ -28,7 +28,7 @@ using testing::TestStream;
 using testing::to_device;
 using testing::to_host;
 
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale) {
+std::vector<uint16_t> lora_random_bf16(size_t n, uint64_t seed, float scale) {
   std::vector<uint16_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = float_to_bf16_bits(scale * random_uniform(seed, i));
   return v;
@@ -52,15 +52,15 @@ TEST(GpuLora, ShrinkThenExpandMatchesTheCpuReferencePerRowAdapter) {
   std::vector<DeviceBuffer<uint16_t>> da, db;
   std::vector<const uint16_t*> pa, pb;
   for (int i = 0; i < n_adapters; ++i) {
-    a.push_back(random_bf16(static_cast<size_t>(rank) * in, 100 + i, 0.1f));
-    b.push_back(random_bf16(static_cast<size_t>(out) * rank, 200 + i, 0.1f));
+    a.push_back(lora_random_bf16(static_cast<size_t>(rank) * in, 100 + i, 0.1f));
+    b.push_back(lora_random_bf16(static_cast<size_t>(out) * rank, 200 + i, 0.1f));
     da.push_back(to_device(a.back()));
     db.push_back(to_device(b.back()));
     pa.push_back(da.back().data());
     pb.push_back(db.back().data());
   }
-  const auto x = random_bf16(static_cast<size_t>(rows) * in, 7, 1.0f);
-  const auto y0f = random_bf16(static_cast<size_t>(rows) * out, 8, 1.0f);  // what the base GEMM left in y
+  const auto x = lora_random_bf16(static_cast<size_t>(rows) * in, 7, 1.0f);
+  const auto y0f = lora_random_bf16(static_cast<size_t>(rows) * out, 8, 1.0f);  // what the base GEMM left in y
   std::vector<float> y0(y0f.size());
   for (size_t i = 0; i < y0.size(); ++i) y0[i] = bf16_bits_to_float(y0f[i]);
 

@@ -16,12 +16,12 @@ using testing::expect_all_ok;
 using testing::metric;
 using testing::run_spec_text;
 
-const std::string kDefaults = "{warmup: 0, min_samples: 2, min_time: 0, timeout: 5s}";
+const std::string kLoraDefaults = "{warmup: 0, min_samples: 2, min_time: 0, timeout: 5s}";
 
 TEST(LoraKind, EveryWayPassesItsCheckOnAMixedBatch) {
   for (const char* measure : {"decode", "prefill"}) {
     SCOPED_TRACE(measure);
-    const auto r = run_spec_text(kDefaults, std::string(R"(
+    const auto r = run_spec_text(kLoraDefaults, std::string(R"(
   - name: t
     kind: lora
     variants: [cpu_base, cpu_batched, cpu_merged, cpu_unbatched]
@@ -48,7 +48,7 @@ TEST(LoraKind, EveryWayPassesItsCheckOnAMixedBatch) {
 }
 
 TEST(LoraKind, ZipfPopularityConcentratesTheBatchOnFewAdapters) {
-  const auto r = run_spec_text(kDefaults, R"(
+  const auto r = run_spec_text(kLoraDefaults, R"(
   - name: t
     kind: lora
     variants: [cpu_batched]

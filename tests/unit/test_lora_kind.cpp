@@ -9,7 +9,7 @@
 #include "core/errors.h"
 #include "core/spec.h"
 
-namespace ib {
+namespace ib::lora {
 namespace {
 
 using testing::expect_all_ok;
@@ -89,4 +89,4 @@ TEST(LoraKind, ASpecWhoseAdapterDoesNotFitItsModelIsRefusedWhenRead) {
 }
 
 }  // namespace
-}  // namespace ib
+}  // namespace ib::lora

@@ -191,9 +191,9 @@ void matmul(const float* x, int rows, int in, const float* wt, int out, const fl
 // there, and it attends to that sequence's keys up to its own position (within the window).
 // With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
 // positions before tree->base (within the window) and to its ancestors' slots.
-// Outputs the rows from `first_out` on.
+// Outputs the rows from `first_out` on, or with `out_rows` those rows (ascending), in that order.
 void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos,
-                       int first_out, const StepOutput& out, const TreeRows* tree) {
+                       int first_out, const StepOutput& out, const TreeRows* tree, const std::vector<int>* out_rows) {
   auto slot = [&](int r) { return tree ? tree->slot[static_cast<size_t>(r)] : pos[static_cast<size_t>(r)]; };
   const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), d = c_.head_dim, g = c_.heads / c_.kv_heads;
   for (int r = 0; r < rows; ++r) {
@@ -343,9 +343,17 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     Sequence& s = at(seq_of[static_cast<size_t>(r)]);
     s.length = std::max(s.length, slot(r) + 1);
   }
-  const int n_out = rows - first_out;
   if (!out.logits && !out.next) return;
-  rmsnorm(&x[static_cast<size_t>(first_out) * h], n_out, h, final_norm_.data(), c_.rms_eps, xn.data());
+  const int n_out = out_rows ? static_cast<int>(out_rows->size()) : rows - first_out;
+  if (out_rows) {  // gathered in place: out_rows is ascending and out_rows[i] >= i
+    for (int i = 0; i < n_out; ++i) {
+      const int src = (*out_rows)[static_cast<size_t>(i)];
+      if (src != i) std::copy_n(&x[static_cast<size_t>(src) * h], h, &x[static_cast<size_t>(i) * h]);
+    }
+  } else if (first_out > 0) {
+    std::copy_n(&x[static_cast<size_t>(first_out) * h], static_cast<size_t>(n_out) * h, x.data());
+  }
+  rmsnorm(x.data(), n_out, h, final_norm_.data(), c_.rms_eps, xn.data());
   std::vector<float> own;
   float* logits = out.logits;
   if (!logits) {

@@ -87,7 +87,8 @@ class CpuModel : public Model {
 
   // cpu_model_passes.cpp
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override;
-  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) override;
+  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                     bool last_only) override;
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override;
   void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override;
   void keep_tree_path(int seq, const std::vector<int>& path) override;
@@ -137,7 +138,7 @@ class CpuModel : public Model {
 
   // cpu_model_forward.cpp
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
-               const StepOutput& out, const TreeRows* tree = nullptr);
+               const StepOutput& out, const TreeRows* tree = nullptr, const std::vector<int>* out_rows = nullptr);
 
   ModelConfig c_;
   std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied

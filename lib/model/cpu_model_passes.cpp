@@ -24,8 +24,9 @@ void CpuModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, cons
   forward(tokens, n, seq_of, pos, n - n_logits, out);
 }
 
-void CpuModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
-  std::vector<int> seq_of, pos;
+void CpuModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                             bool last_only) {
+  std::vector<int> seq_of, pos, last_rows;
   for (int i = 0; i < n; ++i) {
     if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
     no_tree(seqs[i], "prefill_batch");
@@ -35,8 +36,9 @@ void CpuModel::prefill_batch(const int* seqs, const int* counts, int n, const in
       seq_of.push_back(seqs[i]);
       pos.push_back(at(seqs[i]).length + j);
     }
+    last_rows.push_back(static_cast<int>(seq_of.size()) - 1);
   }
-  forward(tokens, static_cast<int>(seq_of.size()), seq_of, pos, 0, out);
+  forward(tokens, static_cast<int>(seq_of.size()), seq_of, pos, 0, out, nullptr, last_only ? &last_rows : nullptr);
 }
 
 void CpuModel::decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) {

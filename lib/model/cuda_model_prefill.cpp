@@ -56,7 +56,8 @@ void CudaModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, con
 // One pass over every sequence's rows: the row table gives each row its cache and position, K/V
 // are appended for all rows before attention, and the split-K kernel attends each row to its
 // own sequence up to its position. More rows than max_prefill: one prefill per sequence.
-void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
+void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                              bool last_only) {
   int total = 0;
   for (int i = 0; i < n; ++i) {
     if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
@@ -68,7 +69,7 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
       if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
     total += counts[i];
   }
-  if (total > o_.max_prefill) return Model::prefill_batch(seqs, counts, n, tokens, out);
+  if (total > o_.max_prefill) return Model::prefill_batch(seqs, counts, n, tokens, out, last_only);
   check_tokens(tokens, total, c_.vocab);
   std::vector<AttnRow> rows;
   for (int i = 0; i < n; ++i) {
@@ -84,7 +85,18 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
   forward_layers(stream_, total, prefill_tokens_.data(), prefill_rows_.data(), nullptr);
   for (int i = 0; i < n; ++i) at(seqs[i]).length += counts[i];
   if (out.logits || out.next) {
-    head_rows(out, total);
+    if (last_only) {
+      // Each sequence's last residual row to row i, in order: row_end(i) − 1 >= i and increasing,
+      // so no row is overwritten before it is copied.
+      const size_t h = static_cast<size_t>(c_.hidden);
+      for (int i = 0, end = 0; i < n; ++i) {
+        end += counts[i];
+        if (end - 1 != i)
+          IB_CUDA_CHECK(cudaMemcpyAsync(x_.data() + static_cast<size_t>(i) * h, x_.data() + static_cast<size_t>(end - 1) * h,
+                                        sizeof(float) * h, cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+    head_rows(out, last_only ? n : total);
     IB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 }

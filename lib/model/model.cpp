@@ -27,14 +27,16 @@ std::vector<float> Model::kv_channel_amax(int) const {
 int Model::add_adapter(const LoraAdapter&) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
 void Model::set_adapter(int, int) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
 void Model::merge_adapter(int) { throw std::runtime_error("merging LoRA adapters is not supported by this engine"); }
-void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out) {
+void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                          bool last_only) {
   const size_t V = static_cast<size_t>(config().vocab);
   int row = 0;
   for (int i = 0; i < n; ++i) {
+    const int out_row = last_only ? i : row;
     StepOutput o = out;
-    if (o.logits) o.logits = out.logits + static_cast<size_t>(row) * V;
-    if (o.next) o.next = out.next + row;
-    prefill(seqs[i], tokens + row, counts[i], counts[i], o);
+    if (o.logits) o.logits = out.logits + static_cast<size_t>(out_row) * V;
+    if (o.next) o.next = out.next + out_row;
+    prefill(seqs[i], tokens + row, counts[i], last_only ? 1 : counts[i], o);
     row += counts[i];
   }
 }

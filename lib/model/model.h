@@ -61,9 +61,12 @@ class Model {
   virtual void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) = 0;
   // counts[i] tokens after sequence seqs[i]'s cached ones, for `n` distinct sequences, in one
   // forward pass (batched speculative verification): `tokens` holds them sequence after sequence
-  // and every row's logits are output, in that order. The base version runs one prefill per
+  // and every row's logits are output, in that order; with `last_only` only each sequence's last
+  // row ([n] rows: a serving step that mixes prompt chunks with decode tokens samples one token per
+  // sequence and pays the LM head for those rows alone). The base version runs one prefill per
   // sequence (the same results, n passes); the engines override it with one pass.
-  virtual void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out);
+  virtual void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                             bool last_only = false);
 
   // Tree verification (SpecInfer, Medusa, EAGLE): several candidate continuations scored in one
   // pass. Opens a token tree on `seq` after its cached tokens (or extends the open one): new token

@@ -238,6 +238,19 @@ TEST(GpuModel, PrefillBatchMatchesTheCpu) {
     EXPECT_LT(rel_l2(got, want), 2e-2) << c.name;
     EXPECT_EQ(e.gpu->length(gs[0]), 66);
     EXPECT_EQ(e.gpu->length(gs[1]), 20);
+    // last_only (a serving step): each sequence's last row alone, gathered before the LM head.
+    std::vector<float> last_want(2 * e.vocab()), last_got(2 * e.vocab());
+    ow.logits = last_want.data();
+    og.logits = last_got.data();
+    for (size_t i = 0; i < 2; ++i) {
+      e.cpu->truncate(cs[i], i == 0 ? 60 : 17);
+      e.gpu->truncate(gs[i], i == 0 ? 60 : 17);
+    }
+    e.cpu->prefill_batch(cs.data(), counts, 2, more.data(), ow, true);
+    e.gpu->prefill_batch(gs.data(), counts, 2, more.data(), og, true);
+    ASSERT_TRUE(all_finite(last_got)) << c.name;
+    EXPECT_LT(rel_l2(last_got, last_want), 2e-2) << c.name;
+    EXPECT_EQ(e.gpu->length(gs[0]), 66);
   }
 }
 

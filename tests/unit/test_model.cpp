@@ -220,6 +220,25 @@ TEST(CpuModel, PrefillBatchEqualsOnePrefillPerSequence) {
   m->truncate(sb, 9);
   m->Model::prefill_batch(seqs, counts, 2, tokens.data(), {loop.data()});
   EXPECT_LT(rel_l2(loop, want), 1e-5);
+  // last_only: each sequence's last row alone, [2] rows, from the engine's pass and the base loop.
+  std::vector<float> last_want(want.begin() + 2 * V, want.begin() + 3 * V);
+  last_want.insert(last_want.end(), want.begin() + 8 * V, want.end());
+  for (bool base : {false, true}) {
+    m->truncate(sa, 20);
+    m->truncate(sb, 9);
+    std::vector<float> last(2 * V, -1.0f);
+    std::vector<int32_t> picked(2, -1);
+    StepOutput o{last.data(), picked.data()};
+    if (base)
+      m->Model::prefill_batch(seqs, counts, 2, tokens.data(), o, true);
+    else
+      m->prefill_batch(seqs, counts, 2, tokens.data(), o, true);
+    EXPECT_LT(rel_l2(last, last_want), 1e-5) << base;
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(picked[i],
+                std::max_element(last_want.begin() + i * V, last_want.begin() + (i + 1) * V) - (last_want.begin() + i * V));
+    EXPECT_EQ(m->length(sb), 15);
+  }
   EXPECT_THROW(m->prefill_batch(seqs, std::vector<int>{3, 0}.data(), 2, tokens.data(), {}), std::invalid_argument);
   const int twice[2] = {sa, sa};
   EXPECT_THROW(m->prefill_batch(twice, counts, 2, tokens.data(), {}), std::invalid_argument);

@@ -1,0 +1,349 @@
+// The serving scheduler (serve/scheduler.h) on the CPU engine: every request gets its tokens and
+// every reservation comes back; greedy outputs equal each request generated alone under every
+// policy; the token budget, chunked prefill's per-request cap, static batching's closed batch and
+// KV admission hold step by step. The workload's arrivals and lengths, the load's metrics on
+// known times, and the `serve-load` kind through the runner.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "../common/run_kind.h"
+#include "core/errors.h"
+#include "model/model.h"
+#include "serve/load_metrics.h"
+#include "serve/scheduler.h"
+#include "serve/workload.h"
+
+namespace ib::serve {
+namespace {
+
+struct ServeEngine {
+  model::ModelConfig config = *model::preset("tiny");
+  std::unique_ptr<model::WeightSource> weights = model::random_weights(config, 11);
+  std::unique_ptr<model::Model> engine = model::make_cpu_model(config, *weights);
+};
+
+Request serve_request(int64_t id, int prompt, int max_tokens, uint64_t seed) {
+  Request r;
+  r.id = id;
+  r.max_tokens = max_tokens;
+  for (int i = 0; i < prompt; ++i)
+    r.prompt.push_back(static_cast<int32_t>((seed * 7919 + static_cast<uint64_t>(i) * 104729) % 512));
+  return r;
+}
+
+// Greedy generation of one request alone: one prefill, then one decode per token.
+std::vector<int32_t> generate_alone(model::Model& m, const Request& r) {
+  const int seq = m.new_sequence(static_cast<int>(r.prompt.size()) + r.max_tokens);
+  std::vector<int32_t> out(1);
+  model::StepOutput o;
+  o.next = out.data();
+  m.prefill(seq, r.prompt.data(), static_cast<int>(r.prompt.size()), 1, o);
+  std::vector<int32_t> tokens = {out[0]};
+  while (static_cast<int>(tokens.size()) < r.max_tokens) {
+    m.decode(&seq, &tokens.back(), 1, o);
+    tokens.push_back(out[0]);
+  }
+  m.release(seq);
+  return tokens;
+}
+
+// Runs the scheduler to the end; the tokens each request received, and every step's result.
+std::map<int64_t, std::vector<int32_t>> drain(Scheduler& s, std::vector<StepResult>* steps = nullptr) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  for (int guard = 0; s.has_work() && guard < 100000; ++guard) {
+    StepResult r = s.step();
+    for (const Emitted& e : r.tokens) out[e.request].push_back(e.token);
+    if (steps) steps->push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<Request> mixed_requests() {
+  std::vector<Request> rs;
+  const int prompts[] = {5, 40, 3, 70, 12, 9, 33};
+  const int outputs[] = {6, 3, 9, 4, 1, 7, 5};
+  for (int i = 0; i < 7; ++i) rs.push_back(serve_request(i, prompts[i], outputs[i], 100 + static_cast<uint64_t>(i)));
+  return rs;
+}
+
+SchedulerOptions policy(Batching b, bool chunked) {
+  SchedulerOptions o;
+  o.batching = b;
+  o.chunked_prefill = chunked;
+  o.max_seqs = 3;
+  o.token_budget = 24;
+  o.long_prefill = chunked ? 10 : 0;
+  return o;
+}
+
+TEST(ServeScheduler, EveryPolicyGivesEachRequestItsGenerationAlone) {
+  ServeEngine e;
+  const auto rs = mixed_requests();
+  std::vector<std::vector<int32_t>> alone;
+  for (const Request& r : rs) alone.push_back(generate_alone(*e.engine, r));
+  for (auto [b, chunked] : {std::pair{Batching::Static, false}, {Batching::Continuous, false}, {Batching::Continuous, true}}) {
+    SCOPED_TRACE(std::string(to_string(b)) + (chunked ? " chunked" : ""));
+    SchedulerOptions o = policy(b, chunked);
+    if (!chunked) o.token_budget = 80;  // whole prompts must fit the budget
+    Scheduler s(*e.engine, o);
+    for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+    const auto got = drain(s);
+    for (const Request& r : rs) EXPECT_EQ(got.at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+    EXPECT_EQ(s.kv_reserved(), 0);
+    EXPECT_EQ(e.engine->kv_bytes(), 0);  // every sequence released
+  }
+}
+
+TEST(ServeScheduler, ChunkedPrefillKeepsTheBudgetTheCapAndTheDecodes) {
+  ServeEngine e;
+  Scheduler s(*e.engine, policy(Batching::Continuous, true));
+  for (const Request& r : mixed_requests()) ASSERT_EQ(s.submit(r), "");
+  std::vector<StepResult> steps;
+  drain(s, &steps);
+  bool split = false;
+  int running_decoders = 0;  // requests that had their first token before the step
+  std::set<int64_t> started;
+  for (const StepResult& st : steps) {
+    EXPECT_LE(st.decode_rows + st.prefill_tokens, 24);
+    EXPECT_LE(st.prefill_tokens, 10 * st.prefill_requests);  // long_prefill per request
+    EXPECT_EQ(st.decode_rows, running_decoders);             // no decoding request ever waits a step
+    split |= st.prefill_tokens > 0 && st.decode_rows > 0;
+    for (const Emitted& t : st.tokens) {
+      if (started.insert(t.request).second) ++running_decoders;
+      if (t.finished) --running_decoders;
+    }
+  }
+  EXPECT_TRUE(split) << "no step mixed prompt chunks with decode rows";
+  // The 70-token prompt took at least 7 steps of at most 10 tokens.
+  EXPECT_GE(steps.size(), 7u);
+}
+
+TEST(ServeScheduler, ShortPromptsShareTheStepWithALongOne) {
+  ServeEngine e;
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.token_budget = 32;
+  o.long_prefill = 8;
+  Scheduler s(*e.engine, o);
+  ASSERT_EQ(s.submit(serve_request(0, 200, 2, 1)), "");
+  ASSERT_EQ(s.submit(serve_request(1, 6, 2, 2)), "");
+  const StepResult first = s.step();
+  // Both admitted in the first step: the long prompt takes its 8, the short one all of its 6.
+  EXPECT_EQ(first.admitted, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(first.prefill_tokens, 14);
+  ASSERT_EQ(first.tokens.size(), 1u);  // the short request's first token
+  EXPECT_EQ(first.tokens[0].request, 1);
+  // Whole prompts instead: the long prompt alone in a step, the short one behind it.
+  Scheduler whole(*e.engine, [] {
+    SchedulerOptions w;
+    w.chunked_prefill = false;
+    w.max_seqs = 3;
+    w.token_budget = 200;
+    return w;
+  }());
+  ASSERT_EQ(whole.submit(serve_request(0, 200, 2, 1)), "");
+  ASSERT_EQ(whole.submit(serve_request(1, 6, 2, 2)), "");
+  EXPECT_EQ(whole.step().admitted, (std::vector<int64_t>{0}));
+  EXPECT_EQ(whole.step().admitted, (std::vector<int64_t>{1}));
+}
+
+TEST(ServeScheduler, StaticBatchingAdmitsNothingUntilTheBatchEnds) {
+  ServeEngine e;
+  SchedulerOptions o = policy(Batching::Static, false);
+  o.max_seqs = 2;
+  o.token_budget = 200;
+  Scheduler s(*e.engine, o);
+  ASSERT_EQ(s.submit(serve_request(0, 4, 2, 1)), "");
+  ASSERT_EQ(s.submit(serve_request(1, 4, 6, 2)), "");
+  ASSERT_EQ(s.submit(serve_request(2, 4, 2, 3)), "");
+  std::vector<StepResult> steps;
+  drain(s, &steps);
+  // Request 2 is admitted only after request 1 (6 tokens) is done, though request 0 left after 2.
+  size_t admitted2 = 0, finished1 = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (int64_t id : steps[i].admitted)
+      if (id == 2) admitted2 = i;
+    for (const Emitted& t : steps[i].tokens)
+      if (t.request == 1 && t.finished) finished1 = i;
+  }
+  EXPECT_GT(admitted2, finished1);
+  // Continuous batching takes request 2 into the slot request 0 freed.
+  Scheduler c(*e.engine, [&] {
+    SchedulerOptions w = o;
+    w.batching = Batching::Continuous;
+    w.chunked_prefill = false;
+    return w;
+  }());
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c.submit(serve_request(i, 4, i == 1 ? 6 : 2, static_cast<uint64_t>(i + 1))), "");
+  steps.clear();
+  drain(c, &steps);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (int64_t id : steps[i].admitted)
+      if (id == 2) admitted2 = i;
+    for (const Emitted& t : steps[i].tokens)
+      if (t.request == 1 && t.finished) finished1 = i;
+  }
+  EXPECT_LT(admitted2, finished1);
+}
+
+TEST(ServeScheduler, KvBudgetBoundsWhatRunsAndRefusesWhatCannotFit) {
+  ServeEngine e;
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.kv_tokens = 30;
+  Scheduler s(*e.engine, o);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(s.submit(serve_request(i, 10, 5, static_cast<uint64_t>(i))), "");
+  EXPECT_NE(s.submit(serve_request(9, 30, 5, 9)), "");  // 35 positions: never fits
+  int most = 0;
+  while (s.has_work()) {
+    s.step();
+    EXPECT_LE(s.kv_reserved(), 30);
+    most = std::max(most, s.running());
+  }
+  EXPECT_EQ(most, 2);  // two reservations of 15
+  EXPECT_EQ(s.kv_reserved(), 0);
+  // Unchunked, a prompt past the token budget can never run; nor one past the model's context.
+  Scheduler whole(*e.engine, policy(Batching::Continuous, false));
+  EXPECT_NE(whole.submit(serve_request(0, 25, 1, 1)), "");
+  EXPECT_NE(whole.submit(serve_request(1, e.config.max_positions, 1, 1)), "");
+  EXPECT_NE(whole.submit(serve_request(2, 0, 1, 1)), "");
+  EXPECT_THROW(Scheduler(*e.engine,
+                         [] {
+                           SchedulerOptions w;
+                           w.max_seqs = 8;
+                           w.token_budget = 4;
+                           return w;
+                         }()),
+               InputError);
+}
+
+TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
+  auto gaps_of = [](const std::vector<Request>& t) {
+    std::vector<double> g;
+    for (size_t i = 1; i < t.size(); ++i) g.push_back(t[i].arrival - t[i - 1].arrival);
+    return g;
+  };
+  auto mean_cv2 = [](const std::vector<double>& g) {
+    const double m = std::accumulate(g.begin(), g.end(), 0.0) / static_cast<double>(g.size());
+    double v = 0;
+    for (double x : g) v += (x - m) * (x - m);
+    v /= static_cast<double>(g.size() - 1);
+    return std::pair{m, v / (m * m)};
+  };
+  WorkloadOptions o;
+  o.requests = 4000;
+  o.qps = 8;
+  const auto [pm, pcv2] = mean_cv2(gaps_of(make_workload(o, 512, 1)));
+  EXPECT_NEAR(pm, 1.0 / 8, 0.1 / 8);
+  EXPECT_NEAR(pcv2, 1.0, 0.15);  // exponential gaps
+  o.arrival = Arrival::Gamma;
+  o.burstiness = 0.25;
+  const auto [gm, gcv2] = mean_cv2(gaps_of(make_workload(o, 512, 1)));
+  EXPECT_NEAR(gm, 1.0 / 8, 0.15 / 8);
+  EXPECT_NEAR(gcv2, 4.0, 0.8);  // Gamma(k): CV² = 1/k
+  o.qps = 0;
+  for (const Request& r : make_workload(o, 512, 1)) EXPECT_EQ(r.arrival, 0);
+}
+
+TEST(ServeWorkload, LengthsLongShareSystemPromptAndSeed) {
+  WorkloadOptions o;
+  o.requests = 1000;
+  o.prompt_len = 10;
+  o.prompt_len_max = 20;
+  o.output_len = 3;
+  o.output_len_max = 5;
+  o.long_share = 0.25;
+  o.long_prompt = 300;
+  o.system_prompt = 7;
+  const auto t = make_workload(o, 512, 3);
+  size_t longs = 0;
+  for (const Request& r : t) {
+    if (r.type == 'l') {
+      ++longs;
+      EXPECT_EQ(r.prompt.size(), 307u);
+    } else {
+      EXPECT_GE(r.prompt.size(), 17u);
+      EXPECT_LE(r.prompt.size(), 27u);
+    }
+    EXPECT_GE(r.max_tokens, 3);
+    EXPECT_LE(r.max_tokens, 5);
+    EXPECT_TRUE(std::equal(t[0].prompt.begin(), t[0].prompt.begin() + 7, r.prompt.begin()));  // the shared system prompt
+    for (int32_t tok : r.prompt) EXPECT_LT(tok, 512);
+  }
+  EXPECT_NEAR(static_cast<double>(longs) / 1000, 0.25, 0.05);
+  EXPECT_EQ(make_workload(o, 512, 3)[5].prompt, t[5].prompt);
+  EXPECT_NE(make_workload(o, 512, 4)[5].prompt, t[5].prompt);
+  // Text prompts replace the drawn ones, cycled.
+  const auto texts = make_workload(o, 512, 3, {{1, 2, 3}, {4}});
+  EXPECT_EQ(texts[1].prompt.size(), 8u);
+  EXPECT_EQ(texts[3].prompt.back(), 4);
+}
+
+TEST(ServeLoadMetrics, LatenciesAsVllmDefinesThem) {
+  LoadResult r;
+  RequestRecord a;  // arrives at 0, scheduled at 0.5, tokens at 1, 2, 4
+  a.arrival = 0;
+  a.scheduled = 0.5;
+  a.token_times = {1, 2, 4};
+  a.tokens = {1, 2, 3};
+  RequestRecord b;  // arrives at 1, one token at 3
+  b.id = 1;
+  b.arrival = 1;
+  b.scheduled = 1;
+  b.token_times = {3};
+  b.tokens = {9};
+  RequestRecord c;
+  c.id = 2;
+  c.refused = "too long";
+  r.requests = {a, b, c};
+  r.duration = 4;
+  r.steps = {{0, 1, 0, 5}, {1, 2, 1, 0}, {2, 4, 2, 0}};
+  const LoadSummary s = summarize_load(r, Slo{1.5, 0});
+  EXPECT_EQ(s.completed, 2u);
+  EXPECT_EQ(s.refused, 1u);
+  EXPECT_DOUBLE_EQ(s.ttft.mean, 1.5);  // 1 and 2
+  EXPECT_DOUBLE_EQ(s.tpot.mean, 1.5);  // a: (4 − 1)/2; b has one token, no TPOT
+  EXPECT_EQ(s.tpot.n, 1u);
+  EXPECT_DOUBLE_EQ(s.itl.max, 2);  // a's gaps 1 and 2
+  EXPECT_DOUBLE_EQ(s.e2e.max, 4);
+  EXPECT_DOUBLE_EQ(s.queue.mean, 0.25);
+  EXPECT_DOUBLE_EQ(s.output_rate, 1.0);  // 4 tokens / 4 s
+  EXPECT_DOUBLE_EQ(s.goodput, 0.25);     // only a meets TTFT ≤ 1.5 s
+  EXPECT_DOUBLE_EQ(s.mean_batch, 1.5);   // decode rows 1 and 2
+}
+
+TEST(ServeLoadKind, EveryPolicyPassesItsCheckAndCountsRefusals) {
+  const auto r = testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 20s}", R"(
+  - name: t
+    kind: serve-load
+    variants: [cpu_static, cpu_continuous, cpu_chunked]
+    baseline: cpu_static
+    model: tiny
+    requests: 12
+    qps: 200
+    prompt_len: 6
+    prompt_len_max: 30
+    output_len: 3
+    output_len_max: 8
+    long_share: 0.2
+    long_prompt: 90
+    max_seqs: 4
+    token_budget: 96
+    long_prefill: 16
+    slo_ttft: 10s
+)");
+  testing::expect_all_ok(r, 3);
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(testing::metric(row, "refused"), 0) << row.variant;
+    EXPECT_GT(testing::metric(row, "tok/s"), 0) << row.variant;
+    EXPECT_GE(testing::metric(row, "ttft p99"), testing::metric(row, "ttft p50")) << row.variant;
+    EXPECT_GT(testing::metric(row, "goodput"), 0) << row.variant;
+    EXPECT_NE(row.validation->detail.find("every KV reservation returned"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ib::serve

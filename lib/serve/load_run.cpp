@@ -1,6 +1,7 @@
 #include "serve/load_run.h"
 
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 namespace ib::serve {

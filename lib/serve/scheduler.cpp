@@ -27,7 +27,7 @@ Scheduler::~Scheduler() {
   for (const Active& a : running_) engine_.release(a.seq);
 }
 
-std::string Scheduler::submit(Request r) {
+std::string Scheduler::check(const Request& r) const {
   const int64_t need = reservation(r);
   if (r.prompt.empty()) return "an empty prompt";
   if (r.max_tokens < 1) return fmt::format("max_tokens {} (at least 1)", r.max_tokens);
@@ -41,8 +41,32 @@ std::string Scheduler::submit(Request r) {
   if (whole_prompts && static_cast<int64_t>(r.prompt.size()) > o_.token_budget)
     return fmt::format("a prompt of {} tokens is past the token budget of {} without chunked prefill", r.prompt.size(),
                        o_.token_budget);
-  waiting_.push_back(std::move(r));
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= engine_.config().vocab)
+      return fmt::format("token id {} is outside the model's vocabulary of {}", t, engine_.config().vocab);
   return {};
+}
+
+std::string Scheduler::submit(Request r) {
+  std::string why = check(r);
+  if (why.empty()) waiting_.push_back(std::move(r));
+  return why;
+}
+
+bool Scheduler::cancel(int64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if (it->id == id) {
+      waiting_.erase(it);
+      return true;
+    }
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if (it->request.id == id) {
+      engine_.release(it->seq);
+      kv_reserved_ -= reservation(it->request);
+      running_.erase(it);
+      return true;
+    }
+  return false;
 }
 
 bool Scheduler::admit_front() {
@@ -137,16 +161,40 @@ StepResult Scheduler::step() {
   }
   if (rows.empty()) throw std::logic_error("Scheduler::step with nothing to run");
   std::vector<int32_t> next(rows.size());
+  bool own_sampling = false;
+  for (size_t i : rows) own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr;
+  const size_t V = static_cast<size_t>(engine_.config().vocab);
+  std::vector<float> logits(own_sampling ? rows.size() * V : 0);
   model::StepOutput so;
-  so.next = next.data();
   so.sampling = o_.sampling;
   so.step = static_cast<uint64_t>(steps_);
+  if (own_sampling)
+    so.logits = logits.data();
+  else
+    so.next = next.data();
   const int n = static_cast<int>(rows.size());
   if (all_decode)
     engine_.decode(seqs.data(), tokens.data(), n, so);
   else
     engine_.prefill_batch(seqs.data(), counts.data(), n, tokens.data(), so, /*last_only=*/true);
   ++steps_;
+  if (own_sampling)
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const Active& a = running_[rows[j]];
+      if (a.prefilled + a.chunk < static_cast<int>(a.request.prompt.size())) continue;  // a chunk: no token
+      const model::SamplingParams sp = a.request.sampling.value_or(o_.sampling);
+      // The request's seed and its token index: the same request draws the same tokens whatever
+      // it is batched with.
+      const float u = model::sample_uniform(sp.seed, a.output.size(), 0);
+      const float* l = logits.data() + j * V;
+      if (a.request.constraint) {
+        const int left = a.request.max_tokens - static_cast<int>(a.output.size());
+        next[j] = a.request.constraint->choose(l, static_cast<int>(V), sp, u, left);
+        if (next[j] < 0) throw std::logic_error(fmt::format("request {}: its constraint allows no token", a.request.id));
+      } else {
+        next[j] = model::sample_token(l, static_cast<int>(V), sp, u);
+      }
+    }
   for (size_t j = 0; j < rows.size(); ++j) {
     Active& a = running_[rows[j]];
     const int len = static_cast<int>(a.request.prompt.size());
@@ -155,11 +203,13 @@ StepResult Scheduler::step() {
       if (a.prefilled < len) continue;  // a chunk short of the prompt's end: its sample is not a token
     }
     a.output.push_back(next[j]);
-    const bool done = static_cast<int>(a.output.size()) >= a.request.max_tokens;
-    out.tokens.push_back({a.request.id, next[j], done});
+    const bool complete = a.request.constraint && a.request.constraint->accept(next[j]);
+    const bool stopped = complete || (a.request.eos >= 0 && next[j] == a.request.eos);
+    a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
+    out.tokens.push_back({a.request.id, next[j], a.done, stopped});
   }
   // Finished requests leave: their sequences and reservations are returned.
-  auto finished = [&](const Active& a) { return static_cast<int>(a.output.size()) >= a.request.max_tokens; };
+  auto finished = [](const Active& a) { return a.done; };
   for (const Active& a : running_)
     if (finished(a)) {
       engine_.release(a.seq);

@@ -55,10 +55,14 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request (FCFS). Returns why it can never run ("" when queued): no prompt, no output,
-  // a prompt + output past the model's context or the KV budget, or (unchunked) a prompt past
-  // the token budget.
+  // Why a request can never run ("" when it can): no prompt, no output, a prompt + output past the
+  // model's context or the KV budget, (unchunked) a prompt past the token budget, a token id
+  // outside the vocabulary. Reads only the options: safe from any thread.
+  std::string check(const Request& r) const;
+  // Queues a request (FCFS) when check() finds nothing; returns check()'s reason.
   std::string submit(Request r);
+  // Drops a request, queued or running (its sequence and reservation returned); false if unknown.
+  bool cancel(int64_t id);
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // One iteration: the rows, one forward pass, the tokens it produced. Call while has_work().
   StepResult step();
@@ -75,6 +79,7 @@ class Scheduler {
     int prefilled = 0;            // prompt tokens in the cache
     std::vector<int32_t> output;  // generated so far
     int chunk = 0;                // this step's rows
+    bool done = false;            // its last token emitted
   };
   int64_t reservation(const Request& r) const { return static_cast<int64_t>(r.prompt.size()) + r.max_tokens; }
   bool admit_front();  // the first waiting request into running_, if the limits let it

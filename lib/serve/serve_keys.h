@@ -19,6 +19,7 @@ struct ServeKeys {
   Arrival arrival = Arrival::Poisson;
   int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0;
   double temperature = 0, slo_ttft = 0, slo_tpot = 0;
+  int64_t workload_seed = 0;
 };
 
 const ParamSet<ServeKeys>& serve_keys();

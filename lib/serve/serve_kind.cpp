@@ -65,7 +65,11 @@ const ParamSet<ServeKeys>& serve_keys() {
                key_spec("temperature", ParamType::Float,
                         "0 = greedy; else sampling on the backend (validation always runs greedy)", Value(0.0), 0.0))
           .add(&P::slo_ttft, key_spec("slo_ttft", ParamType::Seconds, "goodput's TTFT bound (0: none)", Value(0.0), 0.0))
-          .add(&P::slo_tpot, key_spec("slo_tpot", ParamType::Seconds, "goodput's TPOT bound (0: none)", Value(0.0), 0.0));
+          .add(&P::slo_tpot, key_spec("slo_tpot", ParamType::Seconds, "goodput's TPOT bound (0: none)", Value(0.0), 0.0))
+          .add(&P::workload_seed,
+               key_spec("workload_seed", ParamType::Int,
+                        "seed of the load's arrival times, lengths and tokens: every variant of a point serves the same load",
+                        Value(int64_t{1}), 0.0));
   return set;
 }
 

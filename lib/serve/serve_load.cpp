@@ -76,7 +76,8 @@ void ServeLoad::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   weights_ = std::move(m.weights);
   std::vector<std::vector<int32_t>> texts;
   if (auto text = model::text_prompts(p, keys_.weights, config_.vocab)) texts = text->tokens;
-  trace_ = make_workload(workload_options(keys_), config_.vocab, seed, texts);
+  // The row's seed differs per variant; the load must not (the policies are compared on one load).
+  trace_ = make_workload(workload_options(keys_), config_.vocab, static_cast<uint64_t>(keys_.workload_seed), texts);
   workload_ = describe(trace_);
   if (backend_ == Backend::Cuda) {
     model::EngineOptions o;
@@ -149,12 +150,26 @@ Validation ServeLoad::validate(BackendRuntime&) {
 void ServeLoad::run(BackendRuntime&) {
   Scheduler s(*engine_, options(false));
   const LoadResult r = run_load(s, trace_, &interrupted);
-  last_ = summarize_load(r, Slo{keys_.slo_ttft, keys_.slo_tpot});
+  runs_.push_back(summarize_load(r, Slo{keys_.slo_ttft, keys_.slo_tpot}));
 }
 
 std::vector<Metric> ServeLoad::metrics() const {
-  if (!last_) return {};
-  const LoadSummary& s = *last_;
+  if (runs_.empty()) return {};
+  // Each metric's median over the runs: one run of a load is one draw of its arrival timing and
+  // of the machine's noise.
+  std::vector<std::vector<Metric>> per_run;
+  for (const LoadSummary& s : runs_) per_run.push_back(metrics_of(s));
+  std::vector<Metric> m = per_run.front();
+  for (size_t k = 0; k < m.size(); ++k) {
+    std::vector<double> v;
+    for (const auto& run : per_run) v.push_back(run[k].value);
+    std::sort(v.begin(), v.end());
+    m[k].value = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  }
+  return m;
+}
+
+std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s) const {
   std::vector<Metric> m = {
       {"ttft p50", s.ttft.p50 * 1e3, "ms"},
       {"ttft p99", s.ttft.p99 * 1e3, "ms"},
@@ -187,7 +202,7 @@ std::string ServeLoad::note() const {
   if (chunked_ && batching_ == Batching::Continuous && keys_.long_prefill > 0)
     s += fmt::format(", long_prefill {}", keys_.long_prefill);
   if (keys_.kv_tokens > 0) s += fmt::format(", kv_tokens {}", keys_.kv_tokens);
-  s += "); metrics of the last run";
+  s += fmt::format("); metrics: medians of {} run{}", runs_.size(), runs_.size() == 1 ? "" : "s");
   return s;
 }
 

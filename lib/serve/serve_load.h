@@ -6,7 +6,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +28,7 @@ class ServeLoad : public Variant {
 
  private:
   SchedulerOptions options(bool greedy) const;
+  std::vector<Metric> metrics_of(const LoadSummary& s) const;
 
   Backend backend_;
   Batching batching_;
@@ -40,7 +40,7 @@ class ServeLoad : public Variant {
   std::vector<Request> trace_;
   std::string workload_;  // describe(trace_)
   uint64_t seed_ = 0;
-  std::optional<LoadSummary> last_;  // the last timed run's
+  std::vector<LoadSummary> runs_;  // every timed run's (warmup runs included), reported as medians
 };
 
 }  // namespace ib::serve

@@ -4,9 +4,25 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
+#include "model/sample.h"
+
 namespace ib::serve {
+
+// A constraint on a request's tokens (constrained decoding: a server's response_format): each
+// step it chooses the token from the step's logits among those it allows, and is told the token.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // With `left` tokens left (EOS included), the token among the allowed ones, drawn with `u`;
+  // -1 when nothing is allowed.
+  virtual int32_t choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) = 0;
+  // The token chosen; true when the output is complete (EOS, or nothing may follow).
+  virtual bool accept(int32_t token) = 0;
+};
 
 struct Request {
   int64_t id = 0;
@@ -14,6 +30,12 @@ struct Request {
   std::vector<int32_t> prompt;
   int max_tokens = 1;  // output tokens, all generated (no stop at EOS)
   char type = 's';     // the workload's class of the request: 's' short, 'l' long prompt
+  int32_t eos = -1;    // a server's request ends at this token (it is the last emitted); -1: never
+  // Its own sampling (a server's request: temperature, top-p, seed), drawn on the host from the
+  // step's logits with the request's seed and token index, so that a request's tokens do not
+  // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.
+  std::optional<model::SamplingParams> sampling;
+  std::shared_ptr<TokenConstraint> constraint;  // chooses every token (drawn on the host) when set
 };
 
 // One output token of one request, as a step produced it.
@@ -21,6 +43,7 @@ struct Emitted {
   int64_t request = 0;
   int32_t token = 0;
   bool finished = false;  // the request's last token: its sequence was released
+  bool stopped = false;   // finished at its eos token (else at max_tokens)
 };
 
 }  // namespace ib::serve

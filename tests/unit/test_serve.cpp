@@ -5,6 +5,7 @@
 // known times, and the `serve-load` kind through the runner.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <numeric>
 #include <set>
@@ -69,6 +70,19 @@ std::vector<Request> mixed_requests() {
   const int outputs[] = {6, 3, 9, 4, 1, 7, 5};
   for (int i = 0; i < 7; ++i) rs.push_back(serve_request(i, prompts[i], outputs[i], 100 + static_cast<uint64_t>(i)));
   return rs;
+}
+
+// The step in which request `id` was admitted, or finished.
+size_t step_admitting(const std::vector<StepResult>& steps, int64_t id) {
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (std::count(steps[i].admitted.begin(), steps[i].admitted.end(), id)) return i;
+  return SIZE_MAX;
+}
+size_t step_finishing(const std::vector<StepResult>& steps, int64_t id) {
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (const Emitted& t : steps[i].tokens)
+      if (t.request == id && t.finished) return i;
+  return SIZE_MAX;
 }
 
 SchedulerOptions policy(Batching b, bool chunked) {
@@ -163,14 +177,7 @@ TEST(ServeScheduler, StaticBatchingAdmitsNothingUntilTheBatchEnds) {
   std::vector<StepResult> steps;
   drain(s, &steps);
   // Request 2 is admitted only after request 1 (6 tokens) is done, though request 0 left after 2.
-  size_t admitted2 = 0, finished1 = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    for (int64_t id : steps[i].admitted)
-      if (id == 2) admitted2 = i;
-    for (const Emitted& t : steps[i].tokens)
-      if (t.request == 1 && t.finished) finished1 = i;
-  }
-  EXPECT_GT(admitted2, finished1);
+  EXPECT_GT(step_admitting(steps, 2), step_finishing(steps, 1));
   // Continuous batching takes request 2 into the slot request 0 freed.
   Scheduler c(*e.engine, [&] {
     SchedulerOptions w = o;
@@ -181,13 +188,7 @@ TEST(ServeScheduler, StaticBatchingAdmitsNothingUntilTheBatchEnds) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(c.submit(serve_request(i, 4, i == 1 ? 6 : 2, static_cast<uint64_t>(i + 1))), "");
   steps.clear();
   drain(c, &steps);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    for (int64_t id : steps[i].admitted)
-      if (id == 2) admitted2 = i;
-    for (const Emitted& t : steps[i].tokens)
-      if (t.request == 1 && t.finished) finished1 = i;
-  }
-  EXPECT_LT(admitted2, finished1);
+  EXPECT_LT(step_admitting(steps, 2), step_finishing(steps, 1));
 }
 
 TEST(ServeScheduler, KvBudgetBoundsWhatRunsAndRefusesWhatCannotFit) {
@@ -336,6 +337,9 @@ TEST(ServeLoadKind, EveryPolicyPassesItsCheckAndCountsRefusals) {
     slo_ttft: 10s
 )");
   testing::expect_all_ok(r, 3);
+  // Every variant served the same load (its note describes it: arrival span, lengths).
+  auto load_of = [](const std::string& note) { return note.substr(0, note.find("tokens mean")); };
+  for (const auto& row : r.rows) EXPECT_EQ(load_of(row.message), load_of(r.rows[0].message)) << row.message;
   for (const auto& row : r.rows) {
     EXPECT_EQ(testing::metric(row, "refused"), 0) << row.variant;
     EXPECT_GT(testing::metric(row, "tok/s"), 0) << row.variant;

@@ -51,6 +51,7 @@ void register_info(Cli& cli);
 void register_keys(Cli& cli);
 void register_plot(Cli& cli);
 void register_compare(Cli& cli);
+void register_serve(Cli& cli);
 // attention, constrain, decode, prefix, specdec, kvcache: one table (cmd_technique.cpp).
 void register_techniques(Cli& cli);
 

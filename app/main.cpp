@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   ib::app::register_plot(cli);
   ib::app::register_compare(cli);
   ib::app::register_techniques(cli);
+  ib::app::register_serve(cli);
 
   try {
     cli.app.parse(argc, argv);

@@ -39,10 +39,7 @@ std::string read_prompt_file(const std::string& key, const std::string& given) {
   return s.str();
 }
 
-namespace {
-
-// One chat message through the template: {role} and {content} replaced, "\n" as written.
-std::string render(const std::string& tmpl, const std::string& role, const std::string& content) {
+std::string render_chat_message(const std::string& tmpl, const std::string& role, const std::string& content) {
   std::string out;
   for (size_t i = 0; i < tmpl.size();) {
     if (tmpl.compare(i, 6, "{role}") == 0) {
@@ -57,8 +54,6 @@ std::string render(const std::string& tmpl, const std::string& role, const std::
   }
   return out;
 }
-
-}  // namespace
 
 // The JSONL lines of `prompts`: {"prompt": text} or {"messages": [{"role", "content"}, ...]}.
 std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl) {
@@ -93,7 +88,7 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const std::s
         if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !msg.contains("content") ||
             !msg["content"].is_string())
           throw InputError(fmt::format("{}:{}: prompts: /messages/{} needs string \"role\" and \"content\"", path, n, i));
-        rendered += render(tmpl, msg["role"].get<std::string>(), msg["content"].get<std::string>());
+        rendered += render_chat_message(tmpl, msg["role"].get<std::string>(), msg["content"].get<std::string>());
       }
       out.push_back(rendered);
     } else {

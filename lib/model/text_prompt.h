@@ -51,6 +51,8 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
 // A text file (at most 16 MiB) named in errors by `key`; the JSONL lines of `prompts` (chat
 // messages rendered with `tmpl`); `name` ("auto": weights' tokenizer.json) loaded.
 std::string read_prompt_file(const std::string& key, const std::string& path);
+// One chat message through a template: {role} and {content} replaced, the rest as written.
+std::string render_chat_message(const std::string& tmpl, const std::string& role, const std::string& content);
 std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl);
 std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights);
 

@@ -1,0 +1,123 @@
+// infer-bench serve: an OpenAI-compatible HTTP server on the engine (lib/serve/http_server.h),
+// bound to 127.0.0.1 unless told otherwise. Ctrl-C stops accepting, lets the requests in flight
+// finish, and exits.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "core/backend.h"
+#include "core/errors.h"
+#include "core/interrupt.h"
+#include "model/decode_variants.h"
+#include "serve/engine_loop.h"
+#include "serve/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib::app {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string backend = "auto";
+  int max_seqs = 16;
+  int token_budget = 512;
+  int long_prefill = 0;
+  int64_t kv_tokens = 0;
+  bool no_chunked_prefill = false;
+  std::string chat_template = "{role}: {content}\n";
+  std::string generation_prompt = "assistant:";
+};
+
+int serve(const ServeOptions& s) {
+  if (!serve::http_server_built())
+    throw InputError(
+        "serve: this binary was built without the HTTP server (cpp-httplib, Debian's libcpp-httplib-dev, not found, or "
+        "INFER_BENCH_HTTP=OFF as in the device preset)");
+  if (!std::filesystem::is_directory(s.model))
+    throw InputError(
+        fmt::format("serve: '{}' is not a checkpoint directory (config.json, *.safetensors, tokenizer.json)", s.model));
+  model::ModelChoice m = model::choose_model("checkpoint", s.model, 0, "MODEL", "MODEL");
+  auto tok = tokenizer::Tokenizer::load(s.model);
+  const Backend backend = resolve_backend(s.backend);
+  std::unique_ptr<model::Model> engine;
+  if (backend == Backend::Cuda) {
+    model::EngineOptions o;
+    o.max_batch = s.max_seqs;
+    o.max_prefill = std::max(s.token_budget, 16);
+    engine = model::make_cuda_model(m.config, *m.weights, o, nullptr);
+  } else {
+    engine = model::make_cpu_model(m.config, *m.weights);
+  }
+  serve::SchedulerOptions so;
+  so.max_seqs = s.max_seqs;
+  so.token_budget = s.token_budget;
+  so.long_prefill = s.long_prefill;
+  so.kv_tokens = s.kv_tokens;
+  so.chunked_prefill = !s.no_chunked_prefill;
+  serve::EngineLoop loop(*engine, so);
+  serve::HttpOptions ho;
+  ho.host = s.host;
+  ho.port = s.port;
+  ho.model_name = s.name.empty() ? std::filesystem::path(s.model).lexically_normal().filename().string() : s.name;
+  if (ho.model_name.empty()) ho.model_name = std::filesystem::weakly_canonical(s.model).filename().string();
+  ho.tokenizer_json = (std::filesystem::path(s.model) / "tokenizer.json").string();
+  ho.chat_template = s.chat_template;
+  ho.generation_prompt = s.generation_prompt;
+  serve::HttpServer server(loop, tok, ho);
+  const int port = server.bind();
+  std::fprintf(stderr, "infer-bench serve: %s (%s, %s engine, %d layers) on http://%s:%d/v1\n", ho.model_name.c_str(),
+               s.model.c_str(), to_string(backend), m.config.layers, s.host.c_str(), port);
+  std::fflush(stderr);
+  install_interrupt_handler();
+  bool done = false;
+  std::thread watcher([&] {
+    while (!done && !interrupted()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server.stop();
+  });
+  server.listen();  // returns after stop(), once the requests in flight have been answered
+  done = true;
+  watcher.join();
+  loop.stop();
+  loop.join();
+  const serve::EngineCounters c = loop.counters();
+  std::fprintf(stderr, "infer-bench serve: stopped; %lld requests finished, %lld cancelled, %lld tokens generated\n",
+               static_cast<long long>(c.finished), static_cast<long long>(c.cancelled), static_cast<long long>(c.output_tokens));
+  return interrupted() ? 130 : 0;
+}
+
+}  // namespace
+
+void register_serve(Cli& cli) {
+  static ServeOptions s;
+  auto* sub = cli.app.add_subcommand(
+      "serve",
+      "An OpenAI-compatible server on the engine: /v1/completions, /v1/chat/completions (streaming), /v1/models, /metrics");
+  sub->add_option("model", s.model, "checkpoint directory (config.json, *.safetensors, tokenizer.json)")->required();
+  sub->add_option("--served-model-name", s.name, "the model's name in the API (default: the directory's name)");
+  sub->add_option("--host", s.host, "address to bind (default 127.0.0.1: this machine only)");
+  sub->add_option("--port", s.port, "port (0: any free one; the address is printed on stderr)")->check(CLI::Range(0, 65535));
+  sub->add_option("--backend", s.backend, "auto (CUDA when a GPU is usable), cuda or cpu");
+  sub->add_option("--max-seqs", s.max_seqs, "requests running at once (vLLM's --max-num-seqs)")->check(CLI::Range(1, 4096));
+  sub->add_option("--token-budget", s.token_budget, "tokens per forward pass (vLLM's --max-num-batched-tokens)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--long-prefill", s.long_prefill,
+                  "chunked prefill: prompt tokens one request runs per step at most (0: the budget)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--kv-tokens", s.kv_tokens, "KV-cache positions over all running requests (0: no bound but --max-seqs)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_flag("--no-chunked-prefill", s.no_chunked_prefill, "whole prompts only (a prompt past --token-budget is refused)");
+  sub->add_option("--chat-template", s.chat_template,
+                  "a chat message as text: {role} and {content} replaced (default \"{role}: {content}\\n\")");
+  sub->add_option("--generation-prompt", s.generation_prompt,
+                  "text after the messages, before the reply (default \"assistant:\")");
+  sub->callback([&cli] { cli.action = [] { return serve(s); }; });
+}
+
+}  // namespace ib::app

@@ -1,0 +1,150 @@
+#include "serve/engine_loop.h"
+
+#include <chrono>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+
+namespace ib::serve {
+
+bool RequestStream::wait(size_t seen, std::vector<int32_t>& out, double timeout_s) {
+  std::unique_lock<std::mutex> lock(m_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_ || tokens_.size() > seen; });
+  if (tokens_.size() > seen) out.insert(out.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(seen), tokens_.end());
+  return done_;
+}
+
+bool RequestStream::stopped() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return stopped_;
+}
+
+std::string RequestStream::error() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return error_;
+}
+
+void RequestStream::push(int32_t token, bool finished, bool stopped) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    tokens_.push_back(token);
+    done_ = finished;
+    stopped_ = stopped;
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    error_ = why;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+EngineLoop::EngineLoop(model::Model& engine, SchedulerOptions o) : engine_(engine), scheduler_(engine, o) {
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  stop();
+  join();
+}
+
+std::shared_ptr<RequestStream> EngineLoop::submit(Request r, int64_t* id) {
+  auto stream = std::make_shared<RequestStream>();
+  std::lock_guard<std::mutex> lock(m_);
+  if (stopping_) throw InputError("the server is shutting down");
+  r.id = next_id_++;
+  if (std::string why = scheduler_.check(r); !why.empty()) throw InputError(why);
+  if (id) *id = r.id;
+  ++counters_.submitted;
+  counters_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  streams_[r.id] = stream;
+  inbox_.push_back(std::move(r));
+  cv_.notify_all();
+  return stream;
+}
+
+void EngineLoop::cancel(int64_t id) {
+  std::lock_guard<std::mutex> lock(m_);
+  cancels_.push_back(id);
+  cv_.notify_all();
+}
+
+void EngineLoop::stop() {
+  std::lock_guard<std::mutex> lock(m_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+void EngineLoop::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineCounters EngineLoop::counters() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return counters_;
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || scheduler_.has_work(); });
+      for (Request& r : inbox_) scheduler_.submit(std::move(r));  // checked in submit()
+      inbox_.clear();
+      for (int64_t id : cancels_) {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) continue;  // already finished
+        scheduler_.cancel(id);
+        it->second->fail("cancelled");
+        streams_.erase(it);
+        ++counters_.cancelled;
+      }
+      cancels_.clear();
+      counters_.running = scheduler_.running();
+      counters_.waiting = scheduler_.waiting();
+      counters_.kv_reserved = scheduler_.kv_reserved();
+      if (!scheduler_.has_work()) {
+        if (stopping_) return;
+        continue;
+      }
+    }
+    // The step runs unlocked: handlers submit and cancel meanwhile.
+    StepResult result;
+    std::string failure;
+    try {
+      result = scheduler_.step();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    std::lock_guard<std::mutex> lock(m_);
+    ++counters_.steps;
+    if (!failure.empty()) {
+      // An engine error (out of memory, say) fails every request in flight; the scheduler drops them.
+      for (auto& [id, stream] : streams_) {
+        scheduler_.cancel(id);
+        stream->fail(failure);
+        ++counters_.failed;
+      }
+      streams_.clear();
+      continue;
+    }
+    for (const Emitted& e : result.tokens) {
+      auto it = streams_.find(e.request);
+      if (it == streams_.end()) continue;
+      it->second->push(e.token, e.finished, e.stopped);
+      ++counters_.output_tokens;
+      if (e.finished) {
+        streams_.erase(it);
+        ++counters_.finished;
+      }
+    }
+  }
+}
+
+}  // namespace ib::serve

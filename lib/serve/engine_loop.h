@@ -1,0 +1,82 @@
+// The scheduler on a thread of its own, for a server: request handlers on other threads submit
+// requests and read their tokens from a stream each; the engine thread steps while there is work
+// and sleeps when there is none. Cancelling (a client that went away) returns the request's
+// sequence and reservation at the next step; stop() lets everything queued and running finish.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/model.h"
+#include "serve/scheduler.h"
+#include "serve/serve_request.h"
+
+namespace ib::serve {
+
+// One request's output as the engine thread writes it and a handler reads it.
+class RequestStream {
+ public:
+  // Waits until there are tokens past `seen`, the request has ended, or `timeout_s` passed; the
+  // tokens past `seen` (appended to `out`), and whether the request has ended.
+  bool wait(size_t seen, std::vector<int32_t>& out, double timeout_s);
+  bool stopped() const;       // ended at its eos token
+  std::string error() const;  // the engine failed while it ran ("" if not)
+
+ private:
+  friend class EngineLoop;
+  void push(int32_t token, bool finished, bool stopped);
+  void fail(const std::string& why);
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<int32_t> tokens_;
+  bool done_ = false, stopped_ = false;
+  std::string error_;
+};
+
+struct EngineCounters {
+  int64_t submitted = 0, finished = 0, cancelled = 0, failed = 0, prompt_tokens = 0, output_tokens = 0, steps = 0;
+  int running = 0, waiting = 0;
+  int64_t kv_reserved = 0;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(model::Model& engine, SchedulerOptions o);
+  ~EngineLoop();  // stop(), then joins
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Queues a request (its id is assigned here) and returns its stream; throws InputError with the
+  // scheduler's reason when it can never run, or when the loop is stopping.
+  std::shared_ptr<RequestStream> submit(Request r, int64_t* id = nullptr);
+  void cancel(int64_t id);
+  // No new requests; what is queued and running finishes, then the thread ends. Returns at once.
+  void stop();
+  void join();
+  EngineCounters counters() const;
+  const model::ModelConfig& config() const { return engine_.config(); }
+
+ private:
+  void run();
+
+  model::Model& engine_;
+  Scheduler scheduler_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<Request> inbox_;
+  std::vector<int64_t> cancels_;
+  std::map<int64_t, std::shared_ptr<RequestStream>> streams_;
+  bool stopping_ = false;
+  int64_t next_id_ = 0;
+  EngineCounters counters_;
+  std::thread thread_;
+};
+
+}  // namespace ib::serve

@@ -1,0 +1,259 @@
+#include "serve/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "constrain/vocab.h"
+#include "model/text_prompt.h"
+#include "serve/openai_api.h"
+#include "serve/schema_constraint.h"
+
+#if INFER_BENCH_HAVE_HTTP
+#include <httplib.h>
+#endif
+
+namespace ib::serve {
+
+#if INFER_BENCH_HAVE_HTTP
+
+bool http_server_built() { return true; }
+
+struct HttpServer::Impl {
+  EngineLoop& loop;
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  HttpOptions o;
+  httplib::Server svr;
+  std::shared_ptr<const constrain::Vocabulary> vocab;  // the tokens as bytes, for response_format
+  std::string vocab_problem;                           // why response_format cannot be served ("" if it can)
+  std::atomic<int64_t> refused{0}, http_requests{0}, next_id{0};
+
+  Impl(EngineLoop& l, std::shared_ptr<const tokenizer::Tokenizer> t, HttpOptions opt)
+      : loop(l), tok(std::move(t)), o(std::move(opt)) {
+    // response_format needs every token's bytes (our constrain vocabulary of the same tokenizer.json).
+    try {
+      auto v = constrain::load_vocabulary(o.tokenizer_json);
+      vocab_problem = constrain::budget_guarantee_problem(*v);
+      if (vocab_problem.empty()) vocab = v;
+    } catch (const std::exception& e) {
+      vocab_problem = e.what();
+    }
+  }
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    ++refused;
+    res.status = e.status;
+    res.set_content(error_json(e), "application/json");
+  }
+
+  // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
+  std::vector<int32_t> prompt_of(const ApiRequest& r) const {
+    if (!r.prompt_tokens.empty()) return r.prompt_tokens;
+    std::string text = r.prompt;
+    if (r.chat) {
+      text.clear();
+      for (const ChatMessage& m : r.messages) text += model::render_chat_message(o.chat_template, m.role, m.content);
+      text += o.generation_prompt;
+    }
+    return tok->encode(text);
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+    ++http_requests;
+    ApiError err;
+    std::optional<ApiRequest> parsed = parse_api_request(req.body, chat, err);
+    if (!parsed) return send_error(res, err);
+    const ApiRequest r = *parsed;
+    if (r.model != o.model_name)
+      return send_error(res,
+                        {404, "not_found_error",
+                         fmt::format("The model `{}` does not exist (this server has `{}`)", r.model, o.model_name), "model"});
+    Request q;
+    try {
+      q.prompt = prompt_of(r);
+    } catch (const InputError& e) {
+      return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
+    }
+    const int context = loop.config().max_positions;
+    q.max_tokens = r.max_tokens;
+    if (r.chat && !r.max_tokens_given) q.max_tokens = std::max(1, context - static_cast<int>(q.prompt.size()));
+    q.eos = r.ignore_eos ? -1 : tok->eos_id();
+    q.sampling = r.sampling;
+    if (!r.response_schema.empty()) {
+      if (!vocab) return send_error(res, {400, "invalid_request_error", "response_format: " + vocab_problem, "response_format"});
+      try {
+        auto c = std::make_shared<SchemaConstraint>(r.response_schema, vocab);
+        if (q.max_tokens < c->min_tokens())
+          return send_error(res, {400, "invalid_request_error",
+                                  fmt::format("max_tokens {} is fewer than the shortest document of the schema takes ({})",
+                                              q.max_tokens, c->min_tokens()),
+                                  "max_tokens"});
+        q.constraint = std::move(c);
+        q.eos = vocab->eos;  // the constraint allows EOS where the document is complete
+      } catch (const InputError& e) {
+        return send_error(res, {400, "invalid_request_error", e.what(), "response_format"});
+      }
+    }
+    const int64_t serial = next_id++;
+    if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
+    const int64_t prompt_tokens = static_cast<int64_t>(q.prompt.size());
+    std::shared_ptr<RequestStream> stream;
+    int64_t id = 0;
+    try {
+      stream = loop.submit(std::move(q), &id);
+    } catch (const InputError& e) {
+      return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
+    }
+    const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    if (!r.stream) {
+      std::vector<int32_t> tokens;
+      while (!stream->wait(tokens.size(), tokens, 1.0)) {
+      }
+      if (!stream->error().empty())
+        return send_error(res, {500, "internal_error", fmt::format("the engine failed: {}", stream->error()), ""});
+      const bool stopped = stream->stopped();
+      const int64_t generated = static_cast<int64_t>(tokens.size());
+      if (!tokens.empty() && tokens.back() == tok->eos_id()) tokens.pop_back();  // EOS is not text
+      res.set_content(completion_json(r, rid, created, o.model_name, tok->decode(tokens, true), stopped ? "stop" : "length",
+                                      {prompt_tokens, generated}),
+                      "application/json");
+      return;
+    }
+    // Streamed: one chunk per step's new text, then the finish reason, the usage, [DONE]. The
+    // provider waits in short slices so that a closed connection is noticed between tokens.
+    struct State {
+      std::vector<int32_t> tokens;
+      size_t sent = 0;
+      bool first = true, ended = false;
+    };
+    auto st = std::make_shared<State>();
+    EngineLoop* lp = &loop;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st, stream, r, rid, created, prompt_tokens](size_t, httplib::DataSink& sink) {
+          if (st->ended) return false;
+          const bool done = stream->wait(st->tokens.size(), st->tokens, 0.25);
+          if (!sink.is_writable()) return false;
+          const bool stopped = done && stream->stopped();
+          std::vector<int32_t> text_tokens = st->tokens;
+          if (done && !text_tokens.empty() && text_tokens.back() == tok->eos_id()) text_tokens.pop_back();
+          const std::string delta = text_delta(tok->decode(text_tokens, true), st->sent, done);
+          if (!delta.empty() || st->first) {
+            const std::string chunk = stream_chunk(r, rid, created, o.model_name, delta, "", st->first);
+            if (!sink.write(chunk.data(), chunk.size())) return false;
+            st->first = false;
+          }
+          if (!done) return true;
+          std::string tail;
+          if (!stream->error().empty())
+            tail = "data: " + error_json({500, "internal_error", "the engine failed: " + stream->error(), ""}) + "\n\n";
+          else
+            tail = stream_chunk(r, rid, created, o.model_name, "", stopped ? "stop" : "length", false);
+          if (r.include_usage)
+            tail += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
+          tail += "data: [DONE]\n\n";
+          st->ended = true;
+          if (!sink.write(tail.data(), tail.size())) return false;
+          sink.done();
+          return true;
+        },
+        [lp, id, st](bool success) {
+          if (!success || !st->ended) lp->cancel(id);  // the client went away: its sequence is returned
+        });
+  }
+
+  std::string metrics() const {
+    const EngineCounters c = loop.counters();
+    std::string s;
+    auto add = [&](const char* name, const char* type, const char* help, double v) {
+      s += fmt::format("# HELP infer_bench_{} {}\n# TYPE infer_bench_{} {}\ninfer_bench_{}{{model_name=\"{}\"}} {}\n", name, help,
+                       name, type, name, o.model_name, v);
+    };
+    add("requests_submitted_total", "counter", "requests the engine accepted", static_cast<double>(c.submitted));
+    add("requests_finished_total", "counter", "requests that ended at EOS or max_tokens", static_cast<double>(c.finished));
+    add("requests_cancelled_total", "counter", "requests whose client went away", static_cast<double>(c.cancelled));
+    add("requests_failed_total", "counter", "requests the engine failed", static_cast<double>(c.failed));
+    add("requests_refused_total", "counter", "requests answered with an error status", static_cast<double>(refused.load()));
+    add("http_requests_total", "counter", "completion requests received", static_cast<double>(http_requests.load()));
+    add("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
+    add("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
+    add("engine_steps_total", "counter", "forward passes of the scheduler", static_cast<double>(c.steps));
+    add("num_requests_running", "gauge", "requests in the running batch", c.running);
+    add("num_requests_waiting", "gauge", "requests queued", c.waiting);
+    add("kv_reserved_tokens", "gauge", "KV-cache positions reserved by running requests", static_cast<double>(c.kv_reserved));
+    return s;
+  }
+
+  void routes() {
+    svr.set_payload_max_length(16 << 20);
+    svr.new_task_queue = [] { return new httplib::ThreadPool(64); };
+    svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, false); });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(models_json(o.model_name, static_cast<int64_t>(std::time(nullptr)), loop.config().max_positions),
+                    "application/json");
+    });
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.set_content("", "text/plain"); });
+    svr.Get("/metrics",
+            [this](const httplib::Request&, httplib::Response& r) { r.set_content(metrics(), "text/plain; version=0.0.4"); });
+    svr.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
+      // Called for every status >= 400: only an unrouted request (no body yet) gets one here.
+      if (r.status == 404 && r.body.empty())
+        send_error(r, {404, "not_found_error", fmt::format("no route {} {}", q.method, q.path), ""});
+    });
+    svr.set_exception_handler([this](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      send_error(r, {500, "internal_error", what, ""});
+    });
+  }
+};
+
+HttpServer::HttpServer(EngineLoop& loop, std::shared_ptr<const tokenizer::Tokenizer> tokenizer, HttpOptions o)
+    : impl_(std::make_unique<Impl>(loop, std::move(tokenizer), std::move(o))) {
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  auto& s = impl_->svr;
+  const int port = impl_->o.port == 0 ? s.bind_to_any_port(impl_->o.host)
+                                      : (s.bind_to_port(impl_->o.host, impl_->o.port) ? impl_->o.port : -1);
+  if (port <= 0)
+    throw InputError(
+        fmt::format("serve: cannot listen on {}:{} (in use, or not an address of this machine)", impl_->o.host, impl_->o.port));
+  return port;
+}
+
+void HttpServer::listen() { impl_->svr.listen_after_bind(); }
+void HttpServer::stop() { impl_->svr.stop(); }
+
+#else
+
+bool http_server_built() { return false; }
+
+struct HttpServer::Impl {};
+
+HttpServer::HttpServer(EngineLoop&, std::shared_ptr<const tokenizer::Tokenizer>, HttpOptions) {
+  throw InputError(
+      "serve: this binary was built without the HTTP server (cpp-httplib, Debian's libcpp-httplib-dev, not found, or "
+      "INFER_BENCH_HTTP=OFF as in the device preset)");
+}
+HttpServer::~HttpServer() = default;
+int HttpServer::bind() { return -1; }
+void HttpServer::listen() {}
+void HttpServer::stop() {}
+
+#endif
+
+}  // namespace ib::serve

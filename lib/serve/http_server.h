@@ -1,0 +1,48 @@
+// `infer-bench serve`: an OpenAI-compatible HTTP server on the engine loop (serve/engine_loop.h),
+// through cpp-httplib: /v1/completions and /v1/chat/completions (streamed as server-sent events
+// when asked), /v1/models, /health, and /metrics (Prometheus text). A client that goes away
+// mid-stream cancels its request; a bad request is a 4xx with OpenAI's error object.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "serve/engine_loop.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (bind() says which)
+  std::string model_name;
+  std::string tokenizer_json;  // the checkpoint's tokenizer.json: its tokens' bytes, for response_format
+  // A chat's messages become the prompt through this template (each message, {role} and
+  // {content} replaced, joined), then the generation prompt: tokenizer.json carries no chat
+  // template of its own that this server could run (Hugging Face's are Jinja).
+  std::string chat_template = "{role}: {content}\n";
+  std::string generation_prompt = "assistant:";
+};
+
+// Whether this binary has the HTTP server: cpp-httplib was found when it was built, and
+// INFER_BENCH_HTTP was on (the device preset turns it off: Debian ships cpp-httplib as a shared
+// library only, which the GPU machine the device binaries travel to does not have).
+bool http_server_built();
+
+class HttpServer {
+ public:
+  // Throws InputError when the binary was built without the HTTP server.
+  HttpServer(EngineLoop& loop, std::shared_ptr<const tokenizer::Tokenizer> tokenizer, HttpOptions o);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  int bind();     // the port it listens on; InputError naming host:port when it cannot bind
+  void listen();  // serves until stop(); returns then
+  void stop();    // from any thread
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ib::serve

@@ -1,0 +1,268 @@
+#include "serve/openai_api.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ib::serve {
+namespace {
+
+using nlohmann::json;
+
+struct Refusal {
+  ApiError e;
+};
+[[noreturn]] void refuse(const std::string& param, const std::string& message) {
+  throw Refusal{{400, "invalid_request_error", message, param}};
+}
+
+double number_field(const json& v, const std::string& name, double lo, double hi) {
+  if (!v.is_number()) refuse(name, fmt::format("'{}' must be a number", name));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    refuse(name, fmt::format("'{}' must be in [{}, {}], not {}", name, lo, hi, v.dump()));
+  return x;
+}
+
+int64_t int_field(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) refuse(name, fmt::format("'{}' must be an integer", name));
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) refuse(name, fmt::format("'{}' must be in [{}, {}], not {}", name, lo, hi, x));
+  return x;
+}
+
+// Fields a client may send with the value that means "not used" (the openai package and vLLM's
+// benchmark send some of them explicitly); anything else in them is refused.
+bool is_default(const json& v) { return v.is_null() || v == false || v == json(0) || v == json(0.0) || v == json(1); }
+
+}  // namespace
+
+std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, ApiError& err) {
+  try {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::parse_error& e) {
+      refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+    if (!j.is_object()) refuse("", "the body must be a JSON object");
+    ApiRequest r;
+    r.chat = chat;
+    r.sampling.temperature = 1.0f;  // OpenAI's defaults
+    r.sampling.top_p = 1.0f;
+    static const std::set<std::string> kCommon = {"model",
+                                                  "max_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "seed",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "ignore_eos",
+                                                  "user",
+                                                  "n",
+                                                  "frequency_penalty",
+                                                  "presence_penalty",
+                                                  "stop",
+                                                  "logprobs"};
+    static const std::set<std::string> kCompletion = {"prompt", "echo", "best_of", "suffix", "response_format"};
+    static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "response_format",    "top_logprobs",
+                                                "tools",    "tool_choice",           "parallel_tool_calls"};
+    for (const auto& [k, v] : j.items()) {
+      if (!kCommon.count(k) && !(chat ? kChat : kCompletion).count(k))
+        refuse(k, fmt::format("unknown field '{}' for {}", k, chat ? "/v1/chat/completions" : "/v1/completions"));
+    }
+    if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
+    r.model = j["model"].get<std::string>();
+    // What this server does not do is refused, not ignored: a client relying on it would be misled.
+    for (const char* k : {"n", "best_of"})
+      if (j.contains(k) && !j[k].is_null() && j[k] != json(1))
+        refuse(k, fmt::format("'{}' must be 1: one choice per request", k));
+    for (const char* k : {"frequency_penalty", "presence_penalty"})
+      if (j.contains(k) && !(j[k].is_null() || (j[k].is_number() && j[k].get<double>() == 0)))
+        refuse(k, fmt::format("'{}' is not supported (only 0)", k));
+    for (const char* k : {"echo", "logprobs", "top_logprobs", "suffix", "tools", "tool_choice", "parallel_tool_calls"})
+      if (j.contains(k) && !j[k].is_null() && j[k] != false && !(j[k].is_array() && j[k].empty()))
+        refuse(k, fmt::format("'{}' is not supported by this server", k));
+    if (j.contains("stop") && !j["stop"].is_null() && !(j["stop"].is_array() && j["stop"].empty()))
+      refuse("stop", "stop sequences are not supported by this server (generation ends at EOS or max_tokens)");
+    if (j.contains("response_format") && !j["response_format"].is_null()) {
+      const json& f = j["response_format"];
+      if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+        refuse("response_format", "'response_format' must be an object with a 'type'");
+      const std::string type = f["type"].get<std::string>();
+      if (type == "json_object") {
+        r.response_schema = R"({"type":"object"})";
+      } else if (type == "json_schema") {
+        if (!f.contains("json_schema") || !f["json_schema"].is_object())
+          refuse("response_format", "response_format json_schema needs a 'json_schema' object");
+        const json& js = f["json_schema"];
+        for (const auto& [k, v] : js.items())
+          if (k != "name" && k != "schema" && k != "strict" && k != "description")
+            refuse("response_format", fmt::format("unknown field 'json_schema.{}'", k));
+        if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+          refuse("response_format", "response_format json_schema needs its 'schema' (a JSON Schema object)");
+        r.response_schema = js["schema"].dump();
+      } else if (type != "text") {
+        refuse("response_format",
+               fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)", type));
+      }
+    }
+    if (chat) {
+      if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+        refuse("messages", "'messages' must be a non-empty array");
+      for (const json& m : j["messages"]) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+          refuse("messages", "each message needs a 'role' string");
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+          refuse("messages", fmt::format("message role '{}' is not supported", role));
+        for (const auto& [k, v] : m.items())
+          if (k != "role" && k != "content" && k != "name") refuse("messages", fmt::format("unknown message field '{}'", k));
+        if (!m.contains("content") || !m["content"].is_string())
+          refuse("messages", "a message's 'content' must be a string (content parts are not supported)");
+        r.messages.push_back({role, m["content"].get<std::string>()});
+      }
+    } else {
+      if (!j.contains("prompt")) refuse("prompt", "'prompt' is required");
+      const json& p = j["prompt"];
+      if (p.is_string()) {
+        r.prompt = p.get<std::string>();
+      } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+        r.prompt = p[0].get<std::string>();
+      } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+        for (const json& t : p) r.prompt_tokens.push_back(static_cast<int32_t>(int_field(t, "prompt", 0, INT32_MAX)));
+      } else {
+        refuse("prompt", "'prompt' must be a string, a list of one string, or a list of token ids (one prompt per request)");
+      }
+      if (r.prompt.empty() && r.prompt_tokens.empty()) refuse("prompt", "'prompt' is empty");
+    }
+    for (const char* k : {"max_tokens", "max_completion_tokens"})
+      if (j.contains(k) && !j[k].is_null()) {
+        r.max_tokens = static_cast<int>(int_field(j[k], k, 1, 1 << 20));
+        r.max_tokens_given = true;
+      }
+    if (j.contains("temperature") && !j["temperature"].is_null())
+      r.sampling.temperature = static_cast<float>(number_field(j["temperature"], "temperature", 0, 2));
+    if (j.contains("top_p") && !j["top_p"].is_null())
+      r.sampling.top_p = static_cast<float>(number_field(j["top_p"], "top_p", 1e-9, 1));
+    if (j.contains("top_k") && !j["top_k"].is_null()) {
+      const int64_t k = int_field(j["top_k"], "top_k", -1, 1 << 20);
+      r.sampling.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 (or 0) = all
+    }
+    if (j.contains("seed") && !j["seed"].is_null()) {
+      r.sampling.seed = static_cast<uint64_t>(int_field(j["seed"], "seed", INT64_MIN, INT64_MAX));
+      r.seed_given = true;
+    }
+    if (j.contains("stream") && !j["stream"].is_null()) {
+      if (!j["stream"].is_boolean()) refuse("stream", "'stream' must be a boolean");
+      r.stream = j["stream"].get<bool>();
+    }
+    if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+      const json& so = j["stream_options"];
+      if (!so.is_object()) refuse("stream_options", "'stream_options' must be an object");
+      for (const auto& [k, v] : so.items()) {
+        if (k == "include_usage" && v.is_boolean())
+          r.include_usage = v.get<bool>();
+        else if (k != "continuous_usage_stats" || !is_default(v))
+          refuse("stream_options", fmt::format("stream_options.{} is not supported", k));
+      }
+    }
+    if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
+      if (!j["ignore_eos"].is_boolean()) refuse("ignore_eos", "'ignore_eos' must be a boolean");
+      r.ignore_eos = j["ignore_eos"].get<bool>();
+    }
+    if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string()) refuse("user", "'user' must be a string");
+    return r;
+  } catch (const Refusal& f) {
+    err = f.e;
+    return std::nullopt;
+  }
+}
+
+std::string error_json(const ApiError& e) {
+  json j = {{"error",
+             {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.status}}}};
+  return j.dump();
+}
+
+namespace {
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json finish(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+}  // namespace
+
+std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                            const std::string& text, const std::string& finish_reason, const Usage& u) {
+  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+  if (r.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  json j = {{"id", id},
+            {"object", r.chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(u)}};
+  return j.dump();
+}
+
+std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                         const std::string& text, const std::string& finish_reason, bool first) {
+  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+  if (r.chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  json j = {{"id", id},
+            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})}};
+  if (r.include_usage) j["usage"] = nullptr;
+  return "data: " + j.dump() + "\n\n";
+}
+
+std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u) {
+  json j = {{"id", id},
+            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array()},
+            {"usage", usage_json(u)}};
+  return "data: " + j.dump() + "\n\n";
+}
+
+std::string models_json(const std::string& model, int64_t created, int max_model_len) {
+  json m = {
+      {"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "infer-bench"}, {"max_model_len", max_model_len}};
+  return json({{"object", "list"}, {"data", json::array({m})}}).dump();
+}
+
+std::string text_delta(const std::string& decoded, size_t& sent, bool final) {
+  size_t end = decoded.size();
+  static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  if (!final && end >= sent + 3 && decoded.compare(end - 3, 3, kReplacement) == 0) end -= 3;
+  if (end <= sent) return {};
+  std::string out = decoded.substr(sent, end - sent);
+  sent = end;
+  return out;
+}
+
+}  // namespace ib::serve

@@ -1,0 +1,76 @@
+// The OpenAI API as `infer-bench serve` speaks it (the subset vLLM's server and the `openai`
+// client use for completions and chat): a request body parsed into what the engine needs, and the
+// response objects and stream chunks written back. No I/O here: http_server.cpp carries them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/sample.h"
+
+namespace ib::serve {
+
+// A request the API refused: the HTTP status and OpenAI's error object's type and message.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  // the offending field, or ""
+};
+
+struct ChatMessage {
+  std::string role, content;
+};
+
+// What a /v1/completions or /v1/chat/completions body asks for.
+struct ApiRequest {
+  bool chat = false;
+  std::string model;
+  std::string prompt;                  // completions: the text (when prompt_tokens is empty)
+  std::vector<int32_t> prompt_tokens;  // completions: a prompt given as token ids
+  std::vector<ChatMessage> messages;   // chat
+  int max_tokens = 16;                 // OpenAI's default for completions; chat: up to the context
+  bool max_tokens_given = false;
+  model::SamplingParams sampling;  // temperature 1 and top_p 1 by default, as OpenAI's
+  bool seed_given = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;     // vLLM's extension: generate max_tokens whatever
+  // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
+  // "" for text.
+  std::string response_schema;
+};
+
+// Parses a body (`chat`: /v1/chat/completions). Unknown fields, wrong types, values out of range
+// and what this server does not do (n > 1, stop strings, logprobs, tools, penalties) are refused
+// with the field named; nullopt and `err` set then.
+std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, ApiError& err);
+
+// The error object as OpenAI writes it: {"error": {"message", "type", "param", "code"}}.
+std::string error_json(const ApiError& e);
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// A whole (non-streamed) response.
+std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                            const std::string& text, const std::string& finish_reason, const Usage& u);
+// One chunk of a stream, as an SSE event "data: {...}\n\n"; `finish_reason` "" until the last.
+// For chat, `first` carries the assistant role.
+std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                         const std::string& text, const std::string& finish_reason, bool first);
+// The usage chunk of stream_options.include_usage (no choices), as an SSE event.
+std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
+
+// GET /v1/models: the one model this server has.
+std::string models_json(const std::string& model, int64_t created, int max_model_len);
+
+// The text a token sequence adds past what was already sent: `sent` characters of the decoded
+// text are out; a trailing U+FFFD (a UTF-8 character cut between tokens) is held back until the
+// next token completes it, unless `final`.
+std::string text_delta(const std::string& decoded, size_t& sent, bool final);
+
+}  // namespace ib::serve

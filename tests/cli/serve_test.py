@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `infer-bench serve` through real HTTP clients.
+
+serve_test.py BINARY SOURCE_DIR [--openai]
+
+Starts the server on a free port with our trained ib-draft-1m, then:
+- plain mode (the standard library's http.client, always run): /v1/models; a greedy completion
+  equal to transformers' greedy continuation (tests/data/models/ib-draft-1m.golden.json); a chat
+  streamed as server-sent events whose text equals the same request unstreamed; bad input as 4xx
+  with OpenAI's error object; concurrent requests; a client that disconnects mid-stream (its
+  request cancelled, every KV reservation back, read from /metrics); SIGINT drains a request in
+  flight and exits 130.
+- --openai mode: the same server through the `openai` package (exit 77, skipped, when it is not
+  installed: scripts/test-venv makes .venv-test with it).
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+SKIP = 77
+
+
+def fail(msg):
+    print(f"serve_test: FAILED: {msg}", flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+class Server:
+    def __init__(self, binary, model, *extra):
+        self.p = subprocess.Popen([binary, "serve", model, "--port", "0", "--max-seqs", "4", "--token-budget", "64",
+                                   "--long-prefill", "32", *extra], stderr=subprocess.PIPE, text=True)
+        line = self.p.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+        if not m:
+            self.p.kill()
+            fail(f"the server did not print its address: {line!r} {self.p.stderr.read()!r}")
+        self.port = int(m.group(1))
+        self.err = []
+        threading.Thread(target=lambda: self.err.extend(self.p.stderr), daemon=True).start()
+
+    def request(self, method, path, body=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c.request(method, path, body=None if body is None else (body if isinstance(body, str) else json.dumps(body)),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read().decode()
+        c.close()
+        return r.status, data
+
+    def json(self, method, path, body=None):
+        status, data = self.request(method, path, body)
+        return status, json.loads(data) if data else None
+
+    def metrics(self):
+        _, text = self.request("GET", "/metrics")
+        out = {}
+        for line in text.splitlines():
+            m = re.match(r"infer_bench_(\w+)\{[^}]*\} (\S+)", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+            try:
+                return self.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                fail("the server did not exit within 60 s of SIGINT")
+        return self.p.returncode
+
+
+def sse_events(resp):
+    """The `data:` payloads of a server-sent-event stream, as they arrive."""
+    for raw in resp:
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("data: "):
+            yield line[6:]
+
+
+def plain(binary, src):
+    model = os.path.join(src, "data/models/ib-draft-1m")
+    golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
+    s = Server(binary, model)
+    try:
+        status, models = s.json("GET", "/v1/models")
+        check(status == 200 and models["data"][0]["id"] == "ib-draft-1m", f"/v1/models: {status} {models}")
+
+        # Greedy through the whole path (tokenizer, scheduler, engine, detokenizer) against transformers.
+        n = len(golden["greedy_ids"])
+        status, r = s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": n,
+                                                        "temperature": 0, "ignore_eos": True})
+        check(status == 200, f"completion: {status} {r}")
+        check(r["choices"][0]["text"] == golden["greedy_text"],
+              f"greedy text {r['choices'][0]['text']!r} != transformers' {golden['greedy_text']!r}")
+        check(r["usage"] == {"prompt_tokens": len(golden["prompt_ids"]), "completion_tokens": n,
+                             "total_tokens": len(golden["prompt_ids"]) + n}, f"usage {r['usage']}")
+        check(r["choices"][0]["finish_reason"] == "length", f"finish_reason {r['choices'][0]['finish_reason']}")
+
+        # A chat streamed, against the same request answered whole.
+        chat = {"model": "ib-draft-1m", "messages": [{"role": "system", "content": "You write Python."},
+                                                     {"role": "user", "content": "def parse(text):"}],
+                "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+        status, whole = s.json("POST", "/v1/chat/completions", chat)
+        check(status == 200 and whole["object"] == "chat.completion", f"chat: {status} {whole}")
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/chat/completions", json.dumps({**chat, "stream": True, "stream_options": {"include_usage": True}}),
+                  {"Content-Type": "application/json"})
+        resp = c.getresponse()
+        check(resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/event-stream"),
+              f"stream: {resp.status} {resp.getheader('Content-Type')}")
+        events = list(sse_events(resp))
+        c.close()
+        check(events and events[-1] == "[DONE]", f"the stream does not end with [DONE]: {events[-3:]}")
+        chunks = [json.loads(e) for e in events[:-1]]
+        text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks if ch["choices"])
+        check(chunks[0]["choices"][0]["delta"].get("role") == "assistant", f"first chunk {chunks[0]}")
+        check(text == whole["choices"][0]["message"]["content"], f"streamed {text!r} != whole {whole['choices'][0]['message']['content']!r}")
+        finals = [ch for ch in chunks if ch["choices"] and ch["choices"][0]["finish_reason"]]
+        check(len(finals) == 1 and finals[0]["choices"][0]["finish_reason"] == "length", f"finish chunks {finals}")
+        check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 20, f"usage chunk {chunks[-1]}")
+        check(len(chunks) >= 5, f"{len(chunks)} chunks: the text was not streamed token by token")
+
+        # response_format: a JSON Schema through our constrained decoding, whole and streamed.
+        person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                   "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+                  "required": ["name", "age"], "additionalProperties": False}
+        for stream in (False, True):
+            body = {"model": "ib-draft-1m", "messages": [{"role": "user", "content": "A person as JSON."}], "max_tokens": 40,
+                    "temperature": 0.7, "seed": 3, "stream": stream,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": person}}}
+            if not stream:
+                status, r = s.json("POST", "/v1/chat/completions", body)
+                check(status == 200, f"response_format: {status} {r}")
+                content, reason = r["choices"][0]["message"]["content"], r["choices"][0]["finish_reason"]
+            else:
+                c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+                c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+                events = [json.loads(e) for e in sse_events(c.getresponse()) if e != "[DONE]"]
+                c.close()
+                content = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+                reason = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]][0]
+            doc = json.loads(content)
+            check(set(doc) == {"name", "age"} and isinstance(doc["name"], str) and len(doc["name"]) <= 12
+                  and isinstance(doc["age"], int) and 0 <= doc["age"] <= 120, f"document {content!r}")
+            check(reason == "stop", f"response_format finish_reason {reason}")
+        status, data = s.request("POST", "/v1/chat/completions", {
+            "model": "ib-draft-1m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": person}}})
+        check(status == 400 and json.loads(data)["error"]["param"] == "max_tokens", f"a budget too small: {status} {data}")
+        status, data = s.request("POST", "/v1/chat/completions", {
+            "model": "ib-draft-1m", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"$ref": "#/missing"}}}})
+        check(status == 400 and json.loads(data)["error"]["param"] == "response_format", f"a refused schema: {status} {data}")
+
+        # Bad input: a 4xx with OpenAI's error object, the field named where there is one.
+        for body, want, param in [("{not json", 400, None),
+                                  ({"model": "ib-draft-1m", "prompt": "x", "temprature": 0}, 400, "temprature"),
+                                  ({"model": "other", "prompt": "x"}, 404, "model"),
+                                  ({"model": "ib-draft-1m", "prompt": list(range(3000))}, 400, "prompt"),
+                                  ({"model": "ib-draft-1m", "prompt": "x", "n": 3}, 400, "n")]:
+            status, data = s.request("POST", "/v1/completions", body)
+            err = json.loads(data).get("error", {})
+            check(status == want and err.get("message") and (param is None or err.get("param") == param),
+                  f"{body!r:.60}: {status} {data}")
+        status, _ = s.request("GET", "/v2/nothing")
+        check(status == 404, f"unknown route: {status}")
+
+        # Concurrent clients.
+        results = []
+        def one(i):
+            results.append(s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": f"x = {i}", "max_tokens": 8,
+                                                               "temperature": 0.8, "seed": i, "ignore_eos": True}))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        check(len(results) == 8 and all(st == 200 and r["usage"]["completion_tokens"] == 8 for st, r in results),
+              f"concurrent: {[st for st, _ in results]}")
+
+        # A client that goes away mid-stream: its request is cancelled and its reservation returned.
+        before = s.metrics()
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({"model": "ib-draft-1m", "prompt": "import os", "max_tokens": 1500,
+                                                         "ignore_eos": True, "stream": True}), {"Content-Type": "application/json"})
+        resp = c.getresponse()
+        next(sse_events(resp))
+        c.sock.close()
+        c.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = s.metrics()
+            if m["requests_cancelled_total"] > before["requests_cancelled_total"] and m["kv_reserved_tokens"] == 0:
+                break
+            time.sleep(0.1)
+        check(m["requests_cancelled_total"] == before["requests_cancelled_total"] + 1 and m["kv_reserved_tokens"] == 0
+              and m["num_requests_running"] == 0, f"after a disconnect: {m}")
+        check(m["generation_tokens_total"] - before["generation_tokens_total"] < 1500, "the cancelled request ran to its end")
+
+        # SIGINT while a request is in flight: it is answered, then the server exits 130.
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(s.json("POST", "/v1/completions", {
+            "model": "ib-draft-1m", "prompt": "class A:", "max_tokens": 1500, "ignore_eos": True})))
+        t.start()
+        deadline = time.time() + 30
+        running = 0
+        while time.time() < deadline and running < 1:  # SIGINT once it is under way
+            running = s.metrics()["num_requests_running"]
+        check(running == 1, "the request never showed as running")
+        code = s.stop()
+        t.join(timeout=60)
+        check(answer and answer[0][0] == 200 and answer[0][1]["usage"]["completion_tokens"] == 1500,
+              f"the request in flight at SIGINT: {answer}")
+        check(code == 130, f"exit code {code} after SIGINT: {''.join(s.err)}")
+    finally:
+        if s.p.poll() is None:
+            s.p.kill()
+    print("serve_test: plain HTTP: all checks passed")
+
+
+def with_openai(binary, src):
+    try:
+        import openai
+    except ImportError:
+        venv_python = os.path.join(src, ".venv-test", "bin", "python")
+        if os.path.exists(venv_python) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(src, ".venv-test")):
+            os.execv(venv_python, [venv_python, os.path.abspath(__file__), *sys.argv[1:]])
+        print("serve_test: the openai package is not installed (scripts/test-venv makes .venv-test): skipped")
+        sys.exit(SKIP)
+    s = Server(binary, os.path.join(src, "data/models/ib-draft-1m"))
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none")
+        ids = [m.id for m in client.models.list()]
+        check(ids == ["ib-draft-1m"], f"models.list: {ids}")
+        r = client.completions.create(model="ib-draft-1m", prompt="def main():", max_tokens=10, temperature=0)
+        check(r.choices[0].finish_reason in ("length", "stop") and r.usage.completion_tokens <= 10, f"completions: {r}")
+        whole = client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "Write a loop."}],
+                                               max_tokens=16, temperature=0)
+        text = whole.choices[0].message.content
+        check(whole.choices[0].message.role == "assistant" and isinstance(text, str), f"chat: {whole}")
+        pieces = []
+        for chunk in client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "Write a loop."}],
+                                                    max_tokens=16, temperature=0, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+        check("".join(pieces) == text, f"streamed {''.join(pieces)!r} != {text!r}")
+        # Structured output as the chapter's client asks for it: response_format with a JSON Schema.
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                                   "population": {"type": "integer", "minimum": 0}},
+                  "required": ["city", "population"], "additionalProperties": False}
+        response = client.chat.completions.create(
+            model="ib-draft-1m", messages=[{"role": "user", "content": "Describe a city as JSON."}], max_tokens=48,
+            response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
+        doc = json.loads(response.choices[0].message.content)
+        check(set(doc) == {"city", "population"} and isinstance(doc["population"], int), f"structured output {doc}")
+        try:
+            client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], n=2)
+            fail("n=2 was accepted")
+        except openai.BadRequestError as e:
+            check("'n' must be 1" in str(e), f"BadRequestError: {e}")
+        try:
+            client.completions.create(model="nope", prompt="x")
+            fail("an unknown model was accepted")
+        except openai.NotFoundError:
+            pass
+        print(f"serve_test: openai {openai.__version__}: all checks passed")
+    finally:
+        s.stop()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        print(__doc__)
+        sys.exit(2)
+    (with_openai if "--openai" in sys.argv[3:] else plain)(sys.argv[1], sys.argv[2])

@@ -1,0 +1,266 @@
+// The OpenAI API layer of `infer-bench serve` (serve/openai_api.h): bodies parsed and refused
+// field by field, the response objects and stream chunks as the `openai` client reads them, the
+// streamed text held back at a cut UTF-8 character. The engine loop (serve/engine_loop.h): many
+// threads' requests served, a cancelled one's reservation returned, a refused one named,
+// per-request sampling independent of what a request is batched with.
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "constrain/validator.h"
+#include "core/errors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "serve/engine_loop.h"
+#include "serve/openai_api.h"
+#include "serve/schema_constraint.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib::serve {
+namespace {
+
+using nlohmann::json;
+
+ApiError refusal_of(const std::string& body, bool chat) {
+  ApiError e;
+  EXPECT_FALSE(parse_api_request(body, chat, e).has_value()) << body;
+  return e;
+}
+
+TEST(ServeApi, CompletionAndChatBodiesAreParsed) {
+  ApiError e;
+  auto c = parse_api_request(R"({"model": "m", "prompt": "Hello", "max_tokens": 5, "temperature": 0, "stream": true,
+                                 "stream_options": {"include_usage": true}, "seed": 7, "n": 1, "user": "u"})",
+                             false, e);
+  ASSERT_TRUE(c) << e.message;
+  EXPECT_EQ(c->prompt, "Hello");
+  EXPECT_EQ(c->max_tokens, 5);
+  EXPECT_TRUE(c->sampling.greedy());
+  EXPECT_TRUE(c->stream && c->include_usage && c->seed_given);
+  EXPECT_EQ(c->sampling.seed, 7u);
+  auto t = parse_api_request(R"({"model": "m", "prompt": [1, 2, 3]})", false, e);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(t->max_tokens, 16);                 // OpenAI's default
+  EXPECT_FLOAT_EQ(t->sampling.temperature, 1);  // likewise
+  auto ch = parse_api_request(
+      R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+          "max_completion_tokens": 3, "top_p": 0.9, "response_format": {"type": "text"}})",
+      true, e);
+  ASSERT_TRUE(ch) << e.message;
+  ASSERT_EQ(ch->messages.size(), 2u);
+  EXPECT_EQ(ch->messages[1].content, "Hi");
+  EXPECT_EQ(ch->max_tokens, 3);
+  EXPECT_FLOAT_EQ(ch->sampling.top_p, 0.9f);
+}
+
+TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
+  EXPECT_NE(refusal_of("{not json", false).message.find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temprature": 0})", false).param, "temprature");
+  EXPECT_EQ(refusal_of(R"({"prompt": "x"})", false).param, "model");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 2})", false).param, "n");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": ["\n"]})", false).param, "stop");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temperature": 3})", false).param, "temperature");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", "b"]})", false).param, "prompt");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logprobs": 2})", false).param, "logprobs");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": []})", true).param, "messages");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})", true).param,
+            "messages");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                          "response_format": {"type": "json_schema", "json_schema": {}}})",
+                       true)
+                .param,
+            "response_format");
+  const json err = json::parse(error_json({404, "not_found_error", "no such model", "model"}));
+  EXPECT_EQ(err["error"]["code"], 404);
+  EXPECT_EQ(err["error"]["param"], "model");
+}
+
+TEST(ServeApi, ResponsesAndChunksHaveOpenAisShape) {
+  ApiError e;
+  const ApiRequest chat = *parse_api_request(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true, e);
+  const json whole = json::parse(completion_json(chat, "chatcmpl-1", 5, "m", "hi", "stop", {3, 2}));
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 5);
+  const std::string first = stream_chunk(chat, "chatcmpl-1", 5, "m", "", "", true);
+  ASSERT_EQ(first.rfind("data: ", 0), 0u);
+  ASSERT_EQ(first.substr(first.size() - 2), "\n\n");
+  const json c0 = json::parse(first.substr(6));
+  EXPECT_EQ(c0["object"], "chat.completion.chunk");
+  EXPECT_EQ(c0["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(c0["choices"][0]["finish_reason"].is_null());
+  const json last = json::parse(stream_chunk(chat, "chatcmpl-1", 5, "m", "", "length", false).substr(6));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  const ApiRequest comp = *parse_api_request(R"({"model": "m", "prompt": "x"})", false, e);
+  EXPECT_EQ(json::parse(stream_chunk(comp, "cmpl-1", 5, "m", "ab", "", true).substr(6))["choices"][0]["text"], "ab");
+  EXPECT_EQ(json::parse(models_json("m", 1, 2048))["data"][0]["id"], "m");
+}
+
+TEST(ServeApi, StreamedTextWaitsForACutCharacter) {
+  size_t sent = 0;
+  EXPECT_EQ(text_delta("Hi", sent, false), "Hi");
+  EXPECT_EQ(text_delta("Hi \xEF\xBF\xBD", sent, false), " ");  // the replacement may be half of "é"
+  EXPECT_EQ(text_delta("Hi \xC3\xA9", sent, false), "\xC3\xA9");
+  EXPECT_EQ(text_delta("Hi \xC3\xA9\xEF\xBF\xBD", sent, true), "\xEF\xBF\xBD");  // the end: as decoded
+  EXPECT_EQ(sent, 8u);
+}
+
+struct LoopEngine {
+  model::ModelConfig config = *model::preset("tiny");
+  std::unique_ptr<model::WeightSource> weights = model::random_weights(config, 21);
+  std::unique_ptr<model::Model> engine = model::make_cpu_model(config, *weights);
+};
+
+Request loop_request(int prompt, int max_tokens, uint64_t seed) {
+  Request r;
+  for (int i = 0; i < prompt; ++i) r.prompt.push_back(static_cast<int32_t>((seed * 31 + static_cast<uint64_t>(i) * 17) % 512));
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> read_all(RequestStream& s) {
+  std::vector<int32_t> out;
+  while (!s.wait(out.size(), out, 5.0)) {
+  }
+  return out;
+}
+
+TEST(ServeEngineLoop, ThreadsRequestsAreServedAndCancelledOnesReturned) {
+  LoopEngine e;
+  SchedulerOptions o;
+  o.max_seqs = 4;
+  o.token_budget = 64;
+  o.long_prefill = 16;
+  EngineLoop loop(*e.engine, o);
+  std::vector<std::thread> clients;
+  std::vector<size_t> got(6);
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&, i] {
+      auto s = loop.submit(loop_request(5 + 7 * i, 3 + i, static_cast<uint64_t>(i)));
+      got[static_cast<size_t>(i)] = read_all(*s).size();
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<size_t>(3 + i));
+  // A long request cancelled after its first token: its stream ends with "cancelled", its
+  // sequence and reservation come back.
+  int64_t id = -1;
+  auto s = loop.submit(loop_request(10, 400, 9), &id);
+  std::vector<int32_t> first;
+  s->wait(0, first, 10.0);
+  loop.cancel(id);
+  read_all(*s);
+  EXPECT_EQ(s->error(), "cancelled");
+  for (int i = 0; i < 200 && loop.counters().kv_reserved != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const EngineCounters c = loop.counters();
+  EXPECT_EQ(c.finished, 6);
+  EXPECT_EQ(c.cancelled, 1);
+  EXPECT_EQ(c.kv_reserved, 0);
+  EXPECT_THROW(loop.submit(loop_request(e.config.max_positions, 1, 1)), InputError);
+  loop.stop();
+  loop.join();
+  EXPECT_EQ(e.engine->kv_bytes(), 0);
+  EXPECT_THROW(loop.submit(loop_request(4, 1, 1)), InputError);  // stopping: nothing new
+}
+
+TEST(ServeEngineLoop, ARequestsOwnSamplingDoesNotDependOnItsBatch) {
+  LoopEngine e;
+  SchedulerOptions o;
+  o.max_seqs = 8;
+  o.token_budget = 64;
+  auto sampled = [](uint64_t seed) {
+    Request r = loop_request(12, 12, 3);
+    model::SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = seed;
+    r.sampling = p;
+    return r;
+  };
+  std::vector<int32_t> alone, crowded, other_seed;
+  {
+    EngineLoop loop(*e.engine, o);
+    alone = read_all(*loop.submit(sampled(42)));
+  }
+  {
+    EngineLoop loop(*e.engine, o);
+    std::vector<std::shared_ptr<RequestStream>> others;
+    for (int i = 0; i < 5; ++i) others.push_back(loop.submit(loop_request(3 + i, 9, 50 + static_cast<uint64_t>(i))));
+    crowded = read_all(*loop.submit(sampled(42)));
+    other_seed = read_all(*loop.submit(sampled(43)));
+    for (auto& s : others) read_all(*s);
+  }
+  EXPECT_EQ(crowded, alone);
+  EXPECT_NE(other_seed, alone);
+}
+
+TEST(ServeApi, ResponseFormatCarriesTheSchema) {
+  ApiError e;
+  auto r = parse_api_request(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+                          "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})",
+                             true, e);
+  ASSERT_TRUE(r) << e.message;
+  EXPECT_EQ(json::parse(r->response_schema)["properties"]["a"]["type"], "integer");
+  r = parse_api_request(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})", false, e);
+  ASSERT_TRUE(r) << e.message;
+  EXPECT_EQ(r->response_schema, R"({"type":"object"})");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "response_format": {"type": "yaml"}})", false).param, "response_format");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema",
+                          "json_schema": {"schema": {}, "extra": 1}}})",
+                       false)
+                .param,
+            "response_format");
+}
+
+// Our trained ib-draft-1m with its own tokenizer: a schema's documents through the scheduler.
+TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
+  const model::ModelConfig c = model::config_from_hf(dir);
+  auto weights = model::safetensors_weights(c, dir);
+  auto engine = model::make_cpu_model(c, *weights);
+  auto tok = tokenizer::Tokenizer::load(dir);
+  auto vocab = constrain::load_vocabulary(dir + "/tokenizer.json");
+  const std::string schema_text = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+      "count": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}}, "required": ["name", "count", "ok"]})";
+  const auto schema = constrain::SchemaValidator::json::parse(schema_text);
+  const constrain::SchemaValidator validator(schema);
+  SchedulerOptions o;
+  o.max_seqs = 4;
+  o.token_budget = 64;
+  o.long_prefill = 16;
+  EngineLoop loop(*engine, o);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::shared_ptr<SchemaConstraint>> constraints;
+  for (int i = 0; i < 4; ++i) {
+    Request r;
+    r.prompt = tok->encode(i % 2 ? "{\"name\": " : "def main():\n    x = ");
+    auto sc = std::make_shared<SchemaConstraint>(schema_text, vocab);
+    r.max_tokens = sc->min_tokens() + 6 * i;  // a tight budget too: the document still ends valid
+    r.eos = vocab->eos;
+    model::SamplingParams p;
+    p.temperature = i == 0 ? 0.0f : 1.0f;
+    p.seed = 100 + static_cast<uint64_t>(i);
+    r.sampling = p;
+    r.constraint = sc;
+    streams.push_back(loop.submit(std::move(r)));
+  }
+  for (auto& s : streams) {
+    std::vector<int32_t> tokens = read_all(*s);
+    ASSERT_TRUE(s->stopped());  // ended at EOS or complete, not cut at max_tokens
+    if (!tokens.empty() && tokens.back() == vocab->eos) tokens.pop_back();
+    const std::string text = tok->decode(tokens, true);
+    constrain::SchemaValidator::json doc;
+    ASSERT_NO_THROW(doc = constrain::SchemaValidator::json::parse(text)) << text;
+    EXPECT_TRUE(validator.valid(doc)) << text;
+  }
+  EXPECT_THROW(SchemaConstraint(R"({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]})", vocab),
+               InputError);
+}
+
+}  // namespace
+}  // namespace ib::serve

@@ -90,6 +90,12 @@ EngineCounters EngineLoop::counters() const {
   return counters_;
 }
 
+void EngineLoop::update_gauges() {
+  counters_.running = scheduler_.running();
+  counters_.waiting = scheduler_.waiting();
+  counters_.kv_reserved = scheduler_.kv_reserved();
+}
+
 void EngineLoop::run() {
   for (;;) {
     {
@@ -106,9 +112,7 @@ void EngineLoop::run() {
         ++counters_.cancelled;
       }
       cancels_.clear();
-      counters_.running = scheduler_.running();
-      counters_.waiting = scheduler_.waiting();
-      counters_.kv_reserved = scheduler_.kv_reserved();
+      update_gauges();
       if (!scheduler_.has_work()) {
         if (stopping_) return;
         continue;
@@ -124,6 +128,7 @@ void EngineLoop::run() {
     }
     std::lock_guard<std::mutex> lock(m_);
     ++counters_.steps;
+    update_gauges();  // after the step too: the loop may sleep next, and /metrics must not go stale
     if (!failure.empty()) {
       // An engine error (out of memory, say) fails every request in flight; the scheduler drops them.
       for (auto& [id, stream] : streams_) {

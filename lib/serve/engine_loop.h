@@ -65,6 +65,7 @@ class EngineLoop {
 
  private:
   void run();
+  void update_gauges();  // running, waiting, kv_reserved from the scheduler (m_ held)
 
   model::Model& engine_;
   Scheduler scheduler_;

@@ -147,6 +147,9 @@ TEST(ServeEngineLoop, ThreadsRequestsAreServedAndCancelledOnesReturned) {
     });
   for (auto& t : clients) t.join();
   for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<size_t>(3 + i));
+  // The gauges (/metrics) are current when the last token is out, though the loop now sleeps.
+  EXPECT_EQ(loop.counters().running, 0);
+  EXPECT_EQ(loop.counters().kv_reserved, 0);
   // A long request cancelled after its first token: its stream ends with "cancelled", its
   // sequence and reservation come back.
   int64_t id = -1;

@@ -13,63 +13,66 @@ namespace ib::serve {
 
 const ParamSet<ServeKeys>& serve_keys() {
   using P = ServeKeys;
-  static const ParamSet<ServeKeys> set =
-      ParamSet<ServeKeys>()
-          .add(&P::model, model::model_key("tiny"))
-          .add(&P::weights, model::weights_key())
-          .add(&P::requests, key_spec("requests", ParamType::Int, "requests in the load", Value(int64_t{64}), 1.0, 1e6))
-          .add(&P::qps, key_spec("qps", ParamType::Float, "mean arrival rate, requests per second (0: all arrive at once)",
-                                 Value(4.0), 0.0))
-          .add(&P::arrival,
-               enum_key("arrival",
-                        "arrival process: poisson (exponential gaps) or gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
-                        "the same mean; vLLM's --burstiness)",
-                        "poisson", {"poisson", "gamma"}),
-               [](const std::string& s) { return s == "gamma" ? Arrival::Gamma : Arrival::Poisson; })
-          .add(&P::burstiness,
-               key_spec("burstiness", ParamType::Float, "gamma's shape: 1 is Poisson, below 1 burstier", Value(1.0), 0.01, 100.0))
-          .add(&P::prompt_len,
-               key_spec("prompt_len", ParamType::Int, "prompt tokens of a request (the shortest, with prompt_len_max)",
-                        Value(int64_t{128}), 1.0))
-          .add(&P::prompt_len_max,
-               key_spec("prompt_len_max", ParamType::Int,
-                        "prompt tokens drawn uniformly in [prompt_len, prompt_len_max]; 0: prompt_len", Value(int64_t{0}), 0.0))
-          .add(&P::output_len, key_spec("output_len", ParamType::Int,
-                                        "output tokens of a request, all generated (vLLM's ignore_eos)", Value(int64_t{64}), 1.0))
-          .add(&P::output_len_max,
-               key_spec("output_len_max", ParamType::Int,
-                        "output tokens drawn uniformly in [output_len, output_len_max]; 0: output_len", Value(int64_t{0}), 0.0))
-          .add(&P::long_share, key_spec("long_share", ParamType::Float,
-                                        "fraction of requests whose prompt is long_prompt tokens instead (long documents "
-                                        "mixed with chats)",
-                                        Value(0.0), 0.0, 1.0))
-          .add(&P::long_prompt,
-               key_spec("long_prompt", ParamType::Int, "prompt tokens of a long request", Value(int64_t{1024}), 1.0))
-          .add(&P::system_prompt, key_spec("system_prompt", ParamType::Int,
-                                           "tokens of one system prompt every request starts with", Value(int64_t{0}), 0.0))
-          .add(&P::max_seqs,
-               key_spec("max_seqs", ParamType::Int, "requests running at once (vLLM's max_num_seqs); static: the batch size",
-                        Value(int64_t{16}), 1.0, 4096.0))
-          .add(&P::token_budget,
-               key_spec("token_budget", ParamType::Int, "tokens one forward pass runs at most (vLLM's max_num_batched_tokens)",
-                        Value(int64_t{512}), 1.0))
-          .add(&P::long_prefill, key_spec("long_prefill", ParamType::Int,
-                                          "chunked prefill: prompt tokens one request runs per step at most (vLLM's "
-                                          "long_prefill_token_threshold), so short prompts share the step; 0: the token budget",
-                                          Value(int64_t{0}), 0.0))
-          .add(&P::kv_tokens, key_spec("kv_tokens", ParamType::Int,
-                                       "KV-cache positions over all running requests; a request reserves prompt + output "
-                                       "tokens when admitted (0: no bound but max_seqs)",
-                                       Value(int64_t{0}), 0.0))
-          .add(&P::temperature,
-               key_spec("temperature", ParamType::Float,
-                        "0 = greedy; else sampling on the backend (validation always runs greedy)", Value(0.0), 0.0))
-          .add(&P::slo_ttft, key_spec("slo_ttft", ParamType::Seconds, "goodput's TTFT bound (0: none)", Value(0.0), 0.0))
-          .add(&P::slo_tpot, key_spec("slo_tpot", ParamType::Seconds, "goodput's TPOT bound (0: none)", Value(0.0), 0.0))
-          .add(&P::workload_seed,
-               key_spec("workload_seed", ParamType::Int,
-                        "seed of the load's arrival times, lengths and tokens: every variant of a point serves the same load",
-                        Value(int64_t{1}), 0.0));
+  // One statement per key: as one chained expression GCC 12 reports a false -Wmaybe-uninitialized
+  // in std::variant's destructor (libstdc++), inlined from one of the Value temporaries.
+  static const ParamSet<ServeKeys> set = [] {
+    ParamSet<ServeKeys> out;
+    out.add(&P::model, model::model_key("tiny"));
+    out.add(&P::weights, model::weights_key());
+    out.add(&P::requests, key_spec("requests", ParamType::Int, "requests in the load", Value(int64_t{64}), 1.0, 1e6));
+    out.add(&P::qps,
+            key_spec("qps", ParamType::Float, "mean arrival rate, requests per second (0: all arrive at once)", Value(4.0), 0.0));
+    out.add(&P::arrival,
+            enum_key("arrival",
+                     "arrival process: poisson (exponential gaps) or gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
+                     "the same mean; vLLM's --burstiness)",
+                     "poisson", {"poisson", "gamma"}),
+            [](const std::string& s) { return s == "gamma" ? Arrival::Gamma : Arrival::Poisson; });
+    out.add(&P::burstiness,
+            key_spec("burstiness", ParamType::Float, "gamma's shape: 1 is Poisson, below 1 burstier", Value(1.0), 0.01, 100.0));
+    out.add(&P::prompt_len, key_spec("prompt_len", ParamType::Int,
+                                     "prompt tokens of a request (the shortest, with prompt_len_max)", Value(int64_t{128}), 1.0));
+    out.add(&P::prompt_len_max,
+            key_spec("prompt_len_max", ParamType::Int,
+                     "prompt tokens drawn uniformly in [prompt_len, prompt_len_max]; 0: prompt_len", Value(int64_t{0}), 0.0));
+    out.add(&P::output_len, key_spec("output_len", ParamType::Int,
+                                     "output tokens of a request, all generated (vLLM's ignore_eos)", Value(int64_t{64}), 1.0));
+    out.add(&P::output_len_max,
+            key_spec("output_len_max", ParamType::Int,
+                     "output tokens drawn uniformly in [output_len, output_len_max]; 0: output_len", Value(int64_t{0}), 0.0));
+    out.add(&P::long_share, key_spec("long_share", ParamType::Float,
+                                     "fraction of requests whose prompt is long_prompt tokens instead (long documents "
+                                     "mixed with chats)",
+                                     Value(0.0), 0.0, 1.0));
+    out.add(&P::long_prompt,
+            key_spec("long_prompt", ParamType::Int, "prompt tokens of a long request", Value(int64_t{1024}), 1.0));
+    out.add(&P::system_prompt, key_spec("system_prompt", ParamType::Int, "tokens of one system prompt every request starts with",
+                                        Value(int64_t{0}), 0.0));
+    out.add(&P::max_seqs,
+            key_spec("max_seqs", ParamType::Int, "requests running at once (vLLM's max_num_seqs); static: the batch size",
+                     Value(int64_t{16}), 1.0, 4096.0));
+    out.add(&P::token_budget,
+            key_spec("token_budget", ParamType::Int, "tokens one forward pass runs at most (vLLM's max_num_batched_tokens)",
+                     Value(int64_t{512}), 1.0));
+    out.add(&P::long_prefill, key_spec("long_prefill", ParamType::Int,
+                                       "chunked prefill: prompt tokens one request runs per step at most (vLLM's "
+                                       "long_prefill_token_threshold), so short prompts share the step; 0: the token budget",
+                                       Value(int64_t{0}), 0.0));
+    out.add(&P::kv_tokens, key_spec("kv_tokens", ParamType::Int,
+                                    "KV-cache positions over all running requests; a request reserves prompt + output "
+                                    "tokens when admitted (0: no bound but max_seqs)",
+                                    Value(int64_t{0}), 0.0));
+    out.add(&P::temperature,
+            key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend (validation always runs greedy)",
+                     Value(0.0), 0.0));
+    out.add(&P::slo_ttft, key_spec("slo_ttft", ParamType::Seconds, "goodput's TTFT bound (0: none)", Value(0.0), 0.0));
+    out.add(&P::slo_tpot, key_spec("slo_tpot", ParamType::Seconds, "goodput's TPOT bound (0: none)", Value(0.0), 0.0));
+    out.add(&P::workload_seed,
+            key_spec("workload_seed", ParamType::Int,
+                     "seed of the load's arrival times, lengths and tokens: every variant of a point serves the same load",
+                     Value(int64_t{1}), 0.0));
+    return out;
+  }();
   return set;
 }
 

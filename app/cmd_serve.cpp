@@ -13,6 +13,7 @@
 #include "core/errors.h"
 #include "core/interrupt.h"
 #include "model/decode_variants.h"
+#include "model/lora.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +34,7 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
+  std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
 };
 
 int serve(const ServeOptions& s) {
@@ -55,6 +57,23 @@ int serve(const ServeOptions& s) {
   } else {
     engine = model::make_cpu_model(m.config, *m.weights);
   }
+  // LoRA adapters, resident before the first request: a request's `model` picks one by name.
+  std::vector<std::pair<std::string, int>> adapters;
+  for (const std::string& spec : s.lora) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw InputError(fmt::format("serve: --lora '{}': expected NAME=DIR (a PEFT adapter directory)", spec));
+    const std::string name = spec.substr(0, eq), dir = spec.substr(eq + 1);
+    for (const auto& a : adapters)
+      if (a.first == name) throw InputError(fmt::format("serve: --lora '{}': the name is given twice", name));
+    model::LoraAdapter a = model::load_peft_adapter(m.config, dir);
+    try {
+      adapters.emplace_back(name, engine->add_adapter(a));
+    } catch (const std::runtime_error& e) {
+      if (dynamic_cast<const InputError*>(&e)) throw;
+      throw InputError(fmt::format("serve: --lora '{}': {} ({} engine)", name, e.what(), to_string(backend)));
+    }
+  }
   serve::SchedulerOptions so;
   so.max_seqs = s.max_seqs;
   so.token_budget = s.token_budget;
@@ -68,12 +87,14 @@ int serve(const ServeOptions& s) {
   ho.model_name = s.name.empty() ? std::filesystem::path(s.model).lexically_normal().filename().string() : s.name;
   if (ho.model_name.empty()) ho.model_name = std::filesystem::weakly_canonical(s.model).filename().string();
   ho.tokenizer_json = (std::filesystem::path(s.model) / "tokenizer.json").string();
+  ho.adapters = adapters;
   ho.chat_template = s.chat_template;
   ho.generation_prompt = s.generation_prompt;
   serve::HttpServer server(loop, tok, ho);
   const int port = server.bind();
-  std::fprintf(stderr, "infer-bench serve: %s (%s, %s engine, %d layers) on http://%s:%d/v1\n", ho.model_name.c_str(),
-               s.model.c_str(), to_string(backend), m.config.layers, s.host.c_str(), port);
+  std::fprintf(stderr, "infer-bench serve: %s (%s, %s engine, %d layers, %zu LoRA adapters) on http://%s:%d/v1\n",
+               ho.model_name.c_str(), s.model.c_str(), to_string(backend), m.config.layers, adapters.size(), s.host.c_str(),
+               port);
   std::fflush(stderr);
   install_interrupt_handler();
   bool done = false;
@@ -113,6 +134,9 @@ void register_serve(Cli& cli) {
   sub->add_option("--kv-tokens", s.kv_tokens, "KV-cache positions over all running requests (0: no bound but --max-seqs)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_flag("--no-chunked-prefill", s.no_chunked_prefill, "whole prompts only (a prompt past --token-budget is refused)");
+  sub->add_option("--lora", s.lora,
+                  "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "
+                  "(vLLM's --lora-modules; repeatable)");
   sub->add_option("--chat-template", s.chat_template,
                   "a chat message as text: {role} and {content} replaced (default \"{role}: {content}\\n\")");
   sub->add_option("--generation-prompt", s.generation_prompt,

@@ -49,6 +49,33 @@ struct HttpServer::Impl {
     res.set_content(error_json(e), "application/json");
   }
 
+  // The base model (-1) or a resident adapter's id, for a request's `model`; nullopt if neither.
+  std::optional<int> adapter_of(const std::string& model) const {
+    if (model == o.model_name) return -1;
+    for (const auto& [name, id] : o.adapters)
+      if (name == model) return id;
+    return std::nullopt;
+  }
+
+  ApiError unknown_model(const std::string& model) const {
+    std::string have = "`" + o.model_name + "`";
+    for (const auto& a : o.adapters) have += ", `" + a.first + "`";
+    return {404, "not_found_error", fmt::format("The model `{}` does not exist (this server has {})", model, have), "model"};
+  }
+
+  // vLLM's /tokenize and /detokenize: {"model", "prompt"} -> {"tokens", "count", "max_model_len"};
+  // {"model", "tokens"} -> {"prompt"}.
+  void tokenize(const httplib::Request& req, httplib::Response& res, bool forward) {
+    ApiError err;
+    std::optional<TokenizeRequest> t = parse_tokenize_request(req.body, forward, err);
+    if (!t) return send_error(res, err);
+    if (!adapter_of(t->model)) return send_error(res, unknown_model(t->model));
+    if (forward)
+      res.set_content(tokenize_json(tok->encode(t->prompt), loop.config().max_positions), "application/json");
+    else
+      res.set_content(detokenize_json(tok->decode(t->tokens, false)), "application/json");
+  }
+
   // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
   std::vector<int32_t> prompt_of(const ApiRequest& r) const {
     if (!r.prompt_tokens.empty()) return r.prompt_tokens;
@@ -67,11 +94,10 @@ struct HttpServer::Impl {
     std::optional<ApiRequest> parsed = parse_api_request(req.body, chat, err);
     if (!parsed) return send_error(res, err);
     const ApiRequest r = *parsed;
-    if (r.model != o.model_name)
-      return send_error(res,
-                        {404, "not_found_error",
-                         fmt::format("The model `{}` does not exist (this server has `{}`)", r.model, o.model_name), "model"});
+    const std::optional<int> adapter = adapter_of(r.model);
+    if (!adapter) return send_error(res, unknown_model(r.model));
     Request q;
+    q.adapter = *adapter;
     try {
       q.prompt = prompt_of(r);
     } catch (const InputError& e) {
@@ -195,9 +221,13 @@ struct HttpServer::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-      r.set_content(models_json(o.model_name, static_cast<int64_t>(std::time(nullptr)), loop.config().max_positions),
+      std::vector<std::string> adapters;
+      for (const auto& a : o.adapters) adapters.push_back(a.first);
+      r.set_content(models_json(o.model_name, static_cast<int64_t>(std::time(nullptr)), loop.config().max_positions, adapters),
                     "application/json");
     });
+    svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, true); });
+    svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, false); });
     svr.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.set_content("", "text/plain"); });
     svr.Get("/metrics",
             [this](const httplib::Request&, httplib::Response& r) { r.set_content(metrics(), "text/plain; version=0.0.4"); });

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "serve/engine_loop.h"
 #include "tokenizer/tokenizer.h"
@@ -17,6 +19,9 @@ struct HttpOptions {
   int port = 8000;  // 0: any free port (bind() says which)
   std::string model_name;
   std::string tokenizer_json;  // the checkpoint's tokenizer.json: its tokens' bytes, for response_format
+  // LoRA adapters resident in the engine, by the name a request's `model` gives (vLLM's
+  // --lora-modules): name -> the engine's adapter id.
+  std::vector<std::pair<std::string, int>> adapters;
   // A chat's messages become the prompt through this template (each message, {role} and
   // {content} replaced, joined), then the generation prompt: tokenizer.json carries no chat
   // template of its own that this server could run (Hugging Face's are Jinja).

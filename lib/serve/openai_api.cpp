@@ -249,11 +249,57 @@ std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t crea
   return "data: " + j.dump() + "\n\n";
 }
 
-std::string models_json(const std::string& model, int64_t created, int max_model_len) {
-  json m = {
-      {"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "infer-bench"}, {"max_model_len", max_model_len}};
-  return json({{"object", "list"}, {"data", json::array({m})}}).dump();
+std::string models_json(const std::string& model, int64_t created, int max_model_len, const std::vector<std::string>& adapters) {
+  json data = json::array();
+  auto entry = [&](const std::string& id, json parent) {
+    return json{{"id", id},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "infer-bench"},
+                {"root", id},
+                {"parent", parent},
+                {"max_model_len", max_model_len}};
+  };
+  data.push_back(entry(model, nullptr));
+  for (const std::string& a : adapters) data.push_back(entry(a, model));
+  return json({{"object", "list"}, {"data", data}}).dump();
 }
+
+std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, bool tokenize, ApiError& err) {
+  try {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::parse_error& e) {
+      refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+    if (!j.is_object()) refuse("", "the body must be a JSON object");
+    const char* field = tokenize ? "prompt" : "tokens";
+    for (const auto& [k, v] : j.items())
+      if (k != "model" && k != field)
+        refuse(k, fmt::format("unknown field '{}' for {}", k, tokenize ? "/tokenize" : "/detokenize"));
+    if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
+    TokenizeRequest t;
+    t.model = j["model"].get<std::string>();
+    if (tokenize) {
+      if (!j.contains("prompt") || !j["prompt"].is_string()) refuse("prompt", "'prompt' (a string) is required");
+      t.prompt = j["prompt"].get<std::string>();
+    } else {
+      if (!j.contains("tokens") || !j["tokens"].is_array()) refuse("tokens", "'tokens' (a list of token ids) is required");
+      for (const json& v : j["tokens"]) t.tokens.push_back(static_cast<int32_t>(int_field(v, "tokens", 0, INT32_MAX)));
+    }
+    return t;
+  } catch (const Refusal& f) {
+    err = f.e;
+    return std::nullopt;
+  }
+}
+
+std::string tokenize_json(const std::vector<int32_t>& tokens, int max_model_len) {
+  return json({{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", max_model_len}}).dump();
+}
+
+std::string detokenize_json(const std::string& text) { return json({{"prompt", text}}).dump(); }
 
 std::string text_delta(const std::string& decoded, size_t& sent, bool final) {
   size_t end = decoded.size();

@@ -65,8 +65,18 @@ std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t cre
 // The usage chunk of stream_options.include_usage (no choices), as an SSE event.
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 
-// GET /v1/models: the one model this server has.
-std::string models_json(const std::string& model, int64_t created, int max_model_len);
+// GET /v1/models: the model this server has, then its LoRA adapters (with the model as parent).
+std::string models_json(const std::string& model, int64_t created, int max_model_len,
+                        const std::vector<std::string>& adapters = {});
+
+// vLLM's /tokenize ({"model", "prompt"}) and /detokenize ({"model", "tokens"}) bodies.
+struct TokenizeRequest {
+  std::string model, prompt;
+  std::vector<int32_t> tokens;
+};
+std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, bool tokenize, ApiError& err);
+std::string tokenize_json(const std::vector<int32_t>& tokens, int max_model_len);
+std::string detokenize_json(const std::string& text);
 
 // The text a token sequence adds past what was already sent: `sent` characters of the decoded
 // text are out; a trailing U+FFFD (a UTF-8 character cut between tokens) is held back until the

@@ -77,6 +77,9 @@ bool Scheduler::admit_front() {
   a.request = std::move(waiting_.front());
   waiting_.pop_front();
   a.seq = engine_.new_sequence(static_cast<int>(need));
+  // Its rows join the batch's low-rank products of that adapter (Punica's SGMV, S-LoRA): requests
+  // of different adapters share every pass.
+  if (a.request.adapter >= 0) engine_.set_adapter(a.seq, a.request.adapter);
   kv_reserved_ += need;
   running_.push_back(std::move(a));
   return true;

@@ -36,6 +36,7 @@ struct Request {
   // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.
   std::optional<model::SamplingParams> sampling;
   std::shared_ptr<TokenConstraint> constraint;  // chooses every token (drawn on the host) when set
+  int adapter = -1;                             // LoRA: the engine's resident adapter its rows use (-1: the base model)
 };
 
 // One output token of one request, as a step produced it.

@@ -226,7 +226,43 @@ def plain(binary, src):
     finally:
         if s.p.poll() is None:
             s.p.kill()
+    lora(binary, src)
     print("serve_test: plain HTTP: all checks passed")
+
+
+def lora(binary, src):
+    """LoRA adapters beside the model, each request naming its own by `model` (vLLM's --lora-modules),
+    sent at once so the scheduler batches across adapters: each greedy continuation equals PEFT's
+    (tests/data/lora/expected.json, written by scripts/make-lora-fixtures)."""
+    want = json.load(open(os.path.join(src, "tests/data/lora/expected.json")))
+    names = list(want["adapters"])
+    s = Server(binary, os.path.join(src, want["base"]),
+               *[f"--lora={n}={os.path.join(src, 'data/adapters', n)}" for n in names])
+    try:
+        status, models = s.json("GET", "/v1/models")
+        ids = [m["id"] for m in models["data"]]
+        check(status == 200 and ids == ["ib-draft-1m", *names] and all(m["parent"] == "ib-draft-1m" for m in models["data"][1:]),
+              f"/v1/models with adapters: {models}")
+        got = {}
+        def one(name):
+            n = len(want["adapters"][name]["greedy_ids"])
+            got[name] = s.json("POST", "/v1/completions", {"model": name, "prompt": want["prompt_ids"], "max_tokens": n,
+                                                            "temperature": 0, "ignore_eos": True})
+        threads = [threading.Thread(target=one, args=(n,)) for n in names * 1]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        for name in names:
+            status, r = got[name]
+            check(status == 200, f"adapter {name}: {status} {r}")
+            _, text = s.json("POST", "/detokenize", {"model": name, "tokens": want["adapters"][name]["greedy_ids"]})
+            check(r["choices"][0]["text"] == text["prompt"],
+                  f"adapter {name}: {r['choices'][0]['text']!r} != PEFT's greedy continuation {text['prompt']!r}")
+        _, t = s.json("POST", "/tokenize", {"model": "ib-draft-1m", "prompt": "def main():"})
+        check(t["count"] == len(t["tokens"]) > 0, f"/tokenize: {t}")
+        status, _ = s.json("POST", "/v1/completions", {"model": "no-such-adapter", "prompt": "x"})
+        check(status == 404, f"an unknown adapter: {status}")
+    finally:
+        s.stop()
 
 
 def with_openai(binary, src):

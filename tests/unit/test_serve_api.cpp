@@ -11,6 +11,7 @@
 #include "constrain/validator.h"
 #include "core/errors.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "serve/engine_loop.h"
@@ -102,6 +103,25 @@ TEST(ServeApi, ResponsesAndChunksHaveOpenAisShape) {
   EXPECT_EQ(json::parse(models_json("m", 1, 2048))["data"][0]["id"], "m");
 }
 
+TEST(ServeApi, TokenizeBodiesAndModelsWithAdapters) {
+  ApiError e;
+  auto t = parse_tokenize_request(R"({"model": "m", "prompt": "hi"})", true, e);
+  ASSERT_TRUE(t) << e.message;
+  EXPECT_EQ(t->prompt, "hi");
+  auto d = parse_tokenize_request(R"({"model": "m", "tokens": [3, 4]})", false, e);
+  ASSERT_TRUE(d) << e.message;
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{3, 4}));
+  EXPECT_FALSE(parse_tokenize_request(R"({"model": "m", "tokens": [-1]})", false, e));
+  EXPECT_EQ(e.param, "tokens");
+  EXPECT_FALSE(parse_tokenize_request(R"({"model": "m", "prompt": "x", "extra": 1})", true, e));
+  EXPECT_EQ(e.param, "extra");
+  const json m = json::parse(models_json("base", 1, 2048, {"a", "b"}));
+  ASSERT_EQ(m["data"].size(), 3u);
+  EXPECT_TRUE(m["data"][0]["parent"].is_null());
+  EXPECT_EQ(m["data"][2]["id"], "b");
+  EXPECT_EQ(m["data"][2]["parent"], "base");
+}
+
 TEST(ServeApi, StreamedTextWaitsForACutCharacter) {
   size_t sent = 0;
   EXPECT_EQ(text_delta("Hi", sent, false), "Hi");
@@ -169,6 +189,37 @@ TEST(ServeEngineLoop, ThreadsRequestsAreServedAndCancelledOnesReturned) {
   loop.join();
   EXPECT_EQ(e.engine->kv_bytes(), 0);
   EXPECT_THROW(loop.submit(loop_request(4, 1, 1)), InputError);  // stopping: nothing new
+}
+
+TEST(ServeEngineLoop, RequestsOfDifferentAdaptersShareTheBatchAndGetTheirOwn) {
+  LoopEngine e;
+  const auto modules = model::parse_modules("all", "modules");
+  for (uint64_t i = 0; i < 2; ++i) e.engine->add_adapter(model::random_adapter(e.config, 4, 8.0f, modules, 70 + i));
+  // Each request alone, with its adapter, one after another.
+  auto alone = [&](int adapter) {
+    SchedulerOptions o;
+    o.max_seqs = 1;
+    o.token_budget = 64;
+    EngineLoop loop(*e.engine, o);
+    Request r = loop_request(9, 10, 5);
+    r.adapter = adapter;
+    return read_all(*loop.submit(std::move(r)));
+  };
+  const std::vector<std::vector<int32_t>> want = {alone(-1), alone(0), alone(1)};
+  EXPECT_NE(want[1], want[0]);  // the adapters change the greedy output
+  EXPECT_NE(want[2], want[1]);
+  // The three together, in one running batch.
+  SchedulerOptions o;
+  o.max_seqs = 3;
+  o.token_budget = 64;
+  EngineLoop loop(*e.engine, o);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int a = -1; a <= 1; ++a) {
+    Request r = loop_request(9, 10, 5);
+    r.adapter = a;
+    streams.push_back(loop.submit(std::move(r)));
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(read_all(*streams[i]), want[i]) << "adapter " << static_cast<int>(i) - 1;
 }
 
 TEST(ServeEngineLoop, ARequestsOwnSamplingDoesNotDependOnItsBatch) {

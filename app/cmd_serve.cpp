@@ -69,8 +69,9 @@ int serve(const ServeOptions& s) {
     model::LoraAdapter a = model::load_peft_adapter(m.config, dir);
     try {
       adapters.emplace_back(name, engine->add_adapter(a));
-    } catch (const std::runtime_error& e) {
-      if (dynamic_cast<const InputError*>(&e)) throw;
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // an engine without LoRA support
       throw InputError(fmt::format("serve: --lora '{}': {} ({} engine)", name, e.what(), to_string(backend)));
     }
   }

@@ -33,21 +33,23 @@ int64_t int_field(const json& v, const std::string& name, int64_t lo, int64_t hi
   return x;
 }
 
-// Fields a client may send with the value that means "not used" (the openai package and vLLM's
-// benchmark send some of them explicitly); anything else in them is refused.
-bool is_default(const json& v) { return v.is_null() || v == false || v == json(0) || v == json(0.0) || v == json(1); }
+// A request body: a JSON object, or a refusal saying why not.
+json body_object(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) refuse("", "the body must be a JSON object");
+  return j;
+}
 
 }  // namespace
 
 std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, ApiError& err) {
   try {
-    json j;
-    try {
-      j = json::parse(body);
-    } catch (const json::parse_error& e) {
-      refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
-    }
-    if (!j.is_object()) refuse("", "the body must be a JSON object");
+    const json j = body_object(body);
     ApiRequest r;
     r.chat = chat;
     r.sampling.temperature = 1.0f;  // OpenAI's defaults
@@ -166,7 +168,7 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
       for (const auto& [k, v] : so.items()) {
         if (k == "include_usage" && v.is_boolean())
           r.include_usage = v.get<bool>();
-        else if (k != "continuous_usage_stats" || !is_default(v))
+        else if (k != "continuous_usage_stats" || !(v.is_null() || v == false))
           refuse("stream_options", fmt::format("stream_options.{} is not supported", k));
       }
     }
@@ -267,13 +269,7 @@ std::string models_json(const std::string& model, int64_t created, int max_model
 
 std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, bool tokenize, ApiError& err) {
   try {
-    json j;
-    try {
-      j = json::parse(body);
-    } catch (const json::parse_error& e) {
-      refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
-    }
-    if (!j.is_object()) refuse("", "the body must be a JSON object");
+    const json j = body_object(body);
     const char* field = tokenize ? "prompt" : "tokens";
     for (const auto& [k, v] : j.items())
       if (k != "model" && k != field)

@@ -85,7 +85,7 @@ bool Scheduler::admit_front() {
   return true;
 }
 
-void Scheduler::plan_continuous(StepResult&) {
+void Scheduler::plan_continuous() {
   int budget = o_.token_budget;
   const int cap = !o_.chunked_prefill ? INT_MAX : o_.long_prefill > 0 ? o_.long_prefill : o_.token_budget;
   // Decoding requests first: one token each (the budget holds them all: token_budget >= max_seqs).
@@ -112,7 +112,7 @@ void Scheduler::plan_continuous(StepResult&) {
   }
 }
 
-void Scheduler::plan_static(StepResult&) {
+void Scheduler::plan_static() {
   if (running_.empty())
     while (admit_front()) {
     }
@@ -137,9 +137,9 @@ void Scheduler::plan_static(StepResult&) {
 StepResult Scheduler::step() {
   StepResult out;
   if (o_.batching == Batching::Static)
-    plan_static(out);
+    plan_static();
   else
-    plan_continuous(out);
+    plan_continuous();
   std::vector<int> seqs, counts;
   std::vector<int32_t> tokens;
   std::vector<size_t> rows;  // running_ index of each pass row

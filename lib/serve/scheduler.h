@@ -82,9 +82,9 @@ class Scheduler {
     bool done = false;            // its last token emitted
   };
   int64_t reservation(const Request& r) const { return static_cast<int64_t>(r.prompt.size()) + r.max_tokens; }
-  bool admit_front();  // the first waiting request into running_, if the limits let it
-  void plan_continuous(StepResult& out);
-  void plan_static(StepResult& out);
+  bool admit_front();      // the first waiting request into running_, if the limits let it
+  void plan_continuous();  // each running request's chunk, admissions
+  void plan_static();
 
   model::Model& engine_;
   SchedulerOptions o_;

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "kvcache/block_manager.h"
+#include "model/block_manager.h"
 
 namespace ib::kvcache {
 

@@ -18,7 +18,7 @@
 #include "numerics/random.h"
 #include "core/params.h"
 #include "core/registry.h"
-#include "kvcache/block_manager.h"
+#include "model/block_manager.h"
 
 namespace ib::kvcache {
 namespace {

@@ -203,6 +203,21 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
                                               at(seq_of[static_cast<size_t>(r)]).capacity));
   }
   check_adapters(rows, seq_of);
+  {  // Paged: every sequence's blocks for the slots this pass writes, before anything changes.
+    std::vector<int> grow, upto;
+    for (int r = 0; r < rows; ++r) {
+      const int id = seq_of[static_cast<size_t>(r)];
+      const auto it = std::find(grow.begin(), grow.end(), id);
+      if (it == grow.end()) {
+        grow.push_back(id);
+        upto.push_back(slot(r) + 1);
+      } else {
+        int& u = upto[static_cast<size_t>(it - grow.begin())];
+        u = std::max(u, slot(r) + 1);
+      }
+    }
+    grow_blocks(grow, upto);
+  }
   const size_t R = static_cast<size_t>(rows);
   // A position written now is in the cache again. A recording sequence records its last row.
   std::vector<uint8_t> recorded(R, 0);
@@ -251,11 +266,16 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     for (int r = 0; r < rows; ++r) {
       const int p = slot(r);
       Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+      // A block another sequence shares is never written (grow_blocks copied it on write).
+      if (s.blocks >= 0 && l == 0 &&
+          blocks_->ref_count(blocks_->table(s.blocks)[static_cast<size_t>(p / blocks_->block_size())]) != 1)
+        throw std::logic_error(
+            fmt::format("sequence {}: position {} is in a shared KV block", seq_of[static_cast<size_t>(r)], p));
       for (int kh = 0; kh < c_.kv_heads; ++kh) {
-        std::memcpy(cache_k(s, l, kh) + static_cast<size_t>(p) * d,
-                    &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
-        std::memcpy(cache_v(s, l, kh) + static_cast<size_t>(p) * d,
-                    &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], sizeof(float) * d);
+        std::memcpy(kv_rows(s, l, 0, kh).row(p), &k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d],
+                    sizeof(float) * d);
+        std::memcpy(kv_rows(s, l, 1, kh).row(p), &v[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d],
+                    sizeof(float) * d);
       }
       if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
     }
@@ -272,8 +292,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         const int window = c_.window(l);
         const int first = window > 0 ? std::max(0, p - window + 1) : 0;
         const float* qv = &q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
-        const float* kc = cache_k(s, l, hh / g);
-        const float* vc = cache_v(s, l, hh / g);
+        const KvRows kc = kv_rows(s, l, 0, hh / g), vc = kv_rows(s, l, 1, hh / g);
         const uint8_t* evicted = s.evicted.empty() ? nullptr : s.evicted.data();
         const uint8_t* head_evicted =
             s.evicted_head.empty()
@@ -293,7 +312,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
             score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
             continue;
           }
-          const float acc = dot(qv, kc + static_cast<size_t>(j) * d, d);
+          const float acc = dot(qv, kc.row(j), d);
           score[static_cast<size_t>(jj)] = acc * scale;
           mx = std::max(mx, acc * scale);
         }
@@ -303,8 +322,8 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         std::fill(o, o + d, 0.0f);
         for (int jj = 0; jj < n_keys; ++jj) {
           const float w = score[static_cast<size_t>(jj)] / sum;
-          const int j = key(jj);
-          for (int e = 0; e < d; ++e) o[e] += w * vc[static_cast<size_t>(j) * d + e];
+          const float* vj = vc.row(key(jj));
+          for (int e = 0; e < d; ++e) o[e] += w * vj[e];
         }
         if (recorded[static_cast<size_t>(r)]) {
           float* hw = s.head_weights.data() + static_cast<size_t>(hh) * (static_cast<size_t>(p) + 1);

@@ -44,7 +44,8 @@ struct CpuAdapter {
 struct Sequence {
   bool live = false;
   int capacity = 0, length = 0;
-  Buf cache;  // [layers][2][kv_heads][capacity][head_dim]
+  Buf cache;        // [layers][2][kv_heads][capacity][head_dim]; empty when paged
+  int blocks = -1;  // paged: the sequence's id in the block manager (its table), -1 when contiguous
   // Eviction studies: evicted[p] != 0 hides position p from attention (empty until a position is
   // marked, so the common path pays nothing); the recorded attention of the last token.
   std::vector<uint8_t> evicted;
@@ -62,6 +63,21 @@ struct Sequence {
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias): up to 32 rows a GEMV whose every row's result
 // is the same bit for bit whatever the other rows (cpu_model_forward.cpp), past that our SGEMM.
 void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y);
+
+// One (layer, K or V, kv head) of a sequence's cache as attention reads it: a contiguous
+// [positions][head_dim] run, or blocks of `block_size` positions through the block table.
+struct KvRows {
+  float* base = nullptr;  // contiguous: position 0; paged: position 0 of block 0 of this run of the pool
+  const int32_t* table = nullptr;
+  size_t block_stride = 0;  // floats from one block to the next
+  int block_shift = 0, d = 0;  // blocks of 1 << block_shift positions (a division per key would cost more than its dot)
+  float* row(int p) const {
+    if (!table) return base + static_cast<size_t>(p) * static_cast<size_t>(d);
+    const int in_block = p & ((1 << block_shift) - 1);
+    return base + static_cast<size_t>(table[p >> block_shift]) * block_stride +
+           static_cast<size_t>(in_block) * static_cast<size_t>(d);
+  }
+};
 
 // The rows of a tree pass: row r is node nodes[r] (its ancestor list) at cache slot slot[r].
 struct TreeRows {
@@ -83,7 +99,11 @@ class CpuModel : public Model {
   void truncate(int seq, int length) override;
   int length(int seq) const override { return at(seq).length; }
   void copy_cache(int src, int dst, int begin, int n) override;
+  int share_prefix(int src, int length, int capacity) override;
   int capacity(int seq) const override { return at(seq).capacity; }
+  void enable_paged_kv(int num_blocks, int block_size) override;
+  const kvcache::BlockManager* kv_blocks() const override { return blocks_ ? &*blocks_ : nullptr; }
+  int blocks_needed(int seq, int tokens) const override;
 
   // cpu_model_passes.cpp
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override;
@@ -110,19 +130,29 @@ class CpuModel : public Model {
   int64_t adapter_bytes() const override { return adapter_bytes_; }
 
   int64_t weight_bytes() const override { return weight_bytes_; }
-  int64_t kv_bytes() const override { return seqs_.cache_bytes(); }
+  int64_t kv_bytes() const override { return seqs_.cache_bytes() + static_cast<int64_t>(pool_.bytes()); }
 
  private:
   Sequence& at(int seq) { return seqs_.at(seq); }
   const Sequence& at(int seq) const { return seqs_.at(seq); }
   void no_tree(int seq, const char* what) const { seqs_.no_tree(seq, what); }
 
+  // Contiguous sequences only (the KV studies): [capacity][head_dim] of one layer's kv head.
   float* cache_k(Sequence& s, int layer, int kvh) {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
   }
   float* cache_v(Sequence& s, int layer, int kvh) {
     return s.cache.data() + ((static_cast<size_t>(layer) * 2 * c_.kv_heads + c_.kv_heads + kvh) * s.capacity) * c_.head_dim;
   }
+  // Either layout: `kv` 0 for K, 1 for V (cpu_model_sequences.cpp).
+  KvRows kv_rows(Sequence& s, int layer, int kv, int kvh);
+  // Throws std::invalid_argument when `s` is paged: `what` needs a contiguous cache.
+  void contiguous_only(const Sequence& s, const char* what) const;
+  // Paged: grows each sequence seqs[i] to lengths[i] slots (when longer than now), all or none
+  // (KvBlocksExhausted), and makes the copy-on-write block copies. A no-op when not paged.
+  void grow_blocks(const std::vector<int>& seqs, const std::vector<int>& lengths);
+  // A sequence slot made live with an empty cache of `capacity` (allocated unless paged).
+  int open_sequence(int capacity);
 
   // cpu_model_kv_studies.cpp
   void round_kv(int l, int rows, const std::vector<int>& seq_of, float* k, float* v);
@@ -146,6 +176,12 @@ class CpuModel : public Model {
   Buf embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;
+  // Paged KV: the block manager and the pool [layers][2][kv_heads][num_blocks][block_size][head_dim].
+  // A block id names the same slice in every (layer, K or V, kv head) run, as vLLM's per-layer
+  // caches do; the runs keep one head's blocks adjacent, since blocks a whole token's K/V apart
+  // (a power of two of bytes) would share cache sets and evict each other in attention's re-reads.
+  std::optional<kvcache::BlockManager> blocks_;
+  Buf pool_;
   int64_t weight_bytes_ = 0;
   std::vector<CpuAdapter> adapters_;
   int merged_ = -1;                                  // merge_adapter's adapter, -1 for the base weights

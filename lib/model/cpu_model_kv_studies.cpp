@@ -15,6 +15,7 @@ namespace ib::model::cpu_detail {
 
 void CpuModel::set_kept(int seq, int pos, bool kept) {
   Sequence& s = at(seq);
+  contiguous_only(s, "set_kept");
   if (pos < 0 || pos >= s.capacity)
     throw std::invalid_argument(fmt::format("position {} of a {}-token sequence", pos, s.capacity));
   if (!kept && s.evicted.empty()) s.evicted.assign(static_cast<size_t>(s.capacity), 0);
@@ -22,6 +23,7 @@ void CpuModel::set_kept(int seq, int pos, bool kept) {
 }
 void CpuModel::set_kept_head(int seq, int layer, int kv_head, int pos, bool kept) {
   Sequence& s = at(seq);
+  contiguous_only(s, "set_kept_head");
   if (layer < 0 || layer >= c_.layers || kv_head < 0 || kv_head >= c_.kv_heads || pos < 0 || pos >= s.capacity)
     throw std::invalid_argument(
         fmt::format("set_kept_head: layer {}, kv head {}, position {} of a {}-layer, {}-kv-head, {}-token sequence", layer,
@@ -34,6 +36,7 @@ void CpuModel::set_kept_head(int seq, int layer, int kv_head, int pos, bool kept
 }
 void CpuModel::set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales) {
   Sequence& s = at(seq);
+  contiguous_only(s, "set_kv_format");
   if (s.length > 0) throw std::logic_error("set_kv_format: the sequence already holds tokens");
   if (kvcache::is_kivi(format) && c_.head_dim % kivi_value_group() != 0)
     throw std::invalid_argument(fmt::format("set_kv_format: {} needs head_dim ({}) a multiple of {}", kvcache::to_string(format),
@@ -46,6 +49,7 @@ void CpuModel::set_kv_format(int seq, kvcache::KvFormat format, const std::vecto
 }
 std::vector<float> CpuModel::kv_amax(int seq) const {
   const Sequence& s = at(seq);
+  contiguous_only(s, "kv_amax");
   const size_t per = static_cast<size_t>(s.capacity) * static_cast<size_t>(c_.head_dim);
   const size_t used = static_cast<size_t>(s.length) * static_cast<size_t>(c_.head_dim);
   std::vector<float> amax(static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads), 0.0f);
@@ -55,6 +59,7 @@ std::vector<float> CpuModel::kv_amax(int seq) const {
 }
 std::vector<float> CpuModel::kv_channel_amax(int seq) const {
   const Sequence& s = at(seq);
+  contiguous_only(s, "kv_channel_amax");
   const size_t D = static_cast<size_t>(c_.head_dim), per = static_cast<size_t>(s.capacity) * D;
   std::vector<float> amax(static_cast<size_t>(c_.layers) * 2 * static_cast<size_t>(c_.kv_heads) * D, 0.0f);
   for (size_t i = 0; i < amax.size() / D; ++i)  // the cache is [layers][K, V][kv_heads][capacity][head_dim]

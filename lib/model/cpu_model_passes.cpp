@@ -84,16 +84,18 @@ void CpuModel::keep_tree_path(int seq, const std::vector<int>& path) {
     const size_t from = static_cast<size_t>(base + path[i]), to = static_cast<size_t>(base) + i;
     if (from == to) continue;
     for (int l = 0; l < c_.layers; ++l)
-      for (int kh = 0; kh < c_.kv_heads; ++kh) {
-        std::memmove(cache_k(s, l, kh) + to * hd, cache_k(s, l, kh) + from * hd, sizeof(float) * hd);
-        std::memmove(cache_v(s, l, kh) + to * hd, cache_v(s, l, kh) + from * hd, sizeof(float) * hd);
-      }
+      for (int kv = 0; kv < 2; ++kv)
+        for (int kh = 0; kh < c_.kv_heads; ++kh) {
+          const KvRows rows = kv_rows(s, l, kv, kh);
+          std::memmove(rows.row(static_cast<int>(to)), rows.row(static_cast<int>(from)), sizeof(float) * hd);
+        }
     if (!s.evicted.empty()) s.evicted[to] = s.evicted[from];
     for (size_t lh = 0; !s.evicted_head.empty() && lh < static_cast<size_t>(c_.layers) * c_.kv_heads; ++lh)
       s.evicted_head[lh * static_cast<size_t>(s.capacity) + to] = s.evicted_head[lh * static_cast<size_t>(s.capacity) + from];
   }
   s.length = base + static_cast<int>(path.size());
   s.tree.close();
+  if (s.blocks >= 0) blocks_->truncate(s.blocks, s.length);  // the other nodes' slots return their blocks
 }
 
 }  // namespace ib::model::cpu_detail

@@ -1,5 +1,6 @@
 // The CPU engine's sequence bookkeeping: a sequence's KV cache allocated, released, forked,
-// truncated and copied into another (prefix reuse), with its eviction marks and format.
+// truncated and copied into another (prefix reuse), with its eviction marks and format; and the
+// paged cache: the block pool, block tables, growth with copy-on-write.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,11 +13,76 @@
 
 namespace ib::model::cpu_detail {
 
-int CpuModel::new_sequence(int capacity) {
+void CpuModel::enable_paged_kv(int num_blocks, int block_size) {
+  if (num_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)) != 0)
+    throw std::invalid_argument(
+        fmt::format("enable_paged_kv: {} blocks of {} tokens (at least one block, of a power of two)", num_blocks, block_size));
+  if (seqs_.live_count() > 0) throw std::logic_error("enable_paged_kv with live sequences");
+  pool_.reset();
+  pool_.allocate(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(block_size) * static_cast<size_t>(num_blocks),
+                 "KV block pool");
+  blocks_.emplace(num_blocks, block_size);
+}
+
+int CpuModel::blocks_needed(int seq, int tokens) const {
+  const Sequence& s = at(seq);
+  return s.blocks < 0 ? 0 : blocks_->blocks_needed(s.blocks, tokens);
+}
+
+KvRows CpuModel::kv_rows(Sequence& s, int layer, int kv, int kvh) {
+  KvRows r;
+  r.d = c_.head_dim;
+  if (s.blocks < 0) {
+    r.base = kv == 0 ? cache_k(s, layer, kvh) : cache_v(s, layer, kvh);
+    return r;
+  }
+  const size_t bs = static_cast<size_t>(blocks_->block_size());
+  while ((size_t{1} << r.block_shift) < bs) ++r.block_shift;
+  r.block_stride = bs * static_cast<size_t>(r.d);
+  r.base = pool_.data() + ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(c_.kv_heads) +
+                           static_cast<size_t>(kvh)) *
+                              static_cast<size_t>(blocks_->num_blocks()) * r.block_stride;
+  r.table = blocks_->table(s.blocks).data();
+  return r;
+}
+
+void CpuModel::contiguous_only(const Sequence& s, const char* what) const {
+  if (s.blocks >= 0) throw std::invalid_argument(fmt::format("{} is not supported on a paged sequence", what));
+}
+
+void CpuModel::grow_blocks(const std::vector<int>& seqs, const std::vector<int>& lengths) {
+  if (!blocks_) return;
+  int need = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = at(seqs[i]);
+    const int more = lengths[i] - blocks_->length(s.blocks);
+    if (more > 0) need += blocks_->blocks_needed(s.blocks, more);
+  }
+  if (need > blocks_->free_blocks())
+    throw KvBlocksExhausted(
+        fmt::format("the pass needs {} KV blocks and {} of {} are free", need, blocks_->free_blocks(), blocks_->num_blocks()));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = at(seqs[i]);
+    const int more = lengths[i] - blocks_->length(s.blocks);
+    if (more > 0 && !blocks_->append(s.blocks, more)) throw std::logic_error("grow_blocks: the block count was wrong");
+  }
+  // Copy-on-write: a shared, partly filled last block gets its private copy before it is written.
+  const size_t block = static_cast<size_t>(blocks_->block_size()) * static_cast<size_t>(c_.head_dim);
+  const size_t part = static_cast<size_t>(blocks_->num_blocks()) * block;  // one (layer, K or V, kv head)
+  for (const auto& [src, dst] : blocks_->take_copies())
+    for (size_t i = 0; i < static_cast<size_t>(c_.kv_elems_per_token()) / static_cast<size_t>(c_.head_dim); ++i)
+      std::memcpy(pool_.data() + i * part + static_cast<size_t>(dst) * block,
+                  pool_.data() + i * part + static_cast<size_t>(src) * block, sizeof(float) * block);
+}
+
+int CpuModel::open_sequence(int capacity) {
   if (capacity <= 0) throw std::invalid_argument("sequence capacity must be positive");
   const int id = seqs_.free_id();
   Sequence& s = seqs_.slot(id);
-  s.cache.allocate(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");
+  if (blocks_)
+    s.blocks = blocks_->create();
+  else
+    s.cache.allocate(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(capacity), "KV cache");
   s.capacity = capacity;
   s.length = 0;
   s.live = true;
@@ -30,14 +96,34 @@ int CpuModel::new_sequence(int capacity) {
   s.adapter = -1;
   return id;
 }
-void CpuModel::release(int seq) { seqs_.release(seq); }
+
+int CpuModel::new_sequence(int capacity) { return open_sequence(capacity); }
+
+void CpuModel::release(int seq) {
+  Sequence& s = at(seq);
+  if (s.blocks >= 0) blocks_->free(s.blocks);
+  s.blocks = -1;
+  seqs_.release(seq);
+}
+
 int CpuModel::fork(int seq) {
   no_tree(seq, "fork");
   const int src_capacity = at(seq).capacity;
-  const int id = new_sequence(src_capacity);
-  Sequence& src = at(seq);  // new_sequence may have grown seqs_
+  int id = -1;
+  if (at(seq).blocks >= 0) {  // paged: the child shares every block, nothing is copied
+    const int parent_blocks = at(seq).blocks;
+    id = seqs_.free_id();
+    Sequence& d = seqs_.slot(id);
+    d = Sequence{};
+    d.blocks = blocks_->fork(parent_blocks);
+    d.capacity = src_capacity;
+    d.live = true;
+  } else {
+    id = open_sequence(src_capacity);
+  }
+  Sequence& src = at(seq);  // opening a slot may have grown seqs_
   Sequence& dst = at(id);
-  std::memcpy(dst.cache.data(), src.cache.data(), src.cache.bytes());
+  if (src.blocks < 0) std::memcpy(dst.cache.data(), src.cache.data(), src.cache.bytes());
   dst.length = src.length;
   dst.evicted = src.evicted;
   dst.evicted_head = src.evicted_head;
@@ -46,27 +132,61 @@ int CpuModel::fork(int seq) {
   dst.adapter = src.adapter;
   return id;
 }
-void CpuModel::truncate(int seq, int length) { seqs_.truncate(seq, length); }
+
+int CpuModel::share_prefix(int src, int length, int capacity) {
+  if (at(src).blocks < 0) return Model::share_prefix(src, length, capacity);
+  no_tree(src, "share_prefix");
+  if (length < 0 || length > at(src).length || length > capacity)
+    throw std::invalid_argument(
+        fmt::format("share_prefix of {} tokens of a {}-token sequence into a {}-token one", length, at(src).length, capacity));
+  const int id = fork(src);
+  truncate(id, length);
+  Sequence& s = at(id);
+  s.capacity = capacity;
+  s.evicted.clear();
+  s.evicted_head.clear();
+  s.adapter = -1;
+  return id;
+}
+
+void CpuModel::truncate(int seq, int length) {
+  seqs_.truncate(seq, length);
+  Sequence& s = at(seq);
+  if (s.blocks >= 0) blocks_->truncate(s.blocks, s.length);
+}
+
 void CpuModel::copy_cache(int src, int dst, int begin, int n) {
   no_tree(src, "copy_cache");
   no_tree(dst, "copy_cache");
+  {
+    const Sequence& s = at(src);
+    const Sequence& d = at(dst);
+    if (begin < 0 || n < 0 || d.length < begin || s.length < begin + n || begin + n > d.capacity)
+      throw std::invalid_argument(fmt::format("copy_cache [{}, {}) from a {}-token into a {}-token sequence (capacity {})", begin,
+                                              begin + n, s.length, d.length, d.capacity));
+  }
+  if (at(dst).blocks >= 0) {  // paged: dst's positions from `begin` on become its own blocks first
+    blocks_->truncate(at(dst).blocks, begin);
+    at(dst).length = begin;
+    grow_blocks({dst}, {begin + n});
+  }
   Sequence& s = at(src);
   Sequence& d = at(dst);
-  if (begin < 0 || n < 0 || d.length < begin || s.length < begin + n || begin + n > d.capacity)
-    throw std::invalid_argument(fmt::format("copy_cache [{}, {}) from a {}-token into a {}-token sequence (capacity {})", begin,
-                                            begin + n, s.length, d.length, d.capacity));
-  const size_t hd = static_cast<size_t>(c_.head_dim);
+  const size_t row = sizeof(float) * static_cast<size_t>(c_.head_dim);
   for (int l = 0; l < c_.layers; ++l)
-    for (int kh = 0; kh < c_.kv_heads; ++kh) {
-      std::memcpy(cache_k(d, l, kh) + static_cast<size_t>(begin) * hd, cache_k(s, l, kh) + static_cast<size_t>(begin) * hd,
-                  sizeof(float) * hd * static_cast<size_t>(n));
-      std::memcpy(cache_v(d, l, kh) + static_cast<size_t>(begin) * hd, cache_v(s, l, kh) + static_cast<size_t>(begin) * hd,
-                  sizeof(float) * hd * static_cast<size_t>(n));
-    }
+    for (int kv = 0; kv < 2; ++kv)
+      for (int kh = 0; kh < c_.kv_heads; ++kh) {
+        const KvRows from = kv_rows(s, l, kv, kh), to = kv_rows(d, l, kv, kh);
+        if (!from.table && !to.table) {
+          std::memcpy(to.row(begin), from.row(begin), row * static_cast<size_t>(n));
+          continue;
+        }
+        for (int p = begin; p < begin + n; ++p) std::memcpy(to.row(p), from.row(p), row);
+      }
   if (!d.evicted.empty()) std::fill(d.evicted.begin() + begin, d.evicted.begin() + begin + n, uint8_t{0});
   for (int lh = 0; !d.evicted_head.empty() && lh < c_.layers * c_.kv_heads; ++lh) {
-    auto row = d.evicted_head.begin() + static_cast<std::ptrdiff_t>(lh) * d.capacity;
-    std::fill(row + begin, row + begin + n, uint8_t{0});
+    auto evicted_row = d.evicted_head.begin() + static_cast<std::ptrdiff_t>(lh) * d.capacity;
+    std::fill(evicted_row + begin, evicted_row + begin + n, uint8_t{0});
   }
   d.length = begin + n;
 }

@@ -17,6 +17,18 @@
 namespace ib::model {
 
 void Model::copy_cache(int, int, int, int) { throw std::runtime_error("copy_cache is not implemented by this backend"); }
+int Model::share_prefix(int src, int length, int capacity) {
+  const int seq = new_sequence(capacity);
+  try {
+    copy_cache(src, seq, 0, length);
+  } catch (...) {
+    release(seq);
+    throw;
+  }
+  return seq;
+}
+void Model::enable_paged_kv(int, int) { throw std::runtime_error("paged KV is not supported by this engine"); }
+int Model::blocks_needed(int, int) const { return 0; }
 void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
   throw std::runtime_error("set_kv_format is not supported by this engine");
 }

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "numerics/kv_format.h"
+#include "model/block_manager.h"
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/sample.h"
@@ -34,6 +36,12 @@ struct AttentionRecord {
   std::vector<float> kv_head_weights;
 };
 
+// A pass over paged sequences needs more KV blocks than the pool has free. Thrown before the pass
+// changes anything: the caller frees blocks (a scheduler preempts a request) and tries again.
+struct KvBlocksExhausted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -52,7 +60,27 @@ class Model {
   // tokens at the same positions give the same K/V), and dst's length becomes begin + n.
   // Needs length(dst) >= begin and length(src) >= begin + n.
   virtual void copy_cache(int src, int dst, int begin, int n);
+  // A prefix-cache hit: a new sequence of `capacity` tokens whose first `length` positions are
+  // `src`'s. Paged, it shares src's blocks (nothing copied; see enable_paged_kv); otherwise the
+  // base version copies them (new_sequence + copy_cache).
+  virtual int share_prefix(int src, int length, int capacity);
   virtual int capacity(int seq) const = 0;
+
+  // Paged KV (PagedAttention, vLLM): the sequences made from now on keep their K/V in one pool of
+  // `num_blocks` blocks of `block_size` tokens (a power of two, as vLLM's), allocated once, that PagedAttention's block
+  // manager hands out as they grow; attention reads through each sequence's block table, and a
+  // sequence's capacity is only its limit. fork shares the parent's blocks by reference count
+  // (nothing copied; the partly filled last block is copied on its first write), truncate and
+  // release return blocks, so a prefix-cache hit is fork + truncate. A pass that needs more
+  // blocks than are free throws KvBlocksExhausted and changes nothing. Eviction marks and KV
+  // formats are not supported on a paged sequence. Call with no live sequence; the default throws
+  // std::runtime_error (the engine has no paged cache).
+  virtual void enable_paged_kv(int num_blocks, int block_size);
+  // The block manager while paged (free blocks, reference counts, invariants); nullptr otherwise.
+  virtual const kvcache::BlockManager* kv_blocks() const { return nullptr; }
+  // Blocks a pass adding `tokens` after seq's cached ones takes from the pool (a copy-on-write
+  // block included); 0 when the engine is not paged.
+  virtual int blocks_needed(int seq, int tokens) const;
 
   // Runs `n` tokens after the sequence's cached ones (causal among themselves), appends their
   // K/V, and outputs the last `n_logits` positions (1 for prefill, n to verify n drafted tokens).
@@ -121,7 +149,7 @@ class Model {
   virtual int merged_adapter() const { return -1; }
   virtual int64_t adapter_bytes() const { return 0; }
 
-  // Bytes of weights, and of the KV caches of live sequences.
+  // Bytes of weights, and of the KV caches of live sequences (paged: the whole pool).
   virtual int64_t weight_bytes() const = 0;
   virtual int64_t kv_bytes() const = 0;
 };

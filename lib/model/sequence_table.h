@@ -28,6 +28,11 @@ class SequenceTable {
     return seqs_[static_cast<size_t>(seq)];
   }
   const S& at(int seq) const { return const_cast<SequenceTable*>(this)->at(seq); }
+  int live_count() const {
+    int n = 0;
+    for (const auto& s : seqs_) n += s.live ? 1 : 0;
+    return n;
+  }
   // Bytes of the caches of live sequences.
   int64_t cache_bytes() const {
     int64_t b = 0;

@@ -3,7 +3,7 @@
 // parallel sampling, over a pool of 10,000 blocks.
 #include <benchmark/benchmark.h>
 
-#include "kvcache/block_manager.h"
+#include "model/block_manager.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "../common/run_kind.h"
 
-#include "kvcache/block_manager.h"
+#include "model/block_manager.h"
 #include "kvcache/decode_problem.h"
 #include "core/stats.h"
 #include "numerics/kv_format.h"

@@ -1,4 +1,4 @@
-#include "kvcache/block_manager.h"
+#include "model/block_manager.h"
 
 #include <algorithm>
 #include <stdexcept>

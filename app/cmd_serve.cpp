@@ -31,6 +31,9 @@ struct ServeOptions {
   int token_budget = 512;
   int long_prefill = 0;
   int64_t kv_tokens = 0;
+  int kv_blocks = 0;
+  int block_size = 16;
+  bool prefix_caching = false;
   bool no_chunked_prefill = false;
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
@@ -57,6 +60,20 @@ int serve(const ServeOptions& s) {
   } else {
     engine = model::make_cpu_model(m.config, *m.weights);
   }
+  if (s.kv_blocks > 0 || s.prefix_caching) {
+    if ((s.block_size & (s.block_size - 1)) != 0)
+      throw InputError(fmt::format("serve: --block-size {} is not a power of two (8, 16, 32, ...)", s.block_size));
+    if (s.kv_tokens > 0) throw InputError("serve: --kv-tokens bounds contiguous caches; with --kv-blocks the pool bounds them");
+    // Unset: as many blocks as --max-seqs requests of the model's whole context take.
+    const int64_t per_request = (m.config.max_positions + s.block_size - 1) / s.block_size;
+    const int64_t blocks = s.kv_blocks > 0 ? s.kv_blocks : std::min<int64_t>(int64_t{s.max_seqs} * per_request, 1 << 30);
+    try {
+      engine->enable_paged_kv(static_cast<int>(blocks), s.block_size);
+    } catch (const std::runtime_error& e) {  // no paged cache in this engine, or a pool that does not fit
+      throw InputError(
+          fmt::format("serve: --kv-blocks {} of {} tokens: {} ({} engine)", blocks, s.block_size, e.what(), to_string(backend)));
+    }
+  }
   // LoRA adapters, resident before the first request: a request's `model` picks one by name.
   std::vector<std::pair<std::string, int>> adapters;
   for (const std::string& spec : s.lora) {
@@ -81,6 +98,7 @@ int serve(const ServeOptions& s) {
   so.long_prefill = s.long_prefill;
   so.kv_tokens = s.kv_tokens;
   so.chunked_prefill = !s.no_chunked_prefill;
+  so.prefix_caching = s.prefix_caching;
   serve::EngineLoop loop(*engine, so);
   serve::HttpOptions ho;
   ho.host = s.host;
@@ -134,6 +152,13 @@ void register_serve(Cli& cli) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--kv-tokens", s.kv_tokens, "KV-cache positions over all running requests (0: no bound but --max-seqs)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_option("--kv-blocks", s.kv_blocks,
+                  "paged KV: a pool of this many blocks, taken as sequences grow (admission by free blocks, preemption "
+                  "by recompute); 0 with --enable-prefix-caching: --max-seqs requests of the whole context")
+      ->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--block-size", s.block_size, "paged KV: tokens per block (vLLM's --block-size)")->check(CLI::Range(1, 1024));
+  sub->add_flag("--enable-prefix-caching", s.prefix_caching,
+                "keep finished requests' KV blocks; a prompt that starts with one shares them (paged KV)");
   sub->add_flag("--no-chunked-prefill", s.no_chunked_prefill, "whole prompts only (a prompt past --token-budget is refused)");
   sub->add_option("--lora", s.lora,
                   "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "

@@ -94,6 +94,15 @@ void EngineLoop::update_gauges() {
   counters_.running = scheduler_.running();
   counters_.waiting = scheduler_.waiting();
   counters_.kv_reserved = scheduler_.kv_reserved();
+  if (const kvcache::BlockManager* b = engine_.kv_blocks()) {  // the engine thread's own state
+    counters_.kv_blocks_used = b->used_blocks();
+    counters_.kv_blocks_total = b->num_blocks();
+  }
+  const SchedulerCounters& sc = scheduler_.counters();
+  counters_.cached_prefixes = scheduler_.cached_prefixes();
+  counters_.prefix_query_tokens = sc.prompt_tokens;
+  counters_.prefix_hit_tokens = sc.prefix_hit_tokens;
+  counters_.preemptions = sc.preemptions;
 }
 
 void EngineLoop::run() {

@@ -44,6 +44,9 @@ struct EngineCounters {
   int64_t submitted = 0, finished = 0, cancelled = 0, failed = 0, prompt_tokens = 0, output_tokens = 0, steps = 0;
   int running = 0, waiting = 0;
   int64_t kv_reserved = 0;
+  // Paged KV (0 otherwise): blocks in use and in the pool, prefix caching's tokens, preemptions.
+  int kv_blocks_used = 0, kv_blocks_total = 0, cached_prefixes = 0;
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
 };
 
 class EngineLoop {

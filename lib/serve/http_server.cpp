@@ -212,6 +212,16 @@ struct HttpServer::Impl {
     add("num_requests_running", "gauge", "requests in the running batch", c.running);
     add("num_requests_waiting", "gauge", "requests queued", c.waiting);
     add("kv_reserved_tokens", "gauge", "KV-cache positions reserved by running requests", static_cast<double>(c.kv_reserved));
+    if (c.kv_blocks_total > 0) {
+      add("kv_blocks_used", "gauge", "paged KV blocks in use (running requests and cached prefixes)", c.kv_blocks_used);
+      add("kv_blocks_total", "gauge", "paged KV blocks in the pool", c.kv_blocks_total);
+      add("prefix_cache_entries", "gauge", "finished requests' sequences kept for prefix caching", c.cached_prefixes);
+      add("prefix_cache_queries_total", "counter", "prompt tokens of admitted requests",
+          static_cast<double>(c.prefix_query_tokens));
+      add("prefix_cache_hits_total", "counter", "of those, found in the prefix cache", static_cast<double>(c.prefix_hit_tokens));
+      add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed later)",
+          static_cast<double>(c.preemptions));
+    }
     return s;
   }
 

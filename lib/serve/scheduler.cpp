@@ -12,7 +12,7 @@ namespace ib::serve {
 
 const char* to_string(Batching b) { return b == Batching::Static ? "static" : "continuous"; }
 
-Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine), o_(o) {
+Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine), o_(o), paged_(engine.kv_blocks() != nullptr) {
   if (o_.max_seqs < 1) throw InputError(fmt::format("max_seqs must be at least 1, not {}", o_.max_seqs));
   // As vLLM requires (max_num_batched_tokens >= max_num_seqs): every running request can decode
   // in every step.
@@ -21,14 +21,36 @@ Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine)
                                  o_.token_budget, o_.max_seqs));
   if (o_.long_prefill < 0) throw InputError(fmt::format("long_prefill must be 0 or more, not {}", o_.long_prefill));
   if (o_.kv_tokens < 0) throw InputError(fmt::format("kv_tokens must be 0 or more, not {}", o_.kv_tokens));
+  if (paged_ && o_.kv_tokens > 0)
+    throw InputError("kv_tokens bounds a contiguous engine's reservations; a paged engine admits by its free blocks");
+  if (o_.prefix_caching && !paged_) throw InputError("prefix caching needs the paged KV cache (kv_blocks)");
+  if (o_.prefix_caching && o_.batching == Batching::Static)
+    throw InputError("prefix caching is a continuous-batching option (static batching reserves whole blocks)");
 }
 
 Scheduler::~Scheduler() {
   for (const Active& a : running_) engine_.release(a.seq);
+  clear_prefix_cache();
+}
+
+void Scheduler::clear_prefix_cache() {
+  for (const CachedPrefix& c : cache_) engine_.release(c.seq);
+  cache_.clear();
+}
+
+int Scheduler::blocks_for(int64_t tokens) const {
+  const int64_t bs = engine_.kv_blocks()->block_size();
+  return static_cast<int>((tokens + bs - 1) / bs);
+}
+
+int64_t Scheduler::reservation(const Request& r) const {
+  const int64_t tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  if (!paged_) return tokens;
+  return o_.batching == Batching::Static ? blocks_for(tokens) : 0;
 }
 
 std::string Scheduler::check(const Request& r) const {
-  const int64_t need = reservation(r);
+  const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (r.prompt.empty()) return "an empty prompt";
   if (r.max_tokens < 1) return fmt::format("max_tokens {} (at least 1)", r.max_tokens);
   if (need > engine_.config().max_positions)
@@ -37,6 +59,9 @@ std::string Scheduler::check(const Request& r) const {
   if (o_.kv_tokens > 0 && need > o_.kv_tokens)
     return fmt::format("prompt {} + max_tokens {} is past the KV budget of {} tokens", r.prompt.size(), r.max_tokens,
                        o_.kv_tokens);
+  if (paged_ && blocks_for(need) > engine_.kv_blocks()->num_blocks())
+    return fmt::format("prompt {} + max_tokens {} needs {} KV blocks of {} tokens and the pool has {}", r.prompt.size(),
+                       r.max_tokens, blocks_for(need), engine_.kv_blocks()->block_size(), engine_.kv_blocks()->num_blocks());
   const bool whole_prompts = o_.batching == Batching::Continuous && !o_.chunked_prefill;
   if (whole_prompts && static_cast<int64_t>(r.prompt.size()) > o_.token_budget)
     return fmt::format("a prompt of {} tokens is past the token budget of {} without chunked prefill", r.prompt.size(),
@@ -49,13 +74,17 @@ std::string Scheduler::check(const Request& r) const {
 
 std::string Scheduler::submit(Request r) {
   std::string why = check(r);
-  if (why.empty()) waiting_.push_back(std::move(r));
+  if (why.empty()) {
+    Active a;
+    a.request = std::move(r);
+    waiting_.push_back(std::move(a));
+  }
   return why;
 }
 
 bool Scheduler::cancel(int64_t id) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-    if (it->id == id) {
+    if (it->request.id == id) {
       waiting_.erase(it);
       return true;
     }
@@ -69,66 +98,149 @@ bool Scheduler::cancel(int64_t id) {
   return false;
 }
 
-bool Scheduler::admit_front() {
+bool Scheduler::evict_prefix() {
+  if (cache_.empty()) return false;
+  auto lru = std::min_element(cache_.begin(), cache_.end(),
+                              [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
+  engine_.release(lru->seq);
+  cache_.erase(lru);
+  return true;
+}
+
+int Scheduler::planned_blocks() const {
+  int need = 0;
+  for (const Active& a : running_)
+    if (a.chunk > 0) need += engine_.blocks_needed(a.seq, a.chunk);
+  return need;
+}
+
+void Scheduler::preempt_last(StepResult& out) {
+  Active a = std::move(running_.back());
+  running_.pop_back();
+  engine_.release(a.seq);
+  kv_reserved_ -= reservation(a.request);
+  a.lost = std::max(a.lost, a.cached);
+  a.seq = -1;
+  a.cached = 0;
+  a.chunk = 0;
+  ++out.preempted;
+  ++counters_.preemptions;
+  waiting_.push_front(std::move(a));
+}
+
+bool Scheduler::fit_blocks(StepResult& out) {
+  if (!paged_) return false;
+  bool preempted = false;
+  while (planned_blocks() > engine_.kv_blocks()->free_blocks()) {
+    if (evict_prefix()) continue;
+    if (running_.size() <= 1)  // check() keeps a request alone within the pool: this cannot happen
+      throw std::logic_error("a lone request's chunk does not fit the KV block pool");
+    preempt_last(out);
+    preempted = true;
+  }
+  return preempted;
+}
+
+bool Scheduler::admit_front(int budget, int cap) {
   if (waiting_.empty() || static_cast<int>(running_.size()) >= o_.max_seqs) return false;
-  const int64_t need = reservation(waiting_.front());
-  if (o_.kv_tokens > 0 && kv_reserved_ + need > o_.kv_tokens) return false;
-  Active a;
-  a.request = std::move(waiting_.front());
+  Active& w = waiting_.front();
+  const int64_t reserve = reservation(w.request);
+  if (!paged_ && o_.kv_tokens > 0 && kv_reserved_ + reserve > o_.kv_tokens) return false;
+  if (paged_ && o_.batching == Batching::Static && kv_reserved_ + reserve > engine_.kv_blocks()->num_blocks()) return false;
+  // Prefix caching: the sequence sharing the longest prefix with the request's tokens, a kept one
+  // or (as vLLM shares a block as soon as it is computed) a running request's cached tokens; at
+  // least one token is left to prefill (its logits give the next token).
+  int hit = 0, from_seq = -1;
+  CachedPrefix* from = nullptr;
+  auto consider = [&](int seq, int adapter, int cached, auto token_at) {
+    if (!o_.prefix_caching || adapter != w.request.adapter) return false;  // a LoRA adapter changes K and V
+    const int most = std::min(cached, w.total() - 1);
+    int n = 0;
+    while (n < most && token_at(n) == w.token(n)) ++n;
+    if (n <= hit) return false;
+    hit = n;
+    from_seq = seq;
+    return true;
+  };
+  for (CachedPrefix& c : cache_)
+    if (consider(c.seq, c.adapter, static_cast<int>(c.tokens.size()), [&](int i) { return c.tokens[static_cast<size_t>(i)]; }))
+      from = &c;
+  for (const Active& r : running_)
+    if (consider(r.seq, r.request.adapter, r.cached, [&](int i) { return r.token(i); })) from = nullptr;
+  const int pending = w.total() - hit;
+  if (o_.batching == Batching::Continuous && !o_.chunked_prefill && pending > budget) return false;
+  int seq = -1;
+  if (from_seq >= 0) {
+    seq = engine_.share_prefix(from_seq, hit, static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
+    if (from) from->used = ++clock_;
+  } else {
+    seq = engine_.new_sequence(static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
+  }
+  const int chunk = o_.batching == Batching::Static ? pending : std::min({pending, budget, cap});
+  if (paged_ && o_.batching == Batching::Continuous) {
+    // Its first chunk's blocks, after the running requests': evict cached prefixes for them, but
+    // never preempt a running request to admit a new one.
+    for (;;) {
+      const int need = planned_blocks() + engine_.blocks_needed(seq, chunk);
+      if (need <= engine_.kv_blocks()->free_blocks()) break;
+      if (!evict_prefix()) {
+        engine_.release(seq);
+        return false;
+      }
+    }
+  }
+  Active a = std::move(w);
   waiting_.pop_front();
-  a.seq = engine_.new_sequence(static_cast<int>(need));
+  a.seq = seq;
+  a.cached = hit;
+  a.chunk = chunk;
   // Its rows join the batch's low-rank products of that adapter (Punica's SGMV, S-LoRA): requests
   // of different adapters share every pass.
   if (a.request.adapter >= 0) engine_.set_adapter(a.seq, a.request.adapter);
-  kv_reserved_ += need;
+  kv_reserved_ += reserve;
   running_.push_back(std::move(a));
   return true;
 }
 
-void Scheduler::plan_continuous() {
+void Scheduler::plan_continuous(StepResult& out) {
   int budget = o_.token_budget;
   const int cap = !o_.chunked_prefill ? INT_MAX : o_.long_prefill > 0 ? o_.long_prefill : o_.token_budget;
   // Decoding requests first: one token each (the budget holds them all: token_budget >= max_seqs).
   for (Active& a : running_) {
-    const bool decoding = a.prefilled == static_cast<int>(a.request.prompt.size());
-    a.chunk = decoding ? 1 : 0;
+    a.chunk = a.decoding() ? 1 : 0;
     budget -= a.chunk;
   }
   // Then the prompts under way (chunked), in admission order.
   for (Active& a : running_) {
-    const int remaining = static_cast<int>(a.request.prompt.size()) - a.prefilled;
-    if (remaining == 0 || budget == 0) continue;
-    a.chunk = std::min({remaining, budget, cap});
+    const int pending = a.total() - a.cached;
+    if (a.chunk > 0 || pending == 0 || budget == 0) continue;
+    a.chunk = std::min({pending, budget, cap});
     budget -= a.chunk;
   }
+  // Paged: the blocks for those rows, preempting when they are short; a step that preempts
+  // admits nothing.
+  if (fit_blocks(out)) return;
   // Then new requests, FCFS: the first that does not fit stops admission (no overtaking).
-  while (budget > 0 && !waiting_.empty()) {
-    const int len = static_cast<int>(waiting_.front().prompt.size());
-    if (!o_.chunked_prefill && len > budget) break;
-    if (!admit_front()) break;
-    Active& a = running_.back();
-    a.chunk = std::min({len, budget, cap});
-    budget -= a.chunk;
-  }
+  while (budget > 0 && admit_front(budget, cap)) budget -= running_.back().chunk;
 }
 
 void Scheduler::plan_static() {
   if (running_.empty())
-    while (admit_front()) {
+    while (admit_front(INT_MAX, INT_MAX)) {
     }
   bool prefilling = false;
-  for (const Active& a : running_) prefilling |= a.prefilled < static_cast<int>(a.request.prompt.size());
+  for (const Active& a : running_) prefilling |= !a.decoding();
   int budget = o_.token_budget;
   bool any = false;
   for (Active& a : running_) {
-    const int len = static_cast<int>(a.request.prompt.size());
+    const int pending = a.total() - a.cached;
     a.chunk = 0;
     if (!prefilling) {
       a.chunk = 1;  // the batch decodes together
-    } else if (a.prefilled < len && (len <= budget || !any)) {
+    } else if (!a.decoding() && (pending <= budget || !any)) {
       // Whole prompts under the budget, at least one per step (no chunking in this baseline).
-      a.chunk = len;
-      budget -= std::min(budget, len);
+      a.chunk = pending;
+      budget -= std::min(budget, pending);
       any = true;
     }
   }
@@ -139,7 +251,7 @@ StepResult Scheduler::step() {
   if (o_.batching == Batching::Static)
     plan_static();
   else
-    plan_continuous();
+    plan_continuous(out);
   std::vector<int> seqs, counts;
   std::vector<int32_t> tokens;
   std::vector<size_t> rows;  // running_ index of each pass row
@@ -147,13 +259,21 @@ StepResult Scheduler::step() {
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = running_[i];
     if (a.chunk == 0) continue;
-    const bool decoding = a.prefilled == static_cast<int>(a.request.prompt.size());
-    if (decoding) {
+    if (a.decoding()) {
       tokens.push_back(a.output.back());
       ++out.decode_rows;
     } else {
-      if (a.prefilled == 0) out.admitted.push_back(a.request.id);
-      tokens.insert(tokens.end(), a.request.prompt.begin() + a.prefilled, a.request.prompt.begin() + a.prefilled + a.chunk);
+      if (!a.ran) {
+        a.ran = true;
+        out.admitted.push_back(a.request.id);
+        out.prefix_hit_tokens += a.cached;
+        ++counters_.admitted;
+        counters_.prompt_tokens += static_cast<int64_t>(a.request.prompt.size());
+        counters_.prefix_hit_tokens += a.cached;
+      }
+      // A preempted request's tokens computed again.
+      counters_.recomputed_tokens += std::max(0, std::min(a.cached + a.chunk, a.lost) - a.cached);
+      for (int t = 0; t < a.chunk; ++t) tokens.push_back(a.token(a.cached + t));
       out.prefill_tokens += a.chunk;
       ++out.prefill_requests;
       all_decode = false;
@@ -184,7 +304,7 @@ StepResult Scheduler::step() {
   if (own_sampling)
     for (size_t j = 0; j < rows.size(); ++j) {
       const Active& a = running_[rows[j]];
-      if (a.prefilled + a.chunk < static_cast<int>(a.request.prompt.size())) continue;  // a chunk: no token
+      if (a.cached + a.chunk < a.total()) continue;  // a chunk short of the end: no token
       const model::SamplingParams sp = a.request.sampling.value_or(o_.sampling);
       // The request's seed and its token index: the same request draws the same tokens whatever
       // it is batched with.
@@ -200,26 +320,56 @@ StepResult Scheduler::step() {
     }
   for (size_t j = 0; j < rows.size(); ++j) {
     Active& a = running_[rows[j]];
-    const int len = static_cast<int>(a.request.prompt.size());
-    if (a.prefilled < len) {
-      a.prefilled += a.chunk;
-      if (a.prefilled < len) continue;  // a chunk short of the prompt's end: its sample is not a token
-    }
+    a.cached += a.chunk;
+    if (a.cached < a.total()) continue;  // a chunk short of the end: its sample is not a token
     a.output.push_back(next[j]);
     const bool complete = a.request.constraint && a.request.constraint->accept(next[j]);
     const bool stopped = complete || (a.request.eos >= 0 && next[j] == a.request.eos);
     a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
     out.tokens.push_back({a.request.id, next[j], a.done, stopped});
   }
-  // Finished requests leave: their sequences and reservations are returned.
+  // Finished requests leave: their sequences (or the prefix cache keeps them) and reservations
+  // are returned.
   auto finished = [](const Active& a) { return a.done; };
-  for (const Active& a : running_)
-    if (finished(a)) {
-      engine_.release(a.seq);
-      kv_reserved_ -= reservation(a.request);
-    }
+  for (Active& a : running_)
+    if (finished(a)) finish(a);
   running_.erase(std::remove_if(running_.begin(), running_.end(), finished), running_.end());
+  if (paged_) counters_.peak_blocks = std::max(counters_.peak_blocks, engine_.kv_blocks()->used_blocks());
   return out;
+}
+
+void Scheduler::finish(Active& a) {
+  kv_reserved_ -= reservation(a.request);
+  if (!o_.prefix_caching) {
+    engine_.release(a.seq);
+    return;
+  }
+  CachedPrefix c;
+  c.seq = a.seq;
+  c.adapter = a.request.adapter;
+  c.tokens.reserve(static_cast<size_t>(a.cached));
+  for (int i = 0; i < a.cached; ++i) c.tokens.push_back(a.token(i));
+  c.used = ++clock_;
+  for (CachedPrefix& kept : cache_)
+    if (kept.adapter == c.adapter && kept.tokens.size() >= c.tokens.size() &&
+        std::equal(c.tokens.begin(), c.tokens.end(), kept.tokens.begin())) {
+      engine_.release(c.seq);  // a kept sequence covers this one
+      kept.used = c.used;
+      return;
+    }
+  // A kept prefix of this one is covered by it: released (its blocks are this one's too, as far
+  // as they were shared).
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    const bool covered = it->adapter == c.adapter && it->tokens.size() <= c.tokens.size() &&
+                         std::equal(it->tokens.begin(), it->tokens.end(), c.tokens.begin());
+    if (!covered) {
+      ++it;
+      continue;
+    }
+    engine_.release(it->seq);
+    it = cache_.erase(it);
+  }
+  cache_.push_back(std::move(c));
 }
 
 }  // namespace ib::serve

@@ -12,9 +12,22 @@
 //   has finished, its prompts are prefilled, and it decodes until every member is done; nothing
 //   joins in between.
 //
-// KV admission: a request reserves prompt + max_tokens positions of the KV budget when it is
-// admitted (the engine's caches are contiguous per sequence, sized at admission), so a running
-// request never runs out of cache and nothing is preempted.
+// KV admission, two ways:
+// - Contiguous engine: a request reserves prompt + max_tokens positions of the KV budget when it
+//   is admitted (its cache is sized then), so a running request never runs out and nothing is
+//   preempted.
+// - Paged engine (Model::enable_paged_kv, vLLM's PagedAttention): blocks are taken as sequences
+//   grow. A request is admitted when the blocks its first chunk needs are free; when a step's
+//   rows need more blocks than are free, cached prefixes are evicted (least recently used first),
+//   then the running request admitted last is preempted by recompute (vLLM's default): its
+//   blocks return to the pool and it waits at the front of the queue, to prefill its prompt and
+//   the tokens it already emitted again when it is readmitted. Static batching reserves each
+//   member's prompt + max_tokens blocks instead, so its batches are never preempted.
+// - Prefix caching (paged, continuous; vLLM's --enable-prefix-caching): a finished request's
+//   sequence is kept with its tokens; a new request whose tokens start with those of a kept
+//   sequence or of a running request's cached ones shares them (the blocks by reference count,
+//   the partial last block copied on its first write, nothing else copied) and prefills only
+//   what follows.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +48,8 @@ struct SchedulerOptions {
   int max_seqs = 16;            // requests running at once (vLLM max_num_seqs)
   int token_budget = 512;       // tokens per forward pass (vLLM max_num_batched_tokens)
   int long_prefill = 0;         // chunked: prompt tokens one request takes per step at most; 0 = the budget
-  int64_t kv_tokens = 0;        // KV positions reserved over all running requests at most; 0 = unbounded
+  int64_t kv_tokens = 0;        // contiguous engine: KV positions reserved over all running requests at most; 0 = unbounded
+  bool prefix_caching = false;  // paged engine, continuous batching: finished requests' blocks kept for later prompts
   model::SamplingParams sampling;
 };
 
@@ -46,6 +60,18 @@ struct StepResult {
   int decode_rows = 0;            // requests that decoded one token
   int prefill_tokens = 0;         // prompt tokens run
   int prefill_requests = 0;       // requests with prompt tokens in the pass
+  int prefix_hit_tokens = 0;      // prompt tokens admitted requests found cached (prefix caching)
+  int preempted = 0;              // running requests preempted (their blocks freed) to make room
+};
+
+// What the scheduler has done since it was made (a server's /metrics counters).
+struct SchedulerCounters {
+  int64_t admitted = 0;           // first admissions (a readmission after preemption is not counted)
+  int64_t prompt_tokens = 0;      // of admitted requests
+  int64_t prefix_hit_tokens = 0;  // of those, found in the prefix cache
+  int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;  // tokens prefilled again after a preemption
+  int peak_blocks = 0;            // paged: the most KV blocks in use after a step
 };
 
 class Scheduler {
@@ -56,8 +82,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Why a request can never run ("" when it can): no prompt, no output, a prompt + output past the
-  // model's context or the KV budget, (unchunked) a prompt past the token budget, a token id
-  // outside the vocabulary. Reads only the options: safe from any thread.
+  // model's context, the KV budget or the block pool, (unchunked) a prompt past the token budget,
+  // a token id outside the vocabulary. Reads only the options: safe from any thread.
   std::string check(const Request& r) const;
   // Queues a request (FCFS) when check() finds nothing; returns check()'s reason.
   std::string submit(Request r);
@@ -69,29 +95,63 @@ class Scheduler {
 
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
-  int64_t kv_reserved() const { return kv_reserved_; }  // 0 when nothing runs: every reservation returned
+  // Contiguous: KV positions reserved; static batching on a paged engine: blocks reserved. 0 when
+  // nothing runs: every reservation returned.
+  int64_t kv_reserved() const { return kv_reserved_; }
   int64_t steps() const { return steps_; }
+  const SchedulerCounters& counters() const { return counters_; }
+  int cached_prefixes() const { return static_cast<int>(cache_.size()); }
+  // Releases the prefix cache's sequences (their blocks return unless a running request shares them).
+  void clear_prefix_cache();
 
  private:
   struct Active {
     Request request;
-    int seq = -1;
-    int prefilled = 0;            // prompt tokens in the cache
-    std::vector<int32_t> output;  // generated so far
+    int seq = -1;                 // -1 while waiting
+    int cached = 0;               // tokens of prompt + output in the sequence's cache
+    std::vector<int32_t> output;  // generated so far (kept across a preemption)
     int chunk = 0;                // this step's rows
     bool done = false;            // its last token emitted
+    bool ran = false;             // its first rows have run (admitted once)
+    int lost = 0;                 // tokens its preemptions dropped from the cache (to compute again)
+    int total() const { return static_cast<int>(request.prompt.size() + output.size()); }
+    int32_t token(int i) const {
+      const int n = static_cast<int>(request.prompt.size());
+      return i < n ? request.prompt[static_cast<size_t>(i)] : output[static_cast<size_t>(i - n)];
+    }
+    bool decoding() const { return !output.empty() && cached == total() - 1; }
   };
-  int64_t reservation(const Request& r) const { return static_cast<int64_t>(r.prompt.size()) + r.max_tokens; }
-  bool admit_front();      // the first waiting request into running_, if the limits let it
-  void plan_continuous();  // each running request's chunk, admissions
+  // A finished request's sequence kept for prefix caching: its cached tokens, computed with its
+  // adapter's projections (only a request of the same adapter may reuse them).
+  struct CachedPrefix {
+    int seq = -1;
+    int adapter = -1;
+    std::vector<int32_t> tokens;
+    uint64_t used = 0;  // LRU clock
+  };
+  int64_t reservation(const Request& r) const;  // positions (contiguous) or blocks (static, paged)
+  int blocks_for(int64_t tokens) const;
+  bool admit_front(int budget, int cap);  // the first waiting request into running_, if the limits let it
+  void plan_continuous(StepResult& out);  // each running request's chunk, admissions
   void plan_static();
+  // Paged: preempts (LIFO) and evicts cached prefixes until the running requests' chunks fit the
+  // free blocks; returns whether anything was preempted.
+  bool fit_blocks(StepResult& out);
+  int planned_blocks() const;  // blocks the running requests' chunks need
+  bool evict_prefix();         // the least recently used cached prefix released; false if none
+  void preempt_last(StepResult& out);
+  void finish(Active& a);  // its sequence released, or kept in the prefix cache
 
   model::Model& engine_;
   SchedulerOptions o_;
-  std::deque<Request> waiting_;
+  bool paged_ = false;
+  std::deque<Active> waiting_;   // FCFS; preempted requests rejoin at the front
   std::vector<Active> running_;  // in admission order
+  std::vector<CachedPrefix> cache_;
+  uint64_t clock_ = 0;
   int64_t kv_reserved_ = 0;
   int64_t steps_ = 0;
+  SchedulerCounters counters_;
 };
 
 const char* to_string(Batching b);

@@ -17,7 +17,7 @@ struct ServeKeys {
           system_prompt = 0;
   double qps = 0, burstiness = 1, long_share = 0;
   Arrival arrival = Arrival::Poisson;
-  int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0;
+  int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0, kv_blocks = 0, block_size = 16;
   double temperature = 0, slo_ttft = 0, slo_tpot = 0;
   int64_t workload_seed = 0;
 };

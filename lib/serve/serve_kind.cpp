@@ -62,6 +62,13 @@ const ParamSet<ServeKeys>& serve_keys() {
                                     "KV-cache positions over all running requests; a request reserves prompt + output "
                                     "tokens when admitted (0: no bound but max_seqs)",
                                     Value(int64_t{0}), 0.0));
+    out.add(&P::kv_blocks, key_spec("kv_blocks", ParamType::Int,
+                                    "paged KV: the engine's pool of blocks, taken as sequences grow (admission by free "
+                                    "blocks, preemption by recompute when they run out); 0: contiguous caches, except "
+                                    "cpu_prefix's pool sized for max_seqs of the load's longest requests",
+                                    Value(int64_t{0}), 0.0));
+    out.add(&P::block_size, key_spec("block_size", ParamType::Int, "paged KV: tokens per block (vLLM's default 16)",
+                                     Value(int64_t{16}), 1.0, 1024.0));
     out.add(&P::temperature,
             key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend (validation always runs greedy)",
                      Value(0.0), 0.0));
@@ -100,14 +107,21 @@ KindInfo serve_kind() {
   k.group = "serve";
   k.doc =
       "A server under load: requests arrive over time (Poisson or bursty at a QPS, prompt and output lengths fixed or "
-      "drawn, long prompts mixed in), served in real time by an iteration-level scheduler over the engine: static batching "
-      "(the baseline), continuous batching, continuous batching with chunked prefill. Reported as vLLM's serving benchmark "
+      "drawn, long prompts mixed in, a shared system prompt), served in real time by an iteration-level scheduler over the "
+      "engine: static batching (the baseline), continuous batching, continuous batching with chunked prefill, and that "
+      "over a paged KV cache with prefix caching (a hit shares the cached blocks). Reported as vLLM's serving benchmark "
       "does: TTFT, TPOT, ITL, E2E percentiles, queueing delay, request and token throughput, goodput under SLOs. Each "
       "variant is first checked: a served greedy load's requests against each generated alone on the CPU engine, and "
       "every KV reservation returned.";
   k.keys = serve_keys().keys();
   for (auto& t : model::text_prompt_keys()) k.keys.push_back(std::move(t));
-  k.check = [](const auto& values) {
+  k.check = [](const auto& values) -> std::optional<KeyProblem> {
+    if (auto it = values.find("block_size"); it != values.end())
+      for (const Value& v : it->second) {
+        const int64_t bs = std::get<int64_t>(v);
+        if ((bs & (bs - 1)) != 0)
+          return KeyProblem{{"block_size"}, fmt::format("block_size {} is not a power of two (8, 16, 32, ...)", bs)};
+      }
     if (auto problem = model::check_model_weights(values)) return problem;
     return model::check_text_prompts(values);
   };
@@ -119,30 +133,36 @@ const KindRegistration registration(serve_kind());
 const VariantRegistration reg_static("serve-load",
                                      {"static", Backend::Cuda,
                                       "static batching on the CUDA engine: a batch formed when the last ends, run to completion"},
-                                     IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Static, false)));
+                                     IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Static, false, false)));
 const VariantRegistration reg_continuous("serve-load",
                                          {"continuous", Backend::Cuda,
                                           "continuous batching on the CUDA engine, whole prompts (no chunking)"},
-                                         IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Continuous, false)));
+                                         IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Continuous, false, false)));
 const VariantRegistration reg_chunked("serve-load",
                                       {"chunked", Backend::Cuda,
                                        "continuous batching on the CUDA engine with chunked prefill mixed into decode steps"},
-                                      IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Continuous, true)));
+                                      IB_IF_CUDA(make_variant<ServeLoad>(Backend::Cuda, Batching::Continuous, true, false)));
 const VariantRegistration reg_cpu_static("serve-load",
                                          {"cpu_static", Backend::Cpu,
                                           "static batching on the CPU engine: a batch formed when the last ends, run to "
                                           "completion (the baseline)"},
-                                         make_variant<ServeLoad>(Backend::Cpu, Batching::Static, false));
+                                         make_variant<ServeLoad>(Backend::Cpu, Batching::Static, false, false));
 const VariantRegistration reg_cpu_continuous("serve-load",
                                              {"cpu_continuous", Backend::Cpu,
                                               "continuous batching on the CPU engine: requests join and leave at every step; "
                                               "whole prompts"},
-                                             make_variant<ServeLoad>(Backend::Cpu, Batching::Continuous, false));
+                                             make_variant<ServeLoad>(Backend::Cpu, Batching::Continuous, false, false));
 const VariantRegistration reg_cpu_chunked("serve-load",
                                           {"cpu_chunked", Backend::Cpu,
                                            "continuous batching on the CPU engine with chunked prefill: prompt chunks mixed "
                                            "into the decode steps (Sarathi-Serve)"},
-                                          make_variant<ServeLoad>(Backend::Cpu, Batching::Continuous, true));
+                                          make_variant<ServeLoad>(Backend::Cpu, Batching::Continuous, true, false));
+const VariantRegistration reg_cpu_prefix("serve-load",
+                                         {"cpu_prefix", Backend::Cpu,
+                                          "continuous batching with chunked prefill on the CPU engine's paged KV cache, with "
+                                          "prefix caching: a request whose prompt starts with a finished one's shares its "
+                                          "blocks (vLLM's --enable-prefix-caching)"},
+                                         make_variant<ServeLoad>(Backend::Cpu, Batching::Continuous, true, true));
 
 }  // namespace
 }  // namespace ib::serve

@@ -63,6 +63,7 @@ SchedulerOptions ServeLoad::options(bool greedy) const {
   o.token_budget = static_cast<int>(keys_.token_budget);
   o.long_prefill = static_cast<int>(keys_.long_prefill);
   o.kv_tokens = keys_.kv_tokens;
+  o.prefix_caching = prefix_caching_;
   o.sampling.temperature = greedy ? 0.0f : static_cast<float>(keys_.temperature);
   o.sampling.seed = seed_;
   return o;
@@ -89,6 +90,15 @@ void ServeLoad::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   } else {
     engine_ = model::make_cpu_model(config_, *weights_);
   }
+  if (keys_.kv_blocks > 0 || prefix_caching_) {
+    if (backend_ == Backend::Cuda) throw InputError("kv_blocks: the CUDA engine has no paged KV cache yet");
+    int64_t longest = 0;
+    for (const Request& r : trace_) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+    // Unset: a pool as large as max_seqs contiguous caches of the load's longest request.
+    const int64_t blocks =
+        keys_.kv_blocks > 0 ? keys_.kv_blocks : keys_.max_seqs * ((longest + keys_.block_size - 1) / keys_.block_size);
+    engine_->enable_paged_kv(static_cast<int>(std::min<int64_t>(blocks, 1 << 30)), static_cast<int>(keys_.block_size));
+  }
   Scheduler check(*engine_, options(true));  // the options are refused here, before anything runs
 }
 
@@ -96,16 +106,24 @@ Validation ServeLoad::validate(BackendRuntime&) {
   // One whole load, greedy, as the timed runs will serve it (the schedule does not depend on the
   // tokens: output lengths are fixed).
   LoadResult served;
+  const kvcache::BlockManager* blocks = engine_->kv_blocks();
   {
     Scheduler s(*engine_, options(true));
     served = run_load(s, trace_, &interrupted);
-    if (s.kv_reserved() != 0 || engine_->kv_bytes() != 0)
+    s.clear_prefix_cache();
+    const int64_t held = blocks ? blocks->used_blocks() : engine_->kv_bytes();
+    if (s.kv_reserved() != 0 || held != 0)
       return {false, "leaked", static_cast<double>(s.kv_reserved()), 0,
-              fmt::format("after the load {} KV positions are still reserved and the engine holds {} bytes of cache",
-                          s.kv_reserved(), engine_->kv_bytes())};
+              fmt::format("after the load {} KV reservations are still held and the engine holds {} {} of cache", s.kv_reserved(),
+                          held, blocks ? "blocks" : "bytes")};
   }
-  if (engine_->kv_bytes() != 0)
+  if (blocks) {
+    blocks->check_invariants();  // every reference count matches the tables; no block leaked
+    if (blocks->used_blocks() != 0)
+      return {false, "leaked", static_cast<double>(blocks->used_blocks()), 0, "the scheduler left sequences in the engine"};
+  } else if (engine_->kv_bytes() != 0) {
     return {false, "leaked", static_cast<double>(engine_->kv_bytes()), 0, "the scheduler left sequences in the engine"};
+  }
   size_t refused = 0;
   for (const RequestRecord& r : served.requests) refused += !r.refused.empty();
   std::vector<size_t> checked;
@@ -141,16 +159,19 @@ Validation ServeLoad::validate(BackendRuntime&) {
             fmt::format("{} checked requests ended short of their max_tokens", incomplete)};
   return {wrong == 0, "mismatches", static_cast<double>(wrong), 0,
           fmt::format("{} requests ({} tokens) of a served greedy load vs each generated alone on the CPU engine: {} identical, "
-                      "{} part at a near-tie of the reference's logits (within {:g} of the top){}; every KV reservation "
+                      "{} part at a near-tie of the reference's logits (within {:g} of the top){}; every KV {} "
                       "returned; {} of {} requests refused",
-                      checked.size(), tokens, checked.size() - wrong - ties, ties, tie, first_wrong, refused,
-                      served.requests.size())};
+                      checked.size(), tokens, checked.size() - wrong - ties, ties, tie, first_wrong,
+                      blocks ? "block" : "reservation", refused, served.requests.size())};
 }
 
 void ServeLoad::run(BackendRuntime&) {
+  const kvcache::BlockManager* blocks = engine_->kv_blocks();
+  const int64_t copies = blocks ? blocks->copies_made() : 0;
   Scheduler s(*engine_, options(false));
   const LoadResult r = run_load(s, trace_, &interrupted);
   runs_.push_back(summarize_load(r, Slo{keys_.slo_ttft, keys_.slo_tpot}));
+  if (blocks) paged_runs_.push_back({s.counters(), blocks->copies_made() - copies, s.counters().peak_blocks});
 }
 
 std::vector<Metric> ServeLoad::metrics() const {
@@ -158,7 +179,8 @@ std::vector<Metric> ServeLoad::metrics() const {
   // Each metric's median over the runs: one run of a load is one draw of its arrival timing and
   // of the machine's noise.
   std::vector<std::vector<Metric>> per_run;
-  for (const LoadSummary& s : runs_) per_run.push_back(metrics_of(s));
+  for (size_t i = 0; i < runs_.size(); ++i)
+    per_run.push_back(metrics_of(runs_[i], i < paged_runs_.size() ? &paged_runs_[i] : nullptr));
   std::vector<Metric> m = per_run.front();
   for (size_t k = 0; k < m.size(); ++k) {
     std::vector<double> v;
@@ -169,7 +191,7 @@ std::vector<Metric> ServeLoad::metrics() const {
   return m;
 }
 
-std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s) const {
+std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s, const PagedRun* paged) const {
   std::vector<Metric> m = {
       {"ttft p50", s.ttft.p50 * 1e3, "ms"},
       {"ttft p99", s.ttft.p99 * 1e3, "ms"},
@@ -190,6 +212,14 @@ std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s) const {
     m.push_back({"ttft short p99", s.ttft_short.p99 * 1e3, "ms"});
     m.push_back({"ttft long p99", s.ttft_long.p99 * 1e3, "ms"});
   }
+  if (paged) {
+    const SchedulerCounters& c = paged->counters;
+    const double hit = c.prompt_tokens > 0 ? 100.0 * static_cast<double>(c.prefix_hit_tokens) / c.prompt_tokens : 0.0;
+    m.push_back({"prefix hit", hit, "%"});
+    m.push_back({"preempted", static_cast<double>(c.preemptions), ""});
+    m.push_back({"block copies", static_cast<double>(paged->block_copies), ""});
+    m.push_back({"peak blocks", static_cast<double>(paged->peak_blocks), ""});
+  }
   return m;
 }
 
@@ -202,6 +232,8 @@ std::string ServeLoad::note() const {
   if (chunked_ && batching_ == Batching::Continuous && keys_.long_prefill > 0)
     s += fmt::format(", long_prefill {}", keys_.long_prefill);
   if (keys_.kv_tokens > 0) s += fmt::format(", kv_tokens {}", keys_.kv_tokens);
+  if (const kvcache::BlockManager* b = engine_ ? engine_->kv_blocks() : nullptr)
+    s += fmt::format(", paged KV {} blocks of {}{}", b->num_blocks(), b->block_size(), prefix_caching_ ? ", prefix caching" : "");
   s += fmt::format("); metrics: medians of {} run{}", runs_.size(), runs_.size() == 1 ? "" : "s");
   return s;
 }

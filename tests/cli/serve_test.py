@@ -227,7 +227,48 @@ def plain(binary, src):
         if s.p.poll() is None:
             s.p.kill()
     lora(binary, src)
+    paged(binary, src)
     print("serve_test: plain HTTP: all checks passed")
+
+
+def paged(binary, src):
+    """A paged KV cache too small for four requests at once, with prefix caching: requests sent
+    together are preempted and recomputed yet each gets the text it gets alone; a repeated prompt
+    is a prefix hit with transformers' greedy text; /metrics counts both."""
+    model = os.path.join(src, "data/models/ib-draft-1m")
+    golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
+    s = Server(binary, model, "--kv-blocks", "24", "--block-size", "8", "--enable-prefix-caching")
+    try:
+        n = len(golden["greedy_ids"])
+        body = {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": n, "temperature": 0, "ignore_eos": True}
+        for attempt in ("miss", "hit"):
+            status, r = s.json("POST", "/v1/completions", body)
+            check(status == 200 and r["choices"][0]["text"] == golden["greedy_text"],
+                  f"paged, prefix {attempt}: {status} {r}")
+        m = s.metrics()
+        check(m["prefix_cache_hits_total"] >= len(golden["prompt_ids"]) - 1,
+              f"a repeated prompt found {m['prefix_cache_hits_total']} cached tokens of {len(golden['prompt_ids'])}")
+        prompts = [f"{golden['prompt']} # part {i}" for i in range(8)]
+        def ask(p):
+            return s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": p, "max_tokens": 64,
+                                                      "temperature": 0, "ignore_eos": True})
+        alone = [ask(p)[1]["choices"][0]["text"] for p in prompts]
+        got = [None] * len(prompts)
+        def one(i):
+            got[i] = ask(prompts[i])
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        for i, (status, r) in enumerate(got):
+            check(status == 200 and r["choices"][0]["text"] == alone[i],
+                  f"request {i} sent with seven others: {status} {r} != alone {alone[i]!r}")
+        m = s.metrics()
+        check(m["num_preemptions_total"] > 0, f"192 KV positions for four requests of ~80 tokens: no preemption ({m})")
+        check(m["num_requests_running"] == 0 and m["kv_blocks_used"] <= m["kv_blocks_total"] == 24, f"blocks: {m}")
+        check(s.stop() == 130, f"paged server's exit: {''.join(s.err)}")
+    finally:
+        if s.p.poll() is None:
+            s.p.kill()
 
 
 def lora(binary, src):

@@ -1,14 +1,15 @@
 // The serving scheduler (serve/scheduler.h) on the CPU engine: every request gets its tokens and
 // every reservation comes back; greedy outputs equal each request generated alone under every
 // policy; the token budget, chunked prefill's per-request cap, static batching's closed batch and
-// KV admission hold step by step. The workload's arrivals and lengths, the load's metrics on
-// known times, and the `serve-load` kind through the runner.
+// KV admission hold step by step; on a paged KV cache, preemption by recompute and prefix caching. The workload's arrivals and
+// lengths, the load's metrics on known times, and the `serve-load` kind through the runner.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -221,6 +222,128 @@ TEST(ServeScheduler, KvBudgetBoundsWhatRunsAndRefusesWhatCannotFit) {
                InputError);
 }
 
+// The same engine with a paged KV cache of `blocks` blocks of 4 tokens.
+struct PagedEngine : ServeEngine {
+  explicit PagedEngine(int blocks) { engine->enable_paged_kv(blocks, 4); }
+  const kvcache::BlockManager& blocks() const { return *engine->kv_blocks(); }
+};
+
+TEST(ServePaged, EveryPolicyOnPagedKvGivesEachRequestItsGenerationAloneAndReturnsEveryBlock) {
+  const auto rs = mixed_requests();
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  for (auto [b, chunked, prefix] : {std::tuple{Batching::Static, false, false},
+                                    {Batching::Continuous, false, false},
+                                    {Batching::Continuous, true, false},
+                                    {Batching::Continuous, true, true}}) {
+    SCOPED_TRACE(std::string(to_string(b)) + (chunked ? " chunked" : "") + (prefix ? " prefix" : ""));
+    PagedEngine e(64);
+    SchedulerOptions o = policy(b, chunked);
+    o.prefix_caching = prefix;
+    if (!chunked) o.token_budget = 80;
+    Scheduler s(*e.engine, o);
+    for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+    const auto got = drain(s);
+    for (const Request& r : rs) EXPECT_EQ(got.at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+    EXPECT_EQ(s.kv_reserved(), 0);
+    EXPECT_EQ(s.counters().preemptions, 0);  // 64 blocks hold three of these at once
+    s.clear_prefix_cache();
+    EXPECT_EQ(e.blocks().used_blocks(), 0);
+    e.blocks().check_invariants();
+  }
+}
+
+// A pool too small for the requests running at once: the last admitted is preempted, recomputed
+// later, and still gets exactly its tokens; the blocks in use never pass the pool.
+TEST(ServePaged, BlocksRunningOutPreemptByRecomputeAndLoseNoToken) {
+  std::vector<Request> rs;
+  for (int i = 0; i < 5; ++i) rs.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  PagedEngine e(16);  // 64 positions; the five need 24 to 38 each
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.max_seqs = 4;
+  Scheduler s(*e.engine, o);
+  for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+  EXPECT_NE(s.submit(serve_request(9, 60, 10, 1)), "");  // 70 positions: 18 blocks, never fits
+  std::vector<StepResult> steps;
+  const auto got = drain(s, &steps);
+  for (const Request& r : rs) EXPECT_EQ(got.at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+  int preempted = 0;
+  for (const StepResult& st : steps) preempted += st.preempted;
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(s.counters().preemptions, preempted);
+  EXPECT_GT(s.counters().recomputed_tokens, 0);
+  EXPECT_LE(s.counters().peak_blocks, 16);
+  EXPECT_EQ(s.counters().admitted, 5);  // a readmission is not a new admission
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+}
+
+// Requests sharing a 41-token system prompt, one after another: each after the first finds the
+// prompt in the cache and prefills only its own part; the hit shares blocks (the one partial
+// block copied on its first write, nothing else); outputs are those of each request alone.
+TEST(ServePaged, APrefixHitPrefillsOnlyWhatFollowsAndCopiesAtMostTheHitsPartialBlock) {
+  const Request system = serve_request(0, 41, 1, 5);
+  std::vector<Request> rs;
+  for (int i = 0; i < 4; ++i) {
+    Request r = serve_request(i, 6, 5, 70 + static_cast<uint64_t>(i));
+    r.prompt.insert(r.prompt.begin(), system.prompt.begin(), system.prompt.end());
+    rs.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  PagedEngine e(64);
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.prefix_caching = true;
+  o.token_budget = 64;
+  o.long_prefill = 0;
+  Scheduler s(*e.engine, o);
+  for (const Request& r : rs) {
+    ASSERT_EQ(s.submit(r), "");
+    const int64_t copies = e.blocks().copies_made();
+    std::vector<StepResult> steps;
+    EXPECT_EQ(drain(s, &steps).at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+    ASSERT_FALSE(steps.empty());
+    if (r.id == 0) {
+      EXPECT_EQ(steps[0].prefix_hit_tokens, 0);
+      EXPECT_EQ(steps[0].prefill_tokens, 47);
+    } else {
+      EXPECT_GE(steps[0].prefix_hit_tokens, 41) << "request " << r.id;
+      EXPECT_EQ(steps[0].prefill_tokens, 47 - steps[0].prefix_hit_tokens) << "request " << r.id;
+      EXPECT_LE(e.blocks().copies_made() - copies, 1) << "request " << r.id;  // only the partial block
+    }
+    EXPECT_EQ(s.cached_prefixes(), static_cast<int>(r.id) + 1);  // none covers another
+  }
+  EXPECT_GE(s.counters().prefix_hit_tokens, 3 * 41);
+  // The pool is full of cached prefixes only when a request needs it: a long request evicts them.
+  Request big = serve_request(9, 200, 8, 9);
+  ASSERT_EQ(s.submit(big), "");
+  drain(s);
+  EXPECT_LT(s.cached_prefixes(), 5);
+  s.clear_prefix_cache();
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+  // Prefix caching needs the paged cache and continuous batching; kv_tokens is the contiguous bound.
+  ServeEngine flat;
+  SchedulerOptions bad = o;
+  EXPECT_THROW(Scheduler(*flat.engine, bad), InputError);
+  bad.batching = Batching::Static;
+  EXPECT_THROW(Scheduler(*e.engine, bad), InputError);
+  bad = policy(Batching::Continuous, true);
+  bad.kv_tokens = 100;
+  EXPECT_THROW(Scheduler(*e.engine, bad), InputError);
+}
+
 TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
   auto gaps_of = [](const std::vector<Request>& t) {
     std::vector<double> g;
@@ -320,10 +443,11 @@ TEST(ServeLoadKind, EveryPolicyPassesItsCheckAndCountsRefusals) {
   const auto r = testing::run_spec_text("{warmup: 0, min_samples: 1, min_time: 0, timeout: 20s}", R"(
   - name: t
     kind: serve-load
-    variants: [cpu_static, cpu_continuous, cpu_chunked]
+    variants: [cpu_static, cpu_continuous, cpu_chunked, cpu_prefix]
     baseline: cpu_static
     model: tiny
     requests: 12
+    system_prompt: 20
     qps: 200
     prompt_len: 6
     prompt_len_max: 30
@@ -332,11 +456,11 @@ TEST(ServeLoadKind, EveryPolicyPassesItsCheckAndCountsRefusals) {
     long_share: 0.2
     long_prompt: 90
     max_seqs: 4
-    token_budget: 96
+    token_budget: 128
     long_prefill: 16
     slo_ttft: 10s
 )");
-  testing::expect_all_ok(r, 3);
+  testing::expect_all_ok(r, 4);
   // Every variant served the same load (its note describes it: arrival span, lengths).
   auto load_of = [](const std::string& note) { return note.substr(0, note.find("tokens mean")); };
   for (const auto& row : r.rows) EXPECT_EQ(load_of(row.message), load_of(r.rows[0].message)) << row.message;
@@ -345,7 +469,12 @@ TEST(ServeLoadKind, EveryPolicyPassesItsCheckAndCountsRefusals) {
     EXPECT_GT(testing::metric(row, "tok/s"), 0) << row.variant;
     EXPECT_GE(testing::metric(row, "ttft p99"), testing::metric(row, "ttft p50")) << row.variant;
     EXPECT_GT(testing::metric(row, "goodput"), 0) << row.variant;
-    EXPECT_NE(row.validation->detail.find("every KV reservation returned"), std::string::npos);
+    const bool paged = row.variant == "cpu_prefix";
+    EXPECT_NE(row.validation->detail.find(paged ? "every KV block returned" : "every KV reservation returned"),
+              std::string::npos);
+    if (paged) {
+      EXPECT_GT(testing::metric(row, "prefix hit"), 0) << "12 requests share a 20-token system prompt";
+    }
   }
 }
 

@@ -69,7 +69,7 @@ void matmul(const float* x, int rows, int in, const float* wt, int out, const fl
 struct KvRows {
   float* base = nullptr;  // contiguous: position 0; paged: position 0 of block 0 of this run of the pool
   const int32_t* table = nullptr;
-  size_t block_stride = 0;  // floats from one block to the next
+  size_t block_stride = 0;     // floats from one block to the next
   int block_shift = 0, d = 0;  // blocks of 1 << block_shift positions (a division per key would cost more than its dot)
   float* row(int p) const {
     if (!table) return base + static_cast<size_t>(p) * static_cast<size_t>(d);

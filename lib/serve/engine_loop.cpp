@@ -148,6 +148,13 @@ void EngineLoop::run() {
       streams_.clear();
       continue;
     }
+    for (const auto& [id, why] : result.failed) {  // that request alone
+      auto it = streams_.find(id);
+      if (it == streams_.end()) continue;
+      it->second->fail(fmt::format("request {}: {}", id, why));
+      streams_.erase(it);
+      ++counters_.failed;
+    }
     for (const Emitted& e : result.tokens) {
       auto it = streams_.find(e.request);
       if (it == streams_.end()) continue;

@@ -6,7 +6,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
+
 namespace ib::serve {
+
+std::string dump_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 namespace {
 
 using nlohmann::json;
@@ -22,7 +27,7 @@ double number_field(const json& v, const std::string& name, double lo, double hi
   if (!v.is_number()) refuse(name, fmt::format("'{}' must be a number", name));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
-    refuse(name, fmt::format("'{}' must be in [{}, {}], not {}", name, lo, hi, v.dump()));
+    refuse(name, fmt::format("'{}' must be in [{}, {}], not {}", name, lo, hi, dump_json(v)));
   return x;
 }
 
@@ -33,13 +38,23 @@ int64_t int_field(const json& v, const std::string& name, int64_t lo, int64_t hi
   return x;
 }
 
-// A request body: a JSON object, or a refusal saying why not.
+// A request body: a JSON object, or a refusal saying why not. Nesting is bounded as in a user's
+// files (a value copied or dumped recurses one frame per level: a schema nested 10^5 deep
+// overflowed a handler's stack); a number past a double's range is nlohmann's out_of_range, not a
+// parse_error, and both are refusals of the body, not faults of the server.
 json body_object(const std::string& body) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    refuse("", fmt::format("the body is not valid JSON: {}", e.what()));
+    j = parse_json_bounded(body, "the body");
+  } catch (const InputError& e) {
+    refuse("", e.what());
+  } catch (const json::out_of_range&) {
+    refuse("", "the body is not valid JSON: a number is out of range (past a double's)");
+  } catch (const json::exception& e) {
+    // nlohmann's reason without its "[json.exception.parse_error.101] " tag.
+    std::string why = e.what();
+    if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) why = why.substr(why.find("] ") + 2);
+    refuse("", fmt::format("the body is not valid JSON: {}", why));
   }
   if (!j.is_object()) refuse("", "the body must be a JSON object");
   return j;
@@ -106,7 +121,7 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
             refuse("response_format", fmt::format("unknown field 'json_schema.{}'", k));
         if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
           refuse("response_format", "response_format json_schema needs its 'schema' (a JSON Schema object)");
-        r.response_schema = js["schema"].dump();
+        r.response_schema = dump_json(js["schema"]);
       } else if (type != "text") {
         refuse("response_format",
                fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)", type));
@@ -190,7 +205,7 @@ std::string error_json(const ApiError& e) {
               {"type", e.type},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
               {"code", e.status}}}};
-  return j.dump();
+  return dump_json(j);
 }
 
 namespace {
@@ -218,7 +233,7 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
             {"model", model},
             {"choices", json::array({choice})},
             {"usage", usage_json(u)}};
-  return j.dump();
+  return dump_json(j);
 }
 
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
@@ -238,7 +253,7 @@ std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t cre
             {"model", model},
             {"choices", json::array({choice})}};
   if (r.include_usage) j["usage"] = nullptr;
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + dump_json(j) + "\n\n";
 }
 
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u) {
@@ -248,7 +263,7 @@ std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t crea
             {"model", model},
             {"choices", json::array()},
             {"usage", usage_json(u)}};
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + dump_json(j) + "\n\n";
 }
 
 std::string models_json(const std::string& model, int64_t created, int max_model_len, const std::vector<std::string>& adapters) {
@@ -264,7 +279,7 @@ std::string models_json(const std::string& model, int64_t created, int max_model
   };
   data.push_back(entry(model, nullptr));
   for (const std::string& a : adapters) data.push_back(entry(a, model));
-  return json({{"object", "list"}, {"data", data}}).dump();
+  return dump_json(json({{"object", "list"}, {"data", data}}));
 }
 
 std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, bool tokenize, ApiError& err) {
@@ -292,10 +307,10 @@ std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, b
 }
 
 std::string tokenize_json(const std::vector<int32_t>& tokens, int max_model_len) {
-  return json({{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", max_model_len}}).dump();
+  return dump_json(json({{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", max_model_len}}));
 }
 
-std::string detokenize_json(const std::string& text) { return json({{"prompt", text}}).dump(); }
+std::string detokenize_json(const std::string& text) { return dump_json(json({{"prompt", text}})); }
 
 std::string text_delta(const std::string& decoded, size_t& sent, bool final) {
   size_t end = decoded.size();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "model/sample.h"
 
 namespace ib::serve {
@@ -50,6 +52,9 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
 
 // The error object as OpenAI writes it: {"error": {"message", "type", "param", "code"}}.
 std::string error_json(const ApiError& e);
+// JSON text of a response: a string that is not UTF-8 (a path's bytes echoed in an error, a
+// decoded text cut inside a character) has its bad bytes replaced by U+FFFD instead of throwing.
+std::string dump_json(const nlohmann::json& j);
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;

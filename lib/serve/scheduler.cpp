@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <stdexcept>
 
@@ -284,6 +285,7 @@ StepResult Scheduler::step() {
   }
   if (rows.empty()) throw std::logic_error("Scheduler::step with nothing to run");
   std::vector<int32_t> next(rows.size());
+  std::vector<std::string> failure(rows.size());  // why row j's request cannot go on ("" when it can)
   bool own_sampling = false;
   for (size_t i : rows) own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr;
   const size_t V = static_cast<size_t>(engine_.config().vocab);
@@ -310,10 +312,14 @@ StepResult Scheduler::step() {
       // it is batched with.
       const float u = model::sample_uniform(sp.seed, a.output.size(), 0);
       const float* l = logits.data() + j * V;
+      if (!std::all_of(l, l + V, [](float x) { return std::isfinite(x); })) {
+        failure[j] = "its logits are not finite (NaN or Inf: the model's or its adapter's weights)";
+        continue;
+      }
       if (a.request.constraint) {
         const int left = a.request.max_tokens - static_cast<int>(a.output.size());
         next[j] = a.request.constraint->choose(l, static_cast<int>(V), sp, u, left);
-        if (next[j] < 0) throw std::logic_error(fmt::format("request {}: its constraint allows no token", a.request.id));
+        if (next[j] < 0) failure[j] = "its constraint allows no token here";
       } else {
         next[j] = model::sample_token(l, static_cast<int>(V), sp, u);
       }
@@ -322,8 +328,23 @@ StepResult Scheduler::step() {
     Active& a = running_[rows[j]];
     a.cached += a.chunk;
     if (a.cached < a.total()) continue;  // a chunk short of the end: its sample is not a token
+    // A request that cannot go on fails alone: its batch neighbours' tokens are unaffected.
+    auto fail = [&](const std::string& why) {
+      a.done = true;
+      out.failed.push_back({a.request.id, why});
+    };
+    if (!failure[j].empty()) {
+      fail(failure[j]);
+      continue;
+    }
+    bool complete = false;
+    if (a.request.constraint) try {
+        complete = a.request.constraint->accept(next[j]);
+      } catch (const std::exception& e) {
+        fail(e.what());
+        continue;
+      }
     a.output.push_back(next[j]);
-    const bool complete = a.request.constraint && a.request.constraint->accept(next[j]);
     const bool stopped = complete || (a.request.eos >= 0 && next[j] == a.request.eos);
     a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
     out.tokens.push_back({a.request.id, next[j], a.done, stopped});

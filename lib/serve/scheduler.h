@@ -62,6 +62,9 @@ struct StepResult {
   int prefill_requests = 0;       // requests with prompt tokens in the pass
   int prefix_hit_tokens = 0;      // prompt tokens admitted requests found cached (prefix caching)
   int preempted = 0;              // running requests preempted (their blocks freed) to make room
+  // Requests ended without a token in this step and why (a constraint that allows no token, its
+  // logits not finite): each fails alone, its sequence returned.
+  std::vector<std::pair<int64_t, std::string>> failed;
 };
 
 // What the scheduler has done since it was made (a server's /metrics counters).

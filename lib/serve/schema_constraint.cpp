@@ -25,6 +25,9 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
   compile_seconds_ = c.regex_seconds + c.dfa_seconds;
   masker_ = std::make_unique<constrain::BudgetMasker>(c.dfa, vocab_);
   state_ = c.dfa->start;
+  // Known at admission, so refused then: decoding it would fail at its first token.
+  if (masker_->constraint().dist[static_cast<size_t>(state_)] < 0)
+    throw InputError("response_format: no JSON document satisfies the schema (its language is empty)");
 }
 
 int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) {

@@ -33,6 +33,7 @@
 #include "core/spec.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "serve/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib {
@@ -339,6 +340,39 @@ TEST(Fuzz, JsonSchemaCompiler) {
       [](const std::exception& e) {
         return dynamic_cast<const constrain::SchemaError*>(&e) || dynamic_cast<const constrain::RegexError*>(&e);
       });
+}
+
+// The server's request bodies (#48): parse_api_request answers every input with a request or a
+// refusal (never an exception), and whatever it answers is valid JSON once written back.
+TEST(Fuzz, ServeRequestBody) {
+  const std::vector<std::string> seeds = {
+      R"({"model": "m", "prompt": "def f(x):", "max_tokens": 16, "temperature": 0, "stream": true,
+          "stream_options": {"include_usage": true}, "seed": 7, "top_p": 0.9, "top_k": 40, "ignore_eos": false})",
+      R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi \u00e9"}],
+          "max_completion_tokens": 32, "response_format": {"type": "json_schema", "json_schema": {"name": "p",
+          "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}})",
+      R"({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 4, "n": 1, "stop": [], "logprobs": null, "user": "u"})",
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"};
+  fuzz(
+      "serve-body", seeds,
+      {"\"model\":", "\"prompt\":", "\"messages\":[", "\"max_tokens\":", "1e400", "-0", "\"\\ud800\"", "\xff", "\xc3", "null",
+       "[[[[[[[[", "{\"not\":", "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":",
+       "\"stream_options\":{", "true", "9223372036854775808", "\"temperature\":"},
+      [&](const std::string& text) {
+        for (bool chat : {false, true}) {
+          serve::ApiError e;
+          const std::optional<serve::ApiRequest> r = serve::parse_api_request(text, chat, e);
+          if (!r) {
+            EXPECT_GE(e.status, 400);
+            EXPECT_LT(e.status, 500);
+            EXPECT_TRUE(nlohmann::json::accept(serve::error_json(e))) << serve::error_json(e).substr(0, 200);
+            continue;
+          }
+          EXPECT_TRUE(nlohmann::json::accept(serve::completion_json(*r, "id", 0, r->model, r->prompt, "stop", {1, 1})));
+          EXPECT_TRUE(nlohmann::json::accept(serve::stream_chunk(*r, "id", 0, r->model, r->prompt, "", true).substr(6)));
+        }
+      },
+      [](const std::exception&) { return false; });
 }
 
 TEST(Fuzz, RegexParser) {

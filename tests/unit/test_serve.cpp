@@ -344,6 +344,55 @@ TEST(ServePaged, APrefixHitPrefillsOnlyWhatFollowsAndCopiesAtMostTheHitsPartialB
   EXPECT_THROW(Scheduler(*e.engine, bad), InputError);
 }
 
+// A constraint that allows nothing from its `dead_at`-th token on (an empty language found late),
+// or throws when a token is accepted (a constraint's fault): greedy otherwise.
+class FailingConstraint : public TokenConstraint {
+ public:
+  FailingConstraint(int dead_at, bool throws) : dead_at_(dead_at), throws_(throws) {}
+  int32_t choose(const float* logits, int vocab, const model::SamplingParams&, float, int) override {
+    if (!throws_ && n_ >= dead_at_) return -1;
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  bool accept(int32_t) override {
+    if (throws_ && ++n_ > dead_at_) throw std::logic_error("the constraint's fault");
+    if (!throws_) ++n_;
+    return false;
+  }
+
+ private:
+  int dead_at_, n_ = 0;
+  bool throws_;
+};
+
+TEST(ServeScheduler, ARequestThatCannotGoOnFailsAloneAndItsNeighboursGetTheirTokens) {
+  for (bool throws : {false, true}) {
+    ServeEngine e;
+    Scheduler s(*e.engine, policy(Batching::Continuous, true));
+    std::vector<Request> rs = mixed_requests();
+    rs.resize(3);
+    for (Request& r : rs) r.max_tokens = 6;
+    rs[1].constraint = std::make_shared<FailingConstraint>(2, throws);
+    std::vector<std::vector<int32_t>> alone;
+    for (const Request& r : rs) alone.push_back(generate_alone(*e.engine, r));
+    for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+    std::map<int64_t, std::vector<int32_t>> got;
+    std::vector<std::pair<int64_t, std::string>> failed;
+    for (int guard = 0; s.has_work() && guard < 1000; ++guard) {
+      StepResult r = s.step();
+      for (const Emitted& t : r.tokens) got[t.request].push_back(t.token);
+      failed.insert(failed.end(), r.failed.begin(), r.failed.end());
+    }
+    ASSERT_EQ(failed.size(), 1u) << throws;
+    EXPECT_EQ(failed[0].first, 1);
+    EXPECT_NE(failed[0].second.find(throws ? "the constraint's fault" : "allows no token"), std::string::npos);
+    EXPECT_EQ(got[0], alone[0]);
+    EXPECT_EQ(got[2], alone[2]);
+    EXPECT_EQ(got[1].size(), 2u);  // its tokens before it failed, and nothing after
+    EXPECT_EQ(s.running(), 0);
+    EXPECT_EQ(e.engine->kv_bytes(), 0);  // its sequence returned too
+  }
+}
+
 TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
   auto gaps_of = [](const std::vector<Request>& t) {
     std::vector<double> g;

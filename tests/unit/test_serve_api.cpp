@@ -271,6 +271,34 @@ TEST(ServeApi, ResponseFormatCarriesTheSchema) {
             "response_format");
 }
 
+// What a hostile client sends is a 400 naming the body, and the error object is valid JSON
+// whatever bytes the input held (#48: the server died building the error of a 0xFF path).
+TEST(ServeApi, HostileBodiesAreRefusedAndTheirErrorsAreValidJson) {
+  auto refused_json = [](const std::string& body) {
+    const ApiError e = refusal_of(body, false);
+    EXPECT_EQ(e.status, 400) << body.substr(0, 80);
+    const std::string text = error_json(e);
+    json j;
+    EXPECT_NO_THROW(j = json::parse(text)) << text.substr(0, 200);
+    return e.message;
+  };
+  EXPECT_NE(refused_json("{\"model\": \"m\", \"prompt\": \"a\xff\xfe b\"}").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(refused_json(R"({"model": "m", "prompt": "x", "max_tokens": 1e400})").find("out of range"), std::string::npos);
+  EXPECT_NE(refused_json(R"({"model": "m", "prompt": "x", "temperature": -1e400})").find("out of range"), std::string::npos);
+  // A response_format schema nested 100,000 levels deep (a 1 MB body): refused before anything
+  // recurses over it.
+  std::string deep = R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": )";
+  for (int i = 0; i < 100000; ++i) deep += R"({"not": )";
+  deep += "{}" + std::string(100000, '}') + "}}}";
+  EXPECT_NE(refused_json(deep).find("nested deeper"), std::string::npos);
+  // An error that quotes bytes that are not UTF-8 (a path's): replaced, not thrown.
+  const std::string text = error_json({404, "not_found_error", "no route GET /\xff\xc3(", ""});
+  EXPECT_EQ(json::parse(text)["error"]["message"], "no route GET /\xEF\xBF\xBD\xEF\xBF\xBD(");
+  // A text decoded between two tokens of one character, in a response.
+  ApiRequest r;
+  EXPECT_TRUE(json::accept(completion_json(r, "id", 0, "m", "ab\xe2\x82", "length", {1, 1})));
+}
+
 // Our trained ib-draft-1m with its own tokenizer: a schema's documents through the scheduler.
 TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
   const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
@@ -314,6 +342,13 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
   }
   EXPECT_THROW(SchemaConstraint(R"({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]})", vocab),
                InputError);
+  // A schema no document satisfies is refused at admission (it failed its batch at its first token).
+  try {
+    SchemaConstraint(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", vocab);
+    ADD_FAILURE() << "an empty language was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

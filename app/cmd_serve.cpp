@@ -35,6 +35,7 @@ struct ServeOptions {
   int block_size = 16;
   bool prefix_caching = false;
   bool no_chunked_prefill = false;
+  serve::HttpOptions http;  // limits and origins (host, port and the model's names are set in serve())
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
   std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
@@ -100,7 +101,7 @@ int serve(const ServeOptions& s) {
   so.chunked_prefill = !s.no_chunked_prefill;
   so.prefix_caching = s.prefix_caching;
   serve::EngineLoop loop(*engine, so);
-  serve::HttpOptions ho;
+  serve::HttpOptions ho = s.http;
   ho.host = s.host;
   ho.port = s.port;
   ho.model_name = s.name.empty() ? std::filesystem::path(s.model).lexically_normal().filename().string() : s.name;
@@ -163,6 +164,24 @@ void register_serve(Cli& cli) {
   sub->add_option("--lora", s.lora,
                   "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "
                   "(vLLM's --lora-modules; repeatable)");
+  serve::HttpOptions& h = s.http;
+  sub->add_option("--max-body-bytes", h.max_body_bytes, "a request body larger than this is refused with 413")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  sub->add_option("--max-concurrent-requests", h.max_concurrent,
+                  "completions in flight at once; one more is refused with 429 and Retry-After")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-tokens-limit", h.max_tokens_limit,
+                  "a request's max_tokens at most (a larger one is refused with 400; 0: the model's context)")
+      ->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--http-threads", h.threads, "connections served at once (more wait in the listen backlog)")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--read-timeout", h.read_timeout_s, "seconds a client may stay silent while sending its request")
+      ->check(CLI::Range(1, 3600));
+  sub->add_option("--shutdown-grace", h.shutdown_grace_s,
+                  "seconds requests in flight may take to finish after Ctrl-C before they are cancelled")
+      ->check(CLI::Range(0.0, 3600.0));
+  sub->add_option("--allowed-origins", h.allowed_origins,
+                  "browser origins served (CORS), e.g. http://localhost:3000, or * for any; others are refused with 403");
   sub->add_option("--chat-template", s.chat_template,
                   "a chat message as text: {role} and {content} replaced (default \"{role}: {content}\\n\")");
   sub->add_option("--generation-prompt", s.generation_prompt,

@@ -1,10 +1,19 @@
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.h"
 #include "constrain/vocab.h"
@@ -30,6 +39,11 @@ struct HttpServer::Impl {
   std::shared_ptr<const constrain::Vocabulary> vocab;  // the tokens as bytes, for response_format
   std::string vocab_problem;                           // why response_format cannot be served ("" if it can)
   std::atomic<int64_t> refused{0}, http_requests{0}, next_id{0};
+  std::atomic<bool> draining{false};  // stop() was called: no new completions
+  std::atomic<int> in_flight{0};      // completions being answered (a stream until its last write)
+  std::atomic<int> listen_fd{-1};     // the listening socket, for its backlog (bind())
+  std::mutex ids_m;
+  std::set<int64_t> ids;  // the engine's ids of the completions in flight, cancelled past the grace period
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizer::Tokenizer> t, HttpOptions opt)
       : loop(l), tok(std::move(t)), o(std::move(opt)) {
@@ -76,6 +90,13 @@ struct HttpServer::Impl {
       res.set_content(detokenize_json(tok->decode(t->tokens, false)), "application/json");
   }
 
+  // A request the engine ended without its answer: cancelled by a shutdown (503), or failed.
+  ApiError engine_error(const std::string& why) const {
+    if (draining && why == "cancelled")
+      return {503, "service_unavailable", "the server shut down before this request finished", ""};
+    return {500, "internal_error", fmt::format("the engine failed: {}", why), ""};
+  }
+
   // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
   std::vector<int32_t> prompt_of(const ApiRequest& r) const {
     if (!r.prompt_tokens.empty()) return r.prompt_tokens;
@@ -90,6 +111,18 @@ struct HttpServer::Impl {
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     ++http_requests;
+    if (draining) return send_error(res, {503, "service_unavailable", "the server is shutting down", ""});
+    // A slot of the concurrency limit, held until the answer's last byte (a stream's provider
+    // keeps a copy): the deleter runs for the null pointer too.
+    if (++in_flight > o.max_concurrent) {
+      --in_flight;
+      res.set_header("Retry-After", "1");
+      return send_error(res, {429, "rate_limit_error",
+                              fmt::format("{} requests are in flight, this server's limit (--max-concurrent-requests); retry",
+                                          o.max_concurrent),
+                              ""});
+    }
+    std::shared_ptr<void> slot(nullptr, [this](void*) { --in_flight; });
     ApiError err;
     std::optional<ApiRequest> parsed = parse_api_request(req.body, chat, err);
     if (!parsed) return send_error(res, err);
@@ -106,6 +139,14 @@ struct HttpServer::Impl {
     const int context = loop.config().max_positions;
     q.max_tokens = r.max_tokens;
     if (r.chat && !r.max_tokens_given) q.max_tokens = std::max(1, context - static_cast<int>(q.prompt.size()));
+    if (o.max_tokens_limit > 0 && q.max_tokens > o.max_tokens_limit) {
+      if (r.max_tokens_given)
+        return send_error(res, {400, "invalid_request_error",
+                                fmt::format("max_tokens {} is past this server's limit of {} (--max-tokens-limit)", q.max_tokens,
+                                            o.max_tokens_limit),
+                                "max_tokens"});
+      q.max_tokens = o.max_tokens_limit;
+    }
     q.eos = r.ignore_eos ? -1 : tok->eos_id();
     q.sampling = r.sampling;
     if (!r.response_schema.empty()) {
@@ -133,14 +174,21 @@ struct HttpServer::Impl {
     } catch (const InputError& e) {
       return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
     }
+    {
+      std::lock_guard<std::mutex> lock(ids_m);
+      ids.insert(id);
+    }
+    std::shared_ptr<void> listed(nullptr, [this, id](void*) {
+      std::lock_guard<std::mutex> lock(ids_m);
+      ids.erase(id);
+    });
     const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     if (!r.stream) {
       std::vector<int32_t> tokens;
       while (!stream->wait(tokens.size(), tokens, 1.0)) {
       }
-      if (!stream->error().empty())
-        return send_error(res, {500, "internal_error", fmt::format("the engine failed: {}", stream->error()), ""});
+      if (!stream->error().empty()) return send_error(res, engine_error(stream->error()));
       const bool stopped = stream->stopped();
       const int64_t generated = static_cast<int64_t>(tokens.size());
       if (!tokens.empty() && tokens.back() == tok->eos_id()) tokens.pop_back();  // EOS is not text
@@ -161,7 +209,7 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, stream, r, rid, created, prompt_tokens](size_t, httplib::DataSink& sink) {
+        [this, st, stream, r, rid, created, prompt_tokens, slot, listed](size_t, httplib::DataSink& sink) {
           if (st->ended) return false;
           const bool done = stream->wait(st->tokens.size(), st->tokens, 0.25);
           if (!sink.is_writable()) return false;
@@ -177,7 +225,7 @@ struct HttpServer::Impl {
           if (!done) return true;
           std::string tail;
           if (!stream->error().empty())
-            tail = "data: " + error_json({500, "internal_error", "the engine failed: " + stream->error(), ""}) + "\n\n";
+            tail = "data: " + error_json(engine_error(stream->error())) + "\n\n";
           else
             tail = stream_chunk(r, rid, created, o.model_name, "", stopped ? "stop" : "length", false);
           if (r.include_usage)
@@ -225,9 +273,77 @@ struct HttpServer::Impl {
     return s;
   }
 
+  bool origin_allowed(const std::string& origin) const {
+    return std::any_of(o.allowed_origins.begin(), o.allowed_origins.end(),
+                       [&](const std::string& a) { return a == "*" || a == origin; });
+  }
+
+  // Before a body is read: what no handler should see. A browser page of another site (its
+  // Origin, or a Host that is not this loopback server's name: DNS rebinding), a body that is
+  // not JSON or is larger than the limit or has no length (chunked: httplib does not bound it),
+  // or a compressed one (a decompression bomb).
+  httplib::Server::HandlerResponse screen(const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](int status, const char* type, const std::string& message) {
+      send_error(res, {status, type, message, ""});
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (req.has_header("Origin")) {
+      const std::string origin = req.get_header_value("Origin");
+      if (!origin_allowed(origin))
+        return refuse(403, "permission_error",
+                      "requests from a browser page of another origin are refused (--allowed-origins lists the ones to serve)");
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (loopback_only() && req.has_header("Host")) {
+      std::string host = req.get_header_value("Host");
+      if (host.size() && host[0] == '[')
+        host = host.substr(0, host.find(']') + 1);
+      else
+        host = host.substr(0, host.find(':'));
+      if (host != "localhost" && host != "127.0.0.1" && host != "[::1]")
+        return refuse(403, "permission_error", "this server listens on the loopback only: its Host must be localhost");
+    }
+    if (req.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.has_header("Content-Encoding") && req.get_header_value("Content-Encoding") != "identity")
+      return refuse(415, "invalid_request_error", "compressed bodies are not accepted (send the JSON as it is)");
+    if (req.has_header("Transfer-Encoding"))
+      return refuse(411, "invalid_request_error", "a body needs its Content-Length (chunked bodies are not accepted)");
+    std::string type = req.get_header_value("Content-Type");
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (type.compare(0, 16, "application/json") != 0)
+      return refuse(415, "invalid_request_error",
+                    "the body must be sent as Content-Type: application/json (curl: -H 'Content-Type: application/json')");
+    if (req.get_header_value<uint64_t>("Content-Length") > static_cast<uint64_t>(o.max_body_bytes))
+      return refuse(413, "invalid_request_error",
+                    fmt::format("the body is larger than this server's limit of {} bytes (--max-body-bytes)", o.max_body_bytes));
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  bool loopback_only() const { return o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1"; }
+
   void routes() {
-    svr.set_payload_max_length(16 << 20);
-    svr.new_task_queue = [] { return new httplib::ThreadPool(64); };
+    svr.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
+    svr.set_read_timeout(o.read_timeout_s, 0);
+    svr.set_write_timeout(o.read_timeout_s, 0);
+    svr.set_keep_alive_timeout(std::min(5, o.read_timeout_s));
+    const int threads = o.threads;
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // The listening socket, for a real backlog (httplib listens with 5: bursts of clients were reset).
+    svr.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = static_cast<int>(sock);
+    });
+    svr.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) { return screen(q, r); });
+    svr.Options(".*", [this](const httplib::Request& q, httplib::Response& r) {
+      // A CORS preflight of an allowed origin (screen() refused the others).
+      r.status = 204;
+      if (q.has_header("Origin")) {
+        r.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        r.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+        r.set_header("Access-Control-Max-Age", "600");
+      }
+    });
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
@@ -242,18 +358,32 @@ struct HttpServer::Impl {
     svr.Get("/metrics",
             [this](const httplib::Request&, httplib::Response& r) { r.set_content(metrics(), "text/plain; version=0.0.4"); });
     svr.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
-      // Called for every status >= 400: only an unrouted request (no body yet) gets one here.
-      if (r.status == 404 && r.body.empty())
+      // Called for every status >= 400; ours have their body already. The rest are httplib's:
+      // an unrouted request, or a request it refused before any handler (its size, its syntax).
+      if (!r.body.empty()) return;
+      if (r.status == 404)
         send_error(r, {404, "not_found_error", fmt::format("no route {} {}", q.method, q.path), ""});
+      else if (r.status == 413)
+        send_error(
+            r,
+            {413, "invalid_request_error",
+             fmt::format("the request is larger than this server's limit of {} bytes (--max-body-bytes)", o.max_body_bytes), ""});
+      else
+        send_error(r, {r.status, "invalid_request_error", fmt::format("the request was refused (HTTP {})", r.status), ""});
     });
-    svr.set_exception_handler([this](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
-      std::string what = "unknown error";
+    svr.set_exception_handler([this](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {
+      // A fault of ours: logged with its reason, answered without it (a library's text may hold
+      // the request's bytes and says nothing a client can act on).
+      std::string what = "unknown exception";
       try {
         if (ep) std::rethrow_exception(ep);
       } catch (const std::exception& e) {
         what = e.what();
+      } catch (...) {
       }
-      send_error(r, {500, "internal_error", what, ""});
+      std::fprintf(stderr, "infer-bench serve: internal error on %s %s: %s\n", q.method.c_str(),
+                   dump_json(nlohmann::json(q.path)).c_str(), dump_json(nlohmann::json(what)).c_str());
+      send_error(r, {500, "internal_error", "the server failed on this request (its log says why)", ""});
     });
   }
 };
@@ -272,11 +402,32 @@ int HttpServer::bind() {
   if (port <= 0)
     throw InputError(
         fmt::format("serve: cannot listen on {}:{} (in use, or not an address of this machine)", impl_->o.host, impl_->o.port));
+  // listen() again on a listening socket sets its backlog (Linux), capped by net.core.somaxconn.
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, 4096);
   return port;
 }
 
 void HttpServer::listen() { impl_->svr.listen_after_bind(); }
-void HttpServer::stop() { impl_->svr.stop(); }
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  s.draining = true;
+  using clock = std::chrono::steady_clock;
+  const auto grace =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s.o.shutdown_grace_s));
+  while (s.in_flight > 0 && clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (s.in_flight > 0) {
+    std::set<int64_t> ids;
+    {
+      std::lock_guard<std::mutex> lock(s.ids_m);
+      ids = s.ids;
+    }
+    for (int64_t id : ids) s.loop.cancel(id);  // each answer ends with its error (a stream: an event, then [DONE])
+    const auto last = clock::now() + std::chrono::seconds(2);
+    while (s.in_flight > 0 && clock::now() < last) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s.svr.stop();
+}
 
 #else
 

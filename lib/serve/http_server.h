@@ -1,7 +1,8 @@
 // `infer-bench serve`: an OpenAI-compatible HTTP server on the engine loop (serve/engine_loop.h),
 // through cpp-httplib: /v1/completions and /v1/chat/completions (streamed as server-sent events
 // when asked), /v1/models, /health, and /metrics (Prometheus text). A client that goes away
-// mid-stream cancels its request; a bad request is a 4xx with OpenAI's error object.
+// mid-stream cancels its request; a bad request is a 4xx with OpenAI's error object, whatever
+// bytes it held; bodies, concurrency, reading time and origins are bounded (HttpOptions).
 #pragma once
 
 #include <memory>
@@ -27,6 +28,17 @@ struct HttpOptions {
   // template of its own that this server could run (Hugging Face's are Jinja).
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
+
+  // Limits: a client cannot make the server read, hold or generate without bound.
+  int64_t max_body_bytes = 4 << 20;  // a larger body (by its Content-Length, or chunked past it): 413
+  int max_concurrent = 256;          // completions in flight at once; one more: 429 with Retry-After
+  int max_tokens_limit = 0;          // a request's max_tokens at most (0: the model's context)
+  int threads = 128;                 // connections served at once; more wait in the listen backlog
+  int read_timeout_s = 10;           // a client silent this long while sending its request is dropped
+  double shutdown_grace_s = 30;      // stop(): requests in flight may finish this long, then are cancelled
+  // Browsers: an `Origin` not listed here is refused (403), so a page on another site cannot
+  // drive a server on this machine; "*" allows any. A listed one gets CORS headers and preflights.
+  std::vector<std::string> allowed_origins;
 };
 
 // Whether this binary has the HTTP server: cpp-httplib was found when it was built, and
@@ -43,7 +55,10 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
   int bind();     // the port it listens on; InputError naming host:port when it cannot bind
   void listen();  // serves until stop(); returns then
-  void stop();    // from any thread
+  // From any thread: no new completions (503); the ones in flight finish within the grace
+  // period, or are cancelled then (a stream ends with an error event and [DONE]); then listen()
+  // returns. Blocks until the requests in flight are answered or the grace period is over.
+  void stop();
 
  private:
   struct Impl;

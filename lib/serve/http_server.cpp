@@ -127,6 +127,12 @@ struct HttpServer::Impl {
     std::optional<ApiRequest> parsed = parse_api_request(req.body, chat, err);
     if (!parsed) return send_error(res, err);
     const ApiRequest r = *parsed;
+    if (!r.ignored_fields.empty()) {
+      std::string names;
+      for (const std::string& f : r.ignored_fields) names += (names.empty() ? "" : ", ") + f;
+      std::fprintf(stderr, "infer-bench serve: warning: fields ignored (not known to this server): %s\n",
+                   dump_json(nlohmann::json(names)).c_str());
+    }
     const std::optional<int> adapter = adapter_of(r.model);
     if (!adapter) return send_error(res, unknown_model(r.model));
     Request q;
@@ -218,7 +224,8 @@ struct HttpServer::Impl {
           if (done && !text_tokens.empty() && text_tokens.back() == tok->eos_id()) text_tokens.pop_back();
           const std::string delta = text_delta(tok->decode(text_tokens, true), st->sent, done);
           if (!delta.empty() || st->first) {
-            const std::string chunk = stream_chunk(r, rid, created, o.model_name, delta, "", st->first);
+            const std::string chunk = stream_chunk(r, rid, created, o.model_name, delta, "", st->first,
+                                                   {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
             if (!sink.write(chunk.data(), chunk.size())) return false;
             st->first = false;
           }
@@ -227,7 +234,8 @@ struct HttpServer::Impl {
           if (!stream->error().empty())
             tail = "data: " + error_json(engine_error(stream->error())) + "\n\n";
           else
-            tail = stream_chunk(r, rid, created, o.model_name, "", stopped ? "stop" : "length", false);
+            tail = stream_chunk(r, rid, created, o.model_name, "", stopped ? "stop" : "length", false,
+                                {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
           if (r.include_usage)
             tail += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
           tail += "data: [DONE]\n\n";

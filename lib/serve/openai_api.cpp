@@ -87,10 +87,10 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     static const std::set<std::string> kCompletion = {"prompt", "echo", "best_of", "suffix", "response_format"};
     static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "response_format",    "top_logprobs",
                                                 "tools",    "tool_choice",           "parallel_tool_calls"};
-    for (const auto& [k, v] : j.items()) {
-      if (!kCommon.count(k) && !(chat ? kChat : kCompletion).count(k))
-        refuse(k, fmt::format("unknown field '{}' for {}", k, chat ? "/v1/chat/completions" : "/v1/completions"));
-    }
+    // A field this server does not know is ignored and named back (vLLM logs them): clients send
+    // their vendors' extensions. The known ones that would change the output are refused below.
+    for (const auto& [k, v] : j.items())
+      if (!kCommon.count(k) && !(chat ? kChat : kCompletion).count(k)) r.ignored_fields.push_back(k);
     if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
     r.model = j["model"].get<std::string>();
     // What this server does not do is refused, not ignored: a client relying on it would be misled.
@@ -181,10 +181,14 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
       const json& so = j["stream_options"];
       if (!so.is_object()) refuse("stream_options", "'stream_options' must be an object");
       for (const auto& [k, v] : so.items()) {
-        if (k == "include_usage" && v.is_boolean())
-          r.include_usage = v.get<bool>();
-        else if (k != "continuous_usage_stats" || !(v.is_null() || v == false))
-          refuse("stream_options", fmt::format("stream_options.{} is not supported", k));
+        if ((k == "include_usage" || k == "continuous_usage_stats") && !v.is_null() && !v.is_boolean())
+          refuse("stream_options", fmt::format("stream_options.{} must be a boolean", k));
+        if (k == "include_usage")
+          r.include_usage = v.is_boolean() && v.get<bool>();
+        else if (k == "continuous_usage_stats")  // vLLM's: the usage so far in every chunk (GuideLLM sends it)
+          r.continuous_usage = v.is_boolean() && v.get<bool>();
+        else
+          r.ignored_fields.push_back("stream_options." + k);
       }
     }
     if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
@@ -237,7 +241,7 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
 }
 
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, bool first) {
+                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far) {
   json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
   if (r.chat) {
     json delta = json::object();
@@ -252,7 +256,10 @@ std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t cre
             {"created", created},
             {"model", model},
             {"choices", json::array({choice})}};
-  if (r.include_usage) j["usage"] = nullptr;
+  if (r.continuous_usage)
+    j["usage"] = usage_json(so_far);
+  else if (r.include_usage)
+    j["usage"] = nullptr;
   return "data: " + dump_json(j) + "\n\n";
 }
 

@@ -39,6 +39,8 @@ struct ApiRequest {
   bool seed_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
+  std::vector<std::string> ignored_fields;  // fields this server does not know, ignored (the server logs them)
   bool ignore_eos = false;     // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
@@ -64,9 +66,9 @@ struct Usage {
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, const std::string& finish_reason, const Usage& u);
 // One chunk of a stream, as an SSE event "data: {...}\n\n"; `finish_reason` "" until the last.
-// For chat, `first` carries the assistant role.
+// For chat, `first` carries the assistant role. With continuous_usage, `so_far` is its usage.
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, bool first);
+                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far = {});
 // The usage chunk of stream_options.include_usage (no choices), as an SSE event.
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 

@@ -59,7 +59,16 @@ TEST(ServeApi, CompletionAndChatBodiesAreParsed) {
 
 TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_NE(refusal_of("{not json", false).message.find("not valid JSON"), std::string::npos);
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temprature": 0})", false).param, "temprature");
+  // A field not known is ignored and named (vLLM's behaviour; clients send vendor extensions).
+  ApiError e;
+  const auto vendor = parse_api_request(
+      R"({"model": "m", "prompt": "x", "temprature": 0, "stream_options": {"continuous_usage_stats": true, "x": 1}})", false, e);
+  ASSERT_TRUE(vendor) << e.message;
+  EXPECT_EQ(vendor->ignored_fields, (std::vector<std::string>{"temprature", "stream_options.x"}));
+  EXPECT_TRUE(vendor->continuous_usage);
+  EXPECT_EQ(json::parse(stream_chunk(*vendor, "c", 1, "m", "ab", "", false, {5, 2}).substr(6))["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stream_options": {"continuous_usage_stats": 1}})", false).param,
+            "stream_options");
   EXPECT_EQ(refusal_of(R"({"prompt": "x"})", false).param, "model");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 2})", false).param, "n");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": ["\n"]})", false).param, "stop");

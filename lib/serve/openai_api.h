@@ -38,10 +38,10 @@ struct ApiRequest {
   model::SamplingParams sampling;  // temperature 1 and top_p 1 by default, as OpenAI's
   bool seed_given = false;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
+  bool include_usage = false;               // stream_options.include_usage
+  bool continuous_usage = false;            // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
   std::vector<std::string> ignored_fields;  // fields this server does not know, ignored (the server logs them)
-  bool ignore_eos = false;     // vLLM's extension: generate max_tokens whatever
+  bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
   std::string response_schema;

@@ -10,7 +10,9 @@
 #include "model/decode_variants.h"
 #include "model/model.h"
 
-namespace ib::model {
+// Its own namespace: the asan preset's unity build compiles this file with test_model.cpp, whose
+// helpers have the same names.
+namespace ib::model::paged_kv_test {
 namespace {
 
 ModelConfig P(const std::string& name) {
@@ -179,4 +181,4 @@ TEST(PagedKv, StudiesThatNeedAContiguousCacheAreRefused) {
 }
 
 }  // namespace
-}  // namespace ib::model
+}  // namespace ib::model::paged_kv_test

@@ -114,6 +114,11 @@ struct SchemaOptions {
   // Absent additionalProperties: true = no keys but the declared ones; false = any other keys (the
   // JSON Schema meaning).
   bool strict_properties = true;
+  // With strict_properties, an object that declares no properties and no patternProperties still
+  // takes any keys (the JSON Schema meaning) when this is true: a tool call's
+  // `"arguments": {"type": "object"}` and response_format json_object would otherwise allow only
+  // `{}`. The server sets it; the experiments keep XGrammar's strict meaning.
+  bool open_undeclared_objects = false;
   // Subschema compiles for the whole schema (each is one compile() of an object): past it the
   // schema is refused, so that a compile never runs for minutes.
   int64_t max_compile_steps = 5'000;

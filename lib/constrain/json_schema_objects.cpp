@@ -152,7 +152,9 @@ std::vector<Compiler::PatternProperty> Compiler::pattern_properties(const json& 
 }
 
 Re Compiler::object(const json& s, const std::string& ptr) {
-  if (!o_.strict_properties && !s.contains("additionalProperties")) {  // the JSON Schema meaning
+  const bool undeclared = !s.contains("properties") && !s.contains("patternProperties");
+  if ((!o_.strict_properties || (o_.open_undeclared_objects && undeclared)) &&
+      !s.contains("additionalProperties")) {  // the JSON Schema meaning
     json open = s;
     open["additionalProperties"] = true;
     return object(open, ptr);

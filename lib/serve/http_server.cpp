@@ -97,6 +97,40 @@ struct HttpServer::Impl {
     return {500, "internal_error", fmt::format("the engine failed: {}", why), ""};
   }
 
+  // A completion's answer from the tokens received so far: its text (without a final EOS or stop
+  // token, cut at a stop sequence), whether a stop sequence ended it, and the tokens it took.
+  struct Answer {
+    std::string text;
+    bool stop_string = false;
+    int64_t tokens = 0;
+  };
+  Answer answer_of(const ApiRequest& r, std::vector<int32_t> tokens, bool ended_at_stop_token) const {
+    Answer a;
+    a.tokens = static_cast<int64_t>(tokens.size());
+    if (ended_at_stop_token && !tokens.empty() &&
+        (tokens.back() == tok->eos_id() ||
+         std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tokens.back()) != r.stop_token_ids.end()))
+      tokens.pop_back();  // not text
+    a.text = tok->decode(tokens, true);
+    if (r.stop.empty()) return a;
+    const std::optional<size_t> cut = stop_cut(a.text, r.stop, r.include_stop_str);
+    if (!cut) return a;
+    // The fewest tokens whose text holds the stop sequence: what the request took.
+    size_t lo = 1, hi = tokens.size();
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (stop_cut(tok->decode(std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(mid)), true),
+                   r.stop, false))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    a.tokens = static_cast<int64_t>(lo);
+    a.text.resize(*cut);
+    a.stop_string = true;
+    return a;
+  }
+
   // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
   std::vector<int32_t> prompt_of(const ApiRequest& r) const {
     if (!r.prompt_tokens.empty()) return r.prompt_tokens;
@@ -154,8 +188,13 @@ struct HttpServer::Impl {
       q.max_tokens = o.max_tokens_limit;
     }
     q.eos = r.ignore_eos ? -1 : tok->eos_id();
+    q.stop_tokens = r.stop_token_ids;
     q.sampling = r.sampling;
     if (!r.response_schema.empty()) {
+      if (!r.stop.empty() || !r.stop_token_ids.empty())
+        return send_error(res, {400, "invalid_request_error",
+                                "stop sequences and stop_token_ids would cut response_format's document: send one or the other",
+                                r.stop.empty() ? "stop_token_ids" : "stop"});
       if (!vocab) return send_error(res, {400, "invalid_request_error", "response_format: " + vocab_problem, "response_format"});
       try {
         auto c = std::make_shared<SchemaConstraint>(r.response_schema, vocab);
@@ -192,14 +231,14 @@ struct HttpServer::Impl {
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     if (!r.stream) {
       std::vector<int32_t> tokens;
-      while (!stream->wait(tokens.size(), tokens, 1.0)) {
-      }
-      if (!stream->error().empty()) return send_error(res, engine_error(stream->error()));
-      const bool stopped = stream->stopped();
-      const int64_t generated = static_cast<int64_t>(tokens.size());
-      if (!tokens.empty() && tokens.back() == tok->eos_id()) tokens.pop_back();  // EOS is not text
-      res.set_content(completion_json(r, rid, created, o.model_name, tok->decode(tokens, true), stopped ? "stop" : "length",
-                                      {prompt_tokens, generated}),
+      bool done = false;
+      while (!(done = stream->wait(tokens.size(), tokens, 1.0)))
+        if (!r.stop.empty() && answer_of(r, tokens, false).stop_string) break;
+      const Answer a = answer_of(r, tokens, done && stream->stopped());
+      if (!done) loop.cancel(id);  // a stop sequence ended it: the rest is not generated
+      if (!a.stop_string && !stream->error().empty()) return send_error(res, engine_error(stream->error()));
+      res.set_content(completion_json(r, rid, created, o.model_name, a.text,
+                                      a.stop_string || stream->stopped() ? "stop" : "length", {prompt_tokens, a.tokens}),
                       "application/json");
       return;
     }
@@ -215,29 +254,31 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, stream, r, rid, created, prompt_tokens, slot, listed](size_t, httplib::DataSink& sink) {
+        [this, st, stream, r, rid, created, prompt_tokens, slot, listed, id](size_t, httplib::DataSink& sink) {
           if (st->ended) return false;
           const bool done = stream->wait(st->tokens.size(), st->tokens, 0.25);
           if (!sink.is_writable()) return false;
           const bool stopped = done && stream->stopped();
-          std::vector<int32_t> text_tokens = st->tokens;
-          if (done && !text_tokens.empty() && text_tokens.back() == tok->eos_id()) text_tokens.pop_back();
-          const std::string delta = text_delta(tok->decode(text_tokens, true), st->sent, done);
+          const Answer a = answer_of(r, st->tokens, stopped);
+          const bool end = done || a.stop_string;
+          // Text that may yet turn out to start a stop sequence is held back until it does not.
+          const size_t limit = end || r.stop.empty() ? a.text.size() : stop_safe_end(a.text, r.stop);
+          const std::string delta = text_delta(a.text.substr(0, limit), st->sent, end);
           if (!delta.empty() || st->first) {
-            const std::string chunk = stream_chunk(r, rid, created, o.model_name, delta, "", st->first,
-                                                   {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
+            const std::string chunk =
+                stream_chunk(r, rid, created, o.model_name, delta, "", st->first, {prompt_tokens, a.tokens});
             if (!sink.write(chunk.data(), chunk.size())) return false;
             st->first = false;
           }
-          if (!done) return true;
+          if (!end) return true;
+          if (!done) loop.cancel(id);  // a stop sequence ended it: the rest is not generated
           std::string tail;
-          if (!stream->error().empty())
+          if (!a.stop_string && !stream->error().empty())
             tail = "data: " + error_json(engine_error(stream->error())) + "\n\n";
           else
-            tail = stream_chunk(r, rid, created, o.model_name, "", stopped ? "stop" : "length", false,
-                                {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
-          if (r.include_usage)
-            tail += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, static_cast<int64_t>(st->tokens.size())});
+            tail = stream_chunk(r, rid, created, o.model_name, "", a.stop_string || stopped ? "stop" : "length", false,
+                                {prompt_tokens, a.tokens});
+          if (r.include_usage) tail += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, a.tokens});
           tail += "data: [DONE]\n\n";
           st->ended = true;
           if (!sink.write(tail.data(), tail.size())) return false;

@@ -1,5 +1,6 @@
 #include "serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -83,6 +84,8 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
                                                   "frequency_penalty",
                                                   "presence_penalty",
                                                   "stop",
+                                                  "stop_token_ids",
+                                                  "include_stop_str_in_output",
                                                   "logprobs"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "best_of", "suffix", "response_format"};
     static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "response_format",    "top_logprobs",
@@ -103,8 +106,28 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     for (const char* k : {"echo", "logprobs", "top_logprobs", "suffix", "tools", "tool_choice", "parallel_tool_calls"})
       if (j.contains(k) && !j[k].is_null() && j[k] != false && !(j[k].is_array() && j[k].empty()))
         refuse(k, fmt::format("'{}' is not supported by this server", k));
-    if (j.contains("stop") && !j["stop"].is_null() && !(j["stop"].is_array() && j["stop"].empty()))
-      refuse("stop", "stop sequences are not supported by this server (generation ends at EOS or max_tokens)");
+    if (j.contains("stop") && !j["stop"].is_null()) {
+      const json& st = j["stop"];
+      const json list = st.is_string() ? json::array({st}) : st;
+      if (!list.is_array() || list.size() > kMaxStops)
+        refuse("stop", fmt::format("'stop' must be a string or a list of at most {} strings", kMaxStops));
+      for (const json& x : list) {
+        if (!x.is_string() || x.get<std::string>().empty() || x.get<std::string>().size() > kMaxStopBytes)
+          refuse("stop", fmt::format("each stop sequence must be a non-empty string of at most {} bytes", kMaxStopBytes));
+        r.stop.push_back(x.get<std::string>());
+      }
+    }
+    if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
+      if (!j["stop_token_ids"].is_array() || j["stop_token_ids"].size() > 1024)
+        refuse("stop_token_ids", "'stop_token_ids' must be a list of at most 1024 token ids");
+      for (const json& t : j["stop_token_ids"])
+        r.stop_token_ids.push_back(static_cast<int32_t>(int_field(t, "stop_token_ids", 0, INT32_MAX)));
+    }
+    if (j.contains("include_stop_str_in_output") && !j["include_stop_str_in_output"].is_null()) {
+      if (!j["include_stop_str_in_output"].is_boolean())
+        refuse("include_stop_str_in_output", "'include_stop_str_in_output' must be a boolean");
+      r.include_stop_str = j["include_stop_str_in_output"].get<bool>();
+    }
     if (j.contains("response_format") && !j["response_format"].is_null()) {
       const json& f = j["response_format"];
       if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
@@ -318,6 +341,28 @@ std::string tokenize_json(const std::vector<int32_t>& tokens, int max_model_len)
 }
 
 std::string detokenize_json(const std::string& text) { return dump_json(json({{"prompt", text}})); }
+
+std::optional<size_t> stop_cut(const std::string& text, const std::vector<std::string>& stops, bool include) {
+  size_t best = std::string::npos, best_end = 0;
+  for (const std::string& st : stops) {
+    const size_t at = text.find(st);
+    if (at < best) {
+      best = at;
+      best_end = at + st.size();
+    }
+  }
+  if (best == std::string::npos) return std::nullopt;
+  return include ? best_end : best;
+}
+
+size_t stop_safe_end(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& st : stops) hold = std::max(hold, st.size() - 1);
+  size_t end = text.size() > hold ? text.size() - hold : 0;
+  // Not inside a UTF-8 character: back to the start of the one that is cut.
+  while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
 
 std::string text_delta(const std::string& decoded, size_t& sent, bool final) {
   size_t end = decoded.size();

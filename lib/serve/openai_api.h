@@ -38,10 +38,14 @@ struct ApiRequest {
   model::SamplingParams sampling;  // temperature 1 and top_p 1 by default, as OpenAI's
   bool seed_given = false;
   bool stream = false;
-  bool include_usage = false;               // stream_options.include_usage
-  bool continuous_usage = false;            // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
-  std::vector<std::string> ignored_fields;  // fields this server does not know, ignored (the server logs them)
-  bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
+  std::vector<std::string> ignored_fields;
+  std::vector<std::string> stop;        // stop sequences: the text ends before the first (OpenAI's `stop`)
+  std::vector<int32_t> stop_token_ids;  // vLLM's: generation ends at any of these tokens (not in the text)
+  bool include_stop_str =
+      false;  // vLLM's include_stop_str_in_output  // fields this server does not know, ignored (the server logs them)
+  bool ignore_eos = false;  // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
   std::string response_schema;
@@ -89,5 +93,14 @@ std::string detokenize_json(const std::string& text);
 // text are out; a trailing U+FFFD (a UTF-8 character cut between tokens) is held back until the
 // next token completes it, unless `final`.
 std::string text_delta(const std::string& decoded, size_t& sent, bool final);
+
+// Stop sequences (bounded: at most kMaxStops of kMaxStopBytes each).
+constexpr size_t kMaxStops = 16, kMaxStopBytes = 256;
+// Where a completion's text ends when a stop sequence occurs in it: before the earliest one (or
+// after it, `include`); nullopt when none occurs.
+std::optional<size_t> stop_cut(const std::string& text, const std::vector<std::string>& stops, bool include);
+// How much of a text still being generated may be sent: all but what could be the start of a
+// stop sequence, never inside a UTF-8 character.
+size_t stop_safe_end(const std::string& text, const std::vector<std::string>& stops);
 
 }  // namespace ib::serve

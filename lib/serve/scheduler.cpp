@@ -345,7 +345,9 @@ StepResult Scheduler::step() {
         continue;
       }
     a.output.push_back(next[j]);
-    const bool stopped = complete || (a.request.eos >= 0 && next[j] == a.request.eos);
+    const bool stopped =
+        complete || (a.request.eos >= 0 && next[j] == a.request.eos) ||
+        std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), next[j]) != a.request.stop_tokens.end();
     a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
     out.tokens.push_back({a.request.id, next[j], a.done, stopped});
   }

@@ -10,6 +10,12 @@
 
 namespace ib::serve {
 
+constrain::SchemaOptions SchemaConstraint::options() {
+  constrain::SchemaOptions o;
+  o.open_undeclared_objects = true;
+  return o;
+}
+
 SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab)
     : vocab_(std::move(vocab)) {
   if (std::string why = constrain::budget_guarantee_problem(*vocab_); !why.empty())
@@ -17,8 +23,9 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
   constrain::CompiledConstraint c;
   try {
     // Structured outputs' meaning: no keys but the declared ones where additionalProperties is
-    // absent (OpenAI's strict mode requires additionalProperties: false anyway).
-    c = constrain::compile_constraint("response_format", schema_json, constrain::SchemaOptions{});
+    // absent (OpenAI's strict mode requires additionalProperties: false anyway); an object that
+    // declares none takes the model's keys (a tool call's arguments, json_object).
+    c = constrain::compile_constraint("response_format", schema_json, options());
   } catch (const std::exception& e) {
     throw InputError(fmt::format("response_format: the schema is refused: {}", e.what()));
   }

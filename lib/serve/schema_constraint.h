@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "constrain/engine_generate.h"
+#include "constrain/json_schema.h"
 #include "constrain/vocab.h"
 #include "serve/serve_request.h"
 
@@ -20,6 +21,8 @@ class SchemaConstraint : public TokenConstraint {
   SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab);
   // The fewest tokens a document of the schema takes, EOS included: a smaller max_tokens is refused.
   int min_tokens() const { return masker_->constraint().min_tokens(); }
+  // The compiler's options for a request's schema.
+  static constrain::SchemaOptions options();
   double compile_seconds() const { return compile_seconds_; }
   int32_t choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) override;
   bool accept(int32_t token) override;

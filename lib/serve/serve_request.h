@@ -28,9 +28,10 @@ struct Request {
   int64_t id = 0;
   double arrival = 0;  // seconds after the load's start
   std::vector<int32_t> prompt;
-  int max_tokens = 1;  // output tokens, all generated (no stop at EOS)
-  char type = 's';     // the workload's class of the request: 's' short, 'l' long prompt
-  int32_t eos = -1;    // a server's request ends at this token (it is the last emitted); -1: never
+  int max_tokens = 1;                // output tokens, all generated (no stop at EOS)
+  char type = 's';                   // the workload's class of the request: 's' short, 'l' long prompt
+  int32_t eos = -1;                  // a server's request ends at this token (it is the last emitted); -1: never
+  std::vector<int32_t> stop_tokens;  // and at any of these (vLLM's stop_token_ids), emitted last too
   // Its own sampling (a server's request: temperature, top-p, seed), drawn on the host from the
   // step's logits with the request's seed and token index, so that a request's tokens do not
   // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.

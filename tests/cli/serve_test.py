@@ -109,6 +109,25 @@ def plain(binary, src):
                              "total_tokens": len(golden["prompt_ids"]) + n}, f"usage {r['usage']}")
         check(r["choices"][0]["finish_reason"] == "length", f"finish_reason {r['choices'][0]['finish_reason']}")
 
+        # Stop sequences and stop_token_ids (#45): transformers' greedy text cut where they occur,
+        # whole and streamed alike.
+        base = {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": n, "temperature": 0, "ignore_eos": True}
+        text = golden["greedy_text"]
+        status, ids3 = s.json("POST", "/detokenize", {"model": "ib-draft-1m", "tokens": golden["greedy_ids"][:3]})
+        for extra, want in [({"stop": "jango"}, text[:text.find("jango")]),
+                            ({"stop": ["\n\n", "zzz"], "include_stop_str_in_output": True}, text[:text.find("\n\n") + 2]),
+                            ({"stop_token_ids": [golden["greedy_ids"][3]]}, ids3["prompt"])]:
+            status, r = s.json("POST", "/v1/completions", {**base, **extra})
+            check(status == 200 and r["choices"][0]["text"] == want and r["choices"][0]["finish_reason"] == "stop"
+                  and r["usage"]["completion_tokens"] < n, f"{extra}: {status} {r} (want {want!r})")
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c.request("POST", "/v1/completions", json.dumps({**base, **extra, "stream": True}), {"Content-Type": "application/json"})
+            events = [json.loads(e) for e in sse_events(c.getresponse()) if e != "[DONE]"]
+            c.close()
+            streamed = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+            reasons = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+            check(streamed == want and reasons == ["stop"], f"{extra} streamed: {streamed!r} {reasons}")
+
         # A chat streamed, against the same request answered whole.
         chat = {"model": "ib-draft-1m", "messages": [{"role": "system", "content": "You write Python."},
                                                      {"role": "user", "content": "def parse(text):"}],
@@ -508,6 +527,12 @@ def with_openai(binary, src):
             if chunk.choices and chunk.choices[0].delta.content:
                 pieces.append(chunk.choices[0].delta.content)
         check("".join(pieces) == text, f"streamed {''.join(pieces)!r} != {text!r}")
+        # stop through the client: the same greedy text, cut before the stop sequence.
+        golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
+        r = client.completions.create(model="ib-draft-1m", prompt=golden["prompt"], max_tokens=len(golden["greedy_ids"]),
+                                      temperature=0, stop=["jango"], extra_body={"ignore_eos": True})
+        want = golden["greedy_text"][:golden["greedy_text"].find("jango")]
+        check(r.choices[0].text == want and r.choices[0].finish_reason == "stop", f"stop: {r.choices[0]} (want {want!r})")
         # Structured output as the chapter's client asks for it: response_format with a JSON Schema.
         schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
                                                    "population": {"type": "integer", "minimum": 0}},

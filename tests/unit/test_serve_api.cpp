@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "constrain/constraint.h"
 #include "constrain/validator.h"
 #include "core/errors.h"
 #include "model/config.h"
@@ -71,7 +72,9 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
             "stream_options");
   EXPECT_EQ(refusal_of(R"({"prompt": "x"})", false).param, "model");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 2})", false).param, "n");
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": ["\n"]})", false).param, "stop");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": [""]})", false).param, "stop");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": 3})", false).param, "stop");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop_token_ids": [-1]})", false).param, "stop_token_ids");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temperature": 3})", false).param, "temperature");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", "b"]})", false).param, "prompt");
@@ -280,6 +283,25 @@ TEST(ServeApi, ResponseFormatCarriesTheSchema) {
             "response_format");
 }
 
+TEST(ServeApi, StopSequencesCutTheTextAndHoldBackWhatCouldStartOne) {
+  ApiError e;
+  auto r = parse_api_request(R"({"model": "m", "prompt": "x", "stop": "\n\n", "stop_token_ids": [7, 9]})", false, e);
+  ASSERT_TRUE(r) << e.message;
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\n"}));
+  EXPECT_EQ(r->stop_token_ids, (std::vector<int32_t>{7, 9}));
+  r = parse_api_request(R"({"model": "m", "prompt": "x", "stop": ["END", "\n"], "include_stop_str_in_output": true})", false, e);
+  ASSERT_TRUE(r) << e.message;
+  EXPECT_TRUE(r->include_stop_str);
+  const std::vector<std::string> stops = {"END", "\n"};
+  EXPECT_EQ(stop_cut("ab\ncdEND", stops, false), 2u);  // the earliest, whichever it is
+  EXPECT_EQ(stop_cut("abENDc\n", stops, true), 5u);
+  EXPECT_FALSE(stop_cut("abEN", stops, false));
+  // "abEN" may become "abEND": "EN" is held back; a cut character is not split.
+  EXPECT_EQ(stop_safe_end("abEN", stops), 2u);
+  EXPECT_EQ(stop_safe_end("a\xc3\xa9", {"xyz"}), 1u);
+  EXPECT_EQ(stop_safe_end("abc", {}), 3u);
+}
+
 // What a hostile client sends is a 400 naming the body, and the error object is valid JSON
 // whatever bytes the input held (#48: the server died building the error of a 0xFF path).
 TEST(ServeApi, HostileBodiesAreRefusedAndTheirErrorsAreValidJson) {
@@ -351,6 +373,17 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
   }
   EXPECT_THROW(SchemaConstraint(R"({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]})", vocab),
                InputError);
+  // The book's tool-call schema: `arguments` declares no properties, so the model's keys are
+  // allowed (they were not: every answer's arguments came back {}); declared objects stay strict.
+  const constrain::CompiledConstraint tool = constrain::compile_constraint(
+      "tool", R"({"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+          "required": ["name", "arguments"]})",
+      SchemaConstraint::options());
+  EXPECT_TRUE(tool.dfa->matches(R"({"name":"get_weather","arguments":{"city":"Paris","days":3}})"));
+  EXPECT_TRUE(tool.dfa->matches(R"({"name":"f","arguments":{}})"));
+  EXPECT_FALSE(tool.dfa->matches(R"({"name":"f","arguments":{},"extra":1})"));
+  EXPECT_TRUE(constrain::compile_constraint("json_object", R"({"type": "object"})", SchemaConstraint::options())
+                  .dfa->matches(R"({"a":[1,"b"],"c":{"d":null}})"));
   // A schema no document satisfies is refused at admission (it failed its batch at its first token).
   try {
     SchemaConstraint(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", vocab);

@@ -1,5 +1,6 @@
 #include "model/safetensors_file.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -95,6 +96,7 @@ void SafetensorsFile::read(const std::string& tensor, float* dst) const {
   in.seekg(static_cast<std::streamoff>(data_start_ + off[0]));
   if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
     throw InputError(fmt::format("{}: tensor '{}': data past the end of the file", path_, tensor));
+  bool finite = true;
   for (size_t i = 0; i < n; ++i) {
     if (es == 4) {
       std::memcpy(&dst[i], &raw[i * 4], 4);
@@ -102,7 +104,17 @@ void SafetensorsFile::read(const std::string& tensor, float* dst) const {
       const uint16_t bits = static_cast<uint16_t>(raw[i * 2] | (raw[i * 2 + 1] << 8));
       dst[i] = dtype == "BF16" ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
     }
+    finite &= std::isfinite(dst[i]);
   }
+  // A NaN or Inf weight (a corrupt file, a diverged run) makes every request's logits NaN: refused
+  // when the model or adapter is loaded, not met by the first request.
+  if (!finite)
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(dst[i]))
+        throw InputError(
+            fmt::format("{}: tensor '{}' holds a non-finite value ({}) at element {} (a corrupt or diverged "
+                        "checkpoint)",
+                        path_, tensor, dst[i], i));
 }
 
 }  // namespace ib::model

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -526,6 +527,17 @@ TEST(Safetensors, ACheckpointOfTheRandomWeightsGivesTheSameModel) {
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("'lm_head.weight' is missing"), std::string::npos) << e.what();
+  }
+  // A NaN in a weight: refused at load naming the file, the tensor and the element.
+  tensors[3].second[5] = std::numeric_limits<float>::quiet_NaN();
+  write_safetensors((dir / "model.safetensors").string(), tensors);
+  try {
+    make_cpu_model(hc, *safetensors_weights(hc, dir.string()));
+    ADD_FAILURE() << "a NaN weight was loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + tensors[3].first.name + "' holds a non-finite value (nan) at element 5"),
+              std::string::npos)
+        << e.what();
   }
   fs::remove(dir / "config.json");
   EXPECT_THROW(config_from_hf(dir.string()), InputError);

@@ -305,10 +305,10 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     const json& t = s["type"];
     if (t.is_string())
       types.push_back(t.get<std::string>());
-    else if (t.is_array())
+    else if (t.is_array() && !t.empty())
       for (const auto& x : t) types.push_back(x.is_string() ? x.get<std::string>() : "");
-    else
-      fail("type", ptr + "/type", "type must be a string or an array of strings");
+    else  // an empty list too (the meta-schema's minItems 1): it was read as "any type"
+      fail("type", ptr + "/type", "type must be a string or a non-empty array of strings");
   } else {
     types = inferred_types(s);
   }

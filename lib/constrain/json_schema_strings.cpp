@@ -87,9 +87,10 @@ int Compiler::length_bound(const json& s, const char* k, const std::string& ptr)
   const json& x = s[k];
   const bool integral = x.is_number_integer() || (x.is_number_float() && std::floor(x.get<double>()) == x.get<double>());
   if (!integral || x.get<double>() < 0) fail(k, ptr + "/" + k, std::string(k) + " must be a non-negative integer");
-  const int64_t v = static_cast<int64_t>(x.get<double>());
-  if (v > 100000) beyond(k, ptr + "/" + k, std::string(k) + " above 100000 is not supported");
-  return static_cast<int>(v);
+  // Compared as a double before any cast: 1e300 cast to int64_t is undefined (it came out negative,
+  // read as "absent", and documents shorter than the bound were accepted).
+  if (x.get<double>() > 100000) beyond(k, ptr + "/" + k, std::string(k) + " above 100000 is not supported");
+  return static_cast<int>(x.get<double>());
 }
 
 Re Compiler::string(const json& s, const std::string& ptr) {

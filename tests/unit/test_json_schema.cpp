@@ -135,6 +135,13 @@ TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
       {R"({"type":"object","properties":{"a~b/c":{"unevaluatedItems":{}}}})", "unevaluatedItems",
        "/properties/a~0b~1c/unevaluatedItems"},
       {R"({"type":"strin"})", "type", "/type"},
+      // #48: bounds past any int (the cast came out negative: the bound was dropped) and an empty
+      // type list (read as any type): documents that do not validate were served.
+      {R"({"type":"string","minLength":1e300})", "minLength", "/minLength"},
+      {R"({"type":"array","minItems":1e300})", "minItems", "/minItems"},
+      {R"({"type":"object","minProperties":1e300})", "minProperties", "/minProperties"},
+      {R"({"type":"array","contains":{"type":"integer"},"minContains":1e300})", "minContains", "/minContains"},
+      {R"({"type":[]})", "type", "/type"},
   };
   for (const auto& [schema, keyword, pointer] : cases) {
     try {

@@ -212,81 +212,113 @@ struct HttpServer::Impl {
     const int64_t serial = next_id++;
     if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
     const int64_t prompt_tokens = static_cast<int64_t>(q.prompt.size());
-    std::shared_ptr<RequestStream> stream;
-    int64_t id = 0;
-    try {
-      stream = loop.submit(std::move(q), &id);
-    } catch (const InputError& e) {
-      return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
-    }
-    {
-      std::lock_guard<std::mutex> lock(ids_m);
-      ids.insert(id);
-    }
-    std::shared_ptr<void> listed(nullptr, [this, id](void*) {
-      std::lock_guard<std::mutex> lock(ids_m);
-      ids.erase(id);
-    });
-    const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
-    const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    if (!r.stream) {
-      std::vector<int32_t> tokens;
-      bool done = false;
-      while (!(done = stream->wait(tokens.size(), tokens, 1.0)))
-        if (!r.stop.empty() && answer_of(r, tokens, false).stop_string) break;
-      const Answer a = answer_of(r, tokens, done && stream->stopped());
-      if (!done) loop.cancel(id);  // a stop sequence ended it: the rest is not generated
-      if (!a.stop_string && !stream->error().empty()) return send_error(res, engine_error(stream->error()));
-      res.set_content(completion_json(r, rid, created, o.model_name, a.text,
-                                      a.stop_string || stream->stopped() ? "stop" : "length", {prompt_tokens, a.tokens}),
-                      "application/json");
-      return;
-    }
-    // Streamed: one chunk per step's new text, then the finish reason, the usage, [DONE]. The
-    // provider waits in short slices so that a closed connection is noticed between tokens.
-    struct State {
+    // `n` choices: each its own request of the engine (seed + i), batched with the others.
+    struct Choice {
+      int64_t id = 0;
+      std::shared_ptr<RequestStream> stream;
       std::vector<int32_t> tokens;
       size_t sent = 0;
       bool first = true, ended = false;
+      Answer answer;
     };
-    auto st = std::make_shared<State>();
-    EngineLoop* lp = &loop;
+    auto choices = std::make_shared<std::vector<Choice>>(static_cast<size_t>(r.n));
+    auto cancel_all = [this, choices] {
+      for (const Choice& c : *choices)
+        if (c.stream) loop.cancel(c.id);
+    };
+    for (int i = 0; i < r.n; ++i) {
+      Request qi = q;
+      qi.sampling->seed = q.sampling->seed + static_cast<uint64_t>(i);
+      if (q.constraint && i > 0) qi.constraint = std::make_shared<SchemaConstraint>(r.response_schema, vocab);  // its own state
+      Choice& c = (*choices)[static_cast<size_t>(i)];
+      try {
+        c.stream = loop.submit(std::move(qi), &c.id);
+      } catch (const InputError& e) {
+        cancel_all();
+        return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
+      }
+      std::lock_guard<std::mutex> lock(ids_m);
+      ids.insert(c.id);
+    }
+    std::shared_ptr<void> listed(nullptr, [this, choices](void*) {
+      std::lock_guard<std::mutex> lock(ids_m);
+      for (const Choice& c : *choices) ids.erase(c.id);
+    });
+    const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    auto generated = [choices] {
+      int64_t n = 0;
+      for (const Choice& c : *choices) n += c.answer.tokens;
+      return n;
+    };
+    if (!r.stream) {
+      std::vector<ChoiceText> out;
+      for (Choice& c : *choices) {
+        bool done = false;
+        while (!(done = c.stream->wait(c.tokens.size(), c.tokens, 1.0)))
+          if (!r.stop.empty() && answer_of(r, c.tokens, false).stop_string) break;
+        c.answer = answer_of(r, c.tokens, done && c.stream->stopped());
+        if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
+        if (!c.answer.stop_string && !c.stream->error().empty()) {
+          cancel_all();
+          return send_error(res, engine_error(c.stream->error()));
+        }
+        out.push_back({c.answer.text, c.answer.stop_string || c.stream->stopped() ? "stop" : "length"});
+      }
+      res.set_content(completion_json(r, rid, created, o.model_name, out, {prompt_tokens, generated()}), "application/json");
+      return;
+    }
+    // Streamed: each choice's new text as a chunk of its index, its finish reason when it ends;
+    // then the usage and [DONE]. The provider waits in short slices so that a closed connection
+    // is noticed between tokens.
     res.set_header("Cache-Control", "no-cache");
+    auto finished = std::make_shared<bool>(false);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, stream, r, rid, created, prompt_tokens, slot, listed, id](size_t, httplib::DataSink& sink) {
-          if (st->ended) return false;
-          const bool done = stream->wait(st->tokens.size(), st->tokens, 0.25);
-          if (!sink.is_writable()) return false;
-          const bool stopped = done && stream->stopped();
-          const Answer a = answer_of(r, st->tokens, stopped);
-          const bool end = done || a.stop_string;
-          // Text that may yet turn out to start a stop sequence is held back until it does not.
-          const size_t limit = end || r.stop.empty() ? a.text.size() : stop_safe_end(a.text, r.stop);
-          const std::string delta = text_delta(a.text.substr(0, limit), st->sent, end);
-          if (!delta.empty() || st->first) {
-            const std::string chunk =
-                stream_chunk(r, rid, created, o.model_name, delta, "", st->first, {prompt_tokens, a.tokens});
-            if (!sink.write(chunk.data(), chunk.size())) return false;
-            st->first = false;
+        [this, choices, r, rid, created, prompt_tokens, slot, listed, finished, generated](size_t, httplib::DataSink& sink) {
+          if (*finished) return false;
+          bool waited = false, all_ended = true;
+          std::string out;
+          for (size_t i = 0; i < choices->size(); ++i) {
+            Choice& c = (*choices)[i];
+            if (c.ended) continue;
+            const bool done = c.stream->wait(c.tokens.size(), c.tokens, waited ? 0.0 : 0.25);
+            waited = true;
+            const bool stopped = done && c.stream->stopped();
+            c.answer = answer_of(r, c.tokens, stopped);
+            const bool end = done || c.answer.stop_string;
+            // Text that may yet turn out to start a stop sequence is held back until it does not.
+            const size_t limit = end || r.stop.empty() ? c.answer.text.size() : stop_safe_end(c.answer.text, r.stop);
+            const std::string delta = text_delta(c.answer.text.substr(0, limit), c.sent, end);
+            const int index = static_cast<int>(i);
+            if (!delta.empty() || c.first) {
+              out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, {prompt_tokens, generated()}, index);
+              c.first = false;
+            }
+            if (!end) {
+              all_ended = false;
+              continue;
+            }
+            c.ended = true;
+            if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
+            if (!c.answer.stop_string && !c.stream->error().empty())
+              out += "data: " + error_json(engine_error(c.stream->error())) + "\n\n";
+            else
+              out += stream_chunk(r, rid, created, o.model_name, "", c.answer.stop_string || stopped ? "stop" : "length", false,
+                                  {prompt_tokens, generated()}, index);
           }
-          if (!end) return true;
-          if (!done) loop.cancel(id);  // a stop sequence ended it: the rest is not generated
-          std::string tail;
-          if (!a.stop_string && !stream->error().empty())
-            tail = "data: " + error_json(engine_error(stream->error())) + "\n\n";
-          else
-            tail = stream_chunk(r, rid, created, o.model_name, "", a.stop_string || stopped ? "stop" : "length", false,
-                                {prompt_tokens, a.tokens});
-          if (r.include_usage) tail += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, a.tokens});
-          tail += "data: [DONE]\n\n";
-          st->ended = true;
-          if (!sink.write(tail.data(), tail.size())) return false;
-          sink.done();
+          if (!sink.is_writable()) return false;
+          if (all_ended) {
+            if (r.include_usage) out += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, generated()});
+            out += "data: [DONE]\n\n";
+            *finished = true;
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+          if (*finished) sink.done();
           return true;
         },
-        [lp, id, st](bool success) {
-          if (!success || !st->ended) lp->cancel(id);  // the client went away: its sequence is returned
+        [cancel_all, finished](bool success) {
+          if (!success || !*finished) cancel_all();  // the client went away: its sequences are returned
         });
   }
 

@@ -97,9 +97,10 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
     r.model = j["model"].get<std::string>();
     // What this server does not do is refused, not ignored: a client relying on it would be misled.
-    for (const char* k : {"n", "best_of"})
-      if (j.contains(k) && !j[k].is_null() && j[k] != json(1))
-        refuse(k, fmt::format("'{}' must be 1: one choice per request", k));
+    if (j.contains("n") && !j["n"].is_null()) r.n = static_cast<int>(int_field(j["n"], "n", 1, kMaxChoices));
+    // best_of = n is n choices; more would need ranking by log-probability, which is not done.
+    if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != json(r.n))
+      refuse("best_of", fmt::format("'best_of' must equal n ({}): choices are not ranked", r.n));
     for (const char* k : {"frequency_penalty", "presence_penalty"})
       if (j.contains(k) && !(j[k].is_null() || (j[k].is_number() && j[k].get<double>() == 0)))
         refuse(k, fmt::format("'{}' is not supported (only 0)", k));
@@ -248,24 +249,30 @@ json finish(const std::string& reason) { return reason.empty() ? json(nullptr) :
 }  // namespace
 
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                            const std::string& text, const std::string& finish_reason, const Usage& u) {
-  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
-  if (r.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  json j = {{"id", id},
-            {"object", r.chat ? "chat.completion" : "text_completion"},
-            {"created", created},
-            {"model", model},
-            {"choices", json::array({choice})},
-            {"usage", usage_json(u)}};
+                            const std::vector<ChoiceText>& choices, const Usage& u) {
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    json choice = {{"index", i}, {"finish_reason", finish(choices[i].finish_reason)}, {"logprobs", nullptr}};
+    if (r.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    else
+      choice["text"] = choices[i].text;
+    list.push_back(std::move(choice));
+  }
+  json j = {{"id", id},           {"object", r.chat ? "chat.completion" : "text_completion"},
+            {"created", created}, {"model", model},
+            {"choices", list},    {"usage", usage_json(u)}};
   return dump_json(j);
 }
 
+std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                            const std::string& text, const std::string& finish_reason, const Usage& u) {
+  return completion_json(r, id, created, model, std::vector<ChoiceText>{{text, finish_reason}}, u);
+}
+
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far) {
-  json choice = {{"index", 0}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far, int index) {
+  json choice = {{"index", index}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
   if (r.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

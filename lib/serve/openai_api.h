@@ -38,14 +38,14 @@ struct ApiRequest {
   model::SamplingParams sampling;  // temperature 1 and top_p 1 by default, as OpenAI's
   bool seed_given = false;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
-  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
-  std::vector<std::string> ignored_fields;
-  std::vector<std::string> stop;        // stop sequences: the text ends before the first (OpenAI's `stop`)
-  std::vector<int32_t> stop_token_ids;  // vLLM's: generation ends at any of these tokens (not in the text)
-  bool include_stop_str =
-      false;  // vLLM's include_stop_str_in_output  // fields this server does not know, ignored (the server logs them)
-  bool ignore_eos = false;  // vLLM's extension: generate max_tokens whatever
+  bool include_usage = false;               // stream_options.include_usage
+  bool continuous_usage = false;            // stream_options.continuous_usage_stats (vLLM): the usage so far in every chunk
+  std::vector<std::string> ignored_fields;  // fields this server does not know, ignored (the server logs them)
+  std::vector<std::string> stop;            // stop sequences: the text ends before the first (OpenAI's `stop`)
+  std::vector<int32_t> stop_token_ids;      // vLLM's: generation ends at any of these tokens (not in the text)
+  bool include_stop_str = false;            // vLLM's include_stop_str_in_output
+  int n = 1;                                // choices, each its own sequence (seed + i when a seed is given)
+  bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
   std::string response_schema;
@@ -67,12 +67,19 @@ struct Usage {
 };
 
 // A whole (non-streamed) response.
+// A choice's text and finish reason ("stop", "length").
+struct ChoiceText {
+  std::string text, finish_reason;
+};
+std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                            const std::vector<ChoiceText>& choices, const Usage& u);
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, const std::string& finish_reason, const Usage& u);
 // One chunk of a stream, as an SSE event "data: {...}\n\n"; `finish_reason` "" until the last.
 // For chat, `first` carries the assistant role. With continuous_usage, `so_far` is its usage.
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far = {});
+                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far = {},
+                         int index = 0);
 // The usage chunk of stream_options.include_usage (no choices), as an SSE event.
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 
@@ -96,6 +103,7 @@ std::string text_delta(const std::string& decoded, size_t& sent, bool final);
 
 // Stop sequences (bounded: at most kMaxStops of kMaxStopBytes each).
 constexpr size_t kMaxStops = 16, kMaxStopBytes = 256;
+constexpr int kMaxChoices = 16;  // `n` at most
 // Where a completion's text ends when a stop sequence occurs in it: before the earliest one (or
 // after it, `include`); nullopt when none occurs.
 std::optional<size_t> stop_cut(const std::string& text, const std::vector<std::string>& stops, bool include);

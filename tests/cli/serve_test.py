@@ -128,6 +128,24 @@ def plain(binary, src):
             reasons = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
             check(streamed == want and reasons == ["stop"], f"{extra} streamed: {streamed!r} {reasons}")
 
+        # n choices, whole and streamed: greedy, each is transformers' text; sampled, choice i is the
+        # request with seed + i alone (a request's draws do not depend on its batch).
+        status, r = s.json("POST", "/v1/completions", {**base, "n": 3})
+        check(status == 200 and [c["text"] for c in r["choices"]] == [text] * 3 and [c["index"] for c in r["choices"]] == [0, 1, 2]
+              and r["usage"]["completion_tokens"] == 3 * n, f"n=3 greedy: {status} {r}")
+        sampled = {"model": "ib-draft-1m", "prompt": "def f(", "max_tokens": 12, "temperature": 1.0, "seed": 5}
+        alone = [s.json("POST", "/v1/completions", {**sampled, "seed": 5 + i})[1]["choices"][0]["text"] for i in range(2)]
+        status, r = s.json("POST", "/v1/completions", {**sampled, "n": 2})
+        check(status == 200 and [c["text"] for c in r["choices"]] == alone, f"n=2 sampled: {r} != alone {alone}")
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({**sampled, "n": 2, "stream": True}), {"Content-Type": "application/json"})
+        events = [json.loads(e) for e in sse_events(c.getresponse()) if e != "[DONE]"]
+        c.close()
+        streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"] and e["choices"][0]["index"] == i)
+                    for i in range(2)]
+        finals = sorted(e["choices"][0]["index"] for e in events if e["choices"] and e["choices"][0]["finish_reason"])
+        check(streamed == alone and finals == [0, 1], f"n=2 streamed: {streamed} {finals} != {alone}")
+
         # A chat streamed, against the same request answered whole.
         chat = {"model": "ib-draft-1m", "messages": [{"role": "system", "content": "You write Python."},
                                                      {"role": "user", "content": "def parse(text):"}],
@@ -188,7 +206,8 @@ def plain(binary, src):
         for body, want, param in [("{not json", 400, None),
                                   ({"model": "other", "prompt": "x"}, 404, "model"),
                                   ({"model": "ib-draft-1m", "prompt": list(range(3000))}, 400, "prompt"),
-                                  ({"model": "ib-draft-1m", "prompt": "x", "n": 3}, 400, "n")]:
+                                  ({"model": "ib-draft-1m", "prompt": "x", "n": 0}, 400, "n"),
+                                  ({"model": "ib-draft-1m", "prompt": "x", "n": 2, "best_of": 3}, 400, "best_of")]:
             status, data = s.request("POST", "/v1/completions", body)
             err = json.loads(data).get("error", {})
             check(status == want and err.get("message") and (param is None or err.get("param") == param),
@@ -542,11 +561,18 @@ def with_openai(binary, src):
             response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
         doc = json.loads(response.choices[0].message.content)
         check(set(doc) == {"city", "population"} and isinstance(doc["population"], int), f"structured output {doc}")
+        # n choices through the client: choice i is the request with seed + i alone.
+        r = client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], n=3, max_tokens=8,
+                                           seed=11, temperature=1.0)
+        alone = [client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], max_tokens=8,
+                                                seed=11 + i, temperature=1.0).choices[0].message.content for i in range(3)]
+        check([c.index for c in r.choices] == [0, 1, 2] and [c.message.content for c in r.choices] == alone,
+              f"n=3: {[c.message.content for c in r.choices]} != alone {alone}")
         try:
-            client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], n=2)
-            fail("n=2 was accepted")
+            client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], n=17)
+            fail("n=17 was accepted")
         except openai.BadRequestError as e:
-            check("'n' must be 1" in str(e), f"BadRequestError: {e}")
+            check("'n' must be in [1, 16]" in str(e), f"BadRequestError: {e}")
         try:
             client.completions.create(model="nope", prompt="x")
             fail("an unknown model was accepted")

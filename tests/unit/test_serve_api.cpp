@@ -71,7 +71,18 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stream_options": {"continuous_usage_stats": 1}})", false).param,
             "stream_options");
   EXPECT_EQ(refusal_of(R"({"prompt": "x"})", false).param, "model");
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 2})", false).param, "n");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 17})", false).param, "n");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "n": 2, "best_of": 3})", false).param, "best_of");
+  {
+    const auto three = parse_api_request(R"({"model": "m", "prompt": "x", "n": 3, "best_of": 3})", false, e);
+    ASSERT_TRUE(three) << e.message;
+    EXPECT_EQ(three->n, 3);
+    const json j = json::parse(completion_json(*three, "c", 1, "m", {{"a", "stop"}, {"b", "length"}}, {2, 5}));
+    EXPECT_EQ(j["choices"][1]["index"], 1);
+    EXPECT_EQ(j["choices"][1]["text"], "b");
+    EXPECT_EQ(j["choices"][1]["finish_reason"], "length");
+    EXPECT_EQ(json::parse(stream_chunk(*three, "c", 1, "m", "x", "", false, {}, 2).substr(6))["choices"][0]["index"], 2);
+  }
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": [""]})", false).param, "stop");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": 3})", false).param, "stop");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop_token_ids": [-1]})", false).param, "stop_token_ids");

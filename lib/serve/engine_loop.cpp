@@ -26,10 +26,17 @@ std::string RequestStream::error() const {
   return error_;
 }
 
-void RequestStream::push(int32_t token, bool finished, bool stopped) {
+std::vector<TokenLogprob> RequestStream::logprobs(size_t from) const {
+  std::lock_guard<std::mutex> lock(m_);
+  if (from >= logprobs_.size()) return {};
+  return std::vector<TokenLogprob>(logprobs_.begin() + static_cast<std::ptrdiff_t>(from), logprobs_.end());
+}
+
+void RequestStream::push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob) {
   {
     std::lock_guard<std::mutex> lock(m_);
     tokens_.push_back(token);
+    if (logprob) logprobs_.push_back(std::move(*logprob));
     done_ = finished;
     stopped_ = stopped;
   }
@@ -158,7 +165,7 @@ void EngineLoop::run() {
     for (const Emitted& e : result.tokens) {
       auto it = streams_.find(e.request);
       if (it == streams_.end()) continue;
-      it->second->push(e.token, e.finished, e.stopped);
+      it->second->push(e.token, e.finished, e.stopped, e.logprob);
       ++counters_.output_tokens;
       if (e.finished) {
         streams_.erase(it);

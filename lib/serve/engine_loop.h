@@ -25,17 +25,20 @@ class RequestStream {
   // Waits until there are tokens past `seen`, the request has ended, or `timeout_s` passed; the
   // tokens past `seen` (appended to `out`), and whether the request has ended.
   bool wait(size_t seen, std::vector<int32_t>& out, double timeout_s);
-  bool stopped() const;       // ended at its eos token
+  bool stopped() const;  // ended at its eos token
+  // The log-probabilities of tokens [from, end) received so far (a request that asked for them).
+  std::vector<TokenLogprob> logprobs(size_t from) const;
   std::string error() const;  // the engine failed while it ran ("" if not)
 
  private:
   friend class EngineLoop;
-  void push(int32_t token, bool finished, bool stopped);
+  void push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob = std::nullopt);
   void fail(const std::string& why);
 
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::vector<int32_t> tokens_;
+  std::vector<TokenLogprob> logprobs_;
   bool done_ = false, stopped_ = false;
   std::string error_;
 };

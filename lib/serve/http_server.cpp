@@ -131,6 +131,20 @@ struct HttpServer::Impl {
     return a;
   }
 
+  // Log-probabilities with their tokens as text (each token decoded alone), at most `count`.
+  std::vector<TokenLogprobText> logprob_texts(const std::vector<TokenLogprob>& l, int64_t count) const {
+    std::vector<TokenLogprobText> out;
+    auto text = [&](int32_t id) { return tok->decode({id}, false); };
+    for (size_t i = 0; i < l.size() && static_cast<int64_t>(i) < count; ++i) {
+      TokenLogprobText t;
+      t.token = text(l[i].token);
+      t.logprob = l[i].logprob;
+      for (const auto& [id, lp] : l[i].top) t.top.emplace_back(text(id), lp);
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
   // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
   std::vector<int32_t> prompt_of(const ApiRequest& r) const {
     if (!r.prompt_tokens.empty()) return r.prompt_tokens;
@@ -189,6 +203,7 @@ struct HttpServer::Impl {
     }
     q.eos = r.ignore_eos ? -1 : tok->eos_id();
     q.stop_tokens = r.stop_token_ids;
+    q.logprobs = r.logprobs;
     q.sampling = r.sampling;
     if (!r.response_schema.empty()) {
       if (!r.stop.empty() || !r.stop_token_ids.empty())
@@ -220,6 +235,7 @@ struct HttpServer::Impl {
       size_t sent = 0;
       bool first = true, ended = false;
       Answer answer;
+      size_t logprobs_sent = 0, logprobs_offset = 0;  // streamed: tokens whose log-probabilities went out, their bytes
     };
     auto choices = std::make_shared<std::vector<Choice>>(static_cast<size_t>(r.n));
     auto cancel_all = [this, choices] {
@@ -263,7 +279,9 @@ struct HttpServer::Impl {
           cancel_all();
           return send_error(res, engine_error(c.stream->error()));
         }
-        out.push_back({c.answer.text, c.answer.stop_string || c.stream->stopped() ? "stop" : "length"});
+        out.push_back(
+            {c.answer.text, c.answer.stop_string || c.stream->stopped() ? "stop" : "length",
+             r.logprobs >= 0 ? logprob_texts(c.stream->logprobs(0), c.answer.tokens) : std::vector<TokenLogprobText>{}});
       }
       res.set_content(completion_json(r, rid, created, o.model_name, out, {prompt_tokens, generated()}), "application/json");
       return;
@@ -291,9 +309,18 @@ struct HttpServer::Impl {
             const size_t limit = end || r.stop.empty() ? c.answer.text.size() : stop_safe_end(c.answer.text, r.stop);
             const std::string delta = text_delta(c.answer.text.substr(0, limit), c.sent, end);
             const int index = static_cast<int>(i);
-            if (!delta.empty() || c.first) {
-              out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, {prompt_tokens, generated()}, index);
+            // The log-probabilities of the tokens received since the last chunk (of the answer's tokens).
+            std::vector<TokenLogprobText> lps;
+            if (r.logprobs >= 0) {
+              std::vector<TokenLogprob> fresh = c.stream->logprobs(c.logprobs_sent);
+              lps = logprob_texts(fresh, c.answer.tokens - static_cast<int64_t>(c.logprobs_sent));
+            }
+            if (!delta.empty() || c.first || !lps.empty()) {
+              out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, {prompt_tokens, generated()}, index, &lps,
+                                  c.logprobs_offset);
               c.first = false;
+              c.logprobs_sent += lps.size();
+              for (const TokenLogprobText& t : lps) c.logprobs_offset += t.token.size();
             }
             if (!end) {
               all_ended = false;

@@ -104,7 +104,19 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     for (const char* k : {"frequency_penalty", "presence_penalty"})
       if (j.contains(k) && !(j[k].is_null() || (j[k].is_number() && j[k].get<double>() == 0)))
         refuse(k, fmt::format("'{}' is not supported (only 0)", k));
-    for (const char* k : {"echo", "logprobs", "top_logprobs", "suffix", "tools", "tool_choice", "parallel_tool_calls"})
+    constexpr int kMaxLogprobs = 20;  // OpenAI's bound
+    if (chat) {
+      const bool wanted = j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false;
+      if (wanted && !j["logprobs"].is_boolean()) refuse("logprobs", "'logprobs' must be a boolean for chat");
+      if (wanted) r.logprobs = 0;
+      if (j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
+        if (!wanted) refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r.logprobs = static_cast<int>(int_field(j["top_logprobs"], "top_logprobs", 0, kMaxLogprobs));
+      }
+    } else if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+      r.logprobs = static_cast<int>(int_field(j["logprobs"], "logprobs", 0, kMaxLogprobs));
+    }
+    for (const char* k : {"echo", "suffix", "tools", "tool_choice", "parallel_tool_calls"})
       if (j.contains(k) && !j[k].is_null() && j[k] != false && !(j[k].is_array() && j[k].empty()))
         refuse(k, fmt::format("'{}' is not supported by this server", k));
     if (j.contains("stop") && !j["stop"].is_null()) {
@@ -248,11 +260,41 @@ json finish(const std::string& reason) { return reason.empty() ? json(nullptr) :
 
 }  // namespace
 
+json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprobText>& tokens, size_t offset) {
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+  };
+  if (r.chat) {
+    json content = json::array();
+    for (const TokenLogprobText& t : tokens) {
+      json top = json::array();
+      for (const auto& [tok, lp] : t.top) top.push_back({{"token", tok}, {"logprob", lp}, {"bytes", bytes(tok)}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprobText& t : tokens) {
+    toks.push_back(t.token);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top) top[tok] = lp;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.token.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                             const std::vector<ChoiceText>& choices, const Usage& u) {
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    json choice = {{"index", i}, {"finish_reason", finish(choices[i].finish_reason)}, {"logprobs", nullptr}};
+    json choice = {{"index", i},
+                   {"finish_reason", finish(choices[i].finish_reason)},
+                   {"logprobs", r.logprobs >= 0 ? logprobs_json(r, choices[i].logprobs) : json(nullptr)}};
     if (r.chat)
       choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     else
@@ -271,8 +313,11 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
 }
 
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far, int index) {
-  json choice = {{"index", index}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};
+                         const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far, int index,
+                         const std::vector<TokenLogprobText>* logprobs, size_t offset) {
+  json choice = {{"index", index},
+                 {"finish_reason", finish(finish_reason)},
+                 {"logprobs", logprobs && r.logprobs >= 0 ? logprobs_json(r, *logprobs, offset) : json(nullptr)}};
   if (r.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

@@ -45,6 +45,7 @@ struct ApiRequest {
   std::vector<int32_t> stop_token_ids;      // vLLM's: generation ends at any of these tokens (not in the text)
   bool include_stop_str = false;            // vLLM's include_stop_str_in_output
   int n = 1;                                // choices, each its own sequence (seed + i when a seed is given)
+  int logprobs = -1;                        // completions' `logprobs` k, chat's `top_logprobs` with `logprobs: true`; -1: none
   bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
@@ -67,10 +68,22 @@ struct Usage {
 };
 
 // A whole (non-streamed) response.
-// A choice's text and finish reason ("stop", "length").
+// A generated token as text with its log-probability, and the most likely alternatives.
+struct TokenLogprobText {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+// A choice's text and finish reason ("stop", "length"), and its tokens' log-probabilities when
+// the request asked for them.
 struct ChoiceText {
   std::string text, finish_reason;
+  std::vector<TokenLogprobText> logprobs;
 };
+// The `logprobs` object of a choice or chunk as OpenAI writes it: chat {"content": [{"token",
+// "logprob", "bytes", "top_logprobs"}]}; completions {"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"} (offsets from `offset`, the bytes of the choice's text before these tokens).
+nlohmann::json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprobText>& tokens, size_t offset = 0);
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                             const std::vector<ChoiceText>& choices, const Usage& u);
 std::string completion_json(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
@@ -79,7 +92,7 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
 // For chat, `first` carries the assistant role. With continuous_usage, `so_far` is its usage.
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                          const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far = {},
-                         int index = 0);
+                         int index = 0, const std::vector<TokenLogprobText>* logprobs = nullptr, size_t offset = 0);
 // The usage chunk of stream_options.include_usage (no choices), as an SSE event.
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 

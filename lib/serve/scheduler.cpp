@@ -13,6 +13,27 @@ namespace ib::serve {
 
 const char* to_string(Batching b) { return b == Batching::Static ? "static" : "continuous"; }
 
+TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int top) {
+  double mx = -INFINITY;
+  for (int i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double log_z = mx + std::log(sum);
+  TokenLogprob t;
+  t.token = token;
+  t.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z);
+  const int k = std::min(top, vocab);
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = i;
+  // Most likely first; ties by the smaller id, as a greedy choice breaks them.
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t x, int32_t y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); });
+  for (int i = 0; i < k; ++i)
+    t.top.emplace_back(ids[static_cast<size_t>(i)],
+                       static_cast<float>(static_cast<double>(logits[ids[static_cast<size_t>(i)]]) - log_z));
+  return t;
+}
+
 Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine), o_(o), paged_(engine.kv_blocks() != nullptr) {
   if (o_.max_seqs < 1) throw InputError(fmt::format("max_seqs must be at least 1, not {}", o_.max_seqs));
   // As vLLM requires (max_num_batched_tokens >= max_num_seqs): every running request can decode
@@ -286,8 +307,11 @@ StepResult Scheduler::step() {
   if (rows.empty()) throw std::logic_error("Scheduler::step with nothing to run");
   std::vector<int32_t> next(rows.size());
   std::vector<std::string> failure(rows.size());  // why row j's request cannot go on ("" when it can)
+  std::vector<std::optional<TokenLogprob>> logprob(rows.size());
   bool own_sampling = false;
-  for (size_t i : rows) own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr;
+  for (size_t i : rows)
+    own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr ||
+                    running_[i].request.logprobs >= 0;
   const size_t V = static_cast<size_t>(engine_.config().vocab);
   std::vector<float> logits(own_sampling ? rows.size() * V : 0);
   model::StepOutput so;
@@ -323,6 +347,8 @@ StepResult Scheduler::step() {
       } else {
         next[j] = model::sample_token(l, static_cast<int>(V), sp, u);
       }
+      if (a.request.logprobs >= 0 && next[j] >= 0)
+        logprob[j] = token_logprob(l, static_cast<int>(V), next[j], a.request.logprobs);
     }
   for (size_t j = 0; j < rows.size(); ++j) {
     Active& a = running_[rows[j]];
@@ -349,7 +375,7 @@ StepResult Scheduler::step() {
         complete || (a.request.eos >= 0 && next[j] == a.request.eos) ||
         std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), next[j]) != a.request.stop_tokens.end();
     a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
-    out.tokens.push_back({a.request.id, next[j], a.done, stopped});
+    out.tokens.push_back({a.request.id, next[j], a.done, stopped, std::move(logprob[j])});
   }
   // Finished requests leave: their sequences (or the prefix cache keeps them) and reservations
   // are returned.

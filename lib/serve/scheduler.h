@@ -159,4 +159,7 @@ class Scheduler {
 
 const char* to_string(Batching b);
 
+// The log-probability of `token` under softmax(logits), and the `top` most likely tokens with theirs.
+TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int top);
+
 }  // namespace ib::serve

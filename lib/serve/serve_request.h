@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "model/sample.h"
@@ -32,6 +33,7 @@ struct Request {
   char type = 's';                   // the workload's class of the request: 's' short, 'l' long prompt
   int32_t eos = -1;                  // a server's request ends at this token (it is the last emitted); -1: never
   std::vector<int32_t> stop_tokens;  // and at any of these (vLLM's stop_token_ids), emitted last too
+  int logprobs = -1;                 // >= 0: each token's log-probability and this many most likely alternatives (-1: none)
   // Its own sampling (a server's request: temperature, top-p, seed), drawn on the host from the
   // step's logits with the request's seed and token index, so that a request's tokens do not
   // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.
@@ -40,12 +42,21 @@ struct Request {
   int adapter = -1;                             // LoRA: the engine's resident adapter its rows use (-1: the base model)
 };
 
+// A token's log-probability under the model's distribution (the raw logits' log-softmax, as
+// vLLM's default), and the most likely tokens with theirs, most likely first.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 // One output token of one request, as a step produced it.
 struct Emitted {
   int64_t request = 0;
   int32_t token = 0;
-  bool finished = false;  // the request's last token: its sequence was released
-  bool stopped = false;   // finished at its eos token (else at max_tokens)
+  bool finished = false;                // the request's last token: its sequence was released
+  bool stopped = false;                 // finished at its eos token (else at max_tokens)
+  std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
 };
 
 }  // namespace ib::serve

@@ -128,6 +128,27 @@ def plain(binary, src):
             reasons = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
             check(streamed == want and reasons == ["stop"], f"{extra} streamed: {streamed!r} {reasons}")
 
+        # logprobs against transformers: the first token's log-probability and the five most likely,
+        # from the log-softmax of transformers' logits at the prompt's last position (golden).
+        import math
+        logits = golden["last_logits"]
+        mx = max(logits)
+        log_z = mx + math.log(sum(math.exp(x - mx) for x in logits))
+        ref = sorted(((x - log_z, i) for i, x in enumerate(logits)), key=lambda p: (-p[0], p[1]))[:5]
+        status, r = s.json("POST", "/v1/completions", {**base, "max_tokens": 3, "logprobs": 5})
+        lp = r["choices"][0]["logprobs"] if status == 200 else None
+        check(lp and len(lp["token_logprobs"]) == 3 and abs(lp["token_logprobs"][0] - ref[0][0]) < 1e-3
+              and len(lp["top_logprobs"][0]) == 5 and all(abs(a - b[0]) < 1e-3 for a, b in zip(sorted(lp["top_logprobs"][0].values(), reverse=True), ref)),
+              f"logprobs {lp} against transformers' {ref}")
+        check("".join(lp["tokens"]) == r["choices"][0]["text"], f"logprobs tokens {lp['tokens']} != {r['choices'][0]['text']!r}")
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({**base, "max_tokens": 3, "logprobs": 5, "stream": True}),
+                  {"Content-Type": "application/json"})
+        events = [json.loads(e) for e in sse_events(c.getresponse()) if e != "[DONE]"]
+        c.close()
+        streamed = [x for e in events if e["choices"] and e["choices"][0]["logprobs"] for x in e["choices"][0]["logprobs"]["token_logprobs"]]
+        check(streamed == lp["token_logprobs"], f"streamed logprobs {streamed} != whole {lp['token_logprobs']}")
+
         # n choices, whole and streamed: greedy, each is transformers' text; sampled, choice i is the
         # request with seed + i alone (a request's draws do not depend on its batch).
         status, r = s.json("POST", "/v1/completions", {**base, "n": 3})
@@ -561,6 +582,12 @@ def with_openai(binary, src):
             response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
         doc = json.loads(response.choices[0].message.content)
         check(set(doc) == {"city", "population"} and isinstance(doc["population"], int), f"structured output {doc}")
+        # logprobs through the client: one entry per generated token, each with its two alternatives.
+        r = client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], max_tokens=6,
+                                           temperature=0, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+        content = r.choices[0].logprobs.content
+        check(len(content) == r.usage.completion_tokens == 6 and all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+              and all(t.logprob == t.top_logprobs[0].logprob for t in content), f"logprobs: {r.choices[0].logprobs}")
         # n choices through the client: choice i is the request with seed + i alone.
         r = client.chat.completions.create(model="ib-draft-1m", messages=[{"role": "user", "content": "x"}], n=3, max_tokens=8,
                                            seed=11, temperature=1.0)

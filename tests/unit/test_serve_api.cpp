@@ -3,6 +3,7 @@
 // streamed text held back at a cut UTF-8 character. The engine loop (serve/engine_loop.h): many
 // threads' requests served, a cancelled one's reservation returned, a refused one named,
 // per-request sampling independent of what a request is batched with.
+#include <cmath>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "model/weights.h"
 #include "serve/engine_loop.h"
 #include "serve/openai_api.h"
+#include "serve/scheduler.h"
 #include "serve/schema_constraint.h"
 #include "tokenizer/tokenizer.h"
 
@@ -89,7 +91,11 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temperature": 3})", false).param, "temperature");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", "b"]})", false).param, "prompt");
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logprobs": 2})", false).param, "logprobs");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logprobs": 21})", false).param, "logprobs");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).param,
+            "top_logprobs");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": 3})", true).param,
+            "logprobs");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": []})", true).param, "messages");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})", true).param,
             "messages");
@@ -292,6 +298,35 @@ TEST(ServeApi, ResponseFormatCarriesTheSchema) {
                        false)
                 .param,
             "response_format");
+}
+
+TEST(ServeApi, LogprobsAreTheLogSoftmaxAndTheMostLikelyTokens) {
+  ApiError e;
+  auto chat = parse_api_request(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true,
+      "top_logprobs": 2})",
+                                true, e);
+  ASSERT_TRUE(chat) << e.message;
+  EXPECT_EQ(chat->logprobs, 2);
+  auto comp = parse_api_request(R"({"model": "m", "prompt": "x", "logprobs": 0})", false, e);
+  ASSERT_TRUE(comp) << e.message;
+  EXPECT_EQ(comp->logprobs, 0);
+  // softmax([0, ln 3, 0]) = [0.2, 0.6, 0.2]: token 2's log-probability, and the top two (ties by id).
+  const float logits[] = {0.0f, std::log(3.0f), 0.0f};
+  const TokenLogprob t = token_logprob(logits, 3, 2, 2);
+  EXPECT_EQ(t.token, 2);
+  EXPECT_NEAR(t.logprob, std::log(0.2), 1e-6);
+  ASSERT_EQ(t.top.size(), 2u);
+  EXPECT_EQ(t.top[0].first, 1);
+  EXPECT_NEAR(t.top[0].second, std::log(0.6), 1e-6);
+  EXPECT_EQ(t.top[1].first, 0);
+  const std::vector<TokenLogprobText> toks = {{"ab", -0.5f, {{"ab", -0.5f}, {"c", -1.0f}}}, {"d", -2.0f, {}}};
+  const json c = logprobs_json(*comp, toks, 3);
+  EXPECT_EQ(c["tokens"], json({"ab", "d"}));
+  EXPECT_EQ(c["text_offset"], json({3, 5}));
+  EXPECT_FLOAT_EQ(c["top_logprobs"][0]["c"].get<float>(), -1.0f);
+  const json h = logprobs_json(*chat, toks);
+  EXPECT_EQ(h["content"][0]["bytes"], json({97, 98}));
+  EXPECT_EQ(h["content"][0]["top_logprobs"][1]["token"], "c");
 }
 
 TEST(ServeApi, StopSequencesCutTheTextAndHoldBackWhatCouldStartOne) {

@@ -180,6 +180,7 @@ void register_serve(Cli& cli) {
   sub->add_option("--shutdown-grace", h.shutdown_grace_s,
                   "seconds requests in flight may take to finish after Ctrl-C before they are cancelled")
       ->check(CLI::Range(0.0, 3600.0));
+  sub->add_option("--api-key", h.api_key, "the /v1 routes need Authorization: Bearer KEY (vLLM's --api-key)");
   sub->add_option("--allowed-origins", h.allowed_origins,
                   "browser origins served (CORS), e.g. http://localhost:3000, or * for any; others are refused with 403");
   sub->add_option("--chat-template", s.chat_template,

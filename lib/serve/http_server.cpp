@@ -412,6 +412,14 @@ struct HttpServer::Impl {
       if (host != "localhost" && host != "127.0.0.1" && host != "[::1]")
         return refuse(403, "permission_error", "this server listens on the loopback only: its Host must be localhost");
     }
+    if (!o.api_key.empty() && req.method != "OPTIONS" && req.path.rfind("/v1/", 0) == 0) {
+      const std::string given = req.get_header_value("Authorization"), want = "Bearer " + o.api_key;
+      unsigned diff = given.size() == want.size() ? 0u : 1u;  // compared in a time independent of where they differ
+      for (size_t i = 0; i < std::min(given.size(), want.size()); ++i)
+        diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(want[i]);
+      if (diff != 0)
+        return refuse(401, "authentication_error", "a valid API key is needed: Authorization: Bearer <key> (--api-key)");
+    }
     if (req.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
     if (req.has_header("Content-Encoding") && req.get_header_value("Content-Encoding") != "identity")
       return refuse(415, "invalid_request_error", "compressed bodies are not accepted (send the JSON as it is)");

@@ -39,6 +39,8 @@ struct HttpOptions {
   // Browsers: an `Origin` not listed here is refused (403), so a page on another site cannot
   // drive a server on this machine; "*" allows any. A listed one gets CORS headers and preflights.
   std::vector<std::string> allowed_origins;
+  // vLLM's --api-key: the /v1 routes need `Authorization: Bearer KEY` (401 without); "" for none.
+  std::string api_key;
 };
 
 // Whether this binary has the HTTP server: cpp-httplib was found when it was built, and

@@ -174,9 +174,22 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
           refuse("messages", fmt::format("message role '{}' is not supported", role));
         for (const auto& [k, v] : m.items())
           if (k != "role" && k != "content" && k != "name") refuse("messages", fmt::format("unknown message field '{}'", k));
-        if (!m.contains("content") || !m["content"].is_string())
-          refuse("messages", "a message's 'content' must be a string (content parts are not supported)");
-        r.messages.push_back({role, m["content"].get<std::string>()});
+        if (!m.contains("content")) refuse("messages", "a message needs its 'content'");
+        const json& content = m["content"];
+        std::string text;
+        if (content.is_string()) {
+          text = content.get<std::string>();
+        } else if (content.is_array()) {  // content parts: the text ones, joined (this model reads nothing else)
+          for (const json& part : content) {
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+                !part["text"].is_string())
+              refuse("messages", "a content part must be {\"type\": \"text\", \"text\": \"...\"} (this model reads text only)");
+            text += part["text"].get<std::string>();
+          }
+        } else {
+          refuse("messages", "a message's 'content' must be a string or a list of text parts");
+        }
+        r.messages.push_back({role, std::move(text)});
       }
     } else {
       if (!j.contains("prompt")) refuse("prompt", "'prompt' is required");

@@ -301,7 +301,26 @@ def plain(binary, src):
     lora(binary, src)
     paged(binary, src)
     hostile(binary, src)
+    api_key(binary, src)
     print("serve_test: plain HTTP: all checks passed")
+
+
+def api_key(binary, src):
+    """--api-key: the /v1 routes need the bearer key (401 without it or with another); /health does not."""
+    s = Server(binary, os.path.join(src, "data/models/ib-draft-1m"), "--api-key", "s3cret")
+    try:
+        for headers, want in [({}, 401), ({"Authorization": "Bearer wrong!"}, 401), ({"Authorization": "Bearer s3cret"}, 200)]:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c.request("GET", "/v1/models", headers=headers)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            check(r.status == want and (want == 200 or json.loads(body)["error"]["type"] == "authentication_error"),
+                  f"/v1/models with {headers}: {r.status} {body[:200]!r}")
+        status, _ = s.request("GET", "/health")
+        check(status == 200, f"/health with --api-key: {status}")
+    finally:
+        s.p.kill()
 
 
 def raw(port, data, timeout=60):

@@ -97,6 +97,18 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": 3})", true).param,
             "logprobs");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": []})", true).param, "messages");
+  {
+    const auto parts =
+        parse_api_request(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+        {"type": "text", "text": "b"}]}]})",
+                          true, e);
+    ASSERT_TRUE(parts) << e.message;
+    EXPECT_EQ(parts->messages[0].content, "ab");
+  }
+  EXPECT_EQ(
+      refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})", true)
+          .param,
+      "messages");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})", true).param,
             "messages");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],

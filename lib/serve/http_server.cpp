@@ -204,6 +204,12 @@ struct HttpServer::Impl {
     q.eos = r.ignore_eos ? -1 : tok->eos_id();
     q.stop_tokens = r.stop_token_ids;
     q.logprobs = r.logprobs;
+    q.processors = r.processors;
+    for (const auto& [t, bias] : r.processors.logit_bias)
+      if (t >= loop.config().vocab)
+        return send_error(
+            res, {400, "invalid_request_error",
+                  fmt::format("logit_bias: token {} is past the vocabulary ({} tokens)", t, loop.config().vocab), "logit_bias"});
     q.sampling = r.sampling;
     if (!r.response_schema.empty()) {
       if (!r.stop.empty() || !r.stop_token_ids.empty())

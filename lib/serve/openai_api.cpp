@@ -83,6 +83,8 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
                                                   "n",
                                                   "frequency_penalty",
                                                   "presence_penalty",
+                                                  "repetition_penalty",
+                                                  "logit_bias",
                                                   "stop",
                                                   "stop_token_ids",
                                                   "include_stop_str_in_output",
@@ -101,9 +103,23 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     // best_of = n is n choices; more would need ranking by log-probability, which is not done.
     if (j.contains("best_of") && !j["best_of"].is_null() && j["best_of"] != json(r.n))
       refuse("best_of", fmt::format("'best_of' must equal n ({}): choices are not ranked", r.n));
-    for (const char* k : {"frequency_penalty", "presence_penalty"})
-      if (j.contains(k) && !(j[k].is_null() || (j[k].is_number() && j[k].get<double>() == 0)))
-        refuse(k, fmt::format("'{}' is not supported (only 0)", k));
+    LogitsProcessors& lp = r.processors;
+    if (j.contains("frequency_penalty") && !j["frequency_penalty"].is_null())
+      lp.frequency_penalty = static_cast<float>(number_field(j["frequency_penalty"], "frequency_penalty", -2, 2));
+    if (j.contains("presence_penalty") && !j["presence_penalty"].is_null())
+      lp.presence_penalty = static_cast<float>(number_field(j["presence_penalty"], "presence_penalty", -2, 2));
+    if (j.contains("repetition_penalty") && !j["repetition_penalty"].is_null())  // vLLM's
+      lp.repetition_penalty = static_cast<float>(number_field(j["repetition_penalty"], "repetition_penalty", 1e-3, 2));
+    if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+      const json& b = j["logit_bias"];
+      if (!b.is_object() || b.size() > 300)
+        refuse("logit_bias", "'logit_bias' must be an object of at most 300 token ids (as strings) to biases");
+      for (const auto& [id, bias] : b.items()) {
+        if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
+          refuse("logit_bias", fmt::format("logit_bias key '{}' is not a token id", id));
+        lp.logit_bias.emplace_back(std::stoi(id), static_cast<float>(number_field(bias, "logit_bias", -100, 100)));
+      }
+    }
     constexpr int kMaxLogprobs = 20;  // OpenAI's bound
     if (chat) {
       const bool wanted = j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false;

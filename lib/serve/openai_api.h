@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/sample.h"
+#include "serve/logits_processors.h"
 
 namespace ib::serve {
 
@@ -45,6 +46,7 @@ struct ApiRequest {
   std::vector<int32_t> stop_token_ids;      // vLLM's: generation ends at any of these tokens (not in the text)
   bool include_stop_str = false;            // vLLM's include_stop_str_in_output
   int n = 1;                                // choices, each its own sequence (seed + i when a seed is given)
+  LogitsProcessors processors;              // logit_bias, repetition/frequency/presence penalties
   int logprobs = -1;                        // completions' `logprobs` k, chat's `top_logprobs` with `logprobs: true`; -1: none
   bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;

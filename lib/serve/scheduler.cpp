@@ -308,10 +308,11 @@ StepResult Scheduler::step() {
   std::vector<int32_t> next(rows.size());
   std::vector<std::string> failure(rows.size());  // why row j's request cannot go on ("" when it can)
   std::vector<std::optional<TokenLogprob>> logprob(rows.size());
+  std::vector<float> processed;
   bool own_sampling = false;
   for (size_t i : rows)
     own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr ||
-                    running_[i].request.logprobs >= 0;
+                    running_[i].request.logprobs >= 0 || running_[i].request.processors.active();
   const size_t V = static_cast<size_t>(engine_.config().vocab);
   std::vector<float> logits(own_sampling ? rows.size() * V : 0);
   model::StepOutput so;
@@ -335,10 +336,17 @@ StepResult Scheduler::step() {
       // The request's seed and its token index: the same request draws the same tokens whatever
       // it is batched with.
       const float u = model::sample_uniform(sp.seed, a.output.size(), 0);
-      const float* l = logits.data() + j * V;
-      if (!std::all_of(l, l + V, [](float x) { return std::isfinite(x); })) {
+      const float* raw = logits.data() + j * V;
+      if (!std::all_of(raw, raw + V, [](float x) { return std::isfinite(x); })) {
         failure[j] = "its logits are not finite (NaN or Inf: the model's or its adapter's weights)";
         continue;
+      }
+      // Its logit bias and penalties on a copy: log-probabilities are the raw logits' (vLLM's default).
+      const float* l = raw;
+      if (a.request.processors.active()) {
+        processed.assign(raw, raw + V);
+        apply_logits_processors(a.request.processors, a.request.prompt, a.output, processed.data(), static_cast<int>(V));
+        l = processed.data();
       }
       if (a.request.constraint) {
         const int left = a.request.max_tokens - static_cast<int>(a.output.size());
@@ -348,7 +356,7 @@ StepResult Scheduler::step() {
         next[j] = model::sample_token(l, static_cast<int>(V), sp, u);
       }
       if (a.request.logprobs >= 0 && next[j] >= 0)
-        logprob[j] = token_logprob(l, static_cast<int>(V), next[j], a.request.logprobs);
+        logprob[j] = token_logprob(raw, static_cast<int>(V), next[j], a.request.logprobs);
     }
   for (size_t j = 0; j < rows.size(); ++j) {
     Active& a = running_[rows[j]];

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/sample.h"
+#include "serve/logits_processors.h"
 
 namespace ib::serve {
 
@@ -33,6 +34,7 @@ struct Request {
   char type = 's';                   // the workload's class of the request: 's' short, 'l' long prompt
   int32_t eos = -1;                  // a server's request ends at this token (it is the last emitted); -1: never
   std::vector<int32_t> stop_tokens;  // and at any of these (vLLM's stop_token_ids), emitted last too
+  LogitsProcessors processors;       // logit_bias and penalties (host sampling)
   int logprobs = -1;                 // >= 0: each token's log-probability and this many most likely alternatives (-1: none)
   // Its own sampling (a server's request: temperature, top-p, seed), drawn on the host from the
   // step's logits with the request's seed and token index, so that a request's tokens do not

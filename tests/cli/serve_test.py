@@ -149,6 +149,16 @@ def plain(binary, src):
         streamed = [x for e in events if e["choices"] and e["choices"][0]["logprobs"] for x in e["choices"][0]["logprobs"]["token_logprobs"]]
         check(streamed == lp["token_logprobs"], f"streamed logprobs {streamed} != whole {lp['token_logprobs']}")
 
+        # logit_bias +100 on one token makes every greedy token that one; penalties are taken.
+        forced = golden["greedy_ids"][5]
+        status, r = s.json("POST", "/v1/completions", {**base, "max_tokens": 4, "logit_bias": {str(forced): 100}, "logprobs": 0})
+        check(status == 200 and r["choices"][0]["logprobs"]["tokens"] == [r["choices"][0]["logprobs"]["tokens"][0]] * 4
+              and s.json("POST", "/detokenize", {"model": "ib-draft-1m", "tokens": [forced] * 4})[1]["prompt"]
+              == r["choices"][0]["text"], f"logit_bias: {status} {r}")
+        status, r = s.json("POST", "/v1/completions", {**base, "max_tokens": 8, "frequency_penalty": 1.5, "presence_penalty": 0.5,
+                                                        "repetition_penalty": 1.3})
+        check(status == 200 and r["usage"]["completion_tokens"] == 8, f"penalties: {status} {r}")
+
         # n choices, whole and streamed: greedy, each is transformers' text; sampled, choice i is the
         # request with seed + i alone (a request's draws do not depend on its batch).
         status, r = s.json("POST", "/v1/completions", {**base, "n": 3})

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "serve/engine_loop.h"
+#include "serve/logits_processors.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
 #include "serve/schema_constraint.h"
@@ -339,6 +340,26 @@ TEST(ServeApi, LogprobsAreTheLogSoftmaxAndTheMostLikelyTokens) {
   const json h = logprobs_json(*chat, toks);
   EXPECT_EQ(h["content"][0]["bytes"], json({97, 98}));
   EXPECT_EQ(h["content"][0]["top_logprobs"][1]["token"], "c");
+}
+
+TEST(ServeApi, LogitBiasAndPenaltiesAsVllmAppliesThem) {
+  ApiError e;
+  const auto r = parse_api_request(R"({"model": "m", "prompt": "x", "logit_bias": {"3": 5, "0": -100},
+      "frequency_penalty": 0.5, "presence_penalty": 1, "repetition_penalty": 2})",
+                                   false, e);
+  ASSERT_TRUE(r) << e.message;
+  EXPECT_EQ(r->processors.logit_bias, (std::vector<std::pair<int32_t, float>>{{0, -100.0f}, {3, 5.0f}}));
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logit_bias": {"a": 1}})", false).param, "logit_bias");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logit_bias": {"1": 101}})", false).param, "logit_bias");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "presence_penalty": 3})", false).param, "presence_penalty");
+  // Token 1 in the prompt, token 2 twice in the output, token 3 biased.
+  std::vector<float> l = {1.0f, 4.0f, -2.0f, 0.5f, 2.0f};
+  apply_logits_processors(r->processors, {1}, {2, 2}, l.data(), 5);
+  EXPECT_FLOAT_EQ(l[0], 1.0f - 100.0f);
+  EXPECT_FLOAT_EQ(l[1], 4.0f / 2);                     // seen, positive: divided by the repetition penalty
+  EXPECT_FLOAT_EQ(l[2], -2.0f * 2 - 0.5f * 2 - 1.0f);  // seen, negative: multiplied; then frequency · 2 and presence
+  EXPECT_FLOAT_EQ(l[3], 0.5f + 5.0f);
+  EXPECT_FLOAT_EQ(l[4], 2.0f);
 }
 
 TEST(ServeApi, StopSequencesCutTheTextAndHoldBackWhatCouldStartOne) {

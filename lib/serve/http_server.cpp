@@ -145,16 +145,16 @@ struct HttpServer::Impl {
     return out;
   }
 
-  // The prompt's tokens: a chat rendered through the template, or the completion's text / ids.
-  std::vector<int32_t> prompt_of(const ApiRequest& r) const {
-    if (!r.prompt_tokens.empty()) return r.prompt_tokens;
-    std::string text = r.prompt;
+  // The prompts' tokens: a chat rendered through the template, or the completion's texts / ids.
+  std::vector<std::vector<int32_t>> prompts_of(const ApiRequest& r) const {
     if (r.chat) {
-      text.clear();
+      std::string text;
       for (const ChatMessage& m : r.messages) text += model::render_chat_message(o.chat_template, m.role, m.content);
-      text += o.generation_prompt;
+      return {tok->encode(text + o.generation_prompt)};
     }
-    return tok->encode(text);
+    std::vector<std::vector<int32_t>> out = r.prompt_ids;
+    for (const std::string& p : r.prompts) out.push_back(tok->encode(p));
+    return out;
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -185,8 +185,10 @@ struct HttpServer::Impl {
     if (!adapter) return send_error(res, unknown_model(r.model));
     Request q;
     q.adapter = *adapter;
+    std::vector<std::vector<int32_t>> prompts;
     try {
-      q.prompt = prompt_of(r);
+      prompts = prompts_of(r);
+      q.prompt = prompts[0];
     } catch (const InputError& e) {
       return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
     }
@@ -232,8 +234,10 @@ struct HttpServer::Impl {
     }
     const int64_t serial = next_id++;
     if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
-    const int64_t prompt_tokens = static_cast<int64_t>(q.prompt.size());
-    // `n` choices: each its own request of the engine (seed + i), batched with the others.
+    int64_t prompt_tokens = 0;
+    for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+    // `n` choices of each prompt: each its own request of the engine (seed + i), batched with the
+    // others; prompt p's choice i at index p·n + i.
     struct Choice {
       int64_t id = 0;
       std::shared_ptr<RequestStream> stream;
@@ -243,16 +247,18 @@ struct HttpServer::Impl {
       Answer answer;
       size_t logprobs_sent = 0, logprobs_offset = 0;  // streamed: tokens whose log-probabilities went out, their bytes
     };
-    auto choices = std::make_shared<std::vector<Choice>>(static_cast<size_t>(r.n));
+    auto choices = std::make_shared<std::vector<Choice>>(prompts.size() * static_cast<size_t>(r.n));
     auto cancel_all = [this, choices] {
       for (const Choice& c : *choices)
         if (c.stream) loop.cancel(c.id);
     };
-    for (int i = 0; i < r.n; ++i) {
+    for (size_t k = 0; k < choices->size(); ++k) {
+      const size_t i = k % static_cast<size_t>(r.n);
       Request qi = q;
+      qi.prompt = prompts[k / static_cast<size_t>(r.n)];
       qi.sampling->seed = q.sampling->seed + static_cast<uint64_t>(i);
-      if (q.constraint && i > 0) qi.constraint = std::make_shared<SchemaConstraint>(r.response_schema, vocab);  // its own state
-      Choice& c = (*choices)[static_cast<size_t>(i)];
+      if (q.constraint && k > 0) qi.constraint = std::make_shared<SchemaConstraint>(r.response_schema, vocab);  // its own state
+      Choice& c = (*choices)[k];
       try {
         c.stream = loop.submit(std::move(qi), &c.id);
       } catch (const InputError& e) {

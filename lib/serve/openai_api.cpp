@@ -210,16 +210,35 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     } else {
       if (!j.contains("prompt")) refuse("prompt", "'prompt' is required");
       const json& p = j["prompt"];
+      auto ids = [](const json& list) {
+        std::vector<int32_t> out;
+        for (const json& t : list) out.push_back(static_cast<int32_t>(int_field(t, "prompt", 0, INT32_MAX)));
+        return out;
+      };
       if (p.is_string()) {
-        r.prompt = p.get<std::string>();
-      } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-        r.prompt = p[0].get<std::string>();
-      } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-        for (const json& t : p) r.prompt_tokens.push_back(static_cast<int32_t>(int_field(t, "prompt", 0, INT32_MAX)));
+        r.prompts.push_back(p.get<std::string>());
+      } else if (p.is_array() && !p.empty() && p[0].is_string()) {  // a list of texts
+        for (const json& x : p) {
+          if (!x.is_string()) refuse("prompt", "a list of prompts must be all texts or all lists of token ids");
+          r.prompts.push_back(x.get<std::string>());
+        }
+      } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {  // one prompt of token ids
+        r.prompt_ids.push_back(ids(p));
+      } else if (p.is_array() && !p.empty() && p[0].is_array()) {  // a list of them
+        for (const json& x : p) {
+          if (!x.is_array()) refuse("prompt", "a list of prompts must be all texts or all lists of token ids");
+          r.prompt_ids.push_back(ids(x));
+        }
       } else {
-        refuse("prompt", "'prompt' must be a string, a list of one string, or a list of token ids (one prompt per request)");
+        refuse("prompt", "'prompt' must be a text, a list of token ids, or a list of either");
       }
-      if (r.prompt.empty() && r.prompt_tokens.empty()) refuse("prompt", "'prompt' is empty");
+      for (const std::string& x : r.prompts)
+        if (x.empty()) refuse("prompt", "a prompt is empty");
+      for (const auto& x : r.prompt_ids)
+        if (x.empty()) refuse("prompt", "a prompt is empty");
+      const size_t count = r.prompts.size() + r.prompt_ids.size();
+      if (count * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxPrompts))
+        refuse("prompt", fmt::format("{} prompts of n = {} choices: more than {} in one request", count, r.n, kMaxPrompts));
     }
     for (const char* k : {"max_tokens", "max_completion_tokens"})
       if (j.contains(k) && !j[k].is_null()) {

@@ -31,10 +31,12 @@ struct ChatMessage {
 struct ApiRequest {
   bool chat = false;
   std::string model;
-  std::string prompt;                  // completions: the text (when prompt_tokens is empty)
-  std::vector<int32_t> prompt_tokens;  // completions: a prompt given as token ids
-  std::vector<ChatMessage> messages;   // chat
-  int max_tokens = 16;                 // OpenAI's default for completions; chat: up to the context
+  // Completions: the prompts as texts, or as token ids (one of the two); a list of prompts gets
+  // n choices each, prompt p's at indices p·n ... p·n + n − 1, as OpenAI's.
+  std::vector<std::string> prompts;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<ChatMessage> messages;  // chat
+  int max_tokens = 16;                // OpenAI's default for completions; chat: up to the context
   bool max_tokens_given = false;
   model::SamplingParams sampling;  // temperature 1 and top_p 1 by default, as OpenAI's
   bool seed_given = false;
@@ -119,6 +121,7 @@ std::string text_delta(const std::string& decoded, size_t& sent, bool final);
 // Stop sequences (bounded: at most kMaxStops of kMaxStopBytes each).
 constexpr size_t kMaxStops = 16, kMaxStopBytes = 256;
 constexpr int kMaxChoices = 16;  // `n` at most
+constexpr int kMaxPrompts = 64;  // prompts × n at most
 // Where a completion's text ends when a stop sequence occurs in it: before the earliest one (or
 // after it, `include`); nullopt when none occurs.
 std::optional<size_t> stop_cut(const std::string& text, const std::vector<std::string>& stops, bool include);

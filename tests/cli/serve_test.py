@@ -159,6 +159,17 @@ def plain(binary, src):
                                                         "repetition_penalty": 1.3})
         check(status == 200 and r["usage"]["completion_tokens"] == 8, f"penalties: {status} {r}")
 
+        # A list of prompts (lm-eval's batched completions): prompt p's choice i at index p·n + i,
+        # each as its prompt alone.
+        prompts = ["x = 1", "def f(", "import"]
+        alone = [s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": p, "max_tokens": 6, "temperature": 0,
+                                                    "ignore_eos": True})[1]["choices"][0]["text"] for p in prompts]
+        status, r = s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": prompts, "n": 2, "max_tokens": 6,
+                                                        "temperature": 0, "ignore_eos": True})
+        check(status == 200 and [c["index"] for c in r["choices"]] == list(range(6))
+              and [c["text"] for c in r["choices"]] == [a for a in alone for _ in range(2)]
+              and r["usage"]["completion_tokens"] == 36, f"a list of prompts: {status} {r} (alone {alone})")
+
         # n choices, whole and streamed: greedy, each is transformers' text; sampled, choice i is the
         # request with seed + i alone (a request's draws do not depend on its batch).
         status, r = s.json("POST", "/v1/completions", {**base, "n": 3})

@@ -368,8 +368,8 @@ TEST(Fuzz, ServeRequestBody) {
             EXPECT_TRUE(nlohmann::json::accept(serve::error_json(e))) << serve::error_json(e).substr(0, 200);
             continue;
           }
-          EXPECT_TRUE(nlohmann::json::accept(serve::completion_json(*r, "id", 0, r->model, r->prompt, "stop", {1, 1})));
-          EXPECT_TRUE(nlohmann::json::accept(serve::stream_chunk(*r, "id", 0, r->model, r->prompt, "", true).substr(6)));
+          EXPECT_TRUE(nlohmann::json::accept(serve::completion_json(*r, "id", 0, r->model, r->model, "stop", {1, 1})));
+          EXPECT_TRUE(nlohmann::json::accept(serve::stream_chunk(*r, "id", 0, r->model, r->model, "", true).substr(6)));
         }
       },
       [](const std::exception&) { return false; });

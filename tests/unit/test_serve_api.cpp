@@ -40,14 +40,20 @@ TEST(ServeApi, CompletionAndChatBodiesAreParsed) {
                                  "stream_options": {"include_usage": true}, "seed": 7, "n": 1, "user": "u"})",
                              false, e);
   ASSERT_TRUE(c) << e.message;
-  EXPECT_EQ(c->prompt, "Hello");
+  EXPECT_EQ(c->prompts, (std::vector<std::string>{"Hello"}));
   EXPECT_EQ(c->max_tokens, 5);
   EXPECT_TRUE(c->sampling.greedy());
   EXPECT_TRUE(c->stream && c->include_usage && c->seed_given);
   EXPECT_EQ(c->sampling.seed, 7u);
   auto t = parse_api_request(R"({"model": "m", "prompt": [1, 2, 3]})", false, e);
   ASSERT_TRUE(t);
-  EXPECT_EQ(t->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(t->prompt_ids, (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  const auto lists = parse_api_request(R"({"model": "m", "prompt": [[1, 2], [3]]})", false, e);
+  ASSERT_TRUE(lists) << e.message;
+  EXPECT_EQ(lists->prompt_ids, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
+  const auto texts = parse_api_request(R"({"model": "m", "prompt": ["a", "b"], "n": 2})", false, e);
+  ASSERT_TRUE(texts) << e.message;
+  EXPECT_EQ(texts->prompts, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(t->max_tokens, 16);                 // OpenAI's default
   EXPECT_FLOAT_EQ(t->sampling.temperature, 1);  // likewise
   auto ch = parse_api_request(
@@ -91,7 +97,9 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop_token_ids": [-1]})", false).param, "stop_token_ids");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "temperature": 3})", false).param, "temperature");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", "b"]})", false).param, "prompt");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", [1]]})", false).param, "prompt");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", ""]})", false).param, "prompt");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": ["a", "b", "c", "d", "e"], "n": 16})", false).param, "prompt");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "logprobs": 21})", false).param, "logprobs");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", true).param,
             "top_logprobs");

@@ -71,6 +71,7 @@ std::shared_ptr<RequestStream> EngineLoop::submit(Request r, int64_t* id) {
   ++counters_.submitted;
   counters_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   streams_[r.id] = stream;
+  timing_[r.id].submitted = std::chrono::steady_clock::now();
   inbox_.push_back(std::move(r));
   cv_.notify_all();
   return stream;
@@ -125,6 +126,7 @@ void EngineLoop::run() {
         scheduler_.cancel(id);
         it->second->fail("cancelled");
         streams_.erase(it);
+        timing_.erase(id);
         ++counters_.cancelled;
       }
       cancels_.clear();
@@ -137,6 +139,7 @@ void EngineLoop::run() {
     // The step runs unlocked: handlers submit and cancel meanwhile.
     StepResult result;
     std::string failure;
+    const auto step_start = std::chrono::steady_clock::now();
     try {
       result = scheduler_.step();
     } catch (const std::exception& e) {
@@ -153,6 +156,7 @@ void EngineLoop::run() {
         ++counters_.failed;
       }
       streams_.clear();
+      timing_.clear();
       continue;
     }
     for (const auto& [id, why] : result.failed) {  // that request alone
@@ -160,15 +164,31 @@ void EngineLoop::run() {
       if (it == streams_.end()) continue;
       it->second->fail(fmt::format("request {}: {}", id, why));
       streams_.erase(it);
+      timing_.erase(id);
       ++counters_.failed;
     }
+    const auto now = std::chrono::steady_clock::now();
+    auto seconds = [](std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    for (int64_t id : result.admitted)
+      if (auto t = timing_.find(id); t != timing_.end()) counters_.queue.observe(seconds(step_start - t->second.submitted));
     for (const Emitted& e : result.tokens) {
       auto it = streams_.find(e.request);
       if (it == streams_.end()) continue;
       it->second->push(e.token, e.finished, e.stopped, e.logprob);
       ++counters_.output_tokens;
+      Timing& t = timing_[e.request];
+      if (t.tokens++ == 0) {
+        t.first = now;
+        counters_.ttft.observe(seconds(now - t.submitted));
+      } else {
+        counters_.itl.observe(seconds(now - t.last));
+      }
+      t.last = now;
       if (e.finished) {
+        counters_.e2e.observe(seconds(now - t.submitted));
+        if (t.tokens > 1) counters_.tpot.observe(seconds(now - t.first) / static_cast<double>(t.tokens - 1));
         streams_.erase(it);
+        timing_.erase(e.request);
         ++counters_.finished;
       }
     }

@@ -4,6 +4,7 @@
 // sequence and reservation at the next step; stop() lets everything queued and running finish.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "serve/histogram.h"
 #include "serve/scheduler.h"
 #include "serve/serve_request.h"
 
@@ -50,6 +52,11 @@ struct EngineCounters {
   // Paged KV (0 otherwise): blocks in use and in the pool, prefix caching's tokens, preemptions.
   int kv_blocks_used = 0, kv_blocks_total = 0, cached_prefixes = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
+  // Latencies as the engine thread sees them (seconds; vLLM's definitions): submitted to first
+  // token, between tokens, per output token after the first, submitted to last token, queued
+  // before its first pass.
+  Histogram ttft{ttft_buckets()}, itl{token_latency_buckets()}, tpot{token_latency_buckets()};
+  Histogram e2e{request_latency_buckets()}, queue{request_latency_buckets()};
 };
 
 class EngineLoop {
@@ -80,6 +87,11 @@ class EngineLoop {
   std::vector<Request> inbox_;
   std::vector<int64_t> cancels_;
   std::map<int64_t, std::shared_ptr<RequestStream>> streams_;
+  struct Timing {
+    std::chrono::steady_clock::time_point submitted, first, last;
+    int64_t tokens = 0;
+  };
+  std::map<int64_t, Timing> timing_;  // of the requests in streams_
   bool stopping_ = false;
   int64_t next_id_ = 0;
   EngineCounters counters_;

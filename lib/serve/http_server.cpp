@@ -390,6 +390,34 @@ struct HttpServer::Impl {
       add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed later)",
           static_cast<double>(c.preemptions));
     }
+    // The same under vLLM's names, with its latency histograms, for dashboards made for vLLM.
+    std::string label;
+    for (char ch : o.model_name)
+      label += ch == '"' || ch == '\\' ? std::string("\\") + ch : ch == '\n' ? "\\n" : std::string(1, ch);
+    const std::string labels = fmt::format("model_name=\"{}\"", label);
+    auto vllm = [&](const char* name, const char* type, const char* help, double v) {
+      s += fmt::format("# HELP vllm:{} {}\n# TYPE vllm:{} {}\nvllm:{}{{{}}} {}\n", name, help, name, type, name, labels, v);
+    };
+    vllm("num_requests_running", "gauge", "requests in the running batch", c.running);
+    vllm("num_requests_waiting", "gauge", "requests queued", c.waiting);
+    vllm("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
+    vllm("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
+    vllm("num_preemptions_total", "counter", "requests preempted", static_cast<double>(c.preemptions));
+    if (c.kv_blocks_total > 0) {
+      vllm("kv_cache_usage_perc", "gauge", "fraction of the paged KV blocks in use (1 = all)",
+           static_cast<double>(c.kv_blocks_used) / c.kv_blocks_total);
+      vllm("prefix_cache_queries_total", "counter", "prompt tokens looked up in the prefix cache",
+           static_cast<double>(c.prefix_query_tokens));
+      vllm("prefix_cache_hits_total", "counter", "of those, found", static_cast<double>(c.prefix_hit_tokens));
+    }
+    s += prometheus_histogram("vllm:time_to_first_token_seconds", "time from a request's arrival to its first token", labels,
+                              c.ttft);
+    s += prometheus_histogram("vllm:inter_token_latency_seconds", "time between a request's tokens", labels, c.itl);
+    s += prometheus_histogram("vllm:time_per_output_token_seconds", "a request's time per token after its first", labels, c.tpot);
+    s += prometheus_histogram("vllm:e2e_request_latency_seconds", "time from a request's arrival to its last token", labels,
+                              c.e2e);
+    s += prometheus_histogram("vllm:request_queue_time_seconds", "time a request waited before its first forward pass", labels,
+                              c.queue);
     return s;
   }
 

@@ -282,6 +282,20 @@ def plain(binary, src):
         check(len(results) == 8 and all(st == 200 and r["usage"]["completion_tokens"] == 8 for st, r in results),
               f"concurrent: {[st for st, _ in results]}")
 
+        # vLLM's metric names and latency histograms: every finished request observed once.
+        _, text = s.request("GET", "/metrics")
+        finished = s.metrics()["requests_finished_total"]
+        for h in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds"):
+            count = re.search(rf"^vllm:{h}_count\{{[^}}]*\}} (\S+)$", text, re.M)
+            inf = re.search(rf'^vllm:{h}_bucket\{{[^}}]*le="\+Inf"\}} (\S+)$', text, re.M)
+            # Every finished request ended once; requests cut by a stop sequence were cancelled after
+            # their first token (counted in TTFT and queue time, not in E2E).
+            ok = count and (float(count.group(1)) == finished if h == "e2e_request_latency_seconds"
+                            else float(count.group(1)) >= finished)
+            check(ok and inf and count.group(1) == inf.group(1)
+                  and float(count.group(1)) >= 8, f"vllm:{h}: {count and count.group(0)} {inf and inf.group(0)} ({finished} finished)")
+        check(re.search(r"^vllm:num_requests_running\{model_name=\"ib-draft-1m\"\} 0$", text, re.M), "vllm:num_requests_running")
+
         # A client that goes away mid-stream: its request is cancelled and its reservation returned.
         before = s.metrics()
         c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)

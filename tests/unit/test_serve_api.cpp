@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "serve/engine_loop.h"
+#include "serve/histogram.h"
 #include "serve/logits_processors.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -368,6 +369,18 @@ TEST(ServeApi, LogitBiasAndPenaltiesAsVllmAppliesThem) {
   EXPECT_FLOAT_EQ(l[2], -2.0f * 2 - 0.5f * 2 - 1.0f);  // seen, negative: multiplied; then frequency · 2 and presence
   EXPECT_FLOAT_EQ(l[3], 0.5f + 5.0f);
   EXPECT_FLOAT_EQ(l[4], 2.0f);
+}
+
+TEST(ServeMetrics, HistogramsAreCumulativeInThePrometheusFormat) {
+  Histogram h({0.1, 1.0});
+  for (double v : {0.05, 0.1, 0.5, 3.0}) h.observe(v);
+  const std::string text = prometheus_histogram("vllm:x_seconds", "help", "model_name=\"m\"", h);
+  EXPECT_NE(text.find("# TYPE vllm:x_seconds histogram\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:x_seconds_bucket{model_name=\"m\",le=\"0.1\"} 2\n"), std::string::npos) << text;  // <= 0.1
+  EXPECT_NE(text.find("vllm:x_seconds_bucket{model_name=\"m\",le=\"1\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:x_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:x_seconds_sum{model_name=\"m\"} 3.65\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm:x_seconds_count{model_name=\"m\"} 4\n"), std::string::npos) << text;
 }
 
 TEST(ServeApi, StopSequencesCutTheTextAndHoldBackWhatCouldStartOne) {

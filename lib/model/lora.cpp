@@ -1,10 +1,12 @@
 #include "model/lora.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -20,6 +22,57 @@
 
 namespace ib::model {
 namespace {
+
+// PEFT's target_modules regex, matched as Python's re.fullmatch does, through PCRE2 (Perl syntax,
+// as Python's) with bounds: nesting past 64 levels is refused at compile time, and a match past
+// 100,000 backtracking steps is an error, not a hang. std::regex recursed once per nesting level
+// (a deeply nested pattern overflowed the stack) and backtracked without bound.
+class ModuleRegex {
+ public:
+  ModuleRegex(const std::string& pattern, std::string& why) {
+    pcre2_compile_context* cc = pcre2_compile_context_create(nullptr);
+    pcre2_set_parens_nest_limit(cc, 64);
+    if (pattern.size() > 4096) {
+      why = "longer than 4096 bytes";
+    } else {
+      int err = 0;
+      PCRE2_SIZE at = 0;
+      code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                            &err, &at, cc);
+      if (!code_) why = fmt::format("{} at offset {}", message(err), at);
+    }
+    pcre2_compile_context_free(cc);
+    if (!code_) return;
+    match_ = pcre2_match_context_create(nullptr);
+    pcre2_set_match_limit(match_, 100000);
+    pcre2_set_depth_limit(match_, 1000);
+    data_ = pcre2_match_data_create_from_pattern(code_, nullptr);
+  }
+  ~ModuleRegex() {
+    pcre2_match_data_free(data_);
+    pcre2_match_context_free(match_);
+    pcre2_code_free(code_);
+  }
+  ModuleRegex(const ModuleRegex&) = delete;
+  ModuleRegex& operator=(const ModuleRegex&) = delete;
+  // Whether the whole of `s` matches; `why` set when the match gave up (its bounds).
+  bool full_match(const std::string& s, std::string& why) const {
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, data_, match_);
+    if (rc >= 0) return true;
+    if (rc != PCRE2_ERROR_NOMATCH) why = message(rc) + " (the pattern backtracks too much)";
+    return false;
+  }
+
+ private:
+  static std::string message(int code) {
+    PCRE2_UCHAR buf[256];
+    return pcre2_get_error_message(code, buf, sizeof buf) < 0 ? fmt::format("PCRE2 error {}", code)
+                                                              : std::string(reinterpret_cast<const char*>(buf));
+  }
+  pcre2_code* code_ = nullptr;
+  pcre2_match_context* match_ = nullptr;
+  pcre2_match_data* data_ = nullptr;
+};
 
 constexpr const char* kModuleNames[kLoraModules] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 constexpr const char* kShortNames[kLoraModules] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -174,7 +227,7 @@ LoraAdapter load_peft_adapter(const ModelConfig& c, const std::string& dir_arg) 
   if (!has("target_modules")) throw key_error("target_modules", "missing");
   const nlohmann::json& tm = j["target_modules"];
   std::vector<std::string> listed;
-  std::optional<std::regex> pattern;
+  std::optional<ModuleRegex> pattern;
   bool all_linear = false;
   if (tm.is_array()) {
     for (const auto& e : tm) {
@@ -184,11 +237,11 @@ LoraAdapter load_peft_adapter(const ModelConfig& c, const std::string& dir_arg) 
   } else if (tm.is_string() && tm.get<std::string>() == "all-linear") {
     all_linear = true;
   } else if (tm.is_string()) {
-    try {
-      pattern.emplace(tm.get<std::string>(), std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw key_error("target_modules", fmt::format("'{}' is not a regular expression: {}", tm.get<std::string>(), e.what()));
-    }
+    std::string why;
+    pattern.emplace(tm.get<std::string>(), why);
+    if (!why.empty())
+      throw key_error("target_modules", fmt::format("'{}' is not a regular expression this reader takes: {}",
+                                                    tm.get<std::string>().substr(0, 200), why));
   } else {
     throw key_error("target_modules", "neither a list of names nor a string");
   }
@@ -199,7 +252,12 @@ LoraAdapter load_peft_adapter(const ModelConfig& c, const std::string& dir_arg) 
   auto targeted = [&](int layer, LoraModule m) {
     if (all_linear) return true;
     const std::string path = module_path(layer, m);
-    if (pattern) return std::regex_match(path, *pattern);
+    if (pattern) {
+      std::string why;
+      const bool hit = pattern->full_match(path, why);
+      if (!why.empty()) throw key_error("target_modules", fmt::format("matching '{}': {}", path, why));
+      return hit;
+    }
     for (const auto& e : listed)
       if (matches(path, e)) return true;
     return false;

@@ -26,7 +26,6 @@ std::vector<double> request_latency_buckets();
 
 // The histogram in the Prometheus text format: `name`_bucket{labels,le="..."}, _sum, _count.
 // `labels` is "key=\"value\"" pairs joined by commas (may be empty).
-std::string prometheus_histogram(const std::string& name, const std::string& help, const std::string& labels,
-                                 const Histogram& h);
+std::string prometheus_histogram(const std::string& name, const std::string& help, const std::string& labels, const Histogram& h);
 
 }  // namespace ib::serve

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -214,6 +215,13 @@ TEST(Lora, RefusesWhatItDoesNotModelWithTheKeyOrTensor) {
   expect_refused(f.config, edited("qv-r8", [](auto& j) { j["modules_to_save"] = {"lm_head"}; }), "modules_to_save: is set");
   expect_refused(f.config, edited("qv-r8", [](auto& j) { j["target_modules"] = "model\\.layers\\.0\\.self_attn\\.(q|v)_proj"; }),
                  "selects q_proj in some layers only");
+  // #48: a regex nested 100,000 deep crashed (std::regex recursed per level) and a catastrophic one
+  // hung; both are refused naming the key, at once.
+  const std::string deep = std::string(100000, '(') + "q_proj" + std::string(100000, ')');
+  expect_refused(f.config, edited("qv-r8", [&](auto& j) { j["target_modules"] = deep; }), "target_modules: '(((");
+  const auto start = std::chrono::steady_clock::now();
+  expect_refused(f.config, edited("qv-r8", [](auto& j) { j["target_modules"] = "(.*.*)*[0-9]{2}"; }), "backtracks too much");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
   // Another base model: the adapter's shapes do not fit.
   ModelConfig other = f.config;
   other.hidden = 96;

@@ -1,6 +1,9 @@
 // The CPU engine's construction (its weights read, and transposed to [in][out] as
 // cpu_model_internal.h says) and its factory; its other members are in cpu_model_*.cpp, by noun.
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,7 +17,27 @@
 
 namespace ib::model::cpu_detail {
 
-CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w)
+namespace {
+
+// [in][a_out + b_out (+ c_out)]: the column blocks of matrices sharing their input side by side.
+std::vector<float> side_by_side(int in, std::initializer_list<std::pair<const Buf*, int>> parts) {
+  int out = 0;
+  for (const auto& p : parts) out += p.second;
+  std::vector<float> m(static_cast<size_t>(in) * static_cast<size_t>(out));
+  for (int i = 0; i < in; ++i) {
+    int c0 = 0;
+    for (const auto& [buf, n] : parts) {
+      std::copy_n(buf->data() + static_cast<size_t>(i) * static_cast<size_t>(n), n,
+                  m.begin() + static_cast<std::ptrdiff_t>(i) * out + c0);
+      c0 += n;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul)
     : c_(c), inv_freq_(c.rope_inv_freq()), rope_factor_(c.rope_attention_factor()) {
   const auto specs = tensor_specs(c);
   auto load = [&](const std::string& name, Buf& dst, bool transpose) {
@@ -70,14 +93,41 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w)
   }
   load("model.norm.weight", final_norm_, false);
   load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
+  if (matmul == CpuMatmul::Reference) return;
+  const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
+  for (Layer& L : layers_) {
+    const auto qkv = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
+    L.qkv = PackedWeights(qkv.data(), h, qd + 2 * kvd);
+    L.o = PackedWeights(L.wo.data(), qd, h);
+    const auto gate_up = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
+    L.gate_up = PackedWeights(gate_up.data(), h, 2 * mlp);
+    L.down = PackedWeights(L.wd.data(), mlp, h);
+    for (const PackedWeights* p : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(p->bytes());
+  }
+  lm_head_packed_ = PackedWeights(lm_head_.data(), h, c.vocab);
+  packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
+}
+
+int64_t CpuModel::streamed_weight_bytes(int rows) const {
+  if (lm_head_packed_.empty() || rows > 32) return weight_bytes_ - static_cast<int64_t>(embed_.bytes());
+  // The packed matrices, the norms and biases; the embedding rows a step reads are negligible.
+  int64_t b = packed_bytes_;
+  const int64_t matrices = static_cast<int64_t>(lm_head_.bytes()) + [&] {
+    int64_t m = 0;
+    for (const Layer& L : layers_)
+      for (const Buf* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wg, &L.wu, &L.wd}) m += static_cast<int64_t>(w->bytes());
+    return m;
+  }();
+  b += weight_bytes_ - matrices - static_cast<int64_t>(embed_.bytes());
+  return b;
 }
 
 }  // namespace ib::model::cpu_detail
 
 namespace ib::model {
 
-std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w) {
-  return std::make_unique<cpu_detail::CpuModel>(c, w);
+std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul) {
+  return std::make_unique<cpu_detail::CpuModel>(c, w, matmul);
 }
 
 }  // namespace ib::model

@@ -150,18 +150,48 @@ void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* 
   }
 }
 
-// Hugging Face Llama's rotate-half RoPE on one head vector at position `pos`: pairs (i, i + d/2)
-// rotated by pos · inv_freq[i] (ModelConfig::rope_inv_freq: theta and scaling applied), cos and
-// sin multiplied by `attention_factor` (YaRN; 1 otherwise), as transformers' rotary embedding does.
-void rope(float* v, int d, int pos, const double* inv_freq, double attention_factor) {
+// Hugging Face Llama's rotate-half RoPE on one head vector: pairs (i, i + d/2) rotated by
+// pos · inv_freq[i] (ModelConfig::rope_inv_freq: theta and scaling applied), cos and sin
+// multiplied by `attention_factor` (YaRN; 1 otherwise), as transformers' rotary embedding does.
+// The angles depend only on the position, so a row's cos/sin (d/2 each) are computed once per
+// pass and shared by every head of every layer.
+void rope_angles(int d, int pos, const double* inv_freq, double attention_factor, float* cs) {
   const int half = d / 2;
   for (int i = 0; i < half; ++i) {
     const double angle = pos * inv_freq[i];
-    const float c = static_cast<float>(std::cos(angle) * attention_factor),
-                s = static_cast<float>(std::sin(angle) * attention_factor);
+    cs[i] = static_cast<float>(std::cos(angle) * attention_factor);
+    cs[half + i] = static_cast<float>(std::sin(angle) * attention_factor);
+  }
+}
+void rope(float* v, int d, const float* cs) {
+  const int half = d / 2;
+  for (int i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
     const float a = v[i], b = v[i + half];
     v[i] = a * c - b * s;
     v[i + half] = b * c + a * s;
+  }
+}
+
+// Products of at least this many multiply-adds split their panels over the threads; below it a
+// wake-up of the pool costs more than the half of the product it saves.
+constexpr double kParallelMacs = 1 << 17;
+
+// Y = X·W through the packed decode GEMV (bit for bit the GEMV of `matmul`).
+void packed_matmul(const PackedWeights& w, const float* x, int rows, float* y) {
+  const bool big = static_cast<double>(w.in()) * w.out() * rows >= kParallelMacs;
+  run_chunks(big, w.panels(), [&](size_t lo, size_t hi) { w.multiply(x, rows, lo, hi, y); });
+}
+
+// Columns [c0, c0 + n) of each row of a [rows][width] product into y [rows][n], plus the bias.
+void take_columns(const float* src, int rows, int width, int c0, int n, const float* bias, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* s = src + static_cast<size_t>(r) * width + c0;
+    float* d = y + static_cast<size_t>(r) * n;
+    if (bias)
+      for (int o = 0; o < n; ++o) d[o] = s[o] + bias[o];
+    else
+      std::copy_n(s, n, d);
   }
 }
 
@@ -182,9 +212,19 @@ void matmul(const float* x, int rows, int in, const float* wt, int out, const fl
       gemv(x, rows, in, wt, out, static_cast<int>(lo) * 64, std::min(out, static_cast<int>(hi) * 64), y);
     });
   }
-  if (bias)
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
+  if (bias) add_bias(y, rows, out, bias);
+}
+
+void add_bias(float* y, int rows, int out, const float* bias) {
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bias[o];
+}
+
+bool CpuModel::packed(const PackedWeights& w, int rows, std::initializer_list<LoraModule> modules) const {
+  if (w.empty() || rows > 32) return false;  // Reference, or a prefill (SGEMM)
+  for (LoraModule m : modules)
+    if (merged_modules_[static_cast<size_t>(m)]) return false;  // the merged float32 weights
+  return true;
 }
 
 // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
@@ -238,29 +278,39 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     s.head_weights.assign(static_cast<size_t>(c_.heads) * (static_cast<size_t>(p) + 1), 0.0f);
   }
   std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
-  std::vector<float> gate(R * c_.mlp), up(R * c_.mlp);
+  std::vector<float> gate(R * c_.mlp), up(R * c_.mlp), fused;
   for (int r = 0; r < rows; ++r)
     std::memcpy(&x[static_cast<size_t>(r) * h], embed_.data() + static_cast<size_t>(tokens[r]) * h, sizeof(float) * h);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> rope_cs(R * static_cast<size_t>(d));
+  for (int r = 0; r < rows; ++r)
+    rope_angles(d, pos[static_cast<size_t>(r)], inv_freq_.data(), rope_factor_, &rope_cs[static_cast<size_t>(r) * d]);
   for (int l = 0; l < c_.layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     rmsnorm(x.data(), rows, h, L.in_norm.data(), c_.rms_eps, xn.data());
-    matmul(xn.data(), rows, h, weight(L, LoraModule::Q), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
-    matmul(xn.data(), rows, h, weight(L, LoraModule::K), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
-    matmul(xn.data(), rows, h, weight(L, LoraModule::V), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    if (packed(L.qkv, rows, {LoraModule::Q, LoraModule::K, LoraModule::V})) {
+      const int w = qd + 2 * kvd;
+      fused.resize(R * static_cast<size_t>(w));
+      packed_matmul(L.qkv, xn.data(), rows, fused.data());
+      take_columns(fused.data(), rows, w, 0, qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
+      take_columns(fused.data(), rows, w, qd, kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
+      take_columns(fused.data(), rows, w, qd + kvd, kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    } else {
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Q), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
+      matmul(xn.data(), rows, h, weight(L, LoraModule::K), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
+      matmul(xn.data(), rows, h, weight(L, LoraModule::V), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+    }
     lora_add(l, LoraModule::Q, xn.data(), rows, h, qd, seq_of, q.data());
     lora_add(l, LoraModule::K, xn.data(), rows, h, kvd, seq_of, k.data());
     lora_add(l, LoraModule::V, xn.data(), rows, h, kvd, seq_of, v.data());
     for (int r = 0; r < rows; ++r) {
-      const int p = pos[static_cast<size_t>(r)];
       if (c_.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
         rmsnorm(&q[static_cast<size_t>(r) * qd], c_.heads, d, L.q_norm.data(), c_.rms_eps, &q[static_cast<size_t>(r) * qd]);
         rmsnorm(&k[static_cast<size_t>(r) * kvd], c_.kv_heads, d, L.k_norm.data(), c_.rms_eps, &k[static_cast<size_t>(r) * kvd]);
       }
-      for (int hh = 0; hh < c_.heads; ++hh)
-        rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, p, inv_freq_.data(), rope_factor_);
-      for (int kh = 0; kh < c_.kv_heads; ++kh)
-        rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, p, inv_freq_.data(), rope_factor_);
+      const float* cs = &rope_cs[static_cast<size_t>(r) * d];
+      for (int hh = 0; hh < c_.heads; ++hh) rope(&q[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d], d, cs);
+      for (int kh = 0; kh < c_.kv_heads; ++kh) rope(&k[static_cast<size_t>(r) * kvd + static_cast<size_t>(kh) * d], d, cs);
     }
     round_kv(l, rows, seq_of, k.data(), v.data());
     for (int r = 0; r < rows; ++r) {
@@ -345,16 +395,33 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         }
       }
     }
-    matmul(att.data(), rows, qd, weight(L, LoraModule::O), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+    if (packed(L.o, rows, {LoraModule::O})) {
+      packed_matmul(L.o, att.data(), rows, tmp.data());
+      if (c_.o_bias) add_bias(tmp.data(), rows, h, L.bo.data());
+    } else {
+      matmul(att.data(), rows, qd, weight(L, LoraModule::O), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+    }
     lora_add(l, LoraModule::O, att.data(), rows, qd, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
     rmsnorm(x.data(), rows, h, L.post_norm.data(), c_.rms_eps, xn.data());
-    matmul(xn.data(), rows, h, weight(L, LoraModule::Gate), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
-    matmul(xn.data(), rows, h, weight(L, LoraModule::Up), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    if (packed(L.gate_up, rows, {LoraModule::Gate, LoraModule::Up})) {
+      fused.resize(R * 2 * static_cast<size_t>(c_.mlp));
+      packed_matmul(L.gate_up, xn.data(), rows, fused.data());
+      take_columns(fused.data(), rows, 2 * c_.mlp, 0, c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
+      take_columns(fused.data(), rows, 2 * c_.mlp, c_.mlp, c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    } else {
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Gate), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Up), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+    }
     lora_add(l, LoraModule::Gate, xn.data(), rows, h, c_.mlp, seq_of, gate.data());
     lora_add(l, LoraModule::Up, xn.data(), rows, h, c_.mlp, seq_of, up.data());
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    matmul(gate.data(), rows, c_.mlp, weight(L, LoraModule::Down), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+    if (packed(L.down, rows, {LoraModule::Down})) {
+      packed_matmul(L.down, gate.data(), rows, tmp.data());
+      if (c_.mlp_bias) add_bias(tmp.data(), rows, h, L.bd.data());
+    } else {
+      matmul(gate.data(), rows, c_.mlp, weight(L, LoraModule::Down), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+    }
     lora_add(l, LoraModule::Down, gate.data(), rows, c_.mlp, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
   }
@@ -379,7 +446,10 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     own.resize(static_cast<size_t>(n_out) * static_cast<size_t>(c_.vocab));
     logits = own.data();
   }
-  matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits);
+  if (packed(lm_head_packed_, n_out, {}))
+    packed_matmul(lm_head_packed_, xn.data(), n_out, logits);
+  else
+    matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits);
   if (out.next)
     for (int r = 0; r < n_out; ++r)
       out.next[r] = sample_token(logits + static_cast<size_t>(r) * c_.vocab, c_.vocab, out.sampling,

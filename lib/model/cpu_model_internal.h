@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/memory.h"
+#include "numerics/packed_gemv.h"
 #include "model/model.h"
 #include "model/engine_sequences.h"
 #include "model/token_tree.h"
@@ -30,6 +32,9 @@ struct Layer {
   // merge_adapter's W + scaling·B·A per projection ([in][out], as the base), allocated on the
   // first merge of an adapter targeting it; used while that module is merged.
   std::array<Buf, kLoraModules> merged;
+  // CpuMatmul::Packed: the decode GEMV's copies (empty under Reference). Q|K|V and gate|up are
+  // one matrix each, so a step reads its activations once per pair and splits one parallel call.
+  PackedWeights qkv, o, gate_up, down;
 };
 
 // A resident adapter, transposed for the engine's matmul ([in][out] operands): at [in][rank],
@@ -63,6 +68,7 @@ struct Sequence {
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias): up to 32 rows a GEMV whose every row's result
 // is the same bit for bit whatever the other rows (cpu_model_forward.cpp), past that our SGEMM.
 void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y);
+void add_bias(float* y, int rows, int out, const float* bias);  // y[r] += bias
 
 // One (layer, K or V, kv head) of a sequence's cache as attention reads it: a contiguous
 // [positions][head_dim] run, or blocks of `block_size` positions through the block table.
@@ -88,7 +94,8 @@ struct TreeRows {
 
 class CpuModel : public Model {
  public:
-  CpuModel(const ModelConfig& c, const WeightSource& w);  // cpu_model.cpp: the weights, transposed
+  // cpu_model.cpp: the weights, transposed (and packed for the decode GEMV unless Reference)
+  CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul);
 
   const ModelConfig& config() const override { return c_; }
 
@@ -129,7 +136,8 @@ class CpuModel : public Model {
   int merged_adapter() const override { return merged_; }
   int64_t adapter_bytes() const override { return adapter_bytes_; }
 
-  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t weight_bytes() const override { return weight_bytes_ + packed_bytes_; }
+  int64_t streamed_weight_bytes(int rows) const override;
   int64_t kv_bytes() const override { return seqs_.cache_bytes() + static_cast<int64_t>(pool_.bytes()); }
 
  private:
@@ -167,6 +175,9 @@ class CpuModel : public Model {
   void lora_add(int layer, LoraModule m, const float* x, int rows, int in, int out, const std::vector<int>& seq_of, float* y);
 
   // cpu_model_forward.cpp
+  // Whether a pass of `rows` rows multiplies by the packed copy `w` of `modules`: packed, a GEMV
+  // (≤ 32 rows, as matmul's), and none of the modules merged with a LoRA adapter.
+  bool packed(const PackedWeights& w, int rows, std::initializer_list<LoraModule> modules) const;
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
                const StepOutput& out, const TreeRows* tree = nullptr, const std::vector<int>* out_rows = nullptr);
 
@@ -174,6 +185,8 @@ class CpuModel : public Model {
   std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied
   double rope_factor_ = 1.0;      // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
+  PackedWeights lm_head_packed_;  // CpuMatmul::Packed
+  int64_t packed_bytes_ = 0;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;
   // Paged KV: the block manager and the pool [layers][2][kv_heads][num_blocks][block_size][head_dim].

@@ -8,7 +8,8 @@
 namespace ib::model {
 namespace {
 
-// The CUDA variants also read `matmul`; the CPU engine has one matmul (its rows would repeat).
+// The CUDA variants also read `matmul`, the CPU ones `cpu_matmul` (each backend only its own, or
+// a sweep over the other's would repeat rows).
 // Every variant takes a text prompt (text_prompt.h) in place of the random `prompt` tokens.
 std::vector<std::string> with_text(std::vector<std::string> keys) {
   for (const auto& k : text_prompt_key_names()) keys.push_back(k);
@@ -17,6 +18,11 @@ std::vector<std::string> with_text(std::vector<std::string> keys) {
 const std::vector<std::string> kStepKeys = with_text({"model", "weights", "batch", "prompt", "temperature"});
 const std::vector<std::string> kPrefillKeys = with_text({"model", "weights", "prompt", "temperature"});
 const std::vector<std::string> kGenerateKeys = with_text({"model", "weights", "batch", "prompt", "new_tokens", "temperature"});
+// The CPU variants also read `cpu_matmul`.
+std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys) {
+  keys.push_back("cpu_matmul");
+  return keys;
+}
 
 KindInfo decode_kind() {
   KindInfo k;
@@ -35,6 +41,7 @@ KindInfo decode_kind() {
       key_spec("new_tokens", ParamType::Int, "tokens generated per sequence (generate)", Value(int64_t{128}), 1.0),
       key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend", Value(0.0), 0.0),
       matmul_key(),
+      cpu_matmul_key(),
   };
   for (auto& t : text_prompt_keys()) k.keys.push_back(std::move(t));
   k.check = [](const auto& values) {
@@ -71,16 +78,19 @@ const VariantRegistration reg_decode_prefill("decode",
                                               "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)",
                                               with_matmul(kPrefillKeys)},
                                              IB_IF_CUDA(decode_variant(Backend::Cuda, DecodeMeasure::Prefill, true)));
-const VariantRegistration reg_decode_cpu_generate(
-    "decode", {"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)", kGenerateKeys},
-    decode_variant(Backend::Cpu, DecodeMeasure::Generate, false));
+const VariantRegistration reg_decode_cpu_generate("decode",
+                                                  {"cpu_generate", Backend::Cpu,
+                                                   "generation on the CPU engine (float32 on bf16-rounded weights)",
+                                                   with_cpu_matmul(kGenerateKeys)},
+                                                  decode_variant(Backend::Cpu, DecodeMeasure::Generate, false));
 // No graph on the CPU: its step plays decode_step_eager.
 const VariantRegistration reg_decode_cpu_decode_step("decode",
                                                      {"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine",
-                                                      kStepKeys, false, "decode_step_eager"},
+                                                      with_cpu_matmul(kStepKeys), false, "decode_step_eager"},
                                                      decode_variant(Backend::Cpu, DecodeMeasure::Step, false));
 const VariantRegistration reg_decode_cpu_prefill("decode",
-                                                 {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", kPrefillKeys},
+                                                 {"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine",
+                                                  with_cpu_matmul(kPrefillKeys)},
                                                  decode_variant(Backend::Cpu, DecodeMeasure::Prefill, false));
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -86,6 +87,16 @@ std::vector<std::string> with_matmul(std::vector<std::string> keys) {
   return keys;
 }
 
+KeySpec cpu_matmul_key() {
+  return enum_key("cpu_matmul",
+                  "CPU engine's decode GEMV (passes of <= 32 rows): packed (each matrix streamed once in its stored type, "
+                  "bf16 where exact, AVX-512/AVX2) or reference (float32 [in][out]; the same bits, the check of packed)",
+                  "packed", cpu_matmul_names());
+}
+CpuMatmul cpu_matmul_of(const Point& p) {
+  return p.find("cpu_matmul") ? parse_cpu_matmul(p.text("cpu_matmul")) : CpuMatmul::Packed;
+}
+
 Matmul matmul_of(const Point& p) { return p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas; }
 
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {
@@ -129,8 +140,10 @@ void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
     o.max_prefill = std::min(std::max(prompt_ + new_tokens_, 16), 8192);
     model_ = make_cuda_model(config_, *m.weights, o, rt.stream());
   } else {
-    model_ = make_cpu_model(config_, *m.weights);
+    cpu_matmul_ = cpu_matmul_of(p);
+    model_ = make_cpu_model(config_, *m.weights, cpu_matmul_);
   }
+  weights_ = std::move(m.weights);
   const int capacity = prompt_ + (what_ == DecodeMeasure::Generate ? new_tokens_ : 1);
   prompts_.clear();
   seqs_.clear();
@@ -174,22 +187,26 @@ Validation DecodeVariant::check_against_recompute(const std::vector<std::vector<
                       agree, n)};
 }
 
-Validation DecodeVariant::validate(BackendRuntime& rt) {
-  const double tol = backend_ == Backend::Cpu ? 1e-3 : 2e-2;
-  const int seq = seqs_[0];
+// What validation runs on sequence 0, on `m` (the measured engine, or the reference GEMV's):
+// the per-step logits it compares, and in `tokens` the sequence that produced them.
+std::vector<std::vector<float>> DecodeVariant::validation_logits(Model& m, int seq, std::vector<int32_t>& tokens) {
   const std::vector<int32_t>& prompt = prompts_[0];
   const int n0 = length_of(0);
   std::vector<std::vector<float>> logits;
-  std::vector<int32_t> tokens = prompt;
+  tokens = prompt;
   if (what_ == DecodeMeasure::Step) {
-    // The prompt is cached already: one step with logits.
-    std::vector<float> l(static_cast<size_t>(config_.vocab) * static_cast<size_t>(batch_));
-    std::vector<int32_t> in(static_cast<size_t>(batch_), 1), next(static_cast<size_t>(batch_));
+    // The prompt is cached already: one step with logits (the batch's other rows do not change
+    // row 0's: each row's product is row-independent).
+    const bool own = &m == model_.get();
+    const int rows = own ? batch_ : 1;
+    std::vector<float> l(static_cast<size_t>(config_.vocab) * static_cast<size_t>(rows));
+    std::vector<int32_t> in(static_cast<size_t>(rows), 1), next(static_cast<size_t>(rows));
     StepOutput out;
     out.logits = l.data();
     out.next = next.data();
-    model_->decode(seqs_.data(), in.data(), batch_, out);
-    for (int b = 0; b < batch_; ++b) model_->truncate(seqs_[static_cast<size_t>(b)], length_of(b));
+    m.decode(own ? seqs_.data() : &seq, in.data(), rows, out);
+    if (own)
+      for (int b = 0; b < batch_; ++b) m.truncate(seqs_[static_cast<size_t>(b)], length_of(b));
     logits.emplace_back(l.begin(), l.begin() + config_.vocab);
     tokens.push_back(1);
   } else if (what_ == DecodeMeasure::Prefill) {
@@ -197,34 +214,56 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     std::vector<float> l(static_cast<size_t>(config_.vocab));
     StepOutput out;
     out.logits = l.data();
-    model_->truncate(seq, 0);
+    m.truncate(seq, 0);
     const int half = n0 / 2;
-    if (half > 0) model_->prefill(seq, prompt.data(), half, 1, {});
-    model_->prefill(seq, prompt.data() + half, n0 - half, 1, out);
-    model_->truncate(seq, 0);
+    if (half > 0) m.prefill(seq, prompt.data(), half, 1, {});
+    m.prefill(seq, prompt.data() + half, n0 - half, 1, out);
+    m.truncate(seq, 0);
     logits.push_back(l);
   } else {
     // A short greedy generation on sequence 0, keeping each step's logits.
-    model_->truncate(seq, 0);
+    m.truncate(seq, 0);
     const int steps = std::min(new_tokens_ > 0 ? new_tokens_ : 4, 8);
     std::vector<float> l(static_cast<size_t>(config_.vocab));
     int32_t next = 0;
     StepOutput out;
     out.logits = l.data();
     out.next = &next;
-    const int cap = model_->capacity(seq);
-    model_->prefill(seq, prompt.data(), n0, 1, out);
+    const int cap = m.capacity(seq);
+    m.prefill(seq, prompt.data(), n0, 1, out);
     logits.push_back(l);
     for (int i = 1; i < steps && n0 + i < cap; ++i) {
       tokens.push_back(next);
-      model_->decode(&seq, &tokens.back(), 1, out);
+      m.decode(&seq, &tokens.back(), 1, out);
       logits.push_back(l);
     }
-    model_->truncate(seq, 0);
+    m.truncate(seq, 0);
   }
+  return logits;
+}
+
+Validation DecodeVariant::validate(BackendRuntime& rt) {
+  const double tol = backend_ == Backend::Cpu ? 1e-3 : 2e-2;
+  std::vector<int32_t> tokens;
+  const auto logits = validation_logits(*model_, seqs_[0], tokens);
   rt.synchronize();
   // Sequence 0 from its prompt: the last len(logits) positions of `tokens` produced them.
-  return check_against_recompute(logits, tokens, n0, tol);
+  Validation v = check_against_recompute(logits, tokens, length_of(0), tol);
+  if (!v.ok || backend_ != Backend::Cpu || cpu_matmul_ == CpuMatmul::Reference) return v;
+  // The packed GEMV against the float32 reference GEMV on the same weights: the same bits.
+  auto reference = make_cpu_model(config_, *weights_, CpuMatmul::Reference);
+  const int seq = reference->new_sequence(model_->capacity(seqs_[0]));
+  if (what_ == DecodeMeasure::Step) reference->prefill(seq, prompts_[0].data(), length_of(0), 1, {});
+  std::vector<int32_t> ref_tokens;
+  const auto ref = validation_logits(*reference, seq, ref_tokens);
+  size_t differ = 0, n = 0;
+  for (size_t i = 0; i < ref.size() && i < logits.size(); ++i)
+    for (size_t j = 0; j < ref[i].size(); ++j, ++n) differ += std::memcmp(&ref[i][j], &logits[i][j], sizeof(float)) != 0;
+  if (differ || ref_tokens != tokens)
+    return {false, "mismatches", static_cast<double>(differ), 0,
+            fmt::format("the packed GEMV's logits differ from the float32 reference GEMV's at {} of {}", differ, n)};
+  v.detail += fmt::format("; packed GEMV bit-identical to the float32 reference at {} logits", n);
+  return v;
 }
 
 void DecodeVariant::run(BackendRuntime&) {
@@ -274,12 +313,14 @@ void DecodeVariant::run(BackendRuntime&) {
 
 Work DecodeVariant::work() const {
   const double kv_token = static_cast<double>(config_.kv_elems_per_token()) * (backend_ == Backend::Cuda ? 2.0 : 4.0);
-  const double wbytes = static_cast<double>(model_->weight_bytes());
   switch (what_) {
-    case DecodeMeasure::Step:
+    case DecodeMeasure::Step: {
+      const double wbytes = static_cast<double>(model_->streamed_weight_bytes(batch_));
       // Every weight read once, each sequence's cache read once (+ one token written).
       return {batch_ * config_.flops_per_token(prompt_), wbytes + batch_ * (prompt_ + 1.0) * kv_token};
+    }
     case DecodeMeasure::Prefill: {
+      const double wbytes = static_cast<double>(model_->streamed_weight_bytes(length_of(0)));
       double f = 0;
       const int n = length_of(0);
       for (int i = 0; i < n; ++i) f += config_.flops_per_token(i);

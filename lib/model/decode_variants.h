@@ -38,12 +38,15 @@ std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::v
 KeySpec model_key(const std::string& default_preset);
 KeySpec weights_key();
 // The `matmul` key (EngineOptions::matmul, default cublas) of the kinds that run the CUDA engine;
-// `engines` says whose matmuls it sets in its doc ("CUDA engine"). Only CUDA variants read it:
-// the CPU engine has one matmul, and a sweep over the key would repeat its rows. `with_matmul`
+// `engines` says whose matmuls it sets in its doc ("CUDA engine"). Only CUDA variants read it
+// (the CPU engine's choice is `cpu_matmul`: a sweep over either on the other backend would repeat rows). `with_matmul`
 // adds it to a CUDA variant's keys; `matmul_of` is a point's choice (cublas where it is absent).
 KeySpec matmul_key(const std::string& engines = "CUDA engine");
 std::vector<std::string> with_matmul(std::vector<std::string> keys);
 Matmul matmul_of(const Point& p);
+// The `cpu_matmul` key of the CPU engine's variants (default packed), and a point's choice.
+KeySpec cpu_matmul_key();
+CpuMatmul cpu_matmul_of(const Point& p);
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
 
@@ -63,6 +66,7 @@ class DecodeVariant : public Variant {
 
  private:
   int length_of(int b) const;  // prompt tokens of sequence b
+  std::vector<std::vector<float>> validation_logits(Model& m, int seq, std::vector<int32_t>& tokens);
   Validation check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
                                      int prompt_len, double tolerance);
 
@@ -70,6 +74,8 @@ class DecodeVariant : public Variant {
   DecodeMeasure what_;
   bool cuda_graph_;
   ModelConfig config_;
+  std::unique_ptr<WeightSource> weights_;  // kept for the reference engine of validate
+  CpuMatmul cpu_matmul_ = CpuMatmul::Packed;
   std::unique_ptr<Model> model_;
   int batch_ = 1, prompt_ = 0, new_tokens_ = 0;
   SamplingParams sampling_;

@@ -79,6 +79,18 @@ Matmul parse_matmul(const std::string& name) {
   throw InputError(fmt::format("matmul: '{}' is not one of {}", name, fmt::join(names, ", ")));
 }
 
+const std::vector<std::string>& cpu_matmul_names() {
+  static const std::vector<std::string> names = {"reference", "packed"};
+  return names;
+}
+const char* to_string(CpuMatmul m) { return cpu_matmul_names()[static_cast<size_t>(m)].c_str(); }
+CpuMatmul parse_cpu_matmul(const std::string& name) {
+  const auto& names = cpu_matmul_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (name == names[i]) return static_cast<CpuMatmul>(i);
+  throw InputError(fmt::format("cpu_matmul: '{}' is not one of {}", name, fmt::join(names, ", ")));
+}
+
 #if !defined(INFER_BENCH_HAVE_CUDA_MODEL)
 std::unique_ptr<Model> make_cuda_model(const ModelConfig&, const WeightSource&, const EngineOptions&, void*) {
   throw InputError("this infer-bench was built without the CUDA engine");

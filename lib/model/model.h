@@ -151,6 +151,12 @@ class Model {
 
   // Bytes of weights, and of the KV caches of live sequences (paged: the whole pool).
   virtual int64_t weight_bytes() const = 0;
+  // Bytes of weights a pass of `rows` tokens streams, the roofline's (the CPU engine's decode
+  // reads its packed bf16 copies, its prefill the float32 ones).
+  virtual int64_t streamed_weight_bytes(int rows) const {
+    (void)rows;
+    return weight_bytes();
+  }
   virtual int64_t kv_bytes() const = 0;
 };
 
@@ -169,7 +175,15 @@ struct EngineOptions {
   int max_prefill = 8192;          // CUDA: ... and this many prefill tokens per call
 };
 
-std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w);
+// The CPU engine's decode GEMV (passes of up to 32 rows): Packed streams each matrix once per
+// step in its stored type, bf16 where exact (numerics/packed_gemv.h); Reference is the float32
+// [in][out] GEMV every fast path is checked against. Both give the same bits.
+enum class CpuMatmul { Reference, Packed };
+const std::vector<std::string>& cpu_matmul_names();  // {"reference", "packed"}, in enum order
+const char* to_string(CpuMatmul m);
+CpuMatmul parse_cpu_matmul(const std::string& name);  // InputError naming the choices otherwise
+
+std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul = CpuMatmul::Packed);
 // `stream` is the cudaStream_t the model enqueues on (nullptr: the default stream). Throws
 // InputError when the binary has no CUDA backend.
 std::unique_ptr<Model> make_cuda_model(const ModelConfig& c, const WeightSource& w, const EngineOptions& o, void* stream);

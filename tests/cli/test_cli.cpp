@@ -102,14 +102,15 @@ TEST_F(Cli, DecodeRunsTheEngineOnTheCpuAndRefusesAnUnknownPreset) {
 }
 
 // `matmul` is validated on every backend (a bad value is exit 2 before anything runs) and left
-// out of the CPU rows, whose engine has one matmul.
+// out of the CPU rows, whose engine's GEMV is `cpu_matmul`.
 TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
   auto r =
       ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "-o", dir_ + "/mm", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu_decode_step"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("matmul ="), std::string::npos) << r.out;  // neither a constant above the table
-  EXPECT_EQ(r.out.find("| matmul"), std::string::npos) << r.out;  // nor a column
+  EXPECT_EQ(r.out.find(" matmul ="), std::string::npos) << r.out;     // neither a constant above the table
+  EXPECT_NE(r.out.find("| cpu_matmul"), std::string::npos) << r.out;  // the CPU engine's own axis is
+  EXPECT_EQ(r.out.find("| matmul"), std::string::npos) << r.out;      // nor a column
   auto bad = ib({"decode", kSource + "/experiments/decode.yaml", "--backend", "cpu", "--only", "gemv-matmul", "--set",
                  "gemv-matmul.matmul=cutlass", "-o", dir_ + "/mm2"});
   EXPECT_EQ(bad.exit_code, 2);

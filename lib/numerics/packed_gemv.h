@@ -1,0 +1,59 @@
+// The CPU engine's decode GEMV on weights packed once at load: Y[rows][out] = X[rows][in] · W
+// for a few rows (decode batches, verify passes), streaming the weights in their stored type.
+//
+// Why packed: the reference GEMV reads a [in][out] matrix 16 columns at a time, one cache line per
+// input row at a stride of `out` floats, so every line is a fresh page for the hardware prefetcher
+// and the engine ran at a few GB/s. Here the matrix is cut into panels of kPanel columns, each
+// stored input-major and contiguous, so a panel is one forward stream.
+//
+// Why bf16 is exact: the engine's weights are bf16 values held in float32 (checkpoints are bf16,
+// random weights are rounded to it). When every value of a matrix is exactly a bf16 it is stored
+// as bf16 (half the bytes) and widened in registers, which is lossless; otherwise as float32.
+// Each output is one fused multiply-add per input in input order from zero, the reference GEMV's
+// order, so the result is bit for bit the reference's and does not depend on the other rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ib {
+
+enum class PackedType { F32, BF16 };
+// The vector instructions a kernel uses; every level computes the same bits.
+enum class CpuIsa { Generic, Avx2, Avx512 };
+CpuIsa best_cpu_isa();  // the widest this CPU runs
+const char* to_string(CpuIsa i);  // "generic", "avx2", "avx512"
+const char* to_string(PackedType t);  // "f32", "bf16"
+
+class PackedWeights {
+ public:
+  static constexpr int kPanel = 64;
+
+  PackedWeights() = default;
+  // wt is [in][out] row-major float32. bf16 storage when `allow_bf16` and every value is exactly
+  // a bf16 (lossless); float32 otherwise.
+  PackedWeights(const float* wt, int in, int out, bool allow_bf16 = true);
+
+  bool empty() const { return !data_; }
+  int in() const { return in_; }
+  int out() const { return out_; }
+  PackedType type() const { return type_; }
+  size_t panels() const { return static_cast<size_t>((out_ + kPanel - 1) / kPanel); }
+  size_t bytes() const { return bytes_; }
+
+  // y[r][o] = Σ_i x[r][i]·W[i][o] for the columns of panels [p0, p1) (row strides in and out),
+  // on the calling thread; the caller splits panels over threads. `isa` below the best: tests.
+  void multiply(const float* x, int rows, size_t p0, size_t p1, float* y, CpuIsa isa = best_cpu_isa()) const;
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  int in_ = 0, out_ = 0;
+  PackedType type_ = PackedType::F32;
+  size_t bytes_ = 0;
+  std::unique_ptr<unsigned char, Free> data_;  // panels × in × kPanel elements, 64-byte aligned
+};
+
+}  // namespace ib

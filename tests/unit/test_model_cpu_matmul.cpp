@@ -1,0 +1,84 @@
+// The CPU engine's packed decode GEMV (CpuMatmul::Packed, the default) against its float32
+// reference GEMV: the same logits bit for bit in prefills of a few rows (GEMV) and of many (SGEMM,
+// shared), in batched decode steps at different contexts, with resident LoRA adapters and with one
+// merged (whose projections fall back to the merged float32 weights), on a model with q/k/v biases
+// and widths that do not fill a 64-column panel.
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/decode_variants.h"
+#include "model/lora.h"
+#include "model/model.h"
+
+namespace ib::model::cpu_matmul_test {
+namespace {
+
+struct Engines {
+  ModelConfig c;
+  std::unique_ptr<Model> ref, packed;
+  explicit Engines(const std::string& name) : c(*preset(name)) {
+    auto w = random_weights(c, 5);
+    ref = make_cpu_model(c, *w, CpuMatmul::Reference);
+    packed = make_cpu_model(c, *w, CpuMatmul::Packed);
+  }
+  size_t V() const { return static_cast<size_t>(c.vocab); }
+  // Runs `pass` on both engines and expects the same logits.
+  template <class F>
+  void same(int n_logits, F pass, const char* what) {
+    std::vector<float> want(static_cast<size_t>(n_logits) * V(), -1.0f), got(want.size(), -2.0f);
+    pass(*ref, want.data());
+    pass(*packed, got.data());
+    ASSERT_EQ(got, want) << what;
+  }
+};
+
+TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
+  Engines e("tiny-gqa");
+  ASSERT_EQ(e.c.vocab % 64, 600 % 64);  // the LM head's last panel is partial
+  EXPECT_LT(e.packed->streamed_weight_bytes(1), e.ref->streamed_weight_bytes(1));  // bf16 panels
+  EXPECT_EQ(e.packed->streamed_weight_bytes(64), e.ref->streamed_weight_bytes(64));  // a prefill reads float32
+  const auto p0 = random_prompt(e.c.vocab, 7, 1), p1 = random_prompt(e.c.vocab, 45, 2), p2 = random_prompt(e.c.vocab, 20, 3);
+  for (Model* m : {e.ref.get(), e.packed.get()})
+    for (int s = 0; s < 3; ++s) ASSERT_EQ(m->new_sequence(96), s);
+  e.same(7, [&](Model& m, float* l) { m.prefill(0, p0.data(), 7, 7, {l}); }, "prefill of 7 rows (GEMV)");
+  e.same(2, [&](Model& m, float* l) { m.prefill(1, p1.data(), 45, 2, {l}); }, "prefill of 45 rows (SGEMM)");
+  e.same(1, [&](Model& m, float* l) { m.prefill(2, p2.data(), 20, 1, {l}); }, "prefill of 20 rows");
+  for (int step = 0; step < 4; ++step) {
+    const int seqs[3] = {0, 1, 2};
+    const int32_t tokens[3] = {step + 1, 2 * step + 3, 5};
+    e.same(3, [&](Model& m, float* l) { m.decode(seqs, tokens, 3, {l}); }, "batched decode step");
+  }
+  // Resident adapters (their low-rank updates are added after the base product).
+  const std::vector<LoraModule> all = {LoraModule::Q, LoraModule::K, LoraModule::V, LoraModule::O,
+                                       LoraModule::Gate, LoraModule::Up, LoraModule::Down};
+  const LoraAdapter a = random_adapter(e.c, 4, 8.0f, all, 9);
+  for (Model* m : {e.ref.get(), e.packed.get()}) {
+    ASSERT_EQ(m->add_adapter(a), 0);
+    m->set_adapter(1, 0);
+  }
+  const int seqs[2] = {0, 1};
+  const int32_t tokens[2] = {11, 12};
+  e.same(2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with a resident adapter");
+  // Merged: the packed copies of the merged projections are not used.
+  for (Model* m : {e.ref.get(), e.packed.get()}) {
+    m->merge_adapter(0);
+    m->set_adapter(0, 0);
+  }
+  e.same(2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with the adapter merged");
+}
+
+TEST(CpuMatmul, NamesParseAndABadOneIsAnInputError) {
+  EXPECT_EQ(parse_cpu_matmul("packed"), CpuMatmul::Packed);
+  EXPECT_EQ(parse_cpu_matmul("reference"), CpuMatmul::Reference);
+  EXPECT_STREQ(to_string(CpuMatmul::Packed), "packed");
+  try {
+    parse_cpu_matmul("blas");
+    FAIL();
+  } catch (const std::exception& x) {
+    EXPECT_NE(std::string(x.what()).find("reference, packed"), std::string::npos) << x.what();
+  }
+}
+
+}  // namespace
+}  // namespace ib::model::cpu_matmul_test

@@ -32,7 +32,8 @@ void panel_generic(const float* x, int rows, int in, const W* panel, int cols, f
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       float acc = 0;
-      for (int i = 0; i < in; ++i) acc = std::fma(x[static_cast<size_t>(r) * in + i], widen(panel[static_cast<size_t>(i) * P + c]), acc);
+      for (int i = 0; i < in; ++i)
+        acc = std::fma(x[static_cast<size_t>(r) * in + i], widen(panel[static_cast<size_t>(i) * P + c]), acc);
       y[static_cast<size_t>(r) * out + c] = acc;
     }
 }
@@ -74,7 +75,8 @@ __attribute__((target("avx2,fma"))) void slice_avx2(const float* x, int in, cons
 }
 
 template <class W>
-__attribute__((target("avx2,fma"))) void panel_avx2(const float* x, int rows, int in, const W* panel, int cols, float* y, int out) {
+__attribute__((target("avx2,fma"))) void panel_avx2(const float* x, int rows, int in, const W* panel, int cols, float* y,
+                                                    int out) {
   for (int c0 = 0; c0 < cols; c0 += 16)
     for (int r0 = 0; r0 < rows; r0 += 4) {
       const float* xr = x + static_cast<size_t>(r0) * in;
@@ -129,7 +131,8 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, cons
 }
 
 template <class W>
-__attribute__((target("avx512f"))) void panel_avx512(const float* x, int rows, int in, const W* panel, int cols, float* y, int out) {
+__attribute__((target("avx512f"))) void panel_avx512(const float* x, int rows, int in, const W* panel, int cols, float* y,
+                                                     int out) {
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const float* xr = x + static_cast<size_t>(r0) * in;
     float* yr = y + static_cast<size_t>(r0) * out;

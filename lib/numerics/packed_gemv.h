@@ -22,8 +22,8 @@ namespace ib {
 enum class PackedType { F32, BF16 };
 // The vector instructions a kernel uses; every level computes the same bits.
 enum class CpuIsa { Generic, Avx2, Avx512 };
-CpuIsa best_cpu_isa();  // the widest this CPU runs
-const char* to_string(CpuIsa i);  // "generic", "avx2", "avx512"
+CpuIsa best_cpu_isa();                // the widest this CPU runs
+const char* to_string(CpuIsa i);      // "generic", "avx2", "avx512"
 const char* to_string(PackedType t);  // "f32", "bf16"
 
 class PackedWeights {

@@ -35,22 +35,26 @@ struct Engines {
 
 TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
   Engines e("tiny-gqa");
-  ASSERT_EQ(e.c.vocab % 64, 600 % 64);  // the LM head's last panel is partial
-  EXPECT_LT(e.packed->streamed_weight_bytes(1), e.ref->streamed_weight_bytes(1));  // bf16 panels
+  ASSERT_EQ(e.c.vocab % 64, 600 % 64);                                               // the LM head's last panel is partial
+  EXPECT_LT(e.packed->streamed_weight_bytes(1), e.ref->streamed_weight_bytes(1));    // bf16 panels
   EXPECT_EQ(e.packed->streamed_weight_bytes(64), e.ref->streamed_weight_bytes(64));  // a prefill reads float32
   const auto p0 = random_prompt(e.c.vocab, 7, 1), p1 = random_prompt(e.c.vocab, 45, 2), p2 = random_prompt(e.c.vocab, 20, 3);
   for (Model* m : {e.ref.get(), e.packed.get()})
     for (int s = 0; s < 3; ++s) ASSERT_EQ(m->new_sequence(96), s);
-  e.same(7, [&](Model& m, float* l) { m.prefill(0, p0.data(), 7, 7, {l}); }, "prefill of 7 rows (GEMV)");
-  e.same(2, [&](Model& m, float* l) { m.prefill(1, p1.data(), 45, 2, {l}); }, "prefill of 45 rows (SGEMM)");
-  e.same(1, [&](Model& m, float* l) { m.prefill(2, p2.data(), 20, 1, {l}); }, "prefill of 20 rows");
+  e.same(
+      7, [&](Model& m, float* l) { m.prefill(0, p0.data(), 7, 7, {l}); }, "prefill of 7 rows (GEMV)");
+  e.same(
+      2, [&](Model& m, float* l) { m.prefill(1, p1.data(), 45, 2, {l}); }, "prefill of 45 rows (SGEMM)");
+  e.same(
+      1, [&](Model& m, float* l) { m.prefill(2, p2.data(), 20, 1, {l}); }, "prefill of 20 rows");
   for (int step = 0; step < 4; ++step) {
     const int seqs[3] = {0, 1, 2};
     const int32_t tokens[3] = {step + 1, 2 * step + 3, 5};
-    e.same(3, [&](Model& m, float* l) { m.decode(seqs, tokens, 3, {l}); }, "batched decode step");
+    e.same(
+        3, [&](Model& m, float* l) { m.decode(seqs, tokens, 3, {l}); }, "batched decode step");
   }
   // Resident adapters (their low-rank updates are added after the base product).
-  const std::vector<LoraModule> all = {LoraModule::Q, LoraModule::K, LoraModule::V, LoraModule::O,
+  const std::vector<LoraModule> all = {LoraModule::Q,    LoraModule::K,  LoraModule::V,   LoraModule::O,
                                        LoraModule::Gate, LoraModule::Up, LoraModule::Down};
   const LoraAdapter a = random_adapter(e.c, 4, 8.0f, all, 9);
   for (Model* m : {e.ref.get(), e.packed.get()}) {
@@ -59,13 +63,15 @@ TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
   }
   const int seqs[2] = {0, 1};
   const int32_t tokens[2] = {11, 12};
-  e.same(2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with a resident adapter");
+  e.same(
+      2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with a resident adapter");
   // Merged: the packed copies of the merged projections are not used.
   for (Model* m : {e.ref.get(), e.packed.get()}) {
     m->merge_adapter(0);
     m->set_adapter(0, 0);
   }
-  e.same(2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with the adapter merged");
+  e.same(
+      2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with the adapter merged");
 }
 
 TEST(CpuMatmul, NamesParseAndABadOneIsAnInputError) {

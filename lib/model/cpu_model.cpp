@@ -94,6 +94,7 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   load("model.norm.weight", final_norm_, false);
   load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
   if (matmul == CpuMatmul::Reference) return;
+  blas_ = matmul == CpuMatmul::Blas;
   const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
   for (Layer& L : layers_) {
     const auto qkv = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <immintrin.h>
 
+#include "numerics/blas_sgemm.h"
 #include "numerics/sgemm.h"
 #include "numerics/parallel.h"
 #include "model/cpu_model_internal.h"
@@ -197,10 +198,12 @@ void take_columns(const float* src, int rows, int width, int c0, int n, const fl
 
 }  // namespace
 
-void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y) {
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y, bool blas) {
   // Up to 32 rows (decode batches, verify passes) the GEMV kernel: row-independent results, the
-  // weights read once per 4 rows. Past that (prefill) the packed SGEMM.
-  if (rows > 32) {
+  // weights read once per 4 rows. Past that (prefill) the packed SGEMM, ours or OpenBLAS's.
+  if (rows > 32 && blas) {
+    blas_sgemm(rows, out, in, x, in, wt, out, y, out);
+  } else if (rows > 32) {
     sgemm_blocked(rows, out, in, x, in, wt, out, y, out);
   } else {
     static const GemvFn gemv = pick_gemv();
@@ -296,9 +299,9 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       take_columns(fused.data(), rows, w, qd, kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
       take_columns(fused.data(), rows, w, qd + kvd, kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
     } else {
-      matmul(xn.data(), rows, h, weight(L, LoraModule::Q), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data());
-      matmul(xn.data(), rows, h, weight(L, LoraModule::K), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data());
-      matmul(xn.data(), rows, h, weight(L, LoraModule::V), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data());
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Q), qd, c_.qkv_bias ? L.bq.data() : nullptr, q.data(), blas_);
+      matmul(xn.data(), rows, h, weight(L, LoraModule::K), kvd, c_.qkv_bias ? L.bk.data() : nullptr, k.data(), blas_);
+      matmul(xn.data(), rows, h, weight(L, LoraModule::V), kvd, c_.qkv_bias ? L.bv.data() : nullptr, v.data(), blas_);
     }
     lora_add(l, LoraModule::Q, xn.data(), rows, h, qd, seq_of, q.data());
     lora_add(l, LoraModule::K, xn.data(), rows, h, kvd, seq_of, k.data());
@@ -399,7 +402,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       packed_matmul(L.o, att.data(), rows, tmp.data());
       if (c_.o_bias) add_bias(tmp.data(), rows, h, L.bo.data());
     } else {
-      matmul(att.data(), rows, qd, weight(L, LoraModule::O), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data());
+      matmul(att.data(), rows, qd, weight(L, LoraModule::O), h, c_.o_bias ? L.bo.data() : nullptr, tmp.data(), blas_);
     }
     lora_add(l, LoraModule::O, att.data(), rows, qd, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
@@ -410,8 +413,8 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       take_columns(fused.data(), rows, 2 * c_.mlp, 0, c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
       take_columns(fused.data(), rows, 2 * c_.mlp, c_.mlp, c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
     } else {
-      matmul(xn.data(), rows, h, weight(L, LoraModule::Gate), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data());
-      matmul(xn.data(), rows, h, weight(L, LoraModule::Up), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data());
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Gate), c_.mlp, c_.mlp_bias ? L.bg.data() : nullptr, gate.data(), blas_);
+      matmul(xn.data(), rows, h, weight(L, LoraModule::Up), c_.mlp, c_.mlp_bias ? L.bu.data() : nullptr, up.data(), blas_);
     }
     lora_add(l, LoraModule::Gate, xn.data(), rows, h, c_.mlp, seq_of, gate.data());
     lora_add(l, LoraModule::Up, xn.data(), rows, h, c_.mlp, seq_of, up.data());
@@ -420,7 +423,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       packed_matmul(L.down, gate.data(), rows, tmp.data());
       if (c_.mlp_bias) add_bias(tmp.data(), rows, h, L.bd.data());
     } else {
-      matmul(gate.data(), rows, c_.mlp, weight(L, LoraModule::Down), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data());
+      matmul(gate.data(), rows, c_.mlp, weight(L, LoraModule::Down), h, c_.mlp_bias ? L.bd.data() : nullptr, tmp.data(), blas_);
     }
     lora_add(l, LoraModule::Down, gate.data(), rows, c_.mlp, h, seq_of, tmp.data());
     for (size_t i = 0; i < R * h; ++i) x[i] += tmp[i];
@@ -449,7 +452,7 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
   if (packed(lm_head_packed_, n_out, {}))
     packed_matmul(lm_head_packed_, xn.data(), n_out, logits);
   else
-    matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits);
+    matmul(xn.data(), n_out, h, lm_head_.data(), c_.vocab, nullptr, logits, blas_);
   if (out.next)
     for (int r = 0; r < n_out; ++r)
       out.next[r] = sample_token(logits + static_cast<size_t>(r) * c_.vocab, c_.vocab, out.sampling,

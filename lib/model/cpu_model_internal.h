@@ -66,8 +66,9 @@ struct Sequence {
 };
 
 // Y[rows][out] = X[rows][in] · Wt[in][out] (+ bias): up to 32 rows a GEMV whose every row's result
-// is the same bit for bit whatever the other rows (cpu_model_forward.cpp), past that our SGEMM.
-void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y);
+// is the same bit for bit whatever the other rows (cpu_model_forward.cpp), past that our SGEMM,
+// or with `blas` OpenBLAS's.
+void matmul(const float* x, int rows, int in, const float* wt, int out, const float* bias, float* y, bool blas = false);
 void add_bias(float* y, int rows, int out, const float* bias);  // y[r] += bias
 
 // One (layer, K or V, kv head) of a sequence's cache as attention reads it: a contiguous
@@ -185,7 +186,8 @@ class CpuModel : public Model {
   std::vector<double> inv_freq_;  // RoPE [head_dim / 2], theta and scaling applied
   double rope_factor_ = 1.0;      // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
-  PackedWeights lm_head_packed_;  // CpuMatmul::Packed
+  PackedWeights lm_head_packed_;  // CpuMatmul::Packed and Blas
+  bool blas_ = false;             // CpuMatmul::Blas: prefills through OpenBLAS
   int64_t packed_bytes_ = 0;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;

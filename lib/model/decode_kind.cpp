@@ -44,6 +44,7 @@ KindInfo decode_kind() {
       cpu_matmul_key(),
   };
   for (auto& t : text_prompt_keys()) k.keys.push_back(std::move(t));
+  for (auto& t : llamacpp_peer_keys()) k.keys.push_back(std::move(t));
   k.check = [](const auto& values) {
     if (auto problem = check_model_weights(values)) return problem;
     return check_text_prompts(values);

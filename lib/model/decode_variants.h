@@ -44,7 +44,9 @@ KeySpec weights_key();
 KeySpec matmul_key(const std::string& engines = "CUDA engine");
 std::vector<std::string> with_matmul(std::vector<std::string> keys);
 Matmul matmul_of(const Point& p);
-// The `cpu_matmul` key of the CPU engine's variants (default packed), and a point's choice.
+// The keys of the llama.cpp peer rows (llamacpp_peer.cpp): llama_cpp, gguf, peer_tokens.
+std::vector<KeySpec> llamacpp_peer_keys();
+// The `cpu_matmul` key of the CPU engine's variants (default blas), and a point's choice.
 KeySpec cpu_matmul_key();
 CpuMatmul cpu_matmul_of(const Point& p);
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
@@ -75,7 +77,7 @@ class DecodeVariant : public Variant {
   bool cuda_graph_;
   ModelConfig config_;
   std::unique_ptr<WeightSource> weights_;  // kept for the reference engine of validate
-  CpuMatmul cpu_matmul_ = CpuMatmul::Packed;
+  CpuMatmul cpu_matmul_ = CpuMatmul::Blas;
   std::unique_ptr<Model> model_;
   int batch_ = 1, prompt_ = 0, new_tokens_ = 0;
   SamplingParams sampling_;

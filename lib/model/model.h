@@ -175,15 +175,17 @@ struct EngineOptions {
   int max_prefill = 8192;          // CUDA: ... and this many prefill tokens per call
 };
 
-// The CPU engine's decode GEMV (passes of up to 32 rows): Packed streams each matrix once per
-// step in its stored type, bf16 where exact (numerics/packed_gemv.h); Reference is the float32
-// [in][out] GEMV every fast path is checked against. Both give the same bits.
-enum class CpuMatmul { Reference, Packed };
-const std::vector<std::string>& cpu_matmul_names();  // {"reference", "packed"}, in enum order
+// The CPU engine's products. Reference: the float32 [in][out] GEMV (passes of up to 32 rows) and
+// our SGEMM (prefills), what every fast path is checked against. Packed: the GEMV streams each
+// matrix once per step in its stored type, bf16 where exact (numerics/packed_gemv.h), the same
+// bits as Reference. Blas: Packed's GEMV, and prefills through OpenBLAS (numerics/blas_sgemm.h),
+// within float32 rounding of Reference.
+enum class CpuMatmul { Reference, Packed, Blas };
+const std::vector<std::string>& cpu_matmul_names();  // {"reference", "packed", "blas"}, in enum order
 const char* to_string(CpuMatmul m);
 CpuMatmul parse_cpu_matmul(const std::string& name);  // InputError naming the choices otherwise
 
-std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul = CpuMatmul::Packed);
+std::unique_ptr<Model> make_cpu_model(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul = CpuMatmul::Blas);
 // `stream` is the cudaStream_t the model enqueues on (nullptr: the default stream). Throws
 // InputError when the binary has no CUDA backend.
 std::unique_ptr<Model> make_cuda_model(const ModelConfig& c, const WeightSource& w, const EngineOptions& o, void* stream);

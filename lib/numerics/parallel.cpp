@@ -74,7 +74,7 @@ class Pool {
 
  private:
   static constexpr size_t kClosed = ~size_t{0} / 2;
-  static constexpr auto kSpin = std::chrono::microseconds(500);
+  static constexpr auto kPause = std::chrono::microseconds(50), kSpin = std::chrono::microseconds(500);
 
   void take_chunks() {
     for (;;) {
@@ -90,9 +90,18 @@ class Pool {
     for (;;) {
       const auto t0 = std::chrono::steady_clock::now();
       unsigned spins = 0;
+      bool yielding = false;
       while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
-        _mm_pause();
-        if (++spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+        if (yielding)
+          std::this_thread::yield();
+        else
+          _mm_pause();
+        if (++spins % 64 != 0) continue;
+        const auto idle = std::chrono::steady_clock::now() - t0;
+        // After kPause, yield between checks: a thread of another process on this core (ctest
+        // -j, a peer server) runs instead of the spin.
+        yielding = idle > kPause;
+        if (idle > kSpin) {
           std::unique_lock<std::mutex> lk(m_);
           sleepers_.fetch_add(1, std::memory_order_acq_rel);
           work_.wait(lk, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });

@@ -3,6 +3,7 @@
 // shared), in batched decode steps at different contexts, with resident LoRA adapters and with one
 // merged (whose projections fall back to the merged float32 weights), on a model with q/k/v biases
 // and widths that do not fill a 64-column panel.
+#include <cmath>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -74,15 +75,43 @@ TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
       2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with the adapter merged");
 }
 
+// OpenBLAS's prefill sums in its own order: within float32 rounding of the reference (and far
+// from a different model: the 1e-5 bound is what a wrong weight or a transposed B would break).
+TEST(CpuMatmul, BlasPrefillIsWithinFloatRoundingOfTheReference) {
+  auto c = *preset("tiny-gqa");
+  auto w = random_weights(c, 5);
+  auto ref = make_cpu_model(c, *w, CpuMatmul::Reference), blas = make_cpu_model(c, *w, CpuMatmul::Blas);
+  const auto p = random_prompt(c.vocab, 100, 4);
+  const size_t V = static_cast<size_t>(c.vocab);
+  std::vector<float> want(100 * V), got(100 * V);
+  ASSERT_EQ(ref->new_sequence(128), 0);
+  ASSERT_EQ(blas->new_sequence(128), 0);
+  ref->prefill(0, p.data(), 100, 100, {want.data()});
+  blas->prefill(0, p.data(), 100, 100, {got.data()});
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    den += want[i] * static_cast<double>(want[i]);
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-5);  // (here OpenBLAS's k-order FMA chains even give the same bits)
+  // A decode step after it reads the cache it wrote: still within rounding.
+  const int seq = 0;
+  const int32_t t = 3;
+  ref->decode(&seq, &t, 1, {want.data()});
+  blas->decode(&seq, &t, 1, {got.data()});
+  for (size_t i = 0; i < V; ++i) EXPECT_NEAR(got[i], want[i], 1e-3 * (1 + std::abs(want[i]))) << i;
+}
+
 TEST(CpuMatmul, NamesParseAndABadOneIsAnInputError) {
   EXPECT_EQ(parse_cpu_matmul("packed"), CpuMatmul::Packed);
   EXPECT_EQ(parse_cpu_matmul("reference"), CpuMatmul::Reference);
+  EXPECT_EQ(parse_cpu_matmul("blas"), CpuMatmul::Blas);
   EXPECT_STREQ(to_string(CpuMatmul::Packed), "packed");
   try {
-    parse_cpu_matmul("blas");
+    parse_cpu_matmul("mkl");
     FAIL();
   } catch (const std::exception& x) {
-    EXPECT_NE(std::string(x.what()).find("reference, packed"), std::string::npos) << x.what();
+    EXPECT_NE(std::string(x.what()).find("reference, packed, blas"), std::string::npos) << x.what();
   }
 }
 

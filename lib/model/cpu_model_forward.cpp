@@ -230,6 +230,48 @@ bool CpuModel::packed(const PackedWeights& w, int rows, std::initializer_list<Lo
   return true;
 }
 
+// Attention of n consecutive rows of sequence `seq` at positions p0.. (their K/V in its cache
+// already) as S = Q·Kᵀ and O = P·V per head through OpenBLAS, one head per task: the keys of the
+// run's kv head gathered into [keys][d] runs first (either cache layout), the causal and window
+// masks applied to S, softmax as the row loop computes it (max, exp, sum, divide). q and att are
+// the run's first rows ([n][q_dim]). The row loop's dot products are each one FMA chain; here
+// OpenBLAS's kernels sum in their order, within float32 rounding of it.
+void CpuModel::gemm_attention(int l, int seq, int n, int p0, const float* q, float* att) {
+  Sequence& s = at(seq);
+  const int d = c_.head_dim, qd = c_.q_dim(), g = c_.heads / c_.kv_heads, window = c_.window(l);
+  const int k0 = window > 0 ? std::max(0, p0 - window + 1) : 0, k1 = p0 + n, nk = k1 - k0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> kv(static_cast<size_t>(c_.kv_heads) * 2 * static_cast<size_t>(nk) * d);
+  auto gathered = [&](int kh, int which) {
+    return kv.data() + (static_cast<size_t>(kh) * 2 + which) * static_cast<size_t>(nk) * d;
+  };
+  for (int kh = 0; kh < c_.kv_heads; ++kh)
+    for (int which = 0; which < 2; ++which) {
+      const KvRows rows = kv_rows(s, l, which, kh);
+      for (int j = k0; j < k1; ++j)
+        std::memcpy(gathered(kh, which) + static_cast<size_t>(j - k0) * d, rows.row(j), sizeof(float) * d);
+    }
+  parallel_for(static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
+    std::vector<float> sc(static_cast<size_t>(n) * static_cast<size_t>(nk));
+    for (size_t hh = lo; hh < hi; ++hh) {
+      const int kh = static_cast<int>(hh) / g;
+      blas_sgemm_serial(true, n, nk, d, q + hh * static_cast<size_t>(d), qd, gathered(kh, 0), d, sc.data(), nk);
+      for (int i = 0; i < n; ++i) {
+        const int p = p0 + i, first = window > 0 ? std::max(0, p - window + 1) : 0;
+        float* row = &sc[static_cast<size_t>(i) * nk];
+        float mx = -INFINITY;
+        for (int j = first - k0; j <= p - k0; ++j) mx = std::max(mx, row[j] * scale);
+        float sum = 0;
+        for (int j = first - k0; j <= p - k0; ++j) sum += row[j] = std::exp(row[j] * scale - mx);
+        for (int j = 0; j < first - k0; ++j) row[j] = 0;
+        for (int j = p - k0 + 1; j < nk; ++j) row[j] = 0;
+        for (int j = first - k0; j <= p - k0; ++j) row[j] /= sum;
+      }
+      blas_sgemm_serial(false, n, d, nk, sc.data(), nk, gathered(kh, 1), d, att + hh * static_cast<size_t>(d), qd);
+    }
+  });
+}
+
 // Rows are tokens: row r belongs to sequence seq_of[r] at position pos[r]; its K/V are written
 // there, and it attends to that sequence's keys up to its own position (within the window).
 // With `tree` (one sequence), row r's K/V go to slot tree->slot[r] and it attends to the
@@ -332,14 +374,34 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       }
       if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
     }
+    // Blas: a prefill's runs of rows attend through two GEMMs per head (gemm_attention); the
+    // rows it took are skipped below.
+    std::vector<uint8_t> by_gemm(R, 0);
+    if (blas_ && !tree)
+      for (int r0 = 0; r0 < rows;) {
+        int r1 = r0 + 1;
+        while (r1 < rows && seq_of[static_cast<size_t>(r1)] == seq_of[static_cast<size_t>(r0)] &&
+               pos[static_cast<size_t>(r1)] == pos[static_cast<size_t>(r1) - 1] + 1)
+          ++r1;
+        const Sequence& s = at(seq_of[static_cast<size_t>(r0)]);
+        const bool records = std::any_of(recorded.begin() + r0, recorded.begin() + r1, [](uint8_t flag) { return flag != 0; });
+        if (r1 - r0 > 32 && s.evicted.empty() && s.evicted_head.empty() && !records) {
+          gemm_attention(l, seq_of[static_cast<size_t>(r0)], r1 - r0, pos[static_cast<size_t>(r0)],
+                         &q[static_cast<size_t>(r0) * qd], &att[static_cast<size_t>(r0) * qd]);
+          std::fill(by_gemm.begin() + r0, by_gemm.begin() + r1, 1);
+        }
+        r0 = r1;
+      }
     double attn_work = 0;
-    for (int r = 0; r < rows; ++r) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
+    for (int r = 0; r < rows; ++r)
+      if (!by_gemm[static_cast<size_t>(r)]) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
     run_chunks(attn_work >= (1 << 18), R * static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
       static const DotFn dot = pick_dot();
       std::vector<float> score;
       for (size_t t = lo; t < hi; ++t) {
         const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)),
                   hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
+        if (by_gemm[static_cast<size_t>(r)]) continue;
         const int p = pos[static_cast<size_t>(r)];
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         const int window = c_.window(l);

@@ -179,6 +179,7 @@ class CpuModel : public Model {
   // Whether a pass of `rows` rows multiplies by the packed copy `w` of `modules`: packed, a GEMV
   // (≤ 32 rows, as matmul's), and none of the modules merged with a LoRA adapter.
   bool packed(const PackedWeights& w, int rows, std::initializer_list<LoraModule> modules) const;
+  void gemm_attention(int layer, int seq, int n, int p0, const float* q, float* att);
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
                const StepOutput& out, const TreeRows* tree = nullptr, const std::vector<int>* out_rows = nullptr);
 

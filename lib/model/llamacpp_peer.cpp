@@ -76,11 +76,13 @@ class LlamaCppPeer : public Variant {
     SelfMeasurement m;
     const fs::path bench = fs::path(bin_) / "llama-batched-bench", simple = fs::path(bin_) / "llama-simple";
     if (!fs::exists(bench) || !fs::exists(simple)) {
-      m.unsupported = fmt::format("no llama-batched-bench and llama-simple in {} (the `llama_cpp` key): scripts/build-llamacpp builds them", bin_);
+      m.unsupported = fmt::format(
+          "no llama-batched-bench and llama-simple in {} (the `llama_cpp` key): scripts/build-llamacpp builds them", bin_);
       return m;
     }
     if (!fs::exists(gguf_)) {
-      m.unsupported = fmt::format("no GGUF {} (the `gguf` key): scripts/build-llamacpp --convert {} writes it", gguf_, weights_dir_);
+      m.unsupported =
+          fmt::format("no GGUF {} (the `gguf` key): scripts/build-llamacpp --convert {} writes it", gguf_, weights_dir_);
       return m;
     }
     const double deadline = c.timeout + 120;
@@ -91,9 +93,27 @@ class LlamaCppPeer : public Variant {
     std::string npl;
     for (int i = 0; i < reps; ++i) npl += (i ? "," : "") + std::to_string(batch_);
     const std::string threads = std::to_string(cpu_threads());
-    const std::vector<std::string> argv = {bench.string(), "-m", gguf_, "-c", std::to_string(batch_ * (prompt_ + tg) + 16), "-b",
-                                           "2048", "-ub", "512", "-npp", std::to_string(prompt_), "-ntg", std::to_string(tg),
-                                           "-npl", npl, "-t", threads, "-tb", threads, "--output-format", "jsonl"};
+    const std::vector<std::string> argv = {bench.string(),
+                                           "-m",
+                                           gguf_,
+                                           "-c",
+                                           std::to_string(batch_ * (prompt_ + tg) + 16),
+                                           "-b",
+                                           "2048",
+                                           "-ub",
+                                           "512",
+                                           "-npp",
+                                           std::to_string(prompt_),
+                                           "-ntg",
+                                           std::to_string(tg),
+                                           "-npl",
+                                           npl,
+                                           "-t",
+                                           threads,
+                                           "-tb",
+                                           threads,
+                                           "--output-format",
+                                           "jsonl"};
     const PeerProcess r = run_peer_process(argv, deadline);
     if (!r.spawn_error.empty() || r.timed_out || r.exit_code != 0) {
       m.validation = {false, "peer", 1, 0,
@@ -174,8 +194,8 @@ class LlamaCppPeer : public Variant {
     }
     const int need = static_cast<int>(ours.size() + 1) / 2;
     return {agree >= need, "greedy tokens", static_cast<double>(agree), static_cast<double>(need),
-            fmt::format("llama.cpp's greedy continuation of '{}' is ours for {} of {} tokens ({} required): {}", kCheckText, agree,
-                        ours.size(), need, short_text(std::string(kCheckText) + theirs, 60))};
+            fmt::format("llama.cpp's greedy continuation of '{}' is ours for {} of {} tokens ({} required): {}", kCheckText,
+                        agree, ours.size(), need, short_text(std::string(kCheckText) + theirs, 60))};
   }
 
   DecodeMeasure what_;
@@ -188,16 +208,16 @@ class LlamaCppPeer : public Variant {
 const std::vector<std::string> kPeerStepKeys = {"model", "weights", "batch", "prompt", "llama_cpp", "gguf", "peer_tokens"};
 const std::vector<std::string> kPeerPrefillKeys = {"model", "weights", "prompt", "llama_cpp", "gguf"};
 
-const VariantRegistration reg_llamacpp_step("decode",
-                                            {"llamacpp_decode_step", Backend::Cpu,
-                                             "llama.cpp's batched decode step (llama-batched-bench) on the checkpoint's GGUF: the CPU peer",
-                                             kPeerStepKeys},
-                                            make_variant<LlamaCppPeer>(DecodeMeasure::Step));
-const VariantRegistration reg_llamacpp_prefill("decode",
-                                               {"llamacpp_prefill", Backend::Cpu,
-                                                "llama.cpp's prefill of `prompt` tokens (llama-batched-bench) on the checkpoint's GGUF",
-                                                kPeerPrefillKeys},
-                                               make_variant<LlamaCppPeer>(DecodeMeasure::Prefill));
+const VariantRegistration reg_llamacpp_step(
+    "decode",
+    {"llamacpp_decode_step", Backend::Cpu,
+     "llama.cpp's batched decode step (llama-batched-bench) on the checkpoint's GGUF: the CPU peer", kPeerStepKeys},
+    make_variant<LlamaCppPeer>(DecodeMeasure::Step));
+const VariantRegistration reg_llamacpp_prefill(
+    "decode",
+    {"llamacpp_prefill", Backend::Cpu, "llama.cpp's prefill of `prompt` tokens (llama-batched-bench) on the checkpoint's GGUF",
+     kPeerPrefillKeys},
+    make_variant<LlamaCppPeer>(DecodeMeasure::Prefill));
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// CPU variants of the `ceiling` kind: memcpy bandwidth and our blocked SGEMM.
+// CPU variants of the `ceiling` kind: memcpy bandwidth, our blocked SGEMM and OpenBLAS's.
 #include <cmath>
 #include <cstring>
 
@@ -6,6 +6,7 @@
 
 #include "ceiling/ceiling_keys.h"
 #include "ceiling/gemm_check.h"
+#include "numerics/blas_sgemm.h"
 #include "numerics/sgemm.h"
 #include "core/memory.h"
 #include "numerics/parallel.h"
@@ -44,6 +45,7 @@ class CpuMemcpy : public Variant {
 
 class CpuSgemm : public Variant {
  public:
+  explicit CpuSgemm(bool blas) : blas_(blas) {}
   std::string unsupported(const Point& p) const override {
     const std::string dtype = ceiling_keys().read(p).dtype;
     if (dtype != "fp32") return "sgemm computes in fp32 only (dtype " + dtype + ")";
@@ -73,14 +75,19 @@ class CpuSgemm : public Variant {
   }
   void run(BackendRuntime&) override {
     const int m = static_cast<int>(m_), n = static_cast<int>(n_), k = static_cast<int>(k_);
-    sgemm_blocked(m, n, k, a_.data(), k, b_.data(), n, c_.data(), n);
+    if (blas_)
+      blas_sgemm(m, n, k, a_.data(), k, b_.data(), n, c_.data(), n);
+    else
+      sgemm_blocked(m, n, k, a_.data(), k, b_.data(), n, c_.data(), n);
   }
+  std::string note() const override { return blas_ ? blas_description() : std::string(); }
   Work work() const override {
     const double m = static_cast<double>(m_), n = static_cast<double>(n_), k = static_cast<double>(k_);
     return {2.0 * m * n * k, 4.0 * (m * k + k * n + m * n)};
   }
 
  private:
+  bool blas_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
   uint64_t seed_ = 0;
   HostBuffer<float> a_, b_, c_;
@@ -93,7 +100,15 @@ const VariantRegistration reg_ceiling_sgemm("ceiling",
                                              Backend::Cpu,
                                              "our blocked, packed (6×16 AVX2/FMA register tile), multithreaded SGEMM; fp32 only",
                                              {"m", "n", "k", "dtype"}},
-                                            make_variant<CpuSgemm>());
+                                            make_variant<CpuSgemm>(false));
+const VariantRegistration reg_ceiling_blas_sgemm(
+    "ceiling",
+    {"blas_sgemm",
+     Backend::Cpu,
+     "OpenBLAS's SGEMM (Debian's libopenblas, its kernels for this CPU) split over the CPU threads by 64-column slices, as "
+     "the engine's prefill calls it: the CPU's GEMM ceiling; fp32 only",
+     {"m", "n", "k", "dtype"}},
+    make_variant<CpuSgemm>(true));
 
 }  // namespace
 }  // namespace ib

@@ -62,7 +62,7 @@ class LlamaCppPeer : public Variant {
     weights_ = std::move(m.weights);
     batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
     prompt_ = static_cast<int>(p.integer("prompt"));
-    tokens_ = static_cast<int>(p.integer("peer_tokens"));
+    tokens_ = p.find("peer_tokens") ? static_cast<int>(p.integer("peer_tokens")) : 1;
     bin_ = p.text("llama_cpp");
     gguf_ = p.text("gguf");
     if (gguf_ == "auto") gguf_ = fmt::format(".peers/gguf/{}-f16.gguf", fs::path(weights_dir_).filename().string());

@@ -63,8 +63,10 @@ void blas_sgemm_serial(bool b_transposed, int m, int n, int k, const float* A, i
 
 const char* blas_description() {
   static const std::string d = [] {
-    std::string s = openblas_get_config();
-    return "OpenBLAS " + s + " (" + openblas_get_corename() + " kernels)";
+    // openblas_get_config(): "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": its first two words.
+    const std::string config = openblas_get_config();
+    const size_t second = config.find(' ', config.find(' ') + 1);
+    return config.substr(0, second) + " (" + openblas_get_corename() + " kernels)";
   }();
   return d.c_str();
 }

@@ -322,12 +322,27 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     s.record.kv_head_weights.assign(static_cast<size_t>(c_.layers) * c_.kv_heads * (static_cast<size_t>(p) + 1), 0.0f);
     s.head_weights.assign(static_cast<size_t>(c_.heads) * (static_cast<size_t>(p) + 1), 0.0f);
   }
-  std::vector<float> x(R * h), xn(R * h), q(R * qd), k(R * kvd), v(R * kvd), att(R * qd), tmp(R * h);
-  std::vector<float> gate(R * c_.mlp), up(R * c_.mlp), fused;
+  // The pass's activations in the engine's scratch (sized once for the largest pass so far: a
+  // decode step allocates nothing); every element is written before it is read.
+  ForwardScratch& scr = scratch_;
+  auto sized = [](std::vector<float>& b, size_t n) -> std::vector<float>& {
+    b.resize(n);
+    return b;
+  };
+  std::vector<float>& x = sized(scr.x, R * h);
+  std::vector<float>& xn = sized(scr.xn, R * h);
+  std::vector<float>& q = sized(scr.q, R * qd);
+  std::vector<float>& k = sized(scr.k, R * kvd);
+  std::vector<float>& v = sized(scr.v, R * kvd);
+  std::vector<float>& att = sized(scr.att, R * qd);
+  std::vector<float>& tmp = sized(scr.tmp, R * h);
+  std::vector<float>& gate = sized(scr.gate, R * c_.mlp);
+  std::vector<float>& up = sized(scr.up, R * c_.mlp);
+  std::vector<float>& fused = scr.fused;
   for (int r = 0; r < rows; ++r)
     std::memcpy(&x[static_cast<size_t>(r) * h], embed_.data() + static_cast<size_t>(tokens[r]) * h, sizeof(float) * h);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> rope_cs(R * static_cast<size_t>(d));
+  std::vector<float>& rope_cs = sized(scr.rope_cs, R * static_cast<size_t>(d));
   for (int r = 0; r < rows; ++r)
     rope_angles(d, pos[static_cast<size_t>(r)], inv_freq_.data(), rope_factor_, &rope_cs[static_cast<size_t>(r) * d]);
   for (int l = 0; l < c_.layers; ++l) {

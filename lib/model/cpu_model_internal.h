@@ -93,6 +93,11 @@ struct TreeRows {
   std::vector<const std::vector<int>*> nodes;
 };
 
+// A forward pass's activation buffers, kept by the engine between passes.
+struct ForwardScratch {
+  std::vector<float> x, xn, q, k, v, att, tmp, gate, up, fused, rope_cs;
+};
+
 class CpuModel : public Model {
  public:
   // cpu_model.cpp: the weights, transposed (and packed for the decode GEMV unless Reference)
@@ -188,7 +193,8 @@ class CpuModel : public Model {
   double rope_factor_ = 1.0;      // on cos and sin (YaRN)
   Buf embed_, final_norm_, lm_head_;
   PackedWeights lm_head_packed_;  // CpuMatmul::Packed and Blas
-  bool blas_ = false;             // CpuMatmul::Blas: prefills through OpenBLAS
+  ForwardScratch scratch_;
+  bool blas_ = false;  // CpuMatmul::Blas: prefills through OpenBLAS
   int64_t packed_bytes_ = 0;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;

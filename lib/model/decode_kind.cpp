@@ -18,11 +18,6 @@ std::vector<std::string> with_text(std::vector<std::string> keys) {
 const std::vector<std::string> kStepKeys = with_text({"model", "weights", "batch", "prompt", "temperature"});
 const std::vector<std::string> kPrefillKeys = with_text({"model", "weights", "prompt", "temperature"});
 const std::vector<std::string> kGenerateKeys = with_text({"model", "weights", "batch", "prompt", "new_tokens", "temperature"});
-// The CPU variants also read `cpu_matmul`.
-std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys) {
-  keys.push_back("cpu_matmul");
-  return keys;
-}
 
 KindInfo decode_kind() {
   KindInfo k;

@@ -99,6 +99,11 @@ CpuMatmul cpu_matmul_of(const Point& p) {
   return p.find("cpu_matmul") ? parse_cpu_matmul(p.text("cpu_matmul")) : CpuMatmul::Blas;
 }
 
+std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys) {
+  keys.push_back("cpu_matmul");
+  return keys;
+}
+
 Matmul matmul_of(const Point& p) { return p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas; }
 
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed) {

@@ -49,6 +49,7 @@ std::vector<KeySpec> llamacpp_peer_keys();
 // The `cpu_matmul` key of the CPU engine's variants (default blas), and a point's choice.
 KeySpec cpu_matmul_key();
 CpuMatmul cpu_matmul_of(const Point& p);
+std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys);
 // Deterministic prompt tokens of a point (token ids below the vocabulary size, seed-dependent).
 std::vector<int32_t> random_prompt(int vocab, int n, uint64_t seed);
 

@@ -67,6 +67,7 @@ KindInfo specdec_kind() {
       // A verify pass of k + 1 <= 8 rows and the draft's steps are the GEMV's shapes (bigger passes,
       // most trees and batches, stay on cuBLAS).
       model::matmul_key("CUDA target and draft engines'"),
+      model::cpu_matmul_key(),
       key_spec("k", ParamType::Int, "tokens drafted per step", Value(int64_t{5}), 1.0, 16.0),
       enum_key("acceptance", "draft_model: controlled (alpha) or model (the draft's own agreement)", "controlled",
                {"controlled", "model"}),
@@ -161,7 +162,8 @@ class SpecVariant : public Variant {
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    engine_.matmul = model::matmul_of(p);  // the CUDA target's and draft's
+    engine_.matmul = model::matmul_of(p);   // the CUDA target's and draft's
+    cpu_matmul_ = model::cpu_matmul_of(p);  // the CPU engines'
     const model::ModelChoice tm =
         model::choose_model(p.text("target"), p.text("target_weights"), seed, "target", "target_weights");
     target_ = make(tm, rt);
@@ -554,7 +556,7 @@ class SpecVariant : public Variant {
   bool lookup() const { return mode_ == Mode::Ngram || mode_ == Mode::NgramTree; }
   std::unique_ptr<model::Model> make(const model::ModelChoice& m, BackendRuntime& rt) {
     if (backend_ == Backend::Cuda) return model::make_cuda_model(m.config, *m.weights, engine_, rt.stream());
-    return model::make_cpu_model(m.config, *m.weights);
+    return model::make_cpu_model(m.config, *m.weights, cpu_matmul_);
   }
   // Both caches back to the prompt minus its last token (the first token fed at generation).
   void reset() {
@@ -596,6 +598,7 @@ class SpecVariant : public Variant {
   SpecConfig cfg_;
   LookaheadConfig la_;
   model::EngineOptions engine_;  // of the CUDA engines: the defaults but for `matmul`
+  model::CpuMatmul cpu_matmul_ = model::CpuMatmul::Blas;
   std::unique_ptr<model::Model> target_, draft_;
   int tseq_ = -1, dseq_ = -1, n_ = 0, batch_ = 1;
   std::vector<std::vector<int32_t>> bprompts_, btruths_;  // batch > 1: every sequence's prompt and greedy trajectory
@@ -612,8 +615,8 @@ class SpecVariant : public Variant {
 
 // ---- the variants: one SpecVariant per backend and mode ----
 
-// The keys each mode reads; the CUDA variants also read `matmul` (model::with_matmul): the CPU
-// engine has one matmul.
+// The keys each mode reads; the CUDA variants also read `matmul` (model::with_matmul), the CPU
+// ones `cpu_matmul` (model::with_cpu_matmul).
 const std::vector<std::string> kAutoregressiveKeys = spec_reads({"batch"});
 const std::vector<std::string> kDraftModelKeys =
     spec_reads({"draft", "draft_weights", "draft_layers", "k", "acceptance", "alpha", "batch"});
@@ -625,6 +628,7 @@ const std::vector<std::string> kLookaheadKeys =
     spec_reads({"lookahead_window", "lookahead_ngram", "lookahead_candidates", "lookahead_prompt"});
 
 VariantFactory spec_variant(Backend backend, Mode mode) { return make_variant<SpecVariant>(backend, mode); }
+using model::with_cpu_matmul;
 using model::with_matmul;
 
 const VariantListRegistration specdec_variants(
@@ -638,11 +642,11 @@ const VariantListRegistration specdec_variants(
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::DraftModel))},
         {{"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass", with_matmul(kNgramKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Ngram))},
-        {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", kAutoregressiveKeys},
+        {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine", with_cpu_matmul(kAutoregressiveKeys)},
          spec_variant(Backend::Cpu, Mode::Autoregressive)},
-        {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", kDraftModelKeys},
+        {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine", with_cpu_matmul(kDraftModelKeys)},
          spec_variant(Backend::Cpu, Mode::DraftModel)},
-        {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", kNgramKeys},
+        {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", with_cpu_matmul(kNgramKeys)},
          spec_variant(Backend::Cpu, Mode::Ngram)},
         {{"draft_tree", Backend::Cuda,
           "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
@@ -652,17 +656,18 @@ const VariantListRegistration specdec_variants(
         {{"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass",
           with_matmul(kNgramTreeKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::NgramTree))},
-        {{"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine", kDraftTreeKeys},
+        {{"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine",
+          with_cpu_matmul(kDraftTreeKeys)},
          spec_variant(Backend::Cpu, Mode::DraftTree)},
         {{"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine",
-          kNgramTreeKeys},
+          with_cpu_matmul(kNgramTreeKeys)},
          spec_variant(Backend::Cpu, Mode::NgramTree)},
         {{"lookahead", Backend::Cuda,
           "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
           "produced, both verified in one target pass under a tree mask (greedy)",
           with_matmul(kLookaheadKeys)},
          IB_IF_CUDA(spec_variant(Backend::Cuda, Mode::Lookahead))},
-        {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", kLookaheadKeys},
+        {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", with_cpu_matmul(kLookaheadKeys)},
          spec_variant(Backend::Cpu, Mode::Lookahead)},
     });
 

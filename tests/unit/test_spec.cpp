@@ -122,7 +122,7 @@ TEST(Spec, SetOverridesWinOverEverythingButFlags) {
 
 TEST(Spec, VariantsDefaultToTheBackendsOwn) {
   Spec s = parse("experiments:\n  - {name: a, kind: ceiling}\n");
-  EXPECT_EQ(s.experiments[0].variants, (std::vector<std::string>{"memcpy", "sgemm"}));
+  EXPECT_EQ(s.experiments[0].variants, (std::vector<std::string>{"memcpy", "sgemm", "blas_sgemm"}));
   Spec g = parse("experiments:\n  - {name: a, kind: ceiling}\n", Backend::Cuda);
   EXPECT_EQ(g.experiments[0].variants, (std::vector<std::string>{"copy", "gemm"}));
 }

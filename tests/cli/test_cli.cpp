@@ -121,7 +121,7 @@ TEST_F(Cli, DecodeMatmulIsValidatedAndLeftOutOfCpuRows) {
 
 // specdec (like prefix and constrain-generate) takes decode's `matmul` key for its CUDA engines:
 // a bad value is a spec error at its file:line (exit 2, nothing written), and the CPU variants
-// leave it out (a matmul axis does not repeat their rows).
+// leave it out (a matmul axis does not repeat their rows); they read `cpu_matmul` instead.
 TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
   const std::string spec =
       "version: 1\nexperiments:\n  - name: mm\n    kind: specdec\n    variants: [cpu_autoregressive, cpu_ngram]\n"
@@ -130,7 +130,14 @@ TEST_F(Cli, SpecdecMatmulIsValidatedAndLeftOutOfCpuRows) {
   auto l = ib({"list", "mm.yaml", "--backend", "cpu"}, in_dir());
   ASSERT_EQ(l.exit_code, 0) << l.err;
   EXPECT_NE(l.out.find("1 configuration × 2 variants = 2 rows"), std::string::npos) << l.out;
-  EXPECT_EQ(l.out.find("matmul"), std::string::npos) << l.out;  // neither a constant nor a config
+  // Neither a constant nor a config: every "matmul" in the listing is the CPU engine's cpu_matmul.
+  size_t matmuls = 0, cpu_matmuls = 0;
+  for (size_t at = l.out.find("matmul"); at != std::string::npos; at = l.out.find("matmul", at + 1)) {
+    ++matmuls;
+    cpu_matmuls += at >= 4 && l.out.compare(at - 4, 4, "cpu_") == 0;
+  }
+  EXPECT_EQ(matmuls, cpu_matmuls) << l.out;
+  EXPECT_GT(cpu_matmuls, 0u) << l.out;
   write_text(dir_ + "/bad.yaml", spec + "cutlass\n");
   auto bad = ib({"specdec", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
   EXPECT_EQ(bad.exit_code, 2);

@@ -211,6 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"book_unknown_role",
                 kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
                 "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: memcpy, sgemm, "
+                "blas_sgemm, "
                 "copy, gemm) "
                 "(did you mean 'memcpy'?)",
                 {}},

@@ -12,6 +12,9 @@
 #include "core/backend.h"
 #include "core/errors.h"
 #include "core/interrupt.h"
+#include "core/input_file.h"
+#include "model/chat_template.h"
+#include "model/checkpoint.h"
 #include "model/decode_variants.h"
 #include "model/lora.h"
 #include "serve/engine_loop.h"
@@ -36,7 +39,7 @@ struct ServeOptions {
   bool prefix_caching = false;
   bool no_chunked_prefill = false;
   serve::HttpOptions http;  // limits and origins (host, port and the model's names are set in serve())
-  std::string chat_template = "{role}: {content}\n";
+  std::string chat_template = "auto";
   std::string generation_prompt = "assistant:";
   std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
 };
@@ -46,9 +49,10 @@ int serve(const ServeOptions& s) {
     throw InputError(
         "serve: this binary was built without the HTTP server (cpp-httplib, Debian's libcpp-httplib-dev, not found, or "
         "INFER_BENCH_HTTP=OFF as in the device preset)");
-  if (!std::filesystem::is_directory(s.model))
-    throw InputError(
-        fmt::format("serve: '{}' is not a checkpoint directory (config.json, *.safetensors, tokenizer.json)", s.model));
+  const bool gguf = model::is_gguf_checkpoint(s.model);
+  if (!gguf && !std::filesystem::is_directory(s.model))
+    throw InputError(fmt::format(
+        "serve: '{}' is neither a checkpoint directory (config.json, *.safetensors, tokenizer.json) nor a GGUF file", s.model));
   model::ModelChoice m = model::choose_model("checkpoint", s.model, 0, "MODEL", "MODEL");
   auto tok = tokenizer::Tokenizer::load(s.model);
   const Backend backend = resolve_backend(s.backend);
@@ -106,15 +110,33 @@ int serve(const ServeOptions& s) {
   ho.port = s.port;
   ho.model_name = s.name.empty() ? std::filesystem::path(s.model).lexically_normal().filename().string() : s.name;
   if (ho.model_name.empty()) ho.model_name = std::filesystem::weakly_canonical(s.model).filename().string();
-  ho.tokenizer_json = (std::filesystem::path(s.model) / "tokenizer.json").string();
+  ho.tokenizer_json = gguf ? s.model : (std::filesystem::path(s.model) / "tokenizer.json").string();
   ho.adapters = adapters;
-  ho.chat_template = s.chat_template;
+  // auto: the checkpoint's own Jinja template, as transformers and llama.cpp would use it; a file
+  // (.jinja): that Jinja template; else the simple {role}/{content} form.
+  std::string chat_origin = "the simple template";
+  if (s.chat_template == "auto") {
+    if (auto t = model::checkpoint_chat_template(s.model)) {
+      chat_origin = t->origin();
+      ho.jinja = std::make_shared<const model::ChatTemplate>(std::move(*t));
+    } else {
+      ho.chat_template = "{role}: {content}\n";
+      chat_origin = "the simple template (the checkpoint has none)";
+    }
+  } else if (std::filesystem::path(s.chat_template).extension() == ".jinja") {
+    const std::string source = read_input_file(s.chat_template, 1 << 20);
+    ho.jinja = std::make_shared<const model::ChatTemplate>(source, "", "", s.chat_template);
+    chat_origin = s.chat_template;
+  } else {
+    ho.chat_template = s.chat_template;
+  }
   ho.generation_prompt = s.generation_prompt;
   serve::HttpServer server(loop, tok, ho);
   const int port = server.bind();
   std::fprintf(stderr, "infer-bench serve: %s (%s, %s engine, %d layers, %zu LoRA adapters) on http://%s:%d/v1\n",
                ho.model_name.c_str(), s.model.c_str(), to_string(backend), m.config.layers, adapters.size(), s.host.c_str(),
                port);
+  std::fprintf(stderr, "infer-bench serve: chat requests through %s\n", chat_origin.c_str());
   std::fflush(stderr);
   install_interrupt_handler();
   bool done = false;
@@ -184,9 +206,11 @@ void register_serve(Cli& cli) {
   sub->add_option("--allowed-origins", h.allowed_origins,
                   "browser origins served (CORS), e.g. http://localhost:3000, or * for any; others are refused with 403");
   sub->add_option("--chat-template", s.chat_template,
-                  "a chat message as text: {role} and {content} replaced (default \"{role}: {content}\\n\")");
+                  "auto (the checkpoint's own Jinja template: GGUF tokenizer.chat_template or tokenizer_config.json's; "
+                  "else \"{role}: {content}\\n\"), a Jinja FILE.jinja, or a chat message as text with {role} and "
+                  "{content} replaced");
   sub->add_option("--generation-prompt", s.generation_prompt,
-                  "text after the messages, before the reply (default \"assistant:\")");
+                  "with a {role}/{content} template: text after the messages, before the reply (default \"assistant:\")");
   sub->callback([&cli] { cli.action = [] { return serve(s); }; });
 }
 

@@ -21,6 +21,7 @@
 #include "core/errors.h"
 #include "numerics/random.h"
 #include "core/stats.h"
+#include "model/checkpoint.h"
 #include "model/decode_variants.h"
 
 namespace ib::constrain {
@@ -400,7 +401,7 @@ std::optional<KeyProblem> check_vocab_sizes(const std::map<std::string, std::vec
         if (weights == "random")
           return KeyProblem{{"weights", "model"}, "model checkpoint needs weights: DIR (a Hugging Face checkpoint directory)"};
         try {
-          model_vocab = model::config_from_hf(weights).vocab;
+          model_vocab = model::checkpoint_config(weights).vocab;
         } catch (const std::exception& e) {
           return KeyProblem{{"weights"}, e.what()};
         }

@@ -1,10 +1,13 @@
 #include "core/data_dir.h"
+#include "core/gguf_file.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "constrain/vocab.h"
+#include "tokenizer/gguf_vocab.h"
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -192,7 +195,11 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
     std::string path = what;
     if (what == "llama2" || what == "deepseek-llm") path = data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
     path = data_path(path);
-    text = maybe_gunzip(read_input_file(path, kMaxTokenizerBytes), kMaxTokenizerBytes, path);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec) && gguf::is_gguf(path))  // a GGUF checkpoint's tokenizer.ggml.*
+      text = tokenizer::tokenizer_json_from_gguf(gguf::File(path)).json;
+    else
+      text = maybe_gunzip(read_input_file(path, kMaxTokenizerBytes), kMaxTokenizerBytes, path);
   }
   auto v = std::make_shared<const Vocabulary>(parse_tokenizer_json(text, what));
   cache[what] = v;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "model/checkpoint.h"
 #include "core/registry.h"
 #include "lora/lora_keys.h"
 #include "lora/lora_step.h"
@@ -68,7 +69,7 @@ std::optional<KeyProblem> check_adapters(const std::map<std::string, std::vector
         const std::string& name = std::get<std::string>(mv);
         const std::string& weights = std::get<std::string>(wv);
         try {
-          const model::ModelConfig c = name == "checkpoint" ? model::config_from_hf(weights) : *model::preset(name);
+          const model::ModelConfig c = name == "checkpoint" ? model::checkpoint_config(weights) : *model::preset(name);
           model::load_peft_adapter(c, adapter);
         } catch (const InputError& e) {
           return KeyProblem{{"adapter"}, e.what()};

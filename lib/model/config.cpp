@@ -406,12 +406,42 @@ void read_windows(const ConfigReader& r, const std::string& type, ModelConfig& c
 
 }  // namespace
 
+namespace {
+
+// eos_token_id: an id or a list of ids, each in the vocabulary (transformers' generate stops on any).
+std::vector<int32_t> eos_ids_of(const nlohmann::json& j, const std::string& path, int vocab) {
+  std::vector<int32_t> ids;
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return ids;
+  const nlohmann::json& e = j["eos_token_id"];
+  const nlohmann::json list = e.is_array() ? e : nlohmann::json::array({e});
+  for (const auto& v : list) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
+      throw InputError(fmt::format("{}: eos_token_id: {} is not a token id of the vocabulary of {}", path, v.dump(), vocab));
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+}  // namespace
+
 ModelConfig config_from_hf(const std::string& dir) {
   const std::string path = data_path(dir) + "/config.json";
   if (::access(path.c_str(), F_OK) != 0)
     throw InputError(path + ": cannot open (a Hugging Face checkpoint directory needs config.json)");
   ModelConfig c = config_from_hf_json(read_input_file(path, kMaxConfigBytes), path);
   c.name = dir;
+  // generate() takes its stopping ids from generation_config.json over config.json's.
+  const std::string gen = data_path(dir) + "/generation_config.json";
+  if (::access(gen.c_str(), F_OK) == 0) {
+    nlohmann::json g;
+    try {
+      g = parse_json_bounded(read_input_file(gen, kMaxConfigBytes), gen);
+    } catch (const std::exception& e) {
+      throw InputError(gen + ": not JSON: " + e.what());
+    }
+    if (!g.is_object()) throw InputError(gen + ": expected a JSON object of generation settings");
+    if (g.contains("eos_token_id") && !g["eos_token_id"].is_null()) c.eos_ids = eos_ids_of(g, gen, c.vocab);
+  }
   return c;
 }
 
@@ -472,6 +502,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
   if (c.heads % c.kv_heads != 0)
     r.fail("num_key_value_heads", fmt::format("{} does not divide num_attention_heads {}", c.kv_heads, c.heads));
   read_windows(r, type, c);
+  c.eos_ids = eos_ids_of(j, path, c.vocab);
   return c;
 }
 

@@ -42,7 +42,11 @@ struct ModelConfig {
                                    // unless layer_windows says otherwise
   std::vector<int> layer_windows;  // per layer (Qwen2 layer_types / max_window_layers); empty: sliding_window
   int max_positions = 4096;
-  std::string model_type;               // a checkpoint's config.json model_type ("" for presets)
+  std::string model_type;  // a checkpoint's config.json model_type ("" for presets)
+  // The checkpoint's end-of-sequence ids (generation_config.json over config.json's eos_token_id,
+  // a list where given; GGUF's tokenizer.ggml.eos_token_id and eot_token_id): where generation
+  // stops. Empty for presets and checkpoints that name none: the tokenizer's own guess then.
+  std::vector<int32_t> eos_ids;
   std::vector<std::string> load_notes;  // what the loader decided that a user should see (tied lm_head dropped, ...)
 
   // The window of layer l: 0 = full attention.

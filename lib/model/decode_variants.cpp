@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "model/checkpoint.h"
 #include "numerics/random.h"
 #include "core/stats.h"
 
@@ -21,14 +22,14 @@ ModelChoice choose_model(const std::string& name, const std::string& weights, ui
   if (name == "checkpoint") {
     if (weights == "random")
       throw InputError(fmt::format("{}: checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key));
-    m.config = config_from_hf(weights);
-    m.weights = safetensors_weights(m.config, weights);
+    m.config = checkpoint_config(weights);
+    m.weights = checkpoint_weights(m.config, weights);
     return m;
   }
   auto c = preset(name);
   if (!c) throw InputError(fmt::format("{}: unknown preset '{}'", model_key, name));
   m.config = *c;
-  m.weights = weights == "random" ? random_weights(m.config, seed) : safetensors_weights(m.config, weights);
+  m.weights = weights == "random" ? random_weights(m.config, seed) : checkpoint_weights(m.config, weights);
   return m;
 }
 
@@ -49,9 +50,9 @@ std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::v
         continue;
       }
       try {
-        std::optional<ModelConfig> c = name == "checkpoint" ? config_from_hf(weights) : preset(name);
-        if (c) safetensors_weights(*c, weights);  // headers only: every tensor's name, dtype and shape
-      } catch (const std::exception& e) {         // InputError, or a JSON type error in an index file
+        std::optional<ModelConfig> c = name == "checkpoint" ? checkpoint_config(weights) : preset(name);
+        if (c) checkpoint_weights(*c, weights);  // headers only: every tensor's name, dtype and shape
+      } catch (const std::exception& e) {        // InputError, or a JSON type error in an index file
         return KeyProblem{{weights_key}, e.what()};
       }
     }

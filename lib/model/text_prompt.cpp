@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 
 namespace ib::model {
@@ -209,7 +210,7 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
         for (const auto& m : models) {
           int vocab = 0;
           if (m == "checkpoint" && w != "random")
-            vocab = config_from_hf(w).vocab;
+            vocab = checkpoint_config(w).vocab;
           else if (auto c = preset(m))
             vocab = c->vocab;
           if (vocab > 0 && tok->vocab_size() > vocab)

@@ -44,9 +44,14 @@ struct HttpServer::Impl {
   std::atomic<int> listen_fd{-1};     // the listening socket, for its backlog (bind())
   std::mutex ids_m;
   std::set<int64_t> ids;  // the engine's ids of the completions in flight, cancelled past the grace period
+  // Where a completion ends: the checkpoint's end-of-sequence ids (generation_config.json, the
+  // GGUF's), as transformers' generate and llama.cpp stop; the tokenizer's guess when it names none.
+  std::vector<int32_t> eos_ids;
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizer::Tokenizer> t, HttpOptions opt)
       : loop(l), tok(std::move(t)), o(std::move(opt)) {
+    eos_ids = loop.config().eos_ids;
+    if (eos_ids.empty() && tok->eos_id() >= 0) eos_ids.push_back(tok->eos_id());
     // response_format needs every token's bytes (our constrain vocabulary of the same tokenizer.json).
     try {
       auto v = constrain::load_vocabulary(o.tokenizer_json);
@@ -108,7 +113,7 @@ struct HttpServer::Impl {
     Answer a;
     a.tokens = static_cast<int64_t>(tokens.size());
     if (ended_at_stop_token && !tokens.empty() &&
-        (tokens.back() == tok->eos_id() ||
+        (std::find(eos_ids.begin(), eos_ids.end(), tokens.back()) != eos_ids.end() ||
          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tokens.back()) != r.stop_token_ids.end()))
       tokens.pop_back();  // not text
     a.text = tok->decode(tokens, true);
@@ -148,6 +153,13 @@ struct HttpServer::Impl {
   // The prompts' tokens: a chat rendered through the template, or the completion's texts / ids.
   std::vector<std::vector<int32_t>> prompts_of(const ApiRequest& r) const {
     if (r.chat) {
+      if (o.jinja) {
+        // The template writes the special tokens as text (<|im_start|>); encoded without adding
+        // more, as transformers' apply_chat_template(tokenize=True) does.
+        std::vector<model::ChatTurn> turns;
+        for (const ChatMessage& m : r.messages) turns.push_back({m.role, m.content});
+        return {tok->encode(o.jinja->render(turns, true), false)};
+      }
       std::string text;
       for (const ChatMessage& m : r.messages) text += model::render_chat_message(o.chat_template, m.role, m.content);
       return {tok->encode(text + o.generation_prompt)};
@@ -203,8 +215,9 @@ struct HttpServer::Impl {
                                 "max_tokens"});
       q.max_tokens = o.max_tokens_limit;
     }
-    q.eos = r.ignore_eos ? -1 : tok->eos_id();
+    q.eos = r.ignore_eos || eos_ids.empty() ? -1 : eos_ids.front();
     q.stop_tokens = r.stop_token_ids;
+    if (!r.ignore_eos && eos_ids.size() > 1) q.stop_tokens.insert(q.stop_tokens.end(), eos_ids.begin() + 1, eos_ids.end());
     q.logprobs = r.logprobs;
     q.processors = r.processors;
     for (const auto& [t, bias] : r.processors.logit_bias)

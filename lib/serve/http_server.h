@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/chat_template.h"
 #include "serve/engine_loop.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,9 +24,11 @@ struct HttpOptions {
   // LoRA adapters resident in the engine, by the name a request's `model` gives (vLLM's
   // --lora-modules): name -> the engine's adapter id.
   std::vector<std::pair<std::string, int>> adapters;
-  // A chat's messages become the prompt through this template (each message, {role} and
-  // {content} replaced, joined), then the generation prompt: tokenizer.json carries no chat
-  // template of its own that this server could run (Hugging Face's are Jinja).
+  // A chat's messages become the prompt through the checkpoint's own Jinja template (GGUF
+  // tokenizer.chat_template, tokenizer_config.json chat_template) when `jinja` is set; otherwise
+  // through this simple one (each message, {role} and {content} replaced, joined), then the
+  // generation prompt.
+  std::shared_ptr<const model::ChatTemplate> jinja;
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
 

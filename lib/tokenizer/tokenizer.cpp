@@ -21,11 +21,13 @@
 #include <map>
 #include <mutex>
 
+#include "core/gguf_file.h"
 #include "core/data_dir.h"
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "tokenizer/added_vocab.h"
+#include "tokenizer/gguf_vocab.h"
 
 // The GPT-2 tokenizer compiled into the binary (constrain/vocab_embed.S).
 extern "C" const unsigned char ib_gpt2_tokenizer_gz[];
@@ -266,11 +268,14 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
 
   std::string path, key;
-  bool embedded = false;
+  bool embedded = false, from_gguf = false;
   std::error_code ec;
   if (what == "gpt2" || what == "llama2" || what == "deepseek-llm") {
     path = ib::data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
     if (what == "gpt2" && !fs::exists(path, ec)) embedded = true;
+  } else if (fs::is_regular_file(what, ec) && gguf::is_gguf(what)) {
+    path = what;
+    from_gguf = true;
   } else if (fs::is_directory(what, ec)) {
     path = (fs::path(what) / "tokenizer.json").string();
     if (!fs::exists(path, ec) && fs::exists(path + ".gz", ec)) path += ".gz";
@@ -278,8 +283,10 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   } else if (fs::exists(what, ec)) {
     path = what;
   } else {
-    throw InputError("'" + what +
-                     "': not a tokenizer name (gpt2, llama2, deepseek-llm), nor a tokenizer.json file or a checkpoint directory");
+    throw InputError(
+        "'" + what +
+        "': not a tokenizer name (gpt2, llama2, deepseek-llm), nor a tokenizer.json file, a GGUF file or a checkpoint "
+        "directory");
   }
   if (embedded) {
     key = "<embedded gpt2>";
@@ -291,14 +298,21 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::string text;
+  GgufTokenizer gguf_ids;
   if (embedded) {
     const std::string gz(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
                          static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz));
     text = maybe_gunzip(gz, detail::kMaxFileBytes, "gpt2.tokenizer.json.gz (compiled in)");
+  } else if (from_gguf) {
+    gguf_ids = tokenizer_json_from_gguf(gguf::File(path));
+    text = std::move(gguf_ids.json);
   } else {
     text = maybe_gunzip(read_input_file(path, detail::kMaxFileBytes), detail::kMaxFileBytes, path);
   }
   auto impl = detail::parse(text, embedded ? std::string("gpt2.tokenizer.json.gz (compiled in)") : path);
+  // A GGUF names its BOS and EOS ids outright (tokenizer.ggml.*_token_id): they, not a guess.
+  if (gguf_ids.bos >= 0) impl->bos = gguf_ids.bos;
+  if (gguf_ids.eos >= 0) impl->eos = gguf_ids.eos;
   impl->name = what;
   auto t = std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
   cache[key] = t;

@@ -659,7 +659,35 @@ def with_openai(binary, src):
             fail("an unknown model was accepted")
         except openai.NotFoundError:
             pass
-        print(f"serve_test: openai {openai.__version__}: all checks passed")
+    finally:
+        s.stop()
+    smollm2_chat(binary, src, openai)
+    print(f"serve_test: openai {openai.__version__}: all checks passed")
+
+
+def smollm2_chat(binary, src, openai):
+    """A real pretrained model served from its GGUF file: the client's chat requests go through the
+    model's own Jinja template, and each answer is transformers' greedy one, stopped where its
+    generate() stops (<|im_end|>, the GGUF's end-of-sequence id), as tests/data/gguf/smollm2.json has it."""
+    gguf = os.path.join(src, "data/models/smollm2-135m-instruct-q4_1.gguf")
+    if not os.path.exists(gguf):
+        print("serve_test: SmolLM2 is not in data/models (scripts/get-models): its chat checks skipped")
+        return
+    golden = json.load(open(os.path.join(src, "tests/data/gguf/smollm2.json")))
+    s = Server(binary, gguf)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none")
+        name = client.models.list().data[0].id
+        for chat in golden["chats"]:
+            r = client.chat.completions.create(model=name, messages=chat["messages"], max_tokens=64, temperature=0)
+            c = r.choices[0]
+            check(c.message.content == chat["text"], f"SmolLM2 chat {chat['messages']}: {c.message.content!r} != {chat['text']!r}")
+            check(c.finish_reason == "stop" and r.usage.completion_tokens == len(chat["generated"]),
+                  f"SmolLM2 chat: finish {c.finish_reason}, {r.usage.completion_tokens} tokens (transformers stopped after "
+                  f"{len(chat['generated'])})")
+            check(r.usage.prompt_tokens == len(chat["ids"]), f"SmolLM2 chat: {r.usage.prompt_tokens} prompt tokens, "
+                  f"transformers' template gave {len(chat['ids'])}")
+        print(f"serve_test: SmolLM2 GGUF: {len(golden['chats'])} chats through its own template match transformers")
     finally:
         s.stop()
 

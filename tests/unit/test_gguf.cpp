@@ -1,0 +1,537 @@
+// The GGUF reader against its references: ggml's block formats as gguf-py decodes them
+// (tests/data/gguf/dequant.json), hostile and damaged files (one-line errors naming the key or
+// tensor), ggml's q/k permutation undone (a tiny GGUF against the same model in safetensors), and
+// SmolLM2-135M-Instruct against transformers' own forward of the same file (tests/data/gguf/
+// smollm2.json; scripts/make-gguf-fixtures made both). The SmolLM2 tests need the model
+// (scripts/get-models, part of the README's test command) and report themselves skipped without it.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/errors.h"
+#include "core/gguf_file.h"
+#include "model/chat_template.h"
+#include "model/checkpoint.h"
+#include "model/gguf_checkpoint.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSource = IB_SOURCE_DIR;
+const std::string kSmolLM2 = kSource + "/data/models/smollm2-135m-instruct-q4_1.gguf";
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return nlohmann::json::parse(in);
+}
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+TEST(GgufDequantize, MatchesGgufPyOnEveryBlockType) {
+  const auto doc = read_json(kSource + "/tests/data/gguf/dequant.json");
+  int types = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string name = c.at("type");
+    SCOPED_TRACE(name);
+    const uint32_t t = c.at("ggml_type");
+    ASSERT_EQ(gguf::tensor_type_name(t).value_or("?"), name);
+    const auto type = static_cast<gguf::TensorType>(t);
+    const auto raw = from_hex(c.at("hex"));
+    const auto want = c.at("values").get<std::vector<float>>();
+    ASSERT_EQ(static_cast<int64_t>(raw.size()) / gguf::block_bytes(type) * gguf::block_elements(type),
+              static_cast<int64_t>(want.size()));
+    std::vector<float> got(want.size());
+    gguf::dequantize(type, raw.data(), static_cast<int64_t>(want.size()), got.data());
+    int differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      // ggml's float order of operations, reproduced: equal to gguf-py's numpy but for rounding
+      // in its last place where numpy orders a product differently.
+      const float tol = 2e-7f * std::max(1.0f, std::abs(want[i]));
+      if (std::abs(got[i] - want[i]) > tol) ++differ;
+      EXPECT_NEAR(got[i], want[i], tol) << "value " << i;
+      if (differ > 4) break;
+    }
+    ++types;
+  }
+  EXPECT_EQ(types, 8);
+}
+
+// --- a tiny GGUF written here, and damaged on purpose ---------------------------------------
+
+class GgufWriter {
+ public:
+  void u32(uint32_t v) { put(&v, 4); }
+  void u64(uint64_t v) { put(&v, 8); }
+  void f32(float v) { put(&v, 4); }
+  void str(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+  }
+  void kv_string(const std::string& k, const std::string& v) {
+    str(k);
+    u32(8);
+    str(v);
+  }
+  void kv_u32(const std::string& k, uint32_t v) {
+    str(k);
+    u32(4);
+    u32(v);
+  }
+  void kv_f32(const std::string& k, float v) {
+    str(k);
+    u32(6);
+    f32(v);
+  }
+  void kv_strings(const std::string& k, const std::vector<std::string>& v) {
+    str(k);
+    u32(9);
+    u32(8);
+    u64(v.size());
+    for (const auto& s : v) str(s);
+  }
+  void pad(size_t alignment) {
+    while (out_.size() % alignment) out_.push_back('\0');
+  }
+  void put(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+struct TinyTensor {
+  std::string name;
+  std::vector<int64_t> dims;  // ggml order
+  std::vector<float> values;
+};
+
+// Knobs a test turns to damage the file.
+struct TinyOptions {
+  std::string arch = "llama";
+  uint32_t tensor_type = 0;  // F32
+  bool truncate = false;
+  uint64_t string_length_override = 0;
+  bool drop_tensor = false;
+  bool extra_tensor = false;
+  int64_t wrong_rows = 0;
+};
+
+model::ModelConfig tiny_config() {
+  model::ModelConfig c;
+  c.name = "tiny-gguf";
+  c.layers = 1;
+  c.hidden = 8;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 4;
+  c.mlp = 16;
+  c.vocab = 12;
+  c.tied_embeddings = true;
+  c.rope_theta = 10000.0f;
+  c.rms_eps = 1e-5f;
+  return c;
+}
+
+// The tensors of tiny_config() in Hugging Face names with seeded values.
+std::vector<std::pair<model::TensorSpec, std::vector<float>>> tiny_tensors() {
+  std::vector<std::pair<model::TensorSpec, std::vector<float>>> out;
+  uint32_t x = 12345;
+  for (const auto& spec : model::tensor_specs(tiny_config())) {
+    std::vector<float> v(static_cast<size_t>(spec.elems()));
+    for (float& f : v) {
+      x = x * 1664525u + 1013904223u;
+      // bf16-exact values (multiples of 1/64 below 2), so write_safetensors keeps them exactly
+      f = spec.is_norm() ? 1.0f + static_cast<float>((x >> 24) % 8) / 64.0f : static_cast<float>(static_cast<int>((x >> 24) % 64) - 32) / 64.0f;
+    }
+    out.emplace_back(spec, v);
+  }
+  return out;
+}
+
+// ggml's converter permutation of q/k rows (the inverse of what the reader undoes).
+std::vector<float> permute_rows(const std::vector<float>& w, int64_t rows, int64_t cols, int heads) {
+  std::vector<float> out(w.size());
+  const int64_t d = rows / heads, half = d / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::copy_n(&w[static_cast<size_t>((h * d + j * half + i) * cols)], cols, &out[static_cast<size_t>((h * d + 2 * i + j) * cols)]);
+  return out;
+}
+
+std::string write_tiny_gguf(const std::string& path, const TinyOptions& o = {}) {
+  const model::ModelConfig c = tiny_config();
+  std::vector<TinyTensor> tensors;
+  for (const auto& [spec, values] : tiny_tensors()) {
+    TinyTensor t;
+    t.name = model::gguf_tensor_name(spec.name);
+    t.dims.assign(spec.shape.rbegin(), spec.shape.rend());
+    t.values = values;
+    if (spec.name.find("q_proj") != std::string::npos) t.values = permute_rows(values, spec.shape[0], spec.shape[1], c.heads);
+    if (spec.name.find("k_proj") != std::string::npos) t.values = permute_rows(values, spec.shape[0], spec.shape[1], c.kv_heads);
+    tensors.push_back(t);
+  }
+  if (o.drop_tensor) tensors.erase(tensors.begin() + 2);
+  if (o.extra_tensor) tensors.push_back({"blk.0.attn_sinks.weight", {8}, std::vector<float>(8, 0.0f)});
+  if (o.wrong_rows) tensors[1].dims.back() += o.wrong_rows;
+  std::vector<std::string> vocab;
+  for (int i = 0; i < c.vocab; ++i) vocab.push_back(std::string(1, static_cast<char>('a' + i)));
+
+  GgufWriter w;
+  w.put("GGUF", 4);
+  w.u32(3);
+  w.u64(tensors.size());
+  w.u64(10);
+  w.kv_string("general.architecture", o.arch);
+  if (o.string_length_override) {
+    w.str("general.name");
+    w.u32(8);
+    w.u64(o.string_length_override);
+  } else {
+    w.kv_string("general.name", "tiny");
+  }
+  w.kv_u32(o.arch + ".block_count", 1);
+  w.kv_u32(o.arch + ".embedding_length", 8);
+  w.kv_u32(o.arch + ".feed_forward_length", 16);
+  w.kv_u32(o.arch + ".attention.head_count", 2);
+  w.kv_u32(o.arch + ".attention.head_count_kv", 1);
+  w.kv_f32(o.arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.kv_f32(o.arch + ".rope.freq_base", 10000.0f);
+  w.kv_strings("tokenizer.ggml.tokens", vocab);
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    w.str(t.name);
+    w.u32(static_cast<uint32_t>(t.dims.size()));
+    for (int64_t d : t.dims) w.u64(static_cast<uint64_t>(d));
+    w.u32(o.tensor_type);
+    w.u64(offset);
+    offset += (t.values.size() * 4 + 31) / 32 * 32;
+  }
+  w.pad(32);
+  for (const auto& t : tensors) {
+    w.put(t.values.data(), t.values.size() * 4);
+    w.pad(32);
+  }
+  std::string& bytes = w.bytes();
+  if (o.truncate) bytes.resize(bytes.size() - 100);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("ib-test-gguf-" + name)).string(); }
+
+TEST(GgufCheckpoint, TinyModelMatchesTheSameWeightsInSafetensors) {
+  const std::string gguf = write_tiny_gguf(temp_path("tiny.gguf"));
+  ASSERT_TRUE(model::is_gguf_checkpoint(gguf));
+  const model::ModelConfig c = model::checkpoint_config(gguf);
+  EXPECT_EQ(c.layers, 1);
+  EXPECT_EQ(c.hidden, 8);
+  EXPECT_EQ(c.heads, 2);
+  EXPECT_EQ(c.kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.mlp, 16);
+  EXPECT_EQ(c.vocab, 12);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.model_type, "llama");
+  auto gw = model::checkpoint_weights(c, gguf);
+  EXPECT_NE(gw->describe().find("F32"), std::string::npos) << gw->describe();
+
+  // The same tensors, unpermuted, read back exactly, and the two engines agree bit for bit.
+  const auto tensors = tiny_tensors();
+  for (const auto& [spec, values] : tensors) {
+    std::vector<float> got(values.size());
+    gw->read(spec, got.data());
+    EXPECT_EQ(got, values) << spec.name;
+  }
+  const std::string st = temp_path("tiny.safetensors");
+  model::write_safetensors(st, tensors);
+  // A safetensors WeightSource over that one file, with the same config.
+  const fs::path dir = temp_path("tiny-dir");
+  fs::create_directories(dir);
+  fs::rename(st, dir / "model.safetensors");
+  auto sw = model::safetensors_weights(c, dir.string());
+  auto a = model::make_cpu_model(c, *gw);
+  auto b = model::make_cpu_model(c, *sw);
+  const std::vector<int32_t> ids = {1, 5, 3, 7, 2, 9};
+  std::vector<float> la(ids.size() * 12), lb(ids.size() * 12);
+  for (auto [m, out] : {std::pair{a.get(), &la}, std::pair{b.get(), &lb}}) {
+    const int s = m->new_sequence(static_cast<int>(ids.size()));
+    model::StepOutput o;
+    o.logits = out->data();
+    m->prefill(s, ids.data(), static_cast<int>(ids.size()), static_cast<int>(ids.size()), o);
+  }
+  EXPECT_EQ(la, lb);
+  fs::remove_all(dir);
+}
+
+// Damaged and hostile files: one line naming the file and what is wrong, never a crash.
+void expect_refused(const std::function<void()>& f, const std::vector<std::string>& names) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    for (const auto& n : names) EXPECT_NE(what.find(n), std::string::npos) << "'" << n << "' not in: " << what;
+  }
+}
+
+TEST(GgufCheckpoint, RefusesDamagedAndHostileFiles) {
+  auto load = [](const std::string& p) {
+    const auto c = model::checkpoint_config(p);
+    model::checkpoint_weights(c, p);
+  };
+  {
+    TinyOptions o;
+    o.truncate = true;
+    const std::string p = write_tiny_gguf(temp_path("truncated.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "past the end of the file"});
+  }
+  {
+    TinyOptions o;
+    o.tensor_type = 99;
+    const std::string p = write_tiny_gguf(temp_path("type99.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "token_embd.weight", "ggml type 99"});
+  }
+  {
+    TinyOptions o;
+    o.arch = "gpt-neox";
+    const std::string p = write_tiny_gguf(temp_path("arch.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "general.architecture", "gpt-neox"});
+  }
+  {
+    TinyOptions o;
+    o.string_length_override = uint64_t{1} << 62;
+    const std::string p = write_tiny_gguf(temp_path("hugestring.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "general.name"});
+  }
+  {
+    TinyOptions o;
+    o.drop_tensor = true;
+    const std::string p = write_tiny_gguf(temp_path("missing.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "is missing"});
+  }
+  {
+    TinyOptions o;
+    o.extra_tensor = true;
+    const std::string p = write_tiny_gguf(temp_path("extra.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "does not read", "blk.0.attn_sinks.weight"});
+  }
+  {
+    TinyOptions o;
+    o.wrong_rows = 3;
+    const std::string p = write_tiny_gguf(temp_path("shape.gguf"), o);
+    expect_refused([&] { load(p); }, {p, "shape"});
+  }
+  {
+    const std::string p = temp_path("notgguf.gguf");
+    std::ofstream(p) << "GGUX and then some bytes that are not a GGUF header at all";
+    expect_refused([&] { gguf::File f(p); }, {p, "not a GGUF file"});
+  }
+  // Every prefix of a valid file: refused cleanly (or, for the full file, read).
+  {
+    const std::string full = write_tiny_gguf(temp_path("prefix-src.gguf"));
+    std::ifstream in(full, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string p = temp_path("prefix.gguf");
+    for (size_t n = 0; n < bytes.size(); n += 7) {
+      std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n));
+      EXPECT_THROW(gguf::File f(p), InputError) << n << " bytes";
+    }
+  }
+}
+
+// --- SmolLM2-135M-Instruct against transformers -----------------------------------------
+
+#define IB_NEED_SMOLLM2()                                                            \
+  if (!fs::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " is not here (scripts/get-models)"
+
+TEST(GgufSmolLM2, ConfigIsTheModelsOwn) {
+  IB_NEED_SMOLLM2();
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.layers, 30);
+  EXPECT_EQ(c.hidden, 576);
+  EXPECT_EQ(c.heads, 9);
+  EXPECT_EQ(c.kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.mlp, 1536);
+  EXPECT_EQ(c.vocab, 49152);
+  EXPECT_FLOAT_EQ(c.rope_theta, 100000.0f);
+  EXPECT_EQ(c.max_positions, 8192);
+  EXPECT_TRUE(c.tied_embeddings);
+  // The end of a chat turn, as the GGUF (and the checkpoint's config files) say: <|im_end|>.
+  const auto golden = read_json(kSource + "/tests/data/gguf/smollm2.json");
+  EXPECT_EQ(c.eos_ids, std::vector<int32_t>{golden.at("eos_token_id").get<int32_t>()});
+  auto tok = tokenizer::Tokenizer::load(kSmolLM2);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_EQ(tok->id_to_token(2).value_or(""), "<|im_end|>");
+}
+
+// Both references on the battery: llama.cpp (which runs the pre-tokenizer tokenizer.ggml.pre
+// names) on every case it can take, and transformers wherever the two agree. Where they disagree
+// (transformers' converter drops the "smollm" digit splitting), ours must side with llama.cpp.
+TEST(GgufSmolLM2, TokenizerMatchesLlamaCppAndTransformersOnTheBattery) {
+  IB_NEED_SMOLLM2();
+  const auto battery = read_json(kSource + "/tests/data/gguf/smollm2.battery.json");
+  auto t = tokenizer::Tokenizer::load(kSmolLM2);
+  size_t matched_hf = 0, matched_llama = 0, with_llama = 0, references_differ = 0;
+  const auto& cases = battery.at("cases");
+  ASSERT_GE(cases.size(), 100u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    const std::string text = c.at("text");
+    const auto hf = c.at("ids").get<std::vector<int32_t>>();
+    const auto ids = t->encode(text, false);
+    const bool have_llama = !c.at("ids_llamacpp").is_null();
+    const auto llama = have_llama ? c.at("ids_llamacpp").get<std::vector<int32_t>>() : hf;
+    with_llama += have_llama;
+    references_differ += llama != hf;
+    if (have_llama) {
+      EXPECT_EQ(ids, llama) << "llama.cpp, case " << i << ": " << c.at("text").dump();
+    }
+    if (llama == hf) {
+      EXPECT_EQ(ids, hf) << "transformers, case " << i << ": " << c.at("text").dump();
+    }
+    matched_hf += ids == hf;
+    matched_llama += have_llama && ids == llama;
+    const std::string decoded = t->decode(c.at("ids_special").get<std::vector<int32_t>>(), false);
+    EXPECT_EQ(decoded, c.at("decoded").get<std::string>()) << "case " << i;
+  }
+  EXPECT_LE(references_differ, 2u) << "the references disagree on more cases than the known digit splitting";
+  std::printf("[ battery  ] smollm2 (GGUF): %zu of %zu cases match llama.cpp, %zu of %zu transformers (%s; the two differ on %zu)\n",
+              matched_llama, with_llama, matched_hf, cases.size(), battery.value("source", std::string("?")).c_str(),
+              references_differ);
+}
+
+TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
+  IB_NEED_SMOLLM2();
+  const auto golden = read_json(kSource + "/tests/data/gguf/smollm2.json");
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  auto w = model::checkpoint_weights(c, kSmolLM2);
+  auto m = model::make_cpu_model(c, *w);
+  auto tok = tokenizer::Tokenizer::load(kSmolLM2);
+  const int V = c.vocab;
+  double worst = 0;
+  for (const auto& p : golden.at("prompts")) {
+    const std::string text = p.at("text");
+    SCOPED_TRACE(text);
+    const auto ids = p.at("ids").get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->encode(text, false), ids);
+    const int n = static_cast<int>(ids.size());
+    std::vector<float> out(static_cast<size_t>(n) * V);
+    const int s = m->new_sequence(n + 40);
+    model::StepOutput o;
+    o.logits = out.data();
+    m->prefill(s, ids.data(), n, n, o);
+    const auto& rows = p.at("positions");
+    ASSERT_EQ(static_cast<int>(rows.size()), n);
+    for (int i = 0; i < n; ++i) {
+      const float* row = &out[static_cast<size_t>(i) * V];
+      const auto& r = rows[static_cast<size_t>(i)];
+      const auto top = r.at("top_ids").get<std::vector<int32_t>>();
+      const auto want = r.at("top_logits").get<std::vector<double>>();
+      // Relative to the row's largest logit: transformers' float32 forward and ours differ in
+      // summation order only.
+      const double scale = std::max(1.0, std::abs(want[0]));
+      for (size_t k = 0; k < top.size(); ++k) worst = std::max(worst, std::abs(row[top[k]] - want[k]) / scale);
+      double mx = row[0];
+      for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+      worst = std::max(worst, std::abs(mx + std::log(sum) - r.at("logsumexp").get<double>()) / scale);
+    }
+    // transformers' greedy continuation, token for token.
+    const auto want_greedy = p.at("greedy").get<std::vector<int32_t>>();
+    m->release(s);
+    const int s2 = m->new_sequence(n + static_cast<int>(want_greedy.size()) + 1);
+    int32_t next = 0;
+    model::StepOutput g;
+    g.next = &next;
+    m->prefill(s2, ids.data(), n, 1, g);
+    std::vector<int32_t> got = {next};
+    while (got.size() < want_greedy.size()) {
+      const int32_t t = got.back();
+      m->decode(&s2, &t, 1, g);
+      got.push_back(next);
+    }
+    EXPECT_EQ(got, want_greedy);
+    m->release(s2);
+  }
+  EXPECT_LE(worst, 1e-4) << "logits, relative to the row's largest";
+  RecordProperty("smollm2_logits_rel", std::to_string(worst));
+  std::printf("[ parity   ] SmolLM2-135M GGUF vs transformers %s: worst logit error %.2e of the row's largest\n",
+              golden.value("transformers", std::string("?")).c_str(), worst);
+}
+
+TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
+  const model::ChatTemplate t(
+      "{% for m in messages %}<{{ m['role'] }}>{{ m.content | trim }}</{{ m.role }}>\n{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      "<s>", "</s>", "test template");
+  EXPECT_EQ(t.render({{"user", " hi "}, {"assistant", "hello"}}, true), "<user>hi</user>\n<assistant>hello</assistant>\n<assistant>");
+  EXPECT_EQ(t.render({{"user", "x"}}, false), "<user>x</user>\n");
+  expect_refused([] { model::ChatTemplate bad("{% for m in messages %}{{ m.role }", "", "", "bad.jinja"); }, {"bad.jinja", "does not parse"});
+  const model::ChatTemplate raises("{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}", "",
+                                   "", "strict.jinja");
+  expect_refused([&] { raises.render({{"user", "x"}}, true); }, {"strict.jinja", "a system turn first"});
+}
+
+// SmolLM2's own template (from the GGUF) renders each chat as transformers' apply_chat_template
+// did, and the engine's greedy answer stops where transformers' generate() stopped: at <|im_end|>.
+TEST(GgufSmolLM2, ChatTemplateAndEndOfTurnMatchTransformers) {
+  IB_NEED_SMOLLM2();
+  const auto golden = read_json(kSource + "/tests/data/gguf/smollm2.json");
+  const auto tmpl = model::checkpoint_chat_template(kSmolLM2);
+  ASSERT_TRUE(tmpl.has_value());
+  EXPECT_EQ(tmpl->source(), golden.at("chat_template").get<std::string>());
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  auto w = model::checkpoint_weights(c, kSmolLM2);
+  auto m = model::make_cpu_model(c, *w);
+  auto tok = tokenizer::Tokenizer::load(kSmolLM2);
+  for (const auto& chat : golden.at("chats")) {
+    std::vector<model::ChatTurn> turns;
+    for (const auto& msg : chat.at("messages")) turns.push_back({msg.at("role"), msg.at("content")});
+    const std::string text = tmpl->render(turns, true);
+    EXPECT_EQ(text, chat.at("rendered").get<std::string>());
+    const auto ids = tok->encode(text, false);
+    EXPECT_EQ(ids, chat.at("ids").get<std::vector<int32_t>>());
+    const auto want = chat.at("generated").get<std::vector<int32_t>>();
+    const int s = m->new_sequence(static_cast<int>(ids.size()) + 70);
+    int32_t next = 0;
+    model::StepOutput o;
+    o.next = &next;
+    m->prefill(s, ids.data(), static_cast<int>(ids.size()), 1, o);
+    std::vector<int32_t> got = {next};
+    while (got.size() < 64 && std::find(c.eos_ids.begin(), c.eos_ids.end(), got.back()) == c.eos_ids.end()) {
+      const int32_t t = got.back();
+      m->decode(&s, &t, 1, o);
+      got.push_back(next);
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(tok->decode(got, true), chat.at("text").get<std::string>());
+    m->release(s);
+  }
+}
+
+}  // namespace
+}  // namespace ib

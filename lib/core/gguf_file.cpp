@@ -14,65 +14,113 @@ namespace ib::gguf {
 
 const char* value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::U8: return "uint8";
-    case ValueType::I8: return "int8";
-    case ValueType::U16: return "uint16";
-    case ValueType::I16: return "int16";
-    case ValueType::U32: return "uint32";
-    case ValueType::I32: return "int32";
-    case ValueType::F32: return "float32";
-    case ValueType::Bool: return "bool";
-    case ValueType::String: return "string";
-    case ValueType::Array: return "array";
-    case ValueType::U64: return "uint64";
-    case ValueType::I64: return "int64";
-    case ValueType::F64: return "float64";
+    case ValueType::U8:
+      return "uint8";
+    case ValueType::I8:
+      return "int8";
+    case ValueType::U16:
+      return "uint16";
+    case ValueType::I16:
+      return "int16";
+    case ValueType::U32:
+      return "uint32";
+    case ValueType::I32:
+      return "int32";
+    case ValueType::F32:
+      return "float32";
+    case ValueType::Bool:
+      return "bool";
+    case ValueType::String:
+      return "string";
+    case ValueType::Array:
+      return "array";
+    case ValueType::U64:
+      return "uint64";
+    case ValueType::I64:
+      return "int64";
+    case ValueType::F64:
+      return "float64";
   }
   return "?";
 }
 
 bool Value::is_integer() const {
   switch (type) {
-    case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16: case ValueType::U32:
-    case ValueType::I32: case ValueType::U64: case ValueType::I64: return true;
-    default: return false;
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::U16:
+    case ValueType::I16:
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::U64:
+    case ValueType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 
 std::optional<std::string> tensor_type_name(uint32_t type) {
   switch (static_cast<TensorType>(type)) {
-    case TensorType::F32: return "F32";
-    case TensorType::F16: return "F16";
-    case TensorType::BF16: return "BF16";
-    case TensorType::Q4_0: return "Q4_0";
-    case TensorType::Q4_1: return "Q4_1";
-    case TensorType::Q8_0: return "Q8_0";
-    case TensorType::Q4_K: return "Q4_K";
-    case TensorType::Q5_K: return "Q5_K";
-    case TensorType::Q6_K: return "Q6_K";
+    case TensorType::F32:
+      return "F32";
+    case TensorType::F16:
+      return "F16";
+    case TensorType::BF16:
+      return "BF16";
+    case TensorType::Q4_0:
+      return "Q4_0";
+    case TensorType::Q4_1:
+      return "Q4_1";
+    case TensorType::Q8_0:
+      return "Q8_0";
+    case TensorType::Q4_K:
+      return "Q4_K";
+    case TensorType::Q5_K:
+      return "Q5_K";
+    case TensorType::Q6_K:
+      return "Q6_K";
   }
   return std::nullopt;
 }
 
 int64_t block_elements(TensorType t) {
   switch (t) {
-    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 1;
-    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q8_0: return 32;
-    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return 256;
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16:
+      return 1;
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q8_0:
+      return 32;
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+      return 256;
   }
   return 1;
 }
 
 int64_t block_bytes(TensorType t) {
   switch (t) {
-    case TensorType::F32: return 4;
-    case TensorType::F16: case TensorType::BF16: return 2;
-    case TensorType::Q4_0: return 2 + 16;
-    case TensorType::Q4_1: return 2 + 2 + 16;
-    case TensorType::Q8_0: return 2 + 32;
-    case TensorType::Q4_K: return 2 + 2 + 12 + 128;
-    case TensorType::Q5_K: return 2 + 2 + 12 + 32 + 128;
-    case TensorType::Q6_K: return 128 + 64 + 16 + 2;
+    case TensorType::F32:
+      return 4;
+    case TensorType::F16:
+    case TensorType::BF16:
+      return 2;
+    case TensorType::Q4_0:
+      return 2 + 16;
+    case TensorType::Q4_1:
+      return 2 + 2 + 16;
+    case TensorType::Q8_0:
+      return 2 + 32;
+    case TensorType::Q4_K:
+      return 2 + 2 + 12 + 128;
+    case TensorType::Q5_K:
+      return 2 + 2 + 12 + 32 + 128;
+    case TensorType::Q6_K:
+      return 128 + 64 + 16 + 2;
   }
   return 1;
 }
@@ -174,27 +222,43 @@ void dequantize_q6_k(const uint8_t* b, float* y) {
 
 void dequantize(TensorType t, const uint8_t* src, int64_t elements, float* dst) {
   switch (t) {
-    case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(elements) * 4); return;
+    case TensorType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(elements) * 4);
+      return;
     case TensorType::F16:
       for (int64_t i = 0; i < elements; ++i) dst[i] = half_at(src + 2 * i);
       return;
     case TensorType::BF16:
       for (int64_t i = 0; i < elements; ++i) dst[i] = bf16_bits_to_float(le16(src + 2 * i));
       return;
-    default: break;
+    default:
+      break;
   }
   const int64_t be = block_elements(t), bb = block_bytes(t);
   for (int64_t blk = 0; blk < elements / be; ++blk) {
     const uint8_t* b = src + blk * bb;
     float* y = dst + blk * be;
     switch (t) {
-      case TensorType::Q4_0: dequantize_q4_0(b, y); break;
-      case TensorType::Q4_1: dequantize_q4_1(b, y); break;
-      case TensorType::Q8_0: dequantize_q8_0(b, y); break;
-      case TensorType::Q4_K: dequantize_q4_k(b, y); break;
-      case TensorType::Q5_K: dequantize_q5_k(b, y); break;
-      case TensorType::Q6_K: dequantize_q6_k(b, y); break;
-      default: break;
+      case TensorType::Q4_0:
+        dequantize_q4_0(b, y);
+        break;
+      case TensorType::Q4_1:
+        dequantize_q4_1(b, y);
+        break;
+      case TensorType::Q8_0:
+        dequantize_q8_0(b, y);
+        break;
+      case TensorType::Q4_K:
+        dequantize_q4_k(b, y);
+        break;
+      case TensorType::Q5_K:
+        dequantize_q5_k(b, y);
+        break;
+      case TensorType::Q6_K:
+        dequantize_q6_k(b, y);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -243,32 +307,55 @@ class HeaderReader {
 
 uint64_t scalar_bytes(ValueType t) {
   switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::Bool: return 1;
-    case ValueType::U16: case ValueType::I16: return 2;
-    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
-    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
-    default: return 0;
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::Bool:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 double read_number(HeaderReader& r, ValueType t, const std::string& what) {
   switch (t) {
-    case ValueType::U8: return r.scalar<uint8_t>(what);
-    case ValueType::I8: return r.scalar<int8_t>(what);
-    case ValueType::U16: return r.scalar<uint16_t>(what);
-    case ValueType::I16: return r.scalar<int16_t>(what);
-    case ValueType::U32: return r.scalar<uint32_t>(what);
-    case ValueType::I32: return r.scalar<int32_t>(what);
-    case ValueType::F32: return r.scalar<float>(what);
+    case ValueType::U8:
+      return r.scalar<uint8_t>(what);
+    case ValueType::I8:
+      return r.scalar<int8_t>(what);
+    case ValueType::U16:
+      return r.scalar<uint16_t>(what);
+    case ValueType::I16:
+      return r.scalar<int16_t>(what);
+    case ValueType::U32:
+      return r.scalar<uint32_t>(what);
+    case ValueType::I32:
+      return r.scalar<int32_t>(what);
+    case ValueType::F32:
+      return r.scalar<float>(what);
     case ValueType::Bool: {
       const uint8_t b = r.scalar<uint8_t>(what);
       if (b > 1) r.fail(fmt::format("{}: a bool of value {}", what, b));
       return b;
     }
-    case ValueType::U64: return static_cast<double>(r.scalar<uint64_t>(what));
-    case ValueType::I64: return static_cast<double>(r.scalar<int64_t>(what));
-    case ValueType::F64: return r.scalar<double>(what);
-    default: r.fail(fmt::format("{}: not a number type", what));
+    case ValueType::U64:
+      return static_cast<double>(r.scalar<uint64_t>(what));
+    case ValueType::I64:
+      return static_cast<double>(r.scalar<int64_t>(what));
+    case ValueType::F64:
+      return r.scalar<double>(what);
+    default:
+      r.fail(fmt::format("{}: not a number type", what));
   }
 }
 
@@ -351,9 +438,10 @@ File::File(std::string path) : path_(std::move(path)) {
     const uint32_t type = r.scalar<uint32_t>(what + " (its type)");
     const auto type_name = tensor_type_name(type);
     if (!type_name)
-      r.fail(fmt::format("{}: ggml type {} is not one this reader dequantizes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                         "Q4_K, Q5_K, Q6_K)",
-                         what, type));
+      r.fail(
+          fmt::format("{}: ggml type {} is not one this reader dequantizes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                      "Q4_K, Q5_K, Q6_K)",
+                      what, type));
     t.type = static_cast<TensorType>(type);
     const auto be = static_cast<uint64_t>(block_elements(t.type));
     if (static_cast<uint64_t>(t.dims[0]) % be != 0)
@@ -367,8 +455,8 @@ File::File(std::string path) : path_(std::move(path)) {
   data_start_ = (r.position() + alignment - 1) / alignment * alignment;
   for (const TensorInfo& t : tensors_) {
     if (data_start_ > file_bytes_ || t.offset > file_bytes_ - data_start_ || t.bytes > file_bytes_ - data_start_ - t.offset)
-      r.fail(fmt::format("tensor '{}': its {} bytes at offset {} run past the end of the file ({} bytes; truncated?)",
-                         t.name, t.bytes, t.offset, file_bytes_));
+      r.fail(fmt::format("tensor '{}': its {} bytes at offset {} run past the end of the file ({} bytes; truncated?)", t.name,
+                         t.bytes, t.offset, file_bytes_));
   }
 }
 

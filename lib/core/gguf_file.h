@@ -18,8 +18,19 @@ namespace ib::gguf {
 
 // The metadata value types of the GGUF specification.
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7, String = 8, Array = 9,
-  U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 const char* value_type_name(ValueType t);
 
@@ -38,7 +49,15 @@ struct Value {
 
 // The ggml tensor types this reader dequantizes (ggml's numbering).
 enum class TensorType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30,
 };
 // "Q4_K"; nullopt for a number this reader does not know.
 std::optional<std::string> tensor_type_name(uint32_t type);

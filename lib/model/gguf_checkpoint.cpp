@@ -84,7 +84,8 @@ ModelConfig config_from_gguf(const std::string& given_path) {
   const std::string a = arch.name;
   for (const char* refused : {".expert_count", ".ssm.conv_kernel", ".attention.q_lora_rank"})
     if (f.find(a + refused))
-      throw InputError(fmt::format("{}: key '{}{}': not supported (mixture-of-experts and other non-Llama blocks)", path, a, refused));
+      throw InputError(
+          fmt::format("{}: key '{}{}': not supported (mixture-of-experts and other non-Llama blocks)", path, a, refused));
   if (f.tensor("rope_freqs.weight"))
     throw InputError(fmt::format("{}: tensor 'rope_freqs.weight' (Llama 3 RoPE frequency factors) is not supported", path));
 
@@ -96,17 +97,20 @@ ModelConfig config_from_gguf(const std::string& given_path) {
   c.heads = positive_int(f, a + ".attention.head_count", 1 << 14);
   c.kv_heads = f.find(a + ".attention.head_count_kv") ? positive_int(f, a + ".attention.head_count_kv", c.heads) : c.heads;
   if (c.heads % c.kv_heads != 0)
-    throw InputError(fmt::format("{}: key '{}.attention.head_count_kv': {} does not divide the head count {}", path, a,
-                                 c.kv_heads, c.heads));
+    throw InputError(
+        fmt::format("{}: key '{}.attention.head_count_kv': {} does not divide the head count {}", path, a, c.kv_heads, c.heads));
   c.head_dim = f.find(a + ".attention.key_length") ? positive_int(f, a + ".attention.key_length", 1 << 14) : c.hidden / c.heads;
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
-    throw InputError(fmt::format("{}: key '{}.embedding_length': a head dimension of {} (RoPE needs an even one)", path, a, c.head_dim));
+    throw InputError(
+        fmt::format("{}: key '{}.embedding_length': a head dimension of {} (RoPE needs an even one)", path, a, c.head_dim));
   if (auto v = f.opt_int(a + ".attention.value_length"); v && *v != c.head_dim)
-    throw InputError(fmt::format("{}: key '{}.attention.value_length': {} differs from the key length {}", path, a, *v, c.head_dim));
+    throw InputError(
+        fmt::format("{}: key '{}.attention.value_length': {} differs from the key length {}", path, a, *v, c.head_dim));
   if (auto rot = f.opt_int(a + ".rope.dimension_count"); rot && *rot != c.head_dim)
-    throw InputError(fmt::format("{}: key '{}.rope.dimension_count': {} (partial rotary embeddings are not supported; head "
-                                 "dimension {})",
-                                 path, a, *rot, c.head_dim));
+    throw InputError(
+        fmt::format("{}: key '{}.rope.dimension_count': {} (partial rotary embeddings are not supported; head "
+                    "dimension {})",
+                    path, a, *rot, c.head_dim));
   c.mlp = positive_int(f, a + ".feed_forward_length", 1 << 20);
   const gguf::TensorInfo* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2)
@@ -121,7 +125,8 @@ ModelConfig config_from_gguf(const std::string& given_path) {
   c.qkv_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
   c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
   c.mlp_bias = f.tensor("blk.0.ffn_gate.bias") != nullptr;
-  if (a == "qwen2" && !c.qkv_bias) throw InputError(fmt::format("{}: tensor 'blk.0.attn_q.bias' is missing (qwen2 has q/k/v biases)", path));
+  if (a == "qwen2" && !c.qkv_bias)
+    throw InputError(fmt::format("{}: tensor 'blk.0.attn_q.bias' is missing (qwen2 has q/k/v biases)", path));
   c.qk_norm = f.tensor("blk.0.attn_q_norm.weight") != nullptr;
   c.rope_theta = static_cast<float>(f.opt_float(a + ".rope.freq_base").value_or(10000.0));
   c.rms_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon"));
@@ -137,7 +142,8 @@ ModelConfig config_from_gguf(const std::string& given_path) {
   if (auto w = f.opt_int(a + ".attention.sliding_window"); w && *w > 0) c.sliding_window = static_cast<int>(*w);
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
     if (auto id = f.opt_int(key)) {
-      if (*id < 0 || *id >= c.vocab) throw InputError(fmt::format("{}: key '{}': id {} is not in the vocabulary", path, key, *id));
+      if (*id < 0 || *id >= c.vocab)
+        throw InputError(fmt::format("{}: key '{}': id {} is not in the vocabulary", path, key, *id));
       if (std::find(c.eos_ids.begin(), c.eos_ids.end(), *id) == c.eos_ids.end()) c.eos_ids.push_back(static_cast<int32_t>(*id));
     }
   c.load_notes.push_back(fmt::format("GGUF v{} ({})", f.version(), f.opt_string("general.name").value_or(c.name)));
@@ -148,7 +154,8 @@ namespace {
 
 class GgufWeights : public WeightSource {
  public:
-  GgufWeights(const ModelConfig& c, const std::string& path) : file_(path), permuted_qk_(architecture_of(file_).permuted_qk), c_(c) {
+  GgufWeights(const ModelConfig& c, const std::string& path)
+      : file_(path), permuted_qk_(architecture_of(file_).permuted_qk), c_(c) {
     std::set<std::string> used;
     for (const TensorSpec& spec : tensor_specs(c)) {
       const gguf::TensorInfo& t = info(spec);
@@ -173,9 +180,7 @@ class GgufWeights : public WeightSource {
     if (q || k) unpermute_rows(dst, spec, q ? c_.heads : c_.kv_heads);
   }
 
-  std::string describe() const override {
-    return fmt::format("GGUF checkpoint {} ({})", file_.path(), fmt::join(types_, ", "));
-  }
+  std::string describe() const override { return fmt::format("GGUF checkpoint {} ({})", file_.path(), fmt::join(types_, ", ")); }
 
  private:
   const gguf::TensorInfo& info(const TensorSpec& spec) const {
@@ -202,8 +207,7 @@ class GgufWeights : public WeightSource {
       float* base = dst + h * d * cols;
       std::copy(base, base + d * cols, head.begin());
       for (int64_t i = 0; i < half; ++i)
-        for (int64_t j = 0; j < 2; ++j)
-          std::copy_n(head.begin() + (2 * i + j) * cols, cols, base + (j * half + i) * cols);
+        for (int64_t j = 0; j < 2; ++j) std::copy_n(head.begin() + (2 * i + j) * cols, cols, base + (j * half + i) * cols);
     }
   }
 

@@ -105,9 +105,9 @@ std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& 
   if (name == "auto") {
     if (weights.empty() || weights == "random")
       throw InputError(
-          "tokenizer: auto needs a checkpoint directory (weights: DIR with tokenizer.json); a preset with random "
+          "tokenizer: auto needs a checkpoint (weights: DIR with tokenizer.json, or a GGUF file); a preset with random "
           "weights needs a named tokenizer (gpt2, llama2, deepseek-llm or a tokenizer.json path)");
-    if (!std::filesystem::exists(data_path(weights) + "/tokenizer.json"))
+    if (!is_gguf_checkpoint(weights) && !std::filesystem::exists(data_path(weights) + "/tokenizer.json"))
       throw InputError(fmt::format("tokenizer: auto: {}/tokenizer.json does not exist (name one with tokenizer:)", weights));
     return tokenizer::Tokenizer::load(weights);
   }

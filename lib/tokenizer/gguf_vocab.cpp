@@ -22,8 +22,7 @@ nlohmann::json byte_level(bool use_regex) {
 nlohmann::json pre_tokenizer_for(const gguf::File& f, const std::string& pre) {
   if (pre == "gpt-2" || pre == "default") return byte_level(true);  // GPT-2's regex
   if (pre == "smollm")                                              // "\p{N}", then GPT-2's regex
-    return {{"type", "Sequence"},
-            {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+    return {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
   throw InputError(fmt::format("{}: key 'tokenizer.ggml.pre': '{}' is not supported (gpt-2, default, smollm)", f.path(), pre));
 }
 
@@ -32,15 +31,18 @@ nlohmann::json pre_tokenizer_for(const gguf::File& f, const std::string& pre) {
 GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model != "gpt2")
-    throw InputError(fmt::format("{}: key 'tokenizer.ggml.model': '{}' is not supported (gpt2: byte-level BPE)", f.path(), model));
+    throw InputError(
+        fmt::format("{}: key 'tokenizer.ggml.model': '{}' is not supported (gpt2: byte-level BPE)", f.path(), model));
   const std::string pre = f.opt_string("tokenizer.ggml.pre").value_or("default");
   const auto& tokens = f.get_strings("tokenizer.ggml.tokens");
   const auto& merges = f.get_strings("tokenizer.ggml.merges");
   const std::vector<double>* types = f.find("tokenizer.ggml.token_type") ? &f.get_numbers("tokenizer.ggml.token_type") : nullptr;
   if (types && types->size() != tokens.size())
-    throw InputError(fmt::format("{}: key 'tokenizer.ggml.token_type': {} types for {} tokens", f.path(), types->size(), tokens.size()));
+    throw InputError(
+        fmt::format("{}: key 'tokenizer.ggml.token_type': {} types for {} tokens", f.path(), types->size(), tokens.size()));
   if (f.opt_bool("tokenizer.ggml.add_space_prefix", false))
-    throw InputError(fmt::format("{}: key 'tokenizer.ggml.add_space_prefix': true is not supported for a gpt2 vocabulary", f.path()));
+    throw InputError(
+        fmt::format("{}: key 'tokenizer.ggml.add_space_prefix': true is not supported for a gpt2 vocabulary", f.path()));
 
   nlohmann::json vocab = nlohmann::json::object();
   nlohmann::json added = nlohmann::json::array();
@@ -50,8 +52,13 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
     vocab[tokens[id]] = id;
     const int type = types ? static_cast<int>((*types)[id]) : 1;
     if (type == kControl || type == kUserDefined)
-      added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                       {"normalized", type == kUserDefined}, {"special", type == kControl}});
+      added.push_back({{"id", id},
+                       {"content", tokens[id]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", type == kUserDefined},
+                       {"special", type == kControl}});
   }
   GgufTokenizer out;
   auto id_of = [&](const char* key) -> int32_t {
@@ -68,14 +75,18 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
   nlohmann::json post = byte_level(true);
   if (f.opt_bool("tokenizer.ggml.add_bos_token", false) && out.bos >= 0)
     post = {{"type", "TemplateProcessing"},
-            {"single", {{{"SpecialToken", {{"id", tokens[static_cast<size_t>(out.bos)]}, {"type_id", 0}}}},
-                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-            {"pair", {{{"SpecialToken", {{"id", tokens[static_cast<size_t>(out.bos)]}, {"type_id", 0}}}},
-                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                      {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"single",
+             {{{"SpecialToken", {{"id", tokens[static_cast<size_t>(out.bos)]}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"pair",
+             {{{"SpecialToken", {{"id", tokens[static_cast<size_t>(out.bos)]}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
             {"special_tokens",
              {{tokens[static_cast<size_t>(out.bos)],
-               {{"id", tokens[static_cast<size_t>(out.bos)]}, {"ids", {out.bos}}, {"tokens", {tokens[static_cast<size_t>(out.bos)]}}}}}}};
+               {{"id", tokens[static_cast<size_t>(out.bos)]},
+                {"ids", {out.bos}},
+                {"tokens", {tokens[static_cast<size_t>(out.bos)]}}}}}}};
   nlohmann::json doc = {
       {"version", "1.0"},
       {"added_tokens", added},
@@ -84,8 +95,15 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
       {"post_processor", post},
       {"decoder", byte_level(true)},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", merges}}},
   };
   out.json = doc.dump();
   return out;

@@ -160,7 +160,8 @@ std::vector<std::pair<model::TensorSpec, std::vector<float>>> tiny_tensors() {
     for (float& f : v) {
       x = x * 1664525u + 1013904223u;
       // bf16-exact values (multiples of 1/64 below 2), so write_safetensors keeps them exactly
-      f = spec.is_norm() ? 1.0f + static_cast<float>((x >> 24) % 8) / 64.0f : static_cast<float>(static_cast<int>((x >> 24) % 64) - 32) / 64.0f;
+      f = spec.is_norm() ? 1.0f + static_cast<float>((x >> 24) % 8) / 64.0f
+                         : static_cast<float>(static_cast<int>((x >> 24) % 64) - 32) / 64.0f;
     }
     out.emplace_back(spec, v);
   }
@@ -174,7 +175,8 @@ std::vector<float> permute_rows(const std::vector<float>& w, int64_t rows, int64
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j)
-        std::copy_n(&w[static_cast<size_t>((h * d + j * half + i) * cols)], cols, &out[static_cast<size_t>((h * d + 2 * i + j) * cols)]);
+        std::copy_n(&w[static_cast<size_t>((h * d + j * half + i) * cols)], cols,
+                    &out[static_cast<size_t>((h * d + 2 * i + j) * cols)]);
   return out;
 }
 
@@ -362,7 +364,7 @@ TEST(GgufCheckpoint, RefusesDamagedAndHostileFiles) {
 
 // --- SmolLM2-135M-Instruct against transformers -----------------------------------------
 
-#define IB_NEED_SMOLLM2()                                                            \
+#define IB_NEED_SMOLLM2() \
   if (!fs::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " is not here (scripts/get-models)"
 
 TEST(GgufSmolLM2, ConfigIsTheModelsOwn) {
@@ -418,9 +420,9 @@ TEST(GgufSmolLM2, TokenizerMatchesLlamaCppAndTransformersOnTheBattery) {
     EXPECT_EQ(decoded, c.at("decoded").get<std::string>()) << "case " << i;
   }
   EXPECT_LE(references_differ, 2u) << "the references disagree on more cases than the known digit splitting";
-  std::printf("[ battery  ] smollm2 (GGUF): %zu of %zu cases match llama.cpp, %zu of %zu transformers (%s; the two differ on %zu)\n",
-              matched_llama, with_llama, matched_hf, cases.size(), battery.value("source", std::string("?")).c_str(),
-              references_differ);
+  std::printf(
+      "[ battery  ] smollm2 (GGUF): %zu of %zu cases match llama.cpp, %zu of %zu transformers (%s; the two differ on %zu)\n",
+      matched_llama, with_llama, matched_hf, cases.size(), battery.value("source", std::string("?")).c_str(), references_differ);
 }
 
 TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
@@ -483,16 +485,65 @@ TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
               golden.value("transformers", std::string("?")).c_str(), worst);
 }
 
+// Perplexity as llama-perplexity computes it (chunks of n_ctx tokens, no BOS for this vocabulary,
+// the second half of each chunk scored), within 1% of llama.cpp's on the same file and text:
+// llama.cpp multiplies Q4_1 weights with 8-bit-quantized activations, we with the dequantized
+// weights in float32.
+TEST(GgufSmolLM2, PerplexityWithinOnePercentOfLlamaCpp) {
+  IB_NEED_SMOLLM2();
+  const auto golden = read_json(kSource + "/tests/data/gguf/smollm2.json").at("perplexity");
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  auto w = model::checkpoint_weights(c, kSmolLM2);
+  auto m = model::make_cpu_model(c, *w);
+  auto tok = tokenizer::Tokenizer::load(kSmolLM2);
+  std::ifstream in(kSource + "/" + golden.at("text").get<std::string>());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto ids = tok->encode(text, true);
+  const int n_ctx = golden.at("n_ctx"), chunks = golden.at("chunks"), first = n_ctx / 2, V = c.vocab;
+  ASSERT_GE(static_cast<int>(ids.size()), n_ctx * chunks);
+  const auto running = golden.at("running_ppl").get<std::vector<double>>();
+  ASSERT_EQ(static_cast<int>(running.size()), chunks);
+  double nll = 0;
+  int64_t count = 0;
+  std::vector<float> logits(static_cast<size_t>(n_ctx - first) * V);
+  for (int k = 0; k < chunks; ++k) {
+    const int32_t* chunk = ids.data() + static_cast<ptrdiff_t>(k) * n_ctx;
+    const int s = m->new_sequence(n_ctx);
+    model::StepOutput o;
+    o.logits = logits.data();
+    m->prefill(s, chunk, n_ctx, n_ctx - first, o);
+    m->release(s);
+    for (int r = 0; r + first + 1 < n_ctx; ++r) {
+      const float* row = &logits[static_cast<size_t>(r) * V];
+      double mx = row[0];
+      for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+      nll += mx + std::log(sum) - row[chunk[first + r + 1]];
+      ++count;
+    }
+    const double ppl = std::exp(nll / static_cast<double>(count));
+    EXPECT_NEAR(ppl, running[static_cast<size_t>(k)], 0.01 * running[static_cast<size_t>(k)]) << "after chunk " << k + 1;
+  }
+  const double ppl = std::exp(nll / static_cast<double>(count)), want = golden.at("ppl");
+  EXPECT_NEAR(ppl, want, 0.01 * want);
+  std::printf("[ ppl      ] SmolLM2-135M Q4_1 on %s, %d chunks of %d: %.4f here, %.4f llama.cpp %s (%+.2f%%)\n",
+              golden.at("text").get<std::string>().c_str(), chunks, n_ctx, ppl, want,
+              golden.at("llama_cpp").get<std::string>().c_str(), 100.0 * (ppl / want - 1.0));
+}
+
 TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
   const model::ChatTemplate t(
       "{% for m in messages %}<{{ m['role'] }}>{{ m.content | trim }}</{{ m.role }}>\n{% endfor %}"
       "{% if add_generation_prompt %}<assistant>{% endif %}",
       "<s>", "</s>", "test template");
-  EXPECT_EQ(t.render({{"user", " hi "}, {"assistant", "hello"}}, true), "<user>hi</user>\n<assistant>hello</assistant>\n<assistant>");
+  EXPECT_EQ(t.render({{"user", " hi "}, {"assistant", "hello"}}, true),
+            "<user>hi</user>\n<assistant>hello</assistant>\n<assistant>");
   EXPECT_EQ(t.render({{"user", "x"}}, false), "<user>x</user>\n");
-  expect_refused([] { model::ChatTemplate bad("{% for m in messages %}{{ m.role }", "", "", "bad.jinja"); }, {"bad.jinja", "does not parse"});
-  const model::ChatTemplate raises("{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}", "",
-                                   "", "strict.jinja");
+  expect_refused([] { model::ChatTemplate bad("{% for m in messages %}{{ m.role }", "", "", "bad.jinja"); },
+                 {"bad.jinja", "does not parse"});
+  const model::ChatTemplate raises("{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}",
+                                   "", "", "strict.jinja");
   expect_refused([&] { raises.render({{"user", "x"}}, true); }, {"strict.jinja", "a system turn first"});
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -55,11 +56,28 @@ int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, floa
   return last;
 }
 
-BudgetedConstraint::BudgetedConstraint(std::shared_ptr<const Dfa> d) : dfa(std::move(d)), dist(distance_to_accept(*dfa)) {
+namespace {
+std::array<bool, 256> single_byte_tokens(const Vocabulary& vocab) {
+  std::array<bool, 256> has{};
+  for (int32_t t = 0; t < vocab.size(); ++t) {
+    const std::string& b = vocab.token_bytes[static_cast<size_t>(t)];
+    if (!vocab.special[static_cast<size_t>(t)] && b.size() == 1) has[static_cast<unsigned char>(b[0])] = true;
+  }
+  return has;
+}
+}  // namespace
+
+BudgetedConstraint::BudgetedConstraint(std::shared_ptr<const Dfa> d, const Vocabulary* vocab) : dfa(std::move(d)) {
+  if (vocab) {
+    const auto usable = single_byte_tokens(*vocab);
+    dist = distance_to_accept(*dfa, &usable);
+  } else {
+    dist = distance_to_accept(*dfa);
+  }
   const size_t n = static_cast<size_t>(dfa->num_states), k = static_cast<size_t>(dfa->num_classes);
   done.assign(n, 0);
   for (size_t s = 0; s < n; ++s) {
-    max_dist = std::max(max_dist, dist[s]);
+    max_dist = dist[s] < 0 ? std::numeric_limits<int32_t>::max() : std::max(max_dist, dist[s]);
     bool continues = false;
     for (size_t c = 0; c < k && !continues; ++c) continues = dfa->next[s * k + c] >= 0;
     done[s] = dfa->accepting[s] && !continues;
@@ -79,7 +97,7 @@ void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t s
         ok = true;  // the state's mask holds EOS only where it accepts
       } else {
         const int32_t next = advance(*c.dfa, vocab, state, t);
-        ok = next >= 0 && c.dist[static_cast<size_t>(next)] <= left - 2;
+        ok = next >= 0 && c.dist[static_cast<size_t>(next)] >= 0 && c.dist[static_cast<size_t>(next)] <= left - 2;
       }
       if (ok) keep |= 1u << bit;
     }
@@ -88,7 +106,7 @@ void budget_mask(const BudgetedConstraint& c, const Vocabulary& vocab, int32_t s
 }
 
 BudgetMasker::BudgetMasker(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const Vocabulary> vocab)
-    : c_(dfa), vocab_(vocab), masker_(dfa, vocab), step_(masker_.words()) {}
+    : c_(dfa, vocab.get()), vocab_(vocab), masker_(dfa, vocab), step_(masker_.words()) {}
 
 const uint32_t* BudgetMasker::mask(int32_t state, int left) {
   const uint32_t* m = masker_.mask(state);
@@ -101,7 +119,9 @@ const uint32_t* BudgetMasker::mask(int32_t state, int left) {
         const int32_t t = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
         if (t == vocab_->eos) continue;
         const int32_t next = advance(*c_.dfa, *vocab_, state, t);
-        if (next >= 0) reach = std::max(reach, c_.dist[static_cast<size_t>(next)]);
+        if (next >= 0)
+          reach = c_.dist[static_cast<size_t>(next)] < 0 ? std::numeric_limits<int32_t>::max()
+                                                         : std::max(reach, c_.dist[static_cast<size_t>(next)]);
       }
     it = reach_.emplace(state, reach).first;
   }
@@ -112,16 +132,14 @@ const uint32_t* BudgetMasker::mask(int32_t state, int left) {
 
 std::string budget_guarantee_problem(const Vocabulary& vocab) {
   if (vocab.eos < 0) return "the vocabulary has no EOS token";
-  std::vector<uint8_t> byte_token(256, 0);
-  for (int32_t t = 0; t < vocab.size(); ++t) {
-    const std::string& b = vocab.token_bytes[static_cast<size_t>(t)];
-    if (!vocab.special[static_cast<size_t>(t)] && b.size() == 1) byte_token[static_cast<unsigned char>(b[0])] = 1;
-  }
-  for (int b = 0; b < 256; ++b)
-    if (!byte_token[static_cast<size_t>(b)])
-      return fmt::format("the vocabulary has no token for the single byte 0x{:02X} (the token budget counts a token per byte)",
-                         b);
   return {};
+}
+
+std::string budget_guarantee_problem(const BudgetedConstraint& c) {
+  if (c.dist[static_cast<size_t>(c.dfa->start)] >= 0) return {};
+  return distance_to_accept(*c.dfa)[static_cast<size_t>(c.dfa->start)] < 0
+             ? "no document satisfies the constraint (its language is empty)"
+             : "the vocabulary lacks single-byte tokens for every document's bytes (the token budget counts a token per byte)";
 }
 
 // ---- the engine loop ----
@@ -240,7 +258,8 @@ class EngineGenerateVariant : public Variant {
       Setup setup;
       setup.load(p, false);
       if (std::string why = budget_guarantee_problem(*setup.vocab); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
-      BudgetedConstraint c(setup.compile().dfa);
+      BudgetedConstraint c(setup.compile().dfa, setup.vocab.get());
+      if (std::string why = budget_guarantee_problem(c); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
       const int64_t max_tokens = p.integer("max_tokens");
       if (max_tokens < c.min_tokens())
         return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)",

@@ -32,11 +32,16 @@ int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, floa
 
 // A constraint prepared for budget-aware masking.
 struct BudgetedConstraint {
-  explicit BudgetedConstraint(std::shared_ptr<const Dfa> dfa);
+  // With `vocab`, distances count only bytes the vocabulary has a single-byte token for, so a
+  // distance is a number of tokens that surely finishes the document (a vocabulary may lack some
+  // byte tokens: SmolLM2's has none for most control bytes); a state no such path finishes from
+  // (dist -1, though the automaton could finish it) is never entered.
+  explicit BudgetedConstraint(std::shared_ptr<const Dfa> dfa, const Vocabulary* vocab = nullptr);
   std::shared_ptr<const Dfa> dfa;
-  std::vector<int32_t> dist;  // bytes to acceptance (distance_to_accept)
+  std::vector<int32_t> dist;  // bytes (tokens, with a vocabulary) to acceptance (distance_to_accept); -1: none
   std::vector<uint8_t> done;  // accepting, and no byte continues: the document is complete
-  int32_t max_dist = 0;       // the largest distance: with left − 2 >= it the budget cannot bind
+  int32_t max_dist = 0;       // the largest distance: with left − 2 >= it the budget cannot bind (a
+                              // state of dist -1 makes it INT32_MAX: every step is filtered)
   // The fewest tokens a document takes: distance(start) bytes, one token each, then EOS.
   int32_t min_tokens() const { return dist[static_cast<size_t>(dfa->start)] + 1; }
 };
@@ -67,9 +72,12 @@ class BudgetMasker {
   std::vector<uint32_t> step_;
 };
 
-// "" when the budget's guarantee holds for the vocabulary (an EOS, and a token for every single
-// byte); else why not.
+// "" when the vocabulary can end a document (it has an EOS); else why not.
 std::string budget_guarantee_problem(const Vocabulary& vocab);
+// "" when the budget's guarantee holds for a constraint built with a vocabulary: from the start, a
+// path of single-byte tokens finishes a document; else why not (an empty language, or missing
+// byte tokens).
+std::string budget_guarantee_problem(const BudgetedConstraint& c);
 
 struct EngineDocument {
   std::string text;

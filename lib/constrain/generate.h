@@ -3,6 +3,7 @@
 // synthetic noisy emitter of the validity experiment.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -15,8 +16,10 @@
 
 namespace ib::constrain {
 
-// Bytes from each state to the nearest accepting state (BFS over reversed transitions).
-std::vector<int32_t> distance_to_accept(const Dfa& dfa);
+// Bytes from each state to the nearest accepting state (BFS over reversed transitions); -1 where
+// none is reachable. With `usable`, only transitions on those bytes count (the bytes a vocabulary
+// has a single-byte token for: then the distance is also a number of tokens that finishes).
+std::vector<int32_t> distance_to_accept(const Dfa& dfa, const std::array<bool, 256>* usable = nullptr);
 
 // A random document from `state`: bytes drawn over the live transitions (printable ASCII 20×
 // likelier than other bytes, so documents look like what models write), then steered to the

@@ -187,6 +187,7 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(what); it != cache.end()) return it->second;
   std::string text;
+  int32_t gguf_eos = -1;
   if (what == "gpt2") {
     text = maybe_gunzip(std::string(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
                                     static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz)),
@@ -196,12 +197,18 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
     if (what == "llama2" || what == "deepseek-llm") path = data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
     path = data_path(path);
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec) && gguf::is_gguf(path))  // a GGUF checkpoint's tokenizer.ggml.*
-      text = tokenizer::tokenizer_json_from_gguf(gguf::File(path)).json;
-    else
+    if (std::filesystem::is_regular_file(path, ec) && gguf::is_gguf(path)) {  // a GGUF checkpoint's tokenizer.ggml.*
+      auto g = tokenizer::tokenizer_json_from_gguf(gguf::File(path));
+      text = std::move(g.json);
+      gguf_eos = g.eos;
+    } else {
       text = maybe_gunzip(read_input_file(path, kMaxTokenizerBytes), kMaxTokenizerBytes, path);
+    }
   }
-  auto v = std::make_shared<const Vocabulary>(parse_tokenizer_json(text, what));
+  Vocabulary parsed = parse_tokenizer_json(text, what);
+  // A GGUF names its end of sequence (a chat model's end of turn, <|im_end|>), not a guess by name.
+  if (gguf_eos >= 0) parsed.eos = gguf_eos;
+  auto v = std::make_shared<const Vocabulary>(std::move(parsed));
   cache[what] = v;
   return v;
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 
@@ -57,8 +58,15 @@ std::string render_chat_message(const std::string& tmpl, const std::string& role
 }
 
 // The JSONL lines of `prompts`: {"prompt": text} or {"messages": [{"role", "content"}, ...]}.
-std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl) {
+std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl, const std::string& weights) {
   const std::string text = read_prompt_file("prompts", path);
+  std::optional<ChatTemplate> jinja;
+  if (tmpl == "auto") {
+    if (weights.empty() || weights == "random")
+      throw InputError("template: auto needs a checkpoint (weights: a GGUF file or a directory with tokenizer_config.json)");
+    jinja = checkpoint_chat_template(weights);
+    if (!jinja) throw InputError(fmt::format("template: auto: the checkpoint {} has no chat template", weights));
+  }
   std::vector<std::string> out;
   std::istringstream lines(text);
   std::string line;
@@ -84,12 +92,23 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const std::s
         throw InputError(
             fmt::format("{}:{}: prompts: chat messages need a `template` (e.g. \"{{role}}: {{content}}\\n\")", path, n));
       std::string rendered;
+      std::vector<ChatTurn> turns;
       for (size_t i = 0; i < m.size(); ++i) {
         const auto& msg = m[i];
         if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string() || !msg.contains("content") ||
             !msg["content"].is_string())
           throw InputError(fmt::format("{}:{}: prompts: /messages/{} needs string \"role\" and \"content\"", path, n, i));
-        rendered += render_chat_message(tmpl, msg["role"].get<std::string>(), msg["content"].get<std::string>());
+        if (jinja)
+          turns.push_back({msg["role"].get<std::string>(), msg["content"].get<std::string>()});
+        else
+          rendered += render_chat_message(tmpl, msg["role"].get<std::string>(), msg["content"].get<std::string>());
+      }
+      if (jinja) {
+        try {
+          rendered = jinja->render(turns, true);
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("{}:{}: prompts: {}", path, n, e.what()));
+        }
       }
       out.push_back(rendered);
     } else {
@@ -127,7 +146,8 @@ std::vector<KeySpec> text_prompt_keys() {
                "batch takes line b mod lines",
                Value(std::string())),
       key_spec("template", ParamType::String,
-               "how `prompts` chat messages become text: rendered per message with {role} and {content} replaced, then joined",
+               "how `prompts` chat messages become text: auto (the checkpoint's own Jinja chat template, the assistant's turn "
+               "opened), or a template rendered per message with {role} and {content} replaced, then joined",
                Value(std::string())),
       tokenizer_key_spec(),
   };
@@ -156,11 +176,11 @@ std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weigh
   else if (!file.empty())
     t.texts = {read_prompt_file("prompt_file", file)};
   else
-    t.texts = read_prompt_lines(jsonl, text_of(p, "template"));
+    t.texts = read_prompt_lines(jsonl, text_of(p, "template"), weights);
   const std::string tok = p.find(tokenizer_key) ? p.text(tokenizer_key) : std::string("auto");
   t.tokenizer = prompt_tokenizer(tok, weights);
   for (const auto& s : t.texts) {
-    std::vector<int32_t> ids = t.tokenizer->encode(s, true);
+    std::vector<int32_t> ids = t.tokenizer->encode(s, text_of(p, "template") != "auto");
     if (ids.empty()) throw InputError(fmt::format("prompt: '{}' encodes to no tokens", short_text(s)));
     for (int32_t id : ids)
       if (id < 0 || id >= model_vocab)
@@ -197,7 +217,9 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
       if (!f.empty()) read_prompt_file("prompt_file", f);
     const auto templates = all("template");
     for (const auto& f : jsonls)
-      if (!f.empty()) read_prompt_lines(f, templates.empty() ? std::string() : templates.front());
+      if (!f.empty())
+        for (const auto& w : weights.empty() ? std::vector<std::string>{""} : weights)
+          read_prompt_lines(f, templates.empty() ? std::string() : templates.front(), w);
   } catch (const InputError& e) {
     return KeyProblem{{any(files) ? "prompt_file" : "prompts"}, e.what()};
   }

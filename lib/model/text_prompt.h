@@ -26,7 +26,8 @@ KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "tem
 struct TextPrompts {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   std::vector<std::string> texts;            // as rendered (chat messages through the template)
-  std::vector<std::vector<int32_t>> tokens;  // encoded with the tokenizer's special tokens (BOS)
+  std::vector<std::vector<int32_t>> tokens;  // encoded with the tokenizer's special tokens (BOS), except
+                                             // chats through a Jinja template: it writes them itself
   // Prompt b of a batch of n: line b mod lines.
   const std::vector<int32_t>& for_sequence(size_t b) const { return tokens[b % tokens.size()]; }
 };
@@ -53,7 +54,9 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
 std::string read_prompt_file(const std::string& key, const std::string& path);
 // One chat message through a template: {role} and {content} replaced, the rest as written.
 std::string render_chat_message(const std::string& tmpl, const std::string& role, const std::string& content);
-std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl);
+// `tmpl` "auto": the checkpoint's own Jinja chat template (`weights`: a GGUF file or a directory
+// with tokenizer_config.json), the assistant's turn opened, as apply_chat_template does.
+std::vector<std::string> read_prompt_lines(const std::string& path, const std::string& tmpl, const std::string& weights = "");
 std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& name, const std::string& weights);
 
 // "'Once upon a time' → ' there was a'": a short, one-line view of a prompt and its continuation

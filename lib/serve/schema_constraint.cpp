@@ -33,8 +33,10 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
   masker_ = std::make_unique<constrain::BudgetMasker>(c.dfa, vocab_);
   state_ = c.dfa->start;
   // Known at admission, so refused then: decoding it would fail at its first token.
-  if (masker_->constraint().dist[static_cast<size_t>(state_)] < 0)
-    throw InputError("response_format: no JSON document satisfies the schema (its language is empty)");
+  if (std::string why = constrain::budget_guarantee_problem(masker_->constraint()); !why.empty())
+    throw InputError(why.rfind("no document", 0) == 0
+                         ? "response_format: no JSON document satisfies the schema (its language is empty)"
+                         : "response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
 }
 
 int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) {

@@ -177,6 +177,9 @@ TEST_F(Cli, SpecdecRefusesSequencesPastTheModelsPositions) {
 TEST_F(Cli, TheRealWeightsSpecChecksFromTheRepositoryRoot) {
   ProcessOptions root;
   root.cwd = kSource;
+  // Its SmolLM2 experiments name the model scripts/get-models fetches.
+  if (!path_exists(kSource + "/data/models/smollm2-135m-instruct-q4_1.gguf"))
+    GTEST_SKIP() << "data/models/smollm2-135m-instruct-q4_1.gguf is not here (scripts/get-models)";
   auto r = ib({"list", "experiments/real.yaml", "--backend", "cpu"}, root);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("real-streaming-llm"), std::string::npos);
@@ -477,6 +480,41 @@ TEST_F(Cli, CheckpointDirectoriesAreCheckedWithTheSpec) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("bad.yaml:5:12: experiments[0].draft: draft checkpoint needs draft_weights: DIR"), std::string::npos)
       << r.err;
+}
+
+// A GGUF file as a checkpoint: one that names an architecture the engine does not run is refused
+// with the spec (the key's file:line, the file and the GGUF key), and by `serve`, exit 2.
+TEST_F(Cli, GgufCheckpointsAreCheckedWithTheSpecAndByServe) {
+  std::string gguf = "GGUF";
+  auto u32 = [&](uint32_t v) { gguf.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { gguf.append(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& t) {
+    u64(t.size());
+    gguf += t;
+  };
+  u32(3);  // version
+  u64(0);  // tensors
+  u64(1);  // metadata
+  str("general.architecture");
+  u32(8);  // string
+  str("gpt-neox");
+  const std::string file = dir_ + "/neox.gguf";
+  write_text(file, gguf);
+  write_text(dir_ + "/bad.yaml",
+             "experiments:\n  - name: a\n    kind: decode\n    model: checkpoint\n    weights: " + file + "\n");
+  auto r = ib({"decode", "bad.yaml", "--backend", "cpu", "-o", "out"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(
+      r.err.find("bad.yaml:5:14: experiments[0].weights: " + file + ": key 'general.architecture': 'gpt-neox' is not supported"),
+      std::string::npos)
+      << r.err;
+  EXPECT_FALSE(path_exists(dir_ + "/out"));
+  write_text(file, gguf.substr(0, 30));  // cut inside the key
+  r = ib({"serve", file, "--port", "0"}, in_dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(file + ": "), std::string::npos) << r.err;
 }
 
 // A constraint or vocabulary that cannot be used is bad input found with the spec (exit 2 at the

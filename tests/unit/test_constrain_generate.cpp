@@ -82,6 +82,45 @@ TEST(EngineGenerate, BudgetMaskEndsEveryDocumentValidWithinMaxTokens) {
   }
 }
 
+// A vocabulary without single-byte tokens for some bytes (SmolLM2's has none for most control
+// bytes): the budget counts only the bytes it can spell one token each, so documents still end
+// valid within the tightest budget; a constraint whose every document needs a missing byte is
+// refused by name, not decoded into a dead end.
+TEST(EngineGenerate, BudgetHoldsWithSingleByteTokensMissing) {
+  Engine& e = engine();
+  auto without = [&](const std::string& bytes) {
+    auto v = std::make_shared<Vocabulary>(*e.vocab);
+    for (int32_t t = 0; t < v->size(); ++t) {
+      const std::string& b = v->token_bytes[static_cast<size_t>(t)];
+      if (b.size() == 1 && bytes.find(b[0]) != std::string::npos) v->special[static_cast<size_t>(t)] = 1;
+    }
+    return std::shared_ptr<const Vocabulary>(v);
+  };
+  const std::string constraint = "regex:[a-z]{2,12}@[a-z]{2,8}\\.(com|org)";
+  auto valid = validity_check(compile_constraint(constraint, constraint_source(constraint), SchemaOptions{}));
+  {
+    auto v = without("qxz");  // letters no shortest path needs
+    BudgetMasker masker(dfa_of(constraint), v);
+    const BudgetedConstraint& c = masker.constraint();
+    EXPECT_EQ(budget_guarantee_problem(c), "");
+    EXPECT_EQ(c.min_tokens(), BudgetedConstraint(dfa_of(constraint)).min_tokens());
+    EngineWriter writer(*e.model, v, kPrompt, c.min_tokens(), 1.0f);
+    for (uint64_t d = 0; d < 3; ++d) {
+      const EngineDocument doc = writer.constrained(masker, random_bits(98, d));
+      SCOPED_TRACE("'" + doc.text + "'");
+      EXPECT_TRUE(doc.ended);
+      EXPECT_TRUE(valid(doc.text));
+      expect_every_token_allowed(doc, masker, *v, c.min_tokens());
+    }
+  }
+  {
+    auto v = without("o");  // every document ends in .com or .org
+    const BudgetedConstraint c(dfa_of(constraint), v.get());
+    EXPECT_NE(budget_guarantee_problem(c).find("lacks single-byte tokens"), std::string::npos) << budget_guarantee_problem(c);
+    EXPECT_EQ(budget_guarantee_problem(BudgetedConstraint(dfa_of("regex:(|a)b"), v.get())), "");
+  }
+}
+
 // The same engine, prompt and random numbers without the mask write text the validator rejects:
 // the constrained documents above are the mask's doing.
 TEST(EngineGenerate, UnmaskedOnTheSameSeedIsInvalid) {

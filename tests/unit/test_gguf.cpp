@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/greedy.h"
+
 #include "core/errors.h"
 #include "core/gguf_file.h"
 #include "model/chat_template.h"
@@ -465,19 +467,7 @@ TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
     // transformers' greedy continuation, token for token.
     const auto want_greedy = p.at("greedy").get<std::vector<int32_t>>();
     m->release(s);
-    const int s2 = m->new_sequence(n + static_cast<int>(want_greedy.size()) + 1);
-    int32_t next = 0;
-    model::StepOutput g;
-    g.next = &next;
-    m->prefill(s2, ids.data(), n, 1, g);
-    std::vector<int32_t> got = {next};
-    while (got.size() < want_greedy.size()) {
-      const int32_t t = got.back();
-      m->decode(&s2, &t, 1, g);
-      got.push_back(next);
-    }
-    EXPECT_EQ(got, want_greedy);
-    m->release(s2);
+    EXPECT_EQ(testing_support::greedy_continuation(*m, ids, want_greedy.size()), want_greedy);
   }
   EXPECT_LE(worst, 1e-4) << "logits, relative to the row's largest";
   RecordProperty("smollm2_logits_rel", std::to_string(worst));
@@ -567,20 +557,9 @@ TEST(GgufSmolLM2, ChatTemplateAndEndOfTurnMatchTransformers) {
     const auto ids = tok->encode(text, false);
     EXPECT_EQ(ids, chat.at("ids").get<std::vector<int32_t>>());
     const auto want = chat.at("generated").get<std::vector<int32_t>>();
-    const int s = m->new_sequence(static_cast<int>(ids.size()) + 70);
-    int32_t next = 0;
-    model::StepOutput o;
-    o.next = &next;
-    m->prefill(s, ids.data(), static_cast<int>(ids.size()), 1, o);
-    std::vector<int32_t> got = {next};
-    while (got.size() < 64 && std::find(c.eos_ids.begin(), c.eos_ids.end(), got.back()) == c.eos_ids.end()) {
-      const int32_t t = got.back();
-      m->decode(&s, &t, 1, o);
-      got.push_back(next);
-    }
+    const auto got = testing_support::greedy_continuation(*m, ids, 64, c.eos_ids);
     EXPECT_EQ(got, want);
     EXPECT_EQ(tok->decode(got, true), chat.at("text").get<std::string>());
-    m->release(s);
   }
 }
 

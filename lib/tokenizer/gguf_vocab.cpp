@@ -17,13 +17,33 @@ nlohmann::json byte_level(bool use_regex) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
 
+// The regex split of Llama 3's and Qwen2's tokenizer.json, then byte-level without GPT-2's regex.
+nlohmann::json split_then_byte_level(const char* regex) {
+  return {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}}, byte_level(false)}}};
+}
+
+constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // The pre-tokenizer of `tokenizers` that matches what llama.cpp runs for tokenizer.ggml.pre
-// (llama-vocab.cpp's regex_exprs per pre type).
-nlohmann::json pre_tokenizer_for(const gguf::File& f, const std::string& pre) {
-  if (pre == "gpt-2" || pre == "default") return byte_level(true);  // GPT-2's regex
-  if (pre == "smollm")                                              // "\p{N}", then GPT-2's regex
-    return {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
-  throw InputError(fmt::format("{}: key 'tokenizer.ggml.pre': '{}' is not supported (gpt-2, default, smollm)", f.path(), pre));
+// (llama-vocab.cpp's regex_exprs per pre type, and its ignore_merges).
+struct PreTokenizer {
+  nlohmann::json json;
+  bool ignore_merges = false;
+};
+PreTokenizer pre_tokenizer_for(const gguf::File& f, const std::string& pre) {
+  if (pre == "gpt-2" || pre == "default") return {byte_level(true)};  // GPT-2's regex
+  if (pre == "smollm")                                                // "\p{N}", then GPT-2's regex
+    return {{{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}}};
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return {split_then_byte_level(kLlama3Regex), true};
+  if (pre == "qwen2") return {split_then_byte_level(kQwen2Regex)};
+  throw InputError(fmt::format("{}: key 'tokenizer.ggml.pre': '{}' is not supported (gpt-2, default, smollm, llama-bpe, qwen2)",
+                               f.path(), pre));
 }
 
 }  // namespace
@@ -33,7 +53,7 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
   if (model != "gpt2")
     throw InputError(
         fmt::format("{}: key 'tokenizer.ggml.model': '{}' is not supported (gpt2: byte-level BPE)", f.path(), model));
-  const std::string pre = f.opt_string("tokenizer.ggml.pre").value_or("default");
+  const PreTokenizer pre = pre_tokenizer_for(f, f.opt_string("tokenizer.ggml.pre").value_or("default"));
   const auto& tokens = f.get_strings("tokenizer.ggml.tokens");
   const auto& merges = f.get_strings("tokenizer.ggml.merges");
   const std::vector<double>* types = f.find("tokenizer.ggml.token_type") ? &f.get_numbers("tokenizer.ggml.token_type") : nullptr;
@@ -91,7 +111,7 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
       {"version", "1.0"},
       {"added_tokens", added},
       {"normalizer", nullptr},
-      {"pre_tokenizer", pre_tokenizer_for(f, pre)},
+      {"pre_tokenizer", pre.json},
       {"post_processor", post},
       {"decoder", byte_level(true)},
       {"model",
@@ -102,6 +122,7 @@ GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f) {
         {"end_of_word_suffix", nullptr},
         {"fuse_unk", false},
         {"byte_fallback", false},
+        {"ignore_merges", pre.ignore_merges},
         {"vocab", vocab},
         {"merges", merges}}},
   };

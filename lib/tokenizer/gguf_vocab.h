@@ -19,7 +19,8 @@ struct GgufTokenizer {
   int32_t eos = -1;  // tokenizer.ggml.eos_token_id, -1 when absent
 };
 
-// tokenizer.ggml.model gpt2 (byte-level BPE) with tokenizer.ggml.pre gpt-2 / default or smollm;
+// tokenizer.ggml.model gpt2 (byte-level BPE) with tokenizer.ggml.pre gpt-2 / default, smollm,
+// llama-bpe (Llama 3) or qwen2;
 // anything else is an InputError naming the file and the key (llama's SentencePiece vocabulary
 // with scores, and the other pre-tokenizers, are not read yet).
 GgufTokenizer tokenizer_json_from_gguf(const gguf::File& f);

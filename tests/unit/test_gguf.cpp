@@ -364,6 +364,36 @@ TEST(GgufCheckpoint, RefusesDamagedAndHostileFiles) {
   }
 }
 
+// The pre-tokenizers that tokenizer.ggml.pre names beyond SmolLM2's, on vocabulary-only GGUFs of
+// our trained BPE: every battery string as llama.cpp tokenizes it with the same file.
+class GgufPreTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufPreTokenizer, MatchesLlamaCpp) {
+  const std::string base = kSource + "/tests/data/gguf/vocab-" + GetParam();
+  const auto golden = read_json(base + ".llamacpp.json");
+  auto t = tokenizer::Tokenizer::load(base + ".gguf");
+  size_t checked = 0, matched = 0;
+  for (const auto& c : golden.at("cases")) {
+    if (c.at("ids").is_null()) continue;
+    const auto want = c.at("ids").get<std::vector<int32_t>>();
+    const auto ids = t->encode(c.at("text").get<std::string>(), false);
+    EXPECT_EQ(ids, want) << c.at("text").dump();
+    ++checked;
+    matched += ids == want;
+  }
+  EXPECT_GE(checked, 120u);
+  std::printf("[ battery  ] GGUF pre %s: %zu of %zu cases match llama.cpp %s\n", GetParam().c_str(), matched, checked,
+              golden.at("llama_cpp").get<std::string>().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Names, GgufPreTokenizer, ::testing::Values("llama-bpe", "qwen2"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 // --- SmolLM2-135M-Instruct against transformers -----------------------------------------
 
 #define IB_NEED_SMOLLM2() \

@@ -19,15 +19,21 @@
 
 namespace ib::model {
 
+namespace {
+// minja's messages span lines (the template around the fault); errors here are one line.
+std::string one_line(std::string what) {
+  for (char& ch : what)
+    if (ch == '\n') ch = ' ';
+  return what;
+}
+}  // namespace
+
 ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::string eos_token, std::string origin)
     : source_(std::move(source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)), origin_(std::move(origin)) {
   try {
     root_ = minja::Parser::parse(source_, {/* trim_blocks */ true, /* lstrip_blocks */ true, /* keep_trailing_newline */ false});
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    for (char& ch : what)
-      if (ch == '\n') ch = ' ';
-    throw InputError(fmt::format("{}: the chat template does not parse: {}", origin_, what));
+    throw InputError(fmt::format("{}: the chat template does not parse: {}", origin_, one_line(e.what())));
   }
 }
 
@@ -49,10 +55,7 @@ std::string ChatTemplate::render(const std::vector<ChatTurn>& messages, bool add
                  }));
     return root_->render(context);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    for (char& ch : what)
-      if (ch == '\n') ch = ' ';
-    throw InputError(fmt::format("{}: the chat template failed: {}", origin_, what));
+    throw InputError(fmt::format("{}: the chat template failed: {}", origin_, one_line(e.what())));
   }
 }
 

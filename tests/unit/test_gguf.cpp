@@ -396,6 +396,15 @@ INSTANTIATE_TEST_SUITE_P(Names, GgufPreTokenizer, ::testing::Values("llama-bpe",
 
 // --- SmolLM2-135M-Instruct against transformers -----------------------------------------
 
+// log Σ exp(row[v]) in double, shifted by the row's maximum.
+double log_sum_exp(const float* row, int n) {
+  double mx = row[0];
+  for (int v = 1; v < n; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+  double sum = 0;
+  for (int v = 0; v < n; ++v) sum += std::exp(row[v] - mx);
+  return mx + std::log(sum);
+}
+
 #define IB_NEED_SMOLLM2() \
   if (!fs::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " is not here (scripts/get-models)"
 
@@ -488,11 +497,7 @@ TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
       // summation order only.
       const double scale = std::max(1.0, std::abs(want[0]));
       for (size_t k = 0; k < top.size(); ++k) worst = std::max(worst, std::abs(row[top[k]] - want[k]) / scale);
-      double mx = row[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-      worst = std::max(worst, std::abs(mx + std::log(sum) - r.at("logsumexp").get<double>()) / scale);
+      worst = std::max(worst, std::abs(log_sum_exp(row, V) - r.at("logsumexp").get<double>()) / scale);
     }
     // transformers' greedy continuation, token for token.
     const auto want_greedy = p.at("greedy").get<std::vector<int32_t>>();
@@ -535,11 +540,7 @@ TEST(GgufSmolLM2, PerplexityWithinOnePercentOfLlamaCpp) {
     m->release(s);
     for (int r = 0; r + first + 1 < n_ctx; ++r) {
       const float* row = &logits[static_cast<size_t>(r) * V];
-      double mx = row[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-      nll += mx + std::log(sum) - row[chunk[first + r + 1]];
+      nll += log_sum_exp(row, V) - row[chunk[first + r + 1]];
       ++count;
     }
     const double ppl = std::exp(nll / static_cast<double>(count));

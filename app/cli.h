@@ -52,6 +52,7 @@ void register_keys(Cli& cli);
 void register_plot(Cli& cli);
 void register_compare(Cli& cli);
 void register_serve(Cli& cli);
+void register_load(Cli& cli);
 // attention, constrain, decode, prefix, specdec, kvcache: one table (cmd_technique.cpp).
 void register_techniques(Cli& cli);
 

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   ib::app::register_compare(cli);
   ib::app::register_techniques(cli);
   ib::app::register_serve(cli);
+  ib::app::register_load(cli);
 
   try {
     cli.app.parse(argc, argv);

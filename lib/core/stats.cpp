@@ -95,6 +95,36 @@ Speedup bootstrap_speedup(const std::vector<double>& base, const std::vector<dou
   return sp;
 }
 
+Speedup paired_percentile_speedup(const std::vector<double>& base, const std::vector<double>& var, double q, uint64_t seed,
+                                  int resamples) {
+  Speedup sp;
+  if (base.empty() || base.size() != var.size()) return sp;
+  auto pct = [q](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return percentile_sorted(x, q);
+  };
+  const double pv = pct(var);
+  sp.ratio = pv > 0 ? pct(base) / pv : 0;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick(0, base.size() - 1);
+  std::vector<double> b(base.size()), v(var.size()), ratios;
+  ratios.reserve(static_cast<size_t>(resamples));
+  for (int r = 0; r < resamples; ++r) {
+    for (size_t i = 0; i < b.size(); ++i) {
+      const size_t k = pick(rng);
+      b[i] = base[k];
+      v[i] = var[k];
+    }
+    const double rv = pct(v);
+    ratios.push_back(rv > 0 ? pct(b) / rv : 0);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  sp.lo = std::min(percentile_sorted(ratios, 0.025), sp.ratio);
+  sp.hi = std::max(percentile_sorted(ratios, 0.975), sp.ratio);
+  sp.verdict = sp.lo > 1.0 ? Verdict::Faster : sp.hi < 1.0 ? Verdict::Slower : Verdict::Same;
+  return sp;
+}
+
 double StoppingRule::noise() const {
   if (n_ < 2 || mean_ == 0) return 0;
   return std::sqrt(m2_ / static_cast<double>(n_ - 1)) / mean_;

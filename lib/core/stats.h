@@ -35,6 +35,12 @@ struct Speedup {
 Speedup bootstrap_speedup(const std::vector<double>& baseline, const std::vector<double>& variant, uint64_t seed,
                           int resamples = 2000);
 
+// The same for paired observations (baseline[i] and variant[i] measured on the same item: one
+// request of a seeded load sent to two servers): ratio = percentile q of the baseline's over the
+// variant's; the bootstrap resamples the pairs together, so what the items share cancels out.
+Speedup paired_percentile_speedup(const std::vector<double>& baseline, const std::vector<double>& variant, double q,
+                                  uint64_t seed, int resamples = 2000);
+
 // Decides when a row has enough samples: at least min_samples and min_time of measured time,
 // then stop when the relative stdev is at most max_noise, or when the noise has settled (a
 // further window of samples no longer changes it), or at the timeout (wall clock), naming

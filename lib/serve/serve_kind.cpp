@@ -19,35 +19,7 @@ const ParamSet<ServeKeys>& serve_keys() {
     ParamSet<ServeKeys> out;
     out.add(&P::model, model::model_key("tiny"));
     out.add(&P::weights, model::weights_key());
-    out.add(&P::requests, key_spec("requests", ParamType::Int, "requests in the load", Value(int64_t{64}), 1.0, 1e6));
-    out.add(&P::qps,
-            key_spec("qps", ParamType::Float, "mean arrival rate, requests per second (0: all arrive at once)", Value(4.0), 0.0));
-    out.add(&P::arrival,
-            enum_key("arrival",
-                     "arrival process: poisson (exponential gaps) or gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
-                     "the same mean; vLLM's --burstiness)",
-                     "poisson", {"poisson", "gamma"}),
-            [](const std::string& s) { return s == "gamma" ? Arrival::Gamma : Arrival::Poisson; });
-    out.add(&P::burstiness,
-            key_spec("burstiness", ParamType::Float, "gamma's shape: 1 is Poisson, below 1 burstier", Value(1.0), 0.01, 100.0));
-    out.add(&P::prompt_len, key_spec("prompt_len", ParamType::Int,
-                                     "prompt tokens of a request (the shortest, with prompt_len_max)", Value(int64_t{128}), 1.0));
-    out.add(&P::prompt_len_max,
-            key_spec("prompt_len_max", ParamType::Int,
-                     "prompt tokens drawn uniformly in [prompt_len, prompt_len_max]; 0: prompt_len", Value(int64_t{0}), 0.0));
-    out.add(&P::output_len, key_spec("output_len", ParamType::Int,
-                                     "output tokens of a request, all generated (vLLM's ignore_eos)", Value(int64_t{64}), 1.0));
-    out.add(&P::output_len_max,
-            key_spec("output_len_max", ParamType::Int,
-                     "output tokens drawn uniformly in [output_len, output_len_max]; 0: output_len", Value(int64_t{0}), 0.0));
-    out.add(&P::long_share, key_spec("long_share", ParamType::Float,
-                                     "fraction of requests whose prompt is long_prompt tokens instead (long documents "
-                                     "mixed with chats)",
-                                     Value(0.0), 0.0, 1.0));
-    out.add(&P::long_prompt,
-            key_spec("long_prompt", ParamType::Int, "prompt tokens of a long request", Value(int64_t{1024}), 1.0));
-    out.add(&P::system_prompt, key_spec("system_prompt", ParamType::Int, "tokens of one system prompt every request starts with",
-                                        Value(int64_t{0}), 0.0));
+    add_workload_keys(out);
     out.add(&P::max_seqs,
             key_spec("max_seqs", ParamType::Int, "requests running at once (vLLM's max_num_seqs); static: the batch size",
                      Value(int64_t{16}), 1.0, 4096.0));
@@ -72,31 +44,10 @@ const ParamSet<ServeKeys>& serve_keys() {
     out.add(&P::temperature,
             key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend (validation always runs greedy)",
                      Value(0.0), 0.0));
-    out.add(&P::slo_ttft, key_spec("slo_ttft", ParamType::Seconds, "goodput's TTFT bound (0: none)", Value(0.0), 0.0));
-    out.add(&P::slo_tpot, key_spec("slo_tpot", ParamType::Seconds, "goodput's TPOT bound (0: none)", Value(0.0), 0.0));
-    out.add(&P::workload_seed,
-            key_spec("workload_seed", ParamType::Int,
-                     "seed of the load's arrival times, lengths and tokens: every variant of a point serves the same load",
-                     Value(int64_t{1}), 0.0));
+    add_goodput_and_seed_keys(out);
     return out;
   }();
   return set;
-}
-
-WorkloadOptions workload_options(const ServeKeys& k) {
-  WorkloadOptions o;
-  o.requests = static_cast<int>(k.requests);
-  o.qps = k.qps;
-  o.arrival = k.arrival;
-  o.burstiness = k.burstiness;
-  o.prompt_len = static_cast<int>(k.prompt_len);
-  o.prompt_len_max = static_cast<int>(k.prompt_len_max);
-  o.output_len = static_cast<int>(k.output_len);
-  o.output_len_max = static_cast<int>(k.output_len_max);
-  o.long_share = k.long_share;
-  o.long_prompt = static_cast<int>(k.long_prompt);
-  o.system_prompt = static_cast<int>(k.system_prompt);
-  return o;
 }
 
 namespace {

@@ -67,6 +67,29 @@ TEST(Speedup, SlowerAndDeterministic) {
   EXPECT_DOUBLE_EQ(s1.hi, s2.hi);
 }
 
+// Items that vary 10x among themselves (requests of different lengths), each 5% faster on the
+// variant: pairing sees it; the same data unpaired cannot.
+TEST(Speedup, PairedPercentilesSeeWhatItemsSpreadHides) {
+  auto item = normal_samples(1.0, 0.5, 200, 8);
+  auto jitter = normal_samples(1.0, 0.01, 200, 9);
+  std::vector<double> base, var;
+  for (size_t i = 0; i < item.size(); ++i) {
+    base.push_back(std::exp(item[i]));
+    var.push_back(std::exp(item[i]) * 0.95 * jitter[i]);
+  }
+  for (double q : {0.5, 0.99}) {
+    const Speedup p = paired_percentile_speedup(base, var, q, 11);
+    EXPECT_NEAR(p.ratio, 1 / 0.95, 0.02) << q;
+    EXPECT_EQ(p.verdict, Verdict::Faster) << q;
+    EXPECT_GT(p.lo, 1.0);
+  }
+  EXPECT_EQ(bootstrap_speedup(base, var, 11).verdict, Verdict::Same);
+  const Speedup same = paired_percentile_speedup(base, base, 0.5, 11);
+  EXPECT_EQ(same.verdict, Verdict::Same);
+  EXPECT_DOUBLE_EQ(same.ratio, 1.0);
+  EXPECT_EQ(paired_percentile_speedup(base, std::vector<double>(3, 1.0), 0.5, 1).verdict, Verdict::Same);  // unpaired input
+}
+
 // Feeds a synthetic stream: sample i takes `sample` seconds; wall time = sum + overhead.
 StoppingRule feed(StoppingRule::Limits lim, const std::vector<double>& samples, double overhead = 0) {
   StoppingRule r(lim);

@@ -1,0 +1,466 @@
+// Kind `serve-endpoint` (`infer-bench load`): one seeded workload sent to any OpenAI-compatible
+// server over HTTP (ours, llama.cpp's llama-server, vLLM, SGLang), measured from the client's side
+// with vLLM's definitions (serve/endpoint_metrics.h), with every request accounted for and the
+// client's own lag and CPU use reported beside the numbers.
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/interrupt.h"
+#include "core/registry.h"
+#include "core/spec.h"
+#include "core/stats.h"
+#include "model/checkpoint.h"
+#include "model/decode_variants.h"
+#include "serve/endpoint_load.h"
+#include "serve/endpoint_metrics.h"
+#include "serve/workload_keys.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ib::serve {
+namespace {
+
+struct EndpointKeys : WorkloadKeys {
+  std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env;
+  int64_t max_concurrency = 0;
+  double request_timeout = 300, max_send_lag = 0.01;
+};
+
+const ParamSet<EndpointKeys>& endpoint_keys() {
+  using P = EndpointKeys;
+  static const ParamSet<EndpointKeys> set = [] {
+    ParamSet<EndpointKeys> out;
+    out.add(&P::endpoint, key_spec("endpoint", ParamType::String,
+                                   "the server: http://HOST:PORT of an OpenAI-compatible API (infer-bench serve, "
+                                   "llama.cpp's llama-server, vLLM, SGLang; both serve at port 8000 by default); a "
+                                   "trailing /v1 is dropped",
+                                   Value(std::string("http://127.0.0.1:8000"))));
+    out.add(&P::baseline_endpoint,
+            key_spec("baseline_endpoint", ParamType::String,
+                     "variant paired: the server `endpoint` is compared with (the same model with the technique off), sent "
+                     "the identical requests in alternating turns",
+                     Value(std::string())));
+    out.add(&P::served_model, key_spec("served_model", ParamType::String,
+                                       "the `model` every request names; empty: the first of each server's /v1/models",
+                                       Value(std::string())));
+    out.add(&P::weights, key_spec("weights", ParamType::String,
+                                  "the checkpoint the server serves (a Hugging Face directory or a GGUF file): its "
+                                  "vocabulary for token-id prompts, its tokenizer for chat texts",
+                                  Value(std::string())));
+    out.add(&P::api, enum_key("api",
+                              "completions: /v1/completions with prompts as token ids (their lengths exact, checked "
+                              "against the server's usage); chat: /v1/chat/completions with one user message of "
+                              "decoded text (its token count is the server's)",
+                              "completions", {"completions", "chat"}));
+    out.add(&P::api_key_env, key_spec("api_key_env", ParamType::String,
+                                      "the environment variable holding the server's API key (sent as a bearer token); "
+                                      "empty: none",
+                                      Value(std::string())));
+    add_workload_keys(out);
+    out.add(&P::max_concurrency, key_spec("max_concurrency", ParamType::Int,
+                                          "requests in flight at most (vLLM's --max-concurrency); a request due while "
+                                          "all are busy waits for one; 0: no bound but the client's 512 threads",
+                                          Value(int64_t{0}), 0.0, 512.0));
+    out.add(&P::request_timeout, key_spec("request_timeout", ParamType::Seconds,
+                                          "a request that has not ended this long after it was sent fails as timed out",
+                                          Value(300.0), 0.001));
+    out.add(&P::max_send_lag,
+            key_spec("max_send_lag", ParamType::Seconds,
+                     "the client's audit: a request sent later than this after it was due (a free slot counted) is lagged, "
+                     "and the row says how many (the client, not the server, would be the bottleneck)",
+                     Value(0.01), 0.0));
+    add_goodput_and_seed_keys(out);
+    return out;
+  }();
+  return set;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// One request as a pass saw it, kept to pair it with the other server's answer to the same request.
+struct Observed {
+  bool ok = false, within_slo = false;
+  double ttft = 0, tpot = 0, e2e = 0;
+  std::string text;
+};
+
+// One server's side of the measurement: its options, and what each pass measured.
+struct Side {
+  EndpointOptions options;
+  std::vector<EndpointSummary> runs;
+  std::vector<std::vector<Observed>> observed;  // per pass, by request
+  std::vector<double> prefix_hit;                // % of prompt tokens, per pass the server's counters were read in
+  size_t prefix_unread = 0;                      // passes they could not be read in
+  size_t prompt_off = 0, sent = 0;
+  std::string first_off;
+};
+
+// The metrics a pass's percentiles pair on: TTFT, TPOT and E2E, at the median and p99.
+struct PairedMetric {
+  const char* name;
+  double Observed::*field;
+  double q;
+};
+constexpr PairedMetric kPaired[] = {
+    {"ttft p50", &Observed::ttft, 0.5}, {"ttft p99", &Observed::ttft, 0.99}, {"tpot p50", &Observed::tpot, 0.5},
+    {"tpot p99", &Observed::tpot, 0.99}, {"e2e p50", &Observed::e2e, 0.5},  {"e2e p99", &Observed::e2e, 0.99},
+};
+
+class EndpointLoad : public Variant {
+ public:
+  explicit EndpointLoad(bool paired) : paired_(paired) {}
+
+  void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
+    keys_ = endpoint_keys().read(p);
+    seed_ = seed;
+    if (paired_ && keys_.baseline_endpoint.empty())
+      throw InputError("baseline_endpoint: variant paired compares `endpoint` with a baseline server; name it");
+    if (!keys_.api_key_env.empty()) {
+      const char* key = std::getenv(keys_.api_key_env.c_str());
+      if (!key || !*key) throw InputError(fmt::format("api_key_env: the environment has no {}", keys_.api_key_env));
+      api_key_ = key;
+    }
+    vocab_ = model::checkpoint_config(keys_.weights).vocab;
+    base_ = make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
+    workload_ = describe(base_);
+    if (keys_.api == "chat") tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
+  }
+  Validation validate(BackendRuntime&) override { throw std::logic_error("serve-endpoint measures itself"); }
+  void run(BackendRuntime&) override { throw std::logic_error("serve-endpoint measures itself"); }
+
+  std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl& c) override {
+    SelfMeasurement m;
+    if (!endpoint_client_available()) {
+      m.unsupported = "built without cpp-httplib (INFER_BENCH_HTTP=OFF): no HTTP client";
+      return m;
+    }
+    sides_.assign(paired_ ? 2 : 1, Side{});
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      EndpointOptions& o = sides_[i].options;
+      o.url = i == 0 ? keys_.endpoint : keys_.baseline_endpoint;
+      o.chat = keys_.api == "chat";
+      o.api_key = api_key_;
+      o.max_concurrency = static_cast<int>(keys_.max_concurrency);
+      o.request_timeout = keys_.request_timeout;
+      try {
+        o.model = keys_.served_model.empty() ? endpoint_first_model(o.url, api_key_, 10) : keys_.served_model;
+      } catch (const InputError& e) {
+        m.unsupported = fmt::format("no server answers: {}", e.what());
+        return m;
+      }
+    }
+    // A paired measurement needs passes to alternate the order in; each pass is a whole load.
+    const int passes = static_cast<int>(std::clamp<int64_t>(c.min_samples, paired_ ? 2 : 1, 20));
+    for (int pass = 0; pass < passes && !interrupted(); ++pass) {
+      const std::vector<Request> trace = fresh_tokens(pass);
+      std::vector<std::string> texts;
+      if (keys_.api == "chat")
+        for (const Request& r : trace) texts.push_back(tokenizer_->decode(r.prompt, true));
+      // The baseline first on even passes, second on odd ones: a drift of the machine over the
+      // measurement falls on both sides alike.
+      std::vector<size_t> order = {0};
+      if (paired_) order = pass % 2 == 0 ? std::vector<size_t>{1, 0} : std::vector<size_t>{0, 1};
+      for (size_t side : order) {
+        const double d = run_pass(sides_[side], trace, texts);
+        if (side == 0) m.samples.push_back(d);
+      }
+    }
+    size_t off = 0, sent = 0, done_a = 0, done_b = 0;
+    std::string first_off;
+    for (const Side& s : sides_) {
+      off += s.prompt_off;
+      sent += s.sent;
+      if (first_off.empty()) first_off = s.first_off;
+    }
+    for (const auto& r : sides_[0].runs) done_a += r.completed;
+    if (paired_)
+      for (const auto& r : sides_[1].runs) done_b += r.completed;
+    m.validation.metric = "prompt off";
+    m.validation.value = static_cast<double>(off);
+    m.validation.ok = off == 0 && done_a > 0 && (!paired_ || done_b > 0);
+    if (done_a == 0 || (paired_ && done_b == 0)) {
+      const Side& dead = done_a == 0 ? sides_[0] : sides_[1];
+      m.validation.detail =
+          fmt::format("no request completed at {}: {}", dead.options.url, describe_failures(dead.runs.front()));
+    } else if (keys_.api == "chat") {
+      m.validation.detail = fmt::format("{} requests over {} passes, each accounted for; chat prompts' token counts are the "
+                                        "server's",
+                                        sent, m.samples.size());
+    } else {
+      m.validation.detail = fmt::format("{} requests over {} passes, each accounted for; every prompt the server counted had "
+                                        "the tokens sent{}",
+                                        sent, m.samples.size(), first_off);
+    }
+    if (paired_ && m.validation.ok) pair_up();
+    return m;
+  }
+
+  std::vector<Metric> metrics() const override {
+    if (sides_.empty() || sides_[0].runs.empty()) return {};
+    std::vector<Metric> m = medians(sides_[0]);
+    if (!paired_) return m;
+    for (const Metric& b : medians(sides_[1]))
+      if (b.key == "ttft p50" || b.key == "tpot p50" || b.key == "e2e p50" || b.key == "tok/s" || b.key == "prefix hit")
+        m.push_back({"base " + b.key, b.value, b.unit});
+    for (size_t i = 0; i < std::size(kPaired); ++i) {
+      const std::string k = std::string(kPaired[i].name) + " ×";
+      m.push_back({k, speedups_[i].ratio, "x"});
+      m.push_back({k + " lo", speedups_[i].lo, "x"});
+      m.push_back({k + " hi", speedups_[i].hi, "x"});
+    }
+    m.push_back({"same text", same_text_, "%"});
+    m.push_back({"good+same", good_and_same_, "req/s"});
+    return m;
+  }
+
+  std::string note() const override {
+    if (sides_.empty()) return fmt::format("{} (weights {})", workload_, keys_.weights);
+    const Side& a = sides_[0];
+    std::string s = fmt::format("{} at {}{} (weights {}): {}; {}, max_concurrency {}", a.options.model, a.options.url,
+                                paired_ ? fmt::format(" against {} at {}", sides_[1].options.model, sides_[1].options.url) : "",
+                                keys_.weights, workload_,
+                                keys_.api == "chat" ? "chat, decoded text" : "completions, token ids", keys_.max_concurrency);
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      const Side& side = sides_[i];
+      if (side.runs.empty()) continue;
+      const EndpointSummary& f = side.runs.front();
+      s += fmt::format("; {}pass 1: {}", paired_ ? (i == 0 ? "endpoint " : "baseline ") : "", describe_failures(f));
+      if (f.without_usage > 0)
+        s += fmt::format(", {} answered without usage (output chunks counted as tokens)", f.without_usage);
+      size_t lagged = 0;
+      double worst = 0, cpu = 0;
+      for (const auto& r : side.runs) {
+        lagged += r.lagged;
+        worst = std::max(worst, r.lag.max);
+        cpu = std::max(cpu, r.client_cpu);
+      }
+      if (lagged > 0)
+        s += fmt::format("; CLIENT LAGGED: {} requests sent more than {:g} ms late (worst {:.1f} ms), the client used {:.0f}% of "
+                         "a core: its latencies include the client's delay",
+                         lagged, keys_.max_send_lag * 1e3, worst * 1e3, cpu * 100);
+    }
+    if (paired_ && !verdicts_.empty()) s += "; paired by request (endpoint vs baseline, 95% bootstrap): " + verdicts_;
+    s += fmt::format("; metrics: medians of {} pass{}, each with fresh prompt tokens (the same lengths and arrivals){}",
+                     a.runs.size(), a.runs.size() == 1 ? "" : "es",
+                     paired_ ? ", the two servers sent the same requests in alternating turns" : "");
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      const Side& side = sides_[i];
+      const std::string who = paired_ ? (i == 0 ? "endpoint" : "baseline") : "the server";
+      if (side.prefix_hit.empty()) {
+        s += fmt::format("; {} exports no prefix-cache counters (vllm:prefix_cache_*)", who);
+        continue;
+      }
+      s += fmt::format("; cache state by {}'s own counters: {:.1f}% of prompt tokens hit its prefix cache in pass 1", who,
+                       side.prefix_hit.front());
+      if (side.prefix_unread > 0) s += fmt::format(" ({} passes unread)", side.prefix_unread);
+    }
+    return s;
+  }
+
+ private:
+  // One pass of the load on one server; its duration.
+  double run_pass(Side& side, const std::vector<Request>& trace, const std::vector<std::string>& texts) {
+    const auto before = endpoint_prefix_counters(side.options.url, api_key_, 10);
+    const EndpointLoadResult r = run_endpoint_load(side.options, trace, texts, &interrupted);
+    const auto after = endpoint_prefix_counters(side.options.url, api_key_, 10);
+    if (before && after && after->queries > before->queries)
+      side.prefix_hit.push_back(100.0 * (after->hits - before->hits) / (after->queries - before->queries));
+    else
+      ++side.prefix_unread;
+    const Slo slo{keys_.slo_ttft, keys_.slo_tpot};
+    std::vector<Observed> obs(r.requests.size());
+    for (size_t i = 0; i < r.requests.size(); ++i) {
+      const EndpointRecord& q = r.requests[i];
+      ++side.sent;
+      if (q.failure.find("prompt tokens") != std::string::npos) {
+        ++side.prompt_off;
+        if (side.first_off.empty()) side.first_off = fmt::format("; {} request {}: {}", side.options.url, q.id, q.failure);
+      }
+      if (!q.failure.empty()) continue;
+      Observed& o = obs[i];
+      o.ok = true;
+      o.ttft = q.text_times.front() - q.sent;
+      o.e2e = q.end - q.sent;
+      const int tokens = q.usage_completion >= 0 ? q.usage_completion : static_cast<int>(q.text_times.size());
+      o.tpot = tokens > 1 ? (o.e2e - o.ttft) / (tokens - 1) : 0;
+      o.within_slo = (slo.ttft <= 0 || o.ttft <= slo.ttft) && (slo.tpot <= 0 || o.tpot <= slo.tpot);
+      o.text = q.text;
+    }
+    side.observed.push_back(std::move(obs));
+    side.runs.push_back(summarize_endpoint(r, slo, keys_.max_send_lag));
+    return r.duration;
+  }
+
+  // The endpoint against the baseline, request by request over every pass: each percentile's
+  // ratio (baseline / endpoint: above 1 the endpoint is faster) with a paired bootstrap interval;
+  // the share of requests whose greedy text is the baseline's (a lossless technique changes none);
+  // goodput that counts a request only when it met the SLOs and its text is the baseline's.
+  void pair_up() {
+    const Side &a = sides_[0], &b = sides_[1];
+    std::vector<std::vector<double>> va(std::size(kPaired)), vb(std::size(kPaired));
+    size_t both = 0, same = 0;
+    std::vector<double> good_same;
+    for (size_t pass = 0; pass < a.observed.size() && pass < b.observed.size(); ++pass) {
+      size_t good = 0;
+      for (size_t i = 0; i < a.observed[pass].size(); ++i) {
+        const Observed &x = a.observed[pass][i], &y = b.observed[pass][i];
+        if (!x.ok || !y.ok) continue;
+        ++both;
+        same += x.text == y.text;
+        good += x.within_slo && x.text == y.text;
+        for (size_t k = 0; k < std::size(kPaired); ++k) {
+          if (kPaired[k].field == &Observed::tpot && (x.tpot <= 0 || y.tpot <= 0)) continue;
+          va[k].push_back(x.*kPaired[k].field);
+          vb[k].push_back(y.*kPaired[k].field);
+        }
+      }
+      const double d = a.runs[pass].duration;
+      good_same.push_back(d > 0 ? static_cast<double>(good) / d : 0);
+    }
+    same_text_ = both ? 100.0 * static_cast<double>(same) / static_cast<double>(both) : 0;
+    good_and_same_ = median_of(good_same);
+    speedups_.clear();
+    verdicts_.clear();
+    for (size_t k = 0; k < std::size(kPaired); ++k) {
+      speedups_.push_back(paired_percentile_speedup(vb[k], va[k], kPaired[k].q, seed_ + k));
+      const Speedup& sp = speedups_.back();
+      verdicts_ += fmt::format("{}{} {:.2f}x [{:.2f}, {:.2f}] {}", k ? "; " : "", kPaired[k].name, sp.ratio, sp.lo, sp.hi,
+                               sp.verdict == Verdict::Faster   ? "faster"
+                               : sp.verdict == Verdict::Slower ? "slower"
+                                                               : "same");
+    }
+    verdicts_ += fmt::format(" ({} pairs); greedy text identical to the baseline's in {:.1f}%", both, same_text_);
+  }
+
+  // Each metric's median over the passes: one pass of a load is one draw of its arrival timing
+  // and of the machines' noise.
+  std::vector<Metric> medians(const Side& side) const {
+    std::vector<std::vector<Metric>> per_run;
+    for (const auto& s : side.runs) per_run.push_back(metrics_of(s));
+    std::vector<Metric> m = per_run.front();
+    for (size_t k = 0; k < m.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& run : per_run) v.push_back(run[k].value);
+      m[k].value = median_of(v);
+    }
+    if (!side.prefix_hit.empty()) m.push_back({"prefix hit", median_of(side.prefix_hit), "%"});
+    return m;
+  }
+
+  // The seeded load with pass-specific prompt tokens: the same arrivals and lengths, and within a
+  // pass the same shared system prompt, but nothing a previous pass sent.
+  std::vector<Request> fresh_tokens(int pass) const {
+    std::vector<Request> t = base_;
+    if (pass == 0) return t;
+    std::mt19937_64 rng(static_cast<uint64_t>(keys_.workload_seed) * 0x9e37'79b9'7f4a'7c15ULL + static_cast<uint64_t>(pass));
+    std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
+    std::vector<int32_t> system(static_cast<size_t>(keys_.system_prompt));
+    for (auto& x : system) x = token(rng);
+    for (Request& r : t)
+      for (size_t i = 0; i < r.prompt.size(); ++i) r.prompt[i] = i < system.size() ? system[i] : token(rng);
+    return t;
+  }
+
+  std::vector<Metric> metrics_of(const EndpointSummary& s) const {
+    std::vector<Metric> m = {
+        {"ttft p50", s.ttft.p50 * 1e3, "ms"},
+        {"ttft p99", s.ttft.p99 * 1e3, "ms"},
+        {"tpot p50", s.tpot.p50 * 1e3, "ms"},
+        {"tpot p99", s.tpot.p99 * 1e3, "ms"},
+        {"itl p50", s.itl.p50 * 1e3, "ms"},
+        {"itl p99", s.itl.p99 * 1e3, "ms"},
+        {"e2e p50", s.e2e.p50 * 1e3, "ms"},
+        {"e2e p99", s.e2e.p99 * 1e3, "ms"},
+        {"req/s", s.request_rate, "req/s"},
+        {"tok/s", s.output_rate, "tok/s"},
+        {"total tok/s", s.total_token_rate, "tok/s"},
+        {"completed", static_cast<double>(s.completed), ""},
+        {"failed", static_cast<double>(s.failed), ""},
+        {"lag p99", s.lag.p99 * 1e3, "ms"},
+        {"lagged", static_cast<double>(s.lagged), ""},
+        {"client cpu", s.client_cpu * 100, "%"},
+    };
+    if (keys_.slo_ttft > 0 || keys_.slo_tpot > 0) m.push_back({"goodput", s.goodput, "req/s"});
+    return m;
+  }
+
+  bool paired_;
+  EndpointKeys keys_;
+  uint64_t seed_ = 0;
+  std::string api_key_, workload_;
+  int vocab_ = 0;
+  std::vector<Request> base_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::vector<Side> sides_;
+  std::vector<Speedup> speedups_;
+  std::string verdicts_;
+  double same_text_ = 0, good_and_same_ = 0;
+};
+
+KindInfo endpoint_kind() {
+  KindInfo k;
+  k.name = "serve-endpoint";
+  k.group = "load";
+  k.doc =
+      "A running OpenAI-compatible server under a seeded load sent over HTTP (infer-bench serve, llama.cpp's llama-server, "
+      "vLLM, SGLang): requests at Poisson or bursty arrivals, streamed, at most max_concurrency in flight, prompts as token "
+      "ids of exactly the lengths asked (checked against the server's usage). Measured from the client's side as vLLM's "
+      "benchmark_serving defines it: TTFT, TPOT, ITL, E2E percentiles, request and token throughput, goodput under SLOs; "
+      "every request accounted for (a refusal, timeout, cut stream, malformed event or wrong token count fails that "
+      "request with its reason); the client's send lag and CPU use reported, so a row whose client could not keep up "
+      "says so.";
+  k.keys = endpoint_keys().keys();
+  k.check = [](const auto& values) -> std::optional<KeyProblem> {
+    for (const char* key : {"endpoint", "weights"}) {
+      auto it = values.find(key);
+      if (it == values.end()) return KeyProblem{{key}, fmt::format("{} is required", key)};
+      for (const Value& v : it->second)
+        if (std::get<std::string>(v).empty())
+          return KeyProblem{{key}, key == std::string("weights")
+                                       ? "weights is required: the checkpoint the server serves (its vocabulary)"
+                                       : "endpoint is empty: http://HOST:PORT"};
+    }
+    for (const char* key : {"endpoint", "baseline_endpoint"}) {
+      auto it = values.find(key);
+      if (it == values.end()) continue;
+      for (const Value& v : it->second) {
+        const std::string& url = std::get<std::string>(v);
+        if (!url.empty() && url.rfind("http://", 0) != 0)
+          return KeyProblem{{key}, fmt::format("'{}' is not http://HOST:PORT (https is not supported)", url)};
+      }
+    }
+    return std::nullopt;
+  };
+  return k;
+}
+
+const KindRegistration registration(endpoint_kind());
+
+const VariantRegistration reg_endpoint("serve-endpoint",
+                                       {"endpoint", Backend::Cpu,
+                                        "the client: the load sent over HTTP to the server at `endpoint`, streamed, measured "
+                                        "at the client (the server runs wherever it runs; the client is host work on any backend)",
+                                        {},
+                                        true},
+                                       make_variant<EndpointLoad>(false));
+const VariantRegistration reg_paired("serve-endpoint",
+                                     {"paired",
+                                      Backend::Cpu,
+                                      "A/B: the identical seeded requests sent to `endpoint` and to `baseline_endpoint` in "
+                                      "alternating turns; each percentile's ratio with a paired bootstrap interval and a "
+                                      "verdict, the share of identical greedy texts, and goodput counting only requests "
+                                      "within the SLOs whose text is the baseline's",
+                                      {},
+                                      true},
+                                     make_variant<EndpointLoad>(true));
+
+}  // namespace
+}  // namespace ib::serve

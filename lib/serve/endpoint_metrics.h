@@ -1,0 +1,39 @@
+// What a load sent to an endpoint measured, as vLLM's benchmark_serving defines it from the
+// client's side: TTFT (the request's send to its first output chunk), TPOT ((E2E − TTFT) /
+// (output tokens − 1), output tokens from the server's usage), ITL (every gap between a request's
+// output chunks), E2E (send to the last byte); request, output and total token throughput over the
+// load's duration; goodput, the completed requests per second within every SLO. Beside them the
+// client's own audit: send lag percentiles, how many requests lagged past a bound, and the share
+// of a core the client used. Failed requests enter no latency; they are counted by reason.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "serve/endpoint_load.h"
+#include "serve/load_metrics.h"
+
+namespace ib::serve {
+
+struct FailureCount {
+  std::string reason;  // the first request's reason in full
+  size_t count = 0;    // requests whose reason reads the same with its numbers taken out
+};
+
+struct EndpointSummary {
+  Latency ttft, tpot, itl, e2e, lag;
+  size_t completed = 0, failed = 0, input_tokens = 0, output_tokens = 0;
+  size_t lagged = 0;         // requests sent more than max_lag after they were due
+  size_t without_usage = 0;  // completed requests whose server reported no usage (chunks counted instead)
+  double duration = 0, request_rate = 0, output_rate = 0, total_token_rate = 0, goodput = 0;
+  double client_cpu = 0;  // the client's CPU seconds per second of the load (1 = one core busy)
+  std::vector<FailureCount> failures;  // most frequent first
+};
+
+EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, double max_lag);
+
+// "3 failed: 2 × HTTP 429: too many requests; 1 × the stream ended without data: [DONE]".
+std::string describe_failures(const EndpointSummary& s);
+
+}  // namespace ib::serve

@@ -1,0 +1,266 @@
+// The load client's two halves: the streamed-completion reader (every way a stream can break must
+// end it with its reason) and the load driver against a fake server on the loopback that answers
+// each request in one of the ways real servers fail, so each is counted with its reason while the
+// others complete.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/errors.h"
+
+#include "serve/completion_stream.h"
+#include "serve/endpoint_load.h"
+#include "serve/endpoint_metrics.h"
+
+#if INFER_BENCH_HAVE_HTTP
+#include <httplib.h>
+#endif
+
+namespace ib::serve {
+namespace {
+
+std::string chunk(const std::string& text, const std::string& finish = "") {
+  std::string f = finish.empty() ? "null" : "\"" + finish + "\"";
+  return "data: {\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"finish_reason\":" + f + "}]}\n\n";
+}
+const std::string kUsage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":3}}\n\n";
+const std::string kDone = "data: [DONE]\n\n";
+
+TEST(CompletionStream, ReadsTextTimesAndUsageWhateverTheSocketsPieces) {
+  const std::string body = ": keep-alive\n\n" + chunk("Hel") + chunk("") + chunk("lo") + chunk("!", "length") + kUsage + kDone;
+  for (size_t piece : {body.size(), size_t{1}, size_t{7}}) {
+    CompletionStream s(CompletionStream::Api::Completions);
+    double t = 0;
+    for (size_t i = 0; i < body.size(); i += piece) ASSERT_TRUE(s.feed(body.data() + i, std::min(piece, body.size() - i), t += 1));
+    s.finish(t);
+    EXPECT_TRUE(s.done()) << s.failure();
+    EXPECT_EQ(s.text(), "Hello!");
+    EXPECT_EQ(s.text_times().size(), 3u);  // the empty chunk is no output
+    EXPECT_EQ(s.prompt_tokens(), 4);
+    EXPECT_EQ(s.completion_tokens(), 3);
+    EXPECT_EQ(s.finish_reason(), "length");
+    EXPECT_EQ(s.events(), 5u);
+  }
+}
+
+TEST(CompletionStream, ChatDeltasAndCrlfLines) {
+  std::string body =
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\r\n\r\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n\r\n"
+      "data: [DONE]\r\n\r\n";
+  CompletionStream s(CompletionStream::Api::Chat);
+  ASSERT_TRUE(s.feed(body.data(), body.size(), 1));
+  s.finish(2);
+  EXPECT_TRUE(s.done()) << s.failure();
+  EXPECT_EQ(s.text(), "Hi");
+  EXPECT_EQ(s.text_times().size(), 1u);  // the role-only chunk carried no text
+}
+
+TEST(CompletionStream, ALastDoneWithoutItsLineEndsStillEnds) {
+  const std::string body = chunk("a") + "data: [DONE]";
+  CompletionStream s(CompletionStream::Api::Completions);
+  ASSERT_TRUE(s.feed(body.data(), body.size(), 1));
+  s.finish(2);
+  EXPECT_TRUE(s.done()) << s.failure();
+}
+
+TEST(CompletionStream, EveryBrokenStreamFailsWithItsReason) {
+  struct Case {
+    std::string body, reason;
+  };
+  const std::vector<Case> cases = {
+      {chunk("a"), "without data: [DONE]"},
+      {chunk("a") + "data: {\"choices\":[{\"text\":", "cut inside an event"},
+      {chunk("a") + "data: {not json}\n\n" + kDone, "malformed event"},
+      {"data: [1,2]\n\n" + kDone, "not a JSON object"},
+      {"data: {\"error\":{\"message\":\"engine failed\"}}\n\n", "error event: engine failed"},
+      {"data: {\"choices\":[{\"text\":7}]}\n\n" + kDone, "text is not a string"},
+      {"hello world\n\n" + kDone, "not a server-sent event line"},
+      {kDone + chunk("late"), "after data: [DONE]"},
+      {"data: " + std::string(CompletionStream::kMaxLine + 10, 'x'), "past"},
+  };
+  for (const Case& c : cases) {
+    CompletionStream s(CompletionStream::Api::Completions);
+    s.feed(c.body.data(), c.body.size(), 1);
+    s.finish(2);
+    EXPECT_FALSE(s.done()) << c.body.substr(0, 60);
+    EXPECT_NE(s.failure().find(c.reason), std::string::npos) << s.failure() << " for " << c.body.substr(0, 60);
+  }
+}
+
+#if INFER_BENCH_HAVE_HTTP
+
+// A fake server whose answer depends on the prompt's first token id.
+enum Behaviour { Good = 0, TooMany, Cut, Malformed, ShortAnswer, PromptCount, Slow };
+
+class FakeServer {
+ public:
+  FakeServer() {
+    server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+    });
+    server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      ++requests_;
+      const auto j = nlohmann::json::parse(req.body);
+      const int behaviour = j["prompt"][0].get<int>();
+      const int prompt = static_cast<int>(j["prompt"].size()), max_tokens = j["max_tokens"].get<int>();
+      if (j.value("model", "") != "fake-model" || !j.value("stream", false) || !j.value("ignore_eos", false)) {
+        res.status = 400;
+        res.set_content(R"({"error":{"message":"unexpected request"}})", "application/json");
+        return;
+      }
+      if (behaviour == TooMany) {
+        res.status = 429;
+        res.set_content(R"({"error":{"message":"too many requests"}})", "application/json");
+        return;
+      }
+      res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { sink.write(s.data(), s.size()); };
+        const int answered = behaviour == ShortAnswer ? max_tokens - 1 : max_tokens;
+        for (int i = 0; i < answered; ++i) {
+          if (behaviour == Cut && i == 1) return false;  // the connection closes mid-stream
+          if (behaviour == Malformed && i == 1) write("data: {\"choices\": [oops\n\n");
+          if (behaviour == Slow) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+          write(chunk("t"));
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        const int counted = behaviour == PromptCount ? prompt + 1 : prompt;
+        write("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" + std::to_string(counted) +
+              ",\"completion_tokens\":" + std::to_string(answered) + "}}\n\n");
+        write(kDone);
+        sink.done();
+        return true;
+      });
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeServer() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  int requests() const { return requests_; }
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<int> requests_{0};
+};
+
+std::vector<Request> trace_of(const std::vector<int>& behaviours, double gap) {
+  std::vector<Request> t;
+  for (size_t i = 0; i < behaviours.size(); ++i) {
+    Request r;
+    r.id = static_cast<int64_t>(i);
+    r.arrival = gap * static_cast<double>(i);
+    r.prompt = {behaviours[i], 11, 12, 13};
+    r.max_tokens = 4;
+    t.push_back(r);
+  }
+  return t;
+}
+
+TEST(EndpointLoad, EveryRequestIsAccountedForWithItsReason) {
+  FakeServer server;
+  EndpointOptions o;
+  o.url = server.url();
+  o.model = endpoint_first_model(o.url, "", 5);
+  EXPECT_EQ(o.model, "fake-model");
+  o.request_timeout = 1.0;
+  const std::vector<int> b = {Good, TooMany, Good, Cut, Malformed, ShortAnswer, PromptCount, Slow, Good};
+  const EndpointLoadResult r = run_endpoint_load(o, trace_of(b, 0.01));
+  ASSERT_EQ(r.requests.size(), b.size());
+  EXPECT_EQ(server.requests(), static_cast<int>(b.size()));
+  const std::vector<std::string> reasons = {"",
+                                            "HTTP 429: too many requests",
+                                            "",
+                                            "the connection closed mid-stream after 1 events",
+                                            "malformed event",
+                                            "answered 3 tokens of the 4 asked",
+                                            "the server counted 5 prompt tokens, 4 were sent",
+                                            "timed out after 1 s",
+                                            ""};
+  for (size_t i = 0; i < b.size(); ++i) {
+    const EndpointRecord& q = r.requests[i];
+    if (reasons[i].empty()) {
+      EXPECT_EQ(q.failure, "") << i;
+      EXPECT_EQ(q.text_times.size(), 4u);
+      EXPECT_EQ(q.usage_completion, 4);
+      EXPECT_GE(q.sent, q.scheduled);
+      EXPECT_GT(q.text_times.front(), q.sent);
+      EXPECT_GE(q.end, q.text_times.back());
+    } else {
+      EXPECT_NE(q.failure.find(reasons[i]), std::string::npos) << i << ": " << q.failure;
+    }
+  }
+  const EndpointSummary s = summarize_endpoint(r, Slo{}, 0.05);
+  EXPECT_EQ(s.completed, 3u);
+  EXPECT_EQ(s.failed, 6u);
+  EXPECT_EQ(s.output_tokens, 12u);
+  EXPECT_EQ(s.ttft.n, 3u);
+  EXPECT_EQ(s.itl.n, 9u);  // three gaps per completed request
+  EXPECT_EQ(s.failures.size(), 6u);
+  EXPECT_GT(s.duration, 1.0);  // the slow request ran into its timeout
+  EXPECT_NE(describe_failures(s).find("6 failed"), std::string::npos);
+}
+
+TEST(EndpointLoad, ConcurrencyBoundHoldsAndLagIsNetOfWaitingForASlot) {
+  FakeServer server;
+  EndpointOptions o;
+  o.url = server.url();
+  o.model = "fake-model";
+  o.max_concurrency = 2;
+  // Six requests due at once, each taking ~10 ms: three waves of two.
+  const EndpointLoadResult r = run_endpoint_load(o, trace_of(std::vector<int>(6, Good), 0));
+  EXPECT_EQ(r.threads, 2);
+  std::vector<double> sent;
+  for (const EndpointRecord& q : r.requests) {
+    EXPECT_EQ(q.failure, "");
+    EXPECT_LT(q.lag, 0.05);  // waiting for a slot is not the client's lag
+    sent.push_back(q.sent);
+  }
+  std::sort(sent.begin(), sent.end());
+  EXPECT_GT(sent[2], r.requests[0].text_times.front());  // the third waited for a slot
+}
+
+TEST(EndpointLoad, ARefusedConnectionFailsEveryRequestAndTheLoadEnds) {
+  int port = 0;
+  {  // a port bound and closed again: nothing listens there now
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+  }
+  EndpointOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(port);
+  o.model = "m";
+  const EndpointLoadResult r = run_endpoint_load(o, trace_of({Good, Good, Good}, 0.001));
+  for (const EndpointRecord& q : r.requests) EXPECT_NE(q.failure.find("could not connect"), std::string::npos) << q.failure;
+  EXPECT_THROW(endpoint_first_model(o.url, "", 2), InputError);
+  EXPECT_THROW(run_endpoint_load({"https://x:1"}, trace_of({Good}, 0)), InputError);
+}
+
+#endif  // INFER_BENCH_HAVE_HTTP
+
+}  // namespace
+}  // namespace ib::serve

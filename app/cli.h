@@ -53,6 +53,7 @@ void register_plot(Cli& cli);
 void register_compare(Cli& cli);
 void register_serve(Cli& cli);
 void register_load(Cli& cli);
+void register_merge(Cli& cli);
 // attention, constrain, decode, prefix, specdec, kvcache: one table (cmd_technique.cpp).
 void register_techniques(Cli& cli);
 

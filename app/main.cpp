@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   ib::app::register_techniques(cli);
   ib::app::register_serve(cli);
   ib::app::register_load(cli);
+  ib::app::register_merge(cli);
 
   try {
     cli.app.parse(argc, argv);

@@ -102,9 +102,8 @@ void CompletionStream::event(const std::string& data, double now) {
     return;
   }
   if (auto e = j.find("error"); e != j.end()) {
-    const std::string msg = e->is_object() && e->contains("message") && (*e)["message"].is_string()
-                                ? (*e)["message"].get<std::string>()
-                                : e->dump();
+    const std::string msg =
+        e->is_object() && e->contains("message") && (*e)["message"].is_string() ? (*e)["message"].get<std::string>() : e->dump();
     fail("the server sent an error event: " + quoted(msg));
     return;
   }
@@ -125,22 +124,25 @@ void CompletionStream::event(const std::string& data, double now) {
   } else if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
     if (auto t = d->find("content"); t != d->end()) text = &*t;
   }
+  const auto f = c.find("finish_reason");
+  const bool closing = f != c.end() && f->is_string();
+  if (closing) finish_reason_ = f->get<std::string>();
   if (text && !text->is_null()) {
     if (!text->is_string()) {
       fail(fmt::format("a choice whose text is not a string: '{}'", quoted(data)));
       return;
     }
     const std::string& s = text->get_ref<const std::string&>();
-    if (!s.empty()) {
-      if (text_.size() + s.size() > kMaxText) {
-        fail(fmt::format("output past {} bytes", kMaxText));
-        return;
-      }
-      text_ += s;
-      text_times_.push_back(now);
+    if (text_.size() + s.size() > kMaxText) {
+      fail(fmt::format("output past {} bytes", kMaxText));
+      return;
     }
+    text_ += s;
+    // A chunk carrying a token counts even when its text is empty (bytes of a character not yet
+    // complete, text held back for a stop string), as vLLM's client counts it; an empty closing
+    // chunk (only the finish reason) carries none.
+    if (!s.empty() || !closing) output_times_.push_back(now);
   }
-  if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) finish_reason_ = f->get<std::string>();
 }
 
 void CompletionStream::finish(double now) {
@@ -148,8 +150,8 @@ void CompletionStream::finish(double now) {
   // An event must end with an empty line; one left open when the body ended was cut, except a
   // last `data: [DONE]` whose line ends were left out.
   if (!pending_.empty() || !data_.empty()) {
-    const bool bare_done = data_.empty() ? (pending_ == "data: [DONE]" || pending_ == "data:[DONE]")
-                                         : (pending_.empty() && data_ == "[DONE]");
+    const bool bare_done =
+        data_.empty() ? (pending_ == "data: [DONE]" || pending_ == "data:[DONE]") : (pending_.empty() && data_ == "[DONE]");
     if (!bare_done) {
       fail("the stream was cut inside an event");
       return;

@@ -28,11 +28,12 @@ class CompletionStream {
   bool done() const { return done_; }  // [DONE] seen and nothing failed
   const std::string& failure() const { return failure_; }
 
-  // Every chunk whose choice carried text (a completion's `text`, a chat's `delta.content`): the
-  // times a user saw output arrive, and the text.
-  const std::vector<double>& text_times() const { return text_times_; }
+  // The times of the chunks that carried output: a completion's `text`, a chat's `delta.content`,
+  // even empty (a token whose bytes do not yet complete a character), but not an empty closing
+  // chunk (only its finish_reason) nor a chat's role-only first chunk; and the text.
+  const std::vector<double>& output_times() const { return output_times_; }
   const std::string& text() const { return text_; }
-  size_t events() const { return events_; }  // data events read, [DONE] excluded
+  size_t events() const { return events_; }                            // data events read, [DONE] excluded
   std::optional<int> prompt_tokens() const { return prompt_tokens_; }  // the last `usage` event's
   std::optional<int> completion_tokens() const { return completion_tokens_; }
   const std::string& finish_reason() const { return finish_reason_; }
@@ -50,7 +51,7 @@ class CompletionStream {
   std::string data_;     // the current event's data lines
   bool done_ = false;
   std::string failure_;
-  std::vector<double> text_times_;
+  std::vector<double> output_times_;
   std::string text_;
   size_t events_ = 0;
   std::optional<int> prompt_tokens_, completion_tokens_;

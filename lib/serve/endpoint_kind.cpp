@@ -3,13 +3,17 @@
 // with vLLM's definitions (serve/endpoint_metrics.h), with every request accounted for and the
 // client's own lag and CPU use reported beside the numbers.
 #include <algorithm>
+#include <chrono>
+#include <tuple>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/output.h"
 #include "core/interrupt.h"
 #include "core/registry.h"
 #include "core/spec.h"
@@ -18,6 +22,7 @@
 #include "model/decode_variants.h"
 #include "serve/endpoint_load.h"
 #include "serve/endpoint_metrics.h"
+#include "serve/endpoint_result_file.h"
 #include "serve/workload_keys.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,9 +30,9 @@ namespace ib::serve {
 namespace {
 
 struct EndpointKeys : WorkloadKeys {
-  std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env;
+  std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env, shard, save_result;
   int64_t max_concurrency = 0;
-  double request_timeout = 300, max_send_lag = 0.01;
+  double request_timeout = 300, max_send_lag = 0.01, start_at = 0;
 };
 
 const ParamSet<EndpointKeys>& endpoint_keys() {
@@ -44,9 +49,9 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
                      "variant paired: the server `endpoint` is compared with (the same model with the technique off), sent "
                      "the identical requests in alternating turns",
                      Value(std::string())));
-    out.add(&P::served_model, key_spec("served_model", ParamType::String,
-                                       "the `model` every request names; empty: the first of each server's /v1/models",
-                                       Value(std::string())));
+    out.add(&P::served_model,
+            key_spec("served_model", ParamType::String,
+                     "the `model` every request names; empty: the first of each server's /v1/models", Value(std::string())));
     out.add(&P::weights, key_spec("weights", ParamType::String,
                                   "the checkpoint the server serves (a Hugging Face directory or a GGUF file): its "
                                   "vocabulary for token-id prompts, its tokenizer for chat texts",
@@ -65,15 +70,28 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
                                           "requests in flight at most (vLLM's --max-concurrency); a request due while "
                                           "all are busy waits for one; 0: no bound but the client's 512 threads",
                                           Value(int64_t{0}), 0.0, 512.0));
-    out.add(&P::request_timeout, key_spec("request_timeout", ParamType::Seconds,
-                                          "a request that has not ended this long after it was sent fails as timed out",
-                                          Value(300.0), 0.001));
+    out.add(&P::request_timeout,
+            key_spec("request_timeout", ParamType::Seconds,
+                     "a request that has not ended this long after it was sent fails as timed out", Value(300.0), 0.001));
     out.add(&P::max_send_lag,
             key_spec("max_send_lag", ParamType::Seconds,
                      "the client's audit: a request sent later than this after it was due (a free slot counted) is lagged, "
                      "and the row says how many (the client, not the server, would be the bottleneck)",
                      Value(0.01), 0.0));
     add_goodput_and_seed_keys(out);
+    out.add(&P::shard, key_spec("shard", ParamType::String,
+                                "i/N: this client sends only requests whose index is i mod N, at their times in the whole "
+                                "load's seeded schedule (N clients on N machines: a Slurm job array's task i of N); "
+                                "`infer-bench merge` joins their save_result files",
+                                Value(std::string("0/1"))));
+    out.add(&P::start_at, key_spec("start_at", ParamType::Float,
+                                   "the load's start as seconds since the Unix epoch (every shard given the same), so "
+                                   "shards send one schedule; 0: when the row starts",
+                                   Value(0.0), 0.0));
+    out.add(&P::save_result, key_spec("save_result", ParamType::String,
+                                      "variant endpoint: write the first pass's requests here as vLLM's "
+                                      "benchmark_serving --save-result JSON, our per-request records beside (empty: none)",
+                                      Value(std::string())));
     return out;
   }();
   return set;
@@ -97,8 +115,8 @@ struct Side {
   EndpointOptions options;
   std::vector<EndpointSummary> runs;
   std::vector<std::vector<Observed>> observed;  // per pass, by request
-  std::vector<double> prefix_hit;                // % of prompt tokens, per pass the server's counters were read in
-  size_t prefix_unread = 0;                      // passes they could not be read in
+  std::vector<double> prefix_hit;               // % of prompt tokens, per pass the server's counters were read in
+  size_t prefix_unread = 0;                     // passes they could not be read in
   size_t prompt_off = 0, sent = 0;
   std::string first_off;
 };
@@ -110,8 +128,8 @@ struct PairedMetric {
   double q;
 };
 constexpr PairedMetric kPaired[] = {
-    {"ttft p50", &Observed::ttft, 0.5}, {"ttft p99", &Observed::ttft, 0.99}, {"tpot p50", &Observed::tpot, 0.5},
-    {"tpot p99", &Observed::tpot, 0.99}, {"e2e p50", &Observed::e2e, 0.5},  {"e2e p99", &Observed::e2e, 0.99},
+    {"ttft p50", &Observed::ttft, 0.5},  {"ttft p99", &Observed::ttft, 0.99}, {"tpot p50", &Observed::tpot, 0.5},
+    {"tpot p99", &Observed::tpot, 0.99}, {"e2e p50", &Observed::e2e, 0.5},    {"e2e p99", &Observed::e2e, 0.99},
 };
 
 class EndpointLoad : public Variant {
@@ -129,8 +147,29 @@ class EndpointLoad : public Variant {
       api_key_ = key;
     }
     vocab_ = model::checkpoint_config(keys_.weights).vocab;
+    std::tie(shard_, shards_) = parse_shard(keys_.shard);
+    if (paired_ && (shards_ > 1 || !keys_.save_result.empty()))
+      throw InputError(fmt::format("{}: variant paired runs whole loads and keeps no result file (variant endpoint does)",
+                                   shards_ > 1 ? "shard" : "save_result"));
+    if (!keys_.save_result.empty() && std::filesystem::exists(keys_.save_result))
+      throw InputError(
+          fmt::format("save_result: {} exists (a result file is never overwritten; one path per row)", keys_.save_result));
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (keys_.start_at > now + 86400)
+      throw InputError(
+          fmt::format("start_at: {:.0f} is more than a day ahead of this machine's clock ({:.0f})", keys_.start_at, now));
     base_ = make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
-    workload_ = describe(base_);
+    load_ = describe(base_);
+    if (shards_ > 1) {
+      // This client's share of the schedule: the same requests at the same times as in the whole load.
+      std::vector<Request> mine;
+      for (Request& r : base_)
+        if (in_shard(r.id, shard_, shards_)) mine.push_back(std::move(r));
+      base_ = std::move(mine);
+      workload_ = fmt::format("shard {}/{} ({} requests) of {}", shard_, shards_, base_.size(), load_);
+    } else {
+      workload_ = load_;
+    }
     if (keys_.api == "chat") tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
   }
   Validation validate(BackendRuntime&) override { throw std::logic_error("serve-endpoint measures itself"); }
@@ -150,6 +189,7 @@ class EndpointLoad : public Variant {
       o.api_key = api_key_;
       o.max_concurrency = static_cast<int>(keys_.max_concurrency);
       o.request_timeout = keys_.request_timeout;
+      o.start_at = keys_.start_at;
       try {
         o.model = keys_.served_model.empty() ? endpoint_first_model(o.url, api_key_, 10) : keys_.served_model;
       } catch (const InputError& e) {
@@ -169,8 +209,9 @@ class EndpointLoad : public Variant {
       std::vector<size_t> order = {0};
       if (paired_) order = pass % 2 == 0 ? std::vector<size_t>{1, 0} : std::vector<size_t>{0, 1};
       for (size_t side : order) {
-        const double d = run_pass(sides_[side], trace, texts);
+        const double d = run_pass(sides_[side], trace, texts, pass == 0 && side == 0 ? keys_.save_result : std::string());
         if (side == 0) m.samples.push_back(d);
+        sides_[side].options.start_at = 0;  // a later pass starts when it is reached
       }
     }
     size_t off = 0, sent = 0, done_a = 0, done_b = 0;
@@ -188,16 +229,17 @@ class EndpointLoad : public Variant {
     m.validation.ok = off == 0 && done_a > 0 && (!paired_ || done_b > 0);
     if (done_a == 0 || (paired_ && done_b == 0)) {
       const Side& dead = done_a == 0 ? sides_[0] : sides_[1];
-      m.validation.detail =
-          fmt::format("no request completed at {}: {}", dead.options.url, describe_failures(dead.runs.front()));
+      m.validation.detail = fmt::format("no request completed at {}: {}", dead.options.url, describe_failures(dead.runs.front()));
     } else if (keys_.api == "chat") {
-      m.validation.detail = fmt::format("{} requests over {} passes, each accounted for; chat prompts' token counts are the "
-                                        "server's",
-                                        sent, m.samples.size());
+      m.validation.detail = fmt::format(
+          "{} requests over {} passes, each accounted for; chat prompts' token counts are the "
+          "server's",
+          sent, m.samples.size());
     } else {
-      m.validation.detail = fmt::format("{} requests over {} passes, each accounted for; every prompt the server counted had "
-                                        "the tokens sent{}",
-                                        sent, m.samples.size(), first_off);
+      m.validation.detail = fmt::format(
+          "{} requests over {} passes, each accounted for; every prompt the server counted had "
+          "the tokens sent{}",
+          sent, m.samples.size(), first_off);
     }
     if (paired_ && m.validation.ok) pair_up();
     return m;
@@ -226,15 +268,14 @@ class EndpointLoad : public Variant {
     const Side& a = sides_[0];
     std::string s = fmt::format("{} at {}{} (weights {}): {}; {}, max_concurrency {}", a.options.model, a.options.url,
                                 paired_ ? fmt::format(" against {} at {}", sides_[1].options.model, sides_[1].options.url) : "",
-                                keys_.weights, workload_,
-                                keys_.api == "chat" ? "chat, decoded text" : "completions, token ids", keys_.max_concurrency);
+                                keys_.weights, workload_, keys_.api == "chat" ? "chat, decoded text" : "completions, token ids",
+                                keys_.max_concurrency);
     for (size_t i = 0; i < sides_.size(); ++i) {
       const Side& side = sides_[i];
       if (side.runs.empty()) continue;
       const EndpointSummary& f = side.runs.front();
       s += fmt::format("; {}pass 1: {}", paired_ ? (i == 0 ? "endpoint " : "baseline ") : "", describe_failures(f));
-      if (f.without_usage > 0)
-        s += fmt::format(", {} answered without usage (output chunks counted as tokens)", f.without_usage);
+      if (f.without_usage > 0) s += fmt::format(", {} answered without usage (output chunks counted as tokens)", f.without_usage);
       size_t lagged = 0;
       double worst = 0, cpu = 0;
       for (const auto& r : side.runs) {
@@ -243,11 +284,13 @@ class EndpointLoad : public Variant {
         cpu = std::max(cpu, r.client_cpu);
       }
       if (lagged > 0)
-        s += fmt::format("; CLIENT LAGGED: {} requests sent more than {:g} ms late (worst {:.1f} ms), the client used {:.0f}% of "
-                         "a core: its latencies include the client's delay",
-                         lagged, keys_.max_send_lag * 1e3, worst * 1e3, cpu * 100);
+        s += fmt::format(
+            "; CLIENT LAGGED: {} requests sent more than {:g} ms late (worst {:.1f} ms), the client used {:.0f}% of "
+            "a core: its latencies include the client's delay",
+            lagged, keys_.max_send_lag * 1e3, worst * 1e3, cpu * 100);
     }
     if (paired_ && !verdicts_.empty()) s += "; paired by request (endpoint vs baseline, 95% bootstrap): " + verdicts_;
+    if (!saved_.empty()) s += fmt::format("; pass 1's requests saved to {} (vLLM's --save-result format)", saved_);
     s += fmt::format("; metrics: medians of {} pass{}, each with fresh prompt tokens (the same lengths and arrivals){}",
                      a.runs.size(), a.runs.size() == 1 ? "" : "es",
                      paired_ ? ", the two servers sent the same requests in alternating turns" : "");
@@ -267,9 +310,27 @@ class EndpointLoad : public Variant {
 
  private:
   // One pass of the load on one server; its duration.
-  double run_pass(Side& side, const std::vector<Request>& trace, const std::vector<std::string>& texts) {
+  double run_pass(Side& side, const std::vector<Request>& trace, const std::vector<std::string>& texts,
+                  const std::string& save_to) {
     const auto before = endpoint_prefix_counters(side.options.url, api_key_, 10);
     const EndpointLoadResult r = run_endpoint_load(side.options, trace, texts, &interrupted);
+    if (!save_to.empty()) {
+      EndpointResultFile f;
+      f.endpoint = side.options.url;
+      f.model = side.options.model;
+      f.load = load_;
+      f.workload_seed = keys_.workload_seed;
+      f.shard = shard_;
+      f.shards = shards_;
+      f.start_at = r.start_epoch;
+      f.request_rate = keys_.qps;
+      f.burstiness = keys_.arrival == Arrival::Gamma ? keys_.burstiness : 1.0;
+      f.max_concurrency = static_cast<int>(keys_.max_concurrency);
+      f.slo = {keys_.slo_ttft, keys_.slo_tpot};
+      f.result = r;
+      write_file_atomic(save_to, endpoint_result_json(f));
+      saved_ = save_to;
+    }
     const auto after = endpoint_prefix_counters(side.options.url, api_key_, 10);
     if (before && after && after->queries > before->queries)
       side.prefix_hit.push_back(100.0 * (after->hits - before->hits) / (after->queries - before->queries));
@@ -287,9 +348,9 @@ class EndpointLoad : public Variant {
       if (!q.failure.empty()) continue;
       Observed& o = obs[i];
       o.ok = true;
-      o.ttft = q.text_times.front() - q.sent;
+      o.ttft = q.output_times.front() - q.sent;
       o.e2e = q.end - q.sent;
-      const int tokens = q.usage_completion >= 0 ? q.usage_completion : static_cast<int>(q.text_times.size());
+      const int tokens = q.usage_completion >= 0 ? q.usage_completion : static_cast<int>(q.output_times.size());
       o.tpot = tokens > 1 ? (o.e2e - o.ttft) / (tokens - 1) : 0;
       o.within_slo = (slo.ttft <= 0 || o.ttft <= slo.ttft) && (slo.tpot <= 0 || o.tpot <= slo.tpot);
       o.text = q.text;
@@ -395,7 +456,8 @@ class EndpointLoad : public Variant {
   bool paired_;
   EndpointKeys keys_;
   uint64_t seed_ = 0;
-  std::string api_key_, workload_;
+  std::string api_key_, workload_, load_, saved_;
+  int shard_ = 0, shards_ = 1;
   int vocab_ = 0;
   std::vector<Request> base_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
@@ -424,9 +486,10 @@ KindInfo endpoint_kind() {
       if (it == values.end()) return KeyProblem{{key}, fmt::format("{} is required", key)};
       for (const Value& v : it->second)
         if (std::get<std::string>(v).empty())
-          return KeyProblem{{key}, key == std::string("weights")
-                                       ? "weights is required: the checkpoint the server serves (its vocabulary)"
-                                       : "endpoint is empty: http://HOST:PORT"};
+          return KeyProblem{{key},
+                            key == std::string("weights")
+                                ? "weights is required: the checkpoint the server serves (its vocabulary)"
+                                : "endpoint is empty: http://HOST:PORT"};
     }
     for (const char* key : {"endpoint", "baseline_endpoint"}) {
       auto it = values.find(key);
@@ -444,13 +507,15 @@ KindInfo endpoint_kind() {
 
 const KindRegistration registration(endpoint_kind());
 
-const VariantRegistration reg_endpoint("serve-endpoint",
-                                       {"endpoint", Backend::Cpu,
-                                        "the client: the load sent over HTTP to the server at `endpoint`, streamed, measured "
-                                        "at the client (the server runs wherever it runs; the client is host work on any backend)",
-                                        {},
-                                        true},
-                                       make_variant<EndpointLoad>(false));
+const VariantRegistration reg_endpoint(
+    "serve-endpoint",
+    {"endpoint",
+     Backend::Cpu,
+     "the client: the load sent over HTTP to the server at `endpoint`, streamed, measured "
+     "at the client (the server runs wherever it runs; the client is host work on any backend)",
+     {},
+     true},
+    make_variant<EndpointLoad>(false));
 const VariantRegistration reg_paired("serve-endpoint",
                                      {"paired",
                                       Backend::Cpu,

@@ -17,14 +17,15 @@
 namespace ib::serve {
 
 struct EndpointOptions {
-  std::string url;    // http://host:port (a trailing /v1 or / is dropped)
-  std::string model;  // the `model` every request names
-  bool chat = false;  // /v1/chat/completions with one user message (else /v1/completions)
-  bool token_prompts = true;  // completions: prompts as token ids (else the texts below)
-  std::string api_key;        // sent as a bearer token when set
-  int max_concurrency = 0;    // requests in flight at most; 0: as many as arrive (up to kMaxClientThreads)
+  std::string url;               // http://host:port (a trailing /v1 or / is dropped)
+  std::string model;             // the `model` every request names
+  bool chat = false;             // /v1/chat/completions with one user message (else /v1/completions)
+  bool token_prompts = true;     // completions: prompts as token ids (else the texts below)
+  std::string api_key;           // sent as a bearer token when set
+  int max_concurrency = 0;       // requests in flight at most; 0: as many as arrive (up to kMaxClientThreads)
   double request_timeout = 300;  // seconds from a request's send to its last byte
   bool ignore_eos = true;        // every request generates max_tokens (vLLM's benchmark default)
+  double start_at = 0;           // the load's start, seconds since the Unix epoch (shards share it); 0: now
   static constexpr int kMaxClientThreads = 512;
 };
 
@@ -34,11 +35,11 @@ struct EndpointRecord {
   char type = 's';
   int prompt_tokens = 0;  // sent (the workload's)
   int max_tokens = 0;
-  double scheduled = 0;  // its arrival in the load's schedule, seconds after the start
-  double sent = 0;       // the client began its HTTP request
-  double lag = 0;        // sent past max(scheduled, the moment a concurrency slot was free)
-  double end = 0;        // its last byte (or its failure)
-  std::vector<double> text_times;  // chunks that carried output text
+  double scheduled = 0;                          // its arrival in the load's schedule, seconds after the start
+  double sent = 0;                               // the client began its HTTP request
+  double lag = 0;                                // sent past max(scheduled, the moment a concurrency slot was free)
+  double end = 0;                                // its last byte (or its failure)
+  std::vector<double> output_times;              // chunks that carried output text
   int usage_prompt = -1, usage_completion = -1;  // the server's usage event (-1: none)
   std::string text, finish_reason;
   std::string failure;  // why it failed; "" when it completed as asked
@@ -47,6 +48,7 @@ struct EndpointRecord {
 struct EndpointLoadResult {
   std::vector<EndpointRecord> requests;  // by request id
   double duration = 0;                   // the load's start to the last request's end
+  double start_epoch = 0;                // when the load started, seconds since the Unix epoch
   double client_cpu = 0;                 // the client process's CPU seconds over the load
   int threads = 0;                       // client threads that sent requests
 };

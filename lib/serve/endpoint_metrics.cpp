@@ -45,11 +45,11 @@ EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, 
       continue;
     }
     ++out.completed;
-    const size_t tokens = q.usage_completion >= 0 ? static_cast<size_t>(q.usage_completion) : q.text_times.size();
+    const size_t tokens = q.usage_completion >= 0 ? static_cast<size_t>(q.usage_completion) : q.output_times.size();
     out.without_usage += q.usage_completion < 0;
     out.output_tokens += tokens;
     out.input_tokens += static_cast<size_t>(q.usage_prompt >= 0 ? q.usage_prompt : q.prompt_tokens);
-    const double first = q.text_times.front() - q.sent, last = q.end - q.sent;
+    const double first = q.output_times.front() - q.sent, last = q.end - q.sent;
     ttft.push_back(first);
     e2e.push_back(last);
     double per_token = 0;
@@ -57,7 +57,7 @@ EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, 
       per_token = (last - first) / static_cast<double>(tokens - 1);
       tpot.push_back(per_token);
     }
-    for (size_t i = 1; i < q.text_times.size(); ++i) itl.push_back(q.text_times[i] - q.text_times[i - 1]);
+    for (size_t i = 1; i < q.output_times.size(); ++i) itl.push_back(q.output_times[i] - q.output_times[i - 1]);
     if ((slo.ttft <= 0 || first <= slo.ttft) && (slo.tpot <= 0 || per_token <= slo.tpot)) ++good;
   }
   out.ttft = latency_of(ttft);

@@ -27,7 +27,7 @@ struct EndpointSummary {
   size_t lagged = 0;         // requests sent more than max_lag after they were due
   size_t without_usage = 0;  // completed requests whose server reported no usage (chunks counted instead)
   double duration = 0, request_rate = 0, output_rate = 0, total_token_rate = 0, goodput = 0;
-  double client_cpu = 0;  // the client's CPU seconds per second of the load (1 = one core busy)
+  double client_cpu = 0;               // the client's CPU seconds per second of the load (1 = one core busy)
   std::vector<FailureCount> failures;  // most frequent first
 };
 

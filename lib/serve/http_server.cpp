@@ -256,6 +256,7 @@ struct HttpServer::Impl {
       std::shared_ptr<RequestStream> stream;
       std::vector<int32_t> tokens;
       size_t sent = 0;
+      size_t tokens_sent = 0;  // streamed: tokens a chunk has been sent for
       bool first = true, ended = false;
       Answer answer;
       size_t logprobs_sent = 0, logprobs_offset = 0;  // streamed: tokens whose log-probabilities went out, their bytes
@@ -340,7 +341,12 @@ struct HttpServer::Impl {
               std::vector<TokenLogprob> fresh = c.stream->logprobs(c.logprobs_sent);
               lps = logprob_texts(fresh, c.answer.tokens - static_cast<int64_t>(c.logprobs_sent));
             }
-            if (!delta.empty() || c.first || !lps.empty()) {
+            // A chunk for every token that arrived, even one whose text is held back (a character's
+            // bytes not yet complete, a stop string not yet ruled out), so a client times each
+            // token as vLLM's server lets it; none before the first token (a client takes its
+            // first chunk as the time to first token).
+            if (!delta.empty() || c.tokens.size() > c.tokens_sent || (c.first && end) || !lps.empty()) {
+              c.tokens_sent = c.tokens.size();
               out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, {prompt_tokens, generated()}, index, &lps,
                                   c.logprobs_offset);
               c.first = false;
@@ -493,6 +499,9 @@ struct HttpServer::Impl {
 
   void routes() {
     svr.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
+    // Each streamed token is a small write: with Nagle's algorithm on, one waits for the client's
+    // ACK of the last (up to its delayed-ACK 40 ms) and the client times the wait as latency.
+    svr.set_tcp_nodelay(true);
     svr.set_read_timeout(o.read_timeout_s, 0);
     svr.set_write_timeout(o.read_timeout_s, 0);
     svr.set_keep_alive_timeout(std::min(5, o.read_timeout_s));

@@ -35,7 +35,9 @@ std::vector<Request> make_workload(const WorkloadOptions& o, int vocab, uint64_t
   for (int i = 0; i < o.requests; ++i) {
     Request r;
     r.id = i;
-    if (o.qps > 0 && i > 0) {
+    if (o.qps > 0 && i > 0 && o.arrival == Arrival::Constant) {
+      t = i / o.qps;
+    } else if (o.qps > 0 && i > 0) {
       // Gamma(k, θ = 1/(k·qps)) has mean 1/qps; k = 1 is the exponential gap of a Poisson process.
       const double k = o.arrival == Arrival::Poisson ? 1.0 : o.burstiness;
       t += std::gamma_distribution<double>(k, 1.0 / (k * o.qps))(time_rng);

@@ -13,12 +13,12 @@
 
 namespace ib::serve {
 
-enum class Arrival { Poisson, Gamma };
+enum class Arrival { Poisson, Gamma, Constant };
 
 struct WorkloadOptions {
   int requests = 64;
-  double qps = 4;  // mean arrival rate; 0 = every request at time 0 (an offline batch)
-  Arrival arrival = Arrival::Poisson;
+  double qps = 4;                            // mean arrival rate; 0 = every request at time 0 (an offline batch)
+  Arrival arrival = Arrival::Poisson;        // Constant: every gap 1/qps (GuideLLM's constant profile)
   double burstiness = 1;                     // gamma shape k: gaps ~ Gamma(k, 1/(k·qps)); 1 is Poisson, below 1 burstier
   int prompt_len = 128, prompt_len_max = 0;  // short prompts: uniform in [len, max] (max 0: exactly len)
   int output_len = 64, output_len_max = 0;   // output tokens, the same way

@@ -35,33 +35,35 @@ void add_workload_keys(ParamSet<P>& out) {
           key_spec("qps", ParamType::Float, "mean arrival rate, requests per second (0: all arrive at once)", Value(4.0), 0.0));
   out.add(static_cast<Arrival P::*>(&W::arrival),
           enum_key("arrival",
-                   "arrival process: poisson (exponential gaps) or gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
-                   "the same mean; vLLM's --burstiness)",
-                   "poisson", {"poisson", "gamma"}),
-          [](const std::string& s) { return s == "gamma" ? Arrival::Gamma : Arrival::Poisson; });
+                   "arrival process: poisson (exponential gaps), gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
+                   "the same mean; vLLM's --burstiness) or constant (every gap 1/qps; GuideLLM's constant profile)",
+                   "poisson", {"poisson", "gamma", "constant"}),
+          [](const std::string& s) {
+            return s == "gamma" ? Arrival::Gamma : s == "constant" ? Arrival::Constant : Arrival::Poisson;
+          });
   out.add(static_cast<double P::*>(&W::burstiness),
           key_spec("burstiness", ParamType::Float, "gamma's shape: 1 is Poisson, below 1 burstier", Value(1.0), 0.01, 100.0));
   out.add(static_cast<int64_t P::*>(&W::prompt_len),
           key_spec("prompt_len", ParamType::Int, "prompt tokens of a request (the shortest, with prompt_len_max)",
                    Value(int64_t{128}), 1.0));
   out.add(static_cast<int64_t P::*>(&W::prompt_len_max),
-          key_spec("prompt_len_max", ParamType::Int, "prompt tokens drawn uniformly in [prompt_len, prompt_len_max]; 0: prompt_len",
-                   Value(int64_t{0}), 0.0));
+          key_spec("prompt_len_max", ParamType::Int,
+                   "prompt tokens drawn uniformly in [prompt_len, prompt_len_max]; 0: prompt_len", Value(int64_t{0}), 0.0));
   out.add(static_cast<int64_t P::*>(&W::output_len),
           key_spec("output_len", ParamType::Int, "output tokens of a request, all generated (vLLM's ignore_eos)",
                    Value(int64_t{64}), 1.0));
   out.add(static_cast<int64_t P::*>(&W::output_len_max),
-          key_spec("output_len_max", ParamType::Int, "output tokens drawn uniformly in [output_len, output_len_max]; 0: output_len",
-                   Value(int64_t{0}), 0.0));
+          key_spec("output_len_max", ParamType::Int,
+                   "output tokens drawn uniformly in [output_len, output_len_max]; 0: output_len", Value(int64_t{0}), 0.0));
   out.add(static_cast<double P::*>(&W::long_share),
           key_spec("long_share", ParamType::Float,
                    "fraction of requests whose prompt is long_prompt tokens instead (long documents mixed with chats)",
                    Value(0.0), 0.0, 1.0));
   out.add(static_cast<int64_t P::*>(&W::long_prompt),
           key_spec("long_prompt", ParamType::Int, "prompt tokens of a long request", Value(int64_t{1024}), 1.0));
-  out.add(static_cast<int64_t P::*>(&W::system_prompt),
-          key_spec("system_prompt", ParamType::Int, "tokens of one system prompt every request starts with", Value(int64_t{0}),
-                   0.0));
+  out.add(
+      static_cast<int64_t P::*>(&W::system_prompt),
+      key_spec("system_prompt", ParamType::Int, "tokens of one system prompt every request starts with", Value(int64_t{0}), 0.0));
 }
 
 // slo_ttft, slo_tpot (goodput's bounds) and workload_seed.

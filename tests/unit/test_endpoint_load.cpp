@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -23,6 +24,9 @@
 #include "serve/completion_stream.h"
 #include "serve/endpoint_load.h"
 #include "serve/endpoint_metrics.h"
+#include "serve/endpoint_result_file.h"
+#include "serve/workload.h"
+#include "core/output.h"
 
 #if INFER_BENCH_HAVE_HTTP
 #include <httplib.h>
@@ -38,16 +42,17 @@ std::string chunk(const std::string& text, const std::string& finish = "") {
 const std::string kUsage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":3}}\n\n";
 const std::string kDone = "data: [DONE]\n\n";
 
-TEST(CompletionStream, ReadsTextTimesAndUsageWhateverTheSocketsPieces) {
+TEST(CompletionStream, ReadsOutputTimesAndUsageWhateverTheSocketsPieces) {
   const std::string body = ": keep-alive\n\n" + chunk("Hel") + chunk("") + chunk("lo") + chunk("!", "length") + kUsage + kDone;
   for (size_t piece : {body.size(), size_t{1}, size_t{7}}) {
     CompletionStream s(CompletionStream::Api::Completions);
     double t = 0;
-    for (size_t i = 0; i < body.size(); i += piece) ASSERT_TRUE(s.feed(body.data() + i, std::min(piece, body.size() - i), t += 1));
+    for (size_t i = 0; i < body.size(); i += piece)
+      ASSERT_TRUE(s.feed(body.data() + i, std::min(piece, body.size() - i), t += 1));
     s.finish(t);
     EXPECT_TRUE(s.done()) << s.failure();
     EXPECT_EQ(s.text(), "Hello!");
-    EXPECT_EQ(s.text_times().size(), 3u);  // the empty chunk is no output
+    EXPECT_EQ(s.output_times().size(), 4u);  // the empty chunk carried a token too (vLLM's client counts it)
     EXPECT_EQ(s.prompt_tokens(), 4);
     EXPECT_EQ(s.completion_tokens(), 3);
     EXPECT_EQ(s.finish_reason(), "length");
@@ -59,13 +64,15 @@ TEST(CompletionStream, ChatDeltasAndCrlfLines) {
   std::string body =
       "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\r\n\r\n"
       "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n\r\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}\r\n\r\n"
       "data: [DONE]\r\n\r\n";
   CompletionStream s(CompletionStream::Api::Chat);
   ASSERT_TRUE(s.feed(body.data(), body.size(), 1));
   s.finish(2);
   EXPECT_TRUE(s.done()) << s.failure();
   EXPECT_EQ(s.text(), "Hi");
-  EXPECT_EQ(s.text_times().size(), 1u);  // the role-only chunk carried no text
+  EXPECT_EQ(s.output_times().size(), 1u);  // neither the role-only chunk nor the empty closing one carried a token
+  EXPECT_EQ(s.finish_reason(), "stop");
 }
 
 TEST(CompletionStream, ALastDoneWithoutItsLineEndsStillEnds) {
@@ -199,11 +206,11 @@ TEST(EndpointLoad, EveryRequestIsAccountedForWithItsReason) {
     const EndpointRecord& q = r.requests[i];
     if (reasons[i].empty()) {
       EXPECT_EQ(q.failure, "") << i;
-      EXPECT_EQ(q.text_times.size(), 4u);
+      EXPECT_EQ(q.output_times.size(), 4u);
       EXPECT_EQ(q.usage_completion, 4);
       EXPECT_GE(q.sent, q.scheduled);
-      EXPECT_GT(q.text_times.front(), q.sent);
-      EXPECT_GE(q.end, q.text_times.back());
+      EXPECT_GT(q.output_times.front(), q.sent);
+      EXPECT_GE(q.end, q.output_times.back());
     } else {
       EXPECT_NE(q.failure.find(reasons[i]), std::string::npos) << i << ": " << q.failure;
     }
@@ -235,7 +242,7 @@ TEST(EndpointLoad, ConcurrencyBoundHoldsAndLagIsNetOfWaitingForASlot) {
     sent.push_back(q.sent);
   }
   std::sort(sent.begin(), sent.end());
-  EXPECT_GT(sent[2], r.requests[0].text_times.front());  // the third waited for a slot
+  EXPECT_GT(sent[2], r.requests[0].output_times.front());  // the third waited for a slot
 }
 
 TEST(EndpointLoad, ARefusedConnectionFailsEveryRequestAndTheLoadEnds) {
@@ -258,6 +265,75 @@ TEST(EndpointLoad, ARefusedConnectionFailsEveryRequestAndTheLoadEnds) {
   for (const EndpointRecord& q : r.requests) EXPECT_NE(q.failure.find("could not connect"), std::string::npos) << q.failure;
   EXPECT_THROW(endpoint_first_model(o.url, "", 2), InputError);
   EXPECT_THROW(run_endpoint_load({"https://x:1"}, trace_of({Good}, 0)), InputError);
+}
+
+// Two clients, each sending its shard of one seeded schedule from a common start, merged: the
+// whole load's requests, each once, at the whole load's arrival times, and the file written and
+// read back as vLLM's --save-result keys with our records.
+TEST(EndpointLoad, ShardsFromACommonStartMergeIntoTheWholeLoad) {
+  FakeServer server;
+  WorkloadOptions w;
+  w.requests = 12;
+  w.qps = 40;
+  w.prompt_len = 4;
+  w.output_len = 3;
+  std::vector<Request> whole = make_workload(w, 1000, 5);
+  for (Request& r : whole) r.prompt[0] = Good;
+  EndpointOptions o;
+  o.url = server.url();
+  o.model = "fake-model";
+  o.start_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 0.3;
+  std::vector<EndpointResultFile> files(2);
+  std::vector<std::thread> clients;
+  for (int shard = 0; shard < 2; ++shard)
+    clients.emplace_back([&, shard] {
+      std::vector<Request> mine;
+      for (const Request& r : whole)
+        if (in_shard(r.id, shard, 2)) mine.push_back(r);
+      EndpointResultFile& f = files[static_cast<size_t>(shard)];
+      f.endpoint = o.url;
+      f.model = o.model;
+      f.load = describe(whole);
+      f.workload_seed = 5;
+      f.shard = shard;
+      f.shards = 2;
+      f.result = run_endpoint_load(o, mine);
+      f.start_at = f.result.start_epoch;
+    });
+  for (auto& c : clients) c.join();
+  EXPECT_LT(std::abs(files[0].start_at - files[1].start_at), 0.05);  // the common start held
+  // Through the file format and back.
+  const std::string dir = ::testing::TempDir();
+  std::vector<EndpointResultFile> read;
+  std::vector<std::string> names;
+  for (int shard = 0; shard < 2; ++shard) {
+    names.push_back(dir + "/shard" + std::to_string(shard) + ".json");
+    write_file_atomic(names.back(), endpoint_result_json(files[static_cast<size_t>(shard)]));
+    read.push_back(read_endpoint_result(names.back()));
+    const auto j = nlohmann::json::parse(endpoint_result_json(files[static_cast<size_t>(shard)]));
+    for (const char* key : {"duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                            "output_throughput", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
+                            "median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "std_e2el_ms"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_EQ(j["num_prompts"], 6);
+  }
+  const EndpointResultFile merged = merge_endpoint_results(read, names);
+  ASSERT_EQ(merged.result.requests.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const EndpointRecord& q = merged.result.requests[i];
+    EXPECT_EQ(q.id, whole[i].id);
+    EXPECT_NEAR(q.scheduled, whole[i].arrival, 0.05);  // the whole load's arrival process
+    EXPECT_EQ(q.failure, "");
+    EXPECT_EQ(q.usage_completion, 3);
+  }
+  EXPECT_EQ(summarize_endpoint(merged.result, Slo{}, 1).completed, whole.size());
+  // A shard missing, a shard twice, or another load's shard: refused by name.
+  EXPECT_THROW(merge_endpoint_results({read[0]}, {names[0]}), InputError);
+  EXPECT_THROW(merge_endpoint_results({read[0], read[0]}, {names[0], names[0]}), InputError);
+  read[1].workload_seed = 6;
+  EXPECT_THROW(merge_endpoint_results(read, names), InputError);
+  EXPECT_EQ(parse_shard("1/4"), std::make_pair(1, 4));
+  for (const char* bad : {"4/4", "-1/2", "1", "a/b", "1/2x", "0/0"}) EXPECT_THROW(parse_shard(bad), InputError) << bad;
 }
 
 #endif  // INFER_BENCH_HAVE_HTTP

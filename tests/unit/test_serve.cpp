@@ -417,6 +417,9 @@ TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
   const auto [gm, gcv2] = mean_cv2(gaps_of(make_workload(o, 512, 1)));
   EXPECT_NEAR(gm, 1.0 / 8, 0.15 / 8);
   EXPECT_NEAR(gcv2, 4.0, 0.8);  // Gamma(k): CV² = 1/k
+  o.arrival = Arrival::Constant;
+  const auto constant = make_workload(o, 512, 1);
+  for (size_t i = 0; i < constant.size(); ++i) EXPECT_DOUBLE_EQ(constant[i].arrival, static_cast<double>(i) / 8);
   o.qps = 0;
   for (const Request& r : make_workload(o, 512, 1)) EXPECT_EQ(r.arrival, 0);
 }

@@ -29,7 +29,8 @@ int run_merge(const MergeFlags& f) {
   size_t off = 0;
   for (const auto& r : merged.result.requests) off += r.failure.find("prompt tokens") != std::string::npos;
   std::string t = fmt::format("# {} at {}: {} shards merged\n\n{}\n\n", merged.model, merged.endpoint, parts.size(), merged.load);
-  t += "| requests | completed | failed | prompt off | duration (s) | req/s | tok/s | ttft p50 (ms) | ttft p99 (ms) | tpot p50 (ms) "
+  t += "| requests | completed | failed | prompt off | duration (s) | req/s | tok/s | ttft p50 (ms) | ttft p99 (ms) | tpot p50 "
+       "(ms) "
        "| tpot p99 (ms) | itl p99 (ms) | e2e p50 (ms) | e2e p99 (ms) | lag p99 (ms) | client cpu (%) |\n";
   t += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   t += fmt::format(
@@ -52,7 +53,8 @@ int run_merge(const MergeFlags& f) {
 void register_merge(Cli& cli) {
   static MergeFlags f;
   auto* sub = cli.app.add_subcommand(
-      "merge", "Join the shards of one load (infer-bench load --set shard=i/N --set save_result=FILE) into the whole load's report");
+      "merge",
+      "Join the shards of one load (infer-bench load --set shard=i/N --set save_result=FILE) into the whole load's report");
   sub->add_option("files", f.files, "the shards' save_result files, every shard once")->required();
   sub->add_option("--output,-o", f.output, "write the merged load here (vLLM's --save-result format)");
   sub->callback([&cli] { cli.action = [] { return run_merge(f); }; });

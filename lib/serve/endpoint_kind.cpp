@@ -193,7 +193,14 @@ class EndpointLoad : public Variant {
       try {
         o.model = keys_.served_model.empty() ? endpoint_first_model(o.url, api_key_, 10) : keys_.served_model;
       } catch (const InputError& e) {
-        m.unsupported = fmt::format("no server answers: {}", e.what());
+        // Nothing listening is a row that cannot run here; a server that answers with an error is
+        // a measured failure.
+        const std::string why = e.what();
+        if (why.find("could not connect") != std::string::npos || why.find("timed out") != std::string::npos) {
+          m.unsupported = fmt::format("no server answers: {}", why);
+        } else {
+          m.validation = {false, "refused", 1, 0, why + " (name the model with served_model to send the load anyway)"};
+        }
         return m;
       }
     }

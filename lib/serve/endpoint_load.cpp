@@ -216,9 +216,13 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
     if (left <= 0 || (interrupted && interrupted())) break;
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
   }
-  out.start_epoch = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now_epoch = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double cpu0 = cpu_seconds();
-  const Clock::time_point start = Clock::now();
+  // A client that reaches a common start late keeps the common schedule: its requests are due at
+  // the same times as every other shard's, and are sent late (their lag says by how much).
+  const double late = o.start_at > 0 ? std::max(0.0, now_epoch - o.start_at) : 0.0;
+  out.start_epoch = now_epoch - late;
+  const Clock::time_point start = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(late));
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   std::vector<std::thread> workers;
   for (int w = 0; w < out.threads; ++w)

@@ -139,18 +139,10 @@ std::string endpoint_result_json(const EndpointResultFile& f) {
   add_stats(j, "tpot", tpot);
   add_stats(j, "itl", itl);
   add_stats(j, "e2el", e2e);
-  j["infer_bench"] = {{"version", 1},
-                      {"endpoint", f.endpoint},
-                      {"load", f.load},
-                      {"workload_seed", f.workload_seed},
-                      {"shard", f.shard},
-                      {"shards", f.shards},
-                      {"start_at", f.start_at},
-                      {"client_cpu", r.client_cpu},
-                      {"threads", r.threads},
-                      {"slo_ttft", f.slo.ttft},
-                      {"slo_tpot", f.slo.tpot},
-                      {"requests", records}};
+  j["infer_bench"] = {
+      {"version", 1},         {"endpoint", f.endpoint}, {"load", f.load},         {"workload_seed", f.workload_seed},
+      {"shard", f.shard},     {"shards", f.shards},     {"start_at", f.start_at}, {"client_cpu", r.client_cpu},
+      {"threads", r.threads}, {"slo_ttft", f.slo.ttft}, {"slo_tpot", f.slo.tpot}, {"requests", records}};
   return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
@@ -233,8 +225,8 @@ EndpointResultFile merge_endpoint_results(const std::vector<EndpointResultFile>&
     if (p.load != first.load || p.workload_seed != first.workload_seed || p.shards != first.shards ||
         p.endpoint != first.endpoint || p.model != first.model)
       throw InputError(fmt::format("{}: another load than {}'s ({} shards of '{}' at {}, seed {}; not {} of '{}' at {}, seed {})",
-                                   name, names.front(), p.shards, p.load, p.endpoint, p.workload_seed, first.shards,
-                                   first.load, first.endpoint, first.workload_seed));
+                                   name, names.front(), p.shards, p.load, p.endpoint, p.workload_seed, first.shards, first.load,
+                                   first.endpoint, first.workload_seed));
     if (!seen.insert(p.shard).second) throw InputError(fmt::format("{}: shard {} is given twice", name, p.shard));
     start = std::min(start, p.start_at);
   }

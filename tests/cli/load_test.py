@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `infer-bench load` and `infer-bench merge` against `infer-bench serve`.
+
+load_test.py BINARY SOURCE_DIR
+
+Starts servers on free ports with our trained ib-draft-1m, then: a load whose every request
+completes with the prompt lengths the server counted; a server that refuses every request (an API
+key the client lacks): every request failed with its reason, the row still written; the same load
+sent by two shards from a common start and merged: the whole load's requests at the whole load's
+arrival times, as one unsharded client sent them; a paired A/B of prefix caching on against off
+on a shared system prompt: a verdict with its interval, identical greedy texts.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def fail(msg):
+    print(f"load_test: FAILED: {msg}", flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+class Server:
+    def __init__(self, binary, model, *extra):
+        self.p = subprocess.Popen([binary, "serve", model, "--port", "0", *extra], stderr=subprocess.PIPE, text=True)
+        line = self.p.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+        if not m:
+            self.p.kill()
+            fail(f"the server did not print its address: {line!r}")
+        self.url = f"http://127.0.0.1:{m.group(1)}"
+        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def load(binary, out, *args, expect=0):
+    cmd = [binary, "load", "-q", "--format", "json", "-o", out, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    check(r.returncode == expect, f"{' '.join(cmd)}: exit {r.returncode} (expected {expect}): {r.stderr[-800:]}")
+    rows = json.load(open(os.path.join(out, "results.json")))["experiments"][0]["rows"]
+    return rows, {m["key"]: m["value"] for m in rows[0].get("metrics", [])}
+
+
+def main(binary, src):
+    model = os.path.join(src, "data/models/ib-draft-1m")
+    common = ["--weights", model, "--prompt-len", "24", "--output-len", "8"]
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Server(binary, model, "--max-seqs", "8")
+        keyed = Server(binary, model, "--api-key", "sesame")
+        cached = Server(binary, model, "--max-seqs", "8", "--enable-prefix-caching")
+        try:
+            # Every request completes, and the server counted the prompt tokens sent.
+            rows, m = load(binary, f"{tmp}/a", "--endpoint", plain.url, "--requests", "16", "--qps", "40", *common)
+            check(rows[0]["validation"]["ok"] and rows[0]["validation"]["value"] == 0, f"validation: {rows[0]['validation']}")
+            check(m["completed"] == 16 and m["failed"] == 0, f"completed/failed: {m}")
+            check(m["ttft p50"] > 0 and m["tpot p50"] > 0 and m["e2e p99"] >= m["e2e p50"], f"latencies: {m}")
+            print("load_test: 16 of 16 requests completed, every prompt length as counted by the server", flush=True)
+
+            # A server that refuses them all: each request fails with its reason; the row is written.
+            rows, m = load(binary, f"{tmp}/b", "--endpoint", keyed.url, "--requests", "6", "--qps", "0", *common, expect=1)
+            check("401" in json.dumps(rows[0]), f"the refusal's status is not in the row: {rows[0]}")
+            rows, m = load(binary, f"{tmp}/b2", "--endpoint", keyed.url, "--served-model", "ib-draft-1m", "--requests", "6",
+                           "--qps", "0", *common, expect=1)
+            check("6 failed: 6 × HTTP 401" in json.dumps(rows[0], ensure_ascii=False), f"not each request failed: {rows[0]}")
+            print("load_test: a refusing server: the row failed, naming HTTP 401", flush=True)
+
+            # Two shards from a common start, merged, equal one unsharded client's load.
+            whole, parts = f"{tmp}/whole.json", [f"{tmp}/s0.json", f"{tmp}/s1.json"]
+            load(binary, f"{tmp}/c", "--endpoint", plain.url, "--requests", "12", "--qps", "20", "--set", f"save_result={whole}",
+                 *common)
+            start = time.time() + 3.0
+            procs = [subprocess.Popen([binary, "load", "-q", "-o", f"{tmp}/d{i}", "--endpoint", plain.url, "--requests", "12",
+                                       "--qps", "20", "--set", f"shard={i}/2", "--set", f"start_at={start}", "--set",
+                                       f"save_result={parts[i]}", *common], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True) for i in range(2)]
+            for p in procs:
+                _, err = p.communicate(timeout=240)
+                check(p.returncode == 0, f"a shard exited {p.returncode}: {err[-500:]}")
+            merged = f"{tmp}/merged.json"
+            r = subprocess.run([binary, "merge", *parts, "-o", merged], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0 and "| 12 | 12 | 0 |" in r.stdout, f"merge: exit {r.returncode}: {r.stdout}{r.stderr}")
+            a, b = json.load(open(whole)), json.load(open(merged))
+            check(b["num_prompts"] == a["num_prompts"] == 12, f"requests: {b['num_prompts']} vs {a['num_prompts']}")
+            sa = [q["scheduled"] for q in a["infer_bench"]["requests"]]
+            sb = [q["scheduled"] for q in b["infer_bench"]["requests"]]
+            check(all(abs(x - y) < 0.05 for x, y in zip(sa, sb)), f"arrivals differ: {sa} vs {sb}")
+            check(b["input_lens"] == a["input_lens"], "prompt lengths differ")
+            r = subprocess.run([binary, "merge", parts[0]], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 2 and "shard 1/2 is missing" in r.stderr, f"a missing shard: exit {r.returncode} {r.stderr}")
+            print("load_test: two shards merged = the unsharded load (12 requests, the same arrivals)", flush=True)
+
+            # Paired A/B: prefix caching on against off, the same requests in turns.
+            rows, m = load(binary, f"{tmp}/e", "--endpoint", cached.url, "--set", f"baseline_endpoint={plain.url}", "--set",
+                           "variants=[paired]", "--requests", "12", "--qps", "10", "--set", "system_prompt=400",
+                           "--min-samples", "2", *common)
+            check(m["same text"] == 100.0, f"greedy texts differ with prefix caching: {m['same text']}%")
+            check(m["ttft p50 × lo"] <= m["ttft p50 ×"] <= m["ttft p50 × hi"], f"interval: {m}")
+            check(m.get("prefix hit", 0) > 50, f"the server's counters show no prefix hits: {m}")
+            check("ttft p50" in rows[0]["message"] and ("faster" in rows[0]["message"] or "same" in rows[0]["message"]),
+                  f"no verdict in the note: {rows[0]['message']}")
+            print(f"load_test: paired prefix caching on/off: ttft p50 {m['ttft p50 ×']:.2f}x "
+                  f"[{m['ttft p50 × lo']:.2f}, {m['ttft p50 × hi']:.2f}], {m['prefix hit']:.0f}% hit", flush=True)
+        finally:
+            for s in (plain, keyed, cached):
+                s.stop()
+    print("load_test: all passed", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        print(__doc__)
+        sys.exit(2)
+    main(sys.argv[1], sys.argv[2])

@@ -110,6 +110,8 @@ void CompletionStream::event(const std::string& data, double now) {
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
     if (auto p = count_field(*u, "prompt_tokens")) prompt_tokens_ = p;
     if (auto c = count_field(*u, "completion_tokens")) completion_tokens_ = c;
+    if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+      if (auto c = count_field(*d, "cached_tokens")) cached_tokens_ = c;
   }
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty()) return;  // a usage-only event

@@ -36,6 +36,9 @@ class CompletionStream {
   size_t events() const { return events_; }                            // data events read, [DONE] excluded
   std::optional<int> prompt_tokens() const { return prompt_tokens_; }  // the last `usage` event's
   std::optional<int> completion_tokens() const { return completion_tokens_; }
+  // usage.prompt_tokens_details.cached_tokens (OpenAI's field; llama.cpp always, vLLM when asked):
+  // the prompt tokens the server found in its cache.
+  std::optional<int> cached_tokens() const { return cached_tokens_; }
   const std::string& finish_reason() const { return finish_reason_; }
 
   static constexpr size_t kMaxLine = 1 << 20;  // one event's data; a chunk of one token is < 1 KB
@@ -54,7 +57,7 @@ class CompletionStream {
   std::vector<double> output_times_;
   std::string text_;
   size_t events_ = 0;
-  std::optional<int> prompt_tokens_, completion_tokens_;
+  std::optional<int> prompt_tokens_, completion_tokens_, cached_tokens_;
   std::string finish_reason_;
 };
 

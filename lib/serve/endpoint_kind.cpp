@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include <fmt/format.h>
@@ -207,7 +209,7 @@ class EndpointLoad : public Variant {
     // A paired measurement needs passes to alternate the order in; each pass is a whole load.
     const int passes = static_cast<int>(std::clamp<int64_t>(c.min_samples, paired_ ? 2 : 1, 20));
     for (int pass = 0; pass < passes && !interrupted(); ++pass) {
-      const std::vector<Request> trace = fresh_tokens(pass);
+      const std::vector<Request> trace = fresh_tokens(next_draw());
       std::vector<std::string> texts;
       if (keys_.api == "chat")
         for (const Request& r : trace) texts.push_back(tokenizer_->decode(r.prompt, true));
@@ -298,14 +300,24 @@ class EndpointLoad : public Variant {
     }
     if (paired_ && !verdicts_.empty()) s += "; paired by request (endpoint vs baseline, 95% bootstrap): " + verdicts_;
     if (!saved_.empty()) s += fmt::format("; pass 1's requests saved to {} (vLLM's --save-result format)", saved_);
-    s += fmt::format("; metrics: medians of {} pass{}, each with fresh prompt tokens (the same lengths and arrivals){}",
-                     a.runs.size(), a.runs.size() == 1 ? "" : "es",
-                     paired_ ? ", the two servers sent the same requests in alternating turns" : "");
+    s += fmt::format(
+        "; metrics: medians of {} pass{}, each with prompt tokens no earlier pass of this run sent to the server (the "
+        "same lengths and arrivals){}",
+        a.runs.size(), a.runs.size() == 1 ? "" : "es",
+        paired_ ? ", the two servers sent the same requests in alternating turns" : "");
     for (size_t i = 0; i < sides_.size(); ++i) {
       const Side& side = sides_[i];
       const std::string who = paired_ ? (i == 0 ? "endpoint" : "baseline") : "the server";
+      if (side.runs.empty()) continue;
+      const EndpointSummary& f = side.runs.front();
+      if (f.cache_reported > 0)
+        s += fmt::format(
+            "; cache state by {}'s usage (prompt_tokens_details.cached_tokens): {:.1f}% of pass 1's prompt tokens "
+            "cached",
+            who, f.input_tokens ? 100.0 * static_cast<double>(f.cached_tokens) / static_cast<double>(f.input_tokens) : 0.0);
       if (side.prefix_hit.empty()) {
-        s += fmt::format("; {} exports no prefix-cache counters (vllm:prefix_cache_*)", who);
+        if (f.cache_reported == 0)
+          s += fmt::format("; {} reports no prefix-cache state (neither vllm:prefix_cache_* counters nor cached_tokens)", who);
         continue;
       }
       s += fmt::format("; cache state by {}'s own counters: {:.1f}% of prompt tokens hit its prefix cache in pass 1", who,
@@ -339,8 +351,11 @@ class EndpointLoad : public Variant {
       saved_ = save_to;
     }
     const auto after = endpoint_prefix_counters(side.options.url, api_key_, 10);
-    if (before && after && after->queries > before->queries)
-      side.prefix_hit.push_back(100.0 * (after->hits - before->hits) / (after->queries - before->queries));
+    // A counter a server has not yet incremented may not be exported at all (ours until its first
+    // request): absent before and present after, it started from zero.
+    const PrefixCounters from = before.value_or(PrefixCounters{});
+    if (after && after->queries > from.queries)
+      side.prefix_hit.push_back(100.0 * (after->hits - from.hits) / (after->queries - from.queries));
     else
       ++side.prefix_unread;
     const Slo slo{keys_.slo_ttft, keys_.slo_tpot};
@@ -420,11 +435,30 @@ class EndpointLoad : public Variant {
       m[k].value = median_of(v);
     }
     if (!side.prefix_hit.empty()) m.push_back({"prefix hit", median_of(side.prefix_hit), "%"});
+    std::vector<double> cached;
+    for (const auto& r : side.runs)
+      if (r.cache_reported > 0 && r.input_tokens > 0)
+        cached.push_back(100.0 * static_cast<double>(r.cached_tokens) / static_cast<double>(r.input_tokens));
+    if (!cached.empty()) m.push_back({"cached", median_of(cached), "%"});
     return m;
   }
 
-  // The seeded load with pass-specific prompt tokens: the same arrivals and lengths, and within a
-  // pass the same shared system prompt, but nothing a previous pass sent.
+  // Which draw of prompt tokens the next pass sends: one that no earlier pass of this process sent
+  // to these servers (a sweep's rows reach one server one after another, and a server with a
+  // prefix cache, llama.cpp's slots included, would find an earlier row's prompts). Different
+  // servers of one sweep get the same draws, so they are sent the same requests.
+  int next_draw() const {
+    static std::mutex m;
+    static std::map<std::string, int> sent;  // server -> draws sent to it
+    std::lock_guard<std::mutex> lock(m);
+    int draw = 0;
+    for (const Side& side : sides_) draw = std::max(draw, sent[side.options.url]);
+    for (const Side& side : sides_) sent[side.options.url] = draw + 1;
+    return draw;
+  }
+
+  // The seeded load with a draw's prompt tokens: the same arrivals and lengths, and within a pass
+  // the same shared system prompt, but nothing another draw sent.
   std::vector<Request> fresh_tokens(int pass) const {
     std::vector<Request> t = base_;
     if (pass == 0) return t;

@@ -167,6 +167,7 @@ void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, co
   rec.finish_reason = stream.finish_reason();
   rec.usage_prompt = stream.prompt_tokens().value_or(-1);
   rec.usage_completion = stream.completion_tokens().value_or(-1);
+  rec.usage_cached = stream.cached_tokens().value_or(-1);
   if (!rec.failure.empty()) return;
   if (rec.usage_prompt >= 0 && o.token_prompts && !o.chat && rec.usage_prompt != rec.prompt_tokens)
     rec.failure = fmt::format("the server counted {} prompt tokens, {} were sent", rec.usage_prompt, rec.prompt_tokens);

@@ -41,6 +41,7 @@ struct EndpointRecord {
   double end = 0;                                // its last byte (or its failure)
   std::vector<double> output_times;              // chunks that carried output text
   int usage_prompt = -1, usage_completion = -1;  // the server's usage event (-1: none)
+  int usage_cached = -1;                         // its prompt_tokens_details.cached_tokens (-1: none)
   std::string text, finish_reason;
   std::string failure;  // why it failed; "" when it completed as asked
 };

@@ -47,6 +47,10 @@ EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, 
     ++out.completed;
     const size_t tokens = q.usage_completion >= 0 ? static_cast<size_t>(q.usage_completion) : q.output_times.size();
     out.without_usage += q.usage_completion < 0;
+    if (q.usage_cached >= 0) {
+      ++out.cache_reported;
+      out.cached_tokens += static_cast<size_t>(q.usage_cached);
+    }
     out.output_tokens += tokens;
     out.input_tokens += static_cast<size_t>(q.usage_prompt >= 0 ? q.usage_prompt : q.prompt_tokens);
     const double first = q.output_times.front() - q.sent, last = q.end - q.sent;

@@ -24,8 +24,10 @@ struct FailureCount {
 struct EndpointSummary {
   Latency ttft, tpot, itl, e2e, lag;
   size_t completed = 0, failed = 0, input_tokens = 0, output_tokens = 0;
-  size_t lagged = 0;         // requests sent more than max_lag after they were due
-  size_t without_usage = 0;  // completed requests whose server reported no usage (chunks counted instead)
+  size_t lagged = 0;          // requests sent more than max_lag after they were due
+  size_t without_usage = 0;   // completed requests whose server reported no usage (chunks counted instead)
+  size_t cached_tokens = 0;   // prompt tokens the server said it found cached (usage.prompt_tokens_details)
+  size_t cache_reported = 0;  // completed requests whose usage said how many
   double duration = 0, request_rate = 0, output_rate = 0, total_token_rate = 0, goodput = 0;
   double client_cpu = 0;               // the client's CPU seconds per second of the load (1 = one core busy)
   std::vector<FailureCount> failures;  // most frequent first

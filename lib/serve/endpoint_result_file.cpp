@@ -127,6 +127,7 @@ std::string endpoint_result_json(const EndpointResultFile& f) {
                        {"output_times", q.output_times},
                        {"usage_prompt", q.usage_prompt},
                        {"usage_completion", q.usage_completion},
+                       {"usage_cached", q.usage_cached},
                        {"finish_reason", q.finish_reason}});
   }
   j["input_lens"] = input_lens;
@@ -199,6 +200,7 @@ EndpointResultFile read_endpoint_result(const std::string& path) {
       r.output_times = need(q, "output_times").get<std::vector<double>>();
       r.usage_prompt = need(q, "usage_prompt").get<int>();
       r.usage_completion = need(q, "usage_completion").get<int>();
+      r.usage_cached = q.value("usage_cached", -1);
       r.finish_reason = need(q, "finish_reason").get<std::string>();
       r.text = texts[i].get<std::string>();
       r.failure = errors[i].get<std::string>();

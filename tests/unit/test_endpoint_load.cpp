@@ -39,7 +39,9 @@ std::string chunk(const std::string& text, const std::string& finish = "") {
   std::string f = finish.empty() ? "null" : "\"" + finish + "\"";
   return "data: {\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"finish_reason\":" + f + "}]}\n\n";
 }
-const std::string kUsage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":3}}\n\n";
+const std::string kUsage =
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":3,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n";
 const std::string kDone = "data: [DONE]\n\n";
 
 TEST(CompletionStream, ReadsOutputTimesAndUsageWhateverTheSocketsPieces) {
@@ -55,6 +57,7 @@ TEST(CompletionStream, ReadsOutputTimesAndUsageWhateverTheSocketsPieces) {
     EXPECT_EQ(s.output_times().size(), 4u);  // the empty chunk carried a token too (vLLM's client counts it)
     EXPECT_EQ(s.prompt_tokens(), 4);
     EXPECT_EQ(s.completion_tokens(), 3);
+    EXPECT_EQ(s.cached_tokens(), 2);
     EXPECT_EQ(s.finish_reason(), "length");
     EXPECT_EQ(s.events(), 5u);
   }

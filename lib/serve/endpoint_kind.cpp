@@ -16,7 +16,10 @@
 
 #include "core/errors.h"
 #include "core/output.h"
+#include "core/input_file.h"
 #include "core/interrupt.h"
+#include "core/json_input.h"
+#include "constrain/validator.h"
 #include "core/registry.h"
 #include "core/spec.h"
 #include "core/stats.h"
@@ -32,7 +35,7 @@ namespace ib::serve {
 namespace {
 
 struct EndpointKeys : WorkloadKeys {
-  std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env, shard, save_result;
+  std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env, shard, save_result, response_schema;
   int64_t max_concurrency = 0;
   double request_timeout = 300, max_send_lag = 0.01, start_at = 0;
 };
@@ -90,6 +93,12 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
                                    "the load's start as seconds since the Unix epoch (every shard given the same), so "
                                    "shards send one schedule; 0: when the row starts",
                                    Value(0.0), 0.0));
+    out.add(&P::response_schema,
+            key_spec("response_schema", ParamType::String,
+                     "a JSON Schema file: every request asks for a document of it (response_format json_schema, no "
+                     "ignore_eos: a document ends when it is complete), and each answer is checked by our validator, not "
+                     "only parsed (`valid`, and `valid goodput` counting only valid documents within the SLOs); empty: none",
+                     Value(std::string())));
     out.add(&P::save_result, key_spec("save_result", ParamType::String,
                                       "variant endpoint: write the first pass's requests here as vLLM's "
                                       "benchmark_serving --save-result JSON, our per-request records beside (empty: none)",
@@ -108,6 +117,7 @@ double median_of(std::vector<double> v) {
 // One request as a pass saw it, kept to pair it with the other server's answer to the same request.
 struct Observed {
   bool ok = false, within_slo = false;
+  bool parsed = false, valid = false;  // a response_schema load: the answer is JSON, and a document of the schema
   double ttft = 0, tpot = 0, e2e = 0;
   std::string text;
 };
@@ -116,9 +126,10 @@ struct Observed {
 struct Side {
   EndpointOptions options;
   std::vector<EndpointSummary> runs;
-  std::vector<std::vector<Observed>> observed;  // per pass, by request
-  std::vector<double> prefix_hit;               // % of prompt tokens, per pass the server's counters were read in
-  size_t prefix_unread = 0;                     // passes they could not be read in
+  std::vector<std::vector<Observed>> observed;       // per pass, by request
+  std::vector<double> prefix_hit;                    // % of prompt tokens, per pass the server's counters were read in
+  size_t prefix_unread = 0;                          // passes they could not be read in
+  std::vector<double> parsed, valid, valid_goodput;  // per pass, a response_schema load's: % of completed, req/s
   size_t prompt_off = 0, sent = 0;
   std::string first_off;
 };
@@ -173,6 +184,14 @@ class EndpointLoad : public Variant {
       workload_ = load_;
     }
     if (keys_.api == "chat") tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
+    if (!keys_.response_schema.empty()) {
+      schema_ = parse_json_bounded<constrain::SchemaValidator::json>(read_input_file(keys_.response_schema, 16 << 20),
+                                                                     keys_.response_schema, 128);
+      validator_ = std::make_unique<constrain::SchemaValidator>(schema_);
+      response_format_ = nlohmann::json{{"type", "json_schema"},
+                                        {"json_schema", {{"name", "load"}, {"schema", nlohmann::json::parse(schema_.dump())}}}}
+                             .dump();
+    }
   }
   Validation validate(BackendRuntime&) override { throw std::logic_error("serve-endpoint measures itself"); }
   void run(BackendRuntime&) override { throw std::logic_error("serve-endpoint measures itself"); }
@@ -192,6 +211,8 @@ class EndpointLoad : public Variant {
       o.max_concurrency = static_cast<int>(keys_.max_concurrency);
       o.request_timeout = keys_.request_timeout;
       o.start_at = keys_.start_at;
+      o.response_format = response_format_;
+      o.ignore_eos = response_format_.empty();
       try {
         o.model = keys_.served_model.empty() ? endpoint_first_model(o.url, api_key_, 10) : keys_.served_model;
       } catch (const InputError& e) {
@@ -300,6 +321,11 @@ class EndpointLoad : public Variant {
     }
     if (paired_ && !verdicts_.empty()) s += "; paired by request (endpoint vs baseline, 95% bootstrap): " + verdicts_;
     if (!saved_.empty()) s += fmt::format("; pass 1's requests saved to {} (vLLM's --save-result format)", saved_);
+    if (validator_ && !a.valid.empty())
+      s += fmt::format(
+          "; response_format {} (no ignore_eos): pass 1's answers {:.0f}% JSON, {:.0f}% valid documents by our "
+          "validator",
+          keys_.response_schema, a.parsed.front(), a.valid.front());
     s += fmt::format(
         "; metrics: medians of {} pass{}, each with prompt tokens no earlier pass of this run sent to the server (the "
         "same lengths and arrivals){}",
@@ -376,6 +402,26 @@ class EndpointLoad : public Variant {
       o.tpot = tokens > 1 ? (o.e2e - o.ttft) / (tokens - 1) : 0;
       o.within_slo = (slo.ttft <= 0 || o.ttft <= slo.ttft) && (slo.tpot <= 0 || o.tpot <= slo.tpot);
       o.text = q.text;
+      if (validator_) {
+        try {
+          const auto doc = parse_json_bounded<constrain::SchemaValidator::json>(q.text, "an answer", 256);
+          o.parsed = true;
+          o.valid = validator_->valid(doc);
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    if (validator_) {
+      size_t done = 0, parsed = 0, valid = 0, good = 0;
+      for (const Observed& o : obs) {
+        done += o.ok;
+        parsed += o.parsed;
+        valid += o.valid;
+        good += o.valid && o.within_slo;
+      }
+      side.parsed.push_back(done ? 100.0 * static_cast<double>(parsed) / static_cast<double>(done) : 0);
+      side.valid.push_back(done ? 100.0 * static_cast<double>(valid) / static_cast<double>(done) : 0);
+      side.valid_goodput.push_back(r.duration > 0 ? static_cast<double>(good) / r.duration : 0);
     }
     side.observed.push_back(std::move(obs));
     side.runs.push_back(summarize_endpoint(r, slo, keys_.max_send_lag));
@@ -440,6 +486,11 @@ class EndpointLoad : public Variant {
       if (r.cache_reported > 0 && r.input_tokens > 0)
         cached.push_back(100.0 * static_cast<double>(r.cached_tokens) / static_cast<double>(r.input_tokens));
     if (!cached.empty()) m.push_back({"cached", median_of(cached), "%"});
+    if (!side.valid.empty()) {
+      m.push_back({"parsed", median_of(side.parsed), "%"});
+      m.push_back({"valid", median_of(side.valid), "%"});
+      m.push_back({"valid goodput", median_of(side.valid_goodput), "req/s"});
+    }
     return m;
   }
 
@@ -502,6 +553,9 @@ class EndpointLoad : public Variant {
   int vocab_ = 0;
   std::vector<Request> base_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  constrain::SchemaValidator::json schema_;
+  std::unique_ptr<constrain::SchemaValidator> validator_;  // keeps a reference to schema_
+  std::string response_format_;
   std::vector<Side> sides_;
   std::vector<Speedup> speedups_;
   std::string verdicts_;

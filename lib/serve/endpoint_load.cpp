@@ -93,6 +93,17 @@ std::string client_error(httplib::Error e) {
   }
 }
 
+const nlohmann::json& json_of_response_format(const std::string& text) {
+  // Parsed once per load's text (every request carries the same one).
+  thread_local std::string last;
+  thread_local nlohmann::json parsed;
+  if (text != last) {
+    parsed = nlohmann::json::parse(text);
+    last = text;
+  }
+  return parsed;
+}
+
 std::string request_body(const EndpointOptions& o, const Request& r, const std::string* text) {
   nlohmann::json j;
   j["model"] = o.model;
@@ -108,6 +119,7 @@ std::string request_body(const EndpointOptions& o, const Request& r, const std::
   j["stream"] = true;
   j["stream_options"] = {{"include_usage", true}};
   if (o.ignore_eos) j["ignore_eos"] = true;
+  if (!o.response_format.empty()) j["response_format"] = json_of_response_format(o.response_format);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

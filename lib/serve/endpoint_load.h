@@ -26,6 +26,7 @@ struct EndpointOptions {
   double request_timeout = 300;  // seconds from a request's send to its last byte
   bool ignore_eos = true;        // every request generates max_tokens (vLLM's benchmark default)
   double start_at = 0;           // the load's start, seconds since the Unix epoch (shards share it); 0: now
+  std::string response_format;   // JSON of an OpenAI response_format every request carries ("": none)
   static constexpr int kMaxClientThreads = 512;
 };
 

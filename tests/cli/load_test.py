@@ -7,7 +7,8 @@ Starts servers on free ports with our trained ib-draft-1m, then: a load whose ev
 completes with the prompt lengths the server counted; a server that refuses every request (an API
 key the client lacks): every request failed with its reason, the row still written; the same load
 sent by two shards from a common start and merged: the whole load's requests at the whole load's
-arrival times, as one unsharded client sent them; a paired A/B of prefix caching on against off
+arrival times, as one unsharded client sent them; JSON Schema requests whose answers our validator
+checks; a paired A/B of prefix caching on against off
 on a shared system prompt: a verdict with its interval, identical greedy texts.
 """
 import json
@@ -50,8 +51,11 @@ class Server:
             self.p.kill()
 
 
+SPEC = ""  # experiments/load.yaml of the source tree (ctest runs in the build directory)
+
+
 def load(binary, out, *args, expect=0):
-    cmd = [binary, "load", "-q", "--format", "json", "-o", out, *args]
+    cmd = [binary, "load", SPEC, "-q", "--format", "json", "-o", out, *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     check(r.returncode == expect, f"{' '.join(cmd)}: exit {r.returncode} (expected {expect}): {r.stderr[-800:]}")
     rows = json.load(open(os.path.join(out, "results.json")))["experiments"][0]["rows"]
@@ -59,6 +63,8 @@ def load(binary, out, *args, expect=0):
 
 
 def main(binary, src):
+    global SPEC
+    SPEC = os.path.join(src, "experiments/load.yaml")
     model = os.path.join(src, "data/models/ib-draft-1m")
     common = ["--weights", model, "--prompt-len", "24", "--output-len", "8"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,12 +87,22 @@ def main(binary, src):
             check("6 failed: 6 × HTTP 401" in json.dumps(rows[0], ensure_ascii=False), f"not each request failed: {rows[0]}")
             print("load_test: a refusing server: the row failed, naming HTTP 401", flush=True)
 
+            # JSON Schema requests: every answer checked by our validator, not only parsed.
+            schema = f"{tmp}/schema.json"
+            json.dump({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}, "ok": {"type": "boolean"}},
+                       "required": ["n", "ok"], "additionalProperties": False}, open(schema, "w"))
+            rows, m = load(binary, f"{tmp}/s", "--endpoint", plain.url, "--requests", "6", "--qps", "0", "--set",
+                           f"response_schema={schema}", "--weights", model, "--prompt-len", "24", "--output-len", "48")
+            check(m["completed"] == 6 and m["valid"] == 100.0 and m["parsed"] == 100.0, f"schema answers: {m}")
+            check("valid documents by our validator" in rows[0]["message"], f"note: {rows[0]['message']}")
+            print("load_test: 6 of 6 response_format answers valid by our validator", flush=True)
+
             # Two shards from a common start, merged, equal one unsharded client's load.
             whole, parts = f"{tmp}/whole.json", [f"{tmp}/s0.json", f"{tmp}/s1.json"]
             load(binary, f"{tmp}/c", "--endpoint", plain.url, "--requests", "12", "--qps", "20", "--set", f"save_result={whole}",
                  *common)
             start = time.time() + 3.0
-            procs = [subprocess.Popen([binary, "load", "-q", "-o", f"{tmp}/d{i}", "--endpoint", plain.url, "--requests", "12",
+            procs = [subprocess.Popen([binary, "load", SPEC, "-q", "-o", f"{tmp}/d{i}", "--endpoint", plain.url, "--requests", "12",
                                        "--qps", "20", "--set", f"shard={i}/2", "--set", f"start_at={start}", "--set",
                                        f"save_result={parts[i]}", *common], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True) for i in range(2)]

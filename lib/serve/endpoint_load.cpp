@@ -189,6 +189,17 @@ void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, co
     rec.failure = "the stream carried no output";
 }
 
+// GET `path` under the endpoint, with its API key, within `timeout` seconds.
+httplib::Result get(const std::string& url_text, const std::string& path, const std::string& api_key, double timeout) {
+  const Url url = parse_url(url_text);
+  httplib::Client cli(url.origin);
+  cli.set_connection_timeout(static_cast<time_t>(std::max(1.0, timeout)));
+  cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)));
+  httplib::Headers h;
+  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
+  return cli.Get((url.prefix + path).c_str(), h);
+}
+
 #endif  // INFER_BENCH_HAVE_HTTP
 
 }  // namespace
@@ -313,13 +324,7 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
 
 std::optional<PrefixCounters> endpoint_prefix_counters(const std::string& url_text, const std::string& api_key, double timeout) {
 #if INFER_BENCH_HAVE_HTTP
-  const Url url = parse_url(url_text);
-  httplib::Client cli(url.origin);
-  cli.set_connection_timeout(static_cast<time_t>(std::max(1.0, timeout)));
-  cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)));
-  httplib::Headers h;
-  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  const auto res = cli.Get((url.prefix + "/metrics").c_str(), h);
+  const auto res = get(url_text, "/metrics", api_key, timeout);
   if (!res || res->status != 200 || res->body.size() > (64u << 20)) return std::nullopt;
   PrefixCounters c;
   bool queries = false, hits = false;
@@ -358,13 +363,7 @@ std::optional<PrefixCounters> endpoint_prefix_counters(const std::string& url_te
 
 std::string endpoint_first_model(const std::string& url_text, const std::string& api_key, double timeout) {
 #if INFER_BENCH_HAVE_HTTP
-  const Url url = parse_url(url_text);
-  httplib::Client cli(url.origin);
-  cli.set_connection_timeout(static_cast<time_t>(std::max(1.0, timeout)));
-  cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)));
-  httplib::Headers h;
-  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  const auto res = cli.Get((url.prefix + "/v1/models").c_str(), h);
+  const auto res = get(url_text, "/v1/models", api_key, timeout);
   if (!res) throw InputError(fmt::format("endpoint {}: GET /v1/models: {}", url_text, client_error(res.error())));
   if (res->status != 200)
     throw InputError(fmt::format("endpoint {}: GET /v1/models: HTTP {}: {}", url_text, res->status, error_message(res->body)));

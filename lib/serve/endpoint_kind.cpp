@@ -600,7 +600,7 @@ KindInfo endpoint_kind() {
   return k;
 }
 
-const KindRegistration registration(endpoint_kind());
+const KindRegistration endpoint_registration(endpoint_kind());
 
 const VariantRegistration reg_endpoint(
     "serve-endpoint",

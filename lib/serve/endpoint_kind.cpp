@@ -108,11 +108,7 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
   return set;
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+double median_of(const std::vector<double>& v) { return summarize(v).median; }
 
 // One request as a pass saw it, kept to pair it with the other server's answer to the same request.
 struct Observed {
@@ -396,11 +392,11 @@ class EndpointLoad : public Variant {
       if (!q.failure.empty()) continue;
       Observed& o = obs[i];
       o.ok = true;
-      o.ttft = q.output_times.front() - q.sent;
-      o.e2e = q.end - q.sent;
-      const int tokens = q.usage_completion >= 0 ? q.usage_completion : static_cast<int>(q.output_times.size());
-      o.tpot = tokens > 1 ? (o.e2e - o.ttft) / (tokens - 1) : 0;
-      o.within_slo = (slo.ttft <= 0 || o.ttft <= slo.ttft) && (slo.tpot <= 0 || o.tpot <= slo.tpot);
+      const RequestLatency l = request_latency(q);
+      o.ttft = l.ttft;
+      o.e2e = l.e2e;
+      o.tpot = l.tpot;
+      o.within_slo = l.within(slo);
       o.text = q.text;
       if (validator_) {
         try {
@@ -474,12 +470,7 @@ class EndpointLoad : public Variant {
   std::vector<Metric> medians(const Side& side) const {
     std::vector<std::vector<Metric>> per_run;
     for (const auto& s : side.runs) per_run.push_back(metrics_of(s));
-    std::vector<Metric> m = per_run.front();
-    for (size_t k = 0; k < m.size(); ++k) {
-      std::vector<double> v;
-      for (const auto& run : per_run) v.push_back(run[k].value);
-      m[k].value = median_of(v);
-    }
+    std::vector<Metric> m = median_of_runs(per_run);
     if (!side.prefix_hit.empty()) m.push_back({"prefix hit", median_of(side.prefix_hit), "%"});
     std::vector<double> cached;
     for (const auto& r : side.runs)

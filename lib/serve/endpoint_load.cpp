@@ -93,18 +93,9 @@ std::string client_error(httplib::Error e) {
   }
 }
 
-const nlohmann::json& json_of_response_format(const std::string& text) {
-  // Parsed once per load's text (every request carries the same one).
-  thread_local std::string last;
-  thread_local nlohmann::json parsed;
-  if (text != last) {
-    parsed = nlohmann::json::parse(text);
-    last = text;
-  }
-  return parsed;
-}
-
-std::string request_body(const EndpointOptions& o, const Request& r, const std::string* text) {
+// `response_format`: the options' response_format, parsed once per load (null: none).
+std::string request_body(const EndpointOptions& o, const nlohmann::json& response_format, const Request& r,
+                         const std::string* text) {
   nlohmann::json j;
   j["model"] = o.model;
   if (o.chat) {
@@ -119,12 +110,12 @@ std::string request_body(const EndpointOptions& o, const Request& r, const std::
   j["stream"] = true;
   j["stream_options"] = {{"include_usage", true}};
   if (o.ignore_eos) j["ignore_eos"] = true;
-  if (!o.response_format.empty()) j["response_format"] = json_of_response_format(o.response_format);
+  if (!response_format.is_null()) j["response_format"] = response_format;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, const Request& r, const std::string* text,
-              Clock::time_point start, bool (*interrupted)(), EndpointRecord& rec) {
+void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, const nlohmann::json& response_format,
+              const Request& r, const std::string* text, Clock::time_point start, bool (*interrupted)(), EndpointRecord& rec) {
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   CompletionStream stream(o.chat ? CompletionStream::Api::Chat : CompletionStream::Api::Completions);
   httplib::Request req;
@@ -132,7 +123,7 @@ void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, co
   req.path = url.prefix + (o.chat ? "/v1/chat/completions" : "/v1/completions");
   req.headers = {{"Accept", "text/event-stream"}};
   if (!o.api_key.empty()) req.headers.emplace("Authorization", "Bearer " + o.api_key);
-  req.body = request_body(o, r, text);
+  req.body = request_body(o, response_format, r, text);
   req.set_header("Content-Type", "application/json");
   int status = 0;
   std::string error_body, cancel;
@@ -216,6 +207,7 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
                                      const std::vector<std::string>& texts, bool (*interrupted)()) {
 #if INFER_BENCH_HAVE_HTTP
   const Url url = parse_url(o.url);
+  const nlohmann::json response_format = o.response_format.empty() ? nlohmann::json() : nlohmann::json::parse(o.response_format);
   if (!texts.empty() && texts.size() != trace.size()) throw std::logic_error("run_endpoint_load: one text per request");
   EndpointLoadResult out;
   out.requests.resize(trace.size());
@@ -274,7 +266,7 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
         const double t = now();
         rec.lag = t - std::max(rec.scheduled, free_since);
         try {
-          send_one(cli, url, o, trace[i], texts.empty() ? nullptr : &texts[i], start, interrupted, rec);
+          send_one(cli, url, o, response_format, trace[i], texts.empty() ? nullptr : &texts[i], start, interrupted, rec);
         } catch (const std::exception& e) {
           rec.failure = std::string("client fault: ") + e.what();
           rec.end = now();

@@ -24,6 +24,15 @@ std::string reason_kind(const std::string& reason) {
 
 }  // namespace
 
+RequestLatency request_latency(const EndpointRecord& q) {
+  RequestLatency l;
+  l.output_tokens = q.usage_completion >= 0 ? static_cast<size_t>(q.usage_completion) : q.output_times.size();
+  l.ttft = q.output_times.front() - q.sent;
+  l.e2e = q.end - q.sent;
+  if (l.output_tokens > 1) l.tpot = (l.e2e - l.ttft) / static_cast<double>(l.output_tokens - 1);
+  return l;
+}
+
 EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, double max_lag) {
   EndpointSummary out;
   std::vector<double> ttft, tpot, itl, e2e, lag;
@@ -45,24 +54,19 @@ EndpointSummary summarize_endpoint(const EndpointLoadResult& r, const Slo& slo, 
       continue;
     }
     ++out.completed;
-    const size_t tokens = q.usage_completion >= 0 ? static_cast<size_t>(q.usage_completion) : q.output_times.size();
+    const RequestLatency l = request_latency(q);
     out.without_usage += q.usage_completion < 0;
     if (q.usage_cached >= 0) {
       ++out.cache_reported;
       out.cached_tokens += static_cast<size_t>(q.usage_cached);
     }
-    out.output_tokens += tokens;
+    out.output_tokens += l.output_tokens;
     out.input_tokens += static_cast<size_t>(q.usage_prompt >= 0 ? q.usage_prompt : q.prompt_tokens);
-    const double first = q.output_times.front() - q.sent, last = q.end - q.sent;
-    ttft.push_back(first);
-    e2e.push_back(last);
-    double per_token = 0;
-    if (tokens > 1) {
-      per_token = (last - first) / static_cast<double>(tokens - 1);
-      tpot.push_back(per_token);
-    }
+    ttft.push_back(l.ttft);
+    e2e.push_back(l.e2e);
+    if (l.output_tokens > 1) tpot.push_back(l.tpot);
     for (size_t i = 1; i < q.output_times.size(); ++i) itl.push_back(q.output_times[i] - q.output_times[i - 1]);
-    if ((slo.ttft <= 0 || first <= slo.ttft) && (slo.tpot <= 0 || per_token <= slo.tpot)) ++good;
+    good += l.within(slo);
   }
   out.ttft = latency_of(ttft);
   out.tpot = latency_of(tpot);

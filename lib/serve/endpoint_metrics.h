@@ -16,6 +16,15 @@
 
 namespace ib::serve {
 
+// One completed request's latencies, as vLLM defines them.
+struct RequestLatency {
+  double ttft = 0, tpot = 0, e2e = 0;  // tpot 0 for a one-token answer
+  size_t output_tokens = 0;            // the server's usage.completion_tokens, else the chunks that carried output
+  bool within(const Slo& slo) const { return (slo.ttft <= 0 || ttft <= slo.ttft) && (slo.tpot <= 0 || tpot <= slo.tpot); }
+};
+// `q` completed (no failure, output_times not empty).
+RequestLatency request_latency(const EndpointRecord& q);
+
 struct FailureCount {
   std::string reason;  // the first request's reason in full
   size_t count = 0;    // requests whose reason reads the same with its numbers taken out

@@ -97,16 +97,15 @@ std::string endpoint_result_json(const EndpointResultFile& f) {
   std::vector<double> ttft, tpot, itl, e2e;
   for (const EndpointRecord& q : r.requests) {
     const bool ok = q.failure.empty();
-    const int out = ok ? (q.usage_completion >= 0 ? q.usage_completion : static_cast<int>(q.output_times.size())) : 0;
+    const RequestLatency l = ok ? request_latency(q) : RequestLatency{};
     input_lens.push_back(q.usage_prompt >= 0 ? q.usage_prompt : q.prompt_tokens);
-    output_lens.push_back(out);
+    output_lens.push_back(l.output_tokens);
     json gaps = json::array();
-    double first = 0;
+    const double first = l.ttft;
     if (ok) {
-      first = q.output_times.front() - q.sent;
-      ttft.push_back(first);
-      e2e.push_back(q.end - q.sent);
-      if (out > 1) tpot.push_back((q.end - q.sent - first) / (out - 1));
+      ttft.push_back(l.ttft);
+      e2e.push_back(l.e2e);
+      if (l.output_tokens > 1) tpot.push_back(l.tpot);
       for (size_t i = 1; i < q.output_times.size(); ++i) {
         gaps.push_back(q.output_times[i] - q.output_times[i - 1]);
         itl.push_back(q.output_times[i] - q.output_times[i - 1]);

@@ -176,19 +176,10 @@ void ServeLoad::run(BackendRuntime&) {
 
 std::vector<Metric> ServeLoad::metrics() const {
   if (runs_.empty()) return {};
-  // Each metric's median over the runs: one run of a load is one draw of its arrival timing and
-  // of the machine's noise.
   std::vector<std::vector<Metric>> per_run;
   for (size_t i = 0; i < runs_.size(); ++i)
     per_run.push_back(metrics_of(runs_[i], i < paged_runs_.size() ? &paged_runs_[i] : nullptr));
-  std::vector<Metric> m = per_run.front();
-  for (size_t k = 0; k < m.size(); ++k) {
-    std::vector<double> v;
-    for (const auto& run : per_run) v.push_back(run[k].value);
-    std::sort(v.begin(), v.end());
-    m[k].value = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  }
-  return m;
+  return median_of_runs(per_run);
 }
 
 std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s, const PagedRun* paged) const {

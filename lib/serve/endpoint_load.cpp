@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -243,15 +244,19 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
   std::vector<std::thread> workers;
   for (int w = 0; w < out.threads; ++w)
     workers.emplace_back([&] {
-      httplib::Client cli(url.origin);
-      cli.set_keep_alive(true);
-      // httplib writes a request's headers and body apart: on a reused connection Nagle's
-      // algorithm holds the body until the server ACKs the headers (its delayed ACK: ~40 ms
-      // added to every TTFT after a connection's first request).
-      cli.set_tcp_nodelay(true);
-      cli.set_connection_timeout(10);
-      cli.set_read_timeout(static_cast<time_t>(std::max(1.0, o.request_timeout)));
-      cli.set_write_timeout(30);
+      auto connect = [&] {
+        auto cli = std::make_unique<httplib::Client>(url.origin);
+        cli->set_keep_alive(true);
+        // httplib writes a request's headers and body apart: on a reused connection Nagle's
+        // algorithm holds the body until the server ACKs the headers (its delayed ACK: ~40 ms
+        // added to every TTFT after a connection's first request).
+        cli->set_tcp_nodelay(true);
+        cli->set_connection_timeout(10);
+        cli->set_read_timeout(static_cast<time_t>(std::max(1.0, o.request_timeout)));
+        cli->set_write_timeout(30);
+        return cli;
+      };
+      std::unique_ptr<httplib::Client> cli = connect();
       double free_since = 0;
       for (;;) {
         size_t i;
@@ -266,11 +271,15 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
         const double t = now();
         rec.lag = t - std::max(rec.scheduled, free_since);
         try {
-          send_one(cli, url, o, response_format, trace[i], texts.empty() ? nullptr : &texts[i], start, interrupted, rec);
+          send_one(*cli, url, o, response_format, trace[i], texts.empty() ? nullptr : &texts[i], start, interrupted, rec);
         } catch (const std::exception& e) {
           rec.failure = std::string("client fault: ") + e.what();
           rec.end = now();
         }
+        // After a failed request the connection's state is unknown (a refusal may leave the
+        // request's body unread on it, a stream cut mid-event leaves bytes): the next request
+        // goes on a new one, so one failure is not charged to the requests after it.
+        if (!rec.failure.empty()) cli = connect();
         free_since = now();
       }
     });

@@ -452,6 +452,10 @@ struct HttpServer::Impl {
   httplib::Server::HandlerResponse screen(const httplib::Request& req, httplib::Response& res) {
     auto refuse = [&](int status, const char* type, const std::string& message) {
       send_error(res, {status, type, message, ""});
+      // The body of a request refused here is never read: left on a kept-alive connection, it
+      // would be parsed as the client's next request (a 400 for the request after a 401). The
+      // client is told to open a new connection.
+      if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     };
     if (req.has_header("Origin")) {

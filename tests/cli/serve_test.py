@@ -358,6 +358,19 @@ def api_key(binary, src):
                   f"/v1/models with {headers}: {r.status} {body[:200]!r}")
         status, _ = s.request("GET", "/health")
         check(status == 200, f"/health with --api-key: {status}")
+        # A refused POST's body is never read: the server closes that connection, so a client
+        # that keeps connections alive sends its next request on a new one (once it was parsed
+        # from the refused body: a 400 for the request after a 401).
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        body = json.dumps({"model": "ib-draft-1m", "prompt": "Once upon a time", "max_tokens": 2})
+        for key, want in [("wrong!", 401), ("s3cret", 200), ("wrong!", 401), ("s3cret", 200)]:
+            c.request("POST", "/v1/completions", body=body,
+                      headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+            r = c.getresponse()
+            text = r.read()
+            check(r.status == want, f"keep-alive POST with key {key!r}: {r.status} {text[:200]!r} (expected {want})")
+            check(want == 200 or r.getheader("Connection") == "close", f"a refused POST kept its connection: {r.getheaders()}")
+        c.close()
     finally:
         s.p.kill()
 

@@ -121,6 +121,15 @@ class FakeServer {
     server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
     });
+    // A body past 200 bytes is refused before it is read, the connection kept alive: the unread
+    // body would be parsed as the next request on that connection.
+    server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value<uint64_t>("Content-Length") <= 200) return httplib::Server::HandlerResponse::Unhandled;
+      ++requests_;
+      res.status = 413;
+      res.set_content(R"({"error":{"message":"too large"}})", "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       ++requests_;
       const auto j = nlohmann::json::parse(req.body);
@@ -227,6 +236,23 @@ TEST(EndpointLoad, EveryRequestIsAccountedForWithItsReason) {
   EXPECT_EQ(s.failures.size(), 6u);
   EXPECT_GT(s.duration, 1.0);  // the slow request ran into its timeout
   EXPECT_NE(describe_failures(s).find("6 failed"), std::string::npos);
+}
+
+TEST(EndpointLoad, AFailedRequestLeavesItsConnectionAndTheNextOneIsSentOnANewOne) {
+  FakeServer server;
+  EndpointOptions o;
+  o.url = server.url();
+  o.model = "fake-model";
+  o.max_concurrency = 1;  // one connection, reused for each request
+  std::vector<Request> trace = trace_of({Good, Good, Good, Good}, 0.0);
+  trace[1].prompt.resize(100, 7);  // a body the server refuses unread
+  const EndpointLoadResult r = run_endpoint_load(o, trace);
+  ASSERT_EQ(r.requests.size(), 4u);
+  EXPECT_EQ(r.requests[0].failure, "");
+  EXPECT_EQ(r.requests[1].failure, "HTTP 413: too large");
+  EXPECT_EQ(r.requests[2].failure, "") << "the refused body was read as this request";
+  EXPECT_EQ(r.requests[3].failure, "");
+  EXPECT_EQ(server.requests(), 4);
 }
 
 TEST(EndpointLoad, ConcurrencyBoundHoldsAndLagIsNetOfWaitingForASlot) {

@@ -25,6 +25,8 @@
 #include "core/stats.h"
 #include "model/checkpoint.h"
 #include "model/decode_variants.h"
+#include "serve/arrival_trace.h"
+#include "serve/conversation_dataset.h"
 #include "serve/endpoint_load.h"
 #include "serve/endpoint_metrics.h"
 #include "serve/endpoint_result_file.h"
@@ -36,9 +38,14 @@ namespace {
 
 struct EndpointKeys : WorkloadKeys {
   std::string endpoint, baseline_endpoint, served_model, weights, api, api_key_env, shard, save_result, response_schema;
-  int64_t max_concurrency = 0;
-  double request_timeout = 300, max_send_lag = 0.01, start_at = 0;
+  std::string dataset, trace, trace_time_unit;
+  int64_t max_concurrency = 0, dataset_output_len = 0, trace_block = 512;
+  double request_timeout = 300, max_send_lag = 0.01, start_at = 0, duration = 0;
 };
+
+// vLLM's ShareGPT sampling filters: a prompt or answer under 4 tokens, a prompt over 1,024 or a
+// conversation over 2,048 is left out.
+constexpr size_t kDatasetMinTokens = 4, kDatasetMaxPrompt = 1024, kDatasetMaxTotal = 2048;
 
 const ParamSet<EndpointKeys>& endpoint_keys() {
   using P = EndpointKeys;
@@ -71,6 +78,32 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
                                       "empty: none",
                                       Value(std::string())));
     add_workload_keys(out);
+    out.add(&P::dataset,
+            key_spec("dataset", ParamType::String,
+                     "ShareGPT-style conversations (JSON Lines, or a JSON array): each request's prompt is a "
+                     "conversation's first user turn, tokenized by `weights`, and its output the answer's token count "
+                     "(vLLM's sharegpt dataset: seeded order, prompts or answers under 4 tokens, prompts over 1,024 and "
+                     "conversations over 2,048 left out); the prompt length keys do not apply; empty: seeded tokens",
+                     Value(std::string())));
+    out.add(&P::dataset_output_len,
+            key_spec("dataset_output_len", ParamType::Int,
+                     "output tokens of a dataset request (vLLM's --sharegpt-output-len); 0: the answer's own length",
+                     Value(int64_t{0}), 0.0));
+    out.add(&P::trace, key_spec("trace", ParamType::String,
+                                "an arrival trace (JSON Lines, Mooncake's format: `timestamp`, and optionally "
+                                "`input_length`, `output_length`, `hash_ids`): the first `requests` requests arrive at "
+                                "its times (qps and arrival do not apply) with its lengths where it has them, and "
+                                "requests sharing leading hash_ids share those prompt blocks; empty: seeded arrivals",
+                                Value(std::string())));
+    out.add(&P::trace_time_unit,
+            enum_key("trace_time_unit", "the unit of the trace's timestamps (Mooncake's are ms)", "ms", {"ms", "s"}));
+    out.add(&P::trace_block, key_spec("trace_block", ParamType::Int, "prompt tokens per trace hash id (Mooncake's 512)",
+                                      Value(int64_t{512}), 1.0, 1 << 20));
+    out.add(&P::duration,
+            key_spec("duration", ParamType::Seconds,
+                     "the load's schedule ends here: requests due at or after it are not sent (those sent run to their "
+                     "end); 0: every request is sent",
+                     Value(0.0), 0.0));
     out.add(&P::max_concurrency, key_spec("max_concurrency", ParamType::Int,
                                           "requests in flight at most (vLLM's --max-concurrency); a request due while "
                                           "all are busy waits for one; 0: no bound but the client's 512 threads",
@@ -168,18 +201,45 @@ class EndpointLoad : public Variant {
       throw InputError(
           fmt::format("start_at: {:.0f} is more than a day ahead of this machine's clock ({:.0f})", keys_.start_at, now));
     base_ = make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
-    load_ = describe(base_);
+    if (keys_.api == "chat" || !keys_.dataset.empty()) tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
+    std::string sources;
+    // A file's error names its key too (the message names the file and line).
+    auto with_key = [](const char* key, auto f) {
+      try {
+        return f();
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: {}", key, e.what()));
+      }
+    };
+    if (!keys_.trace.empty()) sources += with_key("trace", [&] { return apply_trace(); });
+    if (!keys_.dataset.empty()) sources += with_key("dataset", [&] { return apply_dataset(); });
+    if (keys_.duration > 0) {
+      const size_t drawn = base_.size();
+      const double first = base_.empty() ? 0.0 : base_.front().arrival;
+      base_.erase(std::find_if(base_.begin(), base_.end(), [&](const Request& r) { return r.arrival >= keys_.duration; }),
+                  base_.end());
+      if (!blocks_.empty()) blocks_.resize(base_.size());
+      if (base_.empty())
+        throw InputError(fmt::format("duration: no request is due before {:g} s (the first at {:.3g} s)", keys_.duration, first));
+      if (base_.size() < drawn)
+        sources += fmt::format("; cut at {:g} s: {} of {} requests sent", keys_.duration, base_.size(), drawn);
+    }
+    load_ = describe(base_) + sources;
     if (shards_ > 1) {
       // This client's share of the schedule: the same requests at the same times as in the whole load.
       std::vector<Request> mine;
-      for (Request& r : base_)
-        if (in_shard(r.id, shard_, shards_)) mine.push_back(std::move(r));
+      std::vector<std::vector<int64_t>> my_blocks;
+      for (size_t i = 0; i < base_.size(); ++i)
+        if (in_shard(base_[i].id, shard_, shards_)) {
+          mine.push_back(std::move(base_[i]));
+          if (!blocks_.empty()) my_blocks.push_back(std::move(blocks_[i]));
+        }
       base_ = std::move(mine);
+      blocks_ = std::move(my_blocks);
       workload_ = fmt::format("shard {}/{} ({} requests) of {}", shard_, shards_, base_.size(), load_);
     } else {
       workload_ = load_;
     }
-    if (keys_.api == "chat") tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
     if (!keys_.response_schema.empty()) {
       schema_ = parse_json_bounded<constrain::SchemaValidator::json>(read_input_file(keys_.response_schema, 16 << 20),
                                                                      keys_.response_schema, 128);
@@ -500,7 +560,9 @@ class EndpointLoad : public Variant {
   }
 
   // The seeded load with a draw's prompt tokens: the same arrivals and lengths, and within a pass
-  // the same shared system prompt, but nothing another draw sent.
+  // the same shared system prompt (and trace blocks), but nothing another draw sent. A dataset's
+  // prompts keep their text: a fresh system prompt, or without one a fresh first token, keeps
+  // another draw's cached prefix from matching.
   std::vector<Request> fresh_tokens(int pass) const {
     std::vector<Request> t = base_;
     if (pass == 0) return t;
@@ -508,9 +570,119 @@ class EndpointLoad : public Variant {
     std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
     std::vector<int32_t> system(static_cast<size_t>(keys_.system_prompt));
     for (auto& x : system) x = token(rng);
-    for (Request& r : t)
-      for (size_t i = 0; i < r.prompt.size(); ++i) r.prompt[i] = i < system.size() ? system[i] : token(rng);
+    for (size_t k = 0; k < t.size(); ++k) {
+      std::vector<int32_t>& p = t[k].prompt;
+      std::copy(system.begin(), system.end(), p.begin());
+      if (!keys_.dataset.empty()) {
+        if (system.empty() && !p.empty()) p[0] = token(rng);
+      } else if (!blocks_.empty() && !blocks_[k].empty()) {
+        const std::vector<int32_t> b = block_tokens(blocks_[k], p.size() - system.size(), pass);
+        std::copy(b.begin(), b.end(), p.begin() + static_cast<std::ptrdiff_t>(system.size()));
+      } else {
+        for (size_t i = system.size(); i < p.size(); ++i) p[i] = token(rng);
+      }
+    }
     return t;
+  }
+
+  // A trace's prompt of `n` tokens from its blocks: block h's tokens are drawn from a seed of h
+  // (and the draw), so requests naming the same blocks share those tokens.
+  std::vector<int32_t> block_tokens(const std::vector<int64_t>& hash_ids, size_t n, int pass) const {
+    std::vector<int32_t> out;
+    out.reserve(n);
+    std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
+    for (size_t b = 0; out.size() < n; ++b) {
+      // Past the listed blocks (an input_length longer than they cover): tokens of this request alone.
+      const uint64_t h = b < hash_ids.size() ? static_cast<uint64_t>(hash_ids[b]) : ~uint64_t{0} - b;
+      std::mt19937_64 rng((h + 1) * 0x9e37'79b9'7f4a'7c15ULL ^ (static_cast<uint64_t>(keys_.workload_seed) << 20) ^
+                          static_cast<uint64_t>(pass));
+      for (int64_t i = 0; i < keys_.trace_block && out.size() < n; ++i) out.push_back(token(rng));
+    }
+    return out;
+  }
+
+  // Arrival times (and lengths and prompt blocks where the trace has them) from keys_.trace.
+  std::string apply_trace() {
+    const std::vector<TraceEntry> trace =
+        read_arrival_trace(keys_.trace, keys_.trace_time_unit == "s" ? 1.0 : 1e-3, static_cast<size_t>(keys_.requests));
+    base_.resize(std::min(base_.size(), trace.size()));
+    const size_t sys = static_cast<size_t>(keys_.system_prompt);
+    std::mt19937_64 rng(static_cast<uint64_t>(keys_.workload_seed) ^ 0x7261'6365ULL);
+    std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
+    blocks_.assign(base_.size(), {});
+    size_t lengths = 0, blocked = 0;
+    for (size_t i = 0; i < base_.size(); ++i) {
+      Request& r = base_[i];
+      const TraceEntry& e = trace[i];
+      r.arrival = e.time;
+      if (e.output_length > 0) r.max_tokens = e.output_length;
+      if (!keys_.dataset.empty()) continue;  // the dataset's prompts; the trace's times
+      size_t n = r.prompt.size() - sys;
+      if (e.input_length > 0) {
+        n = static_cast<size_t>(e.input_length);
+        ++lengths;
+      } else if (!e.hash_ids.empty()) {
+        n = e.hash_ids.size() * static_cast<size_t>(keys_.trace_block);
+      }
+      r.prompt.resize(sys + n);
+      if (!e.hash_ids.empty()) {
+        blocks_[i] = e.hash_ids;
+        const std::vector<int32_t> b = block_tokens(e.hash_ids, n, 0);
+        std::copy(b.begin(), b.end(), r.prompt.begin() + static_cast<std::ptrdiff_t>(sys));
+        ++blocked;
+      } else {
+        for (size_t k = sys; k < r.prompt.size(); ++k) r.prompt[k] = token(rng);
+      }
+    }
+    return fmt::format("; arrivals from {} ({} of its requests{}{})", keys_.trace, base_.size(),
+                       lengths ? fmt::format(", {} with its prompt lengths", lengths) : "",
+                       blocked ? fmt::format(", {} with its shared {}-token prompt blocks", blocked, keys_.trace_block) : "");
+  }
+
+  // Prompts (and output lengths) from keys_.dataset's conversations, in a seeded order.
+  std::string apply_dataset() {
+    size_t skipped = 0;
+    const std::vector<Conversation> convs = read_conversations(keys_.dataset, 1u << 22, &skipped);
+    std::vector<size_t> order(convs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::mt19937_64 rng(static_cast<uint64_t>(keys_.workload_seed));
+    std::shuffle(order.begin(), order.end(), rng);
+    const size_t sys = static_cast<size_t>(keys_.system_prompt);
+    std::vector<int32_t> system(base_.empty() ? std::vector<int32_t>()
+                                              : std::vector<int32_t>(base_[0].prompt.begin(),
+                                                                     base_[0].prompt.begin() + static_cast<std::ptrdiff_t>(sys)));
+    size_t used = 0, filtered = 0, next = 0;
+    std::vector<std::pair<std::vector<int32_t>, int>> taken;  // prompt ids, answer tokens
+    for (Request& r : base_) {
+      // The next conversation that passes the filters; once all are used, from the first again.
+      while (taken.size() <= used && next < order.size()) {
+        const Conversation& c = convs[order[next++]];
+        std::vector<int32_t> ids = tokenizer_->encode(c.prompt);
+        const size_t answer = tokenizer_->encode(c.reply, false).size();
+        if (ids.size() < kDatasetMinTokens || answer < kDatasetMinTokens || ids.size() > kDatasetMaxPrompt ||
+            ids.size() + answer > kDatasetMaxTotal) {
+          ++filtered;
+          continue;
+        }
+        taken.emplace_back(std::move(ids), static_cast<int>(answer));
+      }
+      if (taken.empty())
+        throw InputError(
+            fmt::format("none of {}'s {} conversations passes vLLM's filters (prompt and answer of "
+                        "at least 4 tokens, a prompt of at most 1,024, both of at most 2,048)",
+                        keys_.dataset, convs.size()));
+      const auto& [ids, answer] = taken[used % taken.size()];
+      ++used;
+      r.prompt = system;
+      r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+      r.max_tokens = keys_.dataset_output_len > 0 ? static_cast<int>(keys_.dataset_output_len) : answer;
+      r.type = 's';
+    }
+    return fmt::format(
+        "; prompts from {} ({} conversations{}{}{})", keys_.dataset, std::min(used, taken.size()),
+        used > taken.size() ? fmt::format(", each used up to {} times", (used + taken.size() - 1) / taken.size()) : "",
+        filtered ? fmt::format(", {} left out by vLLM's length filters", filtered) : "",
+        skipped ? fmt::format(", {} without an answered user turn", skipped) : "");
   }
 
   std::vector<Metric> metrics_of(const EndpointSummary& s) const {
@@ -543,6 +715,7 @@ class EndpointLoad : public Variant {
   int shard_ = 0, shards_ = 1;
   int vocab_ = 0;
   std::vector<Request> base_;
+  std::vector<std::vector<int64_t>> blocks_;  // per request, the trace's prompt blocks (empty: none)
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   constrain::SchemaValidator::json schema_;
   std::unique_ptr<constrain::SchemaValidator> validator_;  // keeps a reference to schema_

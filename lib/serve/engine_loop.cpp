@@ -114,6 +114,12 @@ void EngineLoop::update_gauges() {
 }
 
 void EngineLoop::run() {
+  {
+    // The gauges and counters from the start, before a first request (a client reading them
+    // around its load sees zeros, not metrics that are absent until something ran).
+    std::lock_guard<std::mutex> lock(m_);
+    update_gauges();
+  }
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(m_);

@@ -98,6 +98,38 @@ def main(binary, src):
             check("valid documents by our validator" in rows[0]["message"], f"note: {rows[0]['message']}")
             print("load_test: 6 of 6 response_format answers valid by our validator", flush=True)
 
+            # Prompts from ShareGPT conversations, arrivals and shared prompt blocks from a Mooncake
+            # trace, a duration bound: the server counted every prompt token sent.
+            words = "the cat sat on a mat and then it ran over the hill to see what was there".split()
+            convs = [{"id": str(i), "conversations": [{"from": "human", "value": " ".join(words[: 4 + i % 12])},
+                                                      {"from": "gpt", "value": " ".join(words[: 5 + i % 7])}]} for i in range(10)]
+            convs.append({"id": "x", "conversations": [{"from": "gpt", "value": "no user turn"}]})
+            json.dump(convs, open(f"{tmp}/sharegpt.json", "w"), indent=2)
+            rows, m = load(binary, f"{tmp}/ds", "--endpoint", plain.url, "--requests", "8", "--qps", "20", "--set",
+                           f"dataset={tmp}/sharegpt.json", *common)
+            check(rows[0]["validation"]["ok"] and m["completed"] == 8, f"dataset: {rows[0]['validation']} {m}")
+            check("prompts from" in rows[0]["message"] and "1 without an answered user turn" in rows[0]["message"],
+                  f"dataset note: {rows[0]['message']}")
+            with open(f"{tmp}/trace.jsonl", "w") as f:
+                for i in range(8):
+                    f.write(json.dumps({"timestamp": 1000 + 50 * i, "input_length": 300, "output_length": 3 + i % 3,
+                                        "hash_ids": [7, 8, 9 + i]}) + "\n")
+            rows, m = load(binary, f"{tmp}/tr", "--endpoint", cached.url, "--requests", "100", "--set",
+                           f"trace={tmp}/trace.jsonl", "--set", "trace_block=128", "--max-concurrency", "1", *common)
+            check(rows[0]["validation"]["ok"] and m["completed"] == 8, f"trace: {rows[0]['validation']} {m}")
+            # Blocks 7 and 8 (256 of 300 tokens) are every request's: all but the first request's hit.
+            check(m.get("prefix hit", 0) > 70, f"trace blocks shared no prefix: {m}")
+            check("8 with its shared 128-token prompt blocks" in rows[0]["message"], f"trace note: {rows[0]['message']}")
+            rows, m = load(binary, f"{tmp}/du", "--endpoint", plain.url, "--requests", "100", "--qps", "20", "--set",
+                           "arrival=constant", "--set", "duration=0.5s", *common)
+            check(m["completed"] == 10 and "cut at 0.5 s: 10 of 100 requests sent" in rows[0]["message"],
+                  f"duration: {m['completed']} {rows[0]['message']}")
+            r = subprocess.run([binary, "load", SPEC, "-q", "-o", f"{tmp}/bad", "--endpoint", plain.url, "--set",
+                                f"trace={tmp}/sharegpt.json", *common], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 2 and r.stderr.count("\n") == 1 and "trace: " in r.stderr and "sharegpt.json:1:" in r.stderr
+                  and not os.path.exists(f"{tmp}/bad"), f"a bad trace: exit {r.returncode}: {r.stderr}")
+            print("load_test: dataset prompts, trace arrivals with shared blocks, a duration bound", flush=True)
+
             # Two shards from a common start, merged, equal one unsharded client's load.
             whole, parts = f"{tmp}/whole.json", [f"{tmp}/s0.json", f"{tmp}/s1.json"]
             load(binary, f"{tmp}/c", "--endpoint", plain.url, "--requests", "12", "--qps", "20", "--set", f"save_result={whole}",

@@ -13,7 +13,7 @@
 namespace ib::serve {
 namespace {
 
-constexpr size_t kMaxConversationLine = 64u << 20;    // one conversation
+constexpr size_t kMaxConversationLine = 64u << 20;      // one conversation
 constexpr uint64_t kMaxConversationArray = 256u << 20;  // a whole-file JSON array
 
 // The first user turn and the assistant turn right after it, from one conversation object; false
@@ -82,7 +82,8 @@ std::vector<Conversation> read_conversations(const std::string& path, size_t lim
     }
     for (size_t i = 0; i < all.size() && out.size() < limit; ++i) take(all[i], fmt::format("{}: entry {}", path, i));
   } else {
-    for_each_json_line(path, kMaxConversationLine, [&](const nlohmann::json& v, size_t line) { return take(v, fmt::format("{}:{}", path, line)); });
+    for_each_json_line(path, kMaxConversationLine,
+                       [&](const nlohmann::json& v, size_t line) { return take(v, fmt::format("{}:{}", path, line)); });
   }
   if (skipped) *skipped = skip;
   if (out.empty()) throw InputError(fmt::format("{}: no conversation with a user turn the assistant answered", path));

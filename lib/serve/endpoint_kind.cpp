@@ -23,6 +23,7 @@
 #include "core/registry.h"
 #include "core/spec.h"
 #include "core/stats.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/decode_variants.h"
 #include "serve/arrival_trace.h"
@@ -71,7 +72,8 @@ const ParamSet<EndpointKeys>& endpoint_keys() {
     out.add(&P::api, enum_key("api",
                               "completions: /v1/completions with prompts as token ids (their lengths exact, checked "
                               "against the server's usage); chat: /v1/chat/completions with one user message of "
-                              "decoded text (its token count is the server's)",
+                              "decoded text, fitted so that the checkpoint's chat template makes the prompt exactly the "
+                              "tokens asked (checked against the server's usage)",
                               "completions", {"completions", "chat"}));
     out.add(&P::api_key_env, key_spec("api_key_env", ParamType::String,
                                       "the environment variable holding the server's API key (sent as a bearer token); "
@@ -161,6 +163,8 @@ struct Side {
   std::vector<double> parsed, valid, valid_goodput;  // per pass, a response_schema load's: % of completed, req/s
   size_t prompt_off = 0, sent = 0;
   std::string first_off;
+  size_t chat_checked = 0, chat_off = 0;  // chat prompts whose server count was compared with the template's, and differed
+  std::string first_chat_off;
 };
 
 // The metrics a pass's percentiles pair on: TTFT, TPOT and E2E, at the median and p99.
@@ -202,6 +206,20 @@ class EndpointLoad : public Variant {
           fmt::format("start_at: {:.0f} is more than a day ahead of this machine's clock ({:.0f})", keys_.start_at, now));
     base_ = make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
     if (keys_.api == "chat" || !keys_.dataset.empty()) tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
+    if (keys_.api == "chat") {
+      if (auto t = model::checkpoint_chat_template(keys_.weights)) chat_template_ = std::make_shared<model::ChatTemplate>(*t);
+      if (chat_template_ && keys_.dataset.empty()) {
+        // A chat prompt's length counts the template's own tokens around the message.
+        const size_t around = tokenizer_->encode(chat_template_->render({{"user", ""}}, true), false).size();
+        for (const Request& r : base_)
+          if (r.prompt.size() <= around + static_cast<size_t>(keys_.system_prompt))
+            throw InputError(
+                fmt::format("prompt_len: a chat prompt of {} tokens leaves no room for a message: the chat "
+                            "template of {} takes {} tokens around one{}",
+                            r.prompt.size(), keys_.weights, around,
+                            keys_.system_prompt ? fmt::format(", and system_prompt {}", keys_.system_prompt) : std::string()));
+      }
+    }
     std::string sources;
     // A file's error names its key too (the message names the file and line).
     auto with_key = [](const char* key, auto f) {
@@ -288,14 +306,15 @@ class EndpointLoad : public Variant {
     for (int pass = 0; pass < passes && !interrupted(); ++pass) {
       const std::vector<Request> trace = fresh_tokens(next_draw());
       std::vector<std::string> texts;
-      if (keys_.api == "chat")
-        for (const Request& r : trace) texts.push_back(tokenizer_->decode(r.prompt, true));
+      std::vector<int> chat_counts;
+      if (keys_.api == "chat") chat_prompts(trace, pass, texts, chat_counts);
       // The baseline first on even passes, second on odd ones: a drift of the machine over the
       // measurement falls on both sides alike.
       std::vector<size_t> order = {0};
       if (paired_) order = pass % 2 == 0 ? std::vector<size_t>{1, 0} : std::vector<size_t>{0, 1};
       for (size_t side : order) {
-        const double d = run_pass(sides_[side], trace, texts, pass == 0 && side == 0 ? keys_.save_result : std::string());
+        const double d =
+            run_pass(sides_[side], trace, texts, chat_counts, pass == 0 && side == 0 ? keys_.save_result : std::string());
         if (side == 0) m.samples.push_back(d);
         sides_[side].options.start_at = 0;  // a later pass starts when it is reached
       }
@@ -303,13 +322,14 @@ class EndpointLoad : public Variant {
     size_t off = 0, sent = 0, done_a = 0, done_b = 0;
     std::string first_off;
     for (const Side& s : sides_) {
-      off += s.prompt_off;
+      off += s.prompt_off + s.chat_off;  // a chat prompt the server counted otherwise than the template
       sent += s.sent;
       if (first_off.empty()) first_off = s.first_off;
     }
     for (const auto& r : sides_[0].runs) done_a += r.completed;
     if (paired_)
       for (const auto& r : sides_[1].runs) done_b += r.completed;
+    off += chat_unfit_;  // prompts sent at another length than asked, by the template's count
     m.validation.metric = "prompt off";
     m.validation.value = static_cast<double>(off);
     m.validation.ok = off == 0 && done_a > 0 && (!paired_ || done_b > 0);
@@ -317,10 +337,20 @@ class EndpointLoad : public Variant {
       const Side& dead = done_a == 0 ? sides_[0] : sides_[1];
       m.validation.detail = fmt::format("no request completed at {}: {}", dead.options.url, describe_failures(dead.runs.front()));
     } else if (keys_.api == "chat") {
+      size_t checked = 0, chat_off = 0;
+      std::string first;
+      for (const Side& s : sides_) {
+        checked += s.chat_checked;
+        chat_off += s.chat_off;
+        if (first.empty()) first = s.first_chat_off;
+      }
       m.validation.detail = fmt::format(
-          "{} requests over {} passes, each accounted for; chat prompts' token counts are the "
-          "server's",
-          sent, m.samples.size());
+          "{} requests over {} passes, each accounted for; {}", sent, m.samples.size(),
+          chat_template_ ? fmt::format("{} of {} chat prompts counted by the server as the "
+                                       "checkpoint's chat template gives{}{}",
+                                       checked - chat_off, checked, chat_fit_note_, chat_off ? " (first off: " + first + ")" : "")
+                         : "chat prompts' token counts are the server's (the checkpoint has "
+                           "no chat template to count them by)");
     } else {
       m.validation.detail = fmt::format(
           "{} requests over {} passes, each accounted for; every prompt the server counted had "
@@ -412,7 +442,7 @@ class EndpointLoad : public Variant {
  private:
   // One pass of the load on one server; its duration.
   double run_pass(Side& side, const std::vector<Request>& trace, const std::vector<std::string>& texts,
-                  const std::string& save_to) {
+                  const std::vector<int>& chat_counts, const std::string& save_to) {
     const auto before = endpoint_prefix_counters(side.options.url, api_key_, 10);
     const EndpointLoadResult r = run_endpoint_load(side.options, trace, texts, &interrupted);
     if (!save_to.empty()) {
@@ -450,6 +480,15 @@ class EndpointLoad : public Variant {
         if (side.first_off.empty()) side.first_off = fmt::format("; {} request {}: {}", side.options.url, q.id, q.failure);
       }
       if (!q.failure.empty()) continue;
+      if (!chat_counts.empty() && chat_counts[i] > 0 && q.usage_prompt >= 0) {
+        ++side.chat_checked;
+        if (q.usage_prompt != chat_counts[i]) {
+          ++side.chat_off;
+          if (side.first_chat_off.empty())
+            side.first_chat_off = fmt::format("request {}: {} counted by the server, {} by the checkpoint's template", q.id,
+                                              q.usage_prompt, chat_counts[i]);
+        }
+      }
       Observed& o = obs[i];
       o.ok = true;
       const RequestLatency l = request_latency(q);
@@ -557,6 +596,62 @@ class EndpointLoad : public Variant {
     for (const Side& side : sides_) draw = std::max(draw, sent[side.options.url]);
     for (const Side& side : sides_) sent[side.options.url] = draw + 1;
     return draw;
+  }
+
+  // Pass `pass`'s chat messages, and what the checkpoint's template makes of each (0: no
+  // template). Seeded prompts are fitted so that the templated prompt is exactly the tokens asked:
+  // token ids decoded to text do not tokenize back to as many (vLLM #10847: 10,000 asked, ~5,800
+  // sent), so tokens are cut or added until they do. A dataset's texts are sent as they are.
+  void chat_prompts(const std::vector<Request>& trace, int pass, std::vector<std::string>& texts, std::vector<int>& counts) {
+    texts.clear();
+    counts.clear();
+    auto count = [&](const std::string& text) {
+      return static_cast<int>(tokenizer_->encode(chat_template_->render({{"user", text}}, true), false).size());
+    };
+    std::mt19937_64 rng(static_cast<uint64_t>(keys_.workload_seed) * 31 + static_cast<uint64_t>(pass) + 0xc4a7);
+    std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
+    size_t unfit = 0;
+    int worst = 0;
+    for (const Request& r : trace) {
+      if (!chat_template_) {
+        texts.push_back(tokenizer_->decode(r.prompt, true));
+        continue;
+      }
+      if (!keys_.dataset.empty()) {
+        texts.push_back(tokenizer_->decode(r.prompt, true));
+        counts.push_back(count(texts.back()));
+        continue;
+      }
+      const int want = static_cast<int>(r.prompt.size());
+      const size_t keep = static_cast<size_t>(keys_.system_prompt);  // the shared system prompt stays whole
+      std::vector<int32_t> ids = r.prompt;
+      std::string text = tokenizer_->decode(ids, true);
+      int n = count(text);
+      for (int step = 0; step < 24 && n != want; ++step) {
+        if (n > want) {
+          const size_t cut = std::min(static_cast<size_t>(n - want), ids.size() > keep + 1 ? ids.size() - keep - 1 : 0);
+          if (cut == 0) break;
+          ids.resize(ids.size() - cut);
+        } else {
+          for (int k = 0; k < want - n; ++k) ids.push_back(token(rng));
+        }
+        text = tokenizer_->decode(ids, true);
+        n = count(text);
+      }
+      if (n != want) {
+        ++unfit;
+        worst = std::max(worst, std::abs(n - want));
+      }
+      texts.push_back(std::move(text));
+      counts.push_back(n);
+    }
+    if (chat_template_ && keys_.dataset.empty()) {
+      chat_unfit_ += unfit;
+      worst_unfit_ = std::max(worst_unfit_, worst);
+      chat_fit_note_ = chat_unfit_ ? fmt::format("; {} prompts could not be fitted to their length exactly (off by {} at most)",
+                                                 chat_unfit_, worst_unfit_)
+                                   : "; every prompt fitted to its length under the template";
+    }
   }
 
   // The seeded load with a draw's prompt tokens: the same arrivals and lengths, and within a pass
@@ -717,6 +812,10 @@ class EndpointLoad : public Variant {
   std::vector<Request> base_;
   std::vector<std::vector<int64_t>> blocks_;  // per request, the trace's prompt blocks (empty: none)
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::shared_ptr<const model::ChatTemplate> chat_template_;  // api chat: the checkpoint's, to count prompts by
+  std::string chat_fit_note_;
+  size_t chat_unfit_ = 0;  // chat prompts the fitting left at another length than asked, over the passes
+  int worst_unfit_ = 0;
   constrain::SchemaValidator::json schema_;
   std::unique_ptr<constrain::SchemaValidator> validator_;  // keeps a reference to schema_
   std::string response_format_;

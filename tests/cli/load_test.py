@@ -166,10 +166,39 @@ def main(binary, src):
                   f"no verdict in the note: {rows[0]['message']}")
             print(f"load_test: paired prefix caching on/off: ttft p50 {m['ttft p50 ×']:.2f}x "
                   f"[{m['ttft p50 × lo']:.2f}, {m['ttft p50 × hi']:.2f}], {m['prefix hit']:.0f}% hit", flush=True)
+            chat(binary, src, tmp)
         finally:
             for s in (plain, keyed, cached):
                 s.stop()
     print("load_test: all passed", flush=True)
+
+
+def chat(binary, src, tmp):
+    """Chat prompts fitted to their length under SmolLM2's own chat template, and checked against the
+    server's count: exact on a server using that template, off on one with another."""
+    gguf = os.path.join(src, "data/models/smollm2-135m-instruct-q4_1.gguf")
+    if not os.path.exists(gguf):
+        print("load_test: chat lengths skipped: no SmolLM2 GGUF (scripts/get-models)", flush=True)
+        return
+    own = Server(binary, gguf)
+    other = Server(binary, gguf, "--chat-template", "{role}: {content}\n")
+    try:
+        args = ["--weights", gguf, "--api", "chat", "--requests", "4", "--qps", "0", "--prompt-len", "80", "--output-len", "2"]
+        rows, m = load(binary, f"{tmp}/chat", "--endpoint", own.url, *args)
+        v = rows[0]["validation"]
+        check(v["ok"] and v["value"] == 0 and "4 of 4 chat prompts counted by the server as the checkpoint's chat template"
+              in v["detail"] and "every prompt fitted" in v["detail"], f"chat lengths: {v}")
+        rows, m = load(binary, f"{tmp}/chat2", "--endpoint", other.url, *args, expect=1)
+        v = rows[0]["validation"]
+        check(not v["ok"] and v["value"] == 4 and "0 of 4 chat prompts" in v["detail"], f"another template: {v}")
+        r = subprocess.run([binary, "load", SPEC, "-q", "-o", f"{tmp}/chat3", "--endpoint", own.url, *args[:-4],
+                            "--prompt-len", "10"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and "leaves no room for a message" in r.stderr, f"a prompt_len below the template: {r.stderr}")
+        print("load_test: chat prompts exactly their length under the checkpoint's template; another template is off",
+              flush=True)
+    finally:
+        own.stop()
+        other.stop()
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ namespace {
 
 // A file of `text` in a directory of this test's own.
 std::string file_of(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("ib-workload-files-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const fs::path dir =
+      fs::temp_directory_path() / ("ib-workload-files-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                                   "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::create_directories(dir);
   std::ofstream(dir / name, std::ios::binary) << text;
   return (dir / name).string();
@@ -76,8 +76,9 @@ TEST(ConversationDataset, ShareGptArrayAndOpenAiLinesGiveTheFirstAnsweredUserTur
 TEST(ConversationDataset, BadInputNamesTheFileAndLine) {
   const std::string bad_json = file_of("bad.jsonl", "{\"messages\": []}\n{\"messages\": [oops\n");
   EXPECT_NE(error_of([&] { read_conversations(bad_json, 10); }).find("bad.jsonl:2: not JSON"), std::string::npos);
-  const std::string not_text = file_of("nt.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": [1]}, "
-                                                   "{\"role\": \"assistant\", \"content\": \"x\"}]}\n");
+  const std::string not_text = file_of("nt.jsonl",
+                                       "{\"messages\": [{\"role\": \"user\", \"content\": [1]}, "
+                                       "{\"role\": \"assistant\", \"content\": \"x\"}]}\n");
   EXPECT_NE(error_of([&] { read_conversations(not_text, 10); }).find("nt.jsonl:1: messages[0].content is not text"),
             std::string::npos);
   const std::string no_list = file_of("nl.jsonl", "{\"prompt\": \"hi\"}\n");

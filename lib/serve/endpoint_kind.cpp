@@ -301,6 +301,24 @@ class EndpointLoad : public Variant {
         return m;
       }
     }
+    // Warm-up passes (`warmup`): the whole load, fresh tokens, unmeasured, on each server; before a
+    // common start_at, not waiting for it.
+    for (warmups_ = 0; warmups_ < std::min<int64_t>(c.warmup, 10) && !interrupted(); ++warmups_) {
+      const std::vector<Request> trace = fresh_tokens(next_draw());
+      std::vector<std::string> texts;
+      std::vector<int> chat_counts;
+      if (keys_.api == "chat") {
+        // A warm-up's prompts are not measured: their fit does not count in the row.
+        const auto kept = std::make_tuple(chat_unfit_, worst_unfit_, chat_fit_note_);
+        chat_prompts(trace, -1 - static_cast<int>(warmups_), texts, chat_counts);
+        std::tie(chat_unfit_, worst_unfit_, chat_fit_note_) = kept;
+      }
+      for (Side& side : sides_) {
+        EndpointOptions o = side.options;
+        o.start_at = 0;
+        run_endpoint_load(o, trace, texts, &interrupted);
+      }
+    }
     // A paired measurement needs passes to alternate the order in; each pass is a whole load.
     const int passes = static_cast<int>(std::clamp<int64_t>(c.min_samples, paired_ ? 2 : 1, 20));
     for (int pass = 0; pass < passes && !interrupted(); ++pass) {
@@ -413,9 +431,10 @@ class EndpointLoad : public Variant {
           "validator",
           keys_.response_schema, a.parsed.front(), a.valid.front());
     s += fmt::format(
-        "; metrics: medians of {} pass{}, each with prompt tokens no earlier pass of this run sent to the server (the "
+        "; metrics: medians of {} pass{}{}, each with prompt tokens no earlier pass of this run sent to the server (the "
         "same lengths and arrivals){}",
         a.runs.size(), a.runs.size() == 1 ? "" : "es",
+        warmups_ ? fmt::format(" after {} unmeasured warm-up pass{}", warmups_, warmups_ == 1 ? "" : "es") : std::string(),
         paired_ ? ", the two servers sent the same requests in alternating turns" : "");
     for (size_t i = 0; i < sides_.size(); ++i) {
       const Side& side = sides_[i];
@@ -814,6 +833,7 @@ class EndpointLoad : public Variant {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::shared_ptr<const model::ChatTemplate> chat_template_;  // api chat: the checkpoint's, to count prompts by
   std::string chat_fit_note_;
+  int64_t warmups_ = 0;    // unmeasured passes run before the measured ones
   size_t chat_unfit_ = 0;  // chat prompts the fitting left at another length than asked, over the passes
   int worst_unfit_ = 0;
   constrain::SchemaValidator::json schema_;

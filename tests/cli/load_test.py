@@ -51,6 +51,13 @@ class Server:
             self.p.kill()
 
 
+def served(url):
+    """The completion requests the server at `url` has received (its /metrics)."""
+    import urllib.request
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    return int(float(re.search(r"^infer_bench_http_requests_total\{[^}]*\} (\S+)$", text, re.M).group(1)))
+
+
 SPEC = ""  # experiments/load.yaml of the source tree (ctest runs in the build directory)
 
 
@@ -129,6 +136,13 @@ def main(binary, src):
             check(r.returncode == 2 and r.stderr.count("\n") == 1 and "trace: " in r.stderr and "sharegpt.json:1:" in r.stderr
                   and not os.path.exists(f"{tmp}/bad"), f"a bad trace: exit {r.returncode}: {r.stderr}")
             print("load_test: dataset prompts, trace arrivals with shared blocks, a duration bound", flush=True)
+
+            # Warm-up passes: sent (the server counts them), not measured (the row counts one pass).
+            before = served(plain.url)
+            rows, m = load(binary, f"{tmp}/wu", "--endpoint", plain.url, "--requests", "5", "--qps", "0", "--warmup", "2",
+                           *common)
+            check(served(plain.url) - before == 15 and m["completed"] == 5 and "after 2 unmeasured warm-up passes" in
+                  rows[0]["message"], f"warm-up: {served(plain.url) - before} requests served, {m['completed']} measured")
 
             # Two shards from a common start, merged, equal one unsharded client's load.
             whole, parts = f"{tmp}/whole.json", [f"{tmp}/s0.json", f"{tmp}/s1.json"]

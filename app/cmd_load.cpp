@@ -17,7 +17,7 @@ namespace {
 struct LoadFlags {
   std::string spec = "experiments/load.yaml";
   std::vector<std::string> endpoints;
-  std::string weights, served_model, api;
+  std::string weights, served_model, api, dataset, trace, duration;
   std::vector<double> qps;
   int64_t requests = -1, max_concurrency = -1, prompt_len = -1, output_len = -1;
 };
@@ -48,6 +48,10 @@ void register_load(Cli& cli) {
   sub->add_option("--max-concurrency", f.max_concurrency, "requests in flight at most (0: no bound)");
   sub->add_option("--prompt-len", f.prompt_len, "prompt tokens of a request");
   sub->add_option("--output-len", f.output_len, "output tokens of a request (all generated: ignore_eos)");
+  sub->add_option("--dataset", f.dataset,
+                  "ShareGPT-style conversations (JSON Lines or a JSON array): real prompts and output lengths");
+  sub->add_option("--trace", f.trace, "a Mooncake-format JSON Lines trace: arrival times, lengths, shared prompt blocks");
+  sub->add_option("--duration", f.duration, "the schedule ends here (e.g. 60s): requests due later are not sent");
   add_common_options(sub, cli.common, true);
   sub->callback([&cli] {
     std::vector<std::string>& sets = cli.common.sets;
@@ -60,6 +64,9 @@ void register_load(Cli& cli) {
     if (f.max_concurrency >= 0) sets.push_back(fmt::format("max_concurrency={}", f.max_concurrency));
     if (f.prompt_len >= 0) sets.push_back(fmt::format("prompt_len={}", f.prompt_len));
     if (f.output_len >= 0) sets.push_back(fmt::format("output_len={}", f.output_len));
+    if (!f.dataset.empty()) sets.push_back("dataset=" + nlohmann::json(f.dataset).dump());
+    if (!f.trace.empty()) sets.push_back("trace=" + nlohmann::json(f.trace).dump());
+    if (!f.duration.empty()) sets.push_back("duration=" + nlohmann::json(f.duration).dump());
     cli.action = [&cli] { return run_spec_file(f.spec, cli.session()); };
   });
 }

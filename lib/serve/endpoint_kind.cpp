@@ -208,17 +208,6 @@ class EndpointLoad : public Variant {
     if (keys_.api == "chat" || !keys_.dataset.empty()) tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
     if (keys_.api == "chat") {
       if (auto t = model::checkpoint_chat_template(keys_.weights)) chat_template_ = std::make_shared<model::ChatTemplate>(*t);
-      if (chat_template_ && keys_.dataset.empty()) {
-        // A chat prompt's length counts the template's own tokens around the message.
-        const size_t around = tokenizer_->encode(chat_template_->render({{"user", ""}}, true), false).size();
-        for (const Request& r : base_)
-          if (r.prompt.size() <= around + static_cast<size_t>(keys_.system_prompt))
-            throw InputError(
-                fmt::format("prompt_len: a chat prompt of {} tokens leaves no room for a message: the chat "
-                            "template of {} takes {} tokens around one{}",
-                            r.prompt.size(), keys_.weights, around,
-                            keys_.system_prompt ? fmt::format(", and system_prompt {}", keys_.system_prompt) : std::string()));
-      }
     }
     std::string sources;
     // A file's error names its key too (the message names the file and line).
@@ -230,7 +219,6 @@ class EndpointLoad : public Variant {
       }
     };
     if (!keys_.trace.empty()) sources += with_key("trace", [&] { return apply_trace(); });
-    if (!keys_.dataset.empty()) sources += with_key("dataset", [&] { return apply_dataset(); });
     if (keys_.duration > 0) {
       const size_t drawn = base_.size();
       const double first = base_.empty() ? 0.0 : base_.front().arrival;
@@ -242,7 +230,20 @@ class EndpointLoad : public Variant {
       if (base_.size() < drawn)
         sources += fmt::format("; cut at {:g} s: {} of {} requests sent", keys_.duration, base_.size(), drawn);
     }
+    // The dataset after the cut: only the requests sent draw conversations.
+    if (!keys_.dataset.empty()) sources += with_key("dataset", [&] { return apply_dataset(); });
     load_ = describe(base_) + sources;
+    if (chat_template_ && keys_.dataset.empty()) {
+      // A chat prompt's length counts the template's own tokens around the message.
+      const size_t around = tokenizer_->encode(chat_template_->render({{"user", ""}}, true), false).size();
+      for (const Request& r : base_)
+        if (r.prompt.size() <= around + static_cast<size_t>(keys_.system_prompt))
+          throw InputError(
+              fmt::format("prompt_len: a chat prompt of {} tokens leaves no room for a message: the chat "
+                          "template of {} takes {} tokens around one{}",
+                          r.prompt.size(), keys_.weights, around,
+                          keys_.system_prompt ? fmt::format(", and system_prompt {}", keys_.system_prompt) : std::string()));
+    }
     if (shards_ > 1) {
       // This client's share of the schedule: the same requests at the same times as in the whole load.
       std::vector<Request> mine;

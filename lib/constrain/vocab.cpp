@@ -3,6 +3,7 @@
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "constrain/vocab.h"
+#include "model/checkpoint.h"
 #include "tokenizer/gguf_vocab.h"
 
 #include <cctype>
@@ -187,7 +188,7 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(what); it != cache.end()) return it->second;
   std::string text;
-  int32_t gguf_eos = -1;
+  int32_t checkpoint_eos = -1;  // the checkpoint's own end of sequence (GGUF or HF config), when it names one
   if (what == "gpt2") {
     text = maybe_gunzip(std::string(reinterpret_cast<const char*>(ib_gpt2_tokenizer_gz),
                                     static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz)),
@@ -197,17 +198,30 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
     if (what == "llama2" || what == "deepseek-llm") path = data_directory() + "/tokenizers/" + what + ".tokenizer.json.gz";
     path = data_path(path);
     std::error_code ec;
+    // A Hugging Face checkpoint directory, or the tokenizer.json inside one: its config names the
+    // end of sequence (generation_config.json's first eos_token_id), not a guess by token name.
+    namespace fs = std::filesystem;
+    if (fs::is_directory(path, ec)) path = (fs::path(path) / "tokenizer.json").string();
+    const fs::path dir = fs::path(path).parent_path();
+    if (fs::path(path).filename() == "tokenizer.json" && fs::is_regular_file(dir / "config.json", ec)) {
+      try {
+        const std::vector<int32_t> eos = model::checkpoint_config(dir.empty() ? "." : dir.string()).eos_ids;
+        if (!eos.empty()) checkpoint_eos = eos.front();
+      } catch (const std::exception&) {
+        // A config.json we do not read as a model (another architecture): the name guess stands.
+      }
+    }
     if (std::filesystem::is_regular_file(path, ec) && gguf::is_gguf(path)) {  // a GGUF checkpoint's tokenizer.ggml.*
       auto g = tokenizer::tokenizer_json_from_gguf(gguf::File(path));
       text = std::move(g.json);
-      gguf_eos = g.eos;
+      checkpoint_eos = g.eos;
     } else {
       text = maybe_gunzip(read_input_file(path, kMaxTokenizerBytes), kMaxTokenizerBytes, path);
     }
   }
   Vocabulary parsed = parse_tokenizer_json(text, what);
-  // A GGUF names its end of sequence (a chat model's end of turn, <|im_end|>), not a guess by name.
-  if (gguf_eos >= 0) parsed.eos = gguf_eos;
+  // A checkpoint names its end of sequence (a chat model's end of turn, <|im_end|>), not a guess by name.
+  if (checkpoint_eos >= 0 && checkpoint_eos < parsed.size()) parsed.eos = checkpoint_eos;
   auto v = std::make_shared<const Vocabulary>(std::move(parsed));
   cache[what] = v;
   return v;

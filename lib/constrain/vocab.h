@@ -21,7 +21,10 @@ struct Vocabulary {
 };
 
 // "gpt2" (compiled in), "llama2", "deepseek-llm" (from the data folder), or a path to a
-// tokenizer.json or tokenizer.json.gz. Throws std::runtime_error naming the file and problem.
+// tokenizer.json or tokenizer.json.gz, a GGUF checkpoint, or a Hugging Face checkpoint directory
+// (its tokenizer.json). A checkpoint's own end of sequence (the GGUF's, or config.json /
+// generation_config.json's first eos_token_id) is `eos`; otherwise an added token named like
+// one. Throws std::runtime_error naming the file and problem.
 // Named vocabularies are loaded once per process and shared.
 std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& name_or_path);
 

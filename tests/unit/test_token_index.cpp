@@ -1,5 +1,6 @@
 // Vocabularies (byte decoding against known ids) and token masks (brute-force soundness and
 // completeness on every state of a real schema).
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -97,6 +98,24 @@ TEST(Vocabulary, BadFilesAreClearErrors) {
   EXPECT_NE(error_of("{\"model\": {\"vocab\": {\"" + std::string(65536, 'a') + "\": 0}}}").find("65536 bytes"),
             std::string::npos);
   EXPECT_EQ(error_of(R"({"model": {"vocab": {"a": 0, "b": 1}}})"), "no error");
+}
+
+TEST(Vocabulary, AHuggingFaceCheckpointNamesItsOwnEndOfSequence) {
+  // ib-draft-1m's tokenizer.json has one added token, <|endoftext|> (id 0), the name guess; a copy
+  // of the checkpoint whose generation_config says 7 (a chat model's end of turn, say) ends there.
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(IB_SOURCE_DIR) / "data/models/ib-draft-1m";
+  EXPECT_EQ(load_vocabulary((src / "tokenizer.json").string())->eos, 0);
+  const fs::path dir =
+      fs::temp_directory_path() / ("ib-vocab-eos-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"})
+    fs::copy_file(src / f, dir / f);
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [7, 0]})";
+  EXPECT_EQ(load_vocabulary((dir / "tokenizer.json").string())->eos, 7);
+  EXPECT_EQ(load_vocabulary(dir.string())->eos, 7);  // the directory itself
+  fs::remove_all(dir);
 }
 
 TEST(VocabTrie, HoldsEveryNonSpecialTokenOnce) {

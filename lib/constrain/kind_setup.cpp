@@ -23,7 +23,9 @@ std::vector<KeySpec> constraint_keys(const std::string& default_vocab) {
                "a bundled schema (experiments/schemas/<name>.json), a schema file, regex:PATTERN or choice:a|b|c",
                Value(std::string("tool_call"))),
       key_spec("vocab", ParamType::String,
-               "gpt2 (50,257, built in), llama2 (32,000), deepseek-llm (102,400) or a tokenizer.json path", Value(default_vocab)),
+               "gpt2 (50,257, built in), llama2 (32,000), deepseek-llm (102,400), a tokenizer.json path, or a checkpoint "
+               "(a Hugging Face directory or a GGUF file: its tokenizer, and its own end of sequence)",
+               Value(default_vocab)),
       enum_key("whitespace",
                "JSON layout the generator may use: compact, or flexible (up to 2 of space/newline/tab between tokens)", "compact",
                {"compact", "flexible"}),

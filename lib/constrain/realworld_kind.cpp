@@ -178,26 +178,26 @@ KindInfo realworld_info() {
       "refused (spelt compactly in schema key order) and invalid ones accepted (as written or in schema order; any is a "
       "FAILED row), and the precomputed mask's per-step time on a sample. The note lists why schemas were refused. One "
       "sample = one pass over the source's schemas.";
-  k.keys = {
-      enum_key("source", "the corpus part: all, schemastore, kubernetes or bfcl", "all",
-               {"all", "schemastore", "kubernetes", "bfcl"}),
-      key_spec("strict_properties", ParamType::Bool,
-               "without additionalProperties, no keys but the declared ones (true) or any others (false: the JSON "
-               "Schema meaning, what the instances' labels use)",
-               Value(false)),
-      enum_key("unique_items",
-               "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it, "
-               "the document checked after; counted in validator_decides)",
-               "refuse", {"refuse", "validator"}),
-      enum_key("fallback",
-               "a keyword beyond what the mask holds exactly: refuse the schema, or validator (the schema object "
-               "compiled without it, the document checked after; counted in validator_decides; implies "
-               "unique_items: validator)",
-               "refuse", {"refuse", "validator"}),
-      key_spec("vocab", ParamType::String, "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm or a tokenizer.json)",
-               Value(std::string("gpt2"))),
-      key_spec("mask_schemas", ParamType::Int, "compiled schemas (a seeded sample) whose precomputed masks are timed",
-               Value(int64_t{16}), 0.0, 1000.0)};
+  k.keys = {enum_key("source", "the corpus part: all, schemastore, kubernetes or bfcl", "all",
+                     {"all", "schemastore", "kubernetes", "bfcl"}),
+            key_spec("strict_properties", ParamType::Bool,
+                     "without additionalProperties, no keys but the declared ones (true) or any others (false: the JSON "
+                     "Schema meaning, what the instances' labels use)",
+                     Value(false)),
+            enum_key("unique_items",
+                     "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it, "
+                     "the document checked after; counted in validator_decides)",
+                     "refuse", {"refuse", "validator"}),
+            enum_key("fallback",
+                     "a keyword beyond what the mask holds exactly: refuse the schema, or validator (the schema object "
+                     "compiled without it, the document checked after; counted in validator_decides; implies "
+                     "unique_items: validator)",
+                     "refuse", {"refuse", "validator"}),
+            key_spec("vocab", ParamType::String,
+                     "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm, a tokenizer.json or a checkpoint)",
+                     Value(std::string("gpt2"))),
+            key_spec("mask_schemas", ParamType::Int, "compiled schemas (a seeded sample) whose precomputed masks are timed",
+                     Value(int64_t{16}), 0.0, 1000.0)};
   return k;
 }
 

@@ -691,7 +691,7 @@ class EndpointLoad : public Variant {
       if (!keys_.dataset.empty()) {
         if (system.empty() && !p.empty()) p[0] = token(rng);
       } else if (!blocks_.empty() && !blocks_[k].empty()) {
-        const std::vector<int32_t> b = block_tokens(blocks_[k], p.size() - system.size(), pass);
+        const std::vector<int32_t> b = block_tokens(blocks_[k], p.size() - system.size(), pass, t[k].id);
         std::copy(b.begin(), b.end(), p.begin() + static_cast<std::ptrdiff_t>(system.size()));
       } else {
         for (size_t i = system.size(); i < p.size(); ++i) p[i] = token(rng);
@@ -702,15 +702,16 @@ class EndpointLoad : public Variant {
 
   // A trace's prompt of `n` tokens from its blocks: block h's tokens are drawn from a seed of h
   // (and the draw), so requests naming the same blocks share those tokens.
-  std::vector<int32_t> block_tokens(const std::vector<int64_t>& hash_ids, size_t n, int pass) const {
+  std::vector<int32_t> block_tokens(const std::vector<int64_t>& hash_ids, size_t n, int pass, int64_t request) const {
     std::vector<int32_t> out;
     out.reserve(n);
     std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
     for (size_t b = 0; out.size() < n; ++b) {
       // Past the listed blocks (an input_length longer than they cover): tokens of this request alone.
-      const uint64_t h = b < hash_ids.size() ? static_cast<uint64_t>(hash_ids[b]) : ~uint64_t{0} - b;
+      const uint64_t h = b < hash_ids.size() ? static_cast<uint64_t>(hash_ids[b])
+                                             : (static_cast<uint64_t>(request) << 24 | b) ^ 0xa5a5'0000'0000'0000ULL;
       std::mt19937_64 rng((h + 1) * 0x9e37'79b9'7f4a'7c15ULL ^ (static_cast<uint64_t>(keys_.workload_seed) << 20) ^
-                          static_cast<uint64_t>(pass));
+                          static_cast<uint64_t>(pass) ^ (b < hash_ids.size() ? 0 : 0x5bd1'e995ULL));
       for (int64_t i = 0; i < keys_.trace_block && out.size() < n; ++i) out.push_back(token(rng));
     }
     return out;
@@ -742,7 +743,7 @@ class EndpointLoad : public Variant {
       r.prompt.resize(sys + n);
       if (!e.hash_ids.empty()) {
         blocks_[i] = e.hash_ids;
-        const std::vector<int32_t> b = block_tokens(e.hash_ids, n, 0);
+        const std::vector<int32_t> b = block_tokens(e.hash_ids, n, 0, r.id);
         std::copy(b.begin(), b.end(), r.prompt.begin() + static_cast<std::ptrdiff_t>(sys));
         ++blocked;
       } else {

@@ -127,6 +127,13 @@ def main(binary, src):
             # Blocks 7 and 8 (256 of 300 tokens) are every request's: all but the first request's hit.
             check(m.get("prefix hit", 0) > 70, f"trace blocks shared no prefix: {m}")
             check("8 with its shared 128-token prompt blocks" in rows[0]["message"], f"trace note: {rows[0]['message']}")
+            # Past its listed blocks a prompt is its own: two requests naming block 1 share its 128 tokens only.
+            with open(f"{tmp}/own.jsonl", "w") as f:
+                for t in (0, 10):
+                    f.write(json.dumps({"timestamp": t, "input_length": 300, "output_length": 2, "hash_ids": [1]}) + "\n")
+            rows, m = load(binary, f"{tmp}/own", "--endpoint", cached.url, "--set", f"trace={tmp}/own.jsonl", "--set",
+                           "trace_block=128", "--max-concurrency", "1", *common)
+            check(abs(m.get("prefix hit", 0) - 100 * 128 / 600) < 0.5, f"past the listed blocks: {m.get('prefix hit')}% hit")
             rows, m = load(binary, f"{tmp}/du", "--endpoint", plain.url, "--requests", "100", "--qps", "20", "--set",
                            "arrival=constant", "--set", "duration=0.5s", *common)
             check(m["completed"] == 10 and "cut at 0.5 s: 10 of 100 requests sent" in rows[0]["message"],

@@ -14,8 +14,8 @@ struct Conversation {
   std::string prompt, reply;  // the first user turn, and the assistant turn that answers it
 };
 
-// A ShareGPT-style file: JSON Lines (one conversation per line), or one JSON array of them (up to
-// 256 MiB; past that, JSON Lines: `jq -c '.[]' in.json > out.jsonl`). A conversation is an
+// A ShareGPT-style file: JSON Lines (one conversation per line), or one JSON array of them
+// (ShareGPT's own, read an element at a time: its 650 MB are never held whole). A conversation is an
 // object with `conversations` ([{from: human|user, value}, {from: gpt|assistant|chatgpt, value},
 // ...], ShareGPT's) or `messages` ([{role: user, content}, {role: assistant, content}, ...],
 // OpenAI's). Conversations without a user turn answered by the assistant are skipped and

@@ -91,6 +91,29 @@ TEST(ConversationDataset, BadInputNamesTheFileAndLine) {
   EXPECT_NE(error_of([&] { read_conversations("/dev/zero", 10); }), "");
 }
 
+TEST(ConversationDataset, AJsonArrayIsReadAnElementAtATime) {
+  // ShareGPT's own file is one array of 650 MB: read element by element, stopping at the limit.
+  std::string big = "[";
+  for (int i = 0; i < 2000; ++i)
+    big += std::string(i ? "," : "") + "{\"conversations\": [{\"from\": \"human\", \"value\": \"q" + std::to_string(i) +
+           "\"}, {\"from\": \"gpt\", \"value\": \"a\"}]}";
+  const std::string many = file_of("many.json", big + "]");
+  const auto first = read_conversations(many, 3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[2].prompt, "q2");
+  EXPECT_EQ(read_conversations(many, 1u << 20).size(), 2000u);
+  // Past the limit the rest is never parsed: a syntax error after it goes unseen.
+  const std::string tail = file_of("tail.json", big.substr(0, 400) + "]]] not json");
+  EXPECT_EQ(read_conversations(tail, 2).size(), 2u);
+  EXPECT_NE(error_of([&] { read_conversations(tail, 100); }).find("tail.json: not JSON at byte"), std::string::npos);
+  const std::string scalar = file_of("scalar.json", R"([{"messages": []}, 7])");
+  EXPECT_NE(error_of([&] { read_conversations(scalar, 10); }).find("scalar.json: entry 1: a conversation is a JSON object"),
+            std::string::npos);
+  const std::string deep = file_of("deep.json", "[" + std::string(100, '[') + std::string(100, ']') + "]");
+  EXPECT_NE(error_of([&] { read_conversations(deep, 10); }).find("deep.json: entry 0: JSON nested deeper than 64"),
+            std::string::npos);
+}
+
 TEST(ArrivalTrace, MooncakeLinesGiveTimesLengthsAndBlocks) {
   const std::string trace = file_of("trace.jsonl",
                                     "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": "

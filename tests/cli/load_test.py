@@ -8,8 +8,10 @@ completes with the prompt lengths the server counted; a server that refuses ever
 key the client lacks): every request failed with its reason, the row still written; the same load
 sent by two shards from a common start and merged: the whole load's requests at the whole load's
 arrival times, as one unsharded client sent them; JSON Schema requests whose answers our validator
-checks; a paired A/B of prefix caching on against off
-on a shared system prompt: a verdict with its interval, identical greedy texts.
+checks; a paired A/B of prefix caching on against off on a shared system prompt: a verdict with
+its interval, identical greedy texts; prompts from a dataset, arrivals and shared blocks from a
+trace, a duration bound, warm-up passes; chat prompts exact under SmolLM2's template; and against
+scripts/paced-server, latencies that match the server's known schedule.
 """
 import json
 import os
@@ -188,10 +190,42 @@ def main(binary, src):
             print(f"load_test: paired prefix caching on/off: ttft p50 {m['ttft p50 ×']:.2f}x "
                   f"[{m['ttft p50 × lo']:.2f}, {m['ttft p50 × hi']:.2f}], {m['prefix hit']:.0f}% hit", flush=True)
             chat(binary, src, tmp)
+            known_latencies(binary, src, tmp)
         finally:
             for s in (plain, keyed, cached):
                 s.stop()
     print("load_test: all passed", flush=True)
+
+
+def known_latencies(binary, src, tmp):
+    """Against scripts/paced-server (each answer's first token 100 ms after the request, then one per
+    20 ms) the client measures what the server did: TTFT and E2E no less than its schedule (and not
+    far past it), TPOT its 20 ms (E2E - TTFT over the tokens after the first: over all 16 it would
+    read 18.75)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    paced = subprocess.Popen([sys.executable, os.path.join(src, "scripts/paced-server"), str(port), "--ttft", "100", "--itl",
+                              "20"])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        rows, m = load(binary, f"{tmp}/paced", "--endpoint", url, "--weights", os.path.join(src, "data/models/ib-draft-1m"),
+                       "--requests", "12", "--qps", "8", "--prompt-len", "16", "--output-len", "16")
+        check(m["completed"] == 12 and 100 <= m["ttft p50"] < 160, f"TTFT against a 100 ms server: {m}")
+        check(19.3 <= m["tpot p50"] <= 22, f"TPOT against a 20 ms server: {m['tpot p50']}")
+        check(400 <= m["e2e p50"] < 480, f"E2E against a 400 ms server: {m['e2e p50']}")
+        print(f"load_test: a server of known latencies: TTFT p50 {m['ttft p50']:.1f} ms (100), TPOT {m['tpot p50']:.2f} (20), "
+              f"E2E {m['e2e p50']:.1f} (400)", flush=True)
+    finally:
+        paced.kill()
+        paced.wait()
 
 
 def chat(binary, src, tmp):

@@ -308,12 +308,7 @@ class EndpointLoad : public Variant {
       const std::vector<Request> trace = fresh_tokens(next_draw());
       std::vector<std::string> texts;
       std::vector<int> chat_counts;
-      if (keys_.api == "chat") {
-        // A warm-up's prompts are not measured: their fit does not count in the row.
-        const auto kept = std::make_tuple(chat_unfit_, worst_unfit_, chat_fit_note_);
-        chat_prompts(trace, -1 - static_cast<int>(warmups_), texts, chat_counts);
-        std::tie(chat_unfit_, worst_unfit_, chat_fit_note_) = kept;
-      }
+      if (keys_.api == "chat") chat_prompts(trace, -1 - static_cast<int>(warmups_), texts, chat_counts);  // fit not counted
       for (Side& side : sides_) {
         EndpointOptions o = side.options;
         o.start_at = 0;
@@ -326,7 +321,11 @@ class EndpointLoad : public Variant {
       const std::vector<Request> trace = fresh_tokens(next_draw());
       std::vector<std::string> texts;
       std::vector<int> chat_counts;
-      if (keys_.api == "chat") chat_prompts(trace, pass, texts, chat_counts);
+      if (keys_.api == "chat") {
+        const auto [unfit, worst] = chat_prompts(trace, pass, texts, chat_counts);
+        chat_unfit_ += unfit;
+        worst_unfit_ = std::max(worst_unfit_, worst);
+      }
       // The baseline first on even passes, second on odd ones: a drift of the machine over the
       // measurement falls on both sides alike.
       std::vector<size_t> order = {0};
@@ -363,13 +362,19 @@ class EndpointLoad : public Variant {
         chat_off += s.chat_off;
         if (first.empty()) first = s.first_chat_off;
       }
-      m.validation.detail = fmt::format(
-          "{} requests over {} passes, each accounted for; {}", sent, m.samples.size(),
-          chat_template_ ? fmt::format("{} of {} chat prompts counted by the server as the "
-                                       "checkpoint's chat template gives{}{}",
-                                       checked - chat_off, checked, chat_fit_note_, chat_off ? " (first off: " + first + ")" : "")
-                         : "chat prompts' token counts are the server's (the checkpoint has "
-                           "no chat template to count them by)");
+      m.validation.detail =
+          fmt::format("{} requests over {} passes, each accounted for; {}", sent, m.samples.size(),
+                      chat_template_ ? fmt::format("{} of {} chat prompts counted by the server as the "
+                                                   "checkpoint's chat template gives{}{}",
+                                                   checked - chat_off, checked,
+                                                   !keys_.dataset.empty() ? ""
+                                                   : chat_unfit_ ? fmt::format("; {} prompts could not be fitted to their length "
+                                                                               "exactly (off by {} at most)",
+                                                                               chat_unfit_, worst_unfit_)
+                                                                 : "; every prompt fitted to its length under the template",
+                                                   chat_off ? " (first off: " + first + ")" : "")
+                                     : "chat prompts' token counts are the server's (the checkpoint has "
+                                       "no chat template to count them by)");
     } else {
       m.validation.detail = fmt::format(
           "{} requests over {} passes, each accounted for; every prompt the server counted had "
@@ -622,7 +627,9 @@ class EndpointLoad : public Variant {
   // template). Seeded prompts are fitted so that the templated prompt is exactly the tokens asked:
   // token ids decoded to text do not tokenize back to as many (vLLM #10847: 10,000 asked, ~5,800
   // sent), so tokens are cut or added until they do. A dataset's texts are sent as they are.
-  void chat_prompts(const std::vector<Request>& trace, int pass, std::vector<std::string>& texts, std::vector<int>& counts) {
+  // Returns how many prompts the fitting left at another length, and the largest difference.
+  std::pair<size_t, int> chat_prompts(const std::vector<Request>& trace, int pass, std::vector<std::string>& texts,
+                                      std::vector<int>& counts) {
     texts.clear();
     counts.clear();
     auto count = [&](const std::string& text) {
@@ -665,13 +672,7 @@ class EndpointLoad : public Variant {
       texts.push_back(std::move(text));
       counts.push_back(n);
     }
-    if (chat_template_ && keys_.dataset.empty()) {
-      chat_unfit_ += unfit;
-      worst_unfit_ = std::max(worst_unfit_, worst);
-      chat_fit_note_ = chat_unfit_ ? fmt::format("; {} prompts could not be fitted to their length exactly (off by {} at most)",
-                                                 chat_unfit_, worst_unfit_)
-                                   : "; every prompt fitted to its length under the template";
-    }
+    return {unfit, worst};
   }
 
   // The seeded load with a draw's prompt tokens: the same arrivals and lengths, and within a pass
@@ -834,8 +835,7 @@ class EndpointLoad : public Variant {
   std::vector<std::vector<int64_t>> blocks_;  // per request, the trace's prompt blocks (empty: none)
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::shared_ptr<const model::ChatTemplate> chat_template_;  // api chat: the checkpoint's, to count prompts by
-  std::string chat_fit_note_;
-  int64_t warmups_ = 0;    // unmeasured passes run before the measured ones
+  int64_t warmups_ = 0;                                       // unmeasured passes run before the measured ones
   size_t chat_unfit_ = 0;  // chat prompts the fitting left at another length than asked, over the passes
   int worst_unfit_ = 0;
   constrain::SchemaValidator::json schema_;

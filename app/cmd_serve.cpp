@@ -199,6 +199,10 @@ void register_serve(Cli& cli) {
       ->check(CLI::Range(1, 4096));
   sub->add_option("--read-timeout", h.read_timeout_s, "seconds a client may stay silent while sending its request")
       ->check(CLI::Range(1, 3600));
+  sub->add_option("--receive-deadline", h.receive_deadline_s,
+                  "seconds a client has to send a whole request (line, headers, body) from when its connection starts "
+                  "waiting for it; slower ones are cut (0: no deadline)")
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_option("--shutdown-grace", h.shutdown_grace_s,
                   "seconds requests in flight may take to finish after Ctrl-C before they are cancelled")
       ->check(CLI::Range(0.0, 3600.0));

@@ -18,6 +18,7 @@
 #include "core/errors.h"
 #include "constrain/vocab.h"
 #include "model/text_prompt.h"
+#include "serve/http_connections.h"
 #include "serve/openai_api.h"
 #include "serve/schema_constraint.h"
 
@@ -42,6 +43,7 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};  // stop() was called: no new completions
   std::atomic<int> in_flight{0};      // completions being answered (a stream until its last write)
   std::atomic<int> listen_fd{-1};     // the listening socket, for its backlog (bind())
+  std::shared_ptr<HttpConnectionCounters> connections = std::make_shared<HttpConnectionCounters>();
   std::mutex ids_m;
   std::set<int64_t> ids;  // the engine's ids of the completions in flight, cancelled past the grace period
   // Where a completion ends: the checkpoint's end-of-sequence ids (generation_config.json, the
@@ -297,8 +299,15 @@ struct HttpServer::Impl {
       std::vector<ChoiceText> out;
       for (Choice& c : *choices) {
         bool done = false;
-        while (!(done = c.stream->wait(c.tokens.size(), c.tokens, 1.0)))
+        while (!(done = c.stream->wait(c.tokens.size(), c.tokens, 0.25))) {
+          if (HttpConnections::client_gone()) {
+            // Nobody would read the answer: its sequences go back to the engine now, not at the end.
+            cancel_all();
+            res.status = 499;  // nginx's "client closed request"; written to no one
+            return;
+          }
           if (!r.stop.empty() && answer_of(r, c.tokens, false).stop_string) break;
+        }
         c.answer = answer_of(r, c.tokens, done && c.stream->stopped());
         if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
         if (!c.answer.stop_string && !c.stream->error().empty()) {
@@ -393,6 +402,9 @@ struct HttpServer::Impl {
     add("requests_failed_total", "counter", "requests the engine failed", static_cast<double>(c.failed));
     add("requests_refused_total", "counter", "requests answered with an error status", static_cast<double>(refused.load()));
     add("http_requests_total", "counter", "completion requests received", static_cast<double>(http_requests.load()));
+    add("http_connections_total", "counter", "connections accepted", static_cast<double>(connections->accepted.load()));
+    add("http_connections_cut_total", "counter", "connections closed for not sending a whole request by --receive-deadline",
+        static_cast<double>(connections->cut.load()));
     add("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
     add("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
     add("engine_steps_total", "counter", "forward passes of the scheduler", static_cast<double>(c.steps));
@@ -450,6 +462,8 @@ struct HttpServer::Impl {
   // not JSON or is larger than the limit or has no length (chunked: httplib does not bound it),
   // or a compressed one (a decompression bomb).
   httplib::Server::HandlerResponse screen(const httplib::Request& req, httplib::Response& res) {
+    // Without a body the request has arrived whole; one with a body has when its handler runs.
+    if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) HttpConnections::request_received();
     auto refuse = [&](int status, const char* type, const std::string& message) {
       send_error(res, {status, type, message, ""});
       // The body of a request refused here is never read: left on a kept-alive connection, it
@@ -499,6 +513,15 @@ struct HttpServer::Impl {
     return httplib::Server::HandlerResponse::Unhandled;
   }
 
+  // A route's handler runs once its request's body has been read: the receive deadline is met.
+  template <class Handler>
+  static auto arrived(Handler h) {
+    return [h](const httplib::Request& q, httplib::Response& r) {
+      HttpConnections::request_received();
+      h(q, r);
+    };
+  }
+
   bool loopback_only() const { return o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1"; }
 
   void routes() {
@@ -509,39 +532,46 @@ struct HttpServer::Impl {
     svr.set_read_timeout(o.read_timeout_s, 0);
     svr.set_write_timeout(o.read_timeout_s, 0);
     svr.set_keep_alive_timeout(std::min(5, o.read_timeout_s));
-    const int threads = o.threads;
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr.new_task_queue = [threads = o.threads, deadline = o.receive_deadline_s, counters = connections] {
+      return new HttpConnections(threads, deadline, counters);
+    };
+    // Called once an answer is written, whatever it was: the connection waits for its next request.
+    svr.set_logger([](const httplib::Request&, const httplib::Response&) { HttpConnections::answer_written(); });
     // The listening socket, for a real backlog (httplib listens with 5: bursts of clients were reset).
     svr.set_socket_options([this](socket_t sock) {
       httplib::default_socket_options(sock);
       listen_fd = static_cast<int>(sock);
     });
     svr.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) { return screen(q, r); });
-    svr.Options(".*", [this](const httplib::Request& q, httplib::Response& r) {
-      // A CORS preflight of an allowed origin (screen() refused the others).
-      r.status = 204;
-      if (q.has_header("Origin")) {
-        r.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        r.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
-        r.set_header("Access-Control-Max-Age", "600");
-      }
-    });
-    svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, false); });
-    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); });
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-      std::vector<std::string> adapters;
-      for (const auto& a : o.adapters) adapters.push_back(a.first);
-      r.set_content(models_json(o.model_name, static_cast<int64_t>(std::time(nullptr)), loop.config().max_positions, adapters),
-                    "application/json");
-    });
-    svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, true); });
-    svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, false); });
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& r) { r.set_content("", "text/plain"); });
-    svr.Get("/metrics",
-            [this](const httplib::Request&, httplib::Response& r) { r.set_content(metrics(), "text/plain; version=0.0.4"); });
+    svr.Options(".*", arrived([this](const httplib::Request& q, httplib::Response& r) {
+                  // A CORS preflight of an allowed origin (screen() refused the others).
+                  r.status = 204;
+                  if (q.has_header("Origin")) {
+                    r.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                    r.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+                    r.set_header("Access-Control-Max-Age", "600");
+                  }
+                }));
+    svr.Post("/v1/completions", arrived([this](const httplib::Request& q, httplib::Response& r) { completions(q, r, false); }));
+    svr.Post("/v1/chat/completions",
+             arrived([this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); }));
+    svr.Get("/v1/models", arrived([this](const httplib::Request&, httplib::Response& r) {
+              std::vector<std::string> adapters;
+              for (const auto& a : o.adapters) adapters.push_back(a.first);
+              r.set_content(
+                  models_json(o.model_name, static_cast<int64_t>(std::time(nullptr)), loop.config().max_positions, adapters),
+                  "application/json");
+            }));
+    svr.Post("/tokenize", arrived([this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, true); }));
+    svr.Post("/detokenize", arrived([this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, false); }));
+    svr.Get("/health", arrived([](const httplib::Request&, httplib::Response& r) { r.set_content("", "text/plain"); }));
+    svr.Get("/metrics", arrived([this](const httplib::Request&, httplib::Response& r) {
+              r.set_content(metrics(), "text/plain; version=0.0.4");
+            }));
     svr.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
       // Called for every status >= 400; ours have their body already. The rest are httplib's:
       // an unrouted request, or a request it refused before any handler (its size, its syntax).
+      HttpConnections::request_received();
       if (!r.body.empty()) return;
       if (r.status == 404)
         send_error(r, {404, "not_found_error", fmt::format("no route {} {}", q.method, q.path), ""});

@@ -38,7 +38,10 @@ struct HttpOptions {
   int max_tokens_limit = 0;          // a request's max_tokens at most (0: the model's context)
   int threads = 128;                 // connections served at once; more wait in the listen backlog
   int read_timeout_s = 10;           // a client silent this long while sending its request is dropped
-  double shutdown_grace_s = 30;      // stop(): requests in flight may finish this long, then are cancelled
+  // A request's line, headers and body must all arrive within this long of the connection
+  // starting to wait for it, however the bytes trickle (one per read timeout held a thread); 0: none.
+  double receive_deadline_s = 30;
+  double shutdown_grace_s = 30;  // stop(): requests in flight may finish this long, then are cancelled
   // Browsers: an `Origin` not listed here is refused (403), so a page on another site cannot
   // drive a server on this machine; "*" allows any. A listed one gets CORS headers and preflights.
   std::vector<std::string> allowed_origins;

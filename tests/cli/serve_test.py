@@ -340,6 +340,7 @@ def plain(binary, src):
     lora(binary, src)
     paged(binary, src)
     hostile(binary, src)
+    slow_and_gone_clients(binary, src)
     api_key(binary, src)
     print("serve_test: plain HTTP: all checks passed")
 
@@ -532,6 +533,81 @@ def hostile(binary, src):
         [t.join(timeout=60) for t in threads]
         check(code == 130 and time.time() - started < 15, f"exit {code} after {time.time() - started:.1f} s")
         check(len(ends) == 3 and all(e and e[-1] == "[DONE]" for e in ends), f"streams at Ctrl-C ended with {ends}")
+    finally:
+        if s.p.poll() is None:
+            s.p.kill()
+
+
+def slow_and_gone_clients(binary, src):
+    """#48: clients that trickle a request a byte at a time, each byte inside the read timeout
+    (slowloris), are cut at --receive-deadline and cannot keep /health from being answered; a
+    non-streamed request whose client has gone away is cancelled, not generated to its end; Ctrl-C
+    does not wait for slow clients."""
+    import socket
+    model = os.path.join(src, "data/models/ib-draft-1m")
+    s = Server(binary, model, "--http-threads", "2", "--read-timeout", "1", "--receive-deadline", "2", "--shutdown-grace", "1")
+    try:
+        cut = []
+        def trickle(i, seconds):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=0.3)
+            start = time.time()
+            for b in b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200:
+                if time.time() - start > seconds:
+                    break
+                try:
+                    c.send(bytes([b]))
+                    if c.recv(1) == b"":
+                        cut.append(time.time() - start)
+                        break
+                except socket.timeout:
+                    pass
+                except OSError:
+                    cut.append(time.time() - start)
+                    break
+            c.close()
+        slow = [threading.Thread(target=trickle, args=(i, 30)) for i in range(6)]
+        [t.start() for t in slow]
+        time.sleep(0.5)
+        started = time.time()
+        status, _ = s.request("GET", "/health", timeout=30)
+        took = time.time() - started
+        [t.join() for t in slow]
+        # Six slow clients on two threads: two cut at 2 s, then two a second for the queued ones.
+        check(status == 200 and took < 10, f"/health behind 6 slow clients on 2 threads: {status} after {took:.1f} s")
+        check(len(cut) == 6 and max(cut) < 10, f"slow clients cut after {cut} s (deadline 2 s)")
+        m = s.metrics()
+        check(m["http_connections_cut_total"] == 6, f"connections cut: {m['http_connections_cut_total']}")
+
+        # Three non-streamed requests of 1,500 tokens each, their clients gone after 0.2 s.
+        before = s.metrics()
+        def gone(i):
+            body = json.dumps({"model": "ib-draft-1m", "prompt": f"g{i}", "max_tokens": 1500, "ignore_eos": True}).encode()
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(post(b"/v1/completions", body).replace(b"Connection: close\r\n", b""))
+            time.sleep(0.2)
+            c.close()
+        threads = [threading.Thread(target=gone, args=(i,)) for i in range(3)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        deadline = time.time() + 30
+        while time.time() < deadline and (m := s.metrics())["num_requests_running"] + m["num_requests_waiting"] > 0:
+            time.sleep(0.05)
+        idle = time.time() - deadline + 30
+        check(m["requests_cancelled_total"] - before["requests_cancelled_total"] == 3
+              and m["requests_finished_total"] == before["requests_finished_total"],
+              f"3 requests whose clients went away: cancelled {m['requests_cancelled_total']}, finished "
+              f"{m['requests_finished_total']} (before {before['requests_cancelled_total']}, "
+              f"{before['requests_finished_total']}); idle {idle:.1f} s after")
+
+        # Ctrl-C with slow clients connected: they do not hold the exit.
+        slow = [threading.Thread(target=trickle, args=(i, 20)) for i in range(3)]
+        [t.start() for t in slow]
+        time.sleep(0.5)
+        started = time.time()
+        code = s.stop()
+        check(code == 130 and time.time() - started < 5, f"Ctrl-C with slow clients: exit {code} after "
+              f"{time.time() - started:.1f} s")
+        [t.join() for t in slow]
     finally:
         if s.p.poll() is None:
             s.p.kill()

@@ -1,4 +1,5 @@
 #include "core/data_dir.h"
+#include "core/errors.h"
 #include "core/gguf_file.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
@@ -92,44 +93,48 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
   try {
     j = parse_json_bounded(text, name);
   } catch (const std::exception& e) {
-    throw std::runtime_error(name + ": not JSON: " + e.what());
+    throw InputError(name + ": not JSON: " + e.what());
   }
   if (!j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
-    throw std::runtime_error(name + ": no model.vocab (not a tokenizer.json?)");
+    throw InputError(name + ": no model.vocab (not a tokenizer.json?)");
   // By reference: value() would copy the subtree.
   const nlohmann::json none;
   const nlohmann::json& decoder = j.contains("decoder") ? j["decoder"] : none;
   const nlohmann::json& pre_tokenizer = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none;
   const bool byte_level = uses(decoder, "ByteLevel") || uses(pre_tokenizer, "ByteLevel");
-  const bool byte_fallback = j["model"].value("byte_fallback", false) || uses(decoder, "ByteFallback");
+  const nlohmann::json& fallback = j["model"].contains("byte_fallback") ? j["model"]["byte_fallback"] : none;
+  if (!fallback.is_null() && !fallback.is_boolean()) throw InputError(name + ": /model/byte_fallback: not true or false");
+  const bool byte_fallback = fallback.is_boolean() && fallback.get<bool>() ? true : uses(decoder, "ByteFallback");
   Vocabulary v;
   v.name = name;
   // Every id and size read from the file is checked before it sizes or indexes anything.
   constexpr int64_t kMaxId = (int64_t{1} << 24) - 1;
   constexpr size_t kMaxTokenBytes = 65535;  // the token index stores trie depths in 16 bits
   auto checked_id = [&](const nlohmann::json& id, const std::string& where) {
-    if (!id.is_number_integer()) throw std::runtime_error(name + ": " + where + ": the id is not an integer");
+    if (!id.is_number_integer()) throw InputError(name + ": " + where + ": the id is not an integer");
     const int64_t value = id.get<int64_t>();
     if (value < 0 || value > kMaxId)
-      throw std::runtime_error(name + ": " + where + ": id " + std::to_string(value) + " is outside 0 .. 2^24 - 1");
+      throw InputError(name + ": " + where + ": id " + std::to_string(value) + " is outside 0 .. 2^24 - 1");
     return value;
   };
   int64_t max_id = -1;
   for (const auto& [tok, id] : j["model"]["vocab"].items()) {
     max_id = std::max<int64_t>(max_id, checked_id(id, "/model/vocab/" + tok.substr(0, 40)));
     if (tok.size() > kMaxTokenBytes)
-      throw std::runtime_error(name + ": /model/vocab: a token of " + std::to_string(tok.size()) + " bytes (at most " +
-                               std::to_string(kMaxTokenBytes) + ")");
+      throw InputError(name + ": /model/vocab: a token of " + std::to_string(tok.size()) + " bytes (at most " +
+                       std::to_string(kMaxTokenBytes) + ")");
   }
   std::map<std::string, bool> added;  // content -> special
   const nlohmann::json added_tokens = j.value("added_tokens", nlohmann::json::array());
-  if (!added_tokens.is_array()) throw std::runtime_error(name + ": /added_tokens: not a list");
+  if (!added_tokens.is_array()) throw InputError(name + ": /added_tokens: not a list");
   for (size_t i = 0; i < added_tokens.size(); ++i) {
     const auto& a = added_tokens[i];
     const std::string where = "/added_tokens/" + std::to_string(i);
     if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
-      throw std::runtime_error(name + ": " + where + ": needs an integer id and a string content");
+      throw InputError(name + ": " + where + ": needs an integer id and a string content");
     max_id = std::max<int64_t>(max_id, checked_id(a["id"], where + "/id"));
+    if (a.contains("special") && !a["special"].is_boolean())
+      throw InputError(name + ": " + where + "/special: not true or false");
     added[a["content"].get<std::string>()] = a.value("special", true);
   }
   v.token_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
@@ -149,7 +154,7 @@ Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name
         }
         bytes += static_cast<char>(it->second);
       }
-      if (!ok) throw std::runtime_error(name + ": token '" + tok + "' is not byte-level encoded");
+      if (!ok) throw InputError(name + ": token '" + tok + "' is not byte-level encoded");
     } else {
       if (byte_fallback && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>' &&
           std::isxdigit(static_cast<unsigned char>(tok[3])) && std::isxdigit(static_cast<unsigned char>(tok[4]))) {

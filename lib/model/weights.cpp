@@ -79,6 +79,20 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The config.json keys that decide whether the model has a tensor and its shape. A checkpoint
+// whose weights disagree with its config most often has one of these wrong, so errors name them.
+std::string config_keys_of(const std::string& tensor) {
+  auto has = [&](const char* part) { return tensor.find(part) != std::string::npos; };
+  const std::string layers = tensor.rfind("model.layers.", 0) == 0 ? "num_hidden_layers, " : "";
+  if (tensor == "lm_head.weight") return "tie_word_embeddings, vocab_size, hidden_size";
+  if (has("embed_tokens")) return "vocab_size, hidden_size";
+  if (ends_with(tensor, ".bias")) return layers + (has(".mlp.") ? "mlp_bias" : "attention_bias");
+  if (has("q_proj") || has("o_proj")) return layers + "num_attention_heads, head_dim, hidden_size";
+  if (has("k_proj") || has("v_proj")) return layers + "num_key_value_heads, head_dim, hidden_size";
+  if (has(".mlp.")) return layers + "intermediate_size, hidden_size";
+  return layers + "hidden_size";
+}
+
 class RandomWeights : public WeightSource {
  public:
   RandomWeights(const ModelConfig& c, uint64_t seed) : c_(c), seed_(seed) {}
@@ -185,10 +199,17 @@ class SafetensorsWeights : public WeightSource {
   // The file holding the tensor, its header entry checked against the config's shape.
   const SafetensorsFile& entry(const TensorSpec& spec) const {
     auto w = where_.find(spec.name);
-    if (w == where_.end()) throw InputError(fmt::format("{}: tensor '{}' is missing from the checkpoint", dir_, spec.name));
+    if (w == where_.end())
+      throw InputError(
+          fmt::format("{}: tensor '{}' is missing from the checkpoint, though config.json ({}) says the model has it", dir_,
+                      spec.name, config_keys_of(spec.name)));
     const SafetensorsFile& f = files_.at(w->second);
     if (!f.contains(spec.name))
       throw InputError(fmt::format("{}: tensor '{}' is listed in the index but not in the file", f.path(), spec.name));
+    const std::vector<int64_t> shape = f.shape(spec.name);
+    if (shape != spec.shape)
+      throw InputError(fmt::format("{}: tensor '{}': shape [{}], where config.json ({}) makes it [{}]", f.path(), spec.name,
+                                   fmt::join(shape, ", "), config_keys_of(spec.name), fmt::join(spec.shape, ", ")));
     f.entry(spec.name, spec.shape);
     return f;
   }

@@ -181,7 +181,10 @@ BpeModel::BpeModel(const Json& model) {
     if (b.size() < prefix_len) m.fail("'" + b + "' is shorter than the continuing_subword_prefix");
     const std::string merged = a + b.substr(prefix_len);
     auto im = vocab_.find(merged);
-    if (im == vocab_.end()) m.fail("the merged token '" + merged + "' is not in the vocabulary");
+    if (im == vocab_.end())
+      m.fail(
+          "the merged token '" + merged + "' is not in the vocabulary" +
+          (prefix_len > 0 ? " (continuing_subword_prefix '" + continuing_subword_prefix_ + "' dropped from '" + b + "')" : ""));
     merges_.set(pair_key(ia->second, ib->second), Merge{rank, im->second});  // a repeated pair: the later rank
     ++rank;
   }

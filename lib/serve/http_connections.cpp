@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace {
@@ -100,13 +101,19 @@ void HttpConnections::work(Slot& slot) {
 void HttpConnections::watch() {
   if (deadline_s_ <= 0) return;
   const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s_));
+  // With connections queued for a thread, a connection still waiting for its request after this
+  // long is cut too: a client sends a request within milliseconds of connecting or of its last
+  // answer, so under pressure a thread is not left to a slow or idle one (a kept-alive client
+  // reconnects) for the whole deadline while others queue.
+  const auto pressed = std::min(deadline, std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(2)));
   std::unique_lock<std::mutex> lock(m_);
   while (!stopping_) {
     watch_cv_.wait_for(lock, std::chrono::milliseconds(100));
     const auto now = Clock::now();
+    const auto limit = jobs_.empty() ? deadline : pressed;
     for (auto& s : slots_) {
       std::lock_guard<std::mutex> slot_lock(s->m);
-      if (s->fd < 0 || !s->awaiting || s->cut || now - s->since < deadline || now < s->grace_until) continue;
+      if (s->fd < 0 || !s->awaiting || s->cut || now - s->since < limit || now < s->grace_until) continue;
       // Shut down, not closed: httplib's reads end and it closes the connection as after any end.
       ::shutdown(s->fd, SHUT_RDWR);
       s->cut = true;

@@ -37,6 +37,7 @@ class HttpConnections final : public httplib::TaskQueue {
   // was accepted, queued or not; the next one on a kept-alive connection from the last answer) is
   // shut down, though never in its first second on a thread (a request queued past the deadline
   // is read if it is all there: many slow clients cost a thread a second each, not a deadline).
+  // While connections are queued for a thread the deadline is 2 s (when it is longer).
   HttpConnections(int threads, double receive_deadline_s, std::shared_ptr<HttpConnectionCounters> counters);
   ~HttpConnections() override;
   HttpConnections(const HttpConnections&) = delete;

@@ -41,9 +41,8 @@ void write_bytes(const fs::path& p, const std::string& s) { std::ofstream(p, std
 class Corrupt : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("ib-corrupt-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() / ("ib-corrupt-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
     fs::copy(kModel, root_ / "model");

@@ -67,8 +67,14 @@ const nlohmann::json& SafetensorsFile::entry(const std::string& tensor, const st
   if (!want.empty() && shape != want)
     throw InputError(fmt::format("{}: tensor '{}': shape [{}], the config needs [{}]", path_, tensor, fmt::join(shape, ", "),
                                  fmt::join(want, ", ")));
+  // Bounded before it is multiplied: a header may claim any shape (2^40 x 2^40 overflowed).
   int64_t elems = 1;
-  for (int64_t d : shape) elems *= d;
+  for (int64_t d : shape) {
+    if (d > 0 && elems > (int64_t{1} << 40) / d)
+      throw InputError(
+          fmt::format("{}: tensor '{}': shape [{}] has more elements than a file holds", path_, tensor, fmt::join(shape, ", ")));
+    elems *= d;
+  }
   const auto off = info.at("data_offsets").get<std::vector<uint64_t>>();
   const uint64_t es = dtype == "F32" ? 4 : 2;
   if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != static_cast<uint64_t>(elems) * es)

@@ -41,8 +41,9 @@ struct HttpConnections::Slot {
 
 thread_local HttpConnections::Slot* HttpConnections::current_ = nullptr;
 
-HttpConnections::HttpConnections(int threads, double receive_deadline_s, std::shared_ptr<HttpConnectionCounters> counters)
-    : deadline_s_(receive_deadline_s), counters_(std::move(counters)) {
+HttpConnections::HttpConnections(int threads, double receive_deadline_s, std::shared_ptr<HttpConnectionCounters> counters,
+                                 std::function<void()> on_idle)
+    : deadline_s_(receive_deadline_s), counters_(std::move(counters)), on_idle_(std::move(on_idle)) {
   for (int i = 0; i < threads; ++i) slots_.push_back(std::make_unique<Slot>());
   for (auto& s : slots_) threads_.emplace_back([this, slot = s.get()] { work(*slot); });
   watcher_ = std::thread([this] { watch(); });
@@ -99,13 +100,14 @@ void HttpConnections::work(Slot& slot) {
 }
 
 void HttpConnections::watch() {
-  if (deadline_s_ <= 0) return;
   const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s_));
   // With connections queued for a thread, a connection still waiting for its request after this
   // long is cut too: a client sends a request within milliseconds of connecting or of its last
   // answer, so under pressure a thread is not left to a slow or idle one (a kept-alive client
   // reconnects) for the whole deadline while others queue.
   const auto pressed = std::min(deadline, std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(2)));
+  Clock::time_point busy = Clock::now();  // when a request was last seen in progress
+  bool idle_reported = true;
   std::unique_lock<std::mutex> lock(m_);
   while (!stopping_) {
     watch_cv_.wait_for(lock, std::chrono::milliseconds(100));
@@ -113,11 +115,21 @@ void HttpConnections::watch() {
     const auto limit = jobs_.empty() ? deadline : pressed;
     for (auto& s : slots_) {
       std::lock_guard<std::mutex> slot_lock(s->m);
-      if (s->fd < 0 || !s->awaiting || s->cut || now - s->since < limit || now < s->grace_until) continue;
+      if (s->fd >= 0 && !s->awaiting) {
+        busy = now;
+        idle_reported = false;
+      }
+      if (deadline_s_ <= 0 || s->fd < 0 || !s->awaiting || s->cut || now - s->since < limit || now < s->grace_until) continue;
       // Shut down, not closed: httplib's reads end and it closes the connection as after any end.
       ::shutdown(s->fd, SHUT_RDWR);
       s->cut = true;
       ++counters_->cut;
+    }
+    if (on_idle_ && !idle_reported && jobs_.empty() && now - busy > std::chrono::seconds(1)) {
+      idle_reported = true;
+      lock.unlock();
+      on_idle_();
+      lock.lock();
     }
   }
 }

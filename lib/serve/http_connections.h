@@ -38,7 +38,10 @@ class HttpConnections final : public httplib::TaskQueue {
   // shut down, though never in its first second on a thread (a request queued past the deadline
   // is read if it is all there: many slow clients cost a thread a second each, not a deadline).
   // While connections are queued for a thread the deadline is 2 s (when it is longer).
-  HttpConnections(int threads, double receive_deadline_s, std::shared_ptr<HttpConnectionCounters> counters);
+  // `on_idle`, when given, runs on the watcher's thread once no request has been in progress for
+  // a second after some were (the server gives freed memory back to the system there).
+  HttpConnections(int threads, double receive_deadline_s, std::shared_ptr<HttpConnectionCounters> counters,
+                  std::function<void()> on_idle = {});
   ~HttpConnections() override;
   HttpConnections(const HttpConnections&) = delete;
   HttpConnections& operator=(const HttpConnections&) = delete;
@@ -70,6 +73,7 @@ class HttpConnections final : public httplib::TaskQueue {
 
   double deadline_s_;
   std::shared_ptr<HttpConnectionCounters> counters_;
+  std::function<void()> on_idle_;
   std::mutex m_;
   std::condition_variable jobs_cv_, watch_cv_;
   std::deque<Job> jobs_;

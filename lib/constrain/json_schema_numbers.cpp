@@ -208,11 +208,24 @@ struct Compiler::MultipleOf {
 
 Re Compiler::integer(const json& s, const std::string& ptr) {
   int64_t lo = kNoLower, hi = kNoUpper;
-  auto clamp = [](double v) { return v < -9.2e18 ? kNoLower : v > 9.2e18 ? kNoUpper : static_cast<int64_t>(v); };
-  if (auto v = num(s, "minimum", ptr)) lo = std::max(lo, clamp(std::ceil(*v)));
-  if (auto v = num(s, "exclusiveMinimum", ptr)) lo = std::max(lo, clamp(std::floor(*v) + 1));
-  if (auto v = num(s, "maximum", ptr)) hi = std::min(hi, clamp(std::floor(*v)));
-  if (auto v = num(s, "exclusiveMaximum", ptr)) hi = std::min(hi, clamp(std::ceil(*v) - 1));
+  // Bounds past the 64-bit integers: one that leaves room (maximum 1e300) is no bound, as a
+  // generated integer has at most 18 digits anyway (kMaxIntegerDigits); one that leaves none here
+  // (maximum -1e300: every document has 301 digits) is refused. Clamped to the 64-bit limit, the
+  // latter took -9223372036854775808, which is above it, and its compile ran to the automaton
+  // cap (390 MB, a second).
+  constexpr double kBeyond = 9.2e18;
+  auto lower = [&](double v, const char* k) {
+    if (v > kBeyond) beyond(k, ptr + "/" + k, std::string(k) + " is past the 64-bit integers this compiler bounds");
+    return v < -kBeyond ? kNoLower : static_cast<int64_t>(v);
+  };
+  auto upper = [&](double v, const char* k) {
+    if (v < -kBeyond) beyond(k, ptr + "/" + k, std::string(k) + " is past the 64-bit integers this compiler bounds");
+    return v > kBeyond ? kNoUpper : static_cast<int64_t>(v);
+  };
+  if (auto v = num(s, "minimum", ptr)) lo = std::max(lo, lower(std::ceil(*v), "minimum"));
+  if (auto v = num(s, "exclusiveMinimum", ptr)) lo = std::max(lo, lower(std::floor(*v) + 1, "exclusiveMinimum"));
+  if (auto v = num(s, "maximum", ptr)) hi = std::min(hi, upper(std::floor(*v), "maximum"));
+  if (auto v = num(s, "exclusiveMaximum", ptr)) hi = std::min(hi, upper(std::ceil(*v) - 1, "exclusiveMaximum"));
   // OpenAPI's int32, int64, ...: bounds (validators do not assert them, so an over-approximation,
   // which must hold every document a validator accepts, leaves them out).
   if (s.contains("format") && s["format"].is_string())

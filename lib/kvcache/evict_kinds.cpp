@@ -352,6 +352,80 @@ class EngineVariant : public Variant {
   double bookkeeping_s_ = 0;
 };
 
+// StreamingLLM's oracle, "sliding window with re-computation": each measured token's logits from
+// a fresh forward pass over the last `budget` tokens alone, at positions 0 .. budget-1 as if the
+// text began there. It is the most a cache of `budget` tokens can know of the text (at a
+// prefill per token): its perplexity against the full cache's is what the budget loses to
+// context alone, and a policy's against it what the policy loses beyond that.
+class WindowRecomputeVariant : public Variant {
+ public:
+  std::string unsupported(const Point& p) const override {
+    if (std::string why = engine_decode_unsupported(p); !why.empty()) return why;
+    return policy_unsupported("sliding_window", p, static_cast<int>(p.integer("prompt") + p.integer("new_tokens")));
+  }
+
+  void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
+    ref_ = reference_decode(p, seed);
+    budget_ = policy_options(p, ref_.context()).budget;
+    logits_.assign(ref_.logits.size(), 0.0f);
+    attn_.assign(ref_.attn.size(), 0.0f);
+  }
+
+  // The path itself: the first measured token recomputed over its whole context (prefill, then
+  // a decode step) reproduces the full cache's logits, decoded a token at a time.
+  Validation validate(BackendRuntime&) override {
+    const size_t V = ref_.vocab();
+    std::vector<float> row(V), attn(ref_.attn_size());
+    const int t = ref_.prompt - 1;
+    step(t, t + 1, row.data(), attn.data());
+    double worst = 0, scale = 0;
+    for (size_t v = 0; v < V; ++v) {
+      worst = std::max(worst, std::fabs(static_cast<double>(row[v]) - ref_.logits[v]));
+      scale = std::max(scale, std::fabs(static_cast<double>(ref_.logits[v])));
+    }
+    const double rel = scale > 0 ? worst / scale : worst;
+    return {rel <= 1e-4, "logits rel err", rel, 1e-4,
+            "the first measured token recomputed over its whole context (a prefill) gives the full cache's logits within "
+            "1e-4 of the row's largest"};
+  }
+
+  void run(BackendRuntime&) override {
+    const size_t V = ref_.vocab(), A = ref_.attn_size();
+    for (int i = 0; i < ref_.new_tokens; ++i)
+      step(ref_.prompt - 1 + i, budget_, &logits_[static_cast<size_t>(i) * V], &attn_[static_cast<size_t>(i) * A]);
+  }
+
+  std::vector<Metric> metrics() const override {
+    const int held = std::min(budget_, ref_.context() - 1);
+    std::vector<Metric> m;
+    m.push_back({"budget", static_cast<double>(budget_), "tok"});
+    m.push_back({"held", static_cast<double>(held), "tok"});
+    m.push_back({"KV held", held * static_cast<double>(ref_.config.kv_elems_per_token()) * 2.0 / kMiB, "MiB bf16"});
+    append_comparison_metrics(compare_decode(ref_, logits_, attn_), m);
+    return m;
+  }
+
+ private:
+  // The logits (and attention outputs) after token t, from the `window` tokens ending at t alone.
+  void step(int t, int window, float* logits, float* attn) {
+    const int first = std::max(0, t + 1 - window), n = t + 1 - first;
+    model::Model& m = *ref_.model;
+    const int seq = m.new_sequence(n);
+    m.record_attention(seq, true);
+    if (n > 1) m.prefill(seq, &ref_.tokens[static_cast<size_t>(first)], n - 1, 1, model::StepOutput{});
+    model::StepOutput out;
+    out.logits = logits;
+    m.decode(&seq, &ref_.tokens[static_cast<size_t>(t)], 1, out);
+    const auto& rec = m.attention_record(seq).output;
+    std::copy(rec.begin(), rec.end(), attn);
+    m.release(seq);
+  }
+
+  ReferenceDecode ref_;
+  int budget_ = 0;
+  std::vector<float> logits_, attn_;
+};
+
 KindInfo engine_kind() {
   KindInfo k;
   k.name = "kv-evict-model";
@@ -399,6 +473,12 @@ std::vector<DeclaredVariant> engine_policy_variants() {
                   "attention, summed over its query heads) + recent window; on the CPU engine",
                   keys_for(keys, "h2o"), true},
                  make_variant<EngineVariant>(std::string("h2o"), true)});
+  out.push_back({{"cpu_window_recompute", Backend::Cpu,
+                  "StreamingLLM's oracle (sliding window with re-computation): each measured token from a fresh forward pass "
+                  "over the last `budget` tokens alone, positions from 0; what a cache of that size can know at best, at a "
+                  "prefill per token; on the CPU engine",
+                  keys_for(keys, "sliding_window"), true},
+                 make_variant<WindowRecomputeVariant>()});
   return out;
 }
 

@@ -123,6 +123,10 @@ TEST(JsonSchema, RefusalsNameKeywordAndPointer) {
        "/properties/a/unevaluatedProperties"},
       {R"({"type":"array","uniqueItems":true})", "uniqueItems", "/uniqueItems"},
       {R"({"type":"number","maximum":3.5})", "maximum", "/maximum"},
+      // #48: past the 64-bit integers on the side that leaves no 18-digit integer (was clamped to
+      // the 64-bit limit: unsound, and a compile to the automaton cap).
+      {R"({"type":"integer","exclusiveMaximum":-1e300})", "exclusiveMaximum", "/exclusiveMaximum"},
+      {R"({"type":"integer","minimum":1e300})", "minimum", "/minimum"},
       {R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "pattern", "/pattern"},
       {R"({"items":{"$ref":"#nowhere"}})", "$ref", "/items/$ref"},
       {R"js({"type":"string","pattern":"(?=x)"})js", "pattern", "/pattern"},
@@ -606,6 +610,7 @@ TEST(JsonSchema, MultipleOfIsExactOnIntegers) {
   expect_exact_on(R"({"oneOf":[{"type":"integer","multipleOf":2},{"type":"integer","multipleOf":3}]})", docs, &n);
   EXPECT_EQ(n, 402u);  // multiples of 2 or 3 but not of 6 in [-400, 400]: 401 + 267 - 2·133
   expect_exact_on(R"({"type":"integer","not":{"multipleOf":5}})", docs);
+  expect_exact_on(R"({"type":"integer","maximum":1e300,"minimum":-1e300})", docs);  // no bound for 18-digit integers
   // Long numbers: the remainder runs over every digit.
   expect_exact_on(R"({"type":"integer","multipleOf":7})",
                   {"999999999999999994", "999999999999999993", "-700000000000000007", "100000000000000006"});

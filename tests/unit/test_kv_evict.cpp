@@ -497,6 +497,23 @@ TEST(KvEvictKinds, EngineStudyRunsThroughTheRunner) {
   }
 }
 
+// StreamingLLM's oracle: validated against the full cache (a prefill over the whole context gives
+// its logits), equal to it when the window holds everything, and losing what the window drops.
+TEST(KvEvictKinds, WindowRecomputeIsTheFullCacheWhenTheWindowHoldsAll) {
+  auto r = run_spec_text(
+      "  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_window_recompute, cpu_sliding_window],"
+      " baseline: cpu_full, model: tiny, prompt: 96, new_tokens: 32, budget: [0.25, 1.0]}\n");
+  testing::expect_all_ok(r, 6);
+  EXPECT_LT(evict_metric(row(r, "cpu_window_recompute", 1.0), "KL mean"), 1e-6);
+  EXPECT_EQ(evict_metric(row(r, "cpu_window_recompute", 1.0), "top-1 agree"), 100);
+  EXPECT_LT(evict_metric(row(r, "cpu_window_recompute", 1.0), "attn err"), 1e-4);
+  EXPECT_GT(evict_metric(row(r, "cpu_window_recompute", 0.25), "KL mean"), 1e-4);
+  EXPECT_EQ(evict_metric(row(r, "cpu_window_recompute", 0.25), "held"), 32);
+  // Not the window policy's result: its positions restart at 0 and nothing before it is cached.
+  EXPECT_NE(evict_metric(row(r, "cpu_window_recompute", 0.25), "KL mean"),
+            evict_metric(row(r, "cpu_sliding_window", 0.25), "KL mean"));
+}
+
 TEST(KvEvictKinds, PerHeadH2oKeepsItsBudgetInEveryHead) {
   auto r = run_spec_text(
       "  - {name: m, kind: kv-evict-model, variants: [cpu_full, cpu_h2o, cpu_h2o_head], baseline: cpu_full,"

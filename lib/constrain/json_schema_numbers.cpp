@@ -25,6 +25,10 @@ Re nonzero_digit() { return re_bytes(range_set('1', '9')); }
 // Equal-length decimal strings lo <= hi, leading zeros allowed (they are suffixes).
 Re same_length_range(const std::string& lo, const std::string& hi) {
   if (lo.empty()) return re_empty();
+  // Every string of this length: one repeat, not the two recursions below, which double per digit
+  // (a 19-digit bound, maximum: 9000000000000000000, built 2^19 alternatives and ran past the caps).
+  if (lo.find_first_not_of('0') == std::string::npos && hi.find_first_not_of('9') == std::string::npos)
+    return re_repeat(digit(), static_cast<int>(lo.size()), static_cast<int>(lo.size()));
   if (lo[0] == hi[0]) return re_concat({re_byte(static_cast<uint8_t>(lo[0])), same_length_range(lo.substr(1), hi.substr(1))});
   const size_t rest = lo.size() - 1;
   std::vector<Re> alts;

@@ -536,14 +536,16 @@ const TensorInfo* File::tensor(const std::string& name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
-void File::read(const TensorInfo& t, float* dst) const {
+std::vector<uint8_t> File::raw(const TensorInfo& t) const {
   std::ifstream in(path_, std::ios::binary);
-  std::vector<uint8_t> raw(static_cast<size_t>(t.bytes));
+  std::vector<uint8_t> bytes(static_cast<size_t>(t.bytes));
   if (!in || !in.seekg(static_cast<std::streamoff>(data_start_ + t.offset)) ||
-      !in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
+      !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
     throw InputError(fmt::format("{}: tensor '{}': cannot read its {} bytes", path_, t.name, t.bytes));
-  dequantize(t.type, raw.data(), t.elements(), dst);
+  return bytes;
 }
+
+void File::read(const TensorInfo& t, float* dst) const { dequantize(t.type, raw(t).data(), t.elements(), dst); }
 
 bool is_gguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

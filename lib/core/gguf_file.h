@@ -101,6 +101,8 @@ class File {
   const TensorInfo* tensor(const std::string& name) const;
   // The tensor's values as float into dst[elements()]; a read error names the tensor.
   void read(const TensorInfo& t, float* dst) const;
+  // The tensor's bytes as stored (its blocks, for a consumer that streams them as they are).
+  std::vector<uint8_t> raw(const TensorInfo& t) const;
 
  private:
   std::string path_;

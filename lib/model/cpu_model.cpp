@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,6 +34,12 @@ std::vector<float> side_by_side(int in, std::initializer_list<std::pair<const Bu
     }
   }
   return m;
+}
+
+const TensorSpec& spec_named(const std::vector<TensorSpec>& specs, const std::string& name) {
+  for (const auto& s : specs)
+    if (s.name == name) return s;
+  throw std::logic_error("no tensor " + name);
 }
 
 }  // namespace
@@ -95,17 +102,45 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
   if (matmul == CpuMatmul::Reference) return;
   blas_ = matmul == CpuMatmul::Blas;
+  // A product's packed copy: the stored blocks of its matrices when the source keeps every one
+  // in the same block format (a GGUF's Q8_0/Q4_0/Q4_1: streamed at 4.5-8.5 bits a weight, bit for
+  // bit the float product on their dequantization), else the float matrix side by side.
+  // `floats` makes the float copy (only when it is the one kept).
+  auto pack = [&](std::initializer_list<std::string> names, int in, int out, auto floats) {
+    std::optional<BlockType> type;
+    std::vector<uint8_t> rows;
+    for (const std::string& name : names) {
+      auto b = w.block_rows(spec_named(specs, name));
+      if (!b || (type && *type != b->type)) return floats();
+      type = b->type;
+      rows.insert(rows.end(), b->bytes.begin(), b->bytes.end());
+    }
+    try {
+      return PackedWeights(*type, rows.data(), in, out);
+    } catch (const std::invalid_argument&) {  // blocks it cannot hold exactly
+      return floats();
+    }
+  };
+  auto as_is = [](const Buf& b, int in, int out) { return [&b, in, out] { return PackedWeights(b.data(), in, out); }; };
   const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
-  for (Layer& L : layers_) {
-    const auto qkv = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
-    L.qkv = PackedWeights(qkv.data(), h, qd + 2 * kvd);
-    L.o = PackedWeights(L.wo.data(), qd, h);
-    const auto gate_up = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
-    L.gate_up = PackedWeights(gate_up.data(), h, 2 * mlp);
-    L.down = PackedWeights(L.wd.data(), mlp, h);
-    for (const PackedWeights* p : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(p->bytes());
+  for (int l = 0; l < c.layers; ++l) {
+    Layer& L = layers_[static_cast<size_t>(l)];
+    const std::string p = fmt::format("model.layers.{}.", l);
+    L.qkv =
+        pack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, h, qd + 2 * kvd, [&] {
+          const auto m = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
+          return PackedWeights(m.data(), h, qd + 2 * kvd);
+        });
+    L.o = pack({p + "self_attn.o_proj.weight"}, qd, h, as_is(L.wo, qd, h));
+    L.gate_up = pack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, h, 2 * mlp, [&] {
+      const auto m = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
+      return PackedWeights(m.data(), h, 2 * mlp);
+    });
+    L.down = pack({p + "mlp.down_proj.weight"}, mlp, h, as_is(L.wd, mlp, h));
+    for (const PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(pw->bytes());
   }
-  lm_head_packed_ = PackedWeights(lm_head_.data(), h, c.vocab);
+  lm_head_packed_ =
+      pack({c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, h, c.vocab, as_is(lm_head_, h, c.vocab));
   packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
 }
 

@@ -174,10 +174,31 @@ class GgufWeights : public WeightSource {
   void read(const TensorSpec& spec, float* dst) const override {
     const gguf::TensorInfo& t = info(spec);
     file_.read(t, dst);
-    if (!permuted_qk_) return;
-    const bool q = spec.name.find("self_attn.q_proj.") != std::string::npos;
-    const bool k = spec.name.find("self_attn.k_proj.") != std::string::npos;
-    if (q || k) unpermute_rows(dst, spec, q ? c_.heads : c_.kv_heads);
+    const int64_t cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    if (const int heads = permuted_heads(spec)) unpermute_rows(reinterpret_cast<uint8_t*>(dst), spec.shape[0], cols * 4, heads);
+  }
+
+  std::optional<BlockRows> block_rows(const TensorSpec& spec) const override {
+    const gguf::TensorInfo& t = info(spec);
+    if (spec.shape.size() != 2) return std::nullopt;
+    BlockRows b;
+    switch (t.type) {
+      case gguf::TensorType::Q8_0:
+        b.type = BlockType::Q8_0;
+        break;
+      case gguf::TensorType::Q4_0:
+        b.type = BlockType::Q4_0;
+        break;
+      case gguf::TensorType::Q4_1:
+        b.type = BlockType::Q4_1;
+        break;
+      default:
+        return std::nullopt;
+    }
+    b.bytes = file_.raw(t);
+    if (const int heads = permuted_heads(spec))
+      unpermute_rows(b.bytes.data(), spec.shape[0], spec.shape[1] / 32 * block_bytes(b.type), heads);
+    return b;
   }
 
   std::string describe() const override { return fmt::format("GGUF checkpoint {} ({})", file_.path(), fmt::join(types_, ", ")); }
@@ -195,19 +216,27 @@ class GgufWeights : public WeightSource {
     return *t;
   }
 
+  // The heads of a Q or K projection whose rows ggml's converter permuted, 0 for other tensors.
+  int permuted_heads(const TensorSpec& spec) const {
+    if (!permuted_qk_) return 0;
+    if (spec.name.find("self_attn.q_proj.") != std::string::npos) return c_.heads;
+    if (spec.name.find("self_attn.k_proj.") != std::string::npos) return c_.kv_heads;
+    return 0;
+  }
+
   // ggml's converter reorders each head's rows from [2][half] (rotate-half pairs i and i + half)
   // to [half][2] (adjacent pairs): row h·D + 2i + j of the file is row h·D + j·half + i of the
-  // checkpoint transformers loads. Undone here, for weights and biases alike.
-  void unpermute_rows(float* dst, const TensorSpec& spec, int heads) const {
-    const int64_t rows = spec.shape[0];
-    const int64_t cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+  // checkpoint transformers loads. Undone here, for weights and biases, dequantized or as
+  // blocks alike (a row is `row_bytes` bytes).
+  static void unpermute_rows(uint8_t* dst, int64_t rows, int64_t row_bytes, int heads) {
     const int64_t d = rows / heads, half = d / 2;
-    std::vector<float> head(static_cast<size_t>(d * cols));
+    std::vector<uint8_t> head(static_cast<size_t>(d * row_bytes));
     for (int64_t h = 0; h < heads; ++h) {
-      float* base = dst + h * d * cols;
-      std::copy(base, base + d * cols, head.begin());
+      uint8_t* base = dst + h * d * row_bytes;
+      std::copy(base, base + d * row_bytes, head.begin());
       for (int64_t i = 0; i < half; ++i)
-        for (int64_t j = 0; j < 2; ++j) std::copy_n(head.begin() + (2 * i + j) * cols, cols, base + (j * half + i) * cols);
+        for (int64_t j = 0; j < 2; ++j)
+          std::copy_n(head.begin() + (2 * i + j) * row_bytes, row_bytes, base + (j * half + i) * row_bytes);
     }
   }
 

@@ -371,6 +371,10 @@ class MergedWeights : public WeightSource {
       }
   }
   std::string describe() const override { return fmt::format("{} merged with LoRA {}", base_.describe(), a_.name); }
+  std::optional<BlockRows> block_rows(const TensorSpec& spec) const override {
+    if (where_.count(spec.name)) return std::nullopt;  // W + B·A is no longer the stored blocks
+    return base_.block_rows(spec);
+  }
 
  private:
   const WeightSource& base_;

@@ -234,6 +234,7 @@ class FirstLayers : public WeightSource {
  public:
   FirstLayers(const WeightSource& full, int layers) : full_(full), layers_(layers) {}
   void read(const TensorSpec& spec, float* dst) const override { full_.read(spec, dst); }
+  std::optional<BlockRows> block_rows(const TensorSpec& spec) const override { return full_.block_rows(spec); }
   std::string describe() const override { return fmt::format("the first {} layers of {}", layers_, full_.describe()); }
   bool is_random() const override { return full_.is_random(); }
   uint64_t tensor_seed(const TensorSpec& spec) const override { return full_.tensor_seed(spec); }

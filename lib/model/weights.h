@@ -6,12 +6,21 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "numerics/packed_gemv.h"
 
 namespace ib::model {
+
+// A matrix as stored in block-quantized form: [out][in / 32] blocks of `type`, the rows in the
+// engine's order (what read() dequantizes, row for row).
+struct BlockRows {
+  BlockType type = BlockType::Q8_0;
+  std::vector<uint8_t> bytes;
+};
 
 struct TensorSpec {
   std::string name;            // "model.layers.3.self_attn.q_proj.weight"
@@ -29,6 +38,9 @@ class WeightSource {
   // Writes the tensor's values (as stored in bf16, converted to float) into dst[spec.elems()].
   virtual void read(const TensorSpec& spec, float* dst) const = 0;
   virtual std::string describe() const = 0;
+  // The matrix's blocks when the source stores it in a block format the CPU engine's decode GEMV
+  // streams as stored (GGUF Q8_0/Q4_0/Q4_1); nullopt otherwise, and for anything read() changes.
+  virtual std::optional<BlockRows> block_rows(const TensorSpec&) const { return std::nullopt; }
   // Random source only: element i of a tensor is bf16(scale · random_uniform(seed, i)) with the
   // tensor's own seed and scale (norms are exactly 1), so a GPU fill reproduces it without a copy.
   virtual bool is_random() const { return false; }

@@ -205,7 +205,19 @@ const char* to_string(CpuIsa i) {
   return "generic";
 }
 
-const char* to_string(PackedType t) { return t == PackedType::BF16 ? "bf16" : "f32"; }
+const char* to_string(PackedType t) {
+  switch (t) {
+    case PackedType::BF16:
+      return "bf16";
+    case PackedType::Q8_0:
+      return "q8_0";
+    case PackedType::Q4_1:
+      return "q4_1";
+    case PackedType::F32:
+      break;
+  }
+  return "f32";
+}
 
 void PackedWeights::Free::operator()(void* p) const { std::free(p); }
 
@@ -237,6 +249,10 @@ PackedWeights::PackedWeights(const float* wt, int in, int out, bool allow_bf16) 
 }
 
 void PackedWeights::multiply(const float* x, int rows, size_t p0, size_t p1, float* y, CpuIsa isa) const {
+  if (blocks()) {
+    multiply_block_panels(type_, data_.get(), in_, out_, x, rows, p0, p1, y, isa);
+    return;
+  }
   for (size_t p = p0; p < p1; ++p) {
     const int c0 = static_cast<int>(p) * P, cols = std::min(P, out_ - c0);
     const size_t at = p * static_cast<size_t>(in_) * P;

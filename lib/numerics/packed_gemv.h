@@ -11,6 +11,12 @@
 // as bf16 (half the bytes) and widened in registers, which is lossless; otherwise as float32.
 // Each output is one fused multiply-add per input in input order from zero, the reference GEMV's
 // order, so the result is bit for bit the reference's and does not depend on the other rows.
+//
+// Block-quantized weights (GGUF's Q8_0, Q4_0, Q4_1) are streamed as stored, 4.25-8.5 bits a
+// weight: the blocks of 32 inputs are regrouped into the same 64-column panels (packed_gemv_blocks.cpp)
+// and each weight is widened in registers to the float ggml's dequantization gives (exactly:
+// d·q is exact in float32 and d·q + m is rounded once either way), then multiplied in the same
+// order, so the product is bit for bit the reference GEMV's on the dequantized matrix.
 #pragma once
 
 #include <cstddef>
@@ -19,12 +25,18 @@
 
 namespace ib {
 
-enum class PackedType { F32, BF16 };
+enum class PackedType { F32, BF16, Q8_0, Q4_1 };
+// GGUF's block formats (ggml's layout): a matrix is rows of `out`, each in/32 blocks of 32 inputs.
+// Q8_0: fp16 d, 32 int8 q (34 bytes), w = d·q. Q4_0: fp16 d, 16 bytes of nibbles (18), w = d·(q - 8).
+// Q4_1: fp16 d, fp16 m, 16 bytes of nibbles (20), w = d·q + m. Nibble j of a block is the low half
+// of byte j, nibble j + 16 its high half.
+enum class BlockType { Q8_0, Q4_0, Q4_1 };
+int block_bytes(BlockType t);  // bytes of one block of 32 inputs
 // The vector instructions a kernel uses; every level computes the same bits.
 enum class CpuIsa { Generic, Avx2, Avx512 };
 CpuIsa best_cpu_isa();                // the widest this CPU runs
 const char* to_string(CpuIsa i);      // "generic", "avx2", "avx512"
-const char* to_string(PackedType t);  // "f32", "bf16"
+const char* to_string(PackedType t);  // "f32", "bf16", "q8_0", "q4_1"
 
 class PackedWeights {
  public:
@@ -34,6 +46,10 @@ class PackedWeights {
   // wt is [in][out] row-major float32. bf16 storage when `allow_bf16` and every value is exactly
   // a bf16 (lossless); float32 otherwise.
   PackedWeights(const float* wt, int in, int out, bool allow_bf16 = true);
+  // `rows` is [out][in / 32] blocks of `t` (in a multiple of 32). Q4_0 is stored as Q4_1 with
+  // m = -8·d (exact in fp16 while |d| < 8192, which the constructor checks). Throws
+  // std::invalid_argument for an `in` that is not a multiple of 32 or a d it cannot keep exact.
+  PackedWeights(BlockType t, const uint8_t* rows, int in, int out);
 
   bool empty() const { return !data_; }
   int in() const { return in_; }
@@ -41,6 +57,7 @@ class PackedWeights {
   PackedType type() const { return type_; }
   size_t panels() const { return static_cast<size_t>((out_ + kPanel - 1) / kPanel); }
   size_t bytes() const { return bytes_; }
+  bool blocks() const { return type_ == PackedType::Q8_0 || type_ == PackedType::Q4_1; }
 
   // y[r][o] = Σ_i x[r][i]·W[i][o] for the columns of panels [p0, p1) (row strides in and out),
   // on the calling thread; the caller splits panels over threads. `isa` below the best: tests.
@@ -53,7 +70,13 @@ class PackedWeights {
   int in_ = 0, out_ = 0;
   PackedType type_ = PackedType::F32;
   size_t bytes_ = 0;
-  std::unique_ptr<unsigned char, Free> data_;  // panels × in × kPanel elements, 64-byte aligned
+  // F32/BF16: panels × in × kPanel elements. Q8_0/Q4_1: panels × in/32 block panels
+  // (packed_gemv_blocks.cpp). 64-byte aligned.
+  std::unique_ptr<unsigned char, Free> data_;
 };
+
+// The block-panel kernels (packed_gemv_blocks.cpp): panels [p0, p1) of a Q8_0/Q4_1 matrix.
+void multiply_block_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
+                           size_t p1, float* y, CpuIsa isa);
 
 }  // namespace ib

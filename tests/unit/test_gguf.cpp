@@ -510,6 +510,43 @@ TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
               golden.value("transformers", std::string("?")).c_str(), worst);
 }
 
+// The decode GEMV streams the file's Q4_1 projections and Q8_0 embedding as stored (packed into
+// panels, not dequantized): the logits of prefills of a few rows and of batched decode steps are
+// the float32 reference engine's on the dequantized weights, bit for bit, and a step streams the
+// file's tensor bytes (a quarter of float32's).
+TEST(GgufSmolLM2, DecodeStreamsTheFilesBlocksAndGivesTheReferenceLogitsBitForBit) {
+  IB_NEED_SMOLLM2();
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  auto w = model::checkpoint_weights(c, kSmolLM2);
+  size_t blocks = 0;
+  for (const auto& spec : model::tensor_specs(c)) blocks += w->block_rows(spec).has_value();
+  EXPECT_EQ(blocks, 7u * 30 + 1) << "every projection (Q4_1) and the embedding (Q8_0)";
+  auto ref = model::make_cpu_model(c, *w, model::CpuMatmul::Reference);
+  auto packed = model::make_cpu_model(c, *w, model::CpuMatmul::Packed);
+  uint64_t file_tensor_bytes = 0;
+  for (const auto& t : gguf::File(kSmolLM2).tensors()) file_tensor_bytes += t.bytes;
+  EXPECT_EQ(packed->streamed_weight_bytes(1), static_cast<int64_t>(file_tensor_bytes));
+  EXPECT_GT(ref->streamed_weight_bytes(1), 5 * packed->streamed_weight_bytes(1));
+  const size_t V = static_cast<size_t>(c.vocab);
+  const std::vector<int32_t> a = {1, 504, 3458, 282, 2399, 30, 216}, b = {28, 9, 4, 1100};
+  std::vector<float> want(a.size() * V), got(want.size());
+  for (auto [m, out] : {std::pair{ref.get(), &want}, std::pair{packed.get(), &got}}) {
+    ASSERT_EQ(m->new_sequence(32), 0);
+    ASSERT_EQ(m->new_sequence(32), 1);
+    m->prefill(0, a.data(), static_cast<int>(a.size()), static_cast<int>(a.size()), {out->data()});
+  }
+  ASSERT_EQ(got, want) << "prefill of 7 rows";
+  want.assign(2 * V, -1.0f);
+  got.assign(2 * V, -2.0f);
+  for (auto [m, out] : {std::pair{ref.get(), &want}, std::pair{packed.get(), &got}}) {
+    m->prefill(1, b.data(), static_cast<int>(b.size()), 1, {out->data()});
+    const int seqs[2] = {0, 1};
+    const int32_t next[2] = {42, 77};
+    m->decode(seqs, next, 2, {out->data()});
+  }
+  ASSERT_EQ(got, want) << "batched decode step";
+}
+
 // Perplexity as llama-perplexity computes it (chunks of n_ctx tokens, no BOS for this vocabulary,
 // the second half of each chunk scored), within 1% of llama.cpp's on the same file and text:
 // llama.cpp multiplies Q4_1 weights with 8-bit-quantized activations, we with the dequantized

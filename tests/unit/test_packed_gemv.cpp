@@ -1,13 +1,17 @@
 // The packed decode GEMV against the engine's reference GEMV (cpu_detail::matmul up to 32 rows):
 // bit for bit at every instruction level this CPU runs, for bf16-exact weights (stored as bf16)
-// and for weights that are not (stored as float32), at shapes whose columns do not fill a panel.
+// and for weights that are not (stored as float32), at shapes whose columns do not fill a panel;
+// and for GGUF block-quantized weights against the reference GEMV on ggml's dequantization of
+// the same blocks (the GGUF reader's).
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/gguf_file.h"
 #include "model/cpu_model_internal.h"
+#include "numerics/half.h"
 #include "numerics/packed_gemv.h"
 #include "numerics/random.h"
 
@@ -72,6 +76,72 @@ TEST(PackedGemv, Bf16RefusedWhenNotAllowed) {
   EXPECT_EQ(PackedWeights(w.data(), 8, 64, false).type(), PackedType::F32);
   EXPECT_EQ(PackedWeights(w.data(), 8, 64).type(), PackedType::BF16);
   EXPECT_EQ(PackedWeights(w.data(), 8, 64).bytes(), 8u * 64 * 2);
+}
+
+// [out][in / 32] random blocks of `t`: scales of both signs and a spread of magnitudes, every quant.
+std::vector<uint8_t> random_blocks(BlockType t, int in, int out, uint64_t seed) {
+  const size_t n = static_cast<size_t>(out) * static_cast<size_t>(in / 32), bb = static_cast<size_t>(block_bytes(t));
+  std::vector<uint8_t> v(n * bb);
+  for (size_t e = 0; e < v.size(); ++e) v[e] = static_cast<uint8_t>(random_bits(seed, e) & 0xFF);
+  for (size_t b = 0; b < n; ++b) {
+    auto put = [&](size_t at, float f) {
+      const uint16_t h = float_to_fp16_bits(f);
+      v[b * bb + at] = static_cast<uint8_t>(h & 0xFF);
+      v[b * bb + at + 1] = static_cast<uint8_t>(h >> 8);
+    };
+    put(0, static_cast<float>(random_uniform(seed + 1, b)) * 0.05f);
+    if (t == BlockType::Q4_1) put(2, static_cast<float>(random_uniform(seed + 2, b)) * 0.2f);
+  }
+  return v;
+}
+
+gguf::TensorType gguf_type(BlockType t) {
+  return t == BlockType::Q8_0 ? gguf::TensorType::Q8_0 : t == BlockType::Q4_0 ? gguf::TensorType::Q4_0 : gguf::TensorType::Q4_1;
+}
+
+void expect_blocks_same_as_reference(BlockType t, int in, int out, int rows) {
+  const auto blocks = random_blocks(t, in, out, 100 + in + out + static_cast<uint64_t>(t));
+  std::vector<float> w(static_cast<size_t>(in) * out), wt(w.size());
+  gguf::dequantize(gguf_type(t), blocks.data(), static_cast<int64_t>(w.size()), w.data());  // [out][in]
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) wt[static_cast<size_t>(i) * out + o] = w[static_cast<size_t>(o) * in + i];
+  const auto x = random_matrix(static_cast<size_t>(rows) * in, 9 + rows, false);
+  std::vector<float> ref(static_cast<size_t>(rows) * out);
+  model::cpu_detail::matmul(x.data(), rows, in, wt.data(), out, nullptr, ref.data());
+  const PackedWeights pw(t, blocks.data(), in, out);
+  ASSERT_EQ(pw.type(), t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1);
+  ASSERT_TRUE(pw.blocks());
+  // Streamed bytes: the file's bytes per weight (Q4_0 gains an fp16 offset per block: 20 vs 18).
+  const size_t per_block = t == BlockType::Q8_0 ? 34 : 20;
+  ASSERT_EQ(pw.bytes(), pw.panels() * PackedWeights::kPanel * static_cast<size_t>(in / 32) * per_block);
+  for (CpuIsa isa : isas_here()) {
+    std::vector<float> y(ref.size(), -1.0f);
+    pw.multiply(x.data(), rows, 0, pw.panels(), y.data(), isa);
+    for (size_t e = 0; e < ref.size(); ++e)
+      ASSERT_EQ(std::memcmp(&y[e], &ref[e], 4), 0)
+          << to_string(pw.type()) << " " << to_string(isa) << " in " << in << " out " << out << " rows " << rows << " element "
+          << e << ": " << y[e] << " vs " << ref[e];
+    std::vector<float> split(ref.size(), -1.0f);
+    for (size_t p = 0; p < pw.panels(); ++p) pw.multiply(x.data(), rows, p, p + 1, split.data(), isa);
+    ASSERT_EQ(std::memcmp(split.data(), y.data(), y.size() * 4), 0) << to_string(isa);
+  }
+}
+
+TEST(PackedGemv, BlockQuantizedWeightsMatchTheReferenceOnTheirDequantizationBitForBit) {
+  for (BlockType t : {BlockType::Q8_0, BlockType::Q4_0, BlockType::Q4_1})
+    for (int rows : {1, 2, 3, 4, 5, 9})
+      for (auto [in, out] : {std::pair{32, 64}, {96, 130}, {64, 17}, {160, 200}})
+        expect_blocks_same_as_reference(t, in, out, rows);
+}
+
+TEST(PackedGemv, BlockQuantizedWeightsRefuseWhatTheyCannotHoldExactly) {
+  const auto blocks = random_blocks(BlockType::Q4_0, 64, 64, 5);
+  EXPECT_THROW(PackedWeights(BlockType::Q4_0, blocks.data(), 48, 64), std::invalid_argument);
+  auto big = blocks;
+  const uint16_t h = float_to_fp16_bits(9000.0f);  // -8·d overflows fp16's range
+  big[0] = static_cast<uint8_t>(h & 0xFF);
+  big[1] = static_cast<uint8_t>(h >> 8);
+  EXPECT_THROW(PackedWeights(BlockType::Q4_0, big.data(), 64, 64), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,305 @@
+// The packed GEMV on GGUF block-quantized weights (packed_gemv.h): the blocks regrouped into
+// 64-column panels, each weight widened in registers to exactly ggml's dequantized float.
+//
+// A panel holds in/32 block panels, one per 32 inputs, each of the 64 columns' scales followed by
+// their quants input-major, so a step reads one forward stream per panel and widens 16 columns
+// per instruction:
+//   Q8_0: d[64] fp16 | q[32][64] int8                                    2,176 bytes
+//   Q4_1: d[64] fp16 | m[64] fp16 | q[32][32] bytes: the low nibble of    1,280 bytes
+//         byte c is column c, its high nibble column c + 32
+// (sizes multiples of 64, so every load is aligned). Columns past `out` have d = m = q = 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include <immintrin.h>
+
+#include "numerics/half.h"
+#include "numerics/packed_gemv.h"
+
+namespace ib {
+namespace {
+
+constexpr int P = PackedWeights::kPanel;
+constexpr int kBlock = 32;
+constexpr size_t kQ8Bytes = 2 * P + kBlock * P;          // a Q8_0 block panel
+constexpr size_t kQ4Bytes = 4 * P + kBlock * P / 2;      // a Q4_1 block panel
+static_assert(kQ8Bytes % 64 == 0 && kQ4Bytes % 64 == 0, "block panels keep 64-byte alignment");
+
+size_t block_panel_bytes(PackedType t) { return t == PackedType::Q8_0 ? kQ8Bytes : kQ4Bytes; }
+
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// ---- generic: one output at a time, the reference's order ----
+
+template <PackedType T>
+void panel_generic(const float* x, int rows, int in, const unsigned char* panel, int cols, float* y, int out) {
+  const int nb = in / kBlock;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      float acc = 0;
+      for (int b = 0; b < nb; ++b) {
+        const unsigned char* bp = panel + static_cast<size_t>(b) * block_panel_bytes(T);
+        const float* xb = x + static_cast<size_t>(r) * in + b * kBlock;
+        const float d = fp16_bits_to_float(le16(bp + 2 * c));
+        if constexpr (T == PackedType::Q8_0) {
+          const auto* q = reinterpret_cast<const int8_t*>(bp + 2 * P);
+          for (int i = 0; i < kBlock; ++i) acc = std::fma(xb[i], static_cast<float>(q[i * P + c]) * d, acc);
+        } else {
+          const float m = fp16_bits_to_float(le16(bp + 2 * P + 2 * c));
+          const unsigned char* q = bp + 4 * P;
+          for (int i = 0; i < kBlock; ++i) {
+            const unsigned char byte = q[i * (P / 2) + (c & 31)];
+            const int nib = c < 32 ? (byte & 0x0F) : (byte >> 4);
+            acc = std::fma(xb[i], std::fma(static_cast<float>(nib), d, m), acc);
+          }
+        }
+      }
+      y[static_cast<size_t>(r) * out + c] = acc;
+    }
+}
+
+// ---- AVX2: 16 columns (two registers) against NR ≤ 4 rows ----
+
+template <PackedType T, int NR>
+__attribute__((target("avx2,fma,f16c"))) void slice_avx2(const float* x, int in, const unsigned char* panel, int c0, int cols,
+                                                         float* y, int out) {
+  __m256 acc[NR][2];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int nb = in / kBlock;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int b = 0; b < nb; ++b) {
+    const unsigned char* bp = panel + static_cast<size_t>(b) * block_panel_bytes(T);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bp + 2 * c0)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bp + 2 * c0 + 16)));
+    __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+    if constexpr (T == PackedType::Q4_1) {
+      m0 = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bp + 2 * P + 2 * c0)));
+      m1 = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bp + 2 * P + 2 * c0 + 16)));
+    }
+    const size_t xb = static_cast<size_t>(b) * kBlock;
+    for (int i = 0; i < kBlock; ++i) {
+      __m256 w0, w1;
+      if constexpr (T == PackedType::Q8_0) {
+        const unsigned char* q = bp + 2 * P + static_cast<size_t>(i) * P + c0;
+        w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))), d0);
+        w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)))),
+                           d1);
+      } else {
+        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2) + (c0 & 31)));
+        const __m128i n = c0 < 32 ? _mm_and_si128(v, low4) : _mm_and_si128(_mm_srli_epi16(v, 4), low4);
+        w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(n)), d0, m0);
+        w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8))), d1, m1);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m256 a = _mm256_broadcast_ss(x + static_cast<size_t>(r) * in + xb + i);
+        acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
+      }
+    }
+  }
+  const int n = std::min(16, cols - c0);
+  for (int r = 0; r < NR; ++r) {
+    float* yr = y + static_cast<size_t>(r) * out + c0;
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, acc[r][0]);
+    _mm256_store_ps(tmp + 8, acc[r][1]);
+    std::copy(tmp, tmp + n, yr);
+  }
+}
+
+template <PackedType T>
+__attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int rows, int in, const unsigned char* panel, int cols,
+                                                         float* y, int out) {
+  for (int c0 = 0; c0 < cols; c0 += 16)
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+      const float* xr = x + static_cast<size_t>(r0) * in;
+      float* yr = y + static_cast<size_t>(r0) * out;
+      switch (std::min(4, rows - r0)) {
+        case 1:
+          slice_avx2<T, 1>(xr, in, panel, c0, cols, yr, out);
+          break;
+        case 2:
+          slice_avx2<T, 2>(xr, in, panel, c0, cols, yr, out);
+          break;
+        case 3:
+          slice_avx2<T, 3>(xr, in, panel, c0, cols, yr, out);
+          break;
+        default:
+          slice_avx2<T, 4>(xr, in, panel, c0, cols, yr, out);
+          break;
+      }
+    }
+}
+
+// ---- AVX-512: the whole panel (four registers) against NR ≤ 4 rows ----
+// Four rows, not the float panel's six: the block's scales (and offsets) take eight registers.
+
+__attribute__((target("avx512f"))) inline __m512 widen_u8(__m128i v) {
+  // The zero-masked forms: GCC 12's unmasked ones warn of an uninitialised pass-through operand.
+  return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, v));
+}
+__attribute__((target("avx512f"))) inline __m512 widen_i8(const unsigned char* p) {
+  return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(p))));
+}
+__attribute__((target("avx512f"))) inline __m512 halves(const unsigned char* p) {
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <PackedType T, int NR>
+__attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, const unsigned char* panel, int cols, float* y,
+                                                    int out) {
+  __m512 acc[NR][4];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int nb = in / kBlock;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int b = 0; b < nb; ++b) {
+    const unsigned char* bp = panel + static_cast<size_t>(b) * block_panel_bytes(T);
+    __m512 d[4], m[4];
+    for (int j = 0; j < 4; ++j) {
+      d[j] = halves(bp + 32 * j);
+      m[j] = T == PackedType::Q4_1 ? halves(bp + 2 * P + 32 * j) : _mm512_setzero_ps();
+    }
+    const size_t xb = static_cast<size_t>(b) * kBlock;
+    for (int i = 0; i < kBlock; ++i) {
+      __m512 w[4];
+      if constexpr (T == PackedType::Q8_0) {
+        const unsigned char* q = bp + 2 * P + static_cast<size_t>(i) * P;
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(widen_i8(q + 16 * j), d[j]);
+      } else {
+        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2)));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        w[0] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(lo)), d[0], m[0]);
+        w[1] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(lo, 1)), d[1], m[1]);
+        w[2] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(hi)), d[2], m[2]);
+        w[3] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(hi, 1)), d[3], m[3]);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m512 a = _mm512_set1_ps(x[static_cast<size_t>(r) * in + xb + i]);
+        acc[r][0] = _mm512_fmadd_ps(a, w[0], acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(a, w[1], acc[r][1]);
+        acc[r][2] = _mm512_fmadd_ps(a, w[2], acc[r][2]);
+        acc[r][3] = _mm512_fmadd_ps(a, w[3], acc[r][3]);
+      }
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    const int n = std::clamp(cols - 16 * j, 0, 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + static_cast<size_t>(r) * out + 16 * j, mask, acc[r][j]);
+  }
+}
+
+template <PackedType T>
+__attribute__((target("avx512f"))) void panel_avx512(const float* x, int rows, int in, const unsigned char* panel, int cols,
+                                                     float* y, int out) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const float* xr = x + static_cast<size_t>(r0) * in;
+    float* yr = y + static_cast<size_t>(r0) * out;
+    switch (std::min(4, rows - r0)) {
+      case 1:
+        rows_avx512<T, 1>(xr, in, panel, cols, yr, out);
+        break;
+      case 2:
+        rows_avx512<T, 2>(xr, in, panel, cols, yr, out);
+        break;
+      case 3:
+        rows_avx512<T, 3>(xr, in, panel, cols, yr, out);
+        break;
+      default:
+        rows_avx512<T, 4>(xr, in, panel, cols, yr, out);
+        break;
+    }
+  }
+}
+
+using PanelFn = void (*)(const float*, int, int, const unsigned char*, int, float*, int);
+
+template <PackedType T>
+PanelFn panel_fn(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Avx512:
+      return panel_avx512<T>;
+    case CpuIsa::Avx2:
+      return panel_avx2<T>;
+    case CpuIsa::Generic:
+      break;
+  }
+  return panel_generic<T>;
+}
+
+}  // namespace
+
+int block_bytes(BlockType t) {
+  switch (t) {
+    case BlockType::Q8_0:
+      return 34;
+    case BlockType::Q4_0:
+      return 18;
+    case BlockType::Q4_1:
+      break;
+  }
+  return 20;
+}
+
+PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) : in_(in), out_(out) {
+  if (in <= 0 || in % kBlock != 0 || out <= 0)
+    throw std::invalid_argument("block-quantized weights need a positive multiple of 32 inputs, got " + std::to_string(in));
+  type_ = t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1;
+  const size_t nb = static_cast<size_t>(in / kBlock), bpb = block_panel_bytes(type_);
+  const size_t src_block = static_cast<size_t>(block_bytes(t));
+  bytes_ = panels() * nb * bpb;
+  void* mem = std::aligned_alloc(64, bytes_);
+  if (!mem) throw std::bad_alloc();
+  data_.reset(static_cast<unsigned char*>(mem));
+  std::memset(mem, 0, bytes_);  // the columns past `out` in the last panel: d = m = q = 0, so w = 0
+  for (size_t p = 0; p < panels(); ++p) {
+    const int c0 = static_cast<int>(p) * P, cols = std::min(P, out - c0);
+    for (size_t b = 0; b < nb; ++b) {
+      unsigned char* bp = data_.get() + (p * nb + b) * bpb;
+      for (int c = 0; c < cols; ++c) {
+        const uint8_t* src = rows + (static_cast<size_t>(c0 + c) * nb + b) * src_block;
+        std::memcpy(bp + 2 * c, src, 2);  // d, fp16 little-endian as stored
+        if (t == BlockType::Q8_0) {
+          for (int i = 0; i < kBlock; ++i) bp[2 * P + static_cast<size_t>(i) * P + c] = src[2 + i];
+          continue;
+        }
+        uint16_t m = 0;
+        const uint8_t* qs = src + (t == BlockType::Q4_1 ? 4 : 2);
+        if (t == BlockType::Q4_1) {
+          m = le16(src + 2);
+        } else {  // Q4_0: d·(q - 8) = d·q + (-8·d), both exact when -8·d is an fp16
+          const float neg8d = -8.0f * fp16_bits_to_float(le16(src));
+          m = float_to_fp16_bits(neg8d);
+          if (fp16_bits_to_float(m) != neg8d)
+            throw std::invalid_argument("a Q4_0 block scale too large to keep exact as Q4_1 (|d| >= 8192)");
+        }
+        std::memcpy(bp + 2 * P + 2 * c, &m, 2);
+        for (int i = 0; i < kBlock; ++i) {
+          const int nib = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
+          unsigned char& dst = bp[4 * P + static_cast<size_t>(i) * (P / 2) + (c & 31)];
+          dst = static_cast<unsigned char>(c < 32 ? (dst & 0xF0) | nib : (dst & 0x0F) | (nib << 4));
+        }
+      }
+    }
+  }
+}
+
+void multiply_block_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
+                           size_t p1, float* y, CpuIsa isa) {
+  const size_t panel_bytes = static_cast<size_t>(in / kBlock) * block_panel_bytes(t);
+  const PanelFn fn = t == PackedType::Q8_0 ? panel_fn<PackedType::Q8_0>(isa) : panel_fn<PackedType::Q4_1>(isa);
+  for (size_t p = p0; p < p1; ++p) {
+    const int c0 = static_cast<int>(p) * P, cols = std::min(P, out - c0);
+    fn(x, rows, in, data + p * panel_bytes, cols, y + c0, out);
+  }
+}
+
+}  // namespace ib

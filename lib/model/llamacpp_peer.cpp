@@ -10,9 +10,10 @@
 // next tokens); ours take the argmax, a few µs.
 //
 // Check: before timing, llama-simple's greedy continuation of a fixed text must be the CPU
-// engine's own (llama.cpp's tokenizer and ours agree on it, and its f16 arithmetic may part from
-// our float32 only at a near-tie, so the first half of the tokens must agree and the row says
-// how many did).
+// engine's own (llama.cpp's tokenizer and ours agree on it). Its arithmetic (f16, or 8-bit
+// activations against quantized weights) may part from our float32 only at a near-tie, so the
+// first half of the tokens must agree, or the two may part sooner where llama.cpp's token is
+// within kNearTie of our top logit; the row says how many agreed and where they parted.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -24,10 +25,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/data_dir.h"
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/spec.h"
 #include "numerics/parallel.h"
+#include "model/checkpoint.h"
 #include "model/decode_variants.h"
 #include "model/text_prompt.h"
 
@@ -38,6 +41,10 @@ namespace fs = std::filesystem;
 
 constexpr const char* kCheckText = "Once upon a time";
 constexpr int kCheckTokens = 16;
+// Logits apart at which two greedy decoders of the same weights may pick differently: llama.cpp's
+// Q8 activations move SmolLM2-135M Q4_1's logits by ~0.1 (transformers in float32 agrees with us
+// where llama.cpp picks ' New' over ' Nova', 0.16 below it); a wrong model parts by whole logits.
+constexpr float kNearTie = 0.5f;
 
 std::string read_small_file(const fs::path& p) {
   std::ifstream f(p);
@@ -65,7 +72,11 @@ class LlamaCppPeer : public Variant {
     tokens_ = p.find("peer_tokens") ? static_cast<int>(p.integer("peer_tokens")) : 1;
     bin_ = p.text("llama_cpp");
     gguf_ = p.text("gguf");
-    if (gguf_ == "auto") gguf_ = fmt::format(".peers/gguf/{}-f16.gguf", fs::path(weights_dir_).filename().string());
+    // A GGUF checkpoint is the peer's file as it is (the same blocks our engine streams).
+    if (gguf_ == "auto")
+      gguf_ = is_gguf_checkpoint(weights_dir_)
+                  ? data_path(weights_dir_)
+                  : fmt::format(".peers/gguf/{}-f16.gguf", fs::path(weights_dir_).filename().string());
   }
   Validation validate(BackendRuntime&) override {
     throw std::logic_error("the llama.cpp peer is checked in its own process (measure_self)");
@@ -167,12 +178,16 @@ class LlamaCppPeer : public Variant {
     auto engine = make_cpu_model(config_, *weights_);
     const int seq = engine->new_sequence(static_cast<int>(ids.size()) + kCheckTokens);
     int32_t next = 0;
+    const size_t V = static_cast<size_t>(config_.vocab);
+    std::vector<float> logits(kCheckTokens * V);  // [step][vocab]: where a near-tie is judged
     StepOutput out;
     out.next = &next;
+    out.logits = logits.data();
     engine->prefill(seq, ids.data(), static_cast<int>(ids.size()), 1, out);
     std::vector<int32_t> ours;
     for (int i = 0; i < kCheckTokens && next != tok->eos_id(); ++i) {
       ours.push_back(next);
+      out.logits = logits.data() + static_cast<size_t>(i + 1) * V;
       if (i + 1 < kCheckTokens) engine->decode(&seq, &ours.back(), 1, out);
     }
     const PeerProcess r = run_peer_process({simple, "-m", gguf_, "-n", std::to_string(kCheckTokens), kCheckText}, deadline);
@@ -193,9 +208,23 @@ class LlamaCppPeer : public Variant {
       agree = static_cast<int>(n);
     }
     const int need = static_cast<int>(ours.size() + 1) / 2;
-    return {agree >= need, "greedy tokens", static_cast<double>(agree), static_cast<double>(need),
-            fmt::format("llama.cpp's greedy continuation of '{}' is ours for {} of {} tokens ({} required): {}", kCheckText,
-                        agree, ours.size(), need, short_text(std::string(kCheckText) + theirs, 60))};
+    std::string parted;  // where the two part at a near-tie: llama.cpp's next token as ours reads it
+    if (agree < need) {
+      const std::string same = tok->decode(std::vector<int32_t>(ours.begin(), ours.begin() + agree));
+      const std::vector<int32_t> rest = tok->encode(theirs.substr(std::min(same.size(), theirs.size())), false);
+      if (!rest.empty() && rest[0] >= 0 && static_cast<size_t>(rest[0]) < V) {
+        const float* row = logits.data() + static_cast<size_t>(agree) * V;
+        const float gap = row[ours[static_cast<size_t>(agree)]] - row[rest[0]];
+        if (gap <= kNearTie)
+          parted = fmt::format("; parted at a near-tie, token {}: ours '{}', llama.cpp's '{}' {:.2f} below it in our logits",
+                               agree + 1, tok->decode({ours[static_cast<size_t>(agree)]}), tok->decode({rest[0]}), gap);
+      }
+    }
+    return {
+        agree >= need || !parted.empty(), "greedy tokens", static_cast<double>(agree), static_cast<double>(need),
+        fmt::format("llama.cpp's greedy continuation of '{}' is ours for {} of {} tokens ({} required, or a near-tie "
+                    "within {} logits){}: {}",
+                    kCheckText, agree, ours.size(), need, kNearTie, parted, short_text(std::string(kCheckText) + theirs, 60))};
   }
 
   DecodeMeasure what_;
@@ -226,8 +255,8 @@ std::vector<KeySpec> llamacpp_peer_keys() {
                    "llamacpp_* peers: the directory of llama-batched-bench and llama-simple (scripts/build-llamacpp)",
                    Value(std::string(".peers/llama.cpp/bin"))),
           key_spec("gguf", ParamType::String,
-                   "llamacpp_* peers: the checkpoint as GGUF; auto = .peers/gguf/<weights dir name>-f16.gguf "
-                   "(scripts/build-llamacpp --convert DIR)",
+                   "llamacpp_* peers: the checkpoint as GGUF; auto = the checkpoint itself when it is a GGUF file, "
+                   "else .peers/gguf/<weights dir name>-f16.gguf (scripts/build-llamacpp --convert DIR)",
                    Value(std::string("auto"))),
           key_spec("peer_tokens", ParamType::Int, "llamacpp_decode_step: decode steps timed per repetition", Value(int64_t{16}),
                    1.0, 4096.0)};

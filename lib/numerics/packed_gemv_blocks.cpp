@@ -26,8 +26,8 @@ namespace {
 
 constexpr int P = PackedWeights::kPanel;
 constexpr int kBlock = 32;
-constexpr size_t kQ8Bytes = 2 * P + kBlock * P;          // a Q8_0 block panel
-constexpr size_t kQ4Bytes = 4 * P + kBlock * P / 2;      // a Q4_1 block panel
+constexpr size_t kQ8Bytes = 2 * P + kBlock * P;      // a Q8_0 block panel
+constexpr size_t kQ4Bytes = 4 * P + kBlock * P / 2;  // a Q4_1 block panel
 static_assert(kQ8Bytes % 64 == 0 && kQ4Bytes % 64 == 0, "block panels keep 64-byte alignment");
 
 size_t block_panel_bytes(PackedType t) { return t == PackedType::Q8_0 ? kQ8Bytes : kQ4Bytes; }
@@ -87,10 +87,11 @@ __attribute__((target("avx2,fma,f16c"))) void slice_avx2(const float* x, int in,
       if constexpr (T == PackedType::Q8_0) {
         const unsigned char* q = bp + 2 * P + static_cast<size_t>(i) * P + c0;
         w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))), d0);
-        w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)))),
-                           d1);
+        w1 =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)))), d1);
       } else {
-        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2) + (c0 & 31)));
+        const __m128i v =
+            _mm_load_si128(reinterpret_cast<const __m128i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2) + (c0 & 31)));
         const __m128i n = c0 < 32 ? _mm_and_si128(v, low4) : _mm_and_si128(_mm_srli_epi16(v, 4), low4);
         w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(n)), d0, m0);
         w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8))), d1, m1);
@@ -145,12 +146,40 @@ __attribute__((target("avx512f"))) inline __m512 widen_u8(__m128i v) {
   return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, v));
 }
 __attribute__((target("avx512f"))) inline __m512 widen_i8(const unsigned char* p) {
-  return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(p))));
+  return _mm512_maskz_cvtepi32_ps(0xFFFF,
+                                  _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(p))));
 }
 __attribute__((target("avx512f"))) inline __m512 halves(const unsigned char* p) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// The 64 columns' weights of input i of a block panel, widened exactly to ggml's floats.
+template <PackedType T>
+__attribute__((target("avx512f"))) inline void widen_input(const unsigned char* bp, int i, const __m512* d, const __m512* m,
+                                                           __m512* w) {
+  if constexpr (T == PackedType::Q8_0) {
+    const unsigned char* q = bp + 2 * P + static_cast<size_t>(i) * P;
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(widen_i8(q + 16 * j), d[j]);
+  } else {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2)));
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    w[0] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(lo)), d[0], m[0]);
+    w[1] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(lo, 1)), d[1], m[1]);
+    w[2] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(hi)), d[2], m[2]);
+    w[3] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(hi, 1)), d[3], m[3]);
+  }
+}
+
+template <PackedType T>
+__attribute__((target("avx512f"))) inline void block_scales(const unsigned char* bp, __m512* d, __m512* m) {
+  for (int j = 0; j < 4; ++j) {
+    d[j] = halves(bp + 32 * j);
+    m[j] = T == PackedType::Q4_1 ? halves(bp + 2 * P + 32 * j) : _mm512_setzero_ps();
+  }
+}
+
+// Up to 4 rows: each weight widened in registers as it streams by, once per row group.
 template <PackedType T, int NR>
 __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, const unsigned char* panel, int cols, float* y,
                                                     int out) {
@@ -158,28 +187,14 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, cons
   for (int r = 0; r < NR; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
   const int nb = in / kBlock;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < nb; ++b) {
     const unsigned char* bp = panel + static_cast<size_t>(b) * block_panel_bytes(T);
     __m512 d[4], m[4];
-    for (int j = 0; j < 4; ++j) {
-      d[j] = halves(bp + 32 * j);
-      m[j] = T == PackedType::Q4_1 ? halves(bp + 2 * P + 32 * j) : _mm512_setzero_ps();
-    }
+    block_scales<T>(bp, d, m);
     const size_t xb = static_cast<size_t>(b) * kBlock;
     for (int i = 0; i < kBlock; ++i) {
       __m512 w[4];
-      if constexpr (T == PackedType::Q8_0) {
-        const unsigned char* q = bp + 2 * P + static_cast<size_t>(i) * P;
-        for (int j = 0; j < 4; ++j) w[j] = _mm512_mul_ps(widen_i8(q + 16 * j), d[j]);
-      } else {
-        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 4 * P + static_cast<size_t>(i) * (P / 2)));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        w[0] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(lo)), d[0], m[0]);
-        w[1] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(lo, 1)), d[1], m[1]);
-        w[2] = _mm512_fmadd_ps(widen_u8(_mm256_castsi256_si128(hi)), d[2], m[2]);
-        w[3] = _mm512_fmadd_ps(widen_u8(_mm256_extracti128_si256(hi, 1)), d[3], m[3]);
-      }
+      widen_input<T>(bp, i, d, m, w);
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
         const __m512 a = _mm512_set1_ps(x[static_cast<size_t>(r) * in + xb + i]);
@@ -197,26 +212,98 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, cons
   }
 }
 
+// NR ≤ 6 rows of a block against its widened tile [32][64], their running sums in acc [NR][64]
+// (zero before the first block): the float panel's kernel, carried across blocks.
+template <int NR>
+__attribute__((target("avx512f"))) void tile_rows_avx512(const float* x, int in, const float* tile, bool first, float* acc) {
+  __m512 a4[NR][4];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < 4; ++j) a4[r][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * P + 16 * j);
+  for (int i = 0; i < kBlock; ++i) {
+    const float* w = tile + i * P;
+    const __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16), w2 = _mm512_load_ps(w + 32), w3 = _mm512_load_ps(w + 48);
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; ++r) {
+      const __m512 a = _mm512_set1_ps(x[static_cast<size_t>(r) * in + i]);
+      a4[r][0] = _mm512_fmadd_ps(a, w0, a4[r][0]);
+      a4[r][1] = _mm512_fmadd_ps(a, w1, a4[r][1]);
+      a4[r][2] = _mm512_fmadd_ps(a, w2, a4[r][2]);
+      a4[r][3] = _mm512_fmadd_ps(a, w3, a4[r][3]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_store_ps(acc + r * P + 16 * j, a4[r][j]);
+}
+
+// Past 4 rows: each block panel is widened once into a float tile (8 KB, in L1) that every group
+// of up to 6 of up to 32 rows multiplies; widening per 4-row group made a batch of 16 four times
+// the work of a batch of 4 (63.5 vs 14.8 ms a SmolLM2 step on one core).
+template <PackedType T>
+__attribute__((target("avx512f"))) void many_rows_avx512(const float* x, int rows, int in, const unsigned char* panel, int cols,
+                                                         float* y, int out) {
+  alignas(64) float tile[kBlock * P];
+  alignas(64) float acc[32 * P];
+  const int nb = in / kBlock;
+  for (int r0 = 0; r0 < rows; r0 += 32) {
+    const int nr = std::min(32, rows - r0);
+    for (int b = 0; b < nb; ++b) {
+      const unsigned char* bp = panel + static_cast<size_t>(b) * block_panel_bytes(T);
+      __m512 d[4], m[4];
+      block_scales<T>(bp, d, m);
+      for (int i = 0; i < kBlock; ++i) {
+        __m512 w[4];
+        widen_input<T>(bp, i, d, m, w);
+        for (int j = 0; j < 4; ++j) _mm512_store_ps(tile + i * P + 16 * j, w[j]);
+      }
+      for (int g = 0; g < nr; g += 6) {
+        const float* xg = x + static_cast<size_t>(r0 + g) * in + static_cast<size_t>(b) * kBlock;
+        float* ag = acc + g * P;
+        switch (std::min(6, nr - g)) {
+          case 1:
+            tile_rows_avx512<1>(xg, in, tile, b == 0, ag);
+            break;
+          case 2:
+            tile_rows_avx512<2>(xg, in, tile, b == 0, ag);
+            break;
+          case 3:
+            tile_rows_avx512<3>(xg, in, tile, b == 0, ag);
+            break;
+          case 4:
+            tile_rows_avx512<4>(xg, in, tile, b == 0, ag);
+            break;
+          case 5:
+            tile_rows_avx512<5>(xg, in, tile, b == 0, ag);
+            break;
+          default:
+            tile_rows_avx512<6>(xg, in, tile, b == 0, ag);
+            break;
+        }
+      }
+    }
+    for (int r = 0; r < nr; ++r) std::copy_n(acc + r * P, cols, y + static_cast<size_t>(r0 + r) * out);
+  }
+}
+
 template <PackedType T>
 __attribute__((target("avx512f"))) void panel_avx512(const float* x, int rows, int in, const unsigned char* panel, int cols,
                                                      float* y, int out) {
-  for (int r0 = 0; r0 < rows; r0 += 4) {
-    const float* xr = x + static_cast<size_t>(r0) * in;
-    float* yr = y + static_cast<size_t>(r0) * out;
-    switch (std::min(4, rows - r0)) {
-      case 1:
-        rows_avx512<T, 1>(xr, in, panel, cols, yr, out);
-        break;
-      case 2:
-        rows_avx512<T, 2>(xr, in, panel, cols, yr, out);
-        break;
-      case 3:
-        rows_avx512<T, 3>(xr, in, panel, cols, yr, out);
-        break;
-      default:
-        rows_avx512<T, 4>(xr, in, panel, cols, yr, out);
-        break;
-    }
+  if (rows > 4) {
+    many_rows_avx512<T>(x, rows, in, panel, cols, y, out);
+    return;
+  }
+  switch (rows) {
+    case 1:
+      rows_avx512<T, 1>(x, in, panel, cols, y, out);
+      break;
+    case 2:
+      rows_avx512<T, 2>(x, in, panel, cols, y, out);
+      break;
+    case 3:
+      rows_avx512<T, 3>(x, in, panel, cols, y, out);
+      break;
+    default:
+      rows_avx512<T, 4>(x, in, panel, cols, y, out);
+      break;
   }
 }
 

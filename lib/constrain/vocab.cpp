@@ -217,7 +217,7 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
       }
     }
     if (std::filesystem::is_regular_file(path, ec) && gguf::is_gguf(path)) {  // a GGUF checkpoint's tokenizer.ggml.*
-      auto g = tokenizer::tokenizer_json_from_gguf(gguf::File(path));
+      auto g = tokenizer::tokenizer_json_from_gguf(*gguf::open_file(path));
       text = std::move(g.json);
       checkpoint_eos = g.eos;
     } else {

@@ -29,7 +29,7 @@ Spec ceiling_spec(Backend backend, bool quick, const RunControlOverrides& overri
       "    variants: [gemm]\n"
       "    m: 8192\n    n: 8192\n    k: 8192\n    dtype: bf16\n"
       "{0}"
-      "    cpu: {{variants: [sgemm, blas_sgemm], m: {2}, n: {2}, k: {2}, dtype: fp32}}\n",
+      "    cpu: {{variants: [sgemm, blas_sgemm, fma_peak], m: {2}, n: {2}, k: {2}, dtype: fp32}}\n",
       control, cpu_bytes, cpu_gemm);
   SpecOptions opt;
   opt.backend = backend;
@@ -49,6 +49,10 @@ Ceilings ceilings_from_results(const std::vector<ExperimentResult>& results) {
           c.copy_label =
               fmt::format("{} {}", r.variant == "copy" ? "cudaMemcpy D2D" : "memcpy", format_bytes(r.point.number("bytes")));
         }
+      }
+      if (r.variant == "fma_peak" && r.work.flops > 0) {
+        c.fma_flops_per_s = r.work.flops / r.stats.median;
+        c.fma_label = r.message;
       }
       if ((r.variant == "gemm" || r.variant == "sgemm" || r.variant == "blas_sgemm") && r.work.flops > 0) {
         double rate = r.work.flops / r.stats.median;

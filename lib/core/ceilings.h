@@ -1,5 +1,6 @@
 // The card's measured peaks (copy bandwidth, GEMM rate) that every report's roofline columns
-// divide by. Measured through the normal pipeline with the `ceiling` kind's variants.
+// divide by, and on the CPU the FMA peak shown beside the GEMM rate. Measured through the normal
+// pipeline with the `ceiling` kind's variants.
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <limits>
 
 #include <fmt/format.h>
@@ -546,6 +547,41 @@ std::vector<uint8_t> File::raw(const TensorInfo& t) const {
 }
 
 void File::read(const TensorInfo& t, float* dst) const { dequantize(t.type, raw(t).data(), t.elements(), dst); }
+
+std::shared_ptr<const File> open_file(const std::string& path) {
+  struct Entry {
+    uintmax_t bytes = 0;
+    std::filesystem::file_time_type modified;
+    std::shared_ptr<const File> file;
+    uint64_t used = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Entry> cache;
+  static uint64_t clock = 0;
+  constexpr size_t kKept = 4;
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  const auto modified = std::filesystem::last_write_time(path, ec);
+  if (ec) return std::make_shared<const File>(path);  // File's own error names the path
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(path);
+    if (it != cache.end() && it->second.bytes == bytes && it->second.modified == modified) {
+      it->second.used = ++clock;
+      return it->second.file;
+    }
+  }
+  auto file = std::make_shared<const File>(path);  // parsed outside the lock
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kKept && !cache.count(path)) {
+    auto oldest = cache.begin();
+    for (auto e = cache.begin(); e != cache.end(); ++e)
+      if (e->second.used < oldest->second.used) oldest = e;
+    cache.erase(oldest);
+  }
+  cache[path] = {bytes, modified, file, ++clock};
+  return file;
+}
 
 bool is_gguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

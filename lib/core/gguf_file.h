@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,6 +114,12 @@ class File {
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
 };
+
+// The file at `path` parsed once per process while it is unchanged (its size and modification time):
+// a checkpoint's metadata (SmolLM2's 49,152 tokens and 48,900 merges) is read by its config, its
+// weights, its tokenizer and its chat template, and again by every row that loads the model. A
+// few files are kept; an error is thrown as File's constructor throws it, and not kept.
+std::shared_ptr<const File> open_file(const std::string& path);
 
 // True when the file starts with GGUF's magic (a cheap test for "is this path a GGUF checkpoint").
 bool is_gguf(const std::string& path);

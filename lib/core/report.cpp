@@ -31,10 +31,7 @@ std::string markdown_report(const ResultSet& rs) {
   s += fmt::format("- infer-bench {} (git {})\n", m.version, m.git_sha);
   s += fmt::format("- backend: {} — {}\n", to_string(m.backend), m.device.name);
   s += "- started: " + m.started_utc + (m.finished_utc.empty() ? " (running)" : ", finished: " + m.finished_utc) + "\n";
-  if (m.ceilings.copy_bytes_per_s > 0)
-    s += fmt::format("- peaks measured: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n",
-                     format_number(m.ceilings.copy_bytes_per_s / 1e9), m.ceilings.copy_label,
-                     format_number(m.ceilings.gemm_flops_per_s / 1e12), m.ceilings.gemm_label);
+  if (m.ceilings.copy_bytes_per_s > 0) s += fmt::format("- peaks measured: {}\n", m.ceilings.describe());
   if (m.interrupted)
     s += "- **interrupted** (Ctrl-C, SIGTERM or a closed stdout): the rows below are complete, the rest were not run\n";
   if (!m.error.empty()) s += "- **stopped early**: " + m.error + " — the rows below are complete, the rest were not run\n";

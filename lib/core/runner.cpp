@@ -16,12 +16,23 @@
 
 namespace ib {
 
+std::string Ceilings::describe() const {
+  std::string s = fmt::format("copy {} GB/s ({}), GEMM {} TFLOP/s ({})", format_number(copy_bytes_per_s / 1e9), copy_label,
+                              format_number(gemm_flops_per_s / 1e12), gemm_label);
+  if (fma_flops_per_s > 0) s += fmt::format(", FMA {} TFLOP/s ({})", format_number(fma_flops_per_s / 1e12), fma_label);
+  return s;
+}
+
 nlohmann::json Ceilings::to_json() const {
   nlohmann::json j;
   j["copy_bytes_per_s"] = copy_bytes_per_s;
   j["gemm_flops_per_s"] = gemm_flops_per_s;
   j["copy"] = copy_label;
   j["gemm"] = gemm_label;
+  if (fma_flops_per_s > 0) {
+    j["fma_flops_per_s"] = fma_flops_per_s;
+    j["fma"] = fma_label;
+  }
   return j;
 }
 
@@ -31,6 +42,8 @@ Ceilings Ceilings::from_json(const nlohmann::json& j) {
   c.gemm_flops_per_s = j.value("gemm_flops_per_s", 0.0);
   c.copy_label = j.value("copy", std::string());
   c.gemm_label = j.value("gemm", std::string());
+  c.fma_flops_per_s = j.value("fma_flops_per_s", 0.0);
+  c.fma_label = j.value("fma", std::string());
   return c;
 }
 

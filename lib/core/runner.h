@@ -23,6 +23,10 @@ struct Ceilings {
   double gemm_flops_per_s = 0;  // dense GEMM rate (cuBLAS bf16 on the GPU, our SGEMM on the CPU)
   std::string copy_label;       // what was measured: "cudaMemcpy D2D 1 GiB"
   std::string gemm_label;       // "cuBLAS bf16 8192x8192x8192"
+  double fma_flops_per_s = 0;   // CPU: fused multiply-adds on registers only (0 where not measured)
+  std::string fma_label;        // "avx512 FMAs on registers, 2 threads"
+  // "copy 37.4 GB/s (memcpy 256 MiB), GEMM 0.221 TFLOP/s (...)[, FMA 0.3 TFLOP/s (...)]"
+  std::string describe() const;
   nlohmann::json to_json() const;
   static Ceilings from_json(const nlohmann::json& j);
 };

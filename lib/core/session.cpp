@@ -195,10 +195,8 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
   install_interrupt_handler();
   rs.meta.ceilings = measure_ceilings(*rt);
   if (o.format == "md")
-    out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", file_stem(path),
-                    rs.meta.device.name, to_string(backend), format_number(rs.meta.ceilings.copy_bytes_per_s / 1e9),
-                    rs.meta.ceilings.copy_label, format_number(rs.meta.ceilings.gemm_flops_per_s / 1e12),
-                    rs.meta.ceilings.gemm_label));
+    out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: {}\n", file_stem(path), rs.meta.device.name,
+                    to_string(backend), rs.meta.ceilings.describe()));
 
   SessionObserver observer(rs, dir, o);
   RunnerOptions ro;
@@ -419,8 +417,7 @@ int show_info(const SessionOptions& o) {
     out("\n" + markdown_heading(e, results.back().plan, backend) + markdown_table(results.back(), Ceilings{}, compact));
   }
   Ceilings c = ceilings_from_results(results);
-  out(fmt::format("\nceilings: copy {} GB/s ({}), GEMM {} TFLOP/s ({})\n", format_number(c.copy_bytes_per_s / 1e9), c.copy_label,
-                  format_number(c.gemm_flops_per_s / 1e12), c.gemm_label));
+  out(fmt::format("\nceilings: {}\n", c.describe()));
   bool failed = false;
   for (const auto& r : results)
     for (const auto& row : r.rows) failed = failed || row.status == RowStatus::Failed;

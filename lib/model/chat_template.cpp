@@ -72,7 +72,8 @@ std::string token_text(const nlohmann::json& j) {  // "bos_token": "<s>" or {"co
 std::optional<ChatTemplate> checkpoint_chat_template(const std::string& checkpoint) {
   const std::string path = data_path(checkpoint);
   if (is_gguf_checkpoint(path)) {
-    const gguf::File f(path);
+    const auto file = gguf::open_file(path);
+    const gguf::File& f = *file;
     const auto source = f.opt_string("tokenizer.chat_template");
     if (!source) return std::nullopt;
     auto token = [&](const char* key) {

@@ -79,7 +79,8 @@ std::string gguf_tensor_name(const std::string& hf) {
 
 ModelConfig config_from_gguf(const std::string& given_path) {
   const std::string path = data_path(given_path);
-  const gguf::File f(path);
+  const auto file = gguf::open_file(path);
+  const gguf::File& f = *file;
   const GgufArchitecture& arch = architecture_of(f);
   const std::string a = arch.name;
   for (const char* refused : {".expert_count", ".ssm.conv_kernel", ".attention.q_lora_rank"})
@@ -155,7 +156,7 @@ namespace {
 class GgufWeights : public WeightSource {
  public:
   GgufWeights(const ModelConfig& c, const std::string& path)
-      : file_(path), permuted_qk_(architecture_of(file_).permuted_qk), c_(c) {
+      : owner_(gguf::open_file(path)), file_(*owner_), permuted_qk_(architecture_of(file_).permuted_qk), c_(c) {
     std::set<std::string> used;
     for (const TensorSpec& spec : tensor_specs(c)) {
       const gguf::TensorInfo& t = info(spec);
@@ -240,7 +241,8 @@ class GgufWeights : public WeightSource {
     }
   }
 
-  gguf::File file_;
+  std::shared_ptr<const gguf::File> owner_;  // shared with the config's and tokenizer's reads
+  const gguf::File& file_;
   bool permuted_qk_;
   ModelConfig c_;
   std::set<std::string> types_;

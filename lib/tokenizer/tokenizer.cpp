@@ -304,7 +304,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& given) {
                          static_cast<size_t>(ib_gpt2_tokenizer_gz_end - ib_gpt2_tokenizer_gz));
     text = maybe_gunzip(gz, detail::kMaxFileBytes, "gpt2.tokenizer.json.gz (compiled in)");
   } else if (from_gguf) {
-    gguf_ids = tokenizer_json_from_gguf(gguf::File(path));
+    gguf_ids = tokenizer_json_from_gguf(*gguf::open_file(path));
     text = std::move(gguf_ids.json);
   } else {
     text = maybe_gunzip(read_input_file(path, detail::kMaxFileBytes), detail::kMaxFileBytes, path);

@@ -50,7 +50,7 @@ TEST(Ceiling, CpuVariantsPassTheGateAndYieldPeaks) {
   for (const auto& e : spec.experiments) results.push_back(runner.run(e));
   ASSERT_EQ(results.size(), 2u);
   ASSERT_EQ(results[0].rows.size(), 1u);  // memcpy
-  ASSERT_EQ(results[1].rows.size(), 2u);  // our SGEMM and OpenBLAS's
+  ASSERT_EQ(results[1].rows.size(), 3u);  // our SGEMM, OpenBLAS's and the FMA peak
   for (const auto& r : results)
     for (const auto& row : r.rows) {
       EXPECT_EQ(row.status, RowStatus::Ok) << row.message;
@@ -65,6 +65,13 @@ TEST(Ceiling, CpuVariantsPassTheGateAndYieldPeaks) {
   const double ours = results[1].rows[0].work.flops / results[1].rows[0].stats.median,
                blas = results[1].rows[1].work.flops / results[1].rows[1].stats.median;
   EXPECT_DOUBLE_EQ(c.gemm_flops_per_s, std::max(ours, blas));
+  // The FMA peak (registers only) beside it: a GEMM cannot beat the FMAs it is made of by much
+  // (timing noise aside), and the label says what ran.
+  ASSERT_EQ(results[1].rows[2].variant, "fma_peak");
+  EXPECT_GT(c.fma_flops_per_s, 0.8 * c.gemm_flops_per_s);
+  EXPECT_NE(c.fma_label.find("FMAs on registers"), std::string::npos) << c.fma_label;
+  EXPECT_NE(c.describe().find(", FMA "), std::string::npos) << c.describe();
+  EXPECT_EQ(Ceilings::from_json(c.to_json()).fma_flops_per_s, c.fma_flops_per_s);
 }
 
 }  // namespace

@@ -287,6 +287,27 @@ TEST(GgufCheckpoint, TinyModelMatchesTheSameWeightsInSafetensors) {
   fs::remove_all(dir);
 }
 
+// A checkpoint's metadata is parsed once while the file is unchanged, and again once it changes.
+TEST(GgufFile, OpenFileParsesAnUnchangedFileOnce) {
+  const std::string path = write_tiny_gguf(temp_path("cached.gguf"));
+  const auto a = gguf::open_file(path), b = gguf::open_file(path);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(a->get_string("general.architecture"), "llama");
+  TinyOptions other;
+  other.arch = "qwen2";  // a longer name: another size
+  write_tiny_gguf(path, other);
+  const auto c = gguf::open_file(path);
+  EXPECT_NE(c.get(), a.get());
+  EXPECT_EQ(c->get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(a->get_string("general.architecture"), "llama");  // a holder keeps what it read
+  TinyOptions cut;
+  cut.truncate = true;
+  write_tiny_gguf(path, cut);
+  EXPECT_THROW(gguf::open_file(path), InputError);
+  fs::remove(path);
+  EXPECT_THROW(gguf::open_file(path), InputError);
+}
+
 // Damaged and hostile files: one line naming the file and what is wrong, never a crash.
 void expect_refused(const std::function<void()>& f, const std::vector<std::string>& names) {
   try {
@@ -524,7 +545,8 @@ TEST(GgufSmolLM2, DecodeStreamsTheFilesBlocksAndGivesTheReferenceLogitsBitForBit
   auto ref = model::make_cpu_model(c, *w, model::CpuMatmul::Reference);
   auto packed = model::make_cpu_model(c, *w, model::CpuMatmul::Packed);
   uint64_t file_tensor_bytes = 0;
-  for (const auto& t : gguf::File(kSmolLM2).tensors()) file_tensor_bytes += t.bytes;
+  const auto file = gguf::open_file(kSmolLM2);
+  for (const auto& t : file->tensors()) file_tensor_bytes += t.bytes;
   EXPECT_EQ(packed->streamed_weight_bytes(1), static_cast<int64_t>(file_tensor_bytes));
   EXPECT_GT(ref->streamed_weight_bytes(1), 5 * packed->streamed_weight_bytes(1));
   const size_t V = static_cast<size_t>(c.vocab);

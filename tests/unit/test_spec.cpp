@@ -122,7 +122,7 @@ TEST(Spec, SetOverridesWinOverEverythingButFlags) {
 
 TEST(Spec, VariantsDefaultToTheBackendsOwn) {
   Spec s = parse("experiments:\n  - {name: a, kind: ceiling}\n");
-  EXPECT_EQ(s.experiments[0].variants, (std::vector<std::string>{"memcpy", "sgemm", "blas_sgemm"}));
+  EXPECT_EQ(s.experiments[0].variants, (std::vector<std::string>{"memcpy", "sgemm", "blas_sgemm", "fma_peak"}));
   Spec g = parse("experiments:\n  - {name: a, kind: ceiling}\n", Backend::Cuda);
   EXPECT_EQ(g.experiments[0].variants, (std::vector<std::string>{"copy", "gemm"}));
 }
@@ -211,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"book_unknown_role",
                 kHead + "    book: {source: s, rows: [{role: memcopy, ms: 1}]}\n",
                 "experiments[0].book.rows[0].role: no variant of kind ceiling plays the role 'memcopy' (roles: memcpy, sgemm, "
-                "blas_sgemm, "
+                "blas_sgemm, fma_peak, "
                 "copy, gemm) "
                 "(did you mean 'memcpy'?)",
                 {}},

@@ -114,7 +114,8 @@ class CpuFmaPeak : public Variant {
 
 const VariantRegistration reg_ceiling_fma_peak(
     "ceiling",
-    {"fma_peak", Backend::Cpu,
+    {"fma_peak",
+     Backend::Cpu,
      "fused multiply-adds on registers only, independent chains on every CPU thread at the widest vector width: the cores' "
      "arithmetic limit as measured, beside the GEMM ceiling",
      {}},

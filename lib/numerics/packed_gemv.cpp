@@ -170,15 +170,7 @@ using PanelFn = void (*)(const float*, int, int, const W*, int, float*, int);
 
 template <class W>
 PanelFn<W> panel_fn(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Avx512:
-      return panel_avx512<W>;
-    case CpuIsa::Avx2:
-      return panel_avx2<W>;
-    case CpuIsa::Generic:
-      break;
-  }
-  return panel_generic<W>;
+  return for_isa<PanelFn<W>>(isa, panel_avx512<W>, panel_avx2<W>, panel_generic<W>);
 }
 
 }  // namespace

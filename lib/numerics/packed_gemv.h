@@ -34,8 +34,13 @@ enum class BlockType { Q8_0, Q4_0, Q4_1 };
 int block_bytes(BlockType t);  // bytes of one block of 32 inputs
 // The vector instructions a kernel uses; every level computes the same bits.
 enum class CpuIsa { Generic, Avx2, Avx512 };
-CpuIsa best_cpu_isa();                // the widest this CPU runs
-const char* to_string(CpuIsa i);      // "generic", "avx2", "avx512"
+CpuIsa best_cpu_isa();            // the widest this CPU runs
+const char* to_string(CpuIsa i);  // "generic", "avx2", "avx512"
+// The kernel of an instruction level: one choice for every kernel family (float and block panels).
+template <class Fn>
+Fn for_isa(CpuIsa isa, Fn avx512, Fn avx2, Fn generic) {
+  return isa == CpuIsa::Avx512 ? avx512 : isa == CpuIsa::Avx2 ? avx2 : generic;
+}
 const char* to_string(PackedType t);  // "f32", "bf16", "q8_0", "q4_1"
 
 class PackedWeights {

@@ -22,7 +22,9 @@
 #include "numerics/packed_gemv.h"
 
 namespace ib {
-namespace {
+// Named, not anonymous: the sanitizer preset's unity build compiles this file with packed_gemv.cpp,
+// whose float kernels have the same names.
+namespace block_kernels {
 
 constexpr int P = PackedWeights::kPanel;
 constexpr int kBlock = 32;
@@ -311,18 +313,10 @@ using PanelFn = void (*)(const float*, int, int, const unsigned char*, int, floa
 
 template <PackedType T>
 PanelFn panel_fn(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Avx512:
-      return panel_avx512<T>;
-    case CpuIsa::Avx2:
-      return panel_avx2<T>;
-    case CpuIsa::Generic:
-      break;
-  }
-  return panel_generic<T>;
+  return for_isa<PanelFn>(isa, panel_avx512<T>, panel_avx2<T>, panel_generic<T>);
 }
 
-}  // namespace
+}  // namespace block_kernels
 
 int block_bytes(BlockType t) {
   switch (t) {
@@ -337,6 +331,7 @@ int block_bytes(BlockType t) {
 }
 
 PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) : in_(in), out_(out) {
+  using namespace block_kernels;
   if (in <= 0 || in % kBlock != 0 || out <= 0)
     throw std::invalid_argument("block-quantized weights need a positive multiple of 32 inputs, got " + std::to_string(in));
   type_ = t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1;
@@ -381,6 +376,7 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) 
 
 void multiply_block_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
                            size_t p1, float* y, CpuIsa isa) {
+  using namespace block_kernels;
   const size_t panel_bytes = static_cast<size_t>(in / kBlock) * block_panel_bytes(t);
   const PanelFn fn = t == PackedType::Q8_0 ? panel_fn<PackedType::Q8_0>(isa) : panel_fn<PackedType::Q4_1>(isa);
   for (size_t p = p0; p < p1; ++p) {

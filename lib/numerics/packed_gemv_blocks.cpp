@@ -331,11 +331,11 @@ int block_bytes(BlockType t) {
 }
 
 PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) : in_(in), out_(out) {
-  using namespace block_kernels;
-  if (in <= 0 || in % kBlock != 0 || out <= 0)
+  namespace bk = block_kernels;
+  if (in <= 0 || in % bk::kBlock != 0 || out <= 0)
     throw std::invalid_argument("block-quantized weights need a positive multiple of 32 inputs, got " + std::to_string(in));
   type_ = t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1;
-  const size_t nb = static_cast<size_t>(in / kBlock), bpb = block_panel_bytes(type_);
+  const size_t nb = static_cast<size_t>(in / bk::kBlock), bpb = bk::block_panel_bytes(type_);
   const size_t src_block = static_cast<size_t>(block_bytes(t));
   bytes_ = panels() * nb * bpb;
   void* mem = std::aligned_alloc(64, bytes_);
@@ -343,30 +343,30 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) 
   data_.reset(static_cast<unsigned char*>(mem));
   std::memset(mem, 0, bytes_);  // the columns past `out` in the last panel: d = m = q = 0, so w = 0
   for (size_t p = 0; p < panels(); ++p) {
-    const int c0 = static_cast<int>(p) * P, cols = std::min(P, out - c0);
+    const int c0 = static_cast<int>(p) * bk::P, cols = std::min(bk::P, out - c0);
     for (size_t b = 0; b < nb; ++b) {
       unsigned char* bp = data_.get() + (p * nb + b) * bpb;
       for (int c = 0; c < cols; ++c) {
         const uint8_t* src = rows + (static_cast<size_t>(c0 + c) * nb + b) * src_block;
         std::memcpy(bp + 2 * c, src, 2);  // d, fp16 little-endian as stored
         if (t == BlockType::Q8_0) {
-          for (int i = 0; i < kBlock; ++i) bp[2 * P + static_cast<size_t>(i) * P + c] = src[2 + i];
+          for (int i = 0; i < bk::kBlock; ++i) bp[2 * bk::P + static_cast<size_t>(i) * bk::P + c] = src[2 + i];
           continue;
         }
         uint16_t m = 0;
         const uint8_t* qs = src + (t == BlockType::Q4_1 ? 4 : 2);
         if (t == BlockType::Q4_1) {
-          m = le16(src + 2);
+          m = bk::le16(src + 2);
         } else {  // Q4_0: d·(q - 8) = d·q + (-8·d), both exact when -8·d is an fp16
-          const float neg8d = -8.0f * fp16_bits_to_float(le16(src));
+          const float neg8d = -8.0f * fp16_bits_to_float(bk::le16(src));
           m = float_to_fp16_bits(neg8d);
           if (fp16_bits_to_float(m) != neg8d)
             throw std::invalid_argument("a Q4_0 block scale too large to keep exact as Q4_1 (|d| >= 8192)");
         }
-        std::memcpy(bp + 2 * P + 2 * c, &m, 2);
-        for (int i = 0; i < kBlock; ++i) {
+        std::memcpy(bp + 2 * bk::P + 2 * c, &m, 2);
+        for (int i = 0; i < bk::kBlock; ++i) {
           const int nib = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
-          unsigned char& dst = bp[4 * P + static_cast<size_t>(i) * (P / 2) + (c & 31)];
+          unsigned char& dst = bp[4 * bk::P + static_cast<size_t>(i) * (bk::P / 2) + (c & 31)];
           dst = static_cast<unsigned char>(c < 32 ? (dst & 0xF0) | nib : (dst & 0x0F) | (nib << 4));
         }
       }
@@ -376,11 +376,11 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) 
 
 void multiply_block_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
                            size_t p1, float* y, CpuIsa isa) {
-  using namespace block_kernels;
-  const size_t panel_bytes = static_cast<size_t>(in / kBlock) * block_panel_bytes(t);
-  const PanelFn fn = t == PackedType::Q8_0 ? panel_fn<PackedType::Q8_0>(isa) : panel_fn<PackedType::Q4_1>(isa);
+  namespace bk = block_kernels;
+  const size_t panel_bytes = static_cast<size_t>(in / bk::kBlock) * bk::block_panel_bytes(t);
+  const bk::PanelFn fn = t == PackedType::Q8_0 ? bk::panel_fn<PackedType::Q8_0>(isa) : bk::panel_fn<PackedType::Q4_1>(isa);
   for (size_t p = p0; p < p1; ++p) {
-    const int c0 = static_cast<int>(p) * P, cols = std::min(P, out - c0);
+    const int c0 = static_cast<int>(p) * bk::P, cols = std::min(bk::P, out - c0);
     fn(x, rows, in, data + p * panel_bytes, cols, y + c0, out);
   }
 }

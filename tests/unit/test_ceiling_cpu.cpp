@@ -66,9 +66,13 @@ TEST(Ceiling, CpuVariantsPassTheGateAndYieldPeaks) {
                blas = results[1].rows[1].work.flops / results[1].rows[1].stats.median;
   EXPECT_DOUBLE_EQ(c.gemm_flops_per_s, std::max(ours, blas));
   // The FMA peak (registers only) beside it: a GEMM cannot beat the FMAs it is made of by much
-  // (timing noise aside), and the label says what ran.
+  // (timing noise aside; not under the sanitizers, whose -O1 build keeps the chains in memory
+  // while OpenBLAS runs uninstrumented), and the label says what ran.
   ASSERT_EQ(results[1].rows[2].variant, "fma_peak");
+  EXPECT_GT(c.fma_flops_per_s, 0);
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_GT(c.fma_flops_per_s, 0.8 * c.gemm_flops_per_s);
+#endif
   EXPECT_NE(c.fma_label.find("FMAs on registers"), std::string::npos) << c.fma_label;
   EXPECT_NE(c.describe().find(", FMA "), std::string::npos) << c.describe();
   EXPECT_EQ(Ceilings::from_json(c.to_json()).fma_flops_per_s, c.fma_flops_per_s);

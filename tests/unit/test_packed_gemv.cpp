@@ -106,8 +106,11 @@ void expect_blocks_same_as_reference(BlockType t, int in, int out, int rows) {
   for (int o = 0; o < out; ++o)
     for (int i = 0; i < in; ++i) wt[static_cast<size_t>(i) * out + o] = w[static_cast<size_t>(o) * in + i];
   const auto x = random_matrix(static_cast<size_t>(rows) * in, 9 + rows, false);
+  // The reference GEMV row by row (past 32 rows the engine's matmul is an SGEMM, another order).
   std::vector<float> ref(static_cast<size_t>(rows) * out);
-  model::cpu_detail::matmul(x.data(), rows, in, wt.data(), out, nullptr, ref.data());
+  for (int r = 0; r < rows; ++r)
+    model::cpu_detail::matmul(x.data() + static_cast<size_t>(r) * in, 1, in, wt.data(), out, nullptr,
+                              ref.data() + static_cast<size_t>(r) * out);
   const PackedWeights pw(t, blocks.data(), in, out);
   ASSERT_EQ(pw.type(), t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1);
   ASSERT_TRUE(pw.blocks());

@@ -30,6 +30,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string backend = "auto";
+  std::string cpu_matmul = "blas";
   int max_seqs = 16;
   int token_budget = 512;
   int long_prefill = 0;
@@ -63,7 +64,7 @@ int serve(const ServeOptions& s) {
     o.max_prefill = std::max(s.token_budget, 16);
     engine = model::make_cuda_model(m.config, *m.weights, o, nullptr);
   } else {
-    engine = model::make_cpu_model(m.config, *m.weights);
+    engine = model::make_cpu_model(m.config, *m.weights, model::parse_cpu_matmul(s.cpu_matmul));
   }
   if (s.kv_blocks > 0 || s.prefix_caching) {
     if ((s.block_size & (s.block_size - 1)) != 0)
@@ -167,6 +168,10 @@ void register_serve(Cli& cli) {
   sub->add_option("--host", s.host, "address to bind (default 127.0.0.1: this machine only)");
   sub->add_option("--port", s.port, "port (0: any free one; the address is printed on stderr)")->check(CLI::Range(0, 65535));
   sub->add_option("--backend", s.backend, "auto (CUDA when a GPU is usable), cuda or cpu");
+  sub->add_option("--cpu-matmul", s.cpu_matmul,
+                  "the CPU engine's products (the decode kind's cpu_matmul): blas, int8 (a GGUF's Q8_0/Q4_0/Q4_1 weights "
+                  "on int8 activations, as llama.cpp), packed or reference")
+      ->check(CLI::IsMember(model::cpu_matmul_names()));
   sub->add_option("--max-seqs", s.max_seqs, "requests running at once (vLLM's --max-num-seqs)")->check(CLI::Range(1, 4096));
   sub->add_option("--token-budget", s.token_budget, "tokens per forward pass (vLLM's --max-num-batched-tokens)")
       ->check(CLI::Range(1, 1 << 20));

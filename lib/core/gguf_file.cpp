@@ -559,10 +559,10 @@ std::shared_ptr<const File> open_file(const std::string& path) {
   static std::map<std::string, Entry> cache;
   static uint64_t clock = 0;
   constexpr size_t kKept = 4;
-  std::error_code ec;
-  const uintmax_t bytes = std::filesystem::file_size(path, ec);
-  const auto modified = std::filesystem::last_write_time(path, ec);
-  if (ec) return std::make_shared<const File>(path);  // File's own error names the path
+  std::error_code size_ec, time_ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, size_ec);
+  const auto modified = std::filesystem::last_write_time(path, time_ec);
+  if (size_ec || time_ec) return std::make_shared<const File>(path);  // File's own error names the path
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(path);

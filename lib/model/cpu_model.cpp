@@ -101,10 +101,12 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   load("model.norm.weight", final_norm_, false);
   load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
   if (matmul == CpuMatmul::Reference) return;
-  blas_ = matmul == CpuMatmul::Blas;
+  blas_ = matmul == CpuMatmul::Blas || matmul == CpuMatmul::Int8;
+  const BlockDot dot = matmul == CpuMatmul::Int8 ? BlockDot::Int8 : BlockDot::Exact;
   // A product's packed copy: the stored blocks of its matrices when the source keeps every one
   // in the same block format (a GGUF's Q8_0/Q4_0/Q4_1: streamed at 4.5-8.5 bits a weight, bit for
-  // bit the float product on their dequantization), else the float matrix side by side.
+  // bit the float product on their dequantization; with int8 activations under CpuMatmul::Int8),
+  // else the float matrix side by side.
   // `floats` makes the float copy (only when it is the one kept).
   auto pack = [&](std::initializer_list<std::string> names, int in, int out, auto floats) {
     std::optional<BlockType> type;
@@ -116,7 +118,7 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
       rows.insert(rows.end(), b->bytes.begin(), b->bytes.end());
     }
     try {
-      return PackedWeights(*type, rows.data(), in, out);
+      return PackedWeights(*type, rows.data(), in, out, dot);
     } catch (const std::invalid_argument&) {  // blocks it cannot hold exactly
       return floats();
     }

@@ -194,7 +194,7 @@ class CpuModel : public Model {
   Buf embed_, final_norm_, lm_head_;
   PackedWeights lm_head_packed_;  // CpuMatmul::Packed and Blas
   ForwardScratch scratch_;
-  bool blas_ = false;  // CpuMatmul::Blas: prefills through OpenBLAS
+  bool blas_ = false;  // CpuMatmul::Blas and Int8: prefills through OpenBLAS
   int64_t packed_bytes_ = 0;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;

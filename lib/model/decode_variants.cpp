@@ -89,12 +89,15 @@ std::vector<std::string> with_matmul(std::vector<std::string> keys) {
 }
 
 KeySpec cpu_matmul_key() {
-  return enum_key("cpu_matmul",
-                  "CPU engine's products: blas (the packed decode GEMV, prefills of > 32 rows through OpenBLAS; within "
-                  "float32 rounding of reference), packed (decode GEMV on each matrix packed once in its stored type, bf16 "
-                  "where exact; our SGEMM for prefills; bit for bit reference) or reference (float32 [in][out] GEMV and our "
-                  "SGEMM: the check of the others)",
-                  "blas", cpu_matmul_names());
+  return enum_key(
+      "cpu_matmul",
+      "CPU engine's products: blas (the packed decode GEMV, prefills of > 32 rows through OpenBLAS; within "
+      "float32 rounding of reference), packed (decode GEMV on each matrix packed once in its stored type, bf16 "
+      "where exact; our SGEMM for prefills; bit for bit reference), int8 (blas, but GGUF Q8_0/Q4_0/Q4_1 weights multiply "
+      "activations quantized to int8 per 32 inputs with integer dot products, AVX-512 VNNI: llama.cpp's "
+      "arithmetic, within a stated tolerance of reference) or reference (float32 [in][out] GEMV and our "
+      "SGEMM: the check of the others)",
+      "blas", cpu_matmul_names());
 }
 CpuMatmul cpu_matmul_of(const Point& p) {
   return p.find("cpu_matmul") ? parse_cpu_matmul(p.text("cpu_matmul")) : CpuMatmul::Blas;
@@ -250,6 +253,45 @@ std::vector<std::vector<float>> DecodeVariant::validation_logits(Model& m, int s
   return logits;
 }
 
+// Int8 activations are not the float product: the logits within kInt8Tolerance (relative L2) of
+// the float32 reference's while the two engines were fed the same tokens, and where their greedy
+// tokens part, ours within kNearTie of the reference's top logit (a near-tie the quantization
+// error may flip, as llama.cpp's does), after which their logits follow different texts.
+Validation DecodeVariant::validate_int8(Validation v, const std::vector<std::vector<float>>& ref,
+                                        const std::vector<std::vector<float>>& got, const std::vector<int32_t>& ref_tokens,
+                                        const std::vector<int32_t>& tokens) const {
+  constexpr double kInt8Tolerance = 0.1;  // SmolLM2-135M Q4_1: 3.4e-2 through its 30 layers
+  constexpr float kNearTie = 0.5f;
+  size_t part = 0;  // the first token where the generations differ
+  while (part < tokens.size() && part < ref_tokens.size() && tokens[part] == ref_tokens[part]) ++part;
+  // logits[i] came from tokens [0, first + i]: comparable while all of those are the same.
+  const size_t first = tokens.size() - std::min(tokens.size(), got.size());
+  std::vector<float> a, b;
+  size_t compared = 0;
+  for (size_t i = 0; i < got.size() && i < ref.size() && first + i < part; ++i, ++compared) {
+    a.insert(a.end(), got[i].begin(), got[i].end());
+    b.insert(b.end(), ref[i].begin(), ref[i].end());
+  }
+  const double err = relative_l2(a, b);
+  if (compared == 0 || err > kInt8Tolerance)
+    return {false, "rel_l2", err, kInt8Tolerance,
+            fmt::format("the int8-activation GEMV's logits vs the float32 reference engine's over {} steps", compared)};
+  std::string parted;
+  if (part < tokens.size() && part < ref_tokens.size()) {
+    const auto& r = ref[part - first - 1];  // the logits that chose token `part` (compared > 0: part > first)
+    const float top = *std::max_element(r.begin(), r.end());
+    const float gap = top - r[static_cast<size_t>(tokens[part])];
+    if (gap > kNearTie)
+      return {false, "greedy_gap", gap, kNearTie,
+              fmt::format("the int8-activation engine's greedy token {} is {:.3g} below the reference's top logit",
+                          part - first - 1, gap)};
+    parted = fmt::format(", greedy parted at token {} on a near-tie ({:.3g})", part - first - 1, gap);
+  }
+  v.detail +=
+      fmt::format("; rel_l2 {:.2g} from the float32 reference engine over {} steps (int8 activations{})", err, compared, parted);
+  return v;
+}
+
 Validation DecodeVariant::validate(BackendRuntime& rt) {
   const double tol = backend_ == Backend::Cpu ? 1e-3 : 2e-2;
   std::vector<int32_t> tokens;
@@ -271,6 +313,7 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     got.insert(got.end(), logits[i].begin(), logits[i].end());
     want.insert(want.end(), ref[i].begin(), ref[i].end());
   }
+  if (cpu_matmul_ == CpuMatmul::Int8) return validate_int8(v, ref, logits, ref_tokens, tokens);
   if (cpu_matmul_ == CpuMatmul::Blas) {
     // OpenBLAS sums in its own order: within float32 rounding of the reference, not bit for bit.
     constexpr double kBlasTolerance = 1e-5;

@@ -72,6 +72,8 @@ class DecodeVariant : public Variant {
   std::vector<std::vector<float>> validation_logits(Model& m, int seq, std::vector<int32_t>& tokens);
   Validation check_against_recompute(const std::vector<std::vector<float>>& step_logits, const std::vector<int32_t>& tokens,
                                      int prompt_len, double tolerance);
+  Validation validate_int8(Validation v, const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& got,
+                           const std::vector<int32_t>& ref_tokens, const std::vector<int32_t>& tokens) const;
 
   Backend backend_;
   DecodeMeasure what_;

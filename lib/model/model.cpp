@@ -80,7 +80,7 @@ Matmul parse_matmul(const std::string& name) {
 }
 
 const std::vector<std::string>& cpu_matmul_names() {
-  static const std::vector<std::string> names = {"reference", "packed", "blas"};
+  static const std::vector<std::string> names = {"reference", "packed", "blas", "int8"};
   return names;
 }
 const char* to_string(CpuMatmul m) { return cpu_matmul_names()[static_cast<size_t>(m)].c_str(); }

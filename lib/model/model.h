@@ -180,8 +180,10 @@ struct EngineOptions {
 // matrix once per step in its stored type, bf16 where exact (numerics/packed_gemv.h), the same
 // bits as Reference. Blas: Packed's GEMV, and prefills through OpenBLAS (numerics/blas_sgemm.h),
 // within float32 rounding of Reference.
-enum class CpuMatmul { Reference, Packed, Blas };
-const std::vector<std::string>& cpu_matmul_names();  // {"reference", "packed", "blas"}, in enum order
+// Int8: Blas, but block-quantized weights (GGUF Q8_0/Q4_0/Q4_1) multiply activations quantized to
+// int8 (numerics/packed_gemv.h, BlockDot::Int8): llama.cpp's arithmetic, not bit for bit the reference.
+enum class CpuMatmul { Reference, Packed, Blas, Int8 };
+const std::vector<std::string>& cpu_matmul_names();  // {"reference", "packed", "blas", "int8"}, in enum order
 const char* to_string(CpuMatmul m);
 CpuMatmul parse_cpu_matmul(const std::string& name);  // InputError naming the choices otherwise
 

@@ -1,4 +1,5 @@
 #include "numerics/packed_gemv.h"
+#include "numerics/packed_gemv_store.h"
 
 #include <algorithm>
 #include <cmath>
@@ -127,11 +128,7 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, cons
       acc[r][3] = _mm512_fmadd_ps(a, w3, acc[r][3]);
     }
   }
-  for (int j = 0; j < 4; ++j) {
-    const int n = std::clamp(cols - 16 * j, 0, 16);
-    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + static_cast<size_t>(r) * out + 16 * j, m, acc[r][j]);
-  }
+  store_columns_avx512(acc, cols, y, out);
 }
 
 // Rows in blocks of up to 6: 24 accumulators, the panel's 4 registers and a broadcast fill 29 of
@@ -185,6 +182,14 @@ CpuIsa best_cpu_isa() {
   return isa;
 }
 
+bool cpu_has_avx512_vnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
 const char* to_string(CpuIsa i) {
   switch (i) {
     case CpuIsa::Avx512:
@@ -205,6 +210,10 @@ const char* to_string(PackedType t) {
       return "q8_0";
     case PackedType::Q4_1:
       return "q4_1";
+    case PackedType::Q8_0_I8:
+      return "q8_0_i8";
+    case PackedType::Q4_1_I8:
+      return "q4_1_i8";
     case PackedType::F32:
       break;
   }
@@ -241,6 +250,10 @@ PackedWeights::PackedWeights(const float* wt, int in, int out, bool allow_bf16) 
 }
 
 void PackedWeights::multiply(const float* x, int rows, size_t p0, size_t p1, float* y, CpuIsa isa) const {
+  if (int8_dot()) {
+    multiply_dot_panels(type_, data_.get(), in_, out_, x, rows, p0, p1, y, isa);
+    return;
+  }
   if (blocks()) {
     multiply_block_panels(type_, data_.get(), in_, out_, x, rows, p0, p1, y, isa);
     return;

@@ -17,6 +17,11 @@
 // and each weight is widened in registers to the float ggml's dequantization gives (exactly:
 // d·q is exact in float32 and d·q + m is rounded once either way), then multiplied in the same
 // order, so the product is bit for bit the reference GEMV's on the dequantized matrix.
+//
+// Or, as llama.cpp multiplies them (BlockDot::Int8, packed_gemv_int8.cpp): each row of activations
+// quantized to Q8_0 per 32 inputs and every block's dot product summed in integers, scaled once
+// per block. Not the float product: the product of the dequantized weights and the dequantized
+// activations, within the activations' quantization error of it, and no widening per weight.
 #pragma once
 
 #include <cstddef>
@@ -25,13 +30,17 @@
 
 namespace ib {
 
-enum class PackedType { F32, BF16, Q8_0, Q4_1 };
+// Q8_0_I8 and Q4_1_I8: the block types laid out for integer dot products (BlockDot::Int8).
+enum class PackedType { F32, BF16, Q8_0, Q4_1, Q8_0_I8, Q4_1_I8 };
 // GGUF's block formats (ggml's layout): a matrix is rows of `out`, each in/32 blocks of 32 inputs.
 // Q8_0: fp16 d, 32 int8 q (34 bytes), w = d·q. Q4_0: fp16 d, 16 bytes of nibbles (18), w = d·(q - 8).
 // Q4_1: fp16 d, fp16 m, 16 bytes of nibbles (20), w = d·q + m. Nibble j of a block is the low half
 // of byte j, nibble j + 16 its high half.
 enum class BlockType { Q8_0, Q4_0, Q4_1 };
 int block_bytes(BlockType t);  // bytes of one block of 32 inputs
+// How block weights meet the activations: Exact (each weight widened to ggml's float, the float
+// product bit for bit) or Int8 (activations quantized to Q8_0, integer dot products).
+enum class BlockDot { Exact, Int8 };
 // The vector instructions a kernel uses; every level computes the same bits.
 enum class CpuIsa { Generic, Avx2, Avx512 };
 CpuIsa best_cpu_isa();            // the widest this CPU runs
@@ -41,7 +50,8 @@ template <class Fn>
 Fn for_isa(CpuIsa isa, Fn avx512, Fn avx2, Fn generic) {
   return isa == CpuIsa::Avx512 ? avx512 : isa == CpuIsa::Avx2 ? avx2 : generic;
 }
-const char* to_string(PackedType t);  // "f32", "bf16", "q8_0", "q4_1"
+const char* to_string(PackedType t);  // "f32", "bf16", "q8_0", "q4_1", "q8_0_i8", "q4_1_i8"
+bool cpu_has_avx512_vnni();           // the Int8 kernels' instructions (else their generic form)
 
 class PackedWeights {
  public:
@@ -54,7 +64,7 @@ class PackedWeights {
   // `rows` is [out][in / 32] blocks of `t` (in a multiple of 32). Q4_0 is stored as Q4_1 with
   // m = -8·d (exact in fp16 while |d| < 8192, which the constructor checks). Throws
   // std::invalid_argument for an `in` that is not a multiple of 32 or a d it cannot keep exact.
-  PackedWeights(BlockType t, const uint8_t* rows, int in, int out);
+  PackedWeights(BlockType t, const uint8_t* rows, int in, int out, BlockDot dot = BlockDot::Exact);
 
   bool empty() const { return !data_; }
   int in() const { return in_; }
@@ -62,7 +72,8 @@ class PackedWeights {
   PackedType type() const { return type_; }
   size_t panels() const { return static_cast<size_t>((out_ + kPanel - 1) / kPanel); }
   size_t bytes() const { return bytes_; }
-  bool blocks() const { return type_ == PackedType::Q8_0 || type_ == PackedType::Q4_1; }
+  bool blocks() const { return type_ != PackedType::F32 && type_ != PackedType::BF16; }
+  bool int8_dot() const { return type_ == PackedType::Q8_0_I8 || type_ == PackedType::Q4_1_I8; }
 
   // y[r][o] = Σ_i x[r][i]·W[i][o] for the columns of panels [p0, p1) (row strides in and out),
   // on the calling thread; the caller splits panels over threads. `isa` below the best: tests.
@@ -76,12 +87,22 @@ class PackedWeights {
   PackedType type_ = PackedType::F32;
   size_t bytes_ = 0;
   // F32/BF16: panels × in × kPanel elements. Q8_0/Q4_1: panels × in/32 block panels
-  // (packed_gemv_blocks.cpp). 64-byte aligned.
+  // (packed_gemv_blocks.cpp); Q8_0_I8/Q4_1_I8: panels of two 32-column halves (packed_gemv_int8.cpp).
+  // 64-byte aligned.
   std::unique_ptr<unsigned char, Free> data_;
 };
 
 // The block-panel kernels (packed_gemv_blocks.cpp): panels [p0, p1) of a Q8_0/Q4_1 matrix.
 void multiply_block_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
                            size_t p1, float* y, CpuIsa isa);
+// A Q4_0/Q4_1 block's offset m as fp16 bits (Q4_0: -8·d, exact or std::invalid_argument).
+uint16_t block_offset_fp16(BlockType t, const uint8_t* block);
+// The Int8 layout (packed_gemv_int8.cpp): a panel's bytes; the blocks regrouped into zeroed `data`;
+// panels [p0, p1) against x quantized per 32 inputs (Avx512 is the VNNI kernel where the CPU has
+// it; every level computes the same bits).
+size_t dot_panel_bytes(PackedType t, int in);
+void pack_dot_panels(BlockType t, const uint8_t* rows, int in, int out, unsigned char* data);
+void multiply_dot_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0, size_t p1,
+                         float* y, CpuIsa isa);
 
 }  // namespace ib

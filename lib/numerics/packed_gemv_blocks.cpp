@@ -20,6 +20,7 @@
 
 #include "numerics/half.h"
 #include "numerics/packed_gemv.h"
+#include "numerics/packed_gemv_store.h"
 
 namespace ib {
 // Named, not anonymous: the sanitizer preset's unity build compiles this file with packed_gemv.cpp,
@@ -207,11 +208,7 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, int in, cons
       }
     }
   }
-  for (int j = 0; j < 4; ++j) {
-    const int n = std::clamp(cols - 16 * j, 0, 16);
-    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + static_cast<size_t>(r) * out + 16 * j, mask, acc[r][j]);
-  }
+  store_columns_avx512(acc, cols, y, out);
 }
 
 // NR ≤ 6 rows of a block against its widened tile [32][64], their running sums in acc [NR][64]
@@ -330,18 +327,34 @@ int block_bytes(BlockType t) {
   return 20;
 }
 
-PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) : in_(in), out_(out) {
+uint16_t block_offset_fp16(BlockType t, const uint8_t* block) {
+  if (t == BlockType::Q4_1) return block_kernels::le16(block + 2);
+  // Q4_0: d·(q - 8) = d·q + (-8·d), both exact when -8·d is an fp16
+  const float neg8d = -8.0f * fp16_bits_to_float(block_kernels::le16(block));
+  const uint16_t m = float_to_fp16_bits(neg8d);
+  if (fp16_bits_to_float(m) != neg8d)
+    throw std::invalid_argument("a Q4_0 block scale too large to keep exact as Q4_1 (|d| >= 8192)");
+  return m;
+}
+
+PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out, BlockDot dot) : in_(in), out_(out) {
   namespace bk = block_kernels;
   if (in <= 0 || in % bk::kBlock != 0 || out <= 0)
     throw std::invalid_argument("block-quantized weights need a positive multiple of 32 inputs, got " + std::to_string(in));
-  type_ = t == BlockType::Q8_0 ? PackedType::Q8_0 : PackedType::Q4_1;
+  const bool int8 = dot == BlockDot::Int8;
+  type_ =
+      t == BlockType::Q8_0 ? (int8 ? PackedType::Q8_0_I8 : PackedType::Q8_0) : (int8 ? PackedType::Q4_1_I8 : PackedType::Q4_1);
   const size_t nb = static_cast<size_t>(in / bk::kBlock), bpb = bk::block_panel_bytes(type_);
   const size_t src_block = static_cast<size_t>(block_bytes(t));
-  bytes_ = panels() * nb * bpb;
+  bytes_ = int8 ? panels() * dot_panel_bytes(type_, in) : panels() * nb * bpb;
   void* mem = std::aligned_alloc(64, bytes_);
   if (!mem) throw std::bad_alloc();
   data_.reset(static_cast<unsigned char*>(mem));
   std::memset(mem, 0, bytes_);  // the columns past `out` in the last panel: d = m = q = 0, so w = 0
+  if (int8) {
+    pack_dot_panels(t, rows, in, out, data_.get());
+    return;
+  }
   for (size_t p = 0; p < panels(); ++p) {
     const int c0 = static_cast<int>(p) * bk::P, cols = std::min(bk::P, out - c0);
     for (size_t b = 0; b < nb; ++b) {
@@ -353,16 +366,8 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out) 
           for (int i = 0; i < bk::kBlock; ++i) bp[2 * bk::P + static_cast<size_t>(i) * bk::P + c] = src[2 + i];
           continue;
         }
-        uint16_t m = 0;
+        const uint16_t m = block_offset_fp16(t, src);
         const uint8_t* qs = src + (t == BlockType::Q4_1 ? 4 : 2);
-        if (t == BlockType::Q4_1) {
-          m = bk::le16(src + 2);
-        } else {  // Q4_0: d·(q - 8) = d·q + (-8·d), both exact when -8·d is an fp16
-          const float neg8d = -8.0f * fp16_bits_to_float(bk::le16(src));
-          m = float_to_fp16_bits(neg8d);
-          if (fp16_bits_to_float(m) != neg8d)
-            throw std::invalid_argument("a Q4_0 block scale too large to keep exact as Q4_1 (|d| >= 8192)");
-        }
         std::memcpy(bp + 2 * bk::P + 2 * c, &m, 2);
         for (int i = 0; i < bk::kBlock; ++i) {
           const int nib = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);

@@ -27,19 +27,19 @@ std::vector<ib::PackedWeights> matrices(int type, int in, int out) {
       m.emplace_back(w.data(), in, out, type == 1);
       continue;
     }
-    const auto t = type == 2 ? ib::BlockType::Q8_0 : ib::BlockType::Q4_1;
+    const auto t = type % 2 == 0 ? ib::BlockType::Q8_0 : ib::BlockType::Q4_1;
     std::vector<uint8_t> rows(static_cast<size_t>(out) * (in / 32) * ib::block_bytes(t));
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint8_t>(ib::random_bits(c + 7, i));
     for (size_t b = 0; b < rows.size(); b += ib::block_bytes(t)) {  // finite scales
       rows[b + 1] = 0x20;
       if (t == ib::BlockType::Q4_1) rows[b + 3] = 0x20;
     }
-    m.emplace_back(t, rows.data(), in, out);
+    m.emplace_back(t, rows.data(), in, out, type >= 4 ? ib::BlockDot::Int8 : ib::BlockDot::Exact);
   }
   return m;
 }
 
-// Args: storage (0 f32, 1 bf16, 2 q8_0, 3 q4_1), rows, in, out.
+// Args: storage (0 f32, 1 bf16, 2 q8_0, 3 q4_1, 4 q8_0 and 5 q4_1 on int8 activations), rows, in, out.
 void BM_PackedGemv(benchmark::State& state) {
   const int type = static_cast<int>(state.range(0)), rows = static_cast<int>(state.range(1));
   const int in = static_cast<int>(state.range(2)), out = static_cast<int>(state.range(3));
@@ -56,8 +56,9 @@ void BM_PackedGemv(benchmark::State& state) {
   state.SetLabel(ib::to_string(m[0].type()));
 }
 BENCHMARK(BM_PackedGemv)
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 16}, {576}, {1536}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 4, 16}, {576}, {1536}})
     ->Args({3, 1, 1536, 576})
+    ->Args({5, 1, 1536, 576})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

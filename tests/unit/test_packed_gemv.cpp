@@ -3,6 +3,8 @@
 // and for weights that are not (stored as float32), at shapes whose columns do not fill a panel;
 // and for GGUF block-quantized weights against the reference GEMV on ggml's dequantization of
 // the same blocks (the GGUF reader's).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -146,6 +148,79 @@ TEST(PackedGemv, BlockQuantizedWeightsRefuseWhatTheyCannotHoldExactly) {
   big[0] = static_cast<uint8_t>(h & 0xFF);
   big[1] = static_cast<uint8_t>(h >> 8);
   EXPECT_THROW(PackedWeights(BlockType::Q4_0, big.data(), 64, 64), std::invalid_argument);
+}
+
+// Int8 dot products (BlockDot::Int8): the dequantized weights times the activations quantized as
+// ggml's quantize_row_q8_0 defines it (d = amax/127, q = round-to-nearest(x·(1/d))), computed
+// here in double from the GGUF reader's dequantization; every level the same bits as the generic
+// kernel; and within the activations' quantization error of the float product.
+void expect_int8_dot_is_the_quantized_product(BlockType t, int in, int out, int rows) {
+  const auto blocks = random_blocks(t, in, out, 300 + in + out + static_cast<uint64_t>(t));
+  std::vector<float> w(static_cast<size_t>(in) * out);
+  gguf::dequantize(gguf_type(t), blocks.data(), static_cast<int64_t>(w.size()), w.data());  // [out][in]
+  const auto x = random_matrix(static_cast<size_t>(rows) * in, 19 + rows, false);
+  std::vector<double> xq(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    for (size_t i = b; i < b + 32; ++i) xq[i] = static_cast<double>(d) * std::nearbyint(x[i] * id);
+  }
+  std::vector<double> want(static_cast<size_t>(rows) * out), exact(want.size()), bound(want.size());
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      const size_t e = static_cast<size_t>(r) * out + o;
+      for (int i = 0; i < in; ++i) {
+        const double wi = w[static_cast<size_t>(o) * in + i];
+        want[e] += wi * xq[static_cast<size_t>(r) * in + i];
+        exact[e] += wi * x[static_cast<size_t>(r) * in + i];
+        bound[e] += std::fabs(wi * xq[static_cast<size_t>(r) * in + i]);
+      }
+    }
+  const PackedWeights pw(t, blocks.data(), in, out, BlockDot::Int8);
+  ASSERT_EQ(pw.type(), t == BlockType::Q8_0 ? PackedType::Q8_0_I8 : PackedType::Q4_1_I8);
+  ASSERT_TRUE(pw.blocks() && pw.int8_dot());
+  ASSERT_EQ(pw.bytes(), PackedWeights(t, blocks.data(), in, out).bytes()) << "the exact layout's bytes per weight";
+  std::vector<float> generic(want.size(), -1.0f);
+  pw.multiply(x.data(), rows, 0, pw.panels(), generic.data(), CpuIsa::Generic);
+  double err2 = 0, norm2 = 0;
+  for (size_t e = 0; e < want.size(); ++e) {
+    // One rounding per block and per sum of blocks: float32's relative 2^-24 on each of a few terms.
+    ASSERT_NEAR(generic[e], want[e], 1e-6 * bound[e] + 1e-30)
+        << to_string(pw.type()) << " in " << in << " out " << out << " rows " << rows << " element " << e;
+    err2 += (generic[e] - exact[e]) * (generic[e] - exact[e]);
+    norm2 += exact[e] * exact[e];
+  }
+  EXPECT_LT(std::sqrt(err2 / norm2), 2e-2) << "the float product on the same weights";
+  for (CpuIsa isa : isas_here()) {
+    std::vector<float> y(want.size(), -1.0f), split(want.size(), -1.0f);
+    pw.multiply(x.data(), rows, 0, pw.panels(), y.data(), isa);
+    ASSERT_EQ(std::memcmp(y.data(), generic.data(), y.size() * 4), 0) << to_string(isa) << " vs generic";
+    for (size_t p = 0; p < pw.panels(); ++p) pw.multiply(x.data(), rows, p, p + 1, split.data(), isa);
+    ASSERT_EQ(std::memcmp(split.data(), y.data(), y.size() * 4), 0) << to_string(isa) << " panel by panel";
+  }
+}
+
+TEST(PackedGemv, Int8DotIsTheProductOfTheDequantizedOperandsAtEveryLevel) {
+  if (best_cpu_isa() == CpuIsa::Avx512 && !cpu_has_avx512_vnni()) GTEST_LOG_(INFO) << "no AVX-512 VNNI: generic kernels only";
+  for (BlockType t : {BlockType::Q8_0, BlockType::Q4_0, BlockType::Q4_1})
+    for (int rows : {1, 2, 3, 4, 5, 9})
+      for (auto [in, out] : {std::pair{32, 64}, {96, 130}, {64, 17}, {160, 40}})
+        expect_int8_dot_is_the_quantized_product(t, in, out, rows);
+}
+
+TEST(PackedGemv, Int8DotOfZeroActivationsIsExactlyZero) {
+  // An all-zero block has scale 0 (its reciprocal taken as 0, not inf): every output 0, never NaN.
+  for (BlockType t : {BlockType::Q8_0, BlockType::Q4_1}) {
+    const auto blocks = random_blocks(t, 64, 70, 8);
+    const PackedWeights pw(t, blocks.data(), 64, 70, BlockDot::Int8);
+    const std::vector<float> x(64, 0.0f);
+    for (CpuIsa isa : isas_here()) {
+      std::vector<float> y(70, -1.0f);
+      pw.multiply(x.data(), 1, 0, pw.panels(), y.data(), isa);
+      for (float v : y) ASSERT_EQ(v, 0.0f) << to_string(isa);
+    }
+  }
 }
 
 }  // namespace

@@ -139,7 +139,7 @@ void half_generic(const QuantizedRows& a, int r0, int rows, int in, const unsign
 
 template <PackedType T, int NR>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void half_vnni(const QuantizedRows& a, int r0, int in,
-                                                                    const unsigned char* half, int cols, float* y, int out) {
+                                                                      const unsigned char* half, int cols, float* y, int out) {
   const int nb = in / kBlock;
   __m512 acc[NR][2];
   for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -183,8 +183,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void half_vnni(const Quan
       acc[r][1] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, dot[r][1]), _mm512_mul_ps(d1, xd), acc[r][1]);
       if constexpr (T == PackedType::Q4_1_I8) {
         const __m512 xs = _mm512_set1_ps(a.d[rb] * static_cast<float>(a.sum[rb]));
-        acc[r][0] = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 64))), xs, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 96))), xs, acc[r][1]);
+        acc[r][0] = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 64))),
+                                    xs, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(bp + 96))),
+                                    xs, acc[r][1]);
       }
     }
   }
@@ -195,8 +197,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void half_vnni(const Quan
 // inputs) stays in L1/L2 while the groups after the first re-read it.
 template <PackedType T>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void half_vnni_rows(const QuantizedRows& a, int rows, int in,
-                                                                         const unsigned char* half, int cols, float* y,
-                                                                         int out) {
+                                                                           const unsigned char* half, int cols, float* y,
+                                                                           int out) {
   for (int r0 = 0; r0 < rows; r0 += 4) switch (std::min(4, rows - r0)) {
       case 1:
         half_vnni<T, 1>(a, r0, in, half, cols, y, out);
@@ -266,8 +268,8 @@ void pack_dot_panels(BlockType t, const uint8_t* rows, int in, int out, unsigned
   }
 }
 
-void multiply_dot_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0,
-                         size_t p1, float* y, CpuIsa isa) {
+void multiply_dot_panels(PackedType t, const unsigned char* data, int in, int out, const float* x, int rows, size_t p0, size_t p1,
+                         float* y, CpuIsa isa) {
   const bool vnni = isa == CpuIsa::Avx512 && cpu_has_avx512_vnni();
   if (t == PackedType::Q8_0_I8)
     int8_kernels::multiply<PackedType::Q8_0_I8>(data, in, out, x, rows, p0, p1, y, vnni);

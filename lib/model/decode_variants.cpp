@@ -310,6 +310,7 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
   if (what_ == DecodeMeasure::Step) reference->prefill(seq, prompts_[0].data(), length_of(0), 1, {});
   std::vector<int32_t> ref_tokens;
   const auto ref = validation_logits(*reference, seq, ref_tokens);
+  if (cpu_matmul_ == CpuMatmul::Int8) return validate_int8(v, ref, logits, ref_tokens, tokens);
   size_t differ = 0, n = 0;
   std::vector<float> got, want;
   for (size_t i = 0; i < ref.size() && i < logits.size(); ++i) {
@@ -317,7 +318,6 @@ Validation DecodeVariant::validate(BackendRuntime& rt) {
     got.insert(got.end(), logits[i].begin(), logits[i].end());
     want.insert(want.end(), ref[i].begin(), ref[i].end());
   }
-  if (cpu_matmul_ == CpuMatmul::Int8) return validate_int8(v, ref, logits, ref_tokens, tokens);
   if (cpu_matmul_ == CpuMatmul::Blas) {
     // OpenBLAS sums in its own order: within float32 rounding of the reference, not bit for bit.
     constexpr double kBlasTolerance = 1e-5;

@@ -344,9 +344,8 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out, 
   const bool int8 = dot == BlockDot::Int8;
   type_ =
       t == BlockType::Q8_0 ? (int8 ? PackedType::Q8_0_I8 : PackedType::Q8_0) : (int8 ? PackedType::Q4_1_I8 : PackedType::Q4_1);
-  const size_t nb = static_cast<size_t>(in / bk::kBlock), bpb = bk::block_panel_bytes(type_);
-  const size_t src_block = static_cast<size_t>(block_bytes(t));
-  bytes_ = int8 ? panels() * dot_panel_bytes(type_, in) : panels() * nb * bpb;
+  const size_t nb = static_cast<size_t>(in / bk::kBlock);
+  bytes_ = panels() * (int8 ? dot_panel_bytes(type_, in) : nb * bk::block_panel_bytes(type_));
   void* mem = std::aligned_alloc(64, bytes_);
   if (!mem) throw std::bad_alloc();
   data_.reset(static_cast<unsigned char*>(mem));
@@ -355,6 +354,7 @@ PackedWeights::PackedWeights(BlockType t, const uint8_t* rows, int in, int out, 
     pack_dot_panels(t, rows, in, out, data_.get());
     return;
   }
+  const size_t bpb = bk::block_panel_bytes(type_), src_block = static_cast<size_t>(block_bytes(t));
   for (size_t p = 0; p < panels(); ++p) {
     const int c0 = static_cast<int>(p) * bk::P, cols = std::min(bk::P, out - c0);
     for (size_t b = 0; b < nb; ++b) {

@@ -4,6 +4,7 @@
 #include "constrain/json_schema.h"
 
 #include "constrain/automaton.h"
+#include "constrain/grammar.h"
 #include "constrain/json_schema_internal.h"
 #include "constrain/schema_dialect.h"
 #include "core/json_input.h"
@@ -111,8 +112,11 @@ void Compiler::report(SchemaNotes* notes) const {
 }
 
 Re Compiler::compile(const json& raw, const std::string& ptr) {
+  const bool rule_body = body_next_;
+  body_next_ = false;
   if (raw.is_boolean()) return raw.get<bool>() ? json_value_regex_ws(o_.any_depth) : re_never();
   if (!raw.is_object()) fail("", ptr, "a schema is an object or a boolean");
+  if (!rule_body && calls_allowed() && may_nest(raw)) return re_call(rule_for(raw, ptr));
   // Nesting is bounded (a schema of thousands of nested items would overflow the stack).
   if (depth_ >= kMaxSchemaDepth)
     fail("", ptr, "the schema nests deeper than " + std::to_string(kMaxSchemaDepth) + " levels (subschemas and $ref expansions)");
@@ -336,14 +340,17 @@ json Compiler::read(const json& raw, const std::string& ptr) {
 Re Compiler::in_mode(bool over, const json& s, const std::string& ptr) {
   const bool was = over_;
   over_ = over;
+  ++inline_only_;  // both modes feed a product (not, if, uniqueItems): no calls
   Re out;
   try {
     out = compile(s, ptr);
   } catch (...) {
     over_ = was;
+    --inline_only_;
     throw;
   }
   over_ = was;
+  --inline_only_;
   return out;
 }
 
@@ -380,6 +387,7 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
       auto it = seen.find(l.get());
       if (it == seen.end()) {
         dfas.push_back(std::make_unique<Dfa>(compile_dfa(l, limits)));
+        if (grammar_ && dfa_holds_call(*dfas.back())) throw NeedsInline{};
         it = seen.emplace(l.get(), dfas.back().get()).first;
       }
       parts.push_back(it->second);
@@ -408,6 +416,7 @@ std::vector<std::string> Compiler::inferred_types(const json& s) {
 }
 
 Re Compiler::json_value_regex_ws(int depth) {
+  if (calls_allowed()) return any_value_rule();
   std::vector<Re> alts = {json_string_regex(), number_regex(true), re_literal("true"), re_literal("false"), re_literal("null")};
   if (depth > 0) {
     Re v = json_value_regex_ws(depth - 1);
@@ -428,7 +437,9 @@ Re Compiler::json_value_regex_ws(int depth) {
 Re Compiler::deeper_containers() {
   const bool was = over_;
   over_ = false;
+  ++inline_only_;  // what an over-approximation holds: no calls (it goes into a product)
   Re v = json_value_regex_ws(o_.any_depth + 1);
+  --inline_only_;
   over_ = was;
   return v;
 }
@@ -502,10 +513,9 @@ Re json_value_regex(int depth) {
   return schema_to_regex(json(true), o);
 }
 
-namespace {
 // Walked with a stack of its own, before the compiler copies any part of it (a copy recurses per
 // level): a value nested past kMaxJsonDepth (core/json_input.h) is refused first.
-void check_json_depth(const nlohmann::ordered_json& schema) {
+void check_schema_depth(const nlohmann::ordered_json& schema) {
   std::vector<std::pair<const nlohmann::ordered_json*, int>> stack = {{&schema, 1}};
   while (!stack.empty()) {
     const auto [j, depth] = stack.back();
@@ -516,10 +526,9 @@ void check_json_depth(const nlohmann::ordered_json& schema) {
     for (const auto& v : *j) stack.emplace_back(&v, depth + 1);
   }
 }
-}  // namespace
 
 Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options, SchemaNotes* notes) {
-  check_json_depth(schema);
+  check_schema_depth(schema);
   Compiler c(schema, options);
   Re out = c.compile(schema, "");
   if (notes) c.report(notes);

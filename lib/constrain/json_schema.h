@@ -92,6 +92,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -101,6 +102,8 @@
 #include "constrain/regex.h"
 
 namespace ib::constrain {
+
+struct Grammar;  // grammar.h
 
 struct SchemaOptions {
   enum class Whitespace { Compact, Flexible };
@@ -178,6 +181,21 @@ class SchemaError : public std::runtime_error {
 
 // `notes`, when given, receives what was ignored (see SchemaNotes).
 Re schema_to_regex(const nlohmann::ordered_json& schema, const SchemaOptions& options = {}, SchemaNotes* notes = nullptr);
+
+// The grammar path (grammar.h): the same language, but subschemas that may nest (objects, arrays,
+// references) and free values are rules called from their value positions, so recursive $ref is
+// not expanded (max_recursion does not apply) and a free value is any JSON value at any depth
+// (any_depth does not apply). A rule whose body needs a product (oneOf over overlapping branches,
+// not, if/then/else, contains, ...) is compiled as one regular language, as the whole-schema path
+// compiles it (inlined_rules counts them); the caps then apply to that rule alone.
+struct SchemaGrammar {
+  std::shared_ptr<const Grammar> grammar;
+  int inlined_rules = 0;
+};
+SchemaGrammar schema_to_grammar(const nlohmann::ordered_json& schema, const SchemaOptions& options = {},
+                                SchemaNotes* notes = nullptr);
+// Refuses a schema whose JSON nests past kMaxJsonDepth (before any recursive copy of it).
+void check_schema_depth(const nlohmann::ordered_json& schema);
 
 // Pieces other constraints reuse.
 Re json_string_regex();          // any JSON string, quotes included

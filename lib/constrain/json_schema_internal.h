@@ -42,7 +42,32 @@ class Compiler {
 
   Re compile(const json& raw, const std::string& ptr);
 
+  // The grammar path (schema_to_grammar): subschemas that may nest (objects, arrays, references,
+  // free values) become rules called from their value positions instead of being inlined, so the
+  // structure lives in the parser's stack; rule_for compiles `raw` as a rule's body (once per
+  // pointer and schema) and returns its number.
+  void use_grammar() { grammar_ = true; }
+  int32_t rule_for(const json& raw, const std::string& ptr);
+  const std::vector<Re>& rule_bodies() const { return rule_bodies_; }
+  const std::vector<std::string>& rule_names() const { return rule_names_; }
+  int inlined_rules() const { return inlined_rules_; }
+
  private:
+  // Thrown by product() when a language it combines holds calls (a product of rule calls is not
+  // the product of their languages): the rule being compiled is compiled again inline.
+  struct NeedsInline {};
+  bool grammar_ = false;
+  int inline_only_ = 0;     // > 0: no calls (a rule compiled inline, an over-approximation)
+  bool body_next_ = false;  // the next compile() is a rule's body: not a call of it
+  std::vector<Re> rule_bodies_;
+  std::vector<std::string> rule_names_;
+  std::map<std::pair<std::string, std::string>, int32_t> rule_of_;  // (pointer, schema text) -> rule
+  int32_t any_rule_ = -1;
+  int inlined_rules_ = 0;
+  bool calls_allowed() const { return grammar_ && !over_ && inline_only_ == 0; }
+  static bool may_nest(const json& raw);
+  Re any_value_rule();
+
   const json& root_;
   SchemaOptions o_;
   Re ws_;

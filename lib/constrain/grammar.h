@@ -1,0 +1,85 @@
+// A grammar of regular rules that call one another (a recursive transition network, i.e. a
+// pushdown automaton): what the JSON Schema compiler builds where one DFA cannot hold the
+// structure (recursive $ref, values free at any depth, deep nesting). Each rule is a minimal DFA
+// over bytes, as the whole-schema path builds, whose body may call other rules at value positions;
+// the nesting lives in a stack instead of in states.
+//
+// A call is written into a rule body as marker bytes that no UTF-8 text holds (re_call), so the
+// regex -> NFA -> minimal DFA pipeline compiles bodies unchanged; build_grammar then takes the
+// marker paths out of each DFA and keeps them as call edges (state, callee, return state).
+//
+// A parse position is a set of stacks (a rule body can be entered in more than one way: a value
+// that is either of two objects is two calls on its first byte), each stack bottom first, the top
+// frame the rule being read. A byte steps every stack's top frame; the closure then enters the
+// calls the new states allow and returns from rules that accept.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "constrain/automaton.h"
+#include "constrain/regex.h"
+
+namespace ib::constrain {
+
+// The marker of a call of `rule` (0 <= rule < kMaxGrammarRules) inside a rule body.
+Re re_call(int32_t rule);
+constexpr int32_t kMaxGrammarRules = 12 * 12 * 12 * 12;
+// Whether a DFA compiled from a body still holds call markers.
+bool dfa_holds_call(const Dfa& dfa);
+// Stacks deeper than this die (a document nested past it is refused: far deeper than any
+// real-world instance, it keeps a stack's copies bounded).
+constexpr size_t kMaxGrammarDepth = 512;
+
+struct GrammarRule {
+  struct Call {
+    int32_t rule;    // the callee
+    int32_t ret;     // this rule's state once the callee has returned
+  };
+  Dfa dfa;                          // the body without its call markers
+  std::vector<int32_t> call_begin;  // per state (+1): calls[call_begin[s] .. call_begin[s + 1])
+  std::vector<Call> calls;
+  // Whether a state can still finish the rule, through calls of productive rules too (the DFA's
+  // own -1 is only "no path to acceptance through bytes or markers").
+  std::vector<uint8_t> live;
+  std::string name;  // the schema pointer the rule stands for
+};
+
+struct Grammar {
+  std::vector<GrammarRule> rules;
+  int32_t start = 0;
+  size_t states() const;
+  size_t table_bytes() const;
+};
+
+// Compiles bodies[i] (with re_call markers) to rule i's DFA and links the calls; `names` name the
+// rules (may be empty). Throws RegexError past `limits` in any body. A start rule that cannot
+// finish gives a grammar of no document (grammar_start is then empty), as a false schema's DFA.
+Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::string>& names, int32_t start,
+                      const CompileLimits& limits = {});
+
+struct GrammarFrame {
+  int32_t rule, state;
+  bool operator==(const GrammarFrame& o) const { return rule == o.rule && state == o.state; }
+};
+using GrammarStack = std::vector<GrammarFrame>;  // bottom first
+using GrammarStacks = std::vector<GrammarStack>;
+
+// The closure of a set of stacks: calls entered, accepting rules returned from (the bottom frame
+// never returns), stacks that can neither take a byte nor end dropped. A rule is not entered again
+// on the same closure path (left recursion without bytes adds no document to a JSON grammar).
+void grammar_close(const Grammar& g, GrammarStacks& stacks);
+// The stacks after byte b (closed); empty when b leaves every stack.
+void grammar_step(const Grammar& g, const GrammarStacks& in, uint8_t b, GrammarStacks& out);
+// Whether a stack has finished the start rule.
+bool grammar_accepts(const Grammar& g, const GrammarStacks& stacks);
+// The start position (closed; empty when the grammar has no document).
+GrammarStacks grammar_start(const Grammar& g);
+// Whether the whole of `text` is a document of the grammar.
+bool grammar_matches(const Grammar& g, const std::string& text);
+// Steps through `bytes`; false (and `stacks` empty) as soon as one leaves every stack.
+bool grammar_walk(const Grammar& g, GrammarStacks& stacks, const std::string& bytes);
+
+}  // namespace ib::constrain

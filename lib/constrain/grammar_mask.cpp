@@ -1,0 +1,96 @@
+#include "constrain/grammar_mask.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ib::constrain {
+namespace {
+
+// A position's cache key: its stacks' frames, in order.
+std::string position_key(const GrammarStacks& stacks) {
+  std::string key;
+  for (const auto& st : stacks) {
+    key.append(reinterpret_cast<const char*>(st.data()), st.size() * sizeof(GrammarFrame));
+    key.push_back('|');
+  }
+  return key;
+}
+
+bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
+  for (const auto& st : at)
+    if (st.size() == 1 && g.rules[static_cast<size_t>(st[0].rule)].dfa.accepting[static_cast<size_t>(st[0].state)]) return true;
+  return false;
+}
+
+constexpr size_t kMaxPositionsCached = 4096;
+
+}  // namespace
+
+GrammarTokenMasker::GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)) {
+  words_ = (static_cast<size_t>(vocab_->size()) + 31) / 32;
+  scratch_.assign(words_, 0);
+}
+
+void GrammarTokenMasker::set_tokens_at(int32_t node, uint32_t* out) const {
+  const auto& n = trie_->node[static_cast<size_t>(node)];
+  const int32_t end = trie_->node[static_cast<size_t>(node) + 1].token_begin;
+  for (int32_t k = n.token_begin; k < end; ++k) {
+    const auto t = static_cast<uint32_t>(trie_->tokens[static_cast<size_t>(k)]);
+    out[t >> 5] |= 1u << (t & 31);
+  }
+}
+
+void GrammarTokenMasker::walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns) {
+  const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
+  GrammarStacks next;
+  for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
+    grammar_step(*grammar_, at, trie_->node[static_cast<size_t>(c)].byte, next);
+    if (next.empty()) continue;
+    set_tokens_at(c, out);
+    if (returns && bottom_returns(*grammar_, next)) returns->push_back(c);
+    walk(c, next, out, returns);
+  }
+}
+
+const GrammarTokenMasker::FrameMask& GrammarTokenMasker::frame_mask(const GrammarFrame& f) {
+  const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(f.rule)) << 32 | static_cast<uint32_t>(f.state);
+  auto it = frames_.find(key);
+  if (it != frames_.end()) return it->second;
+  FrameMask m;
+  m.inside.assign(words_, 0);
+  GrammarStacks at = {{f}};
+  grammar_close(*grammar_, at);
+  walk(0, at, m.inside.data(), &m.returns);
+  return frames_.emplace(key, std::move(m)).first->second;
+}
+
+const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks) {
+  const std::string key = position_key(stacks);
+  if (auto it = positions_.find(key); it != positions_.end()) return it->second.data();
+  std::fill(scratch_.begin(), scratch_.end(), 0u);
+  for (const auto& st : stacks) {
+    const FrameMask& fm = frame_mask(st.back());
+    for (size_t w = 0; w < words_; ++w) scratch_[w] |= fm.inside[w];
+    if (st.size() < 2 || fm.returns.empty()) continue;
+    // The rule returns part-way through these tokens: the rest of their bytes in the caller's.
+    GrammarStacks caller = {GrammarStack(st.begin(), st.end() - 1)};
+    grammar_close(*grammar_, caller);
+    // The walk's own returns list is unused: these are whole stacks.
+    for (int32_t node : fm.returns) walk(node, caller, scratch_.data(), nullptr);
+  }
+  // Tokens without bytes (the trie's root holds them) are never set by a walk; EOS where the document may end.
+  if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
+    scratch_[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
+  if (positions_.size() >= kMaxPositionsCached) positions_.clear();
+  return positions_.emplace(key, scratch_).first->second.data();
+}
+
+GrammarStacks grammar_advance(const Grammar& g, const Vocabulary& vocab, const GrammarStacks& stacks, int32_t token) {
+  GrammarStacks s = stacks;
+  const std::string& bytes = vocab.token_bytes[static_cast<size_t>(token)];
+  if (bytes.empty() || !grammar_walk(g, s, bytes)) return {};
+  return s;
+}
+
+}  // namespace ib::constrain

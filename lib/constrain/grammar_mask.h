@@ -1,0 +1,63 @@
+// Token masks for a grammar (grammar.h): which vocabulary tokens keep some stack of a parse
+// position alive. A token's bytes either stay within the top frame's rule and the calls it makes
+// from there, or return from that rule part-way and go on in the caller's. The first part depends
+// on the top frame alone (rule, state): it is walked over the vocabulary trie once per frame and
+// cached, with the trie nodes where the rule can return mid-token. The second part is walked at
+// use from those nodes in the caller's stacks: few tokens (a container's closing bracket and what
+// follows it in one token). A whole position's mask is cached too (keyed by its stacks), so a
+// position met again costs a copy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "constrain/grammar.h"
+#include "constrain/token_index.h"
+#include "constrain/vocab.h"
+
+namespace ib::constrain {
+
+class GrammarTokenMasker {
+ public:
+  GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab);
+  // The mask of the tokens allowed at `stacks` ((vocab size + 31) / 32 words; EOS where a stack has
+  // finished the document). Valid until the next call.
+  const uint32_t* mask(const GrammarStacks& stacks);
+  size_t words() const { return words_; }
+  size_t frames_computed() const { return frames_.size(); }
+  size_t positions_cached() const { return positions_.size(); }
+  const Grammar& grammar() const { return *grammar_; }
+  const Vocabulary& vocab() const { return *vocab_; }
+  void clear() {
+    frames_.clear();
+    positions_.clear();
+  }
+
+ private:
+  struct FrameMask {
+    std::vector<uint32_t> inside;  // tokens that stay within the frame's rule (and its calls)
+    std::vector<int32_t> returns;  // trie nodes after whose bytes the frame's rule may return
+  };
+  const FrameMask& frame_mask(const GrammarFrame& f);
+  // Sets the tokens below trie node `node` (not its own) alive from `at`; with `returns`, `at`'s
+  // stacks are a frame's own (their bottom is the frame's rule) and the nodes where a bottom frame
+  // may return are listed there instead of returning.
+  void walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns);
+  void set_tokens_at(int32_t node, uint32_t* out) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  std::shared_ptr<const VocabTrie> trie_;
+  size_t words_ = 0;
+  std::unordered_map<uint64_t, FrameMask> frames_;
+  std::unordered_map<std::string, std::vector<uint32_t>> positions_;
+  std::vector<uint32_t> scratch_;
+};
+
+// After emitting `token` at `stacks`: the position after its bytes (empty when not allowed).
+GrammarStacks grammar_advance(const Grammar& g, const Vocabulary& vocab, const GrammarStacks& stacks, int32_t token);
+
+}  // namespace ib::constrain

@@ -1,0 +1,304 @@
+// The grammar path (constrain/grammar.h, schema_to_grammar, grammar_mask.h): a hand-built grammar
+// against brute force, free values against nlohmann's parser at any depth, recursive schemas
+// against the validator, the keyword cases against the whole-schema DFA's verdicts, the
+// JSON-Schema-Test-Suite's invalid instances, and token masks against stepping every token.
+#include <dirent.h>
+
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "constrain/grammar.h"
+#include "constrain/grammar_mask.h"
+#include "constrain/json_schema.h"
+#include "constrain/keyword_cases.h"
+#include "constrain/validator.h"
+#include "constrain/vocab.h"
+
+namespace ib::constrain {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+Grammar grammar_of(const std::string& schema, SchemaOptions o = {}) {
+  return *schema_to_grammar(json::parse(schema), o).grammar;
+}
+
+TEST(Grammar, BalancedParenthesesAgainstBruteForce) {
+  // S -> ( "(" S ")" )*: a rule that calls itself between bytes.
+  const Grammar g = build_grammar({re_star(re_concat({re_byte('('), re_call(0), re_byte(')')}))}, {"S"}, 0);
+  auto balanced = [](const std::string& s) {
+    int depth = 0;
+    for (char c : s) {
+      depth += c == '(' ? 1 : -1;
+      if (depth < 0) return false;
+    }
+    return depth == 0;
+  };
+  int checked = 0, accepted = 0;
+  for (int len = 0; len <= 12; ++len)
+    for (uint32_t bits = 0; bits < (1u << len); ++bits) {
+      std::string s;
+      for (int i = 0; i < len; ++i) s += (bits >> i) & 1 ? ')' : '(';
+      const bool ours = grammar_matches(g, s);
+      EXPECT_EQ(ours, balanced(s)) << s;
+      ++checked;
+      accepted += ours;
+    }
+  EXPECT_EQ(accepted, 1 + 1 + 2 + 5 + 14 + 42 + 132);  // Catalan numbers of the even lengths
+  EXPECT_GT(checked, 8000);
+  // A prefix is a live position exactly when it can still be balanced.
+  GrammarStacks s = grammar_start(g);
+  ASSERT_TRUE(grammar_walk(g, s, "(()"));
+  EXPECT_FALSE(grammar_accepts(g, s));
+  GrammarStacks dead = grammar_start(g);
+  EXPECT_FALSE(grammar_walk(g, dead, "())"));
+}
+
+TEST(Grammar, UnproductiveRulesAreDeadAndAnUnproductiveStartHasNoDocument) {
+  // Rule 1 only calls itself: no finite document; rule 0 offers it beside "x".
+  const Grammar g = build_grammar({re_alt({re_byte('x'), re_concat({re_byte('['), re_call(1)})}), re_concat({re_byte('['), re_call(1)})},
+                                  {}, 0);
+  EXPECT_TRUE(grammar_matches(g, "x"));
+  GrammarStacks s = grammar_start(g);
+  EXPECT_FALSE(grammar_walk(g, s, "["));  // the only way on leads nowhere
+  const Grammar none = build_grammar({re_concat({re_byte('['), re_call(0)})}, {}, 0);
+  EXPECT_TRUE(grammar_start(none).empty());
+  EXPECT_FALSE(grammar_matches(none, "["));
+}
+
+// Random JSON values nested up to `depth` levels, numbers and strings kept simple.
+json random_value(std::mt19937_64& rng, int depth) {
+  const int kind = static_cast<int>(rng() % (depth > 0 ? 7 : 5));
+  switch (kind) {
+    case 0: return nullptr;
+    case 1: return rng() % 2 == 0;
+    case 2: return static_cast<int>(rng() % 2001) - 1000;
+    case 3: return std::string(rng() % 4, static_cast<char>('a' + rng() % 4));
+    case 4: return 0.5 * static_cast<double>(rng() % 100);
+    case 5: {
+      json o = json::object();
+      for (int i = static_cast<int>(rng() % 3); i > 0; --i) o[std::string(1, static_cast<char>('a' + rng() % 4))] = random_value(rng, depth - 1);
+      return o;
+    }
+    default: {
+      json a = json::array();
+      for (int i = static_cast<int>(rng() % 3); i > 0; --i) a.push_back(random_value(rng, depth - 1));
+      return a;
+    }
+  }
+}
+
+TEST(GrammarSchema, FreeValuesAreAnyJsonAtAnyDepthAsTheParserSays) {
+  const Grammar g = grammar_of("true");
+  std::mt19937_64 rng(11);
+  std::string deep = "1";
+  for (int i = 0; i < 40; ++i) deep = i % 2 ? "[" + deep + "]" : "{\"k\":" + deep + "}";
+  EXPECT_TRUE(grammar_matches(g, deep));
+  // The whole-schema path cuts free values at any_depth levels.
+  EXPECT_FALSE(compile_dfa(schema_to_regex(json(true))).matches(deep));
+  const std::string alphabet = "{}[],:\"0-.1abtrunlfsx";
+  int agreed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string doc = random_value(rng, 6).dump();
+    // One random edit: the parser is the reference for what is still JSON.
+    const size_t at = rng() % (doc.size() + 1);
+    switch (rng() % 4) {
+      case 0: break;
+      case 1: doc.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      case 2:
+        if (at < doc.size()) doc.erase(at, 1);
+        break;
+      default:
+        if (at < doc.size()) doc[at] = alphabet[rng() % alphabet.size()];
+    }
+    const bool parser = json::accept(doc);
+    EXPECT_EQ(grammar_matches(g, doc), parser) << doc;
+    agreed += grammar_matches(g, doc) == parser;
+  }
+  EXPECT_EQ(agreed, 3000);
+}
+
+TEST(GrammarSchema, RecursiveReferencesAreNotCutOff) {
+  const std::string tree =
+      R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},)"
+      R"("required":["v"],"additionalProperties":false})";
+  const json schema = json::parse(tree);
+  const SchemaValidator validator(schema);
+  const Grammar g = grammar_of(tree);
+  const Dfa dfa = compile_dfa(schema_to_regex(schema));  // max_recursion 3
+  std::string doc = R"({"v":0})";
+  for (int level = 1; level <= 12; ++level) {
+    doc = R"({"v":)" + std::to_string(level) + R"(,"kids":[)" + doc + "," + R"({"v":-1})" + "]}";
+    ASSERT_TRUE(validator.valid(json::parse(doc)));
+    EXPECT_TRUE(grammar_matches(g, doc)) << level;
+    if (level > 4) {
+      EXPECT_FALSE(dfa.matches(doc)) << level;
+    }
+  }
+  for (const std::string bad : {R"({"v":1,"kids":[{"v":"x"}]})", R"({"kids":[]})", R"({"v":1,"kids":[{"v":2,"kids":[{}]}]})",
+                                R"({"v":1,"kids":[{"v":2,"w":3}]})"}) {
+    EXPECT_FALSE(validator.valid(json::parse(bad))) << bad;
+    EXPECT_FALSE(grammar_matches(g, bad)) << bad;
+  }
+}
+
+// Every hand-written document of the keyword table: the grammar path says what the whole-schema
+// DFA says (the validator labelled them), where the DFA path compiles the case.
+TEST(GrammarSchema, KeywordCasesGetTheDfaPathsVerdicts) {
+  int cases = 0, docs = 0, gained = 0;
+  for (const auto& c : keyword_cases()) {
+    if (c.constraint.rfind("regex:", 0) == 0 || c.constraint.rfind("choice:", 0) == 0) continue;
+    const json schema = json::parse(c.constraint);
+    Dfa dfa;
+    try {
+      dfa = compile_dfa(schema_to_regex(schema, c.options));
+    } catch (const std::exception&) {
+      continue;
+    }
+    const Grammar g = *schema_to_grammar(schema, c.options).grammar;
+    ++cases;
+    for (const auto& d : c.valid) {
+      EXPECT_TRUE(grammar_matches(g, d)) << c.name << ": " << d;
+      ++docs;
+    }
+    for (const auto& d : c.invalid) {
+      EXPECT_FALSE(grammar_matches(g, d)) << c.name << ": " << d;
+      ++docs;
+    }
+    // Valid documents the DFA path leaves out by design: the grammar takes the ones a depth
+    // cut-off left out (free values, recursion), and the documents it accepts are valid.
+    for (const auto& d : c.by_design) {
+      const bool ours = grammar_matches(g, d);
+      EXPECT_TRUE(!ours || SchemaValidator(schema).valid(json::parse(d))) << c.name << ": " << d;
+      gained += ours && !dfa.matches(d);
+    }
+  }
+  std::cout << "by-design documents the grammar path accepts: " << gained << "\n";
+  EXPECT_GT(gained, 0);
+  EXPECT_GT(cases, 40);
+  EXPECT_GT(docs, 200);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> json_files(const std::string& dir) {
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") files.push_back(n);
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Serialises `v` compactly with object keys in the order the schema lists its properties.
+json reorder(const json& v, const json& s) {
+  if (v.is_object() && s.is_object() && s.contains("properties")) {
+    json out = json::object();
+    for (const auto& [k, sub] : s["properties"].items())
+      if (v.contains(k)) out[k] = reorder(v[k], sub);
+    for (const auto& [k, x] : v.items())
+      if (!out.contains(k)) out[k] = x;
+    return out;
+  }
+  if (v.is_array() && s.is_object() && s.contains("items")) {
+    json out = json::array();
+    for (const auto& x : v) out.push_back(reorder(x, s["items"]));
+    return out;
+  }
+  return v;
+}
+
+// The suite in both meanings of an absent additionalProperties: no invalid instance accepted, and
+// at least as many schemas compiled and valid instances accepted as the whole-schema path.
+TEST(GrammarSchema, TestSuiteSoundAndAtLeastTheDfaPathsCoverage) {
+  const std::string base = std::string(IB_SOURCE_DIR) + "/tests/data/json-schema-test-suite/";
+  int compiled[2] = {0, 0}, accepted[2] = {0, 0};  // [dfa, grammar]
+  for (const char* draft : {"4", "6", "7", "2019-09", "2020-12"})
+    for (const char* sub : {"", "optional/format/"}) {
+      const std::string dir = base + "draft" + draft + "/" + sub;
+      for (const auto& f : json_files(dir))
+        for (const auto& group : json::parse(read_file(dir + f)))
+          for (int open = 0; open < 2; ++open) {
+            SchemaOptions o;
+            o.default_draft = draft;
+            o.strict_properties = open == 0;
+            std::function<bool(const std::string&)> path[2];
+            Dfa d;
+            std::shared_ptr<const Grammar> g;
+            try {
+              d = compile_dfa(schema_to_regex(group["schema"], o));
+              path[0] = [&](const std::string& doc) { return d.matches(doc); };
+            } catch (const std::exception&) {
+            }
+            try {
+              g = schema_to_grammar(group["schema"], o).grammar;
+              path[1] = [&](const std::string& doc) { return grammar_matches(*g, doc); };
+            } catch (const std::exception&) {
+            }
+            if (path[0] && !path[1]) ADD_FAILURE() << "the grammar path refuses " << dir << f << ": " << group["description"];
+            for (int p = 0; p < 2; ++p) {
+              if (!path[p]) continue;
+              ++compiled[p];
+              for (const auto& t : group["tests"]) {
+                const std::string doc = reorder(t["data"], group["schema"]).dump();
+                const bool ok = path[p](doc);
+                if (t["valid"].get<bool>())
+                  accepted[p] += ok;
+                else if (ok && p == 1)
+                  ADD_FAILURE() << dir << f << " (" << (open ? "open" : "strict") << "): \""
+                                << group["description"].get<std::string>() << "\" accepts invalid " << doc;
+              }
+            }
+          }
+    }
+  std::cout << "compiled dfa/grammar " << compiled[0] << "/" << compiled[1] << ", valid accepted " << accepted[0] << "/"
+            << accepted[1] << "\n";
+  EXPECT_GE(compiled[1], compiled[0]);
+  EXPECT_GE(accepted[1], accepted[0]);
+}
+
+// Every token of GPT-2's vocabulary at positions of a nested document: the mask allows exactly the
+// tokens whose bytes keep a stack alive, and EOS exactly where the document may end.
+TEST(GrammarMask, AllowsExactlyTheTokensThatStepThroughTheGrammar) {
+  auto vocab = load_vocabulary("gpt2");
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"tags":{"type":"array","items":{"$ref":"#"}},)"
+      R"("n":{"type":"integer"}},"required":["name"]})";
+  auto g = std::make_shared<const Grammar>(grammar_of(schema));
+  GrammarTokenMasker masker(g, vocab);
+  const std::string doc = R"({"name":"ab","tags":[{"name":"c","tags":[]},{"name":"d","n":12}],"n":-3})";
+  ASSERT_TRUE(grammar_matches(*g, doc));
+  GrammarStacks at = grammar_start(*g);
+  int positions = 0;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    if (i % 3 == 0 || i == doc.size()) {  // every third byte: a position mid-token as well
+      const uint32_t* m = masker.mask(at);
+      for (int32_t t = 0; t < vocab->size(); ++t) {
+        const bool allowed = t == vocab->eos ? grammar_accepts(*g, at) : !grammar_advance(*g, *vocab, at, t).empty();
+        ASSERT_EQ(mask_allows(m, t), allowed) << "at byte " << i << " token " << t << " '"
+                                              << vocab->token_bytes[static_cast<size_t>(t)] << "'";
+      }
+      ++positions;
+    }
+    if (i < doc.size()) {
+      ASSERT_TRUE(grammar_walk(*g, at, doc.substr(i, 1)));
+    }
+  }
+  EXPECT_GT(positions, 20);
+}
+
+}  // namespace
+}  // namespace ib::constrain

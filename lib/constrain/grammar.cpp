@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <unordered_set>
 
 namespace ib::constrain {
 namespace {
@@ -41,6 +42,20 @@ bool dfa_holds_call(const Dfa& dfa) {
   return false;
 }
 
+bool re_holds_call(const Re& re) {
+  std::vector<const RegexNode*> todo = {re.get()};
+  std::unordered_set<const RegexNode*> seen;
+  while (!todo.empty()) {
+    const RegexNode* n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->kind == RegexNode::Kind::Bytes && n->bytes.test(kCallOpen)) return true;
+    if (n->kind == RegexNode::Kind::Automaton && n->dfa && dfa_holds_call(*n->dfa)) return true;
+    for (const auto& k : n->kids) todo.push_back(k.get());
+  }
+  return false;
+}
+
 size_t Grammar::states() const {
   size_t n = 0;
   for (const auto& r : rules) n += static_cast<size_t>(r.dfa.num_states);
@@ -58,7 +73,15 @@ Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::stri
   Grammar g;
   g.start = start;
   g.rules.resize(bodies.size());
-  for (size_t i = 0; i < bodies.size(); ++i) {
+  if (start < 0 || static_cast<size_t>(start) >= g.rules.size()) throw RegexError("the start rule is not in the grammar");
+  // Only the rules the start rule reaches are compiled (a rule the schema compiler compiled inline
+  // leaves the rules of its first attempt unreached): the others get a DFA of no document.
+  std::vector<uint8_t> reached(bodies.size(), 0);
+  std::vector<size_t> todo = {static_cast<size_t>(start)};
+  reached[static_cast<size_t>(start)] = 1;
+  while (!todo.empty()) {
+    const size_t i = todo.back();
+    todo.pop_back();
     GrammarRule& r = g.rules[i];
     r.name = i < names.size() ? names[i] : "rule " + std::to_string(i);
     r.dfa = compile_dfa(bodies[i], limits);
@@ -82,6 +105,10 @@ Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::stri
           throw RegexError(r.name + ": a call of rule " + std::to_string(callee) + ", past the grammar's " +
                            std::to_string(bodies.size()) + " rules");
         at[static_cast<size_t>(s)].push_back({callee, ret});
+        if (!reached[static_cast<size_t>(callee)]) {
+          reached[static_cast<size_t>(callee)] = 1;
+          todo.push_back(static_cast<size_t>(callee));
+        }
       }
     }
     r.call_begin.assign(static_cast<size_t>(r.dfa.num_states) + 1, 0);
@@ -105,9 +132,17 @@ Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::stri
       for (int32_t c : marker_classes) next[static_cast<size_t>(s) * static_cast<size_t>(dead + 1) + static_cast<size_t>(c)] = -1;
     r.dfa.next = std::move(next);
     r.dfa.num_classes = dead + 1;
+    if (dead + 1 > 256) throw RegexError(r.name + ": more than 256 byte classes");
     r.dfa.byte_class[kCallOpen] = static_cast<uint8_t>(dead);
     for (uint8_t d : kDigits) r.dfa.byte_class[d] = static_cast<uint8_t>(dead);
-    if (dead + 1 > 256) throw RegexError(r.name + ": more than 256 byte classes");
+    ++g.compiled_rules;
+  }
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    if (reached[i]) continue;
+    GrammarRule& r = g.rules[i];
+    r.name = i < names.size() ? names[i] : "rule " + std::to_string(i);
+    r.dfa = compile_dfa(re_never(), limits);
+    r.call_begin.assign(static_cast<size_t>(r.dfa.num_states) + 1, 0);
   }
   // Liveness through productive calls, to a fixed point over all rules together.
   for (auto& r : g.rules) r.live.assign(static_cast<size_t>(r.dfa.num_states), 0);
@@ -128,7 +163,13 @@ Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::stri
         }
       }
   }
-  if (start < 0 || static_cast<size_t>(start) >= g.rules.size()) throw RegexError("the start rule is not in the grammar");
+  for (auto& r : g.rules) {
+    r.plain.assign(static_cast<size_t>(r.dfa.num_states), 0);
+    for (int32_t s = 0; s < r.dfa.num_states; ++s) {
+      const auto i = static_cast<size_t>(s);
+      r.plain[i] = r.live[i] && !r.dfa.accepting[i] && r.call_begin[i] == r.call_begin[i + 1];
+    }
+  }
   return g;
 }
 
@@ -172,15 +213,17 @@ void grammar_close(const Grammar& g, GrammarStacks& stacks) {
 
 void grammar_step(const Grammar& g, const GrammarStacks& in, uint8_t b, GrammarStacks& out) {
   out.clear();
+  bool all_plain = true;
   for (const auto& st : in) {
     const GrammarRule& r = g.rules[static_cast<size_t>(st.back().rule)];
     const int32_t t = r.dfa.step(st.back().state, b);
     if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
+    all_plain = all_plain && r.plain[static_cast<size_t>(t)];
     GrammarStack n = st;
     n.back().state = t;
     if (!contains(out, n)) out.push_back(std::move(n));
   }
-  if (!out.empty()) grammar_close(g, out);
+  if (!out.empty() && !all_plain) grammar_close(g, out);
 }
 
 bool grammar_accepts(const Grammar& g, const GrammarStacks& stacks) {

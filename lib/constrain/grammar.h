@@ -29,6 +29,8 @@ Re re_call(int32_t rule);
 constexpr int32_t kMaxGrammarRules = 12 * 12 * 12 * 12;
 // Whether a DFA compiled from a body still holds call markers.
 bool dfa_holds_call(const Dfa& dfa);
+// Whether a regex holds a call marker (a walk of its nodes, each once).
+bool re_holds_call(const Re& re);
 // Stacks deeper than this die (a document nested past it is refused: far deeper than any
 // real-world instance, it keeps a stack's copies bounded).
 constexpr size_t kMaxGrammarDepth = 512;
@@ -44,12 +46,15 @@ struct GrammarRule {
   // Whether a state can still finish the rule, through calls of productive rules too (the DFA's
   // own -1 is only "no path to acceptance through bytes or markers").
   std::vector<uint8_t> live;
+  // Live, no calls and not accepting: a stack whose top steps into such a state needs no closure.
+  std::vector<uint8_t> plain;
   std::string name;  // the schema pointer the rule stands for
 };
 
 struct Grammar {
   std::vector<GrammarRule> rules;
   int32_t start = 0;
+  size_t compiled_rules = 0;  // the rules the start rule reaches (the others hold no document)
   size_t states() const;
   size_t table_bytes() const;
 };

@@ -41,7 +41,33 @@ void GrammarTokenMasker::set_tokens_at(int32_t node, uint32_t* out) const {
   }
 }
 
+void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int32_t state, uint32_t* out,
+                                  std::vector<int32_t>* returns) {
+  const GrammarRule& r = grammar_->rules[static_cast<size_t>(base.back().rule)];
+  const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
+  for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
+    const int32_t t = r.dfa.step(state, trie_->node[static_cast<size_t>(c)].byte);
+    if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
+    if (r.plain[static_cast<size_t>(t)]) {
+      set_tokens_at(c, out);
+      walk_top(c, base, t, out, returns);
+      continue;
+    }
+    GrammarStacks next = {base};
+    next[0].back().state = t;
+    grammar_close(*grammar_, next);
+    if (next.empty()) continue;
+    set_tokens_at(c, out);
+    if (returns && bottom_returns(*grammar_, next)) returns->push_back(c);
+    walk(c, next, out, returns);
+  }
+}
+
 void GrammarTokenMasker::walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns) {
+  if (at.size() == 1) {
+    walk_top(node, at[0], at[0].back().state, out, returns);
+    return;
+  }
   const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
   GrammarStacks next;
   for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
@@ -91,6 +117,46 @@ GrammarStacks grammar_advance(const Grammar& g, const Vocabulary& vocab, const G
   const std::string& bytes = vocab.token_bytes[static_cast<size_t>(token)];
   if (bytes.empty() || !grammar_walk(g, s, bytes)) return {};
   return s;
+}
+
+}  // namespace ib::constrain
+
+namespace ib::constrain {
+
+std::vector<int32_t> grammar_tokenize_greedy(const Grammar& g, const Vocabulary& vocab, const VocabTrie& trie,
+                                             const std::string& text) {
+  std::vector<int32_t> out;
+  GrammarStacks at = grammar_start(g);
+  for (size_t pos = 0; pos < text.size();) {
+    // The trie nodes along the rest of the text, deepest first.
+    std::vector<int32_t> path;
+    int32_t node = 0;
+    for (size_t k = pos; k < text.size(); ++k) {
+      int32_t next = -1;
+      for (int32_t c = node + 1; c < trie.node[static_cast<size_t>(node)].subtree_end; c = trie.node[static_cast<size_t>(c)].subtree_end)
+        if (trie.node[static_cast<size_t>(c)].byte == static_cast<uint8_t>(text[k])) {
+          next = c;
+          break;
+        }
+      if (next < 0) break;
+      path.push_back(node = next);
+    }
+    bool taken = false;
+    for (auto it = path.rbegin(); it != path.rend() && !taken; ++it) {
+      const auto& n = trie.node[static_cast<size_t>(*it)];
+      for (int32_t k = n.token_begin; k < trie.node[static_cast<size_t>(*it) + 1].token_begin && !taken; ++k) {
+        const int32_t t = trie.tokens[static_cast<size_t>(k)];
+        GrammarStacks next = grammar_advance(g, vocab, at, t);
+        if (next.empty()) continue;
+        at = std::move(next);
+        out.push_back(t);
+        pos += vocab.token_bytes[static_cast<size_t>(t)].size();
+        taken = true;
+      }
+    }
+    if (!taken) return {};
+  }
+  return out;
 }
 
 }  // namespace ib::constrain

@@ -46,6 +46,10 @@ class GrammarTokenMasker {
   // stacks are a frame's own (their bottom is the frame's rule) and the nodes where a bottom frame
   // may return are listed there instead of returning.
   void walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns);
+  // The same for one stack `base` whose top frame is at `state`: the top rule's DFA stepped alone
+  // while the states it reaches are plain (most of the trie: keys, strings, numbers), as a DFA mask
+  // walks, and the stacks built only where a call, a return or an accepting state is met.
+  void walk_top(int32_t node, const GrammarStack& base, int32_t state, uint32_t* out, std::vector<int32_t>* returns);
   void set_tokens_at(int32_t node, uint32_t* out) const;
 
   std::shared_ptr<const Grammar> grammar_;
@@ -56,6 +60,12 @@ class GrammarTokenMasker {
   std::unordered_map<std::string, std::vector<uint32_t>> positions_;
   std::vector<uint32_t> scratch_;
 };
+
+// Greedy longest-match tokenisation of a document of the grammar: at each position the longest
+// token that is a prefix of the rest and keeps a stack alive (every single byte is a token in the
+// bundled vocabularies). Empty when the text leaves the grammar.
+std::vector<int32_t> grammar_tokenize_greedy(const Grammar& g, const Vocabulary& vocab, const VocabTrie& trie,
+                                             const std::string& text);
 
 // After emitting `token` at `stacks`: the position after its bytes (empty when not allowed).
 GrammarStacks grammar_advance(const Grammar& g, const Vocabulary& vocab, const GrammarStacks& stacks, int32_t token);

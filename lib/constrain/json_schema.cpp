@@ -315,9 +315,13 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       fail("type", ptr + "/type", "type must be a string or a non-empty array of strings");
   } else {
     types = inferred_types(s);
+    // The JSON Schema meaning: a keyword constrains values of its own type only, so without `type`
+    // a value of any other type is valid too ({"format": "date"} holds 2, {"properties": ...}
+    // holds "str"). strict_properties keeps the type the keywords imply (what a model should write).
+    if (!types.empty() && !o_.strict_properties) types = {"null", "boolean", "number", "string", "object", "array"};
   }
   if (types.empty()) return json_value_regex_ws(o_.any_depth);
-  if (over_ && !s.contains("type")) {
+  if (over_ && !s.contains("type") && o_.strict_properties) {
     // Without type, a value of another type than the keywords suggest is valid too (each
     // keyword constrains its own type): an over-approximation holds every type.
     ++over_changes_;
@@ -377,6 +381,9 @@ Re Compiler::over_also(Re exact, Re more) {
 // SchemaError naming the keyword and the pointer.
 Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::string& keyword, const std::string& ptr,
                      const std::string& what) {
+  if (grammar_)
+    for (const auto& l : langs)
+      if (re_holds_call(l)) throw NeedsInline{};
   CompileLimits limits;
   limits.max_dfa_states = o_.max_product_states;
   try {
@@ -387,7 +394,6 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
       auto it = seen.find(l.get());
       if (it == seen.end()) {
         dfas.push_back(std::make_unique<Dfa>(compile_dfa(l, limits)));
-        if (grammar_ && dfa_holds_call(*dfas.back())) throw NeedsInline{};
         it = seen.emplace(l.get(), dfas.back().get()).first;
       }
       parts.push_back(it->second);

@@ -10,7 +10,8 @@
 //   construction (automaton.h's product_dfa, ExactlyOne). The other branches are subtracted as
 //   over-approximations (numbers in every spelling, strings with escapes, objects with members in
 //   any order, required keys as their quoted names, any-value and recursion cut-offs as values
-//   any_depth + 1 levels deeper), so a document valid for two branches is not accepted as long as
+//   any_depth + 1 levels deeper; past the product cap, only the first half of the required keys,
+//   halved again until it fits), so a document valid for two branches is not accepted as long as
 //   its values nest no deeper than that; a document the over-approximation of another branch
 //   holds but that branch rejects is lost (by design). Branches that keywords alone show no document
 //   satisfies two of (distinct types or const/enum values, or a required discriminator key whose
@@ -114,8 +115,10 @@ struct SchemaOptions {
   // Cap on the states of each product automaton (pattern ∩ lengths ∩ format, oneOf): past it the
   // schema is refused naming the keyword and the JSON pointer.
   int64_t max_product_states = 200'000;
-  // Absent additionalProperties: true = no keys but the declared ones; false = any other keys (the
-  // JSON Schema meaning).
+  // Absent additionalProperties: true = no keys but the declared ones, and a schema without `type`
+  // takes the type its keywords imply (XGrammar's strict mode: what a model should write); false =
+  // the JSON Schema meaning: any other keys, and without `type` values of every type (a keyword
+  // constrains its own type only).
   bool strict_properties = true;
   // With strict_properties, an object that declares no properties and no patternProperties still
   // takes any keys (the JSON Schema meaning) when this is true: a tool call's

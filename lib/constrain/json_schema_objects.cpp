@@ -431,12 +431,18 @@ Re Compiler::object_over(const std::vector<std::pair<std::string, Re>>& props, c
     langs.push_back(re_concat({re_byte('{'), ws_, re_star(re_concat({m, sep})), re_alt(std::move(carriers)),
                                re_star(re_concat({sep, m})), ws_, re_byte('}')}));
   }
-  if (langs.size() == 1) return langs[0];
-  try {
-    return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required", "oneOf: a branch's required keys in any order");
-  } catch (const SchemaError&) {
-    return body;  // past the product cap: without the required keys, a coarser superset (still sound to subtract)
+  // Past the product cap, fewer of the required keys (the first half, again and again): a coarser
+  // superset, still sound to subtract, that keeps apart the documents lacking one of them (with
+  // none, every object would be subtracted: a oneOf of {"type": "object"} and an object requiring
+  // six keys would hold no document).
+  while (langs.size() > 1) {
+    try {
+      return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required", "oneOf: a branch's required keys in any order");
+    } catch (const SchemaError&) {
+      langs.resize(langs.size() / 2);
+    }
   }
+  return langs[0];
 }
 
 }  // namespace ib::constrain::detail

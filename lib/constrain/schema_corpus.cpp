@@ -158,14 +158,22 @@ std::string canonical_spelling(const json& instance, const json& schema) {
   return Orderer(v).spell(instance, schema);
 }
 
-CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& options) {
+CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& options, SchemaPath path) {
   CorpusResult r;
   r.valid = static_cast<int>(e.valid.size());
   r.invalid = static_cast<int>(e.invalid.size());
-  Dfa d;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    d = compile_dfa(schema_to_regex(e.schema, options, &r.notes));
+    if (path == SchemaPath::Dfa) {
+      r.dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options, &r.notes)));
+      r.dfa_states = r.dfa->num_states;
+    } else {
+      const SchemaGrammar g = schema_to_grammar(e.schema, options, &r.notes);
+      r.grammar = g.grammar;
+      r.dfa_states = static_cast<int>(g.grammar->states());
+      r.rules = static_cast<int>(g.grammar->compiled_rules);
+      r.inlined_rules = g.inlined_rules;
+    }
     r.compiled = true;
   } catch (const SchemaError& x) {
     r.keyword = x.keyword();
@@ -175,14 +183,13 @@ CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& op
   }
   r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!r.compiled) return r;
-  r.dfa_states = d.num_states;
   const SchemaValidator v(e.schema);
   const Orderer order(v);
   // A keyword left to the validator: a document counts as accepted when the DFA and the validator
   // both accept it (what generation does: mask, then check the finished document).
   r.validator_decides = !r.notes.validator_decides.empty();
   auto accepted = [&](const std::string& doc) {
-    if (!d.matches(doc)) return false;
+    if (r.dfa ? !r.dfa->matches(doc) : !grammar_matches(*r.grammar, doc)) return false;
     if (!r.validator_decides) return true;
     const json parsed = json::parse(doc, nullptr, false);
     return !parsed.is_discarded() && v.valid(parsed);

@@ -5,11 +5,14 @@
 // corpus test report.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "constrain/automaton.h"
+#include "constrain/grammar.h"
 #include "constrain/json_schema.h"
 
 namespace ib::constrain {
@@ -35,8 +38,11 @@ struct CorpusResult {
   bool compiled = false;
   std::string refusal;    // the error when not compiled (keyword: message)
   std::string keyword;    // the keyword it names ("" for an automaton limit)
-  double compile_ms = 0;  // schema -> regex -> minimal DFA
-  int dfa_states = 0;
+  double compile_ms = 0;  // schema -> regex -> minimal DFA (or the grammar's rules, each a minimal DFA)
+  int dfa_states = 0;     // the DFA's, or all the grammar's rules' together
+  int rules = 0, inlined_rules = 0;  // the grammar path's rules, and those compiled inline (a product in them)
+  std::shared_ptr<const Dfa> dfa;          // what compiled, for the mask timing
+  std::shared_ptr<const Grammar> grammar;
   int valid = 0, valid_refused = 0;           // refused: the canonical spelling is outside the language
   int invalid = 0, invalid_accepted = 0;      // accepted: the canonical or the instance's own spelling is inside
   std::vector<std::string> accepted_invalid;  // the documents, for the report
@@ -44,6 +50,8 @@ struct CorpusResult {
   SchemaNotes notes;
 };
 
-CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& options);
+// Which compiler path: the whole-schema DFA, or the grammar (json_schema.h's schema_to_grammar).
+enum class SchemaPath { Dfa, Grammar };
+CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& options, SchemaPath path = SchemaPath::Dfa);
 
 }  // namespace ib::constrain

@@ -244,8 +244,35 @@ GrammarStacks grammar_start(const Grammar& g) {
 bool grammar_walk(const Grammar& g, GrammarStacks& stacks, const std::string& bytes) {
   GrammarStacks next;
   for (unsigned char c : bytes) {
-    grammar_step(g, stacks, c, next);
-    stacks.swap(next);
+    // In place while every surviving top steps into a plain state (no closure, no copies): most
+    // bytes of keys, strings and numbers.
+    bool in_place = true;
+    for (const auto& st : stacks) {
+      const GrammarRule& r = g.rules[static_cast<size_t>(st.back().rule)];
+      const int32_t t = r.dfa.step(st.back().state, c);
+      if (t >= 0 && r.live[static_cast<size_t>(t)] && !r.plain[static_cast<size_t>(t)]) {
+        in_place = false;
+        break;
+      }
+    }
+    if (in_place) {
+      size_t kept = 0;
+      for (size_t i = 0; i < stacks.size(); ++i) {
+        const GrammarRule& r = g.rules[static_cast<size_t>(stacks[i].back().rule)];
+        const int32_t t = r.dfa.step(stacks[i].back().state, c);
+        if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
+        stacks[i].back().state = t;
+        if (std::find(stacks.begin(), stacks.begin() + static_cast<std::ptrdiff_t>(kept), stacks[i]) !=
+            stacks.begin() + static_cast<std::ptrdiff_t>(kept))
+          continue;
+        if (kept != i) stacks[kept] = std::move(stacks[i]);
+        ++kept;
+      }
+      stacks.resize(kept);
+    } else {
+      grammar_step(g, stacks, c, next);
+      stacks.swap(next);
+    }
     if (stacks.empty()) return false;
   }
   return true;

@@ -109,6 +109,7 @@ void Compiler::report(SchemaNotes* notes) const {
   for (const auto& [k, at] : ignored_) notes->ignored[k] = static_cast<int>(at.size());
   for (const auto& [f, at] : unasserted_) notes->unasserted_formats[f] = static_cast<int>(at.size());
   for (const auto& [k, at] : by_validator_) notes->validator_decides[k] = static_cast<int>(at.size());
+  notes->cut_off = cut_off_;
 }
 
 Re Compiler::compile(const json& raw, const std::string& ptr) {
@@ -124,7 +125,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
   // references multiply that, and a schema past the budget is refused rather than compiled for
   // minutes.
   if (++steps_ > o_.max_compile_steps)
-    fail("", ptr,
+    fail("max_compile_steps", ptr,
          "compiling the schema takes more than " + std::to_string(o_.max_compile_steps) +
              " subschema compiles (max_compile_steps; nested if/then/else, oneOf and recursive $ref multiply them)");
   struct Nest {
@@ -423,6 +424,7 @@ std::vector<std::string> Compiler::inferred_types(const json& s) {
 
 Re Compiler::json_value_regex_ws(int depth) {
   if (calls_allowed()) return any_value_rule();
+  if (!over_ && depth == o_.any_depth && depth >= 0) ++cut_off_["free values past any_depth"];
   std::vector<Re> alts = {json_string_regex(), number_regex(true), re_literal("true"), re_literal("false"), re_literal("null")};
   if (depth > 0) {
     Re v = json_value_regex_ws(depth - 1);
@@ -444,7 +446,9 @@ Re Compiler::deeper_containers() {
   const bool was = over_;
   over_ = false;
   ++inline_only_;  // what an over-approximation holds: no calls (it goes into a product)
+  const auto cut = cut_off_;  // an over-approximation's depth cuts off no valid document
   Re v = json_value_regex_ws(o_.any_depth + 1);
+  cut_off_ = cut;
   --inline_only_;
   over_ = was;
   return v;
@@ -560,6 +564,7 @@ std::string describe(const SchemaNotes& n) {
   if (!n.ignored.empty()) add("ignored: " + list(n.ignored, ""));
   if (!n.unasserted_formats.empty()) add("formats not asserted: " + list(n.unasserted_formats, "'"));
   if (!n.validator_decides.empty()) add("left to the validator (not in the mask): " + list(n.validator_decides, ""));
+  if (!n.cut_off.empty()) add("cut off: " + list(n.cut_off, ""));
   return out;
 }
 

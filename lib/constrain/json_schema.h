@@ -149,6 +149,9 @@ struct SchemaNotes {
   std::map<std::string, int> ignored;             // ignored key -> schema objects it was in
   std::map<std::string, int> unasserted_formats;  // formats not known -> schema objects
   std::map<std::string, int> validator_decides;   // keywords compiled as if absent, checked after generation
+  // Where a regular language cut valid documents off (free values past any_depth, a recursive $ref
+  // past max_recursion) -> times: the grammar path has none where it keeps the rules apart.
+  std::map<std::string, int> cut_off;
 };
 // One line for a note ("draft 7; ignored: x-order ×3, self; format 'foo' not asserted"), "" when
 // there is nothing to say beyond 2020-12.

@@ -51,8 +51,11 @@ Re Compiler::compile_conjunction(std::vector<json> conjuncts, const std::string&
     if (part.contains("$ref")) {
       if (++expansions > 32) fail("$ref", ptr, "too many references inside allOf");
       // The same recursion bound as ref(): the merged schema is compiled inside the expansion.
-      if (!entered.enter(part["$ref"].is_string() ? part["$ref"].get<std::string>() : std::string()))
-        return over_ ? over_also(re_never(), json_value_regex_ws(0)) : re_never();
+      if (!entered.enter(part["$ref"].is_string() ? part["$ref"].get<std::string>() : std::string())) {
+        if (over_) return over_also(re_never(), json_value_regex_ws(0));
+        ++cut_off_["$ref recursion past max_recursion"];
+        return re_never();
+      }
       next.push_back(resolve(part["$ref"], ptr + "/$ref"));
       part.erase("$ref");
     }

@@ -76,6 +76,7 @@ class Compiler {
   std::map<std::string, int> ref_depth_;
   // validator_fallback: (pointer, over-approximation?) -> (schema object, what it widened to).
   std::map<std::pair<std::string, bool>, std::vector<std::pair<json, json>>> widened_at_;
+  std::map<std::string, int> cut_off_;  // SchemaNotes::cut_off
   int recursive_entries_ = 0;  // re-entered references on the current path
   int depth_ = 0;              // compile() calls on the current path
   int64_t steps_ = 0;          // compile() calls in all

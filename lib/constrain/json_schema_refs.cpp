@@ -93,7 +93,11 @@ Re Compiler::ref(const json& r, const std::string& ptr) {
   const json target = resolve(r, ptr);
   const std::string key = r.get<std::string>();
   RefScope entered(*this);
-  if (!entered.enter(key)) return over_ ? over_also(re_never(), json_value_regex_ws(0)) : re_never();
+  if (!entered.enter(key)) {
+    if (over_) return over_also(re_never(), json_value_regex_ws(0));
+    ++cut_off_["$ref recursion past max_recursion"];
+    return re_never();
+  }
   return compile(target, key.size() > 1 ? key.substr(1) : "");
 }
 

@@ -49,7 +49,7 @@ class Realworld : public Variant {
   std::optional<SelfMeasurement> measure_self(BackendRuntime&, const RunControl&) override {
     SelfMeasurement m;
     std::vector<size_t> compiled;
-    std::map<std::string, int> refusals, ignored;
+    std::map<std::string, int> refusals, ignored, cut_off;
     std::vector<std::string> unsound;
     double total_ms = 0;
     for (size_t i = 0; i < entries_.size(); ++i) {
@@ -57,6 +57,7 @@ class Realworld : public Variant {
       rules_ += r.rules;
       inlined_rules_ += r.inlined_rules;
       if (r.grammar) grammars_[i] = r.grammar;
+      for (const auto& [what, n] : r.notes.cut_off) cut_off[what] += n > 0;
       total_ms += r.compile_ms;
       valid_ += r.compiled ? r.valid : 0;
       valid_refused_ += r.valid_refused;
@@ -74,10 +75,7 @@ class Realworld : public Variant {
     }
     std::sort(compile_ms_.begin(), compile_ms_.end());
     compiled_ = compiled.size();
-    if (path_ == SchemaPath::Dfa)
-      measure_masks(compiled);
-    else
-      measure_grammar_masks(compiled);
+    measure_masks(compiled);
     m.validation = {
         invalid_accepted_ == 0, "invalid_accepted", static_cast<double>(invalid_accepted_), 0,
         invalid_accepted_ == 0
@@ -96,10 +94,11 @@ class Realworld : public Variant {
     };
     note_ = fmt::format("refused by keyword: {}; keys ignored (schemas): {}", refusals.empty() ? "none" : top(refusals, 6),
                         ignored.empty() ? "none" : top(ignored, 5));
-    if (path_ == SchemaPath::Grammar)
-      note_ += fmt::format("; grammar path: {} rules, {} compiled inline (a product in them); masks: the first pass over "
-                           "each schema's instances builds what it meets, mask_mean is the second pass",
-                           rules_, inlined_rules_);
+    if (!cut_off.empty()) note_ += "; valid documents cut off (schemas): " + top(cut_off, 3);
+    if (path_ != SchemaPath::Dfa)
+      note_ += fmt::format("; {} schemas on the grammar path: {} rules, {} compiled inline (a product in them); their masks: "
+                           "the first pass over a schema's instances builds what it meets, the second is timed",
+                           grammars_.size(), rules_, inlined_rules_);
     m.note = note_;
     return m;
   }
@@ -122,13 +121,12 @@ class Realworld : public Variant {
             {"mask_mean", steps.empty() ? 0.0 : summarize(steps).mean, "us"},
             {"mask_p99", steps.empty() ? 0.0 : percentile_sorted(steps, 0.99), "us"},
             {"mask_worst_mean", worst_schema_mean_us_, "us"},
-            {"mask_build_ms", masked_schemas_ ? build_ms_ / static_cast<double>(masked_schemas_) : 0.0, "ms"}};
+            {"mask_build_ms", masked_schemas_ ? build_ms_ / static_cast<double>(masked_schemas_) : 0.0, "ms"},
+            {"grammar_schemas", static_cast<double>(grammars_.size()), ""}};
   }
 
  private:
-  // The precomputed index of a seeded sample of the compiled schemas; each step copies the state's
-  // mask into the bitmask and advances by the token, walking the canonical spelling of each valid
-  // instance the DFA accepts, tokenised greedily (as constrain-mask does with random documents).
+  // The masks of a seeded sample of the compiled schemas, each on the path it compiled on.
   void measure_masks(const std::vector<size_t>& compiled) {
     if (mask_schemas_ == 0 || compiled.empty()) return;
     auto vocab = load_vocabulary(vocab_name_);
@@ -136,88 +134,89 @@ class Realworld : public Variant {
     std::vector<size_t> pick = compiled;
     std::mt19937_64 rng(seed_);
     std::shuffle(pick.begin(), pick.end(), rng);
-    if (pick.size() > mask_schemas_) pick.resize(mask_schemas_);
-    std::vector<uint32_t> bitmask((static_cast<size_t>(vocab->size()) + 31) / 32);
     for (size_t i : pick) {
-      const CorpusEntry& e = entries_[i];
-      auto dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options_)));
-      const auto b0 = std::chrono::steady_clock::now();
-      const TokenMaskIndex index(dfa, vocab);
-      build_ms_ += ms_since(b0);
-      std::vector<std::string> docs;
-      for (const auto& x : e.valid) {
-        std::string d = canonical_spelling(x, e.schema);
-        if (dfa->matches(d)) docs.push_back(std::move(d));
-      }
-      if (docs.empty()) {  // no instance to walk: random documents of the language
-        const auto dist = distance_to_accept(*dfa);
-        for (int k = 0; k < 4; ++k) docs.push_back(random_document(*dfa, dist, dfa->start, rng));
-      }
-      double sum = 0;
-      size_t n = 0;
-      for (const auto& d : docs) {
-        int32_t s = dfa->start;
-        const auto tokens = tokenize_greedy(d, *dfa, s, *trie);
-        for (size_t t = 0; t <= tokens.size() && s >= 0; ++t) {
-          const auto t0 = std::chrono::steady_clock::now();
-          std::memcpy(bitmask.data(), index.mask(s), bitmask.size() * sizeof(uint32_t));
-          if (t < tokens.size()) s = advance(*dfa, *vocab, s, tokens[t]);
-          const double us = ms_since(t0) * 1e3;
-          step_us_.push_back(us);
-          sum += us;
-          ++n;
-        }
-      }
-      if (n) worst_schema_mean_us_ = std::max(worst_schema_mean_us_, sum / static_cast<double>(n));
-      ++masked_schemas_;
+      if (masked_schemas_ >= mask_schemas_) break;
+      if (grammars_.count(i))
+        measure_grammar_masks(i, vocab, *trie);
+      else
+        measure_dfa_masks(i, vocab, *trie, rng);
     }
+  }
+
+  // The precomputed index (its build is mask_build_ms); each step copies the state's mask into the
+  // bitmask and advances by the token, walking the canonical spelling of each valid instance the
+  // DFA accepts, tokenised greedily (as constrain-mask does with random documents).
+  void measure_dfa_masks(size_t i, const std::shared_ptr<const Vocabulary>& vocab, const VocabTrie& trie, std::mt19937_64& rng) {
+    std::vector<uint32_t> bitmask((static_cast<size_t>(vocab->size()) + 31) / 32);
+    const CorpusEntry& e = entries_[i];
+    auto dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options_)));
+    const auto b0 = std::chrono::steady_clock::now();
+    const TokenMaskIndex index(dfa, vocab);
+    build_ms_ += ms_since(b0);
+    std::vector<std::string> docs;
+    for (const auto& x : e.valid) {
+      std::string d = canonical_spelling(x, e.schema);
+      if (dfa->matches(d)) docs.push_back(std::move(d));
+    }
+    if (docs.empty()) {  // no instance to walk: random documents of the language
+      const auto dist = distance_to_accept(*dfa);
+      for (int k = 0; k < 4; ++k) docs.push_back(random_document(*dfa, dist, dfa->start, rng));
+    }
+    double sum = 0;
+    size_t n = 0;
+    for (const auto& d : docs) {
+      int32_t s = dfa->start;
+      const auto tokens = tokenize_greedy(d, *dfa, s, trie);
+      for (size_t t = 0; t <= tokens.size() && s >= 0; ++t) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(bitmask.data(), index.mask(s), bitmask.size() * sizeof(uint32_t));
+        if (t < tokens.size()) s = advance(*dfa, *vocab, s, tokens[t]);
+        const double us = ms_since(t0) * 1e3;
+        step_us_.push_back(us);
+        sum += us;
+        ++n;
+      }
+    }
+    if (n) worst_schema_mean_us_ = std::max(worst_schema_mean_us_, sum / static_cast<double>(n));
+    ++masked_schemas_;
   }
 
   // The grammar path's masks (GrammarTokenMasker, built lazily): the schema's valid instances the
   // grammar accepts, tokenised greedily, walked twice; the first pass builds the frames and
   // positions it meets (its extra time over the second is mask_build_ms), the second is timed as
   // the steps (what a server meets once the schema's usual positions are cached).
-  void measure_grammar_masks(const std::vector<size_t>& compiled) {
-    if (mask_schemas_ == 0 || compiled.empty()) return;
-    auto vocab = load_vocabulary(vocab_name_);
-    auto trie = vocab_trie(vocab);
-    std::vector<size_t> pick = compiled;
-    std::mt19937_64 rng(seed_);
-    std::shuffle(pick.begin(), pick.end(), rng);
+  void measure_grammar_masks(size_t i, const std::shared_ptr<const Vocabulary>& vocab, const VocabTrie& trie) {
     std::vector<uint32_t> bitmask((static_cast<size_t>(vocab->size()) + 31) / 32);
-    for (size_t i : pick) {
-      if (masked_schemas_ >= mask_schemas_) break;
-      const CorpusEntry& e = entries_[i];
-      const auto g = grammars_.at(i);
-      std::vector<std::vector<int32_t>> docs;
-      for (const auto& x : e.valid) {
-        const std::string d = canonical_spelling(x, e.schema);
-        if (grammar_matches(*g, d)) docs.push_back(grammar_tokenize_greedy(*g, *vocab, *trie, d));
-      }
-      if (docs.empty()) continue;  // no instance to walk (the DFA path walks random documents there)
-      GrammarTokenMasker masker(g, vocab);
-      double pass_ms[2] = {0, 0}, sum = 0;
-      size_t n = 0;
-      for (int pass = 0; pass < 2; ++pass)
-        for (const auto& tokens : docs) {
-          GrammarStacks at = grammar_start(*g);
-          for (size_t t = 0; t <= tokens.size() && !at.empty(); ++t) {
-            const auto t0 = std::chrono::steady_clock::now();
-            std::memcpy(bitmask.data(), masker.mask(at), bitmask.size() * sizeof(uint32_t));
-            if (t < tokens.size()) at = grammar_advance(*g, *vocab, at, tokens[t]);
-            const double us = ms_since(t0) * 1e3;
-            pass_ms[pass] += us / 1e3;
-            if (pass == 1) {
-              step_us_.push_back(us);
-              sum += us;
-              ++n;
-            }
+    const CorpusEntry& e = entries_[i];
+    const auto g = grammars_.at(i);
+    std::vector<std::vector<int32_t>> docs;
+    for (const auto& x : e.valid) {
+      const std::string d = canonical_spelling(x, e.schema);
+      if (grammar_matches(*g, d)) docs.push_back(grammar_tokenize_greedy(*g, *vocab, trie, d));
+    }
+    if (docs.empty()) return;  // no instance to walk (the DFA path walks random documents there)
+    GrammarTokenMasker masker(g, vocab);
+    double pass_ms[2] = {0, 0}, sum = 0;
+    size_t n = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& tokens : docs) {
+        GrammarStacks at = grammar_start(*g);
+        for (size_t t = 0; t <= tokens.size() && !at.empty(); ++t) {
+          const auto t0 = std::chrono::steady_clock::now();
+          std::memcpy(bitmask.data(), masker.mask(at), bitmask.size() * sizeof(uint32_t));
+          if (t < tokens.size()) at = grammar_advance(*g, *vocab, at, tokens[t]);
+          const double us = ms_since(t0) * 1e3;
+          pass_ms[pass] += us / 1e3;
+          if (pass == 1) {
+            step_us_.push_back(us);
+            sum += us;
+            ++n;
           }
         }
-      build_ms_ += std::max(0.0, pass_ms[0] - pass_ms[1]);
-      if (n) worst_schema_mean_us_ = std::max(worst_schema_mean_us_, sum / static_cast<double>(n));
-      ++masked_schemas_;
-    }
+      }
+    build_ms_ += std::max(0.0, pass_ms[0] - pass_ms[1]);
+    if (n) worst_schema_mean_us_ = std::max(worst_schema_mean_us_, sum / static_cast<double>(n));
+    ++masked_schemas_;
   }
 
   SchemaPath path_;
@@ -281,6 +280,15 @@ const VariantRegistration reg_constrain_realworld_grammar(
      {},
      true},
     make_variant<Realworld>(SchemaPath::Grammar));
+const VariantRegistration reg_constrain_realworld_auto(
+    "constrain-realworld",
+    {"auto",
+     Backend::Cpu,
+     "the whole-schema DFA where it compiles and cuts no valid document off (free values past any_depth, recursion past "
+     "max_recursion), else the grammar path; the note counts the schemas on each",
+     {},
+     true},
+    make_variant<Realworld>(SchemaPath::Auto));
 
 }  // namespace
 }  // namespace ib::constrain

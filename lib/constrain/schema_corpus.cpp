@@ -164,10 +164,31 @@ CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& op
   r.invalid = static_cast<int>(e.invalid.size());
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    bool grammar = path == SchemaPath::Grammar;
+    if (path == SchemaPath::Auto) {
+      try {
+        SchemaNotes notes;
+        r.dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options, &notes)));
+        r.dfa_states = r.dfa->num_states;
+        r.notes = notes;
+        if (!notes.cut_off.empty()) {
+          r.dfa.reset();
+          grammar = true;
+        }
+      } catch (const SchemaError& x) {
+        // Malformed or unsatisfiable: the grammar path refuses it too. Past the compile steps:
+        // recursion multiplied them, which the grammar does not expand.
+        if (!x.beyond() && x.keyword() != "max_compile_steps") throw;
+        grammar = true;
+      } catch (const RegexError&) {  // an automaton limit
+        grammar = true;
+      }
+    }
     if (path == SchemaPath::Dfa) {
       r.dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options, &r.notes)));
       r.dfa_states = r.dfa->num_states;
-    } else {
+    } else if (grammar) {
+      r.notes = {};
       const SchemaGrammar g = schema_to_grammar(e.schema, options, &r.notes);
       r.grammar = g.grammar;
       r.dfa_states = static_cast<int>(g.grammar->states());

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "constrain/automaton.h"
+#include "constrain/grammar.h"
 #include "constrain/json_schema.h"
 #include "constrain/regex.h"
 #include "constrain/vocab.h"
@@ -335,7 +336,14 @@ TEST(Fuzz, JsonSchemaCompiler) {
         } catch (const nlohmann::json::parse_error&) {
           return;  // not JSON: the constraint loader's error, before the compiler
         }
-        constrain::compile_dfa(constrain::schema_to_regex(j, options), limits);
+        try {
+          constrain::compile_dfa(constrain::schema_to_regex(j, options), limits);
+        } catch (const constrain::SchemaError&) {
+        } catch (const constrain::RegexError&) {
+        }
+        // The grammar path on the same input: a grammar or a refusal, and its matcher runs.
+        const auto g = constrain::schema_to_grammar(j, options).grammar;
+        for (const char* doc : {"{}", "[]", "\"a\"", "1", "{\"a\":[1,{\"b\":null}]}"}) constrain::grammar_matches(*g, doc);
       },
       [](const std::exception& e) {
         return dynamic_cast<const constrain::SchemaError*>(&e) || dynamic_cast<const constrain::RegexError*>(&e);

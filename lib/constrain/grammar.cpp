@@ -27,7 +27,8 @@ bool reads(const GrammarRule& r, int32_t s) {
 }  // namespace
 
 Re re_call(int32_t rule) {
-  if (rule < 0 || rule >= kMaxGrammarRules) throw RegexError("a grammar holds at most " + std::to_string(kMaxGrammarRules) + " rules");
+  if (rule < 0 || rule >= kMaxGrammarRules)
+    throw RegexError("a grammar holds at most " + std::to_string(kMaxGrammarRules) + " rules");
   std::string marker(1, static_cast<char>(kCallOpen));
   std::string digits;
   for (int i = 0; i < kCallDigits; ++i, rule /= 12) digits += static_cast<char>(kDigits[static_cast<size_t>(rule % 12)]);
@@ -228,7 +229,8 @@ void grammar_step(const Grammar& g, const GrammarStacks& in, uint8_t b, GrammarS
 
 bool grammar_accepts(const Grammar& g, const GrammarStacks& stacks) {
   for (const auto& st : stacks)
-    if (st.size() == 1 && st[0].rule == g.start && g.rules[static_cast<size_t>(g.start)].dfa.accepting[static_cast<size_t>(st[0].state)])
+    if (st.size() == 1 && st[0].rule == g.start &&
+        g.rules[static_cast<size_t>(g.start)].dfa.accepting[static_cast<size_t>(st[0].state)])
       return true;
   return false;
 }

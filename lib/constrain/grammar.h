@@ -37,8 +37,8 @@ constexpr size_t kMaxGrammarDepth = 512;
 
 struct GrammarRule {
   struct Call {
-    int32_t rule;    // the callee
-    int32_t ret;     // this rule's state once the callee has returned
+    int32_t rule;  // the callee
+    int32_t ret;   // this rule's state once the callee has returned
   };
   Dfa dfa;                          // the body without its call markers
   std::vector<int32_t> call_begin;  // per state (+1): calls[call_begin[s] .. call_begin[s + 1])

@@ -133,7 +133,8 @@ std::vector<int32_t> grammar_tokenize_greedy(const Grammar& g, const Vocabulary&
     int32_t node = 0;
     for (size_t k = pos; k < text.size(); ++k) {
       int32_t next = -1;
-      for (int32_t c = node + 1; c < trie.node[static_cast<size_t>(node)].subtree_end; c = trie.node[static_cast<size_t>(c)].subtree_end)
+      for (int32_t c = node + 1; c < trie.node[static_cast<size_t>(node)].subtree_end;
+           c = trie.node[static_cast<size_t>(c)].subtree_end)
         if (trie.node[static_cast<size_t>(c)].byte == static_cast<uint8_t>(text[k])) {
           next = c;
           break;

@@ -445,7 +445,7 @@ Re Compiler::json_value_regex_ws(int depth) {
 Re Compiler::deeper_containers() {
   const bool was = over_;
   over_ = false;
-  ++inline_only_;  // what an over-approximation holds: no calls (it goes into a product)
+  ++inline_only_;             // what an over-approximation holds: no calls (it goes into a product)
   const auto cut = cut_off_;  // an over-approximation's depth cuts off no valid document
   Re v = json_value_regex_ws(o_.any_depth + 1);
   cut_off_ = cut;

@@ -77,9 +77,9 @@ class Compiler {
   // validator_fallback: (pointer, over-approximation?) -> (schema object, what it widened to).
   std::map<std::pair<std::string, bool>, std::vector<std::pair<json, json>>> widened_at_;
   std::map<std::string, int> cut_off_;  // SchemaNotes::cut_off
-  int recursive_entries_ = 0;  // re-entered references on the current path
-  int depth_ = 0;              // compile() calls on the current path
-  int64_t steps_ = 0;          // compile() calls in all
+  int recursive_entries_ = 0;           // re-entered references on the current path
+  int depth_ = 0;                       // compile() calls on the current path
+  int64_t steps_ = 0;                   // compile() calls in all
 
   // The references a compile is inside of, left when the scope ends. A deeper level of a
   // recursive schema is dropped (enter() is false): past max_recursion re-entries of one

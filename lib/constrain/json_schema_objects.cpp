@@ -437,7 +437,8 @@ Re Compiler::object_over(const std::vector<std::pair<std::string, Re>>& props, c
   // six keys would hold no document).
   while (langs.size() > 1) {
     try {
-      return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required", "oneOf: a branch's required keys in any order");
+      return product(langs, ProductRule::Intersection, "oneOf", ptr + "/required",
+                     "oneOf: a branch's required keys in any order");
     } catch (const SchemaError&) {
       langs.resize(langs.size() / 2);
     }

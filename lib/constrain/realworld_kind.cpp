@@ -96,9 +96,10 @@ class Realworld : public Variant {
                         ignored.empty() ? "none" : top(ignored, 5));
     if (!cut_off.empty()) note_ += "; valid documents cut off (schemas): " + top(cut_off, 3);
     if (path_ != SchemaPath::Dfa)
-      note_ += fmt::format("; {} schemas on the grammar path: {} rules, {} compiled inline (a product in them); their masks: "
-                           "the first pass over a schema's instances builds what it meets, the second is timed",
-                           grammars_.size(), rules_, inlined_rules_);
+      note_ += fmt::format(
+          "; {} schemas on the grammar path: {} rules, {} compiled inline (a product in them); their masks: "
+          "the first pass over a schema's instances builds what it meets, the second is timed",
+          grammars_.size(), rules_, inlined_rules_);
     m.note = note_;
     return m;
   }

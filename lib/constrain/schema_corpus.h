@@ -36,12 +36,12 @@ std::string canonical_spelling(const nlohmann::ordered_json& instance, const nlo
 // One schema's outcome.
 struct CorpusResult {
   bool compiled = false;
-  std::string refusal;    // the error when not compiled (keyword: message)
-  std::string keyword;    // the keyword it names ("" for an automaton limit)
-  double compile_ms = 0;  // schema -> regex -> minimal DFA (or the grammar's rules, each a minimal DFA)
-  int dfa_states = 0;     // the DFA's, or all the grammar's rules' together
+  std::string refusal;               // the error when not compiled (keyword: message)
+  std::string keyword;               // the keyword it names ("" for an automaton limit)
+  double compile_ms = 0;             // schema -> regex -> minimal DFA (or the grammar's rules, each a minimal DFA)
+  int dfa_states = 0;                // the DFA's, or all the grammar's rules' together
   int rules = 0, inlined_rules = 0;  // the grammar path's rules, and those compiled inline (a product in them)
-  std::shared_ptr<const Dfa> dfa;          // what compiled, for the mask timing
+  std::shared_ptr<const Dfa> dfa;    // what compiled, for the mask timing
   std::shared_ptr<const Grammar> grammar;
   int valid = 0, valid_refused = 0;           // refused: the canonical spelling is outside the language
   int invalid = 0, invalid_accepted = 0;      // accepted: the canonical or the instance's own spelling is inside

@@ -2,12 +2,8 @@
 // against brute force, free values against nlohmann's parser at any depth, recursive schemas
 // against the validator, the keyword cases against the whole-schema DFA's verdicts, the
 // JSON-Schema-Test-Suite's invalid instances, and token masks against stepping every token.
-#include <dirent.h>
-
-#include <fstream>
 #include <functional>
 #include <random>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -17,15 +13,14 @@
 #include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
+#include "../common/json_schema_suite.h"
 
 namespace ib::constrain {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-Grammar grammar_of(const std::string& schema, SchemaOptions o = {}) {
-  return *schema_to_grammar(json::parse(schema), o).grammar;
-}
+Grammar grammar_of(const std::string& schema, SchemaOptions o = {}) { return *schema_to_grammar(json::parse(schema), o).grammar; }
 
 TEST(Grammar, BalancedParenthesesAgainstBruteForce) {
   // S -> ( "(" S ")" )*: a rule that calls itself between bytes.
@@ -60,8 +55,8 @@ TEST(Grammar, BalancedParenthesesAgainstBruteForce) {
 
 TEST(Grammar, UnproductiveRulesAreDeadAndAnUnproductiveStartHasNoDocument) {
   // Rule 1 only calls itself: no finite document; rule 0 offers it beside "x".
-  const Grammar g = build_grammar({re_alt({re_byte('x'), re_concat({re_byte('['), re_call(1)})}), re_concat({re_byte('['), re_call(1)})},
-                                  {}, 0);
+  const Grammar g = build_grammar(
+      {re_alt({re_byte('x'), re_concat({re_byte('['), re_call(1)})}), re_concat({re_byte('['), re_call(1)})}, {}, 0);
   EXPECT_TRUE(grammar_matches(g, "x"));
   GrammarStacks s = grammar_start(g);
   EXPECT_FALSE(grammar_walk(g, s, "["));  // the only way on leads nowhere
@@ -74,14 +69,20 @@ TEST(Grammar, UnproductiveRulesAreDeadAndAnUnproductiveStartHasNoDocument) {
 json random_value(std::mt19937_64& rng, int depth) {
   const int kind = static_cast<int>(rng() % (depth > 0 ? 7 : 5));
   switch (kind) {
-    case 0: return nullptr;
-    case 1: return rng() % 2 == 0;
-    case 2: return static_cast<int>(rng() % 2001) - 1000;
-    case 3: return std::string(rng() % 4, static_cast<char>('a' + rng() % 4));
-    case 4: return 0.5 * static_cast<double>(rng() % 100);
+    case 0:
+      return nullptr;
+    case 1:
+      return rng() % 2 == 0;
+    case 2:
+      return static_cast<int>(rng() % 2001) - 1000;
+    case 3:
+      return std::string(rng() % 4, static_cast<char>('a' + rng() % 4));
+    case 4:
+      return 0.5 * static_cast<double>(rng() % 100);
     case 5: {
       json o = json::object();
-      for (int i = static_cast<int>(rng() % 3); i > 0; --i) o[std::string(1, static_cast<char>('a' + rng() % 4))] = random_value(rng, depth - 1);
+      for (int i = static_cast<int>(rng() % 3); i > 0; --i)
+        o[std::string(1, static_cast<char>('a' + rng() % 4))] = random_value(rng, depth - 1);
       return o;
     }
     default: {
@@ -107,8 +108,11 @@ TEST(GrammarSchema, FreeValuesAreAnyJsonAtAnyDepthAsTheParserSays) {
     // One random edit: the parser is the reference for what is still JSON.
     const size_t at = rng() % (doc.size() + 1);
     switch (rng() % 4) {
-      case 0: break;
-      case 1: doc.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      case 0:
+        break;
+      case 1:
+        doc.insert(at, 1, alphabet[rng() % alphabet.size()]);
+        break;
       case 2:
         if (at < doc.size()) doc.erase(at, 1);
         break;
@@ -183,43 +187,9 @@ TEST(GrammarSchema, KeywordCasesGetTheDfaPathsVerdicts) {
   EXPECT_GT(docs, 200);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> json_files(const std::string& dir) {
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") files.push_back(n);
-    }
-    closedir(d);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Serialises `v` compactly with object keys in the order the schema lists its properties.
-json reorder(const json& v, const json& s) {
-  if (v.is_object() && s.is_object() && s.contains("properties")) {
-    json out = json::object();
-    for (const auto& [k, sub] : s["properties"].items())
-      if (v.contains(k)) out[k] = reorder(v[k], sub);
-    for (const auto& [k, x] : v.items())
-      if (!out.contains(k)) out[k] = x;
-    return out;
-  }
-  if (v.is_array() && s.is_object() && s.contains("items")) {
-    json out = json::array();
-    for (const auto& x : v) out.push_back(reorder(x, s["items"]));
-    return out;
-  }
-  return v;
-}
+using testing_support::json_files;
+using testing_support::read_text_file;
+using testing_support::reorder;
 
 // The suite in both meanings of an absent additionalProperties: no invalid instance accepted, and
 // at least as many schemas compiled and valid instances accepted as the whole-schema path.
@@ -230,7 +200,7 @@ TEST(GrammarSchema, TestSuiteSoundAndAtLeastTheDfaPathsCoverage) {
     for (const char* sub : {"", "optional/format/"}) {
       const std::string dir = base + "draft" + draft + "/" + sub;
       for (const auto& f : json_files(dir))
-        for (const auto& group : json::parse(read_file(dir + f)))
+        for (const auto& group : json::parse(read_text_file(dir + f)))
           for (int open = 0; open < 2; ++open) {
             SchemaOptions o;
             o.default_draft = draft;
@@ -288,8 +258,8 @@ TEST(GrammarMask, AllowsExactlyTheTokensThatStepThroughTheGrammar) {
       const uint32_t* m = masker.mask(at);
       for (int32_t t = 0; t < vocab->size(); ++t) {
         const bool allowed = t == vocab->eos ? grammar_accepts(*g, at) : !grammar_advance(*g, *vocab, at, t).empty();
-        ASSERT_EQ(mask_allows(m, t), allowed) << "at byte " << i << " token " << t << " '"
-                                              << vocab->token_bytes[static_cast<size_t>(t)] << "'";
+        ASSERT_EQ(mask_allows(m, t), allowed)
+            << "at byte " << i << " token " << t << " '" << vocab->token_bytes[static_cast<size_t>(t)] << "'";
       }
       ++positions;
     }

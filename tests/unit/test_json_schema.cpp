@@ -1,6 +1,5 @@
 // JSON Schema -> DFA: per-keyword accept/reject tables, refusals with pointers, random walks
 // checked by an independent validator, and the JSON-Schema-Test-Suite (soundness/completeness).
-#include <dirent.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "constrain/json_schema.h"
 #include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
+#include "../common/json_schema_suite.h"
 
 namespace ib::constrain {
 namespace {
@@ -369,39 +369,12 @@ TEST(JsonSchema, AdditionalKeysAreNotNamedProperties) {
 
 // --- JSON-Schema-Test-Suite (tests/data/json-schema-test-suite, MIT; see its README) ---
 
-// Serialises `v` compactly with object keys in the order the schema lists its properties.
-json reorder(const json& v, const json& s) {
-  if (v.is_object() && s.is_object() && s.contains("properties")) {
-    json out = json::object();
-    for (const auto& [k, sub] : s["properties"].items())
-      if (v.contains(k)) out[k] = reorder(v[k], sub);
-    for (const auto& [k, x] : v.items())
-      if (!out.contains(k)) out[k] = x;
-    return out;
-  }
-  if (v.is_array() && s.is_object() && s.contains("items")) {
-    json out = json::array();
-    for (const auto& x : v) out.push_back(reorder(x, s["items"]));
-    return out;
-  }
-  return v;
-}
+using testing_support::reorder;
 
 // The suite's drafts 4, 6, 7, 2019-09 and 2020-12, each with its optional/format files (which
 // assume formats are asserted, as the compiler does), in both meanings of an absent
 // additionalProperties. Soundness is exact: an invalid document accepted is a failure.
-std::vector<std::string> json_files(const std::string& dir) {
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") files.push_back(n);
-    }
-    closedir(d);
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
+using testing_support::json_files;
 
 TEST(JsonSchema, TestSuiteSoundness) {
   const std::string base = std::string(IB_SOURCE_DIR) + "/tests/data/json-schema-test-suite/";

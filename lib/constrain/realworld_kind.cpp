@@ -14,6 +14,7 @@
 
 #include "constrain/automaton.h"
 #include "constrain/generate.h"
+#include "constrain/grammar_generate.h"
 #include "constrain/grammar_mask.h"
 #include "constrain/schema_corpus.h"
 #include "constrain/token_index.h"
@@ -138,7 +139,7 @@ class Realworld : public Variant {
     for (size_t i : pick) {
       if (masked_schemas_ >= mask_schemas_) break;
       if (grammars_.count(i))
-        measure_grammar_masks(i, vocab, *trie);
+        measure_grammar_masks(i, vocab, *trie, rng);
       else
         measure_dfa_masks(i, vocab, *trie, rng);
     }
@@ -186,7 +187,8 @@ class Realworld : public Variant {
   // grammar accepts, tokenised greedily, walked twice; the first pass builds the frames and
   // positions it meets (its extra time over the second is mask_build_ms), the second is timed as
   // the steps (what a server meets once the schema's usual positions are cached).
-  void measure_grammar_masks(size_t i, const std::shared_ptr<const Vocabulary>& vocab, const VocabTrie& trie) {
+  void measure_grammar_masks(size_t i, const std::shared_ptr<const Vocabulary>& vocab, const VocabTrie& trie,
+                             std::mt19937_64& rng) {
     std::vector<uint32_t> bitmask((static_cast<size_t>(vocab->size()) + 31) / 32);
     const CorpusEntry& e = entries_[i];
     const auto g = grammars_.at(i);
@@ -195,7 +197,14 @@ class Realworld : public Variant {
       const std::string d = canonical_spelling(x, e.schema);
       if (grammar_matches(*g, d)) docs.push_back(grammar_tokenize_greedy(*g, *vocab, trie, d));
     }
-    if (docs.empty()) return;  // no instance to walk (the DFA path walks random documents there)
+    if (docs.empty()) {  // no instance to walk: random documents of the language, as the DFA path
+      const GrammarDistances dist = grammar_distances(*g);
+      for (int k = 0; k < 4; ++k) {
+        const std::string d = random_grammar_document(*g, dist, rng);
+        if (!d.empty()) docs.push_back(grammar_tokenize_greedy(*g, *vocab, trie, d));
+      }
+      if (docs.empty()) return;
+    }
     GrammarTokenMasker masker(g, vocab);
     double pass_ms[2] = {0, 0}, sum = 0;
     size_t n = 0;

@@ -4,10 +4,12 @@
 // JSON-Schema-Test-Suite's invalid instances, and token masks against stepping every token.
 #include <functional>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "constrain/grammar.h"
+#include "constrain/grammar_generate.h"
 #include "constrain/grammar_mask.h"
 #include "constrain/json_schema.h"
 #include "constrain/keyword_cases.h"
@@ -311,6 +313,70 @@ TEST(GrammarSchema, TheJsonSchemaMeaningOnBothPaths) {
       EXPECT_FALSE(grammar_matches(g, d)) << c.schema << " " << d;
     }
   }
+}
+
+}  // namespace
+}  // namespace ib::constrain
+
+namespace ib::constrain {
+namespace {
+
+// The fewest bytes to a finished document by breadth-first search over positions (the reference
+// for GrammarDistances, which sums per-frame distances instead).
+int shortest_completion(const Grammar& g, const GrammarStacks& from, int limit) {
+  std::vector<GrammarStacks> level = {from};
+  std::set<std::string> seen;
+  GrammarStacks next;
+  for (int depth = 0; depth <= limit; ++depth) {
+    std::vector<GrammarStacks> more;
+    for (const auto& at : level) {
+      if (grammar_accepts(g, at)) return depth;
+      for (int b = 0; b < 256; ++b) {
+        grammar_step(g, at, static_cast<uint8_t>(b), next);
+        if (next.empty()) continue;
+        std::string key;
+        for (const auto& st : next)
+          for (const auto& f : st) key += std::to_string(f.rule) + "." + std::to_string(f.state) + (&f == &st.back() ? "|" : ",");
+        if (seen.insert(key).second) more.push_back(next);
+      }
+    }
+    level = std::move(more);
+  }
+  return -1;
+}
+
+TEST(GrammarGenerate, DistancesAreTheShortestCompletionsAndRandomDocumentsAreValid) {
+  const std::string tree =
+      R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}},)"
+      R"("tag":{"enum":["a","bb"]}},"required":["v","tag"],"additionalProperties":false})";
+  const json schema = json::parse(tree);
+  const SchemaValidator validator(schema);
+  const Grammar g = grammar_of(tree);
+  const GrammarDistances d = grammar_distances(g);
+  EXPECT_EQ(d.finish(grammar_start(g)), static_cast<int32_t>(std::string(R"({"v":0,"tag":"a"})").size()));
+  std::mt19937_64 rng(5);
+  int documents = 0, positions = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::string doc = random_grammar_document(g, d, rng, 60);
+    ASSERT_TRUE(grammar_matches(g, doc)) << doc;
+    const json parsed = json::parse(doc, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << doc;
+    EXPECT_TRUE(validator.valid(parsed)) << doc;
+    ++documents;
+    if (i < 4) {  // every prefix of a few documents: the summed distance is the search's
+      GrammarStacks at = grammar_start(g);
+      for (size_t k = 0; k <= doc.size(); ++k) {
+        const int32_t ours = d.finish(at);
+        ASSERT_EQ(ours, shortest_completion(g, at, ours + 1)) << doc.substr(0, k);
+        ++positions;
+        if (k < doc.size()) {
+          ASSERT_TRUE(grammar_walk(g, at, doc.substr(k, 1)));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(documents, 40);
+  EXPECT_GT(positions, 40);
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ GrammarDistances grammar_distances(const Grammar& g, const std::array<bool, 256>
         }
         for (int32_t k = rule.call_begin[static_cast<size_t>(s)]; k < rule.call_begin[static_cast<size_t>(s) + 1]; ++k) {
           const auto& call = rule.calls[static_cast<size_t>(k)];
-          const int32_t inner = out.dist[static_cast<size_t>(call.rule)][static_cast<size_t>(g.rules[static_cast<size_t>(call.rule)].dfa.start)];
+          const int32_t inner =
+              out.dist[static_cast<size_t>(call.rule)][static_cast<size_t>(g.rules[static_cast<size_t>(call.rule)].dfa.start)];
           const int32_t after = dr[static_cast<size_t>(call.ret)];
           if (inner != kNone && after != kNone) best = std::min<int64_t>(best, int64_t{inner} + after);
         }

@@ -30,7 +30,6 @@ GrammarDistances grammar_distances(const Grammar& g, const std::array<bool, 256>
 // A random document from the start: bytes drawn over those that keep a stack alive (printable
 // ASCII 20× likelier), then steered to the nearest end once `soft_bytes` are written; it stops
 // where the document may end with probability 1/4 per byte. Empty when the grammar has none.
-std::string random_grammar_document(const Grammar& g, const GrammarDistances& d, std::mt19937_64& rng,
-                                    size_t soft_bytes = 160);
+std::string random_grammar_document(const Grammar& g, const GrammarDistances& d, std::mt19937_64& rng, size_t soft_bytes = 160);
 
 }  // namespace ib::constrain

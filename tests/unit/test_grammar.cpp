@@ -281,11 +281,11 @@ namespace {
 // #49's three defects under the JSON Schema meaning (strict_properties false), on both paths: a
 // keyword constrains its own type only, and an object that is not all six keys is one branch only.
 TEST(GrammarSchema, TheJsonSchemaMeaningOnBothPaths) {
-  struct Case {
+  struct MeaningCase {
     const char* schema;
     std::vector<std::string> valid, invalid;
   };
-  const std::vector<Case> cases = {
+  const std::vector<MeaningCase> cases = {
       {R"({"format":"positiveInteger"})", {"2", "\"x\"", "null", "[1]"}, {"tru"}},
       {R"({"additionalProperties":true})", {"\"str\"", "{\"a\":[{}]}", "3"}, {"{\"a\"}"}},
       {R"({"format":"date"})", {"2", "\"2024-02-29\""}, {"\"2023-02-29\""}},

@@ -56,17 +56,6 @@ int32_t sample_masked(const float* logits, int32_t n, const uint32_t* mask, floa
   return last;
 }
 
-namespace {
-std::array<bool, 256> single_byte_tokens(const Vocabulary& vocab) {
-  std::array<bool, 256> has{};
-  for (int32_t t = 0; t < vocab.size(); ++t) {
-    const std::string& b = vocab.token_bytes[static_cast<size_t>(t)];
-    if (!vocab.special[static_cast<size_t>(t)] && b.size() == 1) has[static_cast<unsigned char>(b[0])] = true;
-  }
-  return has;
-}
-}  // namespace
-
 BudgetedConstraint::BudgetedConstraint(std::shared_ptr<const Dfa> d, const Vocabulary* vocab) : dfa(std::move(d)) {
   if (vocab) {
     const auto usable = single_byte_tokens(*vocab);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace ib::constrain {
 namespace {
@@ -23,11 +24,23 @@ bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
 }
 
 constexpr size_t kMaxPositionsCached = 4096;
+constexpr int64_t kNone = GrammarDistances::kNone;
+
+int64_t add(int64_t a, int64_t b) { return a >= kNone || b >= kNone ? kNone : std::min(a + b, kNone); }
+
+// The distance of a stack's frames under its top.
+int64_t below_top(const GrammarDistances& d, const GrammarStack& st) {
+  int64_t sum = 0;
+  for (size_t i = 0; i + 1 < st.size(); ++i)
+    sum = add(sum, d.dist[static_cast<size_t>(st[i].rule)][static_cast<size_t>(st[i].state)]);
+  return sum;
+}
 
 }  // namespace
 
-GrammarTokenMasker::GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)) {
+GrammarTokenMasker::GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab,
+                                       std::shared_ptr<const GrammarDistances> dist)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), trie_(vocab_trie(vocab_)), dist_(std::move(dist)) {
   words_ = (static_cast<size_t>(vocab_->size()) + 31) / 32;
   scratch_.assign(words_, 0);
 }
@@ -41,23 +54,33 @@ void GrammarTokenMasker::set_tokens_at(int32_t node, uint32_t* out) const {
   }
 }
 
-void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int32_t state, uint32_t* out,
+void GrammarTokenMasker::take(int32_t node, int64_t finish, uint32_t* out) {
+  if (dist_) {
+    if (trie_->node[static_cast<size_t>(node)].token_begin == trie_->node[static_cast<size_t>(node) + 1].token_begin) return;
+    if (finish > limit_) return;
+    reach_seen_ = std::max(reach_seen_, finish);
+  }
+  set_tokens_at(node, out);
+}
+
+void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out,
                                   std::vector<int32_t>* returns) {
   const GrammarRule& r = grammar_->rules[static_cast<size_t>(base.back().rule)];
+  const std::vector<int32_t>* top_dist = dist_ ? &dist_->dist[static_cast<size_t>(base.back().rule)] : nullptr;
   const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
   for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
     const int32_t t = r.dfa.step(state, trie_->node[static_cast<size_t>(c)].byte);
     if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
     if (r.plain[static_cast<size_t>(t)]) {
-      set_tokens_at(c, out);
-      walk_top(c, base, t, out, returns);
+      take(c, top_dist ? add(below, (*top_dist)[static_cast<size_t>(t)]) : 0, out);
+      walk_top(c, base, below, t, out, returns);
       continue;
     }
     GrammarStacks next = {base};
     next[0].back().state = t;
     grammar_close(*grammar_, next);
     if (next.empty()) continue;
-    set_tokens_at(c, out);
+    take(c, dist_ ? dist_->finish(next) : 0, out);
     if (returns && bottom_returns(*grammar_, next)) returns->push_back(c);
     walk(c, next, out, returns);
   }
@@ -65,7 +88,7 @@ void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int32_
 
 void GrammarTokenMasker::walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns) {
   if (at.size() == 1) {
-    walk_top(node, at[0], at[0].back().state, out, returns);
+    walk_top(node, at[0], dist_ ? below_top(*dist_, at[0]) : 0, at[0].back().state, out, returns);
     return;
   }
   const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
@@ -73,7 +96,7 @@ void GrammarTokenMasker::walk(int32_t node, const GrammarStacks& at, uint32_t* o
   for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
     grammar_step(*grammar_, at, trie_->node[static_cast<size_t>(c)].byte, next);
     if (next.empty()) continue;
-    set_tokens_at(c, out);
+    take(c, dist_ ? dist_->finish(next) : 0, out);
     if (returns && bottom_returns(*grammar_, next)) returns->push_back(c);
     walk(c, next, out, returns);
   }
@@ -87,29 +110,53 @@ const GrammarTokenMasker::FrameMask& GrammarTokenMasker::frame_mask(const Gramma
   m.inside.assign(words_, 0);
   GrammarStacks at = {{f}};
   grammar_close(*grammar_, at);
+  reach_seen_ = 0;
   walk(0, at, m.inside.data(), &m.returns);
+  m.reach = reach_seen_;
   return frames_.emplace(key, std::move(m)).first->second;
 }
 
-const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks) {
+const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* reach) {
   const std::string key = position_key(stacks);
-  if (auto it = positions_.find(key); it != positions_.end()) return it->second.data();
+  if (auto it = positions_.find(key); it != positions_.end()) {
+    if (reach) *reach = it->second.reach;
+    return it->second.mask.data();
+  }
   std::fill(scratch_.begin(), scratch_.end(), 0u);
+  int64_t position_reach = dist_ ? 0 : kNone;
   for (const auto& st : stacks) {
     const FrameMask& fm = frame_mask(st.back());
     for (size_t w = 0; w < words_; ++w) scratch_[w] |= fm.inside[w];
+    // An inside token leads to the frame's own stacks over the frames below this one.
+    if (dist_) position_reach = std::max(position_reach, add(below_top(*dist_, st), fm.reach));
     if (st.size() < 2 || fm.returns.empty()) continue;
     // The rule returns part-way through these tokens: the rest of their bytes in the caller's.
     GrammarStacks caller = {GrammarStack(st.begin(), st.end() - 1)};
     grammar_close(*grammar_, caller);
-    // The walk's own returns list is unused: these are whole stacks.
+    // The walk's own returns list is unused: these are whole stacks, their distances exact.
+    reach_seen_ = 0;
     for (int32_t node : fm.returns) walk(node, caller, scratch_.data(), nullptr);
+    if (dist_) position_reach = std::max(position_reach, reach_seen_);
   }
   // Tokens without bytes (the trie's root holds them) are never set by a walk; EOS where the document may end.
   if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
     scratch_[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
   if (positions_.size() >= kMaxPositionsCached) positions_.clear();
-  return positions_.emplace(key, scratch_).first->second.data();
+  PositionMask& p = positions_[key];
+  p.mask = scratch_;
+  p.reach = static_cast<int32_t>(std::min(position_reach, kNone));
+  if (reach) *reach = p.reach;
+  return p.mask.data();
+}
+
+void GrammarTokenMasker::mask_within(const GrammarStacks& stacks, int32_t limit, uint32_t* out) {
+  if (!dist_) throw std::logic_error("GrammarTokenMasker::mask_within needs the grammar's distances");
+  std::fill(out, out + words_, 0u);
+  limit_ = limit;
+  walk(0, stacks, out, nullptr);
+  limit_ = kNone;
+  if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
+    out[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
 }
 
 GrammarStacks grammar_advance(const Grammar& g, const Vocabulary& vocab, const GrammarStacks& stacks, int32_t token) {

@@ -6,6 +6,11 @@
 // use from those nodes in the caller's stacks: few tokens (a container's closing bracket and what
 // follows it in one token). A whole position's mask is cached too (keyed by its stacks), so a
 // position met again costs a copy.
+//
+// With distances (grammar_distances), the masker also bounds how far from a finished document an
+// allowed token can lead (a position's reach: each frame's own bound, cached with its mask, plus
+// the frames below it), so a token budget (grammar_budget.h) filters only where it can bind, and
+// filters a position exactly (mask_within) by the same walks.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "constrain/grammar.h"
+#include "constrain/grammar_generate.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
 
@@ -22,10 +28,16 @@ namespace ib::constrain {
 
 class GrammarTokenMasker {
  public:
-  GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab);
+  GrammarTokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab,
+                     std::shared_ptr<const GrammarDistances> dist = nullptr);
   // The mask of the tokens allowed at `stacks` ((vocab size + 31) / 32 words; EOS where a stack has
-  // finished the document). Valid until the next call.
-  const uint32_t* mask(const GrammarStacks& stacks);
+  // finished the document). Valid until the next call. With distances and `reach`: at least the
+  // largest distance (GrammarDistances::finish) of the position after any allowed token but EOS
+  // (kNone where one leads to a position no usable bytes finish).
+  const uint32_t* mask(const GrammarStacks& stacks, int32_t* reach = nullptr);
+  // With distances: into `out` (words() words), the tokens allowed at `stacks` after which the
+  // position is at most `limit` bytes from finishing, and EOS where a stack has finished. Not cached.
+  void mask_within(const GrammarStacks& stacks, int32_t limit, uint32_t* out);
   size_t words() const { return words_; }
   size_t frames_computed() const { return frames_.size(); }
   size_t positions_cached() const { return positions_.size(); }
@@ -40,24 +52,38 @@ class GrammarTokenMasker {
   struct FrameMask {
     std::vector<uint32_t> inside;  // tokens that stay within the frame's rule (and its calls)
     std::vector<int32_t> returns;  // trie nodes after whose bytes the frame's rule may return
+    int64_t reach = 0;             // the largest distance of the frame's own stacks after an inside token
+  };
+  struct PositionMask {
+    std::vector<uint32_t> mask;
+    int32_t reach = 0;
   };
   const FrameMask& frame_mask(const GrammarFrame& f);
   // Sets the tokens below trie node `node` (not its own) alive from `at`; with `returns`, `at`'s
   // stacks are a frame's own (their bottom is the frame's rule) and the nodes where a bottom frame
   // may return are listed there instead of returning.
+  // With distances, a token is set only when its position's distance is at most limit_, and the
+  // largest such distance is kept in reach_seen_.
   void walk(int32_t node, const GrammarStacks& at, uint32_t* out, std::vector<int32_t>* returns);
   // The same for one stack `base` whose top frame is at `state`: the top rule's DFA stepped alone
   // while the states it reaches are plain (most of the trie: keys, strings, numbers), as a DFA mask
   // walks, and the stacks built only where a call, a return or an accepting state is met.
-  void walk_top(int32_t node, const GrammarStack& base, int32_t state, uint32_t* out, std::vector<int32_t>* returns);
+  // `below` is the distance of base's frames under its top.
+  void walk_top(int32_t node, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out,
+                std::vector<int32_t>* returns);
   void set_tokens_at(int32_t node, uint32_t* out) const;
+  // Sets node's tokens when their position (`finish` bytes from the end) is within the limit.
+  void take(int32_t node, int64_t finish, uint32_t* out);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
   std::shared_ptr<const VocabTrie> trie_;
+  std::shared_ptr<const GrammarDistances> dist_;
   size_t words_ = 0;
+  int64_t limit_ = GrammarDistances::kNone;
+  int64_t reach_seen_ = 0;
   std::unordered_map<uint64_t, FrameMask> frames_;
-  std::unordered_map<std::string, std::vector<uint32_t>> positions_;
+  std::unordered_map<std::string, PositionMask> positions_;
   std::vector<uint32_t> scratch_;
 };
 

@@ -232,4 +232,13 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& what) {
   return v;
 }
 
+std::array<bool, 256> single_byte_tokens(const Vocabulary& vocab) {
+  std::array<bool, 256> has{};
+  for (int32_t t = 0; t < vocab.size(); ++t) {
+    const std::string& b = vocab.token_bytes[static_cast<size_t>(t)];
+    if (!vocab.special[static_cast<size_t>(t)] && b.size() == 1) has[static_cast<unsigned char>(b[0])] = true;
+  }
+  return has;
+}
+
 }  // namespace ib::constrain

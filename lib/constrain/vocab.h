@@ -2,6 +2,7 @@
 // (byte-level BPE, and SentencePiece with `▁` and <0xNN> byte fallback), gzip-compressed or not.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ struct Vocabulary {
 // one. Throws std::runtime_error naming the file and problem.
 // Named vocabularies are loaded once per process and shared.
 std::shared_ptr<const Vocabulary> load_vocabulary(const std::string& name_or_path);
+// The bytes the vocabulary has a single-byte (non-special) token for: the bytes a token budget can
+// spell one token each (SmolLM2's vocabulary has none for most control bytes).
+std::array<bool, 256> single_byte_tokens(const Vocabulary& vocab);
 
 Vocabulary parse_tokenizer_json(const std::string& text, const std::string& name);
 

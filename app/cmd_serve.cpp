@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -197,6 +198,14 @@ void register_serve(Cli& cli) {
   sub->add_option("--max-concurrent-requests", h.max_concurrent,
                   "completions in flight at once; one more is refused with 429 and Retry-After")
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--schema-path", h.schema_path,
+                  "how response_format schemas compile: grammar (free values at any depth, recursive $ref), dfa (one "
+                  "automaton: free values nested at most 2 levels), auto (the DFA where it cuts nothing off, else the grammar)")
+      ->transform(
+          CLI::CheckedTransformer(std::map<std::string, constrain::SchemaPath>{{"grammar", constrain::SchemaPath::Grammar},
+                                                                               {"dfa", constrain::SchemaPath::Dfa},
+                                                                               {"auto", constrain::SchemaPath::Auto}},
+                                  CLI::ignore_case));
   sub->add_option("--max-tokens-limit", h.max_tokens_limit,
                   "a request's max_tokens at most (a larger one is refused with 400; 0: the model's context)")
       ->check(CLI::Range(0, 1 << 30));

@@ -40,10 +40,47 @@ std::string constraint_source(const std::string& c) {
   return read_input_file(path, uint64_t{64} << 20);
 }
 
-CompiledConstraint compile_constraint(const std::string& c, const std::string& source, const SchemaOptions& options) {
+CompiledConstraint compile_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options, SchemaPath path) {
   CompiledConstraint out;
-  auto t0 = std::chrono::steady_clock::now();
+  bool grammar = path == SchemaPath::Grammar;
+  if (path != SchemaPath::Grammar) {
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      Re re = schema_to_regex(schema, options, &out.notes);
+      out.regex_seconds = since(t0);
+      auto t1 = std::chrono::steady_clock::now();
+      out.dfa = std::make_shared<const Dfa>(compile_dfa(re));
+      out.dfa_seconds = since(t1);
+      if (path == SchemaPath::Auto && !out.notes.cut_off.empty()) grammar = true;
+    } catch (const SchemaError& x) {
+      // Malformed or unsatisfiable: the grammar path refuses it too. Past the compile steps:
+      // recursion multiplied them, which the grammar does not expand.
+      if (path != SchemaPath::Auto || (!x.beyond() && x.keyword() != "max_compile_steps")) throw;
+      grammar = true;
+    } catch (const RegexError&) {  // an automaton limit
+      if (path != SchemaPath::Auto) throw;
+      grammar = true;
+    }
+  }
+  if (grammar) {
+    // Auto's DFA attempt stays in the times: it is part of what the choice costs.
+    const double tried = out.regex_seconds + out.dfa_seconds;
+    out.dfa.reset();
+    out.notes = {};
+    auto t0 = std::chrono::steady_clock::now();
+    const SchemaGrammar g = schema_to_grammar(schema, options, &out.notes);
+    out.grammar = g.grammar;
+    out.inlined_rules = g.inlined_rules;
+    out.regex_seconds = tried;
+    out.dfa_seconds = since(t0);
+  }
+  return out;
+}
+
+CompiledConstraint compile_constraint(const std::string& c, const std::string& source, const SchemaOptions& options,
+                                      SchemaPath path) {
   Re re;
+  auto t0 = std::chrono::steady_clock::now();
   if (c.rfind("regex:", 0) == 0) {
     re = parse_regex(c.substr(6)).re;  // generation: the whole output matches (anchors implied)
   } else if (c.rfind("choice:", 0) == 0) {
@@ -64,15 +101,24 @@ CompiledConstraint compile_constraint(const std::string& c, const std::string& s
     } catch (const nlohmann::json::exception& e) {
       throw std::runtime_error("constraint '" + c + "': the schema is not JSON: " + e.what());
     }
-    out.schema = std::make_shared<const nlohmann::ordered_json>(schema);
-    re = schema_to_regex(schema, options, &out.notes);
+    const double parse_seconds = since(t0);
+    CompiledConstraint out;
+    try {
+      out = compile_schema(schema, options, path);
+    } catch (const RegexError& e) {
+      // A limit of the method (states, memory), not a fault of the run: an unsupported row.
+      throw Unsupported("the constraint's automaton is past a limit of this compiler: " + std::string(e.what()));
+    }
+    out.schema = std::make_shared<const nlohmann::ordered_json>(std::move(schema));
+    out.regex_seconds += parse_seconds;
+    return out;
   }
+  CompiledConstraint out;
   out.regex_seconds = since(t0);
   auto t1 = std::chrono::steady_clock::now();
   try {
     out.dfa = std::make_shared<const Dfa>(compile_dfa(re));
   } catch (const RegexError& e) {
-    // A limit of the method (states, memory), not a fault of the run: an unsupported row.
     throw Unsupported("the constraint's automaton is past a limit of this compiler: " + std::string(e.what()));
   }
   out.dfa_seconds = since(t1);

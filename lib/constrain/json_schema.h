@@ -200,6 +200,11 @@ struct SchemaGrammar {
 };
 SchemaGrammar schema_to_grammar(const nlohmann::ordered_json& schema, const SchemaOptions& options = {},
                                 SchemaNotes* notes = nullptr);
+// Which automaton a schema compiles to: one DFA (schema_to_regex), the grammar (schema_to_grammar),
+// or Auto: the DFA where it compiles and cuts no valid document off (SchemaNotes::cut_off), else
+// the grammar (constraint.h's compile_schema).
+enum class SchemaPath { Dfa, Grammar, Auto };
+
 // Refuses a schema whose JSON nests past kMaxJsonDepth (before any recursive copy of it).
 void check_schema_depth(const nlohmann::ordered_json& schema);
 

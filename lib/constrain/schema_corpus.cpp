@@ -1,11 +1,14 @@
 #include "constrain/schema_corpus.h"
 
+#include "constrain/constraint.h"
+
 #include <chrono>
 #include <fstream>
 #include <regex>
 #include <stdexcept>
 
 #include "constrain/automaton.h"
+#include "constrain/constraint.h"
 #include "constrain/schema_dialect.h"
 #include "constrain/validator.h"
 #include "core/data_dir.h"
@@ -164,36 +167,15 @@ CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& op
   r.invalid = static_cast<int>(e.invalid.size());
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    bool grammar = path == SchemaPath::Grammar;
-    if (path == SchemaPath::Auto) {
-      try {
-        SchemaNotes notes;
-        r.dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options, &notes)));
-        r.dfa_states = r.dfa->num_states;
-        r.notes = notes;
-        if (!notes.cut_off.empty()) {
-          r.dfa.reset();
-          grammar = true;
-        }
-      } catch (const SchemaError& x) {
-        // Malformed or unsatisfiable: the grammar path refuses it too. Past the compile steps:
-        // recursion multiplied them, which the grammar does not expand.
-        if (!x.beyond() && x.keyword() != "max_compile_steps") throw;
-        grammar = true;
-      } catch (const RegexError&) {  // an automaton limit
-        grammar = true;
-      }
-    }
-    if (path == SchemaPath::Dfa) {
-      r.dfa = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(e.schema, options, &r.notes)));
-      r.dfa_states = r.dfa->num_states;
-    } else if (grammar) {
-      r.notes = {};
-      const SchemaGrammar g = schema_to_grammar(e.schema, options, &r.notes);
-      r.grammar = g.grammar;
-      r.dfa_states = static_cast<int>(g.grammar->states());
-      r.rules = static_cast<int>(g.grammar->compiled_rules);
-      r.inlined_rules = g.inlined_rules;
+    CompiledConstraint c = compile_schema(e.schema, options, path);
+    r.notes = std::move(c.notes);
+    r.dfa = std::move(c.dfa);
+    r.grammar = std::move(c.grammar);
+    if (r.dfa) r.dfa_states = r.dfa->num_states;
+    if (r.grammar) {
+      r.dfa_states = static_cast<int>(r.grammar->states());
+      r.rules = static_cast<int>(r.grammar->compiled_rules);
+      r.inlined_rules = c.inlined_rules;
     }
     r.compiled = true;
   } catch (const SchemaError& x) {

@@ -53,7 +53,6 @@ struct CorpusResult {
 // Which compiler path: the whole-schema DFA, the grammar (json_schema.h's schema_to_grammar), or
 // auto: the DFA where it compiles and cuts no valid document off (SchemaNotes::cut_off), else the
 // grammar (its compile time then includes the DFA attempt).
-enum class SchemaPath { Dfa, Grammar, Auto };
 CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& options, SchemaPath path = SchemaPath::Dfa);
 
 }  // namespace ib::constrain

@@ -93,7 +93,7 @@ struct HttpServer::Impl {
       if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(50)) ::malloc_trim(0);
     };
     try {
-      auto c = std::make_shared<SchemaConstraint>(schema, vocab);
+      auto c = std::make_shared<SchemaConstraint>(schema, vocab, o.schema_path);
       give_back();
       return c;
     } catch (...) {
@@ -266,6 +266,7 @@ struct HttpServer::Impl {
             res, {400, "invalid_request_error",
                   fmt::format("logit_bias: token {} is past the vocabulary ({} tokens)", t, loop.config().vocab), "logit_bias"});
     q.sampling = r.sampling;
+    std::shared_ptr<SchemaConstraint> schema;  // response_format's, compiled once for the n choices
     if (!r.response_schema.empty()) {
       if (!r.stop.empty() || !r.stop_token_ids.empty())
         return send_error(res, {400, "invalid_request_error",
@@ -279,7 +280,7 @@ struct HttpServer::Impl {
                                   fmt::format("max_tokens {} is fewer than the shortest document of the schema takes ({})",
                                               q.max_tokens, c->min_tokens()),
                                   "max_tokens"});
-        q.constraint = std::move(c);
+        q.constraint = schema = std::move(c);
         q.eos = vocab->eos;  // the constraint allows EOS where the document is complete
       } catch (const InputError& e) {
         return send_error(res, {400, "invalid_request_error", e.what(), "response_format"});
@@ -311,7 +312,8 @@ struct HttpServer::Impl {
       Request qi = q;
       qi.prompt = prompts[k / static_cast<size_t>(r.n)];
       qi.sampling->seed = q.sampling->seed + static_cast<uint64_t>(i);
-      if (q.constraint && k > 0) qi.constraint = compile(r.response_schema);  // its own state
+      // Its own document of the schema compiled once (the masks' caches shared too).
+      if (schema && k > 0) qi.constraint = std::make_shared<SchemaConstraint>(schema->compiled());
       Choice& c = (*choices)[k];
       try {
         c.stream = loop.submit(std::move(qi), &c.id);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "constrain/json_schema.h"
 #include "model/chat_template.h"
 #include "serve/engine_loop.h"
 #include "tokenizer/tokenizer.h"
@@ -21,6 +22,10 @@ struct HttpOptions {
   int port = 8000;  // 0: any free port (bind() says which)
   std::string model_name;
   std::string tokenizer_json;  // the checkpoint's tokenizer.json: its tokens' bytes, for response_format
+  // How response_format's schemas compile: the grammar (free values at any depth, recursive $ref),
+  // one DFA (free values nested at most SchemaOptions::any_depth), or Auto (the DFA where it cuts
+  // nothing off, else the grammar).
+  constrain::SchemaPath schema_path = constrain::SchemaPath::Grammar;
   // LoRA adapters resident in the engine, by the name a request's `model` gives (vLLM's
   // --lora-modules): name -> the engine's adapter id.
   std::vector<std::pair<std::string, int>> adapters;

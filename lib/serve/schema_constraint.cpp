@@ -16,40 +16,71 @@ constrain::SchemaOptions SchemaConstraint::options() {
   return o;
 }
 
-SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab)
-    : vocab_(std::move(vocab)) {
-  if (std::string why = constrain::budget_guarantee_problem(*vocab_); !why.empty())
+SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab,
+                                   constrain::SchemaPath path) {
+  if (std::string why = constrain::budget_guarantee_problem(*vocab); !why.empty())
     throw InputError("response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
-  constrain::CompiledConstraint c;
+  constrain::CompiledConstraint cc;
   try {
     // Structured outputs' meaning: no keys but the declared ones where additionalProperties is
     // absent (OpenAI's strict mode requires additionalProperties: false anyway); an object that
     // declares none takes the model's keys (a tool call's arguments, json_object).
-    c = constrain::compile_constraint("response_format", schema_json, options());
+    cc = constrain::compile_constraint("response_format", schema_json, options(), path);
   } catch (const std::exception& e) {
     throw InputError(fmt::format("response_format: the schema is refused: {}", e.what()));
   }
-  compile_seconds_ = c.regex_seconds + c.dfa_seconds;
-  masker_ = std::make_unique<constrain::BudgetMasker>(c.dfa, vocab_);
-  state_ = c.dfa->start;
+  auto c = std::make_shared<Compiled>();
+  c->vocab = std::move(vocab);
+  c->compile_seconds = cc.regex_seconds + cc.dfa_seconds;
+  std::string why;
+  if (cc.grammar) {
+    c->grammar = std::make_unique<constrain::GrammarBudgetMasker>(cc.grammar, c->vocab);
+    why = c->grammar->guarantee_problem();
+  } else {
+    c->dfa = std::make_unique<constrain::BudgetMasker>(cc.dfa, c->vocab);
+    why = constrain::budget_guarantee_problem(c->dfa->constraint());
+  }
   // Known at admission, so refused then: decoding it would fail at its first token.
-  if (std::string why = constrain::budget_guarantee_problem(masker_->constraint()); !why.empty())
+  if (!why.empty())
     throw InputError(why.rfind("no document", 0) == 0
                          ? "response_format: no JSON document satisfies the schema (its language is empty)"
                          : "response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
+  c_ = std::move(c);
+  if (c_->grammar)
+    stacks_ = constrain::grammar_start(c_->grammar->grammar());
+  else
+    state_ = c_->dfa->constraint().dfa->start;
 }
+
+SchemaConstraint::SchemaConstraint(std::shared_ptr<Compiled> compiled) : c_(std::move(compiled)) {
+  if (c_->grammar)
+    stacks_ = constrain::grammar_start(c_->grammar->grammar());
+  else
+    state_ = c_->dfa->constraint().dfa->start;
+}
+
+int SchemaConstraint::min_tokens() const { return c_->grammar ? c_->grammar->min_tokens() : c_->dfa->constraint().min_tokens(); }
+double SchemaConstraint::compile_seconds() const { return c_->compile_seconds; }
+bool SchemaConstraint::on_grammar() const { return c_->grammar != nullptr; }
 
 int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) {
   (void)vocab;  // ids past the tokenizer's vocabulary are no tokens: never chosen
-  const uint32_t* mask = masker_->mask(state_, left);
-  return constrain::sample_masked(logits, vocab_->size(), mask, p.greedy() ? 0.0f : p.temperature, u, scratch_);
+  const uint32_t* mask = c_->grammar ? c_->grammar->mask(stacks_, left) : c_->dfa->mask(state_, left);
+  return constrain::sample_masked(logits, c_->vocab->size(), mask, p.greedy() ? 0.0f : p.temperature, u, scratch_);
 }
 
 bool SchemaConstraint::accept(int32_t token) {
-  if (token == vocab_->eos) return true;
-  state_ = constrain::advance(*masker_->constraint().dfa, *vocab_, state_, token);
+  if (token == c_->vocab->eos) return true;
+  if (c_->grammar) {
+    const constrain::Grammar& g = c_->grammar->grammar();
+    constrain::GrammarStacks next = constrain::grammar_advance(g, *c_->vocab, stacks_, token);
+    if (next.empty()) throw std::logic_error(fmt::format("response_format: token {} left the schema's language", token));
+    stacks_ = std::move(next);
+    return constrain::grammar_complete(g, stacks_);
+  }
+  state_ = constrain::advance(*c_->dfa->constraint().dfa, *c_->vocab, state_, token);
   if (state_ < 0) throw std::logic_error(fmt::format("response_format: token {} left the schema's language", token));
-  return masker_->constraint().done[static_cast<size_t>(state_)] != 0;
+  return c_->dfa->constraint().done[static_cast<size_t>(state_)] != 0;
 }
 
 }  // namespace ib::serve

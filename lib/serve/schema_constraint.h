@@ -1,6 +1,8 @@
 // A request's JSON Schema (the OpenAI API's response_format) as a token constraint: compiled by
-// our compiler to a DFA (lib/constrain), masked per step under a token budget, so the output is a
-// document of the schema that ends within max_tokens (the budget's guarantee, engine_generate.h).
+// our compiler (lib/constrain) to its grammar (the default: free values are any JSON at any depth,
+// recursive $ref is not expanded) or to one DFA, masked per step under a token budget, so the
+// output is a document of the schema that ends within max_tokens (the budget's guarantee:
+// engine_generate.h for the DFA, grammar_budget.h for the grammar).
 #pragma once
 
 #include <memory>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "constrain/engine_generate.h"
+#include "constrain/grammar_budget.h"
 #include "constrain/json_schema.h"
 #include "constrain/vocab.h"
 #include "serve/serve_request.h"
@@ -16,23 +19,40 @@ namespace ib::serve {
 
 class SchemaConstraint : public TokenConstraint {
  public:
+  // A schema compiled once, with its masks' caches: shared by the documents written from it (a
+  // request's n choices), all on the engine loop's thread.
+  struct Compiled;
+
   // Throws InputError with the compiler's reason (the keyword and its pointer) when the schema is
   // refused, or the vocabulary's reason when the budget's guarantee cannot hold for it.
-  SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab);
+  SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab,
+                   constrain::SchemaPath path = constrain::SchemaPath::Grammar);
+  // Another document of the same compiled schema, from its start.
+  explicit SchemaConstraint(std::shared_ptr<Compiled> compiled);
+  std::shared_ptr<Compiled> compiled() const { return c_; }
+
   // The fewest tokens a document of the schema takes, EOS included: a smaller max_tokens is refused.
-  int min_tokens() const { return masker_->constraint().min_tokens(); }
+  int min_tokens() const;
   // The compiler's options for a request's schema.
   static constrain::SchemaOptions options();
-  double compile_seconds() const { return compile_seconds_; }
+  double compile_seconds() const;
+  // Whether the schema runs as a grammar (else one DFA).
+  bool on_grammar() const;
   int32_t choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) override;
   bool accept(int32_t token) override;
 
  private:
-  std::shared_ptr<const constrain::Vocabulary> vocab_;
-  std::unique_ptr<constrain::BudgetMasker> masker_;
-  int32_t state_ = 0;
+  std::shared_ptr<Compiled> c_;
+  int32_t state_ = 0;                // the DFA's
+  constrain::GrammarStacks stacks_;  // the grammar's
   std::vector<double> scratch_;
-  double compile_seconds_ = 0;
+};
+
+struct SchemaConstraint::Compiled {
+  std::shared_ptr<const constrain::Vocabulary> vocab;
+  std::unique_ptr<constrain::BudgetMasker> dfa;
+  std::unique_ptr<constrain::GrammarBudgetMasker> grammar;
+  double compile_seconds = 0;
 };
 
 }  // namespace ib::serve

@@ -239,6 +239,27 @@ def plain(binary, src):
             check(set(doc) == {"name", "age"} and isinstance(doc["name"], str) and len(doc["name"]) <= 12
                   and isinstance(doc["age"], int) and 0 <= doc["age"] <= 120, f"document {content!r}")
             check(reason == "stop", f"response_format finish_reason {reason}")
+        # The book's tool-call schema: `arguments` is any object at any depth on the grammar path (the
+        # default); a logit_bias toward the token '{"' nests it past the depth one DFA holds (2): in a
+        # value it opens an object and its key, in a key it closes the key. Two choices share the
+        # compile, each its own document.
+        tool = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "arguments": {"type": "object"}},
+                "required": ["name", "arguments"]}
+        _, brace = s.json("POST", "/tokenize", {"model": "ib-draft-1m", "prompt": 'x{"'})
+        _, x = s.json("POST", "/tokenize", {"model": "ib-draft-1m", "prompt": "x"})
+        check(brace["count"] == x["count"] + 1, f"'{{\"' is not one token: {brace}")
+        status, r = s.json("POST", "/v1/chat/completions", {
+            "model": "ib-draft-1m", "messages": [{"role": "user", "content": "Call a tool."}], "max_tokens": 80,
+            "temperature": 0, "n": 2, "logit_bias": {str(brace["tokens"][-1]): 10},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": tool}}})
+        check(status == 200 and len(r["choices"]) == 2, f"tool call: {status} {r}")
+        def depth(v):
+            return 1 + max([depth(x) for x in (v.values() if isinstance(v, dict) else v)], default=0) \
+                if isinstance(v, (dict, list)) else 0
+        for ch in r["choices"]:
+            call = json.loads(ch["message"]["content"])
+            check(set(call) == {"name", "arguments"} and isinstance(call["arguments"], dict), f"tool call {call}")
+            check(depth(call["arguments"]) > 3, f"arguments nested {depth(call['arguments'])} deep: {call}")
         status, data = s.request("POST", "/v1/chat/completions", {
             "model": "ib-draft-1m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
             "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": person}}})

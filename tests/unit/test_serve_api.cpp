@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "constrain/constraint.h"
+#include "constrain/grammar_mask.h"
+#include "constrain/token_index.h"
 #include "constrain/validator.h"
 #include "core/errors.h"
 #include "model/config.h"
@@ -442,34 +444,37 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
       "count": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}}, "required": ["name", "count", "ok"]})";
   const auto schema = constrain::SchemaValidator::json::parse(schema_text);
   const constrain::SchemaValidator validator(schema);
-  SchedulerOptions o;
-  o.max_seqs = 4;
-  o.token_budget = 64;
-  o.long_prefill = 16;
-  EngineLoop loop(*engine, o);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  std::vector<std::shared_ptr<SchemaConstraint>> constraints;
-  for (int i = 0; i < 4; ++i) {
-    Request r;
-    r.prompt = tok->encode(i % 2 ? "{\"name\": " : "def main():\n    x = ");
-    auto sc = std::make_shared<SchemaConstraint>(schema_text, vocab);
-    r.max_tokens = sc->min_tokens() + 6 * i;  // a tight budget too: the document still ends valid
-    r.eos = vocab->eos;
-    model::SamplingParams p;
-    p.temperature = i == 0 ? 0.0f : 1.0f;
-    p.seed = 100 + static_cast<uint64_t>(i);
-    r.sampling = p;
-    r.constraint = sc;
-    streams.push_back(loop.submit(std::move(r)));
-  }
-  for (auto& s : streams) {
-    std::vector<int32_t> tokens = read_all(*s);
-    ASSERT_TRUE(s->stopped());  // ended at EOS or complete, not cut at max_tokens
-    if (!tokens.empty() && tokens.back() == vocab->eos) tokens.pop_back();
-    const std::string text = tok->decode(tokens, true);
-    constrain::SchemaValidator::json doc;
-    ASSERT_NO_THROW(doc = constrain::SchemaValidator::json::parse(text)) << text;
-    EXPECT_TRUE(validator.valid(doc)) << text;
+  for (const constrain::SchemaPath path : {constrain::SchemaPath::Grammar, constrain::SchemaPath::Dfa}) {
+    SCOPED_TRACE(path == constrain::SchemaPath::Grammar ? "grammar" : "dfa");
+    SchedulerOptions o;
+    o.max_seqs = 4;
+    o.token_budget = 64;
+    o.long_prefill = 16;
+    EngineLoop loop(*engine, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 4; ++i) {
+      Request r;
+      r.prompt = tok->encode(i % 2 ? "{\"name\": " : "def main():\n    x = ");
+      auto sc = std::make_shared<SchemaConstraint>(schema_text, vocab, path);
+      EXPECT_EQ(sc->on_grammar(), path == constrain::SchemaPath::Grammar);
+      r.max_tokens = sc->min_tokens() + 6 * i;  // a tight budget too: the document still ends valid
+      r.eos = vocab->eos;
+      model::SamplingParams p;
+      p.temperature = i == 0 ? 0.0f : 1.0f;
+      p.seed = 100 + static_cast<uint64_t>(i);
+      r.sampling = p;
+      r.constraint = sc;
+      streams.push_back(loop.submit(std::move(r)));
+    }
+    for (auto& s : streams) {
+      std::vector<int32_t> tokens = read_all(*s);
+      ASSERT_TRUE(s->stopped());  // ended at EOS or complete, not cut at max_tokens
+      if (!tokens.empty() && tokens.back() == vocab->eos) tokens.pop_back();
+      const std::string text = tok->decode(tokens, true);
+      constrain::SchemaValidator::json doc;
+      ASSERT_NO_THROW(doc = constrain::SchemaValidator::json::parse(text)) << text;
+      EXPECT_TRUE(validator.valid(doc)) << text;
+    }
   }
   EXPECT_THROW(SchemaConstraint(R"({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]})", vocab),
                InputError);
@@ -484,6 +489,30 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
   EXPECT_FALSE(tool.dfa->matches(R"({"name":"f","arguments":{},"extra":1})"));
   EXPECT_TRUE(constrain::compile_constraint("json_object", R"({"type": "object"})", SchemaConstraint::options())
                   .dfa->matches(R"({"a":[1,"b"],"c":{"d":null}})"));
+  // On the grammar path (the default) the arguments are any JSON object at any depth; the DFA cuts
+  // free values off past any_depth.
+  const std::string deep = R"({"name":"f","arguments":{"a":{"b":{"c":{"d":[1,{"e":null}]}}}}})";
+  EXPECT_FALSE(tool.dfa->matches(deep));
+  const std::string tool_schema = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "arguments": {"type": "object"}}, "required": ["name", "arguments"]})";
+  SchemaConstraint on_grammar(tool_schema, vocab);
+  ASSERT_TRUE(on_grammar.on_grammar());
+  const constrain::Grammar& g = on_grammar.compiled()->grammar->grammar();
+  const std::vector<int32_t> spelled = constrain::grammar_tokenize_greedy(g, *vocab, *constrain::vocab_trie(vocab), deep);
+  ASSERT_FALSE(spelled.empty());
+  for (bool first : {true, false}) {
+    SchemaConstraint second(on_grammar.compiled());  // another choice of the request: the compile shared
+    SchemaConstraint* sc = first ? &on_grammar : &second;
+    std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.0f);
+    model::SamplingParams greedy;
+    greedy.temperature = 0;
+    for (size_t i = 0; i < spelled.size(); ++i) {
+      logits[static_cast<size_t>(spelled[i])] = 10.0f;
+      ASSERT_EQ(sc->choose(logits.data(), vocab->size(), greedy, 0.5f, 1000), spelled[i]) << "token " << i;
+      logits[static_cast<size_t>(spelled[i])] = 0.0f;
+      EXPECT_EQ(sc->accept(spelled[i]), i + 1 == spelled.size()) << "token " << i;
+    }
+  }
   // A schema no document satisfies is refused at admission (it failed its batch at its first token).
   try {
     SchemaConstraint(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", vocab);

@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 
 #include "constrain/generate.h"
+#include "constrain/grammar_budget.h"
+#include "constrain/grammar_generate.h"
 #include "constrain/kind_setup.h"
 #include "constrain/masked_argmax.h"
 #include "model/text_prompt.h"
@@ -119,6 +121,16 @@ const uint32_t* BudgetMasker::mask(int32_t state, int left) {
   return step_.data();
 }
 
+bool DfaCursor::complete_at_start() const {
+  return masker_.constraint().done[static_cast<size_t>(masker_.constraint().dfa->start)] != 0;
+}
+
+bool DfaCursor::accept(int32_t token) {
+  state_ = advance(*masker_.constraint().dfa, *vocab_, state_, token);
+  if (state_ < 0) throw std::logic_error(fmt::format("constrained generation: token {} left the language", token));
+  return masker_.constraint().done[static_cast<size_t>(state_)] != 0;
+}
+
 std::string budget_guarantee_problem(const Vocabulary& vocab) {
   if (vocab.eos < 0) return "the vocabulary has no EOS token";
   return {};
@@ -166,37 +178,35 @@ void EngineWriter::next_logits(int32_t token) {
   model_.decode(&seq_, &token, 1, out);
 }
 
-EngineDocument EngineWriter::constrained(BudgetMasker& masker, uint64_t seed) {
-  const BudgetedConstraint& c = masker.constraint();
-  const Dfa& dfa = *c.dfa;
+EngineDocument EngineWriter::constrained(DocumentCursor& cursor, uint64_t seed) {
   const Vocabulary& v = *vocab_;
   EngineDocument doc;
-  int32_t s = dfa.start;
-  if (c.done[static_cast<size_t>(s)]) {  // the empty document is the only one
+  cursor.restart();
+  if (cursor.complete_at_start()) {  // the empty document is the only one
     doc.ended = true;
     return doc;
   }
   start();
   for (int left = max_tokens_; left > 0; --left) {
     auto t0 = std::chrono::steady_clock::now();
-    const uint32_t* mask = masker.mask(s, left);
+    const uint32_t* mask = cursor.mask(left);
     mask_seconds_ += seconds_since(t0);
     ++mask_steps_;
     const int32_t tok =
         sample_masked(logits_.data(), v.size(), mask, temperature_, model::sample_uniform(seed, doc.tokens.size(), 0), scratch_);
     if (tok < 0)
-      throw std::logic_error(fmt::format("constrained generation: no token allowed in state {} with {} tokens left", s, left));
+      throw std::logic_error(
+          fmt::format("constrained generation: no token allowed after {} tokens with {} left", doc.tokens.size(), left));
     doc.tokens.push_back(tok);
     if (tok == v.eos) {
       doc.ended = true;
       break;
     }
     t0 = std::chrono::steady_clock::now();
-    s = advance(dfa, v, s, tok);
+    const bool complete = cursor.accept(tok);
     mask_seconds_ += seconds_since(t0);
-    if (s < 0) throw std::logic_error(fmt::format("constrained generation: token {} left the language", tok));
     doc.text += v.token_bytes[static_cast<size_t>(tok)];
-    if (c.done[static_cast<size_t>(s)]) {  // accepting, and nothing may follow: complete without EOS
+    if (complete) {  // nothing may follow: complete without EOS
       doc.ended = true;
       break;
     }
@@ -237,7 +247,9 @@ struct Tally {
 
 class EngineGenerateVariant : public Variant {
  public:
-  EngineGenerateVariant(Backend backend, bool constrained) : backend_(backend), constrained_(constrained) {}
+  // `path`: how a schema constraint compiles (the grammar variants: JSON Schema constraints only).
+  EngineGenerateVariant(Backend backend, bool constrained, SchemaPath path = SchemaPath::Dfa)
+      : backend_(backend), constrained_(constrained), path_(path) {}
 
   // Constrained: the budget's guarantee must hold (an EOS, a token per byte, max_tokens at least
   // the shortest document's tokens). Problems found here are left to prepare to report.
@@ -247,12 +259,22 @@ class EngineGenerateVariant : public Variant {
       Setup setup;
       setup.load(p, false);
       if (std::string why = budget_guarantee_problem(*setup.vocab); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
-      BudgetedConstraint c(setup.compile().dfa, setup.vocab.get());
-      if (std::string why = budget_guarantee_problem(c); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
+      const CompiledConstraint compiled = setup.compile(path_);
+      int32_t min_tokens = 0;
+      if (path_ == SchemaPath::Grammar) {
+        if (!compiled.grammar) return "the grammar path is for JSON Schema constraints (" + setup.constraint + " is one DFA)";
+        const GrammarBudgetMasker g(compiled.grammar, setup.vocab);
+        if (std::string why = g.guarantee_problem(); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
+        min_tokens = g.min_tokens();
+      } else {
+        BudgetedConstraint c(compiled.dfa, setup.vocab.get());
+        if (std::string why = budget_guarantee_problem(c); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
+        min_tokens = c.min_tokens();
+      }
       const int64_t max_tokens = p.integer("max_tokens");
-      if (max_tokens < c.min_tokens())
+      if (max_tokens < min_tokens)
         return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)",
-                           max_tokens, c.min_tokens(), setup.constraint, c.min_tokens() - 1);
+                           max_tokens, min_tokens, setup.constraint, min_tokens - 1);
     } catch (const std::exception&) {
     }
     return {};
@@ -260,9 +282,18 @@ class EngineGenerateVariant : public Variant {
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     setup_.load(p);
-    compiled_ = setup_.compile();
-    constraint_ = std::make_unique<BudgetedConstraint>(compiled_.dfa);
-    if (constrained_) masker_ = std::make_unique<BudgetMasker>(compiled_.dfa, setup_.vocab);
+    compiled_ = setup_.compile(constrained_ ? path_ : SchemaPath::Dfa);
+    if (compiled_.grammar) {
+      grammar_dist_ = grammar_distances(*compiled_.grammar);
+      grammar_masker_ = std::make_unique<GrammarBudgetMasker>(compiled_.grammar, setup_.vocab);
+      cursor_ = std::make_unique<GrammarCursor>(*grammar_masker_, setup_.vocab);
+    } else {
+      constraint_ = std::make_unique<BudgetedConstraint>(compiled_.dfa);
+      if (constrained_) {
+        masker_ = std::make_unique<BudgetMasker>(compiled_.dfa, setup_.vocab);
+        cursor_ = std::make_unique<DfaCursor>(*masker_, setup_.vocab);
+      }
+    }
     valid_ = validity_check(compiled_);
     documents_ = static_cast<int>(p.integer("documents"));
     retries_ = p.find("retries") ? static_cast<int>(p.integer("retries")) : 1;
@@ -299,7 +330,9 @@ class EngineGenerateVariant : public Variant {
     std::mt19937_64 rng(seed_ + 17);
     int oracle_rejects = 0;
     for (int i = 0; i < 4; ++i)
-      oracle_rejects += !valid_(random_document(*compiled_.dfa, constraint_->dist, compiled_.dfa->start, rng));
+      oracle_rejects +=
+          !valid_(compiled_.grammar ? random_grammar_document(*compiled_.grammar, grammar_dist_, rng)
+                                    : random_document(*compiled_.dfa, constraint_->dist, compiled_.dfa->start, rng));
     const int invalid = constrained_ ? last_.documents - last_.valid : 0;
     run_seconds_.clear();
     mask_us_.clear();
@@ -325,7 +358,7 @@ class EngineGenerateVariant : public Variant {
       t.texts.emplace_back(std::string(), false);
       for (int a = 0; a < (constrained_ ? 1 : retries_); ++a) {
         const uint64_t seed = random_bits(seed_ ^ 0x5EEDC0DEull, static_cast<uint64_t>(d) * 4096 + static_cast<uint64_t>(a));
-        const EngineDocument doc = constrained_ ? writer_->constrained(*masker_, seed) : writer_->unconstrained(seed);
+        const EngineDocument doc = constrained_ ? writer_->constrained(*cursor_, seed) : writer_->unconstrained(seed);
         ++t.attempts;
         const int64_t n = static_cast<int64_t>(doc.tokens.size());
         t.tokens += n;
@@ -349,9 +382,13 @@ class EngineGenerateVariant : public Variant {
   }
 
   std::string note() const override {
-    if (!text_) return {};
-    return fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]), text_->tokens[0].size(),
-                       text_->tokenizer->name());
+    std::string out;
+    if (compiled_.grammar)
+      out = fmt::format("grammar: {} rules, {} positions filtered by the budget", compiled_.grammar->compiled_rules,
+                        grammar_masker_->filtered_steps());
+    if (!text_) return out;
+    return (out.empty() ? "" : out + "; ") + fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]),
+                                                         text_->tokens[0].size(), text_->tokenizer->name());
   }
   // The prompt (when a text) and the documents of the last measured run, each marked valid or not.
   std::vector<std::pair<std::string, std::string>> texts() const override {
@@ -381,10 +418,14 @@ class EngineGenerateVariant : public Variant {
  private:
   Backend backend_;
   bool constrained_;
+  SchemaPath path_;
   Setup setup_;
   CompiledConstraint compiled_;
   std::unique_ptr<BudgetedConstraint> constraint_;  // distances, for the oracle's sanity documents
+  GrammarDistances grammar_dist_;                   // the same on the grammar path
   std::unique_ptr<BudgetMasker> masker_;
+  std::unique_ptr<GrammarBudgetMasker> grammar_masker_;
+  std::unique_ptr<DocumentCursor> cursor_;
   std::function<bool(const std::string&)> valid_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<EngineWriter> writer_;
@@ -443,7 +484,8 @@ KindInfo generate_kind() {
   k.group = "constrain";
   k.doc =
       "The transformer engine (lib/model) writes `documents` documents for a constraint after a fixed prompt. Constrained: each "
-      "step the engine's logits for the last token, masked by the DFA state's token mask (lazy, cached across documents) and "
+      "step the engine's logits for the last token, masked by the DFA state's token mask (lazy, cached across documents; the "
+      "*_grammar variants: the grammar's parse position's mask, a schema's rules on a stack) and "
       "a token budget (a token is allowed only if acceptance stays reachable in the tokens left, one token per byte, then "
       "EOS), then sampled on the host; EOS only where the state accepts; so every document ends valid within max_tokens. "
       "Unconstrained: the engine samples freely up to max_tokens (stopping at EOS), the text is parsed and validated, and "
@@ -496,6 +538,10 @@ const VariantListRegistration generate_variants(
        "the CPU engine's logits under the budget-aware token mask, sampled; every document must be valid",
        generate_reads(true, Backend::Cpu)},
       make_variant<EngineGenerateVariant>(Backend::Cpu, true)},
+     {{"cpu_constrained_grammar", Backend::Cpu,
+       "cpu_constrained with the schema on the grammar path (rules on a stack, the grammar's token budget)",
+       generate_reads(true, Backend::Cpu)},
+      make_variant<EngineGenerateVariant>(Backend::Cpu, true, SchemaPath::Grammar)},
      {{"cpu_unconstrained_retry", Backend::Cpu, "the CPU engine sampling freely; parse, validate, retry",
        generate_reads(false, Backend::Cpu)},
       make_variant<EngineGenerateVariant>(Backend::Cpu, false)},
@@ -503,6 +549,9 @@ const VariantListRegistration generate_variants(
        "the CUDA engine, each step's logits returned to the host (StepOutput.logits), masked and sampled there",
        generate_reads(true, Backend::Cuda)},
       IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, true))},
+     {{"constrained_grammar", Backend::Cuda, "constrained with the schema on the grammar path (the host's part)",
+       generate_reads(true, Backend::Cuda)},
+      IB_IF_CUDA(make_variant<EngineGenerateVariant>(Backend::Cuda, true, SchemaPath::Grammar))},
      {{"unconstrained_retry", Backend::Cuda,
        "the CUDA engine, logits returned to the host and sampled there unmasked; parse, validate, retry",
        generate_reads(false, Backend::Cuda)},

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "constrain/automaton.h"
+#include "constrain/document_cursor.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
 #include "core/registry.h"
@@ -72,6 +73,24 @@ class BudgetMasker {
   std::vector<uint32_t> step_;
 };
 
+// A document under a DFA's budget-aware masks (the masker's caches shared by its documents).
+class DfaCursor : public DocumentCursor {
+ public:
+  DfaCursor(BudgetMasker& masker, std::shared_ptr<const Vocabulary> vocab) : masker_(masker), vocab_(std::move(vocab)) {
+    restart();
+  }
+  void restart() override { state_ = masker_.constraint().dfa->start; }
+  bool complete_at_start() const override;
+  const uint32_t* mask(int left) override { return masker_.mask(state_, left); }
+  bool accept(int32_t token) override;
+  int32_t state() const { return state_; }
+
+ private:
+  BudgetMasker& masker_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  int32_t state_ = 0;
+};
+
 // "" when the vocabulary can end a document (it has an EOS); else why not.
 std::string budget_guarantee_problem(const Vocabulary& vocab);
 // "" when the budget's guarantee holds for a constraint built with a vocabulary: from the start, a
@@ -95,13 +114,14 @@ class EngineWriter {
   EngineWriter(const EngineWriter&) = delete;
   EngineWriter& operator=(const EngineWriter&) = delete;
 
-  // Under the budget-aware mask; `seed` picks the draws. Throws std::logic_error if the mask ever
-  // leaves nothing, or a token leaves the language (neither can happen when max_tokens >= min_tokens()).
-  EngineDocument constrained(BudgetMasker& masker, uint64_t seed);
+  // Under the budget-aware mask of `cursor` (restarted first); `seed` picks the draws. Throws
+  // std::logic_error if the mask ever leaves nothing, or a token leaves the language (neither can
+  // happen when max_tokens >= the constraint's min_tokens()).
+  EngineDocument constrained(DocumentCursor& cursor, uint64_t seed);
   // No mask: up to max_tokens tokens, stopping at EOS.
   EngineDocument unconstrained(uint64_t seed);
 
-  // Host time spent on masks (the state's mask, the budget) and DFA advances, and the
+  // Host time spent on masks (the position's mask, the budget) and automaton advances, and the
   // number of constrained steps, since construction.
   double mask_seconds() const { return mask_seconds_; }
   int64_t mask_steps() const { return mask_steps_; }

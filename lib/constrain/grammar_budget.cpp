@@ -1,5 +1,7 @@
 #include "constrain/grammar_budget.h"
 
+#include <stdexcept>
+
 namespace ib::constrain {
 namespace {
 
@@ -37,6 +39,15 @@ std::string GrammarBudgetMasker::guarantee_problem() const {
   return grammar_distances(*grammar_).finish(start) == GrammarDistances::kNone
              ? "no document satisfies the constraint (its language is empty)"
              : "the vocabulary lacks single-byte tokens for every document's bytes (the token budget counts a token per byte)";
+}
+
+bool GrammarCursor::complete_at_start() const { return grammar_complete(masker_.grammar(), stacks_); }
+
+bool GrammarCursor::accept(int32_t token) {
+  GrammarStacks next = grammar_advance(masker_.grammar(), *vocab_, stacks_, token);
+  if (next.empty()) throw std::logic_error("constrained generation: token " + std::to_string(token) + " left the language");
+  stacks_ = std::move(next);
+  return grammar_complete(masker_.grammar(), stacks_);
 }
 
 bool grammar_complete(const Grammar& g, const GrammarStacks& stacks) {

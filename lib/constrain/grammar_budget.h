@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "constrain/document_cursor.h"
 #include "constrain/grammar.h"
 #include "constrain/grammar_generate.h"
 #include "constrain/grammar_mask.h"
@@ -46,6 +47,25 @@ class GrammarBudgetMasker {
   GrammarTokenMasker masker_;
   std::vector<uint32_t> step_;
   int64_t filtered_steps_ = 0;
+};
+
+// A document under a grammar's budget-aware masks (the masker's caches shared by its documents).
+class GrammarCursor : public DocumentCursor {
+ public:
+  GrammarCursor(GrammarBudgetMasker& masker, std::shared_ptr<const Vocabulary> vocab)
+      : masker_(masker), vocab_(std::move(vocab)) {
+    restart();
+  }
+  void restart() override { stacks_ = grammar_start(masker_.grammar()); }
+  bool complete_at_start() const override;
+  const uint32_t* mask(int left) override { return masker_.mask(stacks_, left); }
+  bool accept(int32_t token) override;
+  const GrammarStacks& stacks() const { return stacks_; }
+
+ private:
+  GrammarBudgetMasker& masker_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  GrammarStacks stacks_;
 };
 
 // Whether the document is complete at `stacks`: a stack has finished and none can take another byte.

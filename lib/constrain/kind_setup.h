@@ -36,7 +36,9 @@ struct Setup {
 
   // `with_trie`: also the vocabulary's trie (what token walks need).
   void load(const Point& p, bool with_trie = true);
-  CompiledConstraint compile() const { return compile_constraint(constraint, source, options); }
+  CompiledConstraint compile(SchemaPath path = SchemaPath::Dfa) const {
+    return compile_constraint(constraint, source, options, path);
+  }
 };
 
 // Whether an output is valid, by an oracle independent of the DFA: a schema constraint parses the

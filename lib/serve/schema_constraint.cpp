@@ -46,17 +46,16 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
                          ? "response_format: no JSON document satisfies the schema (its language is empty)"
                          : "response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
   c_ = std::move(c);
-  if (c_->grammar)
-    stacks_ = constrain::grammar_start(c_->grammar->grammar());
-  else
-    state_ = c_->dfa->constraint().dfa->start;
+  start();
 }
 
-SchemaConstraint::SchemaConstraint(std::shared_ptr<Compiled> compiled) : c_(std::move(compiled)) {
+SchemaConstraint::SchemaConstraint(std::shared_ptr<Compiled> compiled) : c_(std::move(compiled)) { start(); }
+
+void SchemaConstraint::start() {
   if (c_->grammar)
-    stacks_ = constrain::grammar_start(c_->grammar->grammar());
+    cursor_ = std::make_unique<constrain::GrammarCursor>(*c_->grammar, c_->vocab);
   else
-    state_ = c_->dfa->constraint().dfa->start;
+    cursor_ = std::make_unique<constrain::DfaCursor>(*c_->dfa, c_->vocab);
 }
 
 int SchemaConstraint::min_tokens() const { return c_->grammar ? c_->grammar->min_tokens() : c_->dfa->constraint().min_tokens(); }
@@ -65,22 +64,16 @@ bool SchemaConstraint::on_grammar() const { return c_->grammar != nullptr; }
 
 int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) {
   (void)vocab;  // ids past the tokenizer's vocabulary are no tokens: never chosen
-  const uint32_t* mask = c_->grammar ? c_->grammar->mask(stacks_, left) : c_->dfa->mask(state_, left);
-  return constrain::sample_masked(logits, c_->vocab->size(), mask, p.greedy() ? 0.0f : p.temperature, u, scratch_);
+  return constrain::sample_masked(logits, c_->vocab->size(), cursor_->mask(left), p.greedy() ? 0.0f : p.temperature, u, scratch_);
 }
 
 bool SchemaConstraint::accept(int32_t token) {
   if (token == c_->vocab->eos) return true;
-  if (c_->grammar) {
-    const constrain::Grammar& g = c_->grammar->grammar();
-    constrain::GrammarStacks next = constrain::grammar_advance(g, *c_->vocab, stacks_, token);
-    if (next.empty()) throw std::logic_error(fmt::format("response_format: token {} left the schema's language", token));
-    stacks_ = std::move(next);
-    return constrain::grammar_complete(g, stacks_);
+  try {
+    return cursor_->accept(token);
+  } catch (const std::logic_error&) {
+    throw std::logic_error(fmt::format("response_format: token {} left the schema's language", token));
   }
-  state_ = constrain::advance(*c_->dfa->constraint().dfa, *c_->vocab, state_, token);
-  if (state_ < 0) throw std::logic_error(fmt::format("response_format: token {} left the schema's language", token));
-  return c_->dfa->constraint().done[static_cast<size_t>(state_)] != 0;
 }
 
 }  // namespace ib::serve

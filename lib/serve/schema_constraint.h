@@ -42,9 +42,10 @@ class SchemaConstraint : public TokenConstraint {
   bool accept(int32_t token) override;
 
  private:
+  void start();  // the cursor at the document's start
+
   std::shared_ptr<Compiled> c_;
-  int32_t state_ = 0;                // the DFA's
-  constrain::GrammarStacks stacks_;  // the grammar's
+  std::unique_ptr<constrain::DocumentCursor> cursor_;
   std::vector<double> scratch_;
 };
 

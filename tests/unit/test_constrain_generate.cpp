@@ -10,6 +10,7 @@
 #include "../common/run_kind.h"
 
 #include "constrain/engine_generate.h"
+#include "constrain/grammar_budget.h"
 #include "constrain/kind_setup.h"
 #include "constrain/masked_argmax.h"
 #include "core/errors.h"
@@ -69,8 +70,9 @@ TEST(EngineGenerate, BudgetMaskEndsEveryDocumentValidWithinMaxTokens) {
     // The tightest budget (every token a single byte, then EOS) and a looser one.
     for (int max_tokens : {c.min_tokens(), c.min_tokens() + 24}) {
       EngineWriter writer(*e.model, e.vocab, kPrompt, max_tokens, 1.0f);
+      DfaCursor cursor(masker, e.vocab);
       for (uint64_t d = 0; d < 3; ++d) {
-        const EngineDocument doc = writer.constrained(masker, random_bits(99, d));
+        const EngineDocument doc = writer.constrained(cursor, random_bits(99, d));
         SCOPED_TRACE(constraint + " max_tokens " + std::to_string(max_tokens) + ": '" + doc.text + "'");
         EXPECT_TRUE(doc.ended);
         EXPECT_LE(static_cast<int>(doc.tokens.size()), max_tokens);
@@ -105,8 +107,9 @@ TEST(EngineGenerate, BudgetHoldsWithSingleByteTokensMissing) {
     EXPECT_EQ(budget_guarantee_problem(c), "");
     EXPECT_EQ(c.min_tokens(), BudgetedConstraint(dfa_of(constraint)).min_tokens());
     EngineWriter writer(*e.model, v, kPrompt, c.min_tokens(), 1.0f);
+    DfaCursor cursor(masker, v);
     for (uint64_t d = 0; d < 3; ++d) {
-      const EngineDocument doc = writer.constrained(masker, random_bits(98, d));
+      const EngineDocument doc = writer.constrained(cursor, random_bits(98, d));
       SCOPED_TRACE("'" + doc.text + "'");
       EXPECT_TRUE(doc.ended);
       EXPECT_TRUE(valid(doc.text));
@@ -129,12 +132,44 @@ TEST(EngineGenerate, UnmaskedOnTheSameSeedIsInvalid) {
   auto valid = validity_check(compile_constraint(constraint, constraint_source(constraint), SchemaOptions{}));
   BudgetMasker masker(dfa_of(constraint), e.vocab);
   EngineWriter writer(*e.model, e.vocab, kPrompt, 32, 1.0f);
+  DfaCursor cursor(masker, e.vocab);
   for (uint64_t d = 0; d < 2; ++d) {
     const EngineDocument free = writer.unconstrained(random_bits(99, d));
-    const EngineDocument masked = writer.constrained(masker, random_bits(99, d));
+    const EngineDocument masked = writer.constrained(cursor, random_bits(99, d));
     EXPECT_FALSE(valid(free.text)) << free.text;
     EXPECT_TRUE(valid(masked.text)) << masked.text;
     EXPECT_NE(free.tokens, masked.tokens);
+  }
+}
+
+// Where a schema's language is the same on both paths (no free values, no recursion), the grammar
+// path's masks and budget are the DFA's: the engine writes the same documents, token for token,
+// at a loose budget and at the tightest (where the budget filters).
+TEST(EngineGenerate, GrammarPathWritesTheDfaPathsDocuments) {
+  Engine& e = engine();
+  for (const std::string constraint : {"extraction", "tool_call"}) {
+    const std::string source = constraint_source(constraint);
+    const CompiledConstraint on_dfa = compile_constraint(constraint, source, SchemaOptions{}, SchemaPath::Dfa);
+    const CompiledConstraint on_grammar = compile_constraint(constraint, source, SchemaOptions{}, SchemaPath::Grammar);
+    ASSERT_TRUE(on_dfa.dfa && on_grammar.grammar);
+    ASSERT_TRUE(on_dfa.notes.cut_off.empty());
+    BudgetMasker dfa_masker(on_dfa.dfa, e.vocab);
+    GrammarBudgetMasker grammar_masker(on_grammar.grammar, e.vocab);
+    ASSERT_EQ(grammar_masker.min_tokens(), dfa_masker.constraint().min_tokens());
+    DfaCursor dfa(dfa_masker, e.vocab);
+    GrammarCursor grammar(grammar_masker, e.vocab);
+    auto valid = validity_check(on_dfa);
+    for (int max_tokens : {grammar_masker.min_tokens(), grammar_masker.min_tokens() + 40}) {
+      EngineWriter writer(*e.model, e.vocab, kPrompt, max_tokens, 1.0f);
+      for (uint64_t d = 0; d < 2; ++d) {
+        const EngineDocument a = writer.constrained(dfa, random_bits(97, d));
+        const EngineDocument b = writer.constrained(grammar, random_bits(97, d));
+        SCOPED_TRACE(constraint + " max_tokens " + std::to_string(max_tokens) + ": '" + a.text + "'");
+        EXPECT_EQ(a.tokens, b.tokens);
+        EXPECT_TRUE(b.ended);
+        EXPECT_TRUE(valid(b.text));
+      }
+    }
   }
 }
 

@@ -206,6 +206,10 @@ void register_serve(Cli& cli) {
                                                                                {"dfa", constrain::SchemaPath::Dfa},
                                                                                {"auto", constrain::SchemaPath::Auto}},
                                   CLI::ignore_case));
+  sub->add_option("--schema-compile-seconds", h.schema_compile_seconds,
+                  "CPU seconds a response_format schema's compile may take: past it the request is refused with 400 (0: "
+                  "no budget)")
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_option("--max-tokens-limit", h.max_tokens_limit,
                   "a request's max_tokens at most (a larger one is refused with 400; 0: the model's context)")
       ->check(CLI::Range(0, 1 << 30));

@@ -3,6 +3,7 @@
 #include "constrain/automaton.h"
 
 #include <algorithm>
+#include <ctime>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -11,11 +12,45 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "constrain/automaton_internal.h"
 #include "constrain/automaton_nfa.h"
 #include "constrain/interner.h"
 
 namespace ib::constrain {
+
+namespace {
+thread_local double tl_deadline = 0;  // this thread's CPU seconds at which the budget ends; 0: none
+thread_local double tl_budget = 0;    // the budget's seconds, for the message
+thread_local uint32_t tl_ticks = 0;
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
+
+CompileBudget::CompileBudget(double cpu_seconds) : saved_deadline_(tl_deadline), saved_seconds_(tl_budget) {
+  if (cpu_seconds <= 0) return;
+  const double deadline = thread_cpu_seconds() + cpu_seconds;
+  if (tl_deadline == 0 || deadline < tl_deadline) {
+    tl_deadline = deadline;
+    tl_budget = cpu_seconds;
+  }
+}
+
+CompileBudget::~CompileBudget() {
+  tl_deadline = saved_deadline_;
+  tl_budget = saved_seconds_;
+}
+
+void compile_budget_tick() {
+  if (tl_deadline == 0 || (++tl_ticks & 255) != 0) return;
+  if (thread_cpu_seconds() > tl_deadline)
+    throw CompileBudgetExceeded(fmt::format("compiling took more than {:g} s of CPU (the compile budget)", tl_budget));
+}
 
 int Dfa::forced_byte(int32_t s) const {
   if (accepting[static_cast<size_t>(s)]) return -1;
@@ -212,6 +247,7 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
     }
     raw.end_row();
     used.clear();
+    compile_budget_tick();
   }
   sets_of = TupleInterner();
   return minimize_raw(raw, nfa_class);

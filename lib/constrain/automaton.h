@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <stdexcept>
 #include <vector>
 
 #include "constrain/regex.h"
@@ -47,6 +48,28 @@ struct CompileLimits {
 
 // Throws RegexError when a limit is passed (the message names it).
 Dfa compile_dfa(const Re& re, const CompileLimits& limits = {});
+
+// A budget of this thread's CPU time for automaton work (compile_dfa, product_dfa, their
+// minimization) while the guard lives; a nested guard cannot extend an outer one's deadline.
+// Past it, the work throws CompileBudgetExceeded: not a RegexError, so no caller takes it for one
+// automaton's size cap and tries another way; the whole compile stops.
+class CompileBudget {
+ public:
+  explicit CompileBudget(double cpu_seconds);  // <= 0: no budget of its own
+  ~CompileBudget();
+  CompileBudget(const CompileBudget&) = delete;
+  CompileBudget& operator=(const CompileBudget&) = delete;
+
+ private:
+  double saved_deadline_, saved_seconds_;
+};
+class CompileBudgetExceeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Called in the automaton loops: every few hundred calls, the thread's CPU clock against the
+// budget's deadline.
+void compile_budget_tick();
 
 // How a product of DFAs P_0..P_{k-1} accepts a tuple of their states.
 enum class ProductRule {

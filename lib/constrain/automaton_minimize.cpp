@@ -115,6 +115,7 @@ Dfa minimize_raw(const RawDfa& raw, const std::array<uint8_t, 256>& nfa_class) {
   std::vector<int32_t> touched, members, bucket_start(static_cast<size_t>(nclass) + 1), bucket, classes_hit;
   std::vector<int32_t> count(static_cast<size_t>(nclass), 0);
   while (!pending.empty()) {
+    compile_budget_tick();
     const int32_t a = pending.back();
     pending.pop_back();
     blk[static_cast<size_t>(a)].in_work = 0;

@@ -116,6 +116,7 @@ Dfa product_dfa(const std::vector<const Dfa*>& parts, ProductRule rule, const Co
       raw.add(c, id);
     }
     raw.end_row();
+    compile_budget_tick();
   }
   return minimize_raw(raw, byte_class);
 }

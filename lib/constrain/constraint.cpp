@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <sys/stat.h>
 
+#include <fmt/format.h>
+
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
@@ -40,12 +42,20 @@ std::string constraint_source(const std::string& c) {
   return read_input_file(path, uint64_t{64} << 20);
 }
 
+namespace {
+SchemaError past_budget(const CompileBudgetExceeded& e, const SchemaOptions& o) {
+  return SchemaError("max_compile_seconds", "",
+                     fmt::format("{} (SchemaOptions::max_compile_seconds = {:g})", e.what(), o.max_compile_seconds));
+}
+}  // namespace
+
 CompiledConstraint compile_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options, SchemaPath path) {
   CompiledConstraint out;
   bool grammar = path == SchemaPath::Grammar;
   if (path != SchemaPath::Grammar) {
     auto t0 = std::chrono::steady_clock::now();
     try {
+      CompileBudget budget(options.max_compile_seconds);
       Re re = schema_to_regex(schema, options, &out.notes);
       out.regex_seconds = since(t0);
       auto t1 = std::chrono::steady_clock::now();
@@ -60,6 +70,11 @@ CompiledConstraint compile_schema(const nlohmann::ordered_json& schema, const Sc
     } catch (const RegexError&) {  // an automaton limit
       if (path != SchemaPath::Auto) throw;
       grammar = true;
+    } catch (const CompileBudgetExceeded& e) {
+      // Auto: the grammar gets a budget of its own (the DFA attempt's time stays in the row).
+      if (path != SchemaPath::Auto) throw past_budget(e, options);
+      out.regex_seconds = since(t0);
+      grammar = true;
     }
   }
   if (grammar) {
@@ -68,9 +83,14 @@ CompiledConstraint compile_schema(const nlohmann::ordered_json& schema, const Sc
     out.dfa.reset();
     out.notes = {};
     auto t0 = std::chrono::steady_clock::now();
-    const SchemaGrammar g = schema_to_grammar(schema, options, &out.notes);
-    out.grammar = g.grammar;
-    out.inlined_rules = g.inlined_rules;
+    try {
+      CompileBudget budget(options.max_compile_seconds);
+      const SchemaGrammar g = schema_to_grammar(schema, options, &out.notes);
+      out.grammar = g.grammar;
+      out.inlined_rules = g.inlined_rules;
+    } catch (const CompileBudgetExceeded& e) {
+      throw past_budget(e, options);
+    }
     out.regex_seconds = tried;
     out.dfa_seconds = since(t0);
   }

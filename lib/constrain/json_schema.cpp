@@ -124,6 +124,7 @@ Re Compiler::compile(const json& raw, const std::string& ptr) {
   // So is the work: conditionals and oneOf compile their parts more than once, recursive
   // references multiply that, and a schema past the budget is refused rather than compiled for
   // minutes.
+  compile_budget_tick();
   if (++steps_ > o_.max_compile_steps)
     fail("max_compile_steps", ptr,
          "compiling the schema takes more than " + std::to_string(o_.max_compile_steps) +

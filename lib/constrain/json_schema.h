@@ -128,6 +128,9 @@ struct SchemaOptions {
   // Subschema compiles for the whole schema (each is one compile() of an object): past it the
   // schema is refused, so that a compile never runs for minutes.
   int64_t max_compile_steps = 5'000;
+  // CPU seconds a compile (constraint.h's compile_schema: the schema to its DFA or its grammar) may
+  // take; past it the schema is refused naming max_compile_seconds. 0: no budget.
+  double max_compile_seconds = 0;
   // uniqueItems over items that are no finite enumeration: refused (false), or left to a
   // validator pass on the finished document (true; reported in SchemaNotes, the mask alone is then
   // not sound for it).

@@ -37,6 +37,7 @@ class Realworld : public Variant {
     options_.strict_properties = p.flag("strict_properties");
     options_.validator_fallback = p.text("fallback") == "validator";
     options_.unique_items_by_validator = p.text("unique_items") == "validator";
+    options_.max_compile_seconds = p.number("max_compile_seconds");
     mask_schemas_ = static_cast<size_t>(p.integer("mask_schemas"));
     vocab_name_ = p.text("vocab");
     seed_ = seed;
@@ -268,6 +269,11 @@ KindInfo realworld_info() {
                      "compiled without it, the document checked after; counted in validator_decides; implies "
                      "unique_items: validator)",
                      "refuse", {"refuse", "validator"}),
+            key_spec("max_compile_seconds", ParamType::Float,
+                     "CPU seconds one schema's compile may take: past it the schema is refused (keyword "
+                     "max_compile_seconds; #49's accounting of XGrammar and llguidance counts compiles past 10 s as "
+                     "refused); 0: no budget",
+                     Value(10.0), 0.0, 3600.0),
             key_spec("vocab", ParamType::String,
                      "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm, a tokenizer.json or a checkpoint)",
                      Value(std::string("gpt2"))),

@@ -93,7 +93,7 @@ struct HttpServer::Impl {
       if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(50)) ::malloc_trim(0);
     };
     try {
-      auto c = std::make_shared<SchemaConstraint>(schema, vocab, o.schema_path);
+      auto c = std::make_shared<SchemaConstraint>(schema, vocab, o.schema_path, o.schema_compile_seconds);
       give_back();
       return c;
     } catch (...) {

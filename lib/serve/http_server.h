@@ -26,6 +26,7 @@ struct HttpOptions {
   // one DFA (free values nested at most SchemaOptions::any_depth), or Auto (the DFA where it cuts
   // nothing off, else the grammar).
   constrain::SchemaPath schema_path = constrain::SchemaPath::Grammar;
+  double schema_compile_seconds = 10;  // a schema's compile CPU budget: past it a 400 (0: none)
   // LoRA adapters resident in the engine, by the name a request's `model` gives (vLLM's
   // --lora-modules): name -> the engine's adapter id.
   std::vector<std::pair<std::string, int>> adapters;

@@ -17,7 +17,7 @@ constrain::SchemaOptions SchemaConstraint::options() {
 }
 
 SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab,
-                                   constrain::SchemaPath path) {
+                                   constrain::SchemaPath path, double max_compile_seconds) {
   if (std::string why = constrain::budget_guarantee_problem(*vocab); !why.empty())
     throw InputError("response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
   constrain::CompiledConstraint cc;
@@ -25,7 +25,9 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
     // Structured outputs' meaning: no keys but the declared ones where additionalProperties is
     // absent (OpenAI's strict mode requires additionalProperties: false anyway); an object that
     // declares none takes the model's keys (a tool call's arguments, json_object).
-    cc = constrain::compile_constraint("response_format", schema_json, options(), path);
+    constrain::SchemaOptions o = options();
+    o.max_compile_seconds = max_compile_seconds;
+    cc = constrain::compile_constraint("response_format", schema_json, o, path);
   } catch (const std::exception& e) {
     throw InputError(fmt::format("response_format: the schema is refused: {}", e.what()));
   }

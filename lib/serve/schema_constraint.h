@@ -25,8 +25,9 @@ class SchemaConstraint : public TokenConstraint {
 
   // Throws InputError with the compiler's reason (the keyword and its pointer) when the schema is
   // refused, or the vocabulary's reason when the budget's guarantee cannot hold for it.
+  // `max_compile_seconds`: the compile's CPU budget (past it: refused; 0 none).
   SchemaConstraint(const std::string& schema_json, std::shared_ptr<const constrain::Vocabulary> vocab,
-                   constrain::SchemaPath path = constrain::SchemaPath::Grammar);
+                   constrain::SchemaPath path = constrain::SchemaPath::Grammar, double max_compile_seconds = 0);
   // Another document of the same compiled schema, from its start.
   explicit SchemaConstraint(std::shared_ptr<Compiled> compiled);
   std::shared_ptr<Compiled> compiled() const { return c_; }

@@ -2,12 +2,14 @@
 // against brute force, free values against nlohmann's parser at any depth, recursive schemas
 // against the validator, the keyword cases against the whole-schema DFA's verdicts, the
 // JSON-Schema-Test-Suite's invalid instances, and token masks against stepping every token.
+#include <chrono>
 #include <functional>
 #include <random>
 #include <set>
 
 #include <gtest/gtest.h>
 
+#include "constrain/constraint.h"
 #include "constrain/grammar.h"
 #include "constrain/grammar_generate.h"
 #include "constrain/grammar_mask.h"
@@ -377,6 +379,38 @@ TEST(GrammarGenerate, DistancesAreTheShortestCompletionsAndRandomDocumentsAreVal
   }
   EXPECT_EQ(documents, 40);
   EXPECT_GT(positions, 40);
+}
+
+}  // namespace
+}  // namespace ib::constrain
+
+namespace ib::constrain {
+namespace {
+
+// A schema whose DFA has 2^17 states (the 17th byte from the end is an `a`): past a CPU budget
+// its compile stops at once on both paths, naming max_compile_seconds; a small schema fits.
+TEST(CompileBudget, ASchemaPastItsCpuSecondsIsRefusedOnBothPaths) {
+  const json heavy = json::parse(R"({"type":"string","pattern":"^[ab]*a[ab]{16}$"})");
+  SchemaOptions o;
+  o.max_compile_seconds = 0.02;
+  for (SchemaPath path : {SchemaPath::Dfa, SchemaPath::Grammar, SchemaPath::Auto}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      compile_schema(heavy, o, path);
+      ADD_FAILURE() << "compiled within 0.02 s";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword(), "max_compile_seconds") << e.what();
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  }
+  EXPECT_NO_THROW(
+      compile_schema(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}}})"), o, SchemaPath::Grammar));
+  // An inner guard cannot extend an outer one's deadline.
+  CompileBudget outer(0.01);
+  {
+    CompileBudget inner(100);
+    EXPECT_THROW(compile_dfa(schema_to_regex(heavy)), CompileBudgetExceeded);
+  }
 }
 
 }  // namespace

@@ -513,6 +513,13 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
       EXPECT_EQ(sc->accept(spelled[i]), i + 1 == spelled.size()) << "token " << i;
     }
   }
+  // A schema past the compile budget (--schema-compile-seconds) is refused naming it.
+  try {
+    SchemaConstraint(R"({"type":"string","pattern":"^[ab]*a[ab]{16}$"})", vocab, constrain::SchemaPath::Grammar, 0.02);
+    ADD_FAILURE() << "compiled within its budget";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_compile_seconds"), std::string::npos) << e.what();
+  }
   // A schema no document satisfies is refused at admission (it failed its batch at its first token).
   try {
     SchemaConstraint(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", vocab);

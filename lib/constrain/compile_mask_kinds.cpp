@@ -25,7 +25,7 @@ namespace {
 using detail::host;
 using detail::key_names;
 using detail::kind;
-using detail::with;
+using detail::mask_kind_keys;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -186,10 +186,6 @@ class MaskVariant : public Variant {
   HostBuffer<uint32_t> staging_;
   std::vector<double> step_us_;
 };
-
-std::vector<KeySpec> mask_kind_keys() {
-  return with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)});
-}
 
 const KindRegistration compile_kind(with_python_peers(
     kind("constrain-compile",

@@ -20,5 +20,7 @@ VariantDecl host(std::string name, std::string doc, std::vector<std::string> use
 std::vector<std::string> key_names(const std::vector<KeySpec>& keys);
 // `keys` followed by `more`.
 std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more);
+// constrain-mask's keys: the constraint keys and `documents`.
+std::vector<KeySpec> mask_kind_keys();
 
 }  // namespace ib::constrain::detail

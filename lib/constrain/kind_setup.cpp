@@ -192,5 +192,9 @@ std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more) 
   return keys;
 }
 
+std::vector<KeySpec> mask_kind_keys() {
+  return with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents decoded per sample", Value(int64_t{8}), 1.0)});
+}
+
 }  // namespace detail
 }  // namespace ib::constrain

@@ -39,6 +39,19 @@ TEST(ConstrainKinds, MaskStepsAreAllowedAndTimed) {
   EXPECT_GT(metric(r.rows[0], "step_p99"), 0);
 }
 
+// The grammar path's variants: a recursive schema is rules (not max_recursion copies), its masks
+// exact on random documents' positions, every step of random documents allowed.
+TEST(ConstrainKinds, GrammarVariantsCompileAndMaskSchemas) {
+  auto c = run_spec_text("  - {name: c, kind: constrain-compile, variants: [grammar], constraint: [tool_call, tree]}\n");
+  expect_all_ok(c, 2);
+  EXPECT_GE(metric(c.rows[1], "rules"), 2);
+  EXPECT_GT(metric(c.rows[1], "first_mask"), 0);
+  auto m = run_spec_text("  - {name: m, kind: constrain-mask, variants: [grammar], constraint: tree, documents: 3}\n");
+  expect_all_ok(m, 1);
+  EXPECT_GT(metric(m.rows[0], "steps_per_run"), 3);
+  EXPECT_GT(metric(m.rows[0], "masks_built"), 2);
+}
+
 TEST(ConstrainKinds, ConstrainedOutputIsAlwaysValidUnconstrainedIsNot) {
   auto r = run_spec_text(
       "  - {name: v, kind: constrain-validity, variants: [unconstrained_retry, constrained],"

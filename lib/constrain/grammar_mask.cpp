@@ -63,6 +63,69 @@ void GrammarTokenMasker::take(int32_t node, int64_t finish, uint32_t* out) {
   set_tokens_at(node, out);
 }
 
+void GrammarTokenMasker::take_subtree(int32_t node, int64_t finish, uint32_t* out) {
+  const int32_t first = trie_->node[static_cast<size_t>(node)].token_begin;
+  const int32_t last = trie_->node[static_cast<size_t>(trie_->node[static_cast<size_t>(node)].subtree_end)].token_begin;
+  if (first == last) return;
+  if (dist_) {
+    if (finish > limit_) return;
+    reach_seen_ = std::max(reach_seen_, finish);
+  }
+  for (int32_t k = first; k < last; ++k) {
+    const auto t = static_cast<uint32_t>(trie_->tokens[static_cast<size_t>(k)]);
+    out[t >> 5] |= 1u << (t & 31);
+  }
+}
+
+int32_t GrammarTokenMasker::text_next(int32_t rule, int32_t state) {
+  if (text_next_.empty()) text_next_.resize(grammar_->rules.size());
+  auto& known = text_next_[static_cast<size_t>(rule)];
+  const GrammarRule& r = grammar_->rules[static_cast<size_t>(rule)];
+  if (known.empty()) known.assign(static_cast<size_t>(r.dfa.num_states), -3);
+  int32_t& k = known[static_cast<size_t>(state)];
+  if (k == -3) {
+    k = r.dfa.step(state, ' ');
+    for (int b = 0x21; k != -2 && b < 0x7F; ++b)
+      if (b != '"' && b != '\\' && r.dfa.step(state, static_cast<uint8_t>(b)) != k) k = -2;
+  }
+  return k;
+}
+
+bool GrammarTokenMasker::take_text_subtree(int32_t c, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out) {
+  const int32_t rule = base.back().rule;
+  const GrammarRule& r = grammar_->rules[static_cast<size_t>(rule)];
+  const int32_t first = trie_->by_length_begin[static_cast<size_t>(c)], last = trie_->by_length_begin[static_cast<size_t>(c) + 1];
+  if (first == last) return true;
+  const int32_t depth = trie_->node[static_cast<size_t>(c)].depth;
+  const int32_t longest = trie_->length_of[static_cast<size_t>(last) - 1];
+  // chain_[k]: the state after depth + k bytes (-1 once dead); every live one must be plain.
+  chain_.assign(1, state);
+  for (int32_t k = 1; k <= longest - depth; ++k) {
+    const int32_t prev = chain_.back();
+    int32_t next = -1;
+    if (prev >= 0) {
+      next = text_next(rule, prev);
+      if (next == -2) return false;
+      if (next >= 0 && !r.live[static_cast<size_t>(next)]) next = -1;
+      if (next >= 0 && !r.plain[static_cast<size_t>(next)]) return false;
+    }
+    chain_.push_back(next);
+  }
+  const std::vector<int32_t>* top_dist = dist_ ? &dist_->dist[static_cast<size_t>(rule)] : nullptr;
+  for (int32_t k = first; k < last; ++k) {
+    const int32_t end = chain_[static_cast<size_t>(trie_->length_of[static_cast<size_t>(k)] - depth)];
+    if (end < 0) break;  // longer tokens are dead too
+    if (dist_) {
+      const int64_t finish = add(below, (*top_dist)[static_cast<size_t>(end)]);
+      if (finish > limit_) continue;
+      reach_seen_ = std::max(reach_seen_, finish);
+    }
+    const auto t = static_cast<uint32_t>(trie_->by_length[static_cast<size_t>(k)]);
+    out[t >> 5] |= 1u << (t & 31);
+  }
+  return true;
+}
+
 void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out,
                                   std::vector<int32_t>* returns) {
   const GrammarRule& r = grammar_->rules[static_cast<size_t>(base.back().rule)];
@@ -72,7 +135,19 @@ void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int64_
     const int32_t t = r.dfa.step(state, trie_->node[static_cast<size_t>(c)].byte);
     if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
     if (r.plain[static_cast<size_t>(t)]) {
-      take(c, top_dist ? add(below, (*top_dist)[static_cast<size_t>(t)]) : 0, out);
+      const int64_t finish = top_dist ? add(below, (*top_dist)[static_cast<size_t>(t)]) : 0;
+      const auto& n = trie_->node[static_cast<size_t>(c)];
+      // String content: a token of text bytes only stays in this state (a loop: the whole subtree
+      // at once), or ends where its length leads down the text successors (maxLength's counting).
+      if (n.text_below && n.byte >= 0x20 && n.byte < 0x7F && n.byte != '"' && n.byte != '\\') {
+        const int32_t next = text_next(base.back().rule, t);
+        if (next == t) {
+          take_subtree(c, finish, out);
+          continue;
+        }
+        if (next != -2 && take_text_subtree(c, base, below, t, out)) continue;
+      }
+      take(c, finish, out);
       walk_top(c, base, below, t, out, returns);
       continue;
     }

@@ -74,6 +74,16 @@ class GrammarTokenMasker {
   void set_tokens_at(int32_t node, uint32_t* out) const;
   // Sets node's tokens when their position (`finish` bytes from the end) is within the limit.
   void take(int32_t node, int64_t finish, uint32_t* out);
+  // The same for every token of node's subtree (its own included).
+  void take_subtree(int32_t node, int64_t finish, uint32_t* out);
+  // The state every text byte (printable ASCII but '"' and '\\') leads to from the rule's state
+  // when they all lead to one (-1: none continues), else -2: string content, counted
+  // (maxLength) or not (a loop), where a token of text bytes only ends where its length says.
+  int32_t text_next(int32_t rule, int32_t state);
+  // The tokens of trie node c's subtree, all text bytes, whose node is reached at `state` (plain)
+  // of base's top rule: each ends `length` steps down the text successors. False (nothing set)
+  // when a state on the way is not plain: the caller walks the subtree.
+  bool take_text_subtree(int32_t c, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
@@ -83,6 +93,8 @@ class GrammarTokenMasker {
   int64_t limit_ = GrammarDistances::kNone;
   int64_t reach_seen_ = 0;
   std::unordered_map<uint64_t, FrameMask> frames_;
+  std::vector<std::vector<int32_t>> text_next_;  // [rule][state]: -3 not yet known
+  std::vector<int32_t> chain_;                   // scratch: the states down a text chain
   std::unordered_map<std::string, PositionMask> positions_;
   std::vector<uint32_t> scratch_;
 };

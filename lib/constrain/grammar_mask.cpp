@@ -8,13 +8,12 @@ namespace ib::constrain {
 namespace {
 
 // A position's cache key: its stacks' frames, in order.
-std::string position_key(const GrammarStacks& stacks) {
-  std::string key;
+void position_key(const GrammarStacks& stacks, std::string& key) {
+  key.clear();
   for (const auto& st : stacks) {
     key.append(reinterpret_cast<const char*>(st.data()), st.size() * sizeof(GrammarFrame));
     key.push_back('|');
   }
-  return key;
 }
 
 bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
@@ -192,7 +191,9 @@ const GrammarTokenMasker::FrameMask& GrammarTokenMasker::frame_mask(const Gramma
 }
 
 const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* reach) {
-  const std::string key = position_key(stacks);
+  // The key in a buffer kept across calls: a step that finds its position allocates nothing.
+  position_key(stacks, key_);
+  const std::string& key = key_;
   if (auto it = positions_.find(key); it != positions_.end()) {
     if (reach) *reach = it->second.reach;
     return it->second.mask.data();

@@ -96,6 +96,7 @@ class GrammarTokenMasker {
   std::vector<std::vector<int32_t>> text_next_;  // [rule][state]: -3 not yet known
   std::vector<int32_t> chain_;                   // scratch: the states down a text chain
   std::unordered_map<std::string, PositionMask> positions_;
+  std::string key_;
   std::vector<uint32_t> scratch_;
 };
 

@@ -109,6 +109,12 @@ SyntheticParams synthetic_params(const Point& p) {
   return s;
 }
 
+// An engine row's: the engine's decode, then the policy over the prompt and the new tokens.
+std::string engine_policy_unsupported(const std::string& policy, const Point& p) {
+  if (std::string why = engine_decode_unsupported(p); !why.empty()) return why;
+  return policy_unsupported(policy, p, static_cast<int>(p.integer("prompt") + p.integer("new_tokens")));
+}
+
 class SyntheticVariant : public Variant {
  public:
   explicit SyntheticVariant(std::string policy) : policy_(std::move(policy)) {}
@@ -241,10 +247,7 @@ class EngineVariant : public Variant {
   // from that head only (Model::set_kept_head); otherwise one kept set for the whole model.
   explicit EngineVariant(std::string policy, bool per_head = false) : policy_(std::move(policy)), per_head_(per_head) {}
 
-  std::string unsupported(const Point& p) const override {
-    if (std::string why = engine_decode_unsupported(p); !why.empty()) return why;
-    return policy_unsupported(policy_, p, static_cast<int>(p.integer("prompt") + p.integer("new_tokens")));
-  }
+  std::string unsupported(const Point& p) const override { return engine_policy_unsupported(policy_, p); }
 
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
     ref_ = reference_decode(p, seed);
@@ -359,10 +362,7 @@ class EngineVariant : public Variant {
 // context alone, and a policy's against it what the policy loses beyond that.
 class WindowRecomputeVariant : public Variant {
  public:
-  std::string unsupported(const Point& p) const override {
-    if (std::string why = engine_decode_unsupported(p); !why.empty()) return why;
-    return policy_unsupported("sliding_window", p, static_cast<int>(p.integer("prompt") + p.integer("new_tokens")));
-  }
+  std::string unsupported(const Point& p) const override { return engine_policy_unsupported("sliding_window", p); }
 
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
     ref_ = reference_decode(p, seed);

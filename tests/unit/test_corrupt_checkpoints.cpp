@@ -50,6 +50,9 @@ class Corrupt : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
+  // Where `file` lives: the adapter's directory for adapter_*, else the model's.
+  fs::path path_of(const std::string& file) const { return root_ / (file.rfind("adapter", 0) == 0 ? "adapter" : "model") / file; }
+
   // Loads what `file` feeds, as serve does: "" when it loads, else the InputError's text.
   std::string load(const std::string& file) {
     const std::string model = (root_ / "model").string(), adapter = (root_ / "adapter").string();
@@ -72,7 +75,7 @@ class Corrupt : public ::testing::Test {
   // none). What went wrong is added to problems_.
   void expect_clean(const std::string& file, const std::string& bytes, const std::string& key, const std::string& what,
                     bool must_refuse = false) {
-    const fs::path path = root_ / (file.rfind("adapter", 0) == 0 ? "adapter" : "model") / file;
+    const fs::path path = path_of(file);
     const std::string good = read_bytes(path);
     write_bytes(path, bytes);
     ++cases_;
@@ -97,7 +100,7 @@ class Corrupt : public ::testing::Test {
 
   // Every key (and the keys of nested objects of at most 12 keys) removed or replaced.
   void sweep_json(const std::string& file) {
-    const std::string text = read_bytes(root_ / (file.rfind("adapter", 0) == 0 ? "adapter" : "model") / file);
+    const std::string text = read_bytes(path_of(file));
     const Json good = Json::parse(text);
     const std::vector<Json> wrong = {nullptr, "x", -1, 1e300, 0.5, Json::array(), Json::object(), true, int64_t{1} << 40};
     std::function<void(const Json::json_pointer&, const Json&)> walk = [&](const Json::json_pointer& at, const Json& node) {
@@ -123,7 +126,7 @@ class Corrupt : public ::testing::Test {
 
   // The 8-byte header length, the header's entries, the data cut short, a NaN weight.
   void sweep_safetensors(const std::string& file) {
-    const std::string bytes = read_bytes(root_ / (file.rfind("adapter", 0) == 0 ? "adapter" : "model") / file);
+    const std::string bytes = read_bytes(path_of(file));
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
     const Json header = Json::parse(bytes.substr(8, n));

@@ -8,6 +8,7 @@
 
 #include "core/registry.h"
 #include "core/value.h"
+#include "core/variant.h"
 
 namespace ib::constrain::detail {
 
@@ -22,5 +23,8 @@ std::vector<std::string> key_names(const std::vector<KeySpec>& keys);
 std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more);
 // constrain-mask's keys: the constraint keys and `documents`.
 std::vector<KeySpec> mask_kind_keys();
+// constrain-mask's per-step metrics: steps per run (`steps`), step p50 / p99 / mean (µs) of the
+// measured `step_us`, and the bitmask's bytes (`words` 32-bit words).
+std::vector<Metric> mask_step_metrics(const std::vector<double>& step_us, size_t steps, size_t words);
 
 }  // namespace ib::constrain::detail

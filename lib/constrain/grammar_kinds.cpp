@@ -162,17 +162,11 @@ class MaskGrammar : public Variant {
     frames_ = masker_->frames_computed();
   }
   std::vector<Metric> metrics() const override {
-    Stats st = summarize(step_us_);
-    std::vector<double> sorted = step_us_;
-    std::sort(sorted.begin(), sorted.end());
     size_t steps = 0;
     for (const auto& d : docs_) steps += d.size() + 1;
-    return {{"steps_per_run", static_cast<double>(steps), ""},
-            {"step_p50", st.median, "us"},
-            {"step_p99", percentile_sorted(sorted, 0.99), "us"},
-            {"step_mean", st.mean, "us"},
-            {"bitmask", static_cast<double>(words_ * sizeof(uint32_t)), "B"},
-            {"masks_built", static_cast<double>(frames_), ""}};
+    std::vector<Metric> m = detail::mask_step_metrics(step_us_, steps, words_);
+    m.push_back({"masks_built", static_cast<double>(frames_), ""});
+    return m;
   }
 
  private:

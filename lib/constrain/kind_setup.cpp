@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "core/json_input.h"
 #include "core/registry.h"
+#include "core/stats.h"
 
 namespace ib::constrain {
 
@@ -190,6 +191,17 @@ std::vector<std::string> key_names(const std::vector<KeySpec>& keys) {
 std::vector<KeySpec> with(std::vector<KeySpec> keys, std::vector<KeySpec> more) {
   keys.insert(keys.end(), more.begin(), more.end());
   return keys;
+}
+
+std::vector<Metric> mask_step_metrics(const std::vector<double>& step_us, size_t steps, size_t words) {
+  const Stats st = summarize(step_us);
+  std::vector<double> sorted = step_us;
+  std::sort(sorted.begin(), sorted.end());
+  return {{"steps_per_run", static_cast<double>(steps), ""},
+          {"step_p50", st.median, "us"},
+          {"step_p99", percentile_sorted(sorted, 0.99), "us"},
+          {"step_mean", st.mean, "us"},
+          {"bitmask", static_cast<double>(words * sizeof(uint32_t)), "B"}};
 }
 
 std::vector<KeySpec> mask_kind_keys() {

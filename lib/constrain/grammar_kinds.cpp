@@ -26,10 +26,6 @@ using detail::host;
 using detail::key_names;
 using detail::mask_kind_keys;
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 std::string schema_only(const Point& p) {
   const std::string c = p.text("constraint");
   if (c.rfind("regex:", 0) == 0 || c.rfind("choice:", 0) == 0)
@@ -88,7 +84,7 @@ class CompileGrammar : public Variant {
     auto t0 = std::chrono::steady_clock::now();
     masker_ = std::make_unique<GrammarTokenMasker>(c.grammar, setup_.vocab);
     masker_->mask(grammar_start(*c.grammar));
-    first_ms_ += ms_since(t0);
+    first_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     rules_ms_ += (c.regex_seconds + c.dfa_seconds) * 1e3;
     ++runs_;
     rules_ = c.grammar->compiled_rules;

@@ -82,7 +82,7 @@ struct Drawn {
   int tokens = 0;
   bool ended = false;
 };
-Drawn draw(GrammarBudgetMasker& budget, const Vocabulary& vocab, int max_tokens, std::mt19937_64& rng) {
+Drawn draw_document(GrammarBudgetMasker& budget, const Vocabulary& vocab, int max_tokens, std::mt19937_64& rng) {
   Drawn out;
   const Grammar& g = budget.grammar();
   GrammarStacks at = grammar_start(g);
@@ -122,7 +122,7 @@ TEST(GrammarBudget, RandomDocumentsEndValidWithinMaxTokens) {
     for (int extra : {0, 3, 30}) {
       const int max_tokens = budget.min_tokens() + extra;
       for (int i = 0; i < 4; ++i) {
-        const Drawn doc = draw(budget, *vocab, max_tokens, rng);
+        const Drawn doc = draw_document(budget, *vocab, max_tokens, rng);
         SCOPED_TRACE(std::string(schema) + " max_tokens " + std::to_string(max_tokens) + ": '" + doc.text + "'");
         ASSERT_TRUE(doc.ended);
         EXPECT_LE(doc.tokens, max_tokens);

@@ -23,15 +23,17 @@ bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
 }
 
 constexpr size_t kMaxPositionsCached = 4096;
-constexpr int64_t kNone = GrammarDistances::kNone;
+constexpr int64_t kUnfinishable = GrammarDistances::kNone;
 
-int64_t add(int64_t a, int64_t b) { return a >= kNone || b >= kNone ? kNone : std::min(a + b, kNone); }
+int64_t add_distances(int64_t a, int64_t b) {
+  return a >= kUnfinishable || b >= kUnfinishable ? kUnfinishable : std::min(a + b, kUnfinishable);
+}
 
 // The distance of a stack's frames under its top.
 int64_t below_top(const GrammarDistances& d, const GrammarStack& st) {
   int64_t sum = 0;
   for (size_t i = 0; i + 1 < st.size(); ++i)
-    sum = add(sum, d.dist[static_cast<size_t>(st[i].rule)][static_cast<size_t>(st[i].state)]);
+    sum = add_distances(sum, d.dist[static_cast<size_t>(st[i].rule)][static_cast<size_t>(st[i].state)]);
   return sum;
 }
 
@@ -115,7 +117,7 @@ bool GrammarTokenMasker::take_text_subtree(int32_t c, const GrammarStack& base, 
     const int32_t end = chain_[static_cast<size_t>(trie_->length_of[static_cast<size_t>(k)] - depth)];
     if (end < 0) break;  // longer tokens are dead too
     if (dist_) {
-      const int64_t finish = add(below, (*top_dist)[static_cast<size_t>(end)]);
+      const int64_t finish = add_distances(below, (*top_dist)[static_cast<size_t>(end)]);
       if (finish > limit_) continue;
       reach_seen_ = std::max(reach_seen_, finish);
     }
@@ -134,7 +136,7 @@ void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int64_
     const int32_t t = r.dfa.step(state, trie_->node[static_cast<size_t>(c)].byte);
     if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
     if (r.plain[static_cast<size_t>(t)]) {
-      const int64_t finish = top_dist ? add(below, (*top_dist)[static_cast<size_t>(t)]) : 0;
+      const int64_t finish = top_dist ? add_distances(below, (*top_dist)[static_cast<size_t>(t)]) : 0;
       const auto& n = trie_->node[static_cast<size_t>(c)];
       // String content: a token of text bytes only stays in this state (a loop: the whole subtree
       // at once), or ends where its length leads down the text successors (maxLength's counting).
@@ -199,12 +201,12 @@ const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* r
     return it->second.mask.data();
   }
   std::fill(scratch_.begin(), scratch_.end(), 0u);
-  int64_t position_reach = dist_ ? 0 : kNone;
+  int64_t position_reach = dist_ ? 0 : kUnfinishable;
   for (const auto& st : stacks) {
     const FrameMask& fm = frame_mask(st.back());
     for (size_t w = 0; w < words_; ++w) scratch_[w] |= fm.inside[w];
     // An inside token leads to the frame's own stacks over the frames below this one.
-    if (dist_) position_reach = std::max(position_reach, add(below_top(*dist_, st), fm.reach));
+    if (dist_) position_reach = std::max(position_reach, add_distances(below_top(*dist_, st), fm.reach));
     if (st.size() < 2 || fm.returns.empty()) continue;
     // The rule returns part-way through these tokens: the rest of their bytes in the caller's.
     GrammarStacks caller = {GrammarStack(st.begin(), st.end() - 1)};
@@ -220,7 +222,7 @@ const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* r
   if (positions_.size() >= kMaxPositionsCached) positions_.clear();
   PositionMask& p = positions_[key];
   p.mask = scratch_;
-  p.reach = static_cast<int32_t>(std::min(position_reach, kNone));
+  p.reach = static_cast<int32_t>(std::min(position_reach, kUnfinishable));
   if (reach) *reach = p.reach;
   return p.mask.data();
 }
@@ -230,7 +232,7 @@ void GrammarTokenMasker::mask_within(const GrammarStacks& stacks, int32_t limit,
   std::fill(out, out + words_, 0u);
   limit_ = limit;
   walk(0, stacks, out, nullptr);
-  limit_ = kNone;
+  limit_ = kUnfinishable;
   if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
     out[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
 }

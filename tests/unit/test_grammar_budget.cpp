@@ -151,3 +151,46 @@ TEST(GrammarBudget, MinTokensAndAnEmptyLanguage) {
 
 }  // namespace
 }  // namespace ib::constrain
+
+namespace ib::constrain {
+namespace {
+
+// A vocabulary without single-byte tokens for some bytes (SmolLM2's has none for most control
+// bytes): the grammar's budget counts only the bytes it can spell one token each, so documents
+// still end valid within the tightest budget; a schema every document of which needs a missing
+// byte is refused by name.
+TEST(GrammarBudget, HoldsWithSingleByteTokensMissing) {
+  auto without = [](const std::string& bytes) {
+    auto v = std::make_shared<Vocabulary>(*load_vocabulary("gpt2"));
+    for (int32_t t = 0; t < v->size(); ++t) {
+      const std::string& b = v->token_bytes[static_cast<size_t>(t)];
+      if (b.size() == 1 && bytes.find(b[0]) != std::string::npos) v->special[static_cast<size_t>(t)] = 1;
+    }
+    return std::shared_ptr<const Vocabulary>(v);
+  };
+  const std::string schema = R"({"type":"object","properties":{"w":{"type":"string","pattern":"^[a-z]{2,6}$"},)"
+                             R"("kids":{"type":"array","items":{"$ref":"#"}}},"required":["w"],"additionalProperties":false})";
+  const json parsed_schema = json::parse(schema);
+  const SchemaValidator validator(parsed_schema);
+  auto g = budget_grammar(schema);
+  GrammarBudgetMasker full(g, load_vocabulary("gpt2"));
+  GrammarBudgetMasker some(g, without("qxz"));  // letters no shortest document needs
+  ASSERT_EQ(some.guarantee_problem(), "");
+  EXPECT_EQ(some.min_tokens(), full.min_tokens());
+  std::mt19937_64 rng(23);
+  auto v = without("qxz");
+  GrammarBudgetMasker budget(g, v);
+  for (int i = 0; i < 6; ++i) {
+    const Drawn doc = draw_document(budget, *v, budget.min_tokens() + (i % 2) * 20, rng);
+    SCOPED_TRACE(doc.text);
+    ASSERT_TRUE(doc.ended);
+    const json parsed = json::parse(doc.text, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded());
+    EXPECT_TRUE(validator.valid(parsed));
+  }
+  GrammarBudgetMasker no_quote(g, without("\""));  // every document spells a key
+  EXPECT_NE(no_quote.guarantee_problem().find("lacks single-byte tokens"), std::string::npos) << no_quote.guarantee_problem();
+}
+
+}  // namespace
+}  // namespace ib::constrain

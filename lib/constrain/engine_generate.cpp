@@ -121,6 +121,24 @@ const uint32_t* BudgetMasker::mask(int32_t state, int left) {
   return step_.data();
 }
 
+BudgetedMasks::BudgetedMasks(const CompiledConstraint& c, std::shared_ptr<const Vocabulary> vocab) : vocab_(std::move(vocab)) {
+  if (c.grammar)
+    grammar_ = std::make_unique<GrammarBudgetMasker>(c.grammar, vocab_);
+  else
+    dfa_ = std::make_unique<BudgetMasker>(c.dfa, vocab_);
+}
+
+int32_t BudgetedMasks::min_tokens() const { return grammar_ ? grammar_->min_tokens() : dfa_->constraint().min_tokens(); }
+
+std::string BudgetedMasks::guarantee_problem() const {
+  return grammar_ ? grammar_->guarantee_problem() : budget_guarantee_problem(dfa_->constraint());
+}
+
+std::unique_ptr<DocumentCursor> BudgetedMasks::cursor() {
+  if (grammar_) return std::make_unique<GrammarCursor>(*grammar_, vocab_);
+  return std::make_unique<DfaCursor>(*dfa_, vocab_);
+}
+
 bool DfaCursor::complete_at_start() const {
   return masker_.constraint().done[static_cast<size_t>(masker_.constraint().dfa->start)] != 0;
 }
@@ -260,17 +278,11 @@ class EngineGenerateVariant : public Variant {
       setup.load(p, false);
       if (std::string why = budget_guarantee_problem(*setup.vocab); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
       const CompiledConstraint compiled = setup.compile(path_);
-      int32_t min_tokens = 0;
-      if (path_ == SchemaPath::Grammar) {
-        if (!compiled.grammar) return "the grammar path is for JSON Schema constraints (" + setup.constraint + " is one DFA)";
-        const GrammarBudgetMasker g(compiled.grammar, setup.vocab);
-        if (std::string why = g.guarantee_problem(); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
-        min_tokens = g.min_tokens();
-      } else {
-        BudgetedConstraint c(compiled.dfa, setup.vocab.get());
-        if (std::string why = budget_guarantee_problem(c); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
-        min_tokens = c.min_tokens();
-      }
+      if (path_ == SchemaPath::Grammar && !compiled.grammar)
+        return "the grammar path is for JSON Schema constraints (" + setup.constraint + " is one DFA)";
+      const BudgetedMasks masks(compiled, setup.vocab);
+      if (std::string why = masks.guarantee_problem(); !why.empty()) return "vocab " + p.text("vocab") + ": " + why;
+      const int32_t min_tokens = masks.min_tokens();
       const int64_t max_tokens = p.integer("max_tokens");
       if (max_tokens < min_tokens)
         return fmt::format("max_tokens {} is below the {} tokens the shortest document of {} needs ({} bytes, then EOS)",
@@ -283,16 +295,13 @@ class EngineGenerateVariant : public Variant {
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     setup_.load(p);
     compiled_ = setup_.compile(constrained_ ? path_ : SchemaPath::Dfa);
-    if (compiled_.grammar) {
+    if (compiled_.grammar)
       grammar_dist_ = grammar_distances(*compiled_.grammar);
-      grammar_masker_ = std::make_unique<GrammarBudgetMasker>(compiled_.grammar, setup_.vocab);
-      cursor_ = std::make_unique<GrammarCursor>(*grammar_masker_, setup_.vocab);
-    } else {
+    else
       constraint_ = std::make_unique<BudgetedConstraint>(compiled_.dfa);
-      if (constrained_) {
-        masker_ = std::make_unique<BudgetMasker>(compiled_.dfa, setup_.vocab);
-        cursor_ = std::make_unique<DfaCursor>(*masker_, setup_.vocab);
-      }
+    if (constrained_) {
+      masks_ = std::make_unique<BudgetedMasks>(compiled_, setup_.vocab);
+      cursor_ = masks_->cursor();
     }
     valid_ = validity_check(compiled_);
     documents_ = static_cast<int>(p.integer("documents"));
@@ -385,7 +394,7 @@ class EngineGenerateVariant : public Variant {
     std::string out;
     if (compiled_.grammar)
       out = fmt::format("grammar: {} rules, {} positions filtered by the budget", compiled_.grammar->compiled_rules,
-                        grammar_masker_->filtered_steps());
+                        masks_->grammar()->filtered_steps());
     if (!text_) return out;
     return (out.empty() ? "" : out + "; ") + fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]),
                                                          text_->tokens[0].size(), text_->tokenizer->name());
@@ -423,8 +432,7 @@ class EngineGenerateVariant : public Variant {
   CompiledConstraint compiled_;
   std::unique_ptr<BudgetedConstraint> constraint_;  // distances, for the oracle's sanity documents
   GrammarDistances grammar_dist_;                   // the same on the grammar path
-  std::unique_ptr<BudgetMasker> masker_;
-  std::unique_ptr<GrammarBudgetMasker> grammar_masker_;
+  std::unique_ptr<BudgetedMasks> masks_;            // constrained: the masks its documents share
   std::unique_ptr<DocumentCursor> cursor_;
   std::function<bool(const std::string&)> valid_;
   std::unique_ptr<model::Model> model_;

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "constrain/automaton.h"
+#include "constrain/constraint.h"
 #include "constrain/document_cursor.h"
+#include "constrain/grammar_budget.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
 #include "core/registry.h"
@@ -97,6 +99,27 @@ std::string budget_guarantee_problem(const Vocabulary& vocab);
 // path of single-byte tokens finishes a document; else why not (an empty language, or missing
 // byte tokens).
 std::string budget_guarantee_problem(const BudgetedConstraint& c);
+
+// A compiled constraint's budget-aware masks, whichever automaton holds it (its DFA's
+// BudgetMasker or its grammar's GrammarBudgetMasker): what the documents written from it share.
+class BudgetedMasks {
+ public:
+  BudgetedMasks(const CompiledConstraint& c, std::shared_ptr<const Vocabulary> vocab);
+  // The fewest tokens a document takes, EOS included.
+  int32_t min_tokens() const;
+  // "" when the budget's guarantee holds; else why not (an empty language, missing byte tokens).
+  std::string guarantee_problem() const;
+  // A new document's cursor (it refers to these masks: they must outlive it).
+  std::unique_ptr<DocumentCursor> cursor();
+  // The grammar's masker (null on the DFA path).
+  GrammarBudgetMasker* grammar() { return grammar_.get(); }
+  const GrammarBudgetMasker* grammar() const { return grammar_.get(); }
+
+ private:
+  std::shared_ptr<const Vocabulary> vocab_;
+  std::unique_ptr<BudgetMasker> dfa_;
+  std::unique_ptr<GrammarBudgetMasker> grammar_;
+};
 
 struct EngineDocument {
   std::string text;

@@ -34,35 +34,21 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
   auto c = std::make_shared<Compiled>();
   c->vocab = std::move(vocab);
   c->compile_seconds = cc.regex_seconds + cc.dfa_seconds;
-  std::string why;
-  if (cc.grammar) {
-    c->grammar = std::make_unique<constrain::GrammarBudgetMasker>(cc.grammar, c->vocab);
-    why = c->grammar->guarantee_problem();
-  } else {
-    c->dfa = std::make_unique<constrain::BudgetMasker>(cc.dfa, c->vocab);
-    why = constrain::budget_guarantee_problem(c->dfa->constraint());
-  }
+  c->masks = std::make_unique<constrain::BudgetedMasks>(cc, c->vocab);
   // Known at admission, so refused then: decoding it would fail at its first token.
-  if (!why.empty())
+  if (std::string why = c->masks->guarantee_problem(); !why.empty())
     throw InputError(why.rfind("no document", 0) == 0
                          ? "response_format: no JSON document satisfies the schema (its language is empty)"
                          : "response_format: this model's vocabulary cannot hold the constraint's guarantee: " + why);
   c_ = std::move(c);
-  start();
+  cursor_ = c_->masks->cursor();
 }
 
-SchemaConstraint::SchemaConstraint(std::shared_ptr<Compiled> compiled) : c_(std::move(compiled)) { start(); }
+SchemaConstraint::SchemaConstraint(std::shared_ptr<Compiled> compiled) : c_(std::move(compiled)), cursor_(c_->masks->cursor()) {}
 
-void SchemaConstraint::start() {
-  if (c_->grammar)
-    cursor_ = std::make_unique<constrain::GrammarCursor>(*c_->grammar, c_->vocab);
-  else
-    cursor_ = std::make_unique<constrain::DfaCursor>(*c_->dfa, c_->vocab);
-}
-
-int SchemaConstraint::min_tokens() const { return c_->grammar ? c_->grammar->min_tokens() : c_->dfa->constraint().min_tokens(); }
+int SchemaConstraint::min_tokens() const { return c_->masks->min_tokens(); }
 double SchemaConstraint::compile_seconds() const { return c_->compile_seconds; }
-bool SchemaConstraint::on_grammar() const { return c_->grammar != nullptr; }
+bool SchemaConstraint::on_grammar() const { return c_->masks->grammar() != nullptr; }
 
 int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) {
   (void)vocab;  // ids past the tokenizer's vocabulary are no tokens: never chosen

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "constrain/engine_generate.h"
-#include "constrain/grammar_budget.h"
 #include "constrain/json_schema.h"
 #include "constrain/vocab.h"
 #include "serve/serve_request.h"
@@ -43,8 +42,6 @@ class SchemaConstraint : public TokenConstraint {
   bool accept(int32_t token) override;
 
  private:
-  void start();  // the cursor at the document's start
-
   std::shared_ptr<Compiled> c_;
   std::unique_ptr<constrain::DocumentCursor> cursor_;
   std::vector<double> scratch_;
@@ -52,8 +49,7 @@ class SchemaConstraint : public TokenConstraint {
 
 struct SchemaConstraint::Compiled {
   std::shared_ptr<const constrain::Vocabulary> vocab;
-  std::unique_ptr<constrain::BudgetMasker> dfa;
-  std::unique_ptr<constrain::GrammarBudgetMasker> grammar;
+  std::unique_ptr<constrain::BudgetedMasks> masks;
   double compile_seconds = 0;
 };
 

@@ -497,7 +497,7 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
       "arguments": {"type": "object"}}, "required": ["name", "arguments"]})";
   SchemaConstraint on_grammar(tool_schema, vocab);
   ASSERT_TRUE(on_grammar.on_grammar());
-  const constrain::Grammar& g = on_grammar.compiled()->grammar->grammar();
+  const constrain::Grammar& g = on_grammar.compiled()->masks->grammar()->grammar();
   const std::vector<int32_t> spelled = constrain::grammar_tokenize_greedy(g, *vocab, *constrain::vocab_trie(vocab), deep);
   ASSERT_FALSE(spelled.empty());
   for (bool first : {true, false}) {

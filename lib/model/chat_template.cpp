@@ -37,12 +37,22 @@ ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::strin
   }
 }
 
-std::string ChatTemplate::render(const std::vector<ChatTurn>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(const std::vector<ChatTurn>& messages, bool add_generation_prompt,
+                                 const std::string& tools_json) const {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  for (const auto& m : messages) {
+    nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
+    if (!m.fields_json.empty()) {
+      const auto fields = nlohmann::ordered_json::parse(m.fields_json);
+      for (const auto& [k, v] : fields.items()) message[k] = v;
+    }
+    list.push_back(std::move(message));
+  }
+  nlohmann::ordered_json variables = {
+      {"messages", list}, {"add_generation_prompt", add_generation_prompt}, {"bos_token", bos_}, {"eos_token", eos_}};
+  if (!tools_json.empty()) variables["tools"] = nlohmann::ordered_json::parse(tools_json);
   try {
-    auto context = minja::Context::make(minja::Value(nlohmann::ordered_json{
-        {"messages", list}, {"add_generation_prompt", add_generation_prompt}, {"bos_token", bos_}, {"eos_token", eos_}}));
+    auto context = minja::Context::make(minja::Value(variables));
     // transformers defines strftime_now for templates that date their system prompt.
     context->set("strftime_now", minja::Value::callable([](const std::shared_ptr<minja::Context>&, minja::ArgumentsValue& args) {
                    args.expectArgs("strftime_now", {1, 1}, {0, 0});

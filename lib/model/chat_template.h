@@ -18,6 +18,9 @@ namespace ib::model {
 struct ChatTurn {
   std::string role;
   std::string content;
+  // The message's other fields as a JSON object's text (an assistant turn's tool_calls, a tool
+  // turn's tool_call_id and name), merged into the message the template reads; "" for none.
+  std::string fields_json = {};
 };
 
 class ChatTemplate {
@@ -27,8 +30,9 @@ class ChatTemplate {
   ChatTemplate(std::string source, std::string bos_token, std::string eos_token, std::string origin);
   // The conversation as text, with the assistant's turn opened when add_generation_prompt. A
   // template that fails (raise_exception, a missing variable it needs) is an InputError naming
-  // the origin and the template's own message.
-  std::string render(const std::vector<ChatTurn>& messages, bool add_generation_prompt) const;
+  // the origin and the template's own message. `tools_json`: the request's tools as a JSON
+  // array's text, the template's `tools` (undefined when ""), as transformers passes them.
+  std::string render(const std::vector<ChatTurn>& messages, bool add_generation_prompt, const std::string& tools_json = {}) const;
   const std::string& origin() const { return origin_; }
   const std::string& source() const { return source_; }
 

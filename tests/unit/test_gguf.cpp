@@ -21,6 +21,7 @@
 
 #include "core/errors.h"
 #include "core/gguf_file.h"
+#include "core/input_file.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/gguf_checkpoint.h"
@@ -673,6 +674,32 @@ TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
   const model::ChatTemplate raises("{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}",
                                    "", "", "strict.jinja");
   expect_refused([&] { raises.render({{"user", "x"}}, true); }, {"strict.jinja", "a system turn first"});
+}
+
+// A template with tools (ours, in the hermes format) renders conversations with tools, an
+// assistant's tool calls and the tools' results as transformers' renderer did
+// (scripts/make-chat-fixtures): the messages' other fields and the tools reach the template with
+// their keys in the client's order, and its `tojson` writes them as Python's json.dumps.
+TEST(ChatTemplate, ToolsAndToolCallsRenderAsTransformersDoes) {
+  std::ifstream in(kSource + "/tests/data/chat/hermes-tools.golden.json");
+  const auto golden = nlohmann::ordered_json::parse(in);
+  const model::ChatTemplate t(read_input_file(kSource + "/tests/data/chat/hermes-tools.jinja", 1 << 20), "", "",
+                              "hermes-tools.jinja");
+  int cases = 0;
+  for (const auto& c : golden.at("cases")) {
+    std::vector<model::ChatTurn> turns;
+    for (const auto& m : c.at("messages")) {
+      nlohmann::ordered_json fields = m;
+      fields.erase("role");
+      fields.erase("content");
+      turns.push_back({m.at("role"), m.at("content"), fields.empty() ? "" : fields.dump()});
+    }
+    const std::string tools = c.at("tools").is_null() ? "" : c.at("tools").dump();
+    EXPECT_EQ(t.render(turns, c.at("add_generation_prompt").get<bool>(), tools), c.at("rendered").get<std::string>())
+        << "case " << cases;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 3);
 }
 
 // SmolLM2's own template (from the GGUF) renders each chat as transformers' apply_chat_template

@@ -2591,7 +2591,7 @@ private:
               if (post_space == SpaceHandling::Strip) {
                 static std::regex trailing_space_regex(R"(\s+$)");
                 text = std::regex_replace(text, trailing_space_regex, "");
-              } else if (options.lstrip_blocks && it != end) {
+              } else if (options.lstrip_blocks && it != end && !dynamic_cast<ExpressionTemplateToken*>((*it).get())) {
                 auto i = text.size();
                 while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) i--;
                 if ((i == 0 && (it - 1) == begin) || (i > 0 && text[i - 1] == '\n')) {

@@ -43,6 +43,7 @@ struct ServeOptions {
   serve::HttpOptions http;  // limits and origins (host, port and the model's names are set in serve())
   std::string chat_template = "auto";
   std::string generation_prompt = "assistant:";
+  bool auto_tool_choice = false;  // vLLM's --enable-auto-tool-choice (implied by a parser here)
   std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
 };
 
@@ -133,6 +134,8 @@ int serve(const ServeOptions& s) {
     ho.chat_template = s.chat_template;
   }
   ho.generation_prompt = s.generation_prompt;
+  if (s.auto_tool_choice && ho.tool_call_parser.empty())
+    throw InputError("serve: --enable-auto-tool-choice needs --tool-call-parser (hermes): how the model's calls are read");
   serve::HttpServer server(loop, tok, ho);
   const int port = server.bind();
   std::fprintf(stderr, "infer-bench serve: %s (%s, %s engine, %d layers, %zu LoRA adapters) on http://%s:%d/v1\n",
@@ -231,6 +234,14 @@ void register_serve(Cli& cli) {
                   "auto (the checkpoint's own Jinja template: GGUF tokenizer.chat_template or tokenizer_config.json's; "
                   "else \"{role}: {content}\\n\"), a Jinja FILE.jinja, or a chat message as text with {role} and "
                   "{content} replaced");
+  sub->add_flag("--enable-auto-tool-choice", s.auto_tool_choice,
+                "tool_choice \"auto\": the model chooses whether to call, its calls read by --tool-call-parser (vLLM's "
+                "flag; the parser alone implies it)");
+  sub->add_option("--tool-call-parser", h.tool_call_parser,
+                  "how calls are read from the model's text under tool_choice \"auto\": hermes (<tool_call>{\"name\", "
+                  "\"arguments\"}</tool_call>, Qwen's and Hermes' format). Forced calls (required, a named function) are "
+                  "constrained and need none")
+      ->check(CLI::IsMember({"hermes"}));
   sub->add_option("--generation-prompt", s.generation_prompt,
                   "with a {role}/{content} template: text after the messages, before the reply (default \"assistant:\")");
   sub->callback([&cli] { cli.action = [] { return serve(s); }; });

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -130,7 +131,8 @@ struct HttpServer::Impl {
     if (!t) return send_error(res, err);
     if (!adapter_of(t->model)) return send_error(res, unknown_model(t->model));
     if (forward)
-      res.set_content(tokenize_json(tok->encode(t->prompt), loop.config().max_positions), "application/json");
+      res.set_content(tokenize_json(tok->encode(t->prompt, t->add_special_tokens), loop.config().max_positions),
+                      "application/json");
     else
       res.set_content(detokenize_json(tok->decode(t->tokens, false)), "application/json");
   }
@@ -140,6 +142,13 @@ struct HttpServer::Impl {
     if (draining && why == "cancelled")
       return {503, "service_unavailable", "the server shut down before this request finished", ""};
     return {500, "internal_error", fmt::format("the engine failed: {}", why), ""};
+  }
+
+  // The ids of a choice's tool calls: this prefix and the call's index. The salt, drawn when the
+  // server starts, keeps ids apart across restarts (a client keys a conversation's results by them).
+  std::string call_id_salt = fmt::format("{:08x}", std::random_device{}());
+  std::string call_ids(int64_t serial, std::ptrdiff_t choice) const {
+    return fmt::format("call_{}_{}_{}_", call_id_salt, serial, choice);
   }
 
   // A completion's answer from the tokens received so far: its text (without a final EOS or stop
@@ -197,8 +206,8 @@ struct HttpServer::Impl {
         // The template writes the special tokens as text (<|im_start|>); encoded without adding
         // more, as transformers' apply_chat_template(tokenize=True) does.
         std::vector<model::ChatTurn> turns;
-        for (const ChatMessage& m : r.messages) turns.push_back({m.role, m.content});
-        return {tok->encode(o.jinja->render(turns, true), false)};
+        for (const ChatMessage& m : r.messages) turns.push_back({m.role, m.content, m.fields_json});
+        return {tok->encode(o.jinja->render(turns, true, r.tools.tools_json), false)};
       }
       std::string text;
       for (const ChatMessage& m : r.messages) text += model::render_chat_message(o.chat_template, m.role, m.content);
@@ -235,6 +244,12 @@ struct HttpServer::Impl {
     }
     const std::optional<int> adapter = adapter_of(r.model);
     if (!adapter) return send_error(res, unknown_model(r.model));
+    if (r.tools.choice == ToolChoice::Auto && o.tool_call_parser.empty())
+      return send_error(res, {400, "invalid_request_error",
+                              "tool_choice \"auto\" (the default with tools) needs a tool-call parser: start the server with "
+                              "--enable-auto-tool-choice --tool-call-parser hermes, or send tool_choice \"required\", "
+                              "a function or \"none\"",
+                              "tool_choice"});
     Request q;
     q.adapter = *adapter;
     std::vector<std::vector<int32_t>> prompts;
@@ -269,10 +284,11 @@ struct HttpServer::Impl {
     std::shared_ptr<SchemaConstraint> schema;  // response_format's, compiled once for the n choices
     if (!r.response_schema.empty()) {
       if (!r.stop.empty() || !r.stop_token_ids.empty())
-        return send_error(res, {400, "invalid_request_error",
-                                "stop sequences and stop_token_ids would cut response_format's document: send one or the other",
-                                r.stop.empty() ? "stop_token_ids" : "stop"});
-      if (!vocab) return send_error(res, {400, "invalid_request_error", "response_format: " + vocab_problem, "response_format"});
+        return send_error(
+            res, {400, "invalid_request_error",
+                  fmt::format("stop sequences and stop_token_ids would cut {}'s document: send one or the other", r.schema_field),
+                  r.stop.empty() ? "stop_token_ids" : "stop"});
+      if (!vocab) return send_error(res, {400, "invalid_request_error", r.schema_field + ": " + vocab_problem, r.schema_field});
       try {
         auto c = compile(r.response_schema);
         if (q.max_tokens < c->min_tokens())
@@ -283,7 +299,7 @@ struct HttpServer::Impl {
         q.constraint = schema = std::move(c);
         q.eos = vocab->eos;  // the constraint allows EOS where the document is complete
       } catch (const InputError& e) {
-        return send_error(res, {400, "invalid_request_error", e.what(), "response_format"});
+        return send_error(res, {400, "invalid_request_error", e.what(), r.schema_field});
       }
     }
     const int64_t serial = next_id++;
@@ -354,9 +370,17 @@ struct HttpServer::Impl {
           cancel_all();
           return send_error(res, engine_error(c.stream->error()));
         }
-        out.push_back(
-            {c.answer.text, c.answer.stop_string || c.stream->stopped() ? "stop" : "length",
-             r.logprobs >= 0 ? logprob_texts(c.stream->logprobs(0), c.answer.tokens) : std::vector<TokenLogprobText>{}});
+        const std::string ended = c.answer.stop_string || c.stream->stopped() ? "stop" : "length";
+        ChoiceText t{c.answer.text, ended,
+                     r.logprobs >= 0 ? logprob_texts(c.stream->logprobs(0), c.answer.tokens) : std::vector<TokenLogprobText>{}};
+        if (r.chat && r.tools.choice != ToolChoice::None) {  // the text read back as tool calls
+          ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, &c - choices->data()));
+          t.finish_reason = tool_finish_reason(r.tools, calls, ended);
+          t.text = std::move(calls.content);
+          t.tool_calls = std::move(calls.calls);
+          t.content_null = calls.content_null;
+        }
+        out.push_back(std::move(t));
       }
       res.set_content(completion_json(r, rid, created, o.model_name, out, {prompt_tokens, generated()}), "application/json");
       return;
@@ -368,7 +392,8 @@ struct HttpServer::Impl {
     auto finished = std::make_shared<bool>(false);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, choices, r, rid, created, prompt_tokens, slot, listed, finished, generated](size_t, httplib::DataSink& sink) {
+        [this, choices, r, rid, created, prompt_tokens, slot, listed, finished, generated, serial](size_t,
+                                                                                                   httplib::DataSink& sink) {
           if (*finished) return false;
           bool waited = false, all_ended = true;
           std::string out;
@@ -381,7 +406,12 @@ struct HttpServer::Impl {
             c.answer = answer_of(r, c.tokens, stopped);
             const bool end = done || c.answer.stop_string;
             // Text that may yet turn out to start a stop sequence is held back until it does not.
-            const size_t limit = end || r.stop.empty() ? c.answer.text.size() : stop_safe_end(c.answer.text, r.stop);
+            size_t limit = end || r.stop.empty() ? c.answer.text.size() : stop_safe_end(c.answer.text, r.stop);
+            // With tools the model may choose: content until a call's tag (the calls are sent whole
+            // at the end); required: all of it is the calls' array.
+            const ToolChoice tools = r.chat ? r.tools.choice : ToolChoice::None;
+            if (tools == ToolChoice::Auto) limit = std::min(limit, hermes_content_end(c.answer.text));
+            if (tools == ToolChoice::Required) limit = 0;
             const std::string delta = text_delta(c.answer.text.substr(0, limit), c.sent, end);
             const int index = static_cast<int>(i);
             // The log-probabilities of the tokens received since the last chunk (of the answer's tokens).
@@ -396,8 +426,16 @@ struct HttpServer::Impl {
             // first chunk as the time to first token).
             if (!delta.empty() || c.tokens.size() > c.tokens_sent || (c.first && end) || !lps.empty()) {
               c.tokens_sent = c.tokens.size();
-              out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, {prompt_tokens, generated()}, index, &lps,
-                                  c.logprobs_offset);
+              const Usage so_far{prompt_tokens, generated()};
+              if (tools == ToolChoice::Named)  // the text is the call's arguments, streamed as they come
+                out += tool_calls_chunk(
+                    r, rid, created, o.model_name,
+                    {{0, c.first ? call_ids(serial, static_cast<std::ptrdiff_t>(i)) + "0" : "", r.tools.named, delta}}, c.first,
+                    so_far, index, &lps, c.logprobs_offset);
+              else if (tools == ToolChoice::Required)
+                out += tool_calls_chunk(r, rid, created, o.model_name, {}, c.first, so_far, index, &lps, c.logprobs_offset);
+              else
+                out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, so_far, index, &lps, c.logprobs_offset);
               c.first = false;
               c.logprobs_sent += lps.size();
               for (const TokenLogprobText& t : lps) c.logprobs_offset += t.token.size();
@@ -408,11 +446,25 @@ struct HttpServer::Impl {
             }
             c.ended = true;
             if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
-            if (!c.answer.stop_string && !c.stream->error().empty())
+            if (!c.answer.stop_string && !c.stream->error().empty()) {
               out += "data: " + error_json(engine_error(c.stream->error())) + "\n\n";
-            else
-              out += stream_chunk(r, rid, created, o.model_name, "", c.answer.stop_string || stopped ? "stop" : "length", false,
-                                  {prompt_tokens, generated()}, index);
+              continue;
+            }
+            std::string ended = c.answer.stop_string || stopped ? "stop" : "length";
+            if (tools == ToolChoice::Auto || tools == ToolChoice::Required) {
+              // The calls, whole, after what content was sent; a text that holds none is content.
+              const ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, static_cast<std::ptrdiff_t>(i)));
+              const std::string& content = calls.calls.empty() ? c.answer.text : calls.content;
+              const std::string rest = text_delta(content, c.sent, true);
+              if (!rest.empty())
+                out += stream_chunk(r, rid, created, o.model_name, rest, "", false, {prompt_tokens, generated()}, index);
+              std::vector<ToolCallDelta> whole;
+              for (const ToolCall& t : calls.calls) whole.push_back({static_cast<int>(whole.size()), t.id, t.name, t.arguments});
+              if (!whole.empty())
+                out += tool_calls_chunk(r, rid, created, o.model_name, whole, false, {prompt_tokens, generated()}, index);
+              ended = tool_finish_reason(r.tools, calls, ended);
+            }
+            out += stream_chunk(r, rid, created, o.model_name, "", ended, false, {prompt_tokens, generated()}, index);
           }
           if (!sink.is_writable()) return false;
           if (all_ended) {

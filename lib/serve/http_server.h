@@ -37,6 +37,9 @@ struct HttpOptions {
   std::shared_ptr<const model::ChatTemplate> jinja;
   std::string chat_template = "{role}: {content}\n";
   std::string generation_prompt = "assistant:";
+  // tool_choice "auto" (the default with tools) reads the model's calls from its text with this
+  // parser (vLLM's --tool-call-parser: "hermes"); "" refuses it. Forced calls need none.
+  std::string tool_call_parser;
 
   // Limits: a client cannot make the server read, hold or generate without bound.
   int64_t max_body_bytes = 4 << 20;  // a larger body (by its Content-Length, or chunked past it): 413

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -16,6 +17,9 @@ std::string dump_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, n
 namespace {
 
 using nlohmann::json;
+// What a chat template reads keeps the client's key order (a template's `tojson` writes it as
+// transformers' does): those parts are read again in order.
+using ojson = nlohmann::ordered_json;
 
 struct Refusal {
   ApiError e;
@@ -59,6 +63,102 @@ json body_object(const std::string& body) {
   }
   if (!j.is_object()) refuse("", "the body must be a JSON object");
   return j;
+}
+
+// `tools`, `tool_choice` and `parallel_tool_calls` (chat), as OpenAI's API defines them.
+ToolRequest tools_of(const json& j, std::vector<std::string>& ignored) {
+  ToolRequest t;
+  const bool given = j.contains("tools") && !j["tools"].is_null() && !(j["tools"].is_array() && j["tools"].empty());
+  if (given) {
+    const json& list = j["tools"];
+    constexpr size_t kMaxTools = 128;  // OpenAI's bound
+    if (!list.is_array() || list.size() > kMaxTools)
+      refuse("tools", fmt::format("'tools' must be a list of at most {} functions", kMaxTools));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const json& tool = list[i];
+      if (!tool.is_object() || tool.value("type", json()) != "function" || !tool.contains("function") ||
+          !tool["function"].is_object())
+        refuse("tools", fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{...}}}}", i));
+      const json& f = tool["function"];
+      if (!f.contains("name") || !f["name"].is_string()) refuse("tools", fmt::format("tools[{}].function needs its 'name'", i));
+      const std::string name = f["name"].get<std::string>();
+      if (name.empty() || name.size() > 64 ||
+          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+        refuse("tools", fmt::format("tools[{}].function.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i));
+      for (const Tool& other : t.tools)
+        if (other.name == name) refuse("tools", fmt::format("two tools are named '{}'", name));
+      Tool parsed{name, ""};
+      if (f.contains("parameters") && !f["parameters"].is_null()) {
+        if (!f["parameters"].is_object())
+          refuse("tools", fmt::format("tools[{}].function.parameters must be a JSON Schema object", i));
+        parsed.parameters = dump_json(f["parameters"]);
+      }
+      if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
+        refuse("tools", fmt::format("tools[{}].function.description must be a string", i));
+      for (const auto& [k, v] : f.items())
+        if (k != "name" && k != "parameters" && k != "description" && k != "strict")
+          ignored.push_back(fmt::format("tools[{}].function.{}", i, k));
+      t.tools.push_back(std::move(parsed));
+    }
+    t.choice = ToolChoice::Auto;  // OpenAI's default when tools are given
+  }
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    const json& c = j["tool_choice"];
+    if (c == "none") {
+      t.choice = ToolChoice::None;
+    } else if (c == "auto" || c == "required") {
+      t.choice = c == "auto" ? ToolChoice::Auto : ToolChoice::Required;
+    } else if (c.is_object() && c.value("type", json()) == "function" && c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string()) {
+      t.choice = ToolChoice::Named;
+      t.named = c["function"]["name"].get<std::string>();
+      if (std::none_of(t.tools.begin(), t.tools.end(), [&](const Tool& x) { return x.name == t.named; }))
+        refuse("tool_choice", fmt::format("tool_choice names '{}', which is not among the tools", t.named));
+    } else {
+      refuse("tool_choice",
+             "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (t.choice != ToolChoice::None && !given) refuse("tool_choice", "'tool_choice' needs 'tools'");
+  }
+  if (j.contains("parallel_tool_calls") && !j["parallel_tool_calls"].is_null()) {
+    if (!j["parallel_tool_calls"].is_boolean()) refuse("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    t.parallel = j["parallel_tool_calls"].get<bool>();
+  }
+  return t;
+}
+
+// A message's fields beside role and content that a chat template reads: an assistant turn's
+// tool_calls (their arguments as objects where they parse, as vLLM passes them), a tool turn's
+// tool_call_id, a name. As a JSON object's text, "" when none.
+std::string message_fields(const ojson& m, const std::string& role) {
+  ojson fields = ojson::object();
+  if (m.contains("name") && !m["name"].is_null()) {
+    if (!m["name"].is_string()) refuse("messages", "a message's 'name' must be a string");
+    fields["name"] = m["name"];
+  }
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    if (role != "assistant") refuse("messages", "only an assistant message has 'tool_calls'");
+    if (!m["tool_calls"].is_array()) refuse("messages", "'tool_calls' must be a list");
+    ojson calls = ojson::array();
+    for (const ojson& c : m["tool_calls"]) {
+      if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
+          !c["function"]["name"].is_string() || !c["function"].contains("arguments") || !c["function"]["arguments"].is_string())
+        refuse("messages",
+               "a tool call must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\" (a string)}}");
+      ojson call = c;
+      const std::string args = c["function"]["arguments"].get<std::string>();
+      const ojson parsed = ojson::parse(args, nullptr, /* allow_exceptions */ false);
+      if (!parsed.is_discarded() && parsed.is_object()) call["function"]["arguments"] = parsed;
+      calls.push_back(std::move(call));
+    }
+    fields["tool_calls"] = std::move(calls);
+  }
+  if (role == "tool") {
+    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+      refuse("messages", "a tool message needs its 'tool_call_id' (a string)");
+    fields["tool_call_id"] = m["tool_call_id"];
+  }
+  return fields.empty() ? std::string() : fields.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 }  // namespace
@@ -132,7 +232,15 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     } else if (j.contains("logprobs") && !j["logprobs"].is_null()) {
       r.logprobs = static_cast<int>(int_field(j["logprobs"], "logprobs", 0, kMaxLogprobs));
     }
-    for (const char* k : {"echo", "suffix", "tools", "tool_choice", "parallel_tool_calls"})
+    // The body again with its keys in order, for what a chat template reads (its depth was bounded above).
+    std::optional<ojson> in_order;
+    auto ordered = [&]() -> const ojson& {
+      if (!in_order) in_order = ojson::parse(body);
+      return *in_order;
+    };
+    if (chat) r.tools = tools_of(j, r.ignored_fields);
+    if (!r.tools.tools.empty()) r.tools.tools_json = ordered()["tools"].dump(-1, ' ', false, ojson::error_handler_t::replace);
+    for (const char* k : {"echo", "suffix"})
       if (j.contains(k) && !j[k].is_null() && j[k] != false && !(j[k].is_array() && j[k].empty()))
         refuse(k, fmt::format("'{}' is not supported by this server", k));
     if (j.contains("stop") && !j["stop"].is_null()) {
@@ -179,21 +287,35 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
                fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)", type));
       }
     }
+    if (r.tools.constrained()) {  // a forced call: its output constrained as response_format's is
+      if (!r.response_schema.empty())
+        refuse("tool_choice", "a forced tool call and response_format both constrain the output: send one or the other");
+      r.response_schema = tool_output_schema(r.tools);
+      r.schema_field = "tool_choice";
+    }
     if (chat) {
       if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
         refuse("messages", "'messages' must be a non-empty array");
-      for (const json& m : j["messages"]) {
+      for (size_t i = 0; i < j["messages"].size(); ++i) {
+        const json& m = j["messages"][i];
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
           refuse("messages", "each message needs a 'role' string");
         const std::string role = m["role"].get<std::string>();
-        if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
           refuse("messages", fmt::format("message role '{}' is not supported", role));
         for (const auto& [k, v] : m.items())
-          if (k != "role" && k != "content" && k != "name") refuse("messages", fmt::format("unknown message field '{}'", k));
-        if (!m.contains("content")) refuse("messages", "a message needs its 'content'");
-        const json& content = m["content"];
+          if (k != "role" && k != "content" && k != "name" && k != "tool_calls" && k != "tool_call_id" && k != "refusal")
+            refuse("messages", fmt::format("unknown message field '{}'", k));
+        std::string fields = role == "tool" || m.contains("tool_calls") || m.contains("name")
+                                 ? message_fields(ordered()["messages"][i], role)
+                                 : std::string();
+        // An assistant turn that only called tools has no content (null or absent).
+        const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+        if (!m.contains("content") && !calls) refuse("messages", "a message needs its 'content'");
+        const json content = m.contains("content") ? m["content"] : json();
         std::string text;
-        if (content.is_string()) {
+        if (content.is_null() && calls) {
+        } else if (content.is_string()) {
           text = content.get<std::string>();
         } else if (content.is_array()) {  // content parts: the text ones, joined (this model reads nothing else)
           for (const json& part : content) {
@@ -205,7 +327,7 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
         } else {
           refuse("messages", "a message's 'content' must be a string or a list of text parts");
         }
-        r.messages.push_back({role, std::move(text)});
+        r.messages.push_back({role, std::move(text), std::move(fields)});
       }
     } else {
       if (!j.contains("prompt")) refuse("prompt", "'prompt' is required");
@@ -343,9 +465,16 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
     json choice = {{"index", i},
                    {"finish_reason", finish(choices[i].finish_reason)},
                    {"logprobs", r.logprobs >= 0 ? logprobs_json(r, choices[i].logprobs) : json(nullptr)}};
-    if (r.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
-    else
+    if (r.chat) {
+      const ChoiceText& c = choices[i];
+      choice["message"] = {{"role", "assistant"}, {"content", c.content_null ? json(nullptr) : json(c.text)}};
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls)
+          calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
+    } else
       choice["text"] = choices[i].text;
     list.push_back(std::move(choice));
   }
@@ -359,6 +488,25 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
                             const std::string& text, const std::string& finish_reason, const Usage& u) {
   return completion_json(r, id, created, model, std::vector<ChoiceText>{{text, finish_reason}}, u);
 }
+
+namespace {
+
+// A stream's event around one choice's chunk.
+std::string chunk_event(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, json choice,
+                        const Usage& so_far) {
+  json j = {{"id", id},
+            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({std::move(choice)})}};
+  if (r.continuous_usage)
+    j["usage"] = usage_json(so_far);
+  else if (r.include_usage)
+    j["usage"] = nullptr;
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace
 
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                          const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far, int index,
@@ -374,16 +522,35 @@ std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t cre
   } else {
     choice["text"] = text;
   }
-  json j = {{"id", id},
-            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", created},
-            {"model", model},
-            {"choices", json::array({choice})}};
-  if (r.continuous_usage)
-    j["usage"] = usage_json(so_far);
-  else if (r.include_usage)
-    j["usage"] = nullptr;
-  return "data: " + dump_json(j) + "\n\n";
+  return chunk_event(r, id, created, model, std::move(choice), so_far);
+}
+
+std::string tool_calls_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                             const std::vector<ToolCallDelta>& calls, bool first, const Usage& so_far, int index,
+                             const std::vector<TokenLogprobText>* logprobs, size_t offset) {
+  json delta = json::object();
+  if (first) {
+    delta["role"] = "assistant";
+    delta["content"] = nullptr;
+  }
+  json list = json::array();
+  for (const ToolCallDelta& c : calls) {
+    json call = {{"index", c.index}};
+    json function = {{"arguments", c.arguments}};
+    if (!c.id.empty()) {
+      call["id"] = c.id;
+      call["type"] = "function";
+      function["name"] = c.name;
+    }
+    call["function"] = std::move(function);
+    list.push_back(std::move(call));
+  }
+  if (!list.empty()) delta["tool_calls"] = std::move(list);
+  json choice = {{"index", index},
+                 {"finish_reason", nullptr},
+                 {"logprobs", logprobs && r.logprobs >= 0 ? logprobs_json(r, *logprobs, offset) : json(nullptr)},
+                 {"delta", std::move(delta)}};
+  return chunk_event(r, id, created, model, std::move(choice), so_far);
 }
 
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u) {
@@ -416,11 +583,15 @@ std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, b
   try {
     const json j = body_object(body);
     const char* field = tokenize ? "prompt" : "tokens";
-    for (const auto& [k, v] : j.items())
-      if (k != "model" && k != field)
-        refuse(k, fmt::format("unknown field '{}' for {}", k, tokenize ? "/tokenize" : "/detokenize"));
-    if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
     TokenizeRequest t;
+    for (const auto& [k, v] : j.items())
+      if (k != "model" && k != field && !(tokenize && k == "add_special_tokens"))
+        refuse(k, fmt::format("unknown field '{}' for {}", k, tokenize ? "/tokenize" : "/detokenize"));
+    if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_null()) {  // vLLM's, true by default
+      if (!j["add_special_tokens"].is_boolean()) refuse("add_special_tokens", "'add_special_tokens' must be a boolean");
+      t.add_special_tokens = j["add_special_tokens"].get<bool>();
+    }
+    if (!j.contains("model") || !j["model"].is_string()) refuse("model", "'model' (a string) is required");
     t.model = j["model"].get<std::string>();
     if (tokenize) {
       if (!j.contains("prompt") || !j["prompt"].is_string()) refuse("prompt", "'prompt' (a string) is required");

@@ -12,6 +12,7 @@
 
 #include "model/sample.h"
 #include "serve/logits_processors.h"
+#include "serve/tool_calls.h"
 
 namespace ib::serve {
 
@@ -25,6 +26,7 @@ struct ApiError {
 
 struct ChatMessage {
   std::string role, content;
+  std::string fields_json;  // tool_calls, tool_call_id, name: model::ChatTurn's fields_json
 };
 
 // What a /v1/completions or /v1/chat/completions body asks for.
@@ -54,11 +56,13 @@ struct ApiRequest {
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
   std::string response_schema;
+  std::string schema_field = "response_format";  // where response_schema came from (tool_choice: a forced call's)
+  ToolRequest tools;                             // chat: tools, tool_choice, parallel_tool_calls
 };
 
-// Parses a body (`chat`: /v1/chat/completions). Unknown fields, wrong types, values out of range
-// and what this server does not do (n > 1, stop strings, logprobs, tools, penalties) are refused
-// with the field named; nullopt and `err` set then.
+// Parses a body (`chat`: /v1/chat/completions). Wrong types, values out of range and what this
+// server does not do (echo, suffix, best_of > n) are refused with the field named; nullopt and
+// `err` set then. Unknown fields are listed in ignored_fields.
 std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, ApiError& err);
 
 // The error object as OpenAI writes it: {"error": {"message", "type", "param", "code"}}.
@@ -83,6 +87,8 @@ struct TokenLogprobText {
 struct ChoiceText {
   std::string text, finish_reason;
   std::vector<TokenLogprobText> logprobs;
+  std::vector<ToolCall> tool_calls;  // chat: the message's tool_calls; `text` is its content then
+  bool content_null = false;         // chat: `content: null` (a message of tool calls only)
 };
 // The `logprobs` object of a choice or chunk as OpenAI writes it: chat {"content": [{"token",
 // "logprob", "bytes", "top_logprobs"}]}; completions {"tokens", "token_logprobs", "top_logprobs",
@@ -97,6 +103,16 @@ std::string completion_json(const ApiRequest& r, const std::string& id, int64_t 
 std::string stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                          const std::string& text, const std::string& finish_reason, bool first, const Usage& so_far = {},
                          int index = 0, const std::vector<TokenLogprobText>* logprobs = nullptr, size_t offset = 0);
+// A chat chunk whose delta carries tool calls (no content): a call's first delta has its id, type
+// and name, later ones pieces of its arguments (id "" leaves those out), as OpenAI streams them.
+// `first` carries the role and `content: null`.
+struct ToolCallDelta {
+  int index = 0;  // the call's index in the message
+  std::string id, name, arguments;
+};
+std::string tool_calls_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                             const std::vector<ToolCallDelta>& calls, bool first, const Usage& so_far, int index,
+                             const std::vector<TokenLogprobText>* logprobs = nullptr, size_t offset = 0);
 // The usage chunk of stream_options.include_usage (no choices), as an SSE event.
 std::string usage_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 
@@ -108,6 +124,7 @@ std::string models_json(const std::string& model, int64_t created, int max_model
 struct TokenizeRequest {
   std::string model, prompt;
   std::vector<int32_t> tokens;
+  bool add_special_tokens = true;  // /tokenize: the tokenizer's BOS etc. (false: as a chat template's text is encoded)
 };
 std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, bool tokenize, ApiError& err);
 std::string tokenize_json(const std::vector<int32_t>& tokens, int max_model_len);

@@ -781,8 +781,107 @@ def with_openai(binary, src):
             pass
     finally:
         s.stop()
+    tool_calls(binary, src, openai)
     smollm2_chat(binary, src, openai)
     print(f"serve_test: openai {openai.__version__}: all checks passed")
+
+
+def tool_calls(binary, src, openai):
+    """Tool calling through the client: a named function and "required" come back as tool_calls
+    whose arguments hold the functions' parameters (streamed: the same calls); a conversation's tool
+    turns reach the template as transformers renders them; "auto" needs a parser, and with hermes a
+    model that calls nothing answers as with tool_choice "none"."""
+    golden = json.load(open(os.path.join(src, "tests/data/chat/hermes-tools.golden.json")))
+    template = os.path.join(src, "tests/data/chat/hermes-tools.jinja")
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"],
+        "additionalProperties": False}}}
+    ask = [{"role": "user", "content": "Weather in Oslo?"}]
+    for parser in ([], ["--tool-call-parser", "hermes"]):
+        s = Server(binary, os.path.join(src, "data/models/ib-draft-1m"), "--chat-template", template, *parser)
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none")
+            if not parser:
+                named = {"type": "function", "function": {"name": "get_weather"}}
+                r = client.chat.completions.create(model="ib-draft-1m", messages=ask, tools=[weather, clock], tool_choice=named,
+                                                   max_tokens=60, seed=5, temperature=1.0)
+                c = r.choices[0]
+                check(c.message.content is None and len(c.message.tool_calls) == 1 and c.finish_reason == "stop",
+                      f"named tool choice: {c}")
+                call = c.message.tool_calls[0]
+                args = json.loads(call.function.arguments)
+                check(call.function.name == "get_weather" and set(args) == {"city", "unit"} and args["unit"] in ("c", "f")
+                      and call.id and call.type == "function", f"named call {call}")
+                # Streamed, the same call: its id and name first, then the arguments in pieces.
+                pieces, names, ids, finish = [], [], set(), None
+                for chunk in client.chat.completions.create(model="ib-draft-1m", messages=ask, tools=[weather, clock],
+                                                            tool_choice=named, max_tokens=60, seed=5, temperature=1.0,
+                                                            stream=True):
+                    d = chunk.choices[0].delta
+                    for t in d.tool_calls or []:
+                        check(t.index == 0, f"streamed call index {t.index}")
+                        if t.id:
+                            ids.add(t.id)
+                            names.append(t.function.name)
+                        pieces.append(t.function.arguments or "")
+                    finish = chunk.choices[0].finish_reason or finish
+                check(names == ["get_weather"] and len(ids) == 1 and "".join(pieces) == call.function.arguments
+                      and finish == "stop", f"streamed named call: {names} {''.join(pieces)!r} != {call.function.arguments!r}")
+                # required: one or more calls of the offered functions.
+                for stream in (False, True):
+                    kw = dict(model="ib-draft-1m", messages=ask, tools=[weather, clock], tool_choice="required", max_tokens=90,
+                              seed=9, temperature=1.0)
+                    if stream:
+                        calls, finish = {}, None
+                        for chunk in client.chat.completions.create(stream=True, **kw):
+                            for t in chunk.choices[0].delta.tool_calls or []:
+                                calls[t.index] = (t.function.name, t.function.arguments)
+                            finish = chunk.choices[0].finish_reason or finish
+                        got = [calls[i] for i in sorted(calls)]
+                    else:
+                        m = client.chat.completions.create(**kw)
+                        finish = m.choices[0].finish_reason
+                        got = [(t.function.name, t.function.arguments) for t in m.choices[0].message.tool_calls]
+                    check(finish == "tool_calls" and got and all(n in ("get_weather", "get_time") for n, _ in got),
+                          f"required (stream={stream}): {finish} {got}")
+                    for n, a in got:
+                        keys = set(json.loads(a))
+                        check(keys == ({"city", "unit"} if n == "get_weather" else {"zone"}), f"required call {n} {a}")
+                    if stream:
+                        check(got == want, f"required streamed {got} != {want}")
+                    want = got
+                # A conversation with tools, calls and their results renders as transformers renders it.
+                case = golden["cases"][1]
+                msgs = [dict(m, tool_calls=[dict(t, function=dict(t["function"], arguments=json.dumps(t["function"]["arguments"])))
+                                            for t in m["tool_calls"]]) if m.get("tool_calls") else m for m in case["messages"]]
+                r = client.chat.completions.create(model="ib-draft-1m", messages=msgs, tools=case["tools"], tool_choice="none",
+                                                   max_tokens=1)
+                status, tok = s.json("POST", "/tokenize", {"model": "ib-draft-1m", "prompt": case["rendered"],
+                                                          "add_special_tokens": False})
+                check(status == 200 and r.usage.prompt_tokens == tok["count"],
+                      f"tool conversation: {r.usage.prompt_tokens} prompt tokens, transformers' render is {tok['count']}")
+                try:
+                    client.chat.completions.create(model="ib-draft-1m", messages=ask, tools=[weather], max_tokens=4)
+                    fail("tool_choice auto was accepted without a tool-call parser")
+                except openai.BadRequestError as e:
+                    check("--tool-call-parser" in str(e), f"auto without a parser: {e}")
+            else:
+                plain = client.chat.completions.create(model="ib-draft-1m", messages=ask, tools=[weather, clock],
+                                                       tool_choice="none", max_tokens=24, seed=3, temperature=1.0)
+                auto = client.chat.completions.create(model="ib-draft-1m", messages=ask, tools=[weather, clock], max_tokens=24,
+                                                      seed=3, temperature=1.0)
+                streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+                    model="ib-draft-1m", messages=ask, tools=[weather, clock], max_tokens=24, seed=3, temperature=1.0,
+                    stream=True) if ch.choices)
+                text = plain.choices[0].message.content
+                check("<tool_call>" not in text and auto.choices[0].message.content == text and streamed == text
+                      and not auto.choices[0].message.tool_calls, f"auto without a call: {auto.choices[0]} {streamed!r} vs {text!r}")
+        finally:
+            s.stop()
+    print("serve_test: tool calls (named, required, streamed, a tool conversation, auto with hermes) passed")
 
 
 def smollm2_chat(binary, src, openai):

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "core/backend.h"
@@ -40,12 +41,55 @@ struct ServeOptions {
   int block_size = 16;
   bool prefix_caching = false;
   bool no_chunked_prefill = false;
-  serve::HttpOptions http;  // limits and origins (host, port and the model's names are set in serve())
+  std::string speculative_config;  // vLLM's --speculative-config JSON
+  serve::HttpOptions http;         // limits and origins (host, port and the model's names are set in serve())
   std::string chat_template = "auto";
   std::string generation_prompt = "assistant:";
   bool auto_tool_choice = false;  // vLLM's --enable-auto-tool-choice (implied by a parser here)
   std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
 };
+
+// vLLM's --speculative-config for prompt lookup: {"method": "ngram", "num_speculative_tokens": K,
+// "prompt_lookup_max": N, "prompt_lookup_min": M}. A draft model is not served.
+void speculative_config(const std::string& text, serve::SchedulerOptions& so) {
+  const std::string flag = "serve: --speculative-config";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not JSON: {}", flag, e.what()));
+  }
+  if (!j.is_object()) throw InputError(flag + ": a JSON object, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4}");
+  auto count = [&](const char* key, int lo, int hi) {
+    const nlohmann::json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      throw InputError(fmt::format("{}: '{}' must be an integer in [{}, {}]", flag, key, lo, hi));
+    return v.get<int>();
+  };
+  for (const auto& [k, v] : j.items()) {
+    if (k == "method") {
+      if (v != "ngram")
+        throw InputError(
+            fmt::format("{}: method {} is not served (prompt lookup: \"ngram\"; a draft model is not yet)", flag, v.dump()));
+    } else if (k == "num_speculative_tokens") {
+      so.spec_tokens = count("num_speculative_tokens", 1, 64);
+    } else if (k == "prompt_lookup_max") {
+      so.spec_ngram_max = count("prompt_lookup_max", 1, 64);
+    } else if (k == "prompt_lookup_min") {
+      so.spec_ngram_min = count("prompt_lookup_min", 1, 64);
+    } else if (k == "model") {
+      throw InputError(flag + ": a draft model is not served yet (prompt lookup: \"method\": \"ngram\")");
+    } else {
+      throw InputError(
+          fmt::format("{}: unknown key '{}' (method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)", flag, k));
+    }
+  }
+  if (!j.contains("method") || !j.contains("num_speculative_tokens"))
+    throw InputError(flag + ": needs \"method\": \"ngram\" and \"num_speculative_tokens\"");
+  if (so.spec_ngram_min > so.spec_ngram_max)
+    throw InputError(
+        fmt::format("{}: prompt_lookup_min {} is above prompt_lookup_max {}", flag, so.spec_ngram_min, so.spec_ngram_max));
+}
 
 int serve(const ServeOptions& s) {
   if (!serve::http_server_built())
@@ -107,6 +151,7 @@ int serve(const ServeOptions& s) {
   so.kv_tokens = s.kv_tokens;
   so.chunked_prefill = !s.no_chunked_prefill;
   so.prefix_caching = s.prefix_caching;
+  if (!s.speculative_config.empty()) speculative_config(s.speculative_config, so);
   serve::EngineLoop loop(*engine, so);
   serve::HttpOptions ho = s.http;
   ho.host = s.host;
@@ -192,6 +237,10 @@ void register_serve(Cli& cli) {
   sub->add_flag("--enable-prefix-caching", s.prefix_caching,
                 "keep finished requests' KV blocks; a prompt that starts with one shares them (paged KV)");
   sub->add_flag("--no-chunked-prefill", s.no_chunked_prefill, "whole prompts only (a prompt past --token-budget is refused)");
+  sub->add_option("--speculative-config", s.speculative_config,
+                  "speculative decoding by prompt lookup, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (defaults 4 and 2); each decoding request "
+                  "without a response_format drafts and verifies in the batch, its output unchanged");
   sub->add_option("--lora", s.lora,
                   "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "
                   "(vLLM's --lora-modules; repeatable)");

@@ -120,8 +120,8 @@ class CpuModel : public Model {
 
   // cpu_model_passes.cpp
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override;
-  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
-                     bool last_only) override;
+  void prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                          const int* logit_rows) override;
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override;
   void prefill_tree(int seq, const int32_t* tokens, const int32_t* parents, int n, const StepOutput& out) override;
   void keep_tree_path(int seq, const std::vector<int>& path) override;

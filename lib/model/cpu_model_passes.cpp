@@ -24,11 +24,15 @@ void CpuModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, cons
   forward(tokens, n, seq_of, pos, n - n_logits, out);
 }
 
-void CpuModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
-                             bool last_only) {
-  std::vector<int> seq_of, pos, last_rows;
+void CpuModel::prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                                  const int* logit_rows) {
+  std::vector<int> seq_of, pos, out_rows;
+  bool every_row = true;
   for (int i = 0; i < n; ++i) {
     if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
+    if (logit_rows[i] < 1 || logit_rows[i] > counts[i])
+      throw std::invalid_argument("prefill_batch: a sequence's logit rows must be 1 to its token count");
+    every_row &= logit_rows[i] == counts[i];
     no_tree(seqs[i], "prefill_batch");
     for (int i2 = 0; i2 < i; ++i2)
       if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
@@ -36,9 +40,9 @@ void CpuModel::prefill_batch(const int* seqs, const int* counts, int n, const in
       seq_of.push_back(seqs[i]);
       pos.push_back(at(seqs[i]).length + j);
     }
-    last_rows.push_back(static_cast<int>(seq_of.size()) - 1);
+    for (int r = static_cast<int>(seq_of.size()) - logit_rows[i]; r < static_cast<int>(seq_of.size()); ++r) out_rows.push_back(r);
   }
-  forward(tokens, static_cast<int>(seq_of.size()), seq_of, pos, 0, out, nullptr, last_only ? &last_rows : nullptr);
+  forward(tokens, static_cast<int>(seq_of.size()), seq_of, pos, 0, out, nullptr, every_row ? nullptr : &out_rows);
 }
 
 void CpuModel::decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) {

@@ -88,8 +88,8 @@ class CudaModel final : public Model {
 
   // cuda_model_prefill.cpp
   void prefill(int seq, const int32_t* tokens, int n, int n_logits, const StepOutput& out) override;
-  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
-                     bool last_only) override;
+  void prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                          const int* logit_rows) override;
 
   // cuda_model_decode.cpp
   void decode(const int* seqs, const int32_t* tokens, int batch, const StepOutput& out) override;

@@ -56,11 +56,14 @@ void CudaModel::prefill(int seq, const int32_t* tokens, int n, int n_logits, con
 // One pass over every sequence's rows: the row table gives each row its cache and position, K/V
 // are appended for all rows before attention, and the split-K kernel attends each row to its
 // own sequence up to its position. More rows than max_prefill: one prefill per sequence.
-void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
-                              bool last_only) {
-  int total = 0;
+void CudaModel::prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                                   const int* logit_rows) {
+  int total = 0, out_total = 0;
   for (int i = 0; i < n; ++i) {
     if (counts[i] <= 0) throw std::invalid_argument("prefill_batch: a sequence with no tokens");
+    if (logit_rows[i] < 1 || logit_rows[i] > counts[i])
+      throw std::invalid_argument("prefill_batch: a sequence's logit rows must be 1 to its token count");
+    out_total += logit_rows[i];
     no_tree(seqs[i], "prefill_batch");
     const Sequence& s = at(seqs[i]);
     if (s.length + counts[i] > s.capacity)
@@ -69,7 +72,7 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
       if (seqs[i] == seqs[i2]) throw std::invalid_argument("prefill_batch holds each sequence once");
     total += counts[i];
   }
-  if (total > o_.max_prefill) return Model::prefill_batch(seqs, counts, n, tokens, out, last_only);
+  if (total > o_.max_prefill) return Model::prefill_batch_rows(seqs, counts, n, tokens, out, logit_rows);
   check_tokens(tokens, total, c_.vocab);
   std::vector<AttnRow> rows;
   for (int i = 0; i < n; ++i) {
@@ -85,18 +88,20 @@ void CudaModel::prefill_batch(const int* seqs, const int* counts, int n, const i
   forward_layers(stream_, total, prefill_tokens_.data(), prefill_rows_.data(), nullptr);
   for (int i = 0; i < n; ++i) at(seqs[i]).length += counts[i];
   if (out.logits || out.next) {
-    if (last_only) {
-      // Each sequence's last residual row to row i, in order: row_end(i) − 1 >= i and increasing,
-      // so no row is overwritten before it is copied.
+    if (out_total < total) {
+      // Each sequence's last logit_rows[i] residual rows to the next output rows, in order: a
+      // destination is never past its source and both increase, so no row is overwritten before
+      // it is copied.
       const size_t h = static_cast<size_t>(c_.hidden);
-      for (int i = 0, end = 0; i < n; ++i) {
+      for (int i = 0, end = 0, dst = 0; i < n; ++i) {
         end += counts[i];
-        if (end - 1 != i)
-          IB_CUDA_CHECK(cudaMemcpyAsync(x_.data() + static_cast<size_t>(i) * h, x_.data() + static_cast<size_t>(end - 1) * h,
-                                        sizeof(float) * h, cudaMemcpyDeviceToDevice, stream_));
+        for (int src = end - logit_rows[i]; src < end; ++src, ++dst)
+          if (src != dst)
+            IB_CUDA_CHECK(cudaMemcpyAsync(x_.data() + static_cast<size_t>(dst) * h, x_.data() + static_cast<size_t>(src) * h,
+                                          sizeof(float) * h, cudaMemcpyDeviceToDevice, stream_));
       }
     }
-    head_rows(out, last_only ? n : total);
+    head_rows(out, out_total);
     IB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 }

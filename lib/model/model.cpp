@@ -41,15 +41,23 @@ void Model::set_adapter(int, int) { throw std::runtime_error("LoRA adapters are 
 void Model::merge_adapter(int) { throw std::runtime_error("merging LoRA adapters is not supported by this engine"); }
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
                           bool last_only) {
+  const std::vector<int> rows =
+      last_only ? std::vector<int>(static_cast<size_t>(std::max(n, 0)), 1) : std::vector<int>(counts, counts + std::max(n, 0));
+  prefill_batch_rows(seqs, counts, n, tokens, out, rows.data());
+}
+void Model::prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                               const int* logit_rows) {
   const size_t V = static_cast<size_t>(config().vocab);
-  int row = 0;
+  int row = 0, out_row = 0;
   for (int i = 0; i < n; ++i) {
-    const int out_row = last_only ? i : row;
+    if (logit_rows[i] < 1 || logit_rows[i] > counts[i])
+      throw std::invalid_argument("prefill_batch: a sequence's logit rows must be 1 to its token count");
     StepOutput o = out;
     if (o.logits) o.logits = out.logits + static_cast<size_t>(out_row) * V;
     if (o.next) o.next = out.next + out_row;
-    prefill(seqs[i], tokens + row, counts[i], last_only ? 1 : counts[i], o);
+    prefill(seqs[i], tokens + row, counts[i], logit_rows[i], o);
     row += counts[i];
+    out_row += logit_rows[i];
   }
 }
 void Model::prefill_tree(int, const int32_t*, const int32_t*, int, const StepOutput&) {

@@ -91,10 +91,15 @@ class Model {
   // forward pass (batched speculative verification): `tokens` holds them sequence after sequence
   // and every row's logits are output, in that order; with `last_only` only each sequence's last
   // row ([n] rows: a serving step that mixes prompt chunks with decode tokens samples one token per
-  // sequence and pays the LM head for those rows alone). The base version runs one prefill per
-  // sequence (the same results, n passes); the engines override it with one pass.
-  virtual void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
-                             bool last_only = false);
+  // sequence and pays the LM head for those rows alone).
+  void prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                     bool last_only = false);
+  // The same with each sequence's last logit_rows[i] rows output (1 <= logit_rows[i] <=
+  // counts[i]), in order: a serving step whose speculating requests verify their drafted tokens
+  // (every row's logits) beside prompt chunks (their last row only). The base version runs one
+  // prefill per sequence (the same results, n passes); the engines override it with one pass.
+  virtual void prefill_batch_rows(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
+                                  const int* logit_rows);
 
   // Tree verification (SpecInfer, Medusa, EAGLE): several candidate continuations scored in one
   // pass. Opens a token tree on `seq` after its cached tokens (or extends the open one): new token

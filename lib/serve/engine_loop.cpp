@@ -83,6 +83,13 @@ void EngineLoop::cancel(int64_t id) {
   cv_.notify_all();
 }
 
+void EngineLoop::reset_prefix_cache() {
+  std::unique_lock<std::mutex> lock(m_);
+  const int64_t ticket = ++resets_asked_;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return resets_done_ >= ticket || ended_; });
+}
+
 void EngineLoop::stop() {
   std::lock_guard<std::mutex> lock(m_);
   stopping_ = true;
@@ -111,6 +118,8 @@ void EngineLoop::update_gauges() {
   counters_.prefix_query_tokens = sc.prompt_tokens;
   counters_.prefix_hit_tokens = sc.prefix_hit_tokens;
   counters_.preemptions = sc.preemptions;
+  counters_.spec_drafted = sc.spec_drafted;
+  counters_.spec_accepted = sc.spec_accepted;
 }
 
 void EngineLoop::run() {
@@ -123,7 +132,9 @@ void EngineLoop::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(m_);
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || scheduler_.has_work(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || resets_done_ < resets_asked_ || scheduler_.has_work();
+      });
       for (Request& r : inbox_) scheduler_.submit(std::move(r));  // checked in submit()
       inbox_.clear();
       for (int64_t id : cancels_) {
@@ -136,9 +147,18 @@ void EngineLoop::run() {
         ++counters_.cancelled;
       }
       cancels_.clear();
+      if (resets_done_ < resets_asked_) {
+        scheduler_.clear_prefix_cache();
+        resets_done_ = resets_asked_;
+        cv_.notify_all();  // the callers waiting in reset_prefix_cache()
+      }
       update_gauges();
       if (!scheduler_.has_work()) {
-        if (stopping_) return;
+        if (stopping_) {
+          ended_ = true;  // nothing left to reset: waiting callers return
+          cv_.notify_all();
+          return;
+        }
         continue;
       }
     }

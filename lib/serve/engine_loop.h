@@ -52,6 +52,7 @@ struct EngineCounters {
   // Paged KV (0 otherwise): blocks in use and in the pool, prefix caching's tokens, preemptions.
   int kv_blocks_used = 0, kv_blocks_total = 0, cached_prefixes = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
+  int64_t spec_drafted = 0, spec_accepted = 0;  // speculative decoding: drafted tokens verified, kept
   // Latencies as the engine thread sees them (seconds; vLLM's definitions): submitted to first
   // token, between tokens, per output token after the first, submitted to last token, queued
   // before its first pass.
@@ -70,6 +71,9 @@ class EngineLoop {
   // scheduler's reason when it can never run, or when the loop is stopping.
   std::shared_ptr<RequestStream> submit(Request r, int64_t* id = nullptr);
   void cancel(int64_t id);
+  // Releases the prefix cache (vLLM's /reset_prefix_cache): its blocks return to the pool except
+  // those a running request shares. Waits until the engine thread has done it (between steps).
+  void reset_prefix_cache();
   // No new requests; what is queued and running finishes, then the thread ends. Returns at once.
   void stop();
   void join();
@@ -86,6 +90,8 @@ class EngineLoop {
   std::condition_variable cv_;
   std::vector<Request> inbox_;
   std::vector<int64_t> cancels_;
+  int64_t resets_asked_ = 0, resets_done_ = 0;  // reset_prefix_cache() calls, and those carried out
+  bool ended_ = false;                          // the engine thread has returned
   std::map<int64_t, std::shared_ptr<RequestStream>> streams_;
   struct Timing {
     std::chrono::steady_clock::time_point submitted, first, last;

@@ -513,6 +513,9 @@ struct HttpServer::Impl {
       add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed later)",
           static_cast<double>(c.preemptions));
     }
+    add("spec_decode_draft_tokens_total", "counter", "tokens drafted by prompt lookup and verified (speculative decoding)",
+        static_cast<double>(c.spec_drafted));
+    add("spec_decode_accepted_tokens_total", "counter", "of those, kept", static_cast<double>(c.spec_accepted));
     // The same under vLLM's names, with its latency histograms, for dashboards made for vLLM.
     std::string label;
     for (char ch : o.model_name)
@@ -526,6 +529,8 @@ struct HttpServer::Impl {
     vllm("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
     vllm("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
     vllm("num_preemptions_total", "counter", "requests preempted", static_cast<double>(c.preemptions));
+    vllm("spec_decode_num_draft_tokens_total", "counter", "draft tokens verified", static_cast<double>(c.spec_drafted));
+    vllm("spec_decode_num_accepted_tokens_total", "counter", "of those, accepted", static_cast<double>(c.spec_accepted));
     if (c.kv_blocks_total > 0) {
       vllm("kv_cache_usage_perc", "gauge", "fraction of the paged KV blocks in use (1 = all)",
            static_cast<double>(c.kv_blocks_used) / c.kv_blocks_total);
@@ -581,7 +586,7 @@ struct HttpServer::Impl {
       if (host != "localhost" && host != "127.0.0.1" && host != "[::1]")
         return refuse(403, "permission_error", "this server listens on the loopback only: its Host must be localhost");
     }
-    if (!o.api_key.empty() && req.method != "OPTIONS" && req.path.rfind("/v1/", 0) == 0) {
+    if (!o.api_key.empty() && req.method != "OPTIONS" && (req.path.rfind("/v1/", 0) == 0 || req.path == "/reset_prefix_cache")) {
       const std::string given = req.get_header_value("Authorization"), want = "Bearer " + o.api_key;
       unsigned diff = given.size() == want.size() ? 0u : 1u;  // compared in a time independent of where they differ
       for (size_t i = 0; i < std::min(given.size(), want.size()); ++i)
@@ -659,6 +664,11 @@ struct HttpServer::Impl {
             }));
     svr.Post("/tokenize", arrived([this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, true); }));
     svr.Post("/detokenize", arrived([this](const httplib::Request& q, httplib::Response& r) { tokenize(q, r, false); }));
+    // vLLM's: the prefix cache released (a benchmark's cold runs; a test counting idle blocks).
+    svr.Post("/reset_prefix_cache", arrived([this](const httplib::Request&, httplib::Response& r) {
+               loop.reset_prefix_cache();
+               r.set_content("", "text/plain");
+             }));
     svr.Get("/health", arrived([](const httplib::Request&, httplib::Response& r) { r.set_content("", "text/plain"); }));
     svr.Get("/metrics", arrived([this](const httplib::Request&, httplib::Response& r) {
               r.set_content(metrics(), "text/plain; version=0.0.4");

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "specdec/specdec.h"
 
 namespace ib::serve {
 
@@ -230,8 +231,31 @@ void Scheduler::plan_continuous(StepResult& out) {
   // Decoding requests first: one token each (the budget holds them all: token_budget >= max_seqs).
   for (Active& a : running_) {
     a.chunk = a.decoding() ? 1 : 0;
+    a.draft.clear();
     budget -= a.chunk;
   }
+  // Speculative decoding: their drafts, from the budget left, before the prompts. A draft leaves
+  // room for the token drawn after it (max_tokens) and is not verified under a constraint (its
+  // state would have to be stepped along the draft and back).
+  if (o_.spec_tokens > 0)
+    for (Active& a : running_) {
+      if (a.chunk == 0 || a.request.constraint || budget <= 0) continue;
+      const int room = std::min({o_.spec_tokens, a.request.max_tokens - static_cast<int>(a.output.size()) - 1, budget});
+      if (room <= 0) continue;
+      std::vector<int32_t> history = a.request.prompt;
+      history.insert(history.end(), a.output.begin(), a.output.end());
+      a.draft = specdec::ngram_propose(history, room, o_.spec_ngram_min, o_.spec_ngram_max);
+      a.chunk += static_cast<int>(a.draft.size());
+      budget -= static_cast<int>(a.draft.size());
+    }
+  // Paged: drafts never cost a cached prefix or a running request its blocks.
+  if (paged_ && planned_blocks() > engine_.kv_blocks()->free_blocks())
+    for (Active& a : running_)
+      if (!a.draft.empty()) {
+        budget += static_cast<int>(a.draft.size());
+        a.chunk = 1;
+        a.draft.clear();
+      }
   // Then the prompts under way (chunked), in admission order.
   for (Active& a : running_) {
     const int pending = a.total() - a.cached;
@@ -276,13 +300,17 @@ StepResult Scheduler::step() {
     plan_continuous(out);
   std::vector<int> seqs, counts;
   std::vector<int32_t> tokens;
-  std::vector<size_t> rows;  // running_ index of each pass row
-  bool all_decode = true;
+  std::vector<size_t> rows;     // running_ index of each pass row
+  std::vector<int> logit_rows;  // each row's positions whose logits are read: 1, or 1 + its drafts
+  bool all_decode = true, drafting = false;
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& a = running_[i];
     if (a.chunk == 0) continue;
     if (a.decoding()) {
       tokens.push_back(a.output.back());
+      tokens.insert(tokens.end(), a.draft.begin(), a.draft.end());
+      drafting |= !a.draft.empty();
+      out.drafted += static_cast<int>(a.draft.size());
       ++out.decode_rows;
     } else {
       if (!a.ran) {
@@ -302,19 +330,26 @@ StepResult Scheduler::step() {
     }
     seqs.push_back(a.seq);
     counts.push_back(a.chunk);
+    logit_rows.push_back(a.decoding() ? a.chunk : 1);
     rows.push_back(i);
   }
   if (rows.empty()) throw std::logic_error("Scheduler::step with nothing to run");
   std::vector<int32_t> next(rows.size());
   std::vector<std::string> failure(rows.size());  // why row j's request cannot go on ("" when it can)
-  std::vector<std::optional<TokenLogprob>> logprob(rows.size());
+  // The tokens row j emits, in order (one, or with speculation the drafts kept and the token after
+  // them), and their log-probabilities.
+  std::vector<std::vector<int32_t>> picks(rows.size());
+  std::vector<std::vector<std::optional<TokenLogprob>>> pick_logprobs(rows.size());
   std::vector<float> processed;
-  bool own_sampling = false;
+  std::vector<int32_t> so_far;   // a row's output with the drafts kept so far (its penalties' history)
+  bool own_sampling = drafting;  // verification reads the logits on the host
   for (size_t i : rows)
     own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr ||
                     running_[i].request.logprobs >= 0 || running_[i].request.processors.active();
   const size_t V = static_cast<size_t>(engine_.config().vocab);
-  std::vector<float> logits(own_sampling ? rows.size() * V : 0);
+  size_t logit_count = 0;
+  for (int l : logit_rows) logit_count += static_cast<size_t>(l);
+  std::vector<float> logits(own_sampling ? logit_count * V : 0);
   model::StepOutput so;
   so.sampling = o_.sampling;
   so.step = static_cast<uint64_t>(steps_);
@@ -323,41 +358,63 @@ StepResult Scheduler::step() {
   else
     so.next = next.data();
   const int n = static_cast<int>(rows.size());
-  if (all_decode)
+  if (all_decode && !drafting)
     engine_.decode(seqs.data(), tokens.data(), n, so);
   else
-    engine_.prefill_batch(seqs.data(), counts.data(), n, tokens.data(), so, /*last_only=*/true);
+    engine_.prefill_batch_rows(seqs.data(), counts.data(), n, tokens.data(), so, logit_rows.data());
   ++steps_;
-  if (own_sampling)
+  if (own_sampling) {
+    size_t first_logits = 0;  // row j's first logits row
     for (size_t j = 0; j < rows.size(); ++j) {
       const Active& a = running_[rows[j]];
+      const size_t base = first_logits;
+      first_logits += static_cast<size_t>(logit_rows[j]);
       if (a.cached + a.chunk < a.total()) continue;  // a chunk short of the end: no token
       const model::SamplingParams sp = a.request.sampling.value_or(o_.sampling);
-      // The request's seed and its token index: the same request draws the same tokens whatever
-      // it is batched with.
-      const float u = model::sample_uniform(sp.seed, a.output.size(), 0);
-      const float* raw = logits.data() + j * V;
-      if (!std::all_of(raw, raw + V, [](float x) { return std::isfinite(x); })) {
-        failure[j] = "its logits are not finite (NaN or Inf: the model's or its adapter's weights)";
-        continue;
+      if (a.request.processors.active() && !a.draft.empty()) so_far = a.output;
+      // Position t draws the token decoding would draw there, from the logits after the drafts
+      // before it; the next position is read only while the draws equal the drafts.
+      for (int t = 0; t < logit_rows[j]; ++t) {
+        const size_t index = a.output.size() + static_cast<size_t>(t);
+        // The request's seed and its token index: the same request draws the same tokens whatever
+        // it is batched with, and with or without speculation.
+        const float u = model::sample_uniform(sp.seed, index, 0);
+        const float* raw = logits.data() + (base + static_cast<size_t>(t)) * V;
+        if (!std::all_of(raw, raw + V, [](float x) { return std::isfinite(x); })) {
+          failure[j] = "its logits are not finite (NaN or Inf: the model's or its adapter's weights)";
+          break;
+        }
+        // Its logit bias and penalties on a copy: log-probabilities are the raw logits' (vLLM's default).
+        const float* l = raw;
+        if (a.request.processors.active()) {
+          processed.assign(raw, raw + V);
+          apply_logits_processors(a.request.processors, a.request.prompt, a.draft.empty() ? a.output : so_far, processed.data(),
+                                  static_cast<int>(V));
+          l = processed.data();
+        }
+        int32_t token = -1;
+        if (a.request.constraint) {
+          const int left = a.request.max_tokens - static_cast<int>(a.output.size());
+          token = a.request.constraint->choose(l, static_cast<int>(V), sp, u, left);
+          if (token < 0) failure[j] = "its constraint allows no token here";
+        } else {
+          token = model::sample_token(l, static_cast<int>(V), sp, u);
+        }
+        if (token < 0) break;
+        picks[j].push_back(token);
+        pick_logprobs[j].push_back(a.request.logprobs >= 0 ? std::optional<TokenLogprob>(token_logprob(raw, static_cast<int>(V),
+                                                                                                       token, a.request.logprobs))
+                                                           : std::nullopt);
+        if (static_cast<size_t>(t) >= a.draft.size() || token != a.draft[static_cast<size_t>(t)]) break;
+        if (a.request.processors.active()) so_far.push_back(token);
       }
-      // Its logit bias and penalties on a copy: log-probabilities are the raw logits' (vLLM's default).
-      const float* l = raw;
-      if (a.request.processors.active()) {
-        processed.assign(raw, raw + V);
-        apply_logits_processors(a.request.processors, a.request.prompt, a.output, processed.data(), static_cast<int>(V));
-        l = processed.data();
-      }
-      if (a.request.constraint) {
-        const int left = a.request.max_tokens - static_cast<int>(a.output.size());
-        next[j] = a.request.constraint->choose(l, static_cast<int>(V), sp, u, left);
-        if (next[j] < 0) failure[j] = "its constraint allows no token here";
-      } else {
-        next[j] = model::sample_token(l, static_cast<int>(V), sp, u);
-      }
-      if (a.request.logprobs >= 0 && next[j] >= 0)
-        logprob[j] = token_logprob(raw, static_cast<int>(V), next[j], a.request.logprobs);
     }
+  } else {
+    for (size_t j = 0; j < rows.size(); ++j) {
+      picks[j] = {next[j]};
+      pick_logprobs[j].emplace_back();
+    }
+  }
   for (size_t j = 0; j < rows.size(); ++j) {
     Active& a = running_[rows[j]];
     a.cached += a.chunk;
@@ -367,24 +424,33 @@ StepResult Scheduler::step() {
       a.done = true;
       out.failed.push_back({a.request.id, why});
     };
-    if (!failure[j].empty()) {
-      fail(failure[j]);
-      continue;
+    if (!failure[j].empty()) fail(failure[j]);
+    for (size_t t = 0; t < picks[j].size() && !a.done; ++t) {
+      const int32_t token = picks[j][t];
+      bool complete = false;
+      if (a.request.constraint) try {
+          complete = a.request.constraint->accept(token);
+        } catch (const std::exception& e) {
+          fail(e.what());
+          break;
+        }
+      a.output.push_back(token);
+      if (t < a.draft.size() && token == a.draft[t]) ++out.accepted;
+      const bool stopped =
+          complete || (a.request.eos >= 0 && token == a.request.eos) ||
+          std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), token) != a.request.stop_tokens.end();
+      a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
+      out.tokens.push_back({a.request.id, token, a.done, stopped, std::move(pick_logprobs[j][t])});
     }
-    bool complete = false;
-    if (a.request.constraint) try {
-        complete = a.request.constraint->accept(next[j]);
-      } catch (const std::exception& e) {
-        fail(e.what());
-        continue;
-      }
-    a.output.push_back(next[j]);
-    const bool stopped =
-        complete || (a.request.eos >= 0 && next[j] == a.request.eos) ||
-        std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), next[j]) != a.request.stop_tokens.end();
-    a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
-    out.tokens.push_back({a.request.id, next[j], a.done, stopped, std::move(logprob[j])});
+    // Speculation: the K/V of drafts that were not kept are dropped; the cache holds every token
+    // but the last emitted, as after a decode step.
+    if (!a.draft.empty() && a.cached > a.total() - 1) {
+      a.cached = a.total() - 1;
+      engine_.truncate(a.seq, a.cached);
+    }
   }
+  counters_.spec_drafted += out.drafted;
+  counters_.spec_accepted += out.accepted;
   // Finished requests leave: their sequences (or the prefix cache keeps them) and reservations
   // are returned.
   auto finished = [](const Active& a) { return a.done; };

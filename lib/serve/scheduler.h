@@ -28,6 +28,14 @@
 //   sequence or of a running request's cached ones shares them (the blocks by reference count,
 //   the partial last block copied on its first write, nothing else copied) and prefills only
 //   what follows.
+// - Speculative decoding (continuous; vLLM's prompt lookup, `"method": "ngram"`): a decoding
+//   request without a constraint drafts up to spec_tokens tokens by looking its last n tokens up
+//   earlier in its own prompt and output, and its row in the step runs its last token and the
+//   drafts together (every row's logits). Each position's token is drawn as it would be without
+//   speculation (the request's seed and token index), and the drafts are kept while they equal
+//   those draws: the output is the one decoding gives, token for token, at any temperature (for a
+//   point-mass draft this is the rejection sampling of Leviathan et al.). Rejected drafts' K/V are
+//   truncated away. Drafted tokens take the token budget before prompt chunks.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +58,8 @@ struct SchedulerOptions {
   int long_prefill = 0;         // chunked: prompt tokens one request takes per step at most; 0 = the budget
   int64_t kv_tokens = 0;        // contiguous engine: KV positions reserved over all running requests at most; 0 = unbounded
   bool prefix_caching = false;  // paged engine, continuous batching: finished requests' blocks kept for later prompts
+  int spec_tokens = 0;          // continuous: tokens a decoding request drafts by prompt lookup per step (0: no speculation)
+  int spec_ngram_min = 2, spec_ngram_max = 4;  // the lookup's n-gram lengths (vLLM's prompt_lookup_min / _max)
   model::SamplingParams sampling;
 };
 
@@ -62,6 +72,7 @@ struct StepResult {
   int prefill_requests = 0;       // requests with prompt tokens in the pass
   int prefix_hit_tokens = 0;      // prompt tokens admitted requests found cached (prefix caching)
   int preempted = 0;              // running requests preempted (their blocks freed) to make room
+  int drafted = 0, accepted = 0;  // speculative decoding: drafted tokens verified, and those kept
   // Requests ended without a token in this step and why (a constraint that allows no token, its
   // logits not finite): each fails alone, its sequence returned.
   std::vector<std::pair<int64_t, std::string>> failed;
@@ -73,8 +84,9 @@ struct SchedulerCounters {
   int64_t prompt_tokens = 0;      // of admitted requests
   int64_t prefix_hit_tokens = 0;  // of those, found in the prefix cache
   int64_t preemptions = 0;
-  int64_t recomputed_tokens = 0;  // tokens prefilled again after a preemption
-  int peak_blocks = 0;            // paged: the most KV blocks in use after a step
+  int64_t recomputed_tokens = 0;                // tokens prefilled again after a preemption
+  int peak_blocks = 0;                          // paged: the most KV blocks in use after a step
+  int64_t spec_drafted = 0, spec_accepted = 0;  // speculative decoding: drafted tokens verified, kept
 };
 
 class Scheduler {
@@ -117,6 +129,7 @@ class Scheduler {
     bool done = false;            // its last token emitted
     bool ran = false;             // its first rows have run (admitted once)
     int lost = 0;                 // tokens its preemptions dropped from the cache (to compute again)
+    std::vector<int32_t> draft;   // this step's drafted tokens (speculative decoding): its row is 1 + draft
     int total() const { return static_cast<int>(request.prompt.size() + output.size()); }
     int32_t token(int i) const {
       const int n = static_cast<int>(request.prompt.size());

@@ -360,6 +360,7 @@ def plain(binary, src):
             s.p.kill()
     lora(binary, src)
     paged(binary, src)
+    speculative(binary, src)
     hostile(binary, src)
     slow_and_gone_clients(binary, src)
     api_key(binary, src)
@@ -674,10 +675,56 @@ def paged(binary, src):
         m = s.metrics()
         check(m["num_preemptions_total"] > 0, f"192 KV positions for four requests of ~80 tokens: no preemption ({m})")
         check(m["num_requests_running"] == 0 and m["kv_blocks_used"] <= m["kv_blocks_total"] == 24, f"blocks: {m}")
+        # Idle, the blocks in use are the prefix cache's; released (vLLM's /reset_prefix_cache), every block is free.
+        check(m["kv_blocks_used"] > 0 and m["prefix_cache_entries"] > 0, f"an idle server with prefix caching: {m}")
+        status, _ = s.request("POST", "/reset_prefix_cache")
+        m = s.metrics()
+        check(status == 200 and m["kv_blocks_used"] == 0 and m["prefix_cache_entries"] == 0,
+              f"after /reset_prefix_cache: {status} {m}")
+        status, r = s.json("POST", "/v1/completions", body)
+        check(status == 200 and r["choices"][0]["text"] == golden["greedy_text"], f"after the reset: {status} {r}")
         check(s.stop() == 130, f"paged server's exit: {''.join(s.err)}")
     finally:
         if s.p.poll() is None:
             s.p.kill()
+
+
+def speculative(binary, src):
+    """Speculative decoding by prompt lookup (--speculative-config, vLLM's JSON): the greedy text is
+    transformers' (tests/data/models), whole and streamed; sampled requests get the tokens they get
+    from a server without it (same seed); drafts are verified and some kept (/metrics); a bad
+    config is refused at start with exit 2."""
+    model = os.path.join(src, "data/models/ib-draft-1m")
+    golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
+    n = len(golden["greedy_ids"])
+    body = {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": n, "temperature": 0, "ignore_eos": True}
+    sampled = [{"model": "ib-draft-1m", "prompt": golden["prompt"] + "\n" + golden["prompt"][:40 + 9 * i], "max_tokens": 40,
+                "temperature": 0.9, "seed": 17 + i, "ignore_eos": True} for i in range(4)]
+    texts = {}
+    for config in (None, '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'):
+        s = Server(binary, model, *(["--speculative-config", config] if config else []))
+        try:
+            status, r = s.json("POST", "/v1/completions", body)
+            check(status == 200 and r["choices"][0]["text"] == golden["greedy_text"], f"speculative {config}: {status} {r}")
+            got = [None] * len(sampled)
+            def one(i):
+                got[i] = s.json("POST", "/v1/completions", sampled[i])[1]["choices"][0]["text"]
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(sampled))]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            texts[config is not None] = got
+            if config:
+                m = s.metrics()
+                check(m["spec_decode_draft_tokens_total"] > 0 and 0 < m["spec_decode_accepted_tokens_total"]
+                      <= m["spec_decode_draft_tokens_total"], f"speculation's counters: {m}")
+                print(f"serve_test: prompt lookup kept {m['spec_decode_accepted_tokens_total']:.0f} of "
+                      f"{m['spec_decode_draft_tokens_total']:.0f} drafted tokens")
+        finally:
+            s.stop()
+    check(texts[True] == texts[False], f"sampled with speculation {texts[True]} != without {texts[False]}")
+    bad = subprocess.run([binary, "serve", model, "--port", "0", "--speculative-config", '{"method": "eagle"}'],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode == 2 and "--speculative-config" in bad.stderr, f"a bad config: {bad.returncode} {bad.stderr}")
 
 
 def lora(binary, src):

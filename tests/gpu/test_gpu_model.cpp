@@ -251,6 +251,26 @@ TEST(GpuModel, PrefillBatchMatchesTheCpu) {
     ASSERT_TRUE(all_finite(last_got)) << c.name;
     EXPECT_LT(rel_l2(last_got, last_want), 2e-2) << c.name;
     EXPECT_EQ(e.gpu->length(gs[0]), 66);
+    // Per-sequence logit rows (a serving step with a speculating request): the first sequence's
+    // last row, the second's three, gathered in order before the LM head.
+    const int logit_rows[2] = {1, 3};
+    std::vector<float> mixed_want(4 * e.vocab()), mixed_got(4 * e.vocab());
+    ow.logits = mixed_want.data();
+    og.logits = mixed_got.data();
+    for (size_t i = 0; i < 2; ++i) {
+      e.cpu->truncate(cs[i], i == 0 ? 60 : 17);
+      e.gpu->truncate(gs[i], i == 0 ? 60 : 17);
+    }
+    e.cpu->prefill_batch_rows(cs.data(), counts, 2, more.data(), ow, logit_rows);
+    e.gpu->prefill_batch_rows(gs.data(), counts, 2, more.data(), og, logit_rows);
+    ASSERT_TRUE(all_finite(mixed_got)) << c.name;
+    EXPECT_LT(rel_l2(mixed_got, mixed_want), 2e-2) << c.name;
+    // The same rows as the whole pass's: row 5 (the first's last), rows 6-8 (the second's three).
+    for (size_t r = 0; r < 4; ++r)
+      EXPECT_LT(rel_l2(std::vector<float>(mixed_want.begin() + r * e.vocab(), mixed_want.begin() + (r + 1) * e.vocab()),
+                       std::vector<float>(want.begin() + (r + 5) * e.vocab(), want.begin() + (r + 6) * e.vocab())),
+                1e-4)
+          << c.name << " row " << r;
   }
 }
 

@@ -219,7 +219,7 @@ TEST(CpuModel, PrefillBatchEqualsOnePrefillPerSequence) {
   std::vector<float> loop(9 * V);
   m->truncate(sa, 20);
   m->truncate(sb, 9);
-  m->Model::prefill_batch(seqs, counts, 2, tokens.data(), {loop.data()});
+  m->Model::prefill_batch_rows(seqs, counts, 2, tokens.data(), {loop.data()}, counts);
   EXPECT_LT(rel_l2(loop, want), 1e-5);
   // last_only: each sequence's last row alone, [2] rows, from the engine's pass and the base loop.
   std::vector<float> last_want(want.begin() + 2 * V, want.begin() + 3 * V);
@@ -230,8 +230,9 @@ TEST(CpuModel, PrefillBatchEqualsOnePrefillPerSequence) {
     std::vector<float> last(2 * V, -1.0f);
     std::vector<int32_t> picked(2, -1);
     StepOutput o{last.data(), picked.data()};
+    const int ones[2] = {1, 1};
     if (base)
-      m->Model::prefill_batch(seqs, counts, 2, tokens.data(), o, true);
+      m->Model::prefill_batch_rows(seqs, counts, 2, tokens.data(), o, ones);
     else
       m->prefill_batch(seqs, counts, 2, tokens.data(), o, true);
     EXPECT_LT(rel_l2(last, last_want), 1e-5) << base;
@@ -240,6 +241,23 @@ TEST(CpuModel, PrefillBatchEqualsOnePrefillPerSequence) {
                 std::max_element(last_want.begin() + i * V, last_want.begin() + (i + 1) * V) - (last_want.begin() + i * V));
     EXPECT_EQ(m->length(sb), 15);
   }
+  // Per-sequence logit rows (a speculating request beside a prompt chunk): the first's last row,
+  // the second's last four, in order, from the engine's pass and the base loop.
+  std::vector<float> mixed_want(want.begin() + 2 * V, want.begin() + 3 * V);
+  mixed_want.insert(mixed_want.end(), want.begin() + 5 * V, want.end());
+  const int mixed_rows[2] = {1, 4};
+  for (bool base : {false, true}) {
+    m->truncate(sa, 20);
+    m->truncate(sb, 9);
+    std::vector<float> mixed(5 * V, -1.0f);
+    if (base)
+      m->Model::prefill_batch_rows(seqs, counts, 2, tokens.data(), {mixed.data()}, mixed_rows);
+    else
+      m->prefill_batch_rows(seqs, counts, 2, tokens.data(), {mixed.data()}, mixed_rows);
+    EXPECT_LT(rel_l2(mixed, mixed_want), 1e-5) << base;
+  }
+  const int too_many[2] = {1, 7};
+  EXPECT_THROW(m->prefill_batch_rows(seqs, counts, 2, tokens.data(), {}, too_many), std::invalid_argument);
   EXPECT_THROW(m->prefill_batch(seqs, std::vector<int>{3, 0}.data(), 2, tokens.data(), {}), std::invalid_argument);
   const int twice[2] = {sa, sa};
   EXPECT_THROW(m->prefill_batch(twice, counts, 2, tokens.data(), {}), std::invalid_argument);

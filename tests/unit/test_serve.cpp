@@ -15,10 +15,13 @@
 
 #include "../common/run_kind.h"
 #include "core/errors.h"
+#include "model/config.h"
 #include "model/model.h"
+#include "model/weights.h"
 #include "serve/load_metrics.h"
 #include "serve/scheduler.h"
 #include "serve/workload.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ib::serve {
 namespace {
@@ -363,6 +366,90 @@ class FailingConstraint : public TokenConstraint {
   int dead_at_, n_ = 0;
   bool throws_;
 };
+
+// Speculative decoding by prompt lookup in the scheduler: with drafts verified in the batch, every
+// request gets the tokens (and log-probabilities) it gets without speculation: greedy, sampled
+// with its seed, with a repetition penalty, stopped at an EOS; the drafts are verified and some
+// kept; on a paged cache every block comes back. A trained model on repeated code, so that
+// lookups find continuations the model follows.
+TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
+  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
+  const model::ModelConfig c = model::config_from_hf(dir);
+  auto weights = model::safetensors_weights(c, dir);
+  auto tok = tokenizer::Tokenizer::load(dir);
+  const std::string code = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n";
+  std::vector<Request> rs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.id = i;
+    r.prompt = tok->encode(code + code.substr(0, static_cast<size_t>(10 + 7 * i)));
+    r.max_tokens = 24 + 3 * i;
+    model::SamplingParams p;
+    p.temperature = i < 2 ? 0.0f : 0.8f;
+    p.seed = 40 + static_cast<uint64_t>(i);
+    if (i == 3) p.top_k = 20;
+    r.sampling = p;
+    if (i == 4) r.processors.repetition_penalty = 1.3f;
+    if (i == 1) r.logprobs = 2;
+    rs.push_back(std::move(r));
+  }
+  {  // Request 5 ends at an EOS: the token it writes ninth without one.
+    auto engine = model::make_cpu_model(c, *weights);
+    Scheduler s(*engine, SchedulerOptions{});
+    ASSERT_EQ(s.submit(rs[5]), "");
+    rs[5].eos = drain(s).at(5).at(8);
+  }
+  for (bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "contiguous");
+    std::map<int64_t, std::vector<int32_t>> want;
+    std::map<int64_t, std::vector<float>> want_logprobs;
+    for (int k : {0, 4}) {
+      auto engine = model::make_cpu_model(c, *weights);
+      if (paged) engine->enable_paged_kv(64, 8);
+      SchedulerOptions o;
+      o.max_seqs = 4;
+      o.token_budget = 48;
+      o.long_prefill = 16;
+      o.spec_tokens = k;
+      o.spec_ngram_min = 2;
+      o.prefix_caching = paged;
+      Scheduler s(*engine, o);
+      for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+      std::map<int64_t, std::vector<int32_t>> got;
+      std::map<int64_t, std::vector<float>> got_logprobs;
+      int drafted = 0, accepted = 0;
+      for (int guard = 0; s.has_work() && guard < 10000; ++guard) {
+        StepResult step = s.step();
+        drafted += step.drafted;
+        accepted += step.accepted;
+        EXPECT_LE(step.prefill_tokens + step.decode_rows + step.drafted, o.token_budget);
+        for (const Emitted& e : step.tokens) {
+          got[e.request].push_back(e.token);
+          if (e.logprob) got_logprobs[e.request].push_back(e.logprob->logprob);
+        }
+      }
+      EXPECT_EQ(s.counters().spec_drafted, drafted);
+      if (k == 0) {
+        want = got;
+        want_logprobs = got_logprobs;
+        EXPECT_EQ(drafted, 0);
+        continue;
+      }
+      for (const Request& r : rs) EXPECT_EQ(got[r.id], want[r.id]) << "request " << r.id;
+      ASSERT_EQ(got_logprobs[1].size(), want_logprobs[1].size());
+      for (size_t i = 0; i < got_logprobs[1].size(); ++i) EXPECT_NEAR(got_logprobs[1][i], want_logprobs[1][i], 1e-3);
+      EXPECT_LE(want[5].size(), 9u);  // it stopped at its EOS, a drafted one or not
+      EXPECT_GT(drafted, 0);
+      EXPECT_GT(accepted, 0);
+      EXPECT_LE(accepted, drafted);
+      std::printf("[ specdec  ] %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", accepted, drafted);
+      if (paged) {
+        s.clear_prefix_cache();
+        EXPECT_EQ(engine->kv_blocks()->used_blocks(), 0);
+      }
+    }
+  }
+}
 
 TEST(ServeScheduler, ARequestThatCannotGoOnFailsAloneAndItsNeighboursGetTheirTokens) {
   for (bool throws : {false, true}) {

@@ -51,7 +51,7 @@ struct ServeOptions {
 
 // vLLM's --speculative-config for prompt lookup: {"method": "ngram", "num_speculative_tokens": K,
 // "prompt_lookup_max": N, "prompt_lookup_min": M}. A draft model is not served.
-void speculative_config(const std::string& text, serve::SchedulerOptions& so) {
+void apply_speculative_config(const std::string& text, serve::SchedulerOptions& so) {
   const std::string flag = "serve: --speculative-config";
   nlohmann::json j;
   try {
@@ -151,7 +151,7 @@ int serve(const ServeOptions& s) {
   so.kv_tokens = s.kv_tokens;
   so.chunked_prefill = !s.no_chunked_prefill;
   so.prefix_caching = s.prefix_caching;
-  if (!s.speculative_config.empty()) speculative_config(s.speculative_config, so);
+  if (!s.speculative_config.empty()) apply_speculative_config(s.speculative_config, so);
   serve::EngineLoop loop(*engine, so);
   serve::HttpOptions ho = s.http;
   ho.host = s.host;

@@ -10,28 +10,28 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump_ordered(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 // A function offered without parameters takes none (OpenAI: "omitting parameters defines a
 // function with an empty parameter list").
-ojson parameters_of(const Tool& t) {
+ojson tool_parameters(const Tool& t) {
   if (t.parameters.empty()) return {{"type", "object"}, {"properties", ojson::object()}, {"additionalProperties", false}};
   return ojson::parse(t.parameters);
 }
 
-ToolCall call(const std::string& id_prefix, size_t index, std::string name, std::string arguments) {
+ToolCall tool_call_of(const std::string& id_prefix, size_t index, std::string name, std::string arguments) {
   return {id_prefix + std::to_string(index), std::move(name), std::move(arguments)};
 }
 
-bool is_space(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+bool only_space(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
-ToolOutput text_only(const std::string& text) { return {text, false, {}}; }
+ToolOutput content_only(const std::string& text) { return {text, false, {}}; }
 
 // hermes: <tool_call>{"name": "f", "arguments": {...}}</tool_call>, repeated; the last may be open.
-ToolOutput read_hermes(const std::string& text, const std::string& id_prefix) {
+ToolOutput read_hermes_calls(const std::string& text, const std::string& id_prefix) {
   static const std::string kOpen = kHermesToolCallTag, kClose = "</tool_call>";
   const size_t first = text.find(kOpen);
-  if (first == std::string::npos) return text_only(text);
+  if (first == std::string::npos) return content_only(text);
   ToolOutput out;
   out.content = text.substr(0, first);
   out.content_null = out.content.empty();
@@ -42,17 +42,17 @@ ToolOutput read_hermes(const std::string& text, const std::string& id_prefix) {
     const std::string block = text.substr(body, close == std::string::npos ? std::string::npos : close - body);
     try {
       const ojson j = ojson::parse(block);
-      if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return text_only(text);
+      if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return content_only(text);
       const ojson args = j.contains("arguments") ? j["arguments"] : ojson::object();
-      out.calls.push_back(call(id_prefix, out.calls.size(), j["name"].get<std::string>(), dump(args)));
+      out.calls.push_back(tool_call_of(id_prefix, out.calls.size(), j["name"].get<std::string>(), dump_ordered(args)));
     } catch (const ojson::exception&) {
-      return text_only(text);  // not a call after all: the model's text, whole
+      return content_only(text);  // not a call after all: the model's text, whole
     }
     if (close == std::string::npos) break;
     const size_t next = text.find(kOpen, close + kClose.size());
     // Text between or after the calls is not content OpenAI's message has a place for; only
     // whitespace is expected there.
-    if (next == std::string::npos && !is_space(text.substr(close + kClose.size()))) return text_only(text);
+    if (next == std::string::npos && !only_space(text.substr(close + kClose.size()))) return content_only(text);
     at = next;
   }
   return out;
@@ -63,46 +63,46 @@ ToolOutput read_hermes(const std::string& text, const std::string& id_prefix) {
 std::string tool_output_schema(const ToolRequest& r) {
   if (r.choice == ToolChoice::Named) {
     for (const Tool& t : r.tools)
-      if (t.name == r.named) return dump(parameters_of(t));
+      if (t.name == r.named) return dump_ordered(tool_parameters(t));
     return {};
   }
   if (r.choice != ToolChoice::Required) return {};
   ojson branches = ojson::array();
   for (const Tool& t : r.tools)
     branches.push_back({{"type", "object"},
-                        {"properties", {{"name", {{"type", "string"}, {"enum", {t.name}}}}, {"parameters", parameters_of(t)}}},
+                        {"properties", {{"name", {{"type", "string"}, {"enum", {t.name}}}}, {"parameters", tool_parameters(t)}}},
                         {"required", {"name", "parameters"}},
                         {"additionalProperties", false}});
   ojson schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", branches}}}};
   if (!r.parallel) schema["maxItems"] = 1;
-  return dump(schema);
+  return dump_ordered(schema);
 }
 
 ToolOutput read_tool_output(const ToolRequest& r, const std::string& text, const std::string& id_prefix) {
   switch (r.choice) {
     case ToolChoice::None:
-      return text_only(text);
+      return content_only(text);
     case ToolChoice::Named:
-      return {"", true, {call(id_prefix, 0, r.named, text)}};
+      return {"", true, {tool_call_of(id_prefix, 0, r.named, text)}};
     case ToolChoice::Required: {
       ToolOutput out{"", true, {}};
       try {
         const ojson list = ojson::parse(text);
-        if (!list.is_array()) return text_only(text);
+        if (!list.is_array()) return content_only(text);
         for (const ojson& item : list) {
-          if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) return text_only(text);
-          out.calls.push_back(call(id_prefix, out.calls.size(), item["name"].get<std::string>(),
-                                   dump(item.contains("parameters") ? item["parameters"] : ojson::object())));
+          if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) return content_only(text);
+          out.calls.push_back(tool_call_of(id_prefix, out.calls.size(), item["name"].get<std::string>(),
+                                   dump_ordered(item.contains("parameters") ? item["parameters"] : ojson::object())));
         }
       } catch (const ojson::exception&) {
-        return text_only(text);  // cut by max_tokens: the partial document is what there is
+        return content_only(text);  // cut by max_tokens: the partial document is what there is
       }
       return out;
     }
     case ToolChoice::Auto:
-      return read_hermes(text, id_prefix);
+      return read_hermes_calls(text, id_prefix);
   }
-  return text_only(text);
+  return content_only(text);
 }
 
 size_t hermes_content_end(const std::string& text) {

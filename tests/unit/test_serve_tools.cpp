@@ -23,36 +23,36 @@ namespace {
 
 using nlohmann::json;
 
-const char* kTools = R"("tools": [
+const char* kToolsField = R"("tools": [
   {"type": "function", "function": {"name": "get_weather", "description": "now", "parameters": {"type": "object",
    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}}, "required": ["unit", "city"]}}},
   {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
    "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"]}}},
   {"type": "function", "function": {"name": "ping"}}])";
 
-std::string chat_body(const std::string& extra) {
+std::string tool_chat_body(const std::string& extra) {
   return std::string(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )") + extra + "}";
 }
 
-ApiRequest parsed(const std::string& body) {
+ApiRequest parse_chat(const std::string& body) {
   ApiError e;
   auto r = parse_api_request(body, true, e);
   EXPECT_TRUE(r.has_value()) << e.message << "\n" << body;
   return r ? *r : ApiRequest{};
 }
 
-std::string refused_param(const std::string& body) {
+std::string refused_field(const std::string& body) {
   ApiError e;
   EXPECT_FALSE(parse_api_request(body, true, e).has_value()) << body;
   return e.param;
 }
 
 TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
-  const ApiRequest plain = parsed(chat_body(R"("max_tokens": 3)"));
+  const ApiRequest plain = parse_chat(tool_chat_body(R"("max_tokens": 3)"));
   EXPECT_EQ(plain.tools.choice, ToolChoice::None);
   EXPECT_TRUE(plain.response_schema.empty());
 
-  const ApiRequest defaulted = parsed(chat_body(kTools));
+  const ApiRequest defaulted = parse_chat(tool_chat_body(kToolsField));
   EXPECT_EQ(defaulted.tools.choice, ToolChoice::Auto);  // OpenAI's default with tools
   ASSERT_EQ(defaulted.tools.tools.size(), 3u);
   EXPECT_TRUE(defaulted.response_schema.empty());
@@ -61,13 +61,13 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
       << defaulted.tools.tools_json;
 
   const ApiRequest named =
-      parsed(chat_body(std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})"));
+      parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})"));
   EXPECT_EQ(named.tools.choice, ToolChoice::Named);
   EXPECT_EQ(named.schema_field, "tool_choice");
   EXPECT_EQ(json::parse(named.response_schema)["required"], json::array({"zone"}));
 
   const ApiRequest required =
-      parsed(chat_body(std::string(kTools) + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
+      parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
   const json schema = json::parse(required.response_schema);
   EXPECT_EQ(schema["minItems"], 1);
   EXPECT_EQ(schema["maxItems"], 1);
@@ -75,26 +75,26 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
   // A function without parameters takes none.
   EXPECT_EQ(schema["items"]["anyOf"][2]["properties"]["parameters"]["additionalProperties"], false);
 
-  EXPECT_EQ(parsed(chat_body(std::string(kTools) + R"(, "tool_choice": "none")")).tools.choice, ToolChoice::None);
-  EXPECT_EQ(refused_param(chat_body(R"("tool_choice": "required")")), "tool_choice");  // no tools
+  EXPECT_EQ(parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "none")")).tools.choice, ToolChoice::None);
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tool_choice": "required")")), "tool_choice");  // no tools
   EXPECT_EQ(
-      refused_param(chat_body(std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})")),
+      refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})")),
       "tool_choice");
-  EXPECT_EQ(refused_param(chat_body(std::string(kTools) + R"(, "tool_choice": "sometimes")")), "tool_choice");
-  EXPECT_EQ(refused_param(chat_body(std::string(kTools) + R"(, "tool_choice": "required",
+  EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "sometimes")")), "tool_choice");
+  EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required",
       "response_format": {"type": "json_object"})")),
             "tool_choice");
-  EXPECT_EQ(refused_param(chat_body(R"("tools": [{"type": "function", "function": {"name": "a b"}}])")), "tools");
-  EXPECT_EQ(refused_param(chat_body(R"("tools": [{"type": "retrieval"}])")), "tools");
-  EXPECT_EQ(refused_param(chat_body(R"("tools": [{"type": "function", "function": {"name": "a"}},
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a b"}}])")), "tools");
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "retrieval"}])")), "tools");
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a"}},
       {"type": "function", "function": {"name": "a"}}])")),
             "tools");
-  EXPECT_EQ(refused_param(chat_body(R"("tools": [{"type": "function", "function": {"name": "a", "parameters": []}}])")), "tools");
-  EXPECT_EQ(refused_param(chat_body(std::string(kTools) + R"(, "parallel_tool_calls": "yes")")), "parallel_tool_calls");
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a", "parameters": []}}])")), "tools");
+  EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "parallel_tool_calls": "yes")")), "parallel_tool_calls");
 }
 
 TEST(ServeTools, AConversationsToolTurnsReachTheTemplate) {
-  const ApiRequest r = parsed(R"({"model": "m", "messages": [
+  const ApiRequest r = parse_chat(R"({"model": "m", "messages": [
       {"role": "user", "content": "weather?"},
       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\"unit\": \"c\", \"city\": \"Oslo\"}"}}]},
@@ -106,12 +106,12 @@ TEST(ServeTools, AConversationsToolTurnsReachTheTemplate) {
       r.messages[1].fields_json,
       R"({"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"unit":"c","city":"Oslo"}}}]})");
   EXPECT_EQ(r.messages[2].fields_json, R"({"tool_call_id":"c1"})");
-  EXPECT_EQ(refused_param(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})"), "messages");
-  EXPECT_EQ(refused_param(R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})"), "messages");
-  EXPECT_EQ(refused_param(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f",
+  EXPECT_EQ(refused_field(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})"), "messages");
+  EXPECT_EQ(refused_field(R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})"), "messages");
+  EXPECT_EQ(refused_field(R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f",
       "arguments": {}}}]}]})"),
             "messages");  // arguments are a string in OpenAI's API
-  EXPECT_EQ(refused_param(R"({"model": "m", "messages": [{"role": "assistant"}]})"), "messages");
+  EXPECT_EQ(refused_field(R"({"model": "m", "messages": [{"role": "assistant"}]})"), "messages");
 }
 
 TEST(ServeTools, TheHermesParserReadsCallsAfterTheContent) {
@@ -156,7 +156,7 @@ TEST(ServeTools, TheHermesParserReadsCallsAfterTheContent) {
 }
 
 TEST(ServeTools, MessagesAndChunksCarryTheCallsAsOpenAiWritesThem) {
-  const ApiRequest r = parsed(chat_body(std::string(kTools) + R"(, "tool_choice": "required")"));
+  const ApiRequest r = parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required")"));
   ChoiceText c{"", "tool_calls", {}, {{"call_1", "get_time", R"({"zone":"UTC"})"}}, true};
   const json whole = json::parse(completion_json(r, "chatcmpl-1", 5, "m", {c}, {3, 2}));
   const json& m = whole["choices"][0]["message"];
@@ -191,14 +191,14 @@ TEST(ServeTools, ForcedCallsAreCallsOfTheOfferedFunctions) {
   o.max_seqs = 4;
   o.token_budget = 64;
   EngineLoop loop(*engine, o);
-  const ApiRequest probe = parsed(chat_body(kTools));
+  const ApiRequest probe = parse_chat(tool_chat_body(kToolsField));
   using SchemaJson = constrain::SchemaValidator::json;
   std::map<std::string, SchemaJson> parameters;
   for (const Tool& t : probe.tools.tools)
     parameters[t.name] = t.parameters.empty() ? SchemaJson::object() : SchemaJson::parse(t.parameters);
   int calls = 0;
   for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
-    const ApiRequest r = parsed(chat_body(std::string(kTools) + R"(, "tool_choice": )" + choice));
+    const ApiRequest r = parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": )" + choice));
     SCOPED_TRACE(choice);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 4; ++i) {

@@ -14,6 +14,7 @@ namespace ib::serve {
 struct ServeKeys : WorkloadKeys {
   std::string model, weights;
   int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0, kv_blocks = 0, block_size = 16;
+  int64_t spec_tokens = 0;  // speculative decoding by prompt lookup: tokens drafted per request and step (0: off)
   double temperature = 0;
 };
 

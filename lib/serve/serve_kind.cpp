@@ -41,6 +41,11 @@ const ParamSet<ServeKeys>& serve_keys() {
                                     Value(int64_t{0}), 0.0));
     out.add(&P::block_size, key_spec("block_size", ParamType::Int, "paged KV: tokens per block (vLLM's default 16)",
                                      Value(int64_t{16}), 1.0, 1024.0));
+    out.add(&P::spec_tokens,
+            key_spec("spec_tokens", ParamType::Int,
+                     "speculative decoding by prompt lookup (serve --speculative-config's num_speculative_tokens): tokens a "
+                     "decoding request drafts from its own context per step, verified in the batch (0: off)",
+                     Value(int64_t{0}), 0.0, 64.0));
     out.add(&P::temperature,
             key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend (validation always runs greedy)",
                      Value(0.0), 0.0));

@@ -64,6 +64,7 @@ SchedulerOptions ServeLoad::options(bool greedy) const {
   o.long_prefill = static_cast<int>(keys_.long_prefill);
   o.kv_tokens = keys_.kv_tokens;
   o.prefix_caching = prefix_caching_;
+  o.spec_tokens = static_cast<int>(keys_.spec_tokens);
   o.sampling.temperature = greedy ? 0.0f : static_cast<float>(keys_.temperature);
   o.sampling.seed = seed_;
   return o;
@@ -171,7 +172,7 @@ void ServeLoad::run(BackendRuntime&) {
   Scheduler s(*engine_, options(false));
   const LoadResult r = run_load(s, trace_, &interrupted);
   runs_.push_back(summarize_load(r, Slo{keys_.slo_ttft, keys_.slo_tpot}));
-  if (blocks) paged_runs_.push_back({s.counters(), blocks->copies_made() - copies, s.counters().peak_blocks});
+  paged_runs_.push_back({s.counters(), blocks ? blocks->copies_made() - copies : 0, s.counters().peak_blocks});
 }
 
 std::vector<Metric> ServeLoad::metrics() const {
@@ -203,7 +204,12 @@ std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s, const PagedRun* 
     m.push_back({"ttft short p99", s.ttft_short.p99 * 1e3, "ms"});
     m.push_back({"ttft long p99", s.ttft_long.p99 * 1e3, "ms"});
   }
-  if (paged) {
+  if (paged && keys_.spec_tokens > 0) {
+    const SchedulerCounters& c = paged->counters;
+    m.push_back({"drafted", static_cast<double>(c.spec_drafted), ""});
+    m.push_back({"kept", c.spec_drafted > 0 ? 100.0 * static_cast<double>(c.spec_accepted) / c.spec_drafted : 0.0, "%"});
+  }
+  if (paged && engine_->kv_blocks()) {
     const SchedulerCounters& c = paged->counters;
     const double hit = c.prompt_tokens > 0 ? 100.0 * static_cast<double>(c.prefix_hit_tokens) / c.prompt_tokens : 0.0;
     m.push_back({"prefix hit", hit, "%"});
@@ -223,6 +229,8 @@ std::string ServeLoad::note() const {
   if (chunked_ && batching_ == Batching::Continuous && keys_.long_prefill > 0)
     s += fmt::format(", long_prefill {}", keys_.long_prefill);
   if (keys_.kv_tokens > 0) s += fmt::format(", kv_tokens {}", keys_.kv_tokens);
+  if (keys_.spec_tokens > 0 && batching_ == Batching::Continuous)
+    s += fmt::format(", speculative decoding by prompt lookup, {} tokens", keys_.spec_tokens);
   if (const kvcache::BlockManager* b = engine_ ? engine_->kv_blocks() : nullptr)
     s += fmt::format(", paged KV {} blocks of {}{}", b->num_blocks(), b->block_size(), prefix_caching_ ? ", prefix caching" : "");
   s += fmt::format("); metrics: medians of {} run{}", runs_.size(), runs_.size() == 1 ? "" : "s");

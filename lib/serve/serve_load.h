@@ -48,7 +48,7 @@ class ServeLoad : public Variant {
     int64_t block_copies = 0;  // copy-on-write copies the engine made during the run
     int peak_blocks = 0;       // the most blocks in use at a step's end
   };
-  std::vector<PagedRun> paged_runs_;  // parallel to runs_ when the engine is paged
+  std::vector<PagedRun> paged_runs_;  // parallel to runs_: the scheduler's counters (blocks when the engine is paged)
   std::vector<Metric> metrics_of(const LoadSummary& s, const PagedRun* paged) const;
 };
 

@@ -32,15 +32,23 @@ std::vector<TokenLogprob> RequestStream::logprobs(size_t from) const {
   return std::vector<TokenLogprob>(logprobs_.begin() + static_cast<std::ptrdiff_t>(from), logprobs_.end());
 }
 
-void RequestStream::push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob) {
+void RequestStream::push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob, int drafted,
+                         int accepted) {
   {
     std::lock_guard<std::mutex> lock(m_);
     tokens_.push_back(token);
+    drafted_ += drafted;
+    accepted_ += accepted;
     if (logprob) logprobs_.push_back(std::move(*logprob));
     done_ = finished;
     stopped_ = stopped;
   }
   cv_.notify_all();
+}
+
+std::pair<int64_t, int64_t> RequestStream::speculation() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return {drafted_, accepted_};
 }
 
 void RequestStream::fail(const std::string& why) {
@@ -200,7 +208,7 @@ void EngineLoop::run() {
     for (const Emitted& e : result.tokens) {
       auto it = streams_.find(e.request);
       if (it == streams_.end()) continue;
-      it->second->push(e.token, e.finished, e.stopped, e.logprob);
+      it->second->push(e.token, e.finished, e.stopped, e.logprob, e.drafted, e.accepted);
       ++counters_.output_tokens;
       Timing& t = timing_[e.request];
       if (t.tokens++ == 0) {

@@ -31,10 +31,13 @@ class RequestStream {
   // The log-probabilities of tokens [from, end) received so far (a request that asked for them).
   std::vector<TokenLogprob> logprobs(size_t from) const;
   std::string error() const;  // the engine failed while it ran ("" if not)
+  // Speculative decoding: tokens drafted for this request so far, and those kept.
+  std::pair<int64_t, int64_t> speculation() const;
 
  private:
   friend class EngineLoop;
-  void push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob = std::nullopt);
+  void push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob = std::nullopt, int drafted = 0,
+            int accepted = 0);
   void fail(const std::string& why);
 
   mutable std::mutex m_;
@@ -42,6 +45,7 @@ class RequestStream {
   std::vector<int32_t> tokens_;
   std::vector<TokenLogprob> logprobs_;
   bool done_ = false, stopped_ = false;
+  int64_t drafted_ = 0, accepted_ = 0;
   std::string error_;
 };
 

@@ -346,10 +346,17 @@ struct HttpServer::Impl {
     });
     const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    auto generated = [choices] {
-      int64_t n = 0;
-      for (const Choice& c : *choices) n += c.answer.tokens;
-      return n;
+    // The usage so far: the answers' tokens, and what speculation drafted and kept for them.
+    auto usage = [choices, prompt_tokens] {
+      Usage u{prompt_tokens, 0};
+      for (const Choice& c : *choices) {
+        u.completion_tokens += c.answer.tokens;
+        if (!c.stream) continue;
+        const auto [drafted, kept] = c.stream->speculation();
+        u.draft_tokens += drafted;
+        u.accepted_tokens += kept;
+      }
+      return u;
     };
     if (!r.stream) {
       std::vector<ChoiceText> out;
@@ -382,7 +389,7 @@ struct HttpServer::Impl {
         }
         out.push_back(std::move(t));
       }
-      res.set_content(completion_json(r, rid, created, o.model_name, out, {prompt_tokens, generated()}), "application/json");
+      res.set_content(completion_json(r, rid, created, o.model_name, out, usage()), "application/json");
       return;
     }
     // Streamed: each choice's new text as a chunk of its index, its finish reason when it ends;
@@ -392,8 +399,7 @@ struct HttpServer::Impl {
     auto finished = std::make_shared<bool>(false);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, choices, r, rid, created, prompt_tokens, slot, listed, finished, generated, serial](size_t,
-                                                                                                   httplib::DataSink& sink) {
+        [this, choices, r, rid, created, slot, listed, finished, usage, serial](size_t, httplib::DataSink& sink) {
           if (*finished) return false;
           bool waited = false, all_ended = true;
           std::string out;
@@ -426,7 +432,7 @@ struct HttpServer::Impl {
             // first chunk as the time to first token).
             if (!delta.empty() || c.tokens.size() > c.tokens_sent || (c.first && end) || !lps.empty()) {
               c.tokens_sent = c.tokens.size();
-              const Usage so_far{prompt_tokens, generated()};
+              const Usage so_far = usage();
               if (tools == ToolChoice::Named)  // the text is the call's arguments, streamed as they come
                 out += tool_calls_chunk(
                     r, rid, created, o.model_name,
@@ -456,19 +462,17 @@ struct HttpServer::Impl {
               const ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, static_cast<std::ptrdiff_t>(i)));
               const std::string& content = calls.calls.empty() ? c.answer.text : calls.content;
               const std::string rest = text_delta(content, c.sent, true);
-              if (!rest.empty())
-                out += stream_chunk(r, rid, created, o.model_name, rest, "", false, {prompt_tokens, generated()}, index);
+              if (!rest.empty()) out += stream_chunk(r, rid, created, o.model_name, rest, "", false, usage(), index);
               std::vector<ToolCallDelta> whole;
               for (const ToolCall& t : calls.calls) whole.push_back({static_cast<int>(whole.size()), t.id, t.name, t.arguments});
-              if (!whole.empty())
-                out += tool_calls_chunk(r, rid, created, o.model_name, whole, false, {prompt_tokens, generated()}, index);
+              if (!whole.empty()) out += tool_calls_chunk(r, rid, created, o.model_name, whole, false, usage(), index);
               ended = tool_finish_reason(r.tools, calls, ended);
             }
-            out += stream_chunk(r, rid, created, o.model_name, "", ended, false, {prompt_tokens, generated()}, index);
+            out += stream_chunk(r, rid, created, o.model_name, "", ended, false, usage(), index);
           }
           if (!sink.is_writable()) return false;
           if (all_ended) {
-            if (r.include_usage) out += usage_chunk(r, rid, created, o.model_name, {prompt_tokens, generated()});
+            if (r.include_usage) out += usage_chunk(r, rid, created, o.model_name, usage());
             out += "data: [DONE]\n\n";
             *finished = true;
           }

@@ -421,9 +421,11 @@ std::string error_json(const ApiError& e) {
 namespace {
 
 json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.draft_tokens > 0) j["spec_decode"] = {{"num_draft_tokens", u.draft_tokens}, {"num_accepted_tokens", u.accepted_tokens}};
+  return j;
 }
 
 json finish(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }

@@ -73,6 +73,10 @@ std::string dump_json(const nlohmann::json& j);
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Speculative decoding: the request's drafted tokens and those kept, written as usage's
+  // "spec_decode" {"num_draft_tokens", "num_accepted_tokens"} (vLLM's metric names) when any
+  // were drafted.
+  int64_t draft_tokens = 0, accepted_tokens = 0;
 };
 
 // A whole (non-streamed) response.

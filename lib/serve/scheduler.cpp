@@ -425,6 +425,7 @@ StepResult Scheduler::step() {
       out.failed.push_back({a.request.id, why});
     };
     if (!failure[j].empty()) fail(failure[j]);
+    int kept = 0;  // drafted tokens emitted
     for (size_t t = 0; t < picks[j].size() && !a.done; ++t) {
       const int32_t token = picks[j][t];
       bool complete = false;
@@ -435,12 +436,17 @@ StepResult Scheduler::step() {
           break;
         }
       a.output.push_back(token);
-      if (t < a.draft.size() && token == a.draft[t]) ++out.accepted;
+      if (t < a.draft.size() && token == a.draft[t]) ++kept;
       const bool stopped =
           complete || (a.request.eos >= 0 && token == a.request.eos) ||
           std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), token) != a.request.stop_tokens.end();
       a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
       out.tokens.push_back({a.request.id, token, a.done, stopped, std::move(pick_logprobs[j][t])});
+    }
+    out.accepted += kept;
+    if (!a.draft.empty() && !out.tokens.empty() && out.tokens.back().request == a.request.id) {
+      out.tokens.back().drafted = static_cast<int>(a.draft.size());
+      out.tokens.back().accepted = kept;
     }
     // Speculation: the K/V of drafts that were not kept are dropped; the cache holds every token
     // but the last emitted, as after a decode step.

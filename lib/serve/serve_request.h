@@ -59,6 +59,9 @@ struct Emitted {
   bool finished = false;                // the request's last token: its sequence was released
   bool stopped = false;                 // finished at its eos token (else at max_tokens)
   std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
+  // Speculative decoding: on the last token a row emitted in a step, the tokens it drafted for
+  // that step and how many of them were kept.
+  int drafted = 0, accepted = 0;
 };
 
 }  // namespace ib::serve

@@ -92,7 +92,7 @@ ToolOutput read_tool_output(const ToolRequest& r, const std::string& text, const
         for (const ojson& item : list) {
           if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) return content_only(text);
           out.calls.push_back(tool_call_of(id_prefix, out.calls.size(), item["name"].get<std::string>(),
-                                   dump_ordered(item.contains("parameters") ? item["parameters"] : ojson::object())));
+                                           dump_ordered(item.contains("parameters") ? item["parameters"] : ojson::object())));
         }
       } catch (const ojson::exception&) {
         return content_only(text);  // cut by max_tokens: the partial document is what there is

@@ -708,15 +708,21 @@ def speculative(binary, src):
             check(status == 200 and r["choices"][0]["text"] == golden["greedy_text"], f"speculative {config}: {status} {r}")
             got = [None] * len(sampled)
             def one(i):
-                got[i] = s.json("POST", "/v1/completions", sampled[i])[1]["choices"][0]["text"]
+                got[i] = s.json("POST", "/v1/completions", sampled[i])[1]
             threads = [threading.Thread(target=one, args=(i,)) for i in range(len(sampled))]
             [t.start() for t in threads]
             [t.join() for t in threads]
-            texts[config is not None] = got
+            texts[config is not None] = [g["choices"][0]["text"] for g in got]
             if config:
                 m = s.metrics()
                 check(m["spec_decode_draft_tokens_total"] > 0 and 0 < m["spec_decode_accepted_tokens_total"]
                       <= m["spec_decode_draft_tokens_total"], f"speculation's counters: {m}")
+                # Per request: usage.spec_decode, summing to the server's counters.
+                per = [g["usage"].get("spec_decode", {"num_draft_tokens": 0, "num_accepted_tokens": 0}) for g in got]
+                per.append(r["usage"].get("spec_decode", {"num_draft_tokens": 0, "num_accepted_tokens": 0}))
+                check(sum(p["num_draft_tokens"] for p in per) == m["spec_decode_draft_tokens_total"]
+                      and sum(p["num_accepted_tokens"] for p in per) == m["spec_decode_accepted_tokens_total"]
+                      and all(p["num_accepted_tokens"] <= p["num_draft_tokens"] for p in per), f"usage.spec_decode {per} vs {m}")
                 print(f"serve_test: prompt lookup kept {m['spec_decode_accepted_tokens_total']:.0f} of "
                       f"{m['spec_decode_draft_tokens_total']:.0f} drafted tokens")
         finally:

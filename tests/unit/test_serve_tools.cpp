@@ -60,8 +60,8 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
   EXPECT_EQ(defaulted.tools.tools_json.rfind(R"([{"type":"function","function":{"name":"get_weather","description")", 0), 0u)
       << defaulted.tools.tools_json;
 
-  const ApiRequest named =
-      parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})"));
+  const ApiRequest named = parse_chat(
+      tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})"));
   EXPECT_EQ(named.tools.choice, ToolChoice::Named);
   EXPECT_EQ(named.schema_field, "tool_choice");
   EXPECT_EQ(json::parse(named.response_schema)["required"], json::array({"zone"}));
@@ -77,9 +77,9 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
 
   EXPECT_EQ(parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "none")")).tools.choice, ToolChoice::None);
   EXPECT_EQ(refused_field(tool_chat_body(R"("tool_choice": "required")")), "tool_choice");  // no tools
-  EXPECT_EQ(
-      refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})")),
-      "tool_choice");
+  EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) +
+                                         R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})")),
+            "tool_choice");
   EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "sometimes")")), "tool_choice");
   EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required",
       "response_format": {"type": "json_object"})")),
@@ -89,7 +89,8 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
   EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a"}},
       {"type": "function", "function": {"name": "a"}}])")),
             "tools");
-  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a", "parameters": []}}])")), "tools");
+  EXPECT_EQ(refused_field(tool_chat_body(R"("tools": [{"type": "function", "function": {"name": "a", "parameters": []}}])")),
+            "tools");
   EXPECT_EQ(refused_field(tool_chat_body(std::string(kToolsField) + R"(, "parallel_tool_calls": "yes")")), "parallel_tool_calls");
 }
 

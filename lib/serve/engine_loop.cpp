@@ -46,6 +46,16 @@ void RequestStream::push(int32_t token, bool finished, bool stopped, std::option
   cv_.notify_all();
 }
 
+std::vector<TokenLogprob> RequestStream::prompt_logprobs() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return prompt_logprobs_;
+}
+
+void RequestStream::push_prompt(std::vector<TokenLogprob> logprobs) {
+  std::lock_guard<std::mutex> lock(m_);
+  for (TokenLogprob& l : logprobs) prompt_logprobs_.push_back(std::move(l));
+}
+
 std::pair<int64_t, int64_t> RequestStream::speculation() const {
   std::lock_guard<std::mutex> lock(m_);
   return {drafted_, accepted_};
@@ -205,6 +215,8 @@ void EngineLoop::run() {
     auto seconds = [](std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); };
     for (int64_t id : result.admitted)
       if (auto t = timing_.find(id); t != timing_.end()) counters_.queue.observe(seconds(step_start - t->second.submitted));
+    for (StepResult::PromptLogprobs& p : result.prompt_logprobs)  // before the tokens: complete at the first
+      if (auto it = streams_.find(p.request); it != streams_.end()) it->second->push_prompt(std::move(p.tokens));
     for (const Emitted& e : result.tokens) {
       auto it = streams_.find(e.request);
       if (it == streams_.end()) continue;

@@ -31,6 +31,9 @@ class RequestStream {
   // The log-probabilities of tokens [from, end) received so far (a request that asked for them).
   std::vector<TokenLogprob> logprobs(size_t from) const;
   std::string error() const;  // the engine failed while it ran ("" if not)
+  // Request::prompt_logprobs: the log-probabilities of the prompt's tokens after the first,
+  // complete once the first output token has arrived.
+  std::vector<TokenLogprob> prompt_logprobs() const;
   // Speculative decoding: tokens drafted for this request so far, and those kept.
   std::pair<int64_t, int64_t> speculation() const;
 
@@ -39,11 +42,12 @@ class RequestStream {
   void push(int32_t token, bool finished, bool stopped, std::optional<TokenLogprob> logprob = std::nullopt, int drafted = 0,
             int accepted = 0);
   void fail(const std::string& why);
+  void push_prompt(std::vector<TokenLogprob> logprobs);
 
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::vector<int32_t> tokens_;
-  std::vector<TokenLogprob> logprobs_;
+  std::vector<TokenLogprob> logprobs_, prompt_logprobs_;
   bool done_ = false, stopped_ = false;
   int64_t drafted_ = 0, accepted_ = 0;
   std::string error_;

@@ -185,6 +185,30 @@ struct HttpServer::Impl {
     return a;
   }
 
+  // `echo`: the choice's prompt before its text, and its tokens' log-probabilities before the
+  // generated ones' (the first null); with max_tokens 0 the generated token is dropped.
+  template <class Choice>
+  void echo_prompt(const ApiRequest& r, const std::vector<std::vector<int32_t>>& prompts, size_t k, Choice& c,
+                   ChoiceText& t) const {
+    const size_t p = k / static_cast<size_t>(r.n);
+    const std::vector<int32_t>& prompt_ids = prompts[p];
+    const std::string prompt = p < r.prompt_ids.size() ? tok->decode(prompt_ids, false) : r.prompts[p - r.prompt_ids.size()];
+    if (r.max_tokens == 0) {
+      t.text.clear();
+      t.logprobs.clear();
+      t.finish_reason = "length";
+      c.answer.tokens = 0;
+    }
+    t.text = prompt + t.text;
+    if (r.logprobs < 0) return;
+    std::vector<TokenLogprobText> scored;
+    scored.push_back({tok->decode({prompt_ids[0]}, false), 0, {}, /*known=*/false});
+    const std::vector<TokenLogprob> lps = c.stream->prompt_logprobs();
+    for (TokenLogprobText& x : logprob_texts(lps, static_cast<int64_t>(lps.size()))) scored.push_back(std::move(x));
+    scored.insert(scored.end(), std::make_move_iterator(t.logprobs.begin()), std::make_move_iterator(t.logprobs.end()));
+    t.logprobs = std::move(scored);
+  }
+
   // Log-probabilities with their tokens as text (each token decoded alone), at most `count`.
   std::vector<TokenLogprobText> logprob_texts(const std::vector<TokenLogprob>& l, int64_t count) const {
     std::vector<TokenLogprobText> out;
@@ -274,6 +298,8 @@ struct HttpServer::Impl {
     q.stop_tokens = r.stop_token_ids;
     if (!r.ignore_eos && eos_ids.size() > 1) q.stop_tokens.insert(q.stop_tokens.end(), eos_ids.begin() + 1, eos_ids.end());
     q.logprobs = r.logprobs;
+    q.prompt_logprobs = r.echo && r.logprobs >= 0;
+    if (r.echo && r.max_tokens == 0) q.max_tokens = 1;  // the prompt scored: its one token is dropped
     q.processors = r.processors;
     for (const auto& [t, bias] : r.processors.logit_bias)
       if (t >= loop.config().vocab)
@@ -380,6 +406,7 @@ struct HttpServer::Impl {
         const std::string ended = c.answer.stop_string || c.stream->stopped() ? "stop" : "length";
         ChoiceText t{c.answer.text, ended,
                      r.logprobs >= 0 ? logprob_texts(c.stream->logprobs(0), c.answer.tokens) : std::vector<TokenLogprobText>{}};
+        if (r.echo) echo_prompt(r, prompts, static_cast<size_t>(&c - choices->data()), c, t);
         if (r.chat && r.tools.choice != ToolChoice::None) {  // the text read back as tool calls
           ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, &c - choices->data()));
           t.finish_reason = tool_finish_reason(r.tools, calls, ended);

@@ -240,9 +240,13 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     };
     if (chat) r.tools = tools_of(j, r.ignored_fields);
     if (!r.tools.tools.empty()) r.tools.tools_json = ordered()["tools"].dump(-1, ' ', false, ojson::error_handler_t::replace);
-    for (const char* k : {"echo", "suffix"})
-      if (j.contains(k) && !j[k].is_null() && j[k] != false && !(j[k].is_array() && j[k].empty()))
-        refuse(k, fmt::format("'{}' is not supported by this server", k));
+    if (j.contains("suffix") && !j["suffix"].is_null() && j["suffix"] != "")
+      refuse("suffix", "'suffix' (insertion) is not supported by this server");
+    if (j.contains("echo") && !j["echo"].is_null()) {
+      if (!j["echo"].is_boolean()) refuse("echo", "'echo' must be a boolean");
+      r.echo = j["echo"].get<bool>();
+      if (r.echo && chat) refuse("echo", "'echo' is a /v1/completions field");
+    }
     if (j.contains("stop") && !j["stop"].is_null()) {
       const json& st = j["stop"];
       const json list = st.is_string() ? json::array({st}) : st;
@@ -364,8 +368,10 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     }
     for (const char* k : {"max_tokens", "max_completion_tokens"})
       if (j.contains(k) && !j[k].is_null()) {
-        r.max_tokens = static_cast<int>(int_field(j[k], k, 1, 1 << 20));
+        r.max_tokens = static_cast<int>(int_field(j[k], k, 0, 1 << 20));
         r.max_tokens_given = true;
+        // 0: the prompt scored and nothing generated (lm-eval's loglikelihood), with echo only.
+        if (r.max_tokens == 0 && !r.echo) refuse(k, fmt::format("'{}' must be in [1, {}] (0 only with echo)", k, 1 << 20));
       }
     if (j.contains("temperature") && !j["temperature"].is_null())
       r.sampling.temperature = static_cast<float>(number_field(j["temperature"], "temperature", 0, 2));
@@ -402,6 +408,7 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
       r.ignore_eos = j["ignore_eos"].get<bool>();
     }
     if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string()) refuse("user", "'user' must be a string");
+    if (r.echo && r.stream) refuse("echo", "'echo' with 'stream' is not supported by this server");
     return r;
   } catch (const Refusal& f) {
     err = f.e;
@@ -450,10 +457,10 @@ json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprobText>& tok
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   for (const TokenLogprobText& t : tokens) {
     toks.push_back(t.token);
-    lps.push_back(t.logprob);
+    lps.push_back(t.known ? json(t.logprob) : json(nullptr));
     json top = json::object();
     for (const auto& [tok, lp] : t.top) top[tok] = lp;
-    tops.push_back(top);
+    tops.push_back(t.known ? top : json(nullptr));
     offsets.push_back(offset);
     offset += t.token.size();
   }

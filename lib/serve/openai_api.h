@@ -53,6 +53,10 @@ struct ApiRequest {
   LogitsProcessors processors;              // logit_bias, repetition/frequency/presence penalties
   int logprobs = -1;                        // completions' `logprobs` k, chat's `top_logprobs` with `logprobs: true`; -1: none
   bool ignore_eos = false;                  // vLLM's extension: generate max_tokens whatever
+  // Completions: the prompt before the text, and with logprobs its tokens' log-probabilities
+  // before the generated ones' (the first token's null), as OpenAI's `echo`; max_tokens 0 then
+  // scores the prompt alone.
+  bool echo = false;
   // response_format json_schema (its `schema`) or json_object ({"type": "object"}), as JSON text;
   // "" for text.
   std::string response_schema;
@@ -85,6 +89,7 @@ struct TokenLogprobText {
   std::string token;
   float logprob = 0;
   std::vector<std::pair<std::string, float>> top;
+  bool known = true;  // false: a prompt's first token (echo), written with null log-probabilities
 };
 // A choice's text and finish reason ("stop", "length"), and its tokens' log-probabilities when
 // the request asked for them.

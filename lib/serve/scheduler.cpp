@@ -177,6 +177,7 @@ bool Scheduler::admit_front(int budget, int cap) {
   CachedPrefix* from = nullptr;
   auto consider = [&](int seq, int adapter, int cached, auto token_at) {
     if (!o_.prefix_caching || adapter != w.request.adapter) return false;  // a LoRA adapter changes K and V
+    if (w.request.prompt_logprobs) return false;                           // every prompt row's logits are needed
     const int most = std::min(cached, w.total() - 1);
     int n = 0;
     while (n < most && token_at(n) == w.token(n)) ++n;
@@ -330,7 +331,7 @@ StepResult Scheduler::step() {
     }
     seqs.push_back(a.seq);
     counts.push_back(a.chunk);
-    logit_rows.push_back(a.decoding() ? a.chunk : 1);
+    logit_rows.push_back(a.decoding() || a.request.prompt_logprobs ? a.chunk : 1);
     rows.push_back(i);
   }
   if (rows.empty()) throw std::logic_error("Scheduler::step with nothing to run");
@@ -345,7 +346,8 @@ StepResult Scheduler::step() {
   bool own_sampling = drafting;  // verification reads the logits on the host
   for (size_t i : rows)
     own_sampling |= running_[i].request.sampling.has_value() || running_[i].request.constraint != nullptr ||
-                    running_[i].request.logprobs >= 0 || running_[i].request.processors.active();
+                    running_[i].request.logprobs >= 0 || running_[i].request.processors.active() ||
+                    running_[i].request.prompt_logprobs;
   const size_t V = static_cast<size_t>(engine_.config().vocab);
   size_t logit_count = 0;
   for (int l : logit_rows) logit_count += static_cast<size_t>(l);
@@ -366,15 +368,29 @@ StepResult Scheduler::step() {
   if (own_sampling) {
     size_t first_logits = 0;  // row j's first logits row
     for (size_t j = 0; j < rows.size(); ++j) {
-      const Active& a = running_[rows[j]];
-      const size_t base = first_logits;
+      Active& a = running_[rows[j]];
+      size_t base = first_logits;
       first_logits += static_cast<size_t>(logit_rows[j]);
+      if (!a.decoding() && a.request.prompt_logprobs) {
+        // Row t predicts the token at cached + t + 1: the prompt's, not yet sent, are logged.
+        StepResult::PromptLogprobs p{a.request.id, a.prompt_logprobs_sent, {}};
+        const int prompt = static_cast<int>(a.request.prompt.size());
+        for (int t = 0; t < a.chunk; ++t) {
+          const int at = a.cached + t + 1;
+          if (at >= prompt || at < a.prompt_logprobs_sent) continue;
+          p.tokens.push_back(token_logprob(logits.data() + (base + static_cast<size_t>(t)) * V, static_cast<int>(V),
+                                           a.request.prompt[static_cast<size_t>(at)], std::max(0, a.request.logprobs)));
+        }
+        a.prompt_logprobs_sent += static_cast<int>(p.tokens.size());
+        if (!p.tokens.empty()) out.prompt_logprobs.push_back(std::move(p));
+        base += static_cast<size_t>(logit_rows[j] - 1);  // the token is drawn from the last row
+      }
       if (a.cached + a.chunk < a.total()) continue;  // a chunk short of the end: no token
       const model::SamplingParams sp = a.request.sampling.value_or(o_.sampling);
       if (a.request.processors.active() && !a.draft.empty()) so_far = a.output;
       // Position t draws the token decoding would draw there, from the logits after the drafts
       // before it; the next position is read only while the draws equal the drafts.
-      for (int t = 0; t < logit_rows[j]; ++t) {
+      for (int t = 0; t < 1 + static_cast<int>(a.draft.size()); ++t) {
         const size_t index = a.output.size() + static_cast<size_t>(t);
         // The request's seed and its token index: the same request draws the same tokens whatever
         // it is batched with, and with or without speculation.

@@ -73,6 +73,14 @@ struct StepResult {
   int prefix_hit_tokens = 0;      // prompt tokens admitted requests found cached (prefix caching)
   int preempted = 0;              // running requests preempted (their blocks freed) to make room
   int drafted = 0, accepted = 0;  // speculative decoding: drafted tokens verified, and those kept
+  // Prompt log-probabilities (Request::prompt_logprobs): a request's prompt tokens [from, from +
+  // tokens.size()) under the logits of the rows before them, as this step's chunk computed them.
+  struct PromptLogprobs {
+    int64_t request = 0;
+    int from = 0;
+    std::vector<TokenLogprob> tokens;
+  };
+  std::vector<PromptLogprobs> prompt_logprobs;
   // Requests ended without a token in this step and why (a constraint that allows no token, its
   // logits not finite): each fails alone, its sequence returned.
   std::vector<std::pair<int64_t, std::string>> failed;
@@ -122,14 +130,15 @@ class Scheduler {
  private:
   struct Active {
     Request request;
-    int seq = -1;                 // -1 while waiting
-    int cached = 0;               // tokens of prompt + output in the sequence's cache
-    std::vector<int32_t> output;  // generated so far (kept across a preemption)
-    int chunk = 0;                // this step's rows
-    bool done = false;            // its last token emitted
-    bool ran = false;             // its first rows have run (admitted once)
-    int lost = 0;                 // tokens its preemptions dropped from the cache (to compute again)
-    std::vector<int32_t> draft;   // this step's drafted tokens (speculative decoding): its row is 1 + draft
+    int seq = -1;                  // -1 while waiting
+    int cached = 0;                // tokens of prompt + output in the sequence's cache
+    std::vector<int32_t> output;   // generated so far (kept across a preemption)
+    int chunk = 0;                 // this step's rows
+    bool done = false;             // its last token emitted
+    bool ran = false;              // its first rows have run (admitted once)
+    int lost = 0;                  // tokens its preemptions dropped from the cache (to compute again)
+    std::vector<int32_t> draft;    // this step's drafted tokens (speculative decoding): its row is 1 + draft
+    int prompt_logprobs_sent = 1;  // prompt tokens whose log-probabilities were emitted (the first has none)
     int total() const { return static_cast<int>(request.prompt.size() + output.size()); }
     int32_t token(int i) const {
       const int n = static_cast<int>(request.prompt.size());

@@ -36,6 +36,9 @@ struct Request {
   std::vector<int32_t> stop_tokens;  // and at any of these (vLLM's stop_token_ids), emitted last too
   LogitsProcessors processors;       // logit_bias and penalties (host sampling)
   int logprobs = -1;                 // >= 0: each token's log-probability and this many most likely alternatives (-1: none)
+  // The prompt's tokens' log-probabilities too (OpenAI's `echo` with logprobs, lm-eval's
+  // loglikelihood): every prompt row's logits are read, and no prefix is taken from the cache.
+  bool prompt_logprobs = false;
   // Its own sampling (a server's request: temperature, top-p, seed), drawn on the host from the
   // step's logits with the request's seed and token index, so that a request's tokens do not
   // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.

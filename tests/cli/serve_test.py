@@ -675,6 +675,27 @@ def paged(binary, src):
         m = s.metrics()
         check(m["num_preemptions_total"] > 0, f"192 KV positions for four requests of ~80 tokens: no preemption ({m})")
         check(m["num_requests_running"] == 0 and m["kv_blocks_used"] <= m["kv_blocks_total"] == 24, f"blocks: {m}")
+        # echo with logprobs (lm-eval's loglikelihood): the prompt and transformers' greedy
+        # continuation sent as token ids, scored with max_tokens 0. Every greedy token is the most
+        # likely at its position of one prefill, so its log-probability is the top one there; the
+        # request takes nothing from the prefix cache and gives the same answer twice.
+        ids = golden["prompt_ids"] + golden["greedy_ids"]
+        scored = []
+        for attempt in range(2):
+            status, r = s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": ids, "max_tokens": 0,
+                                                           "echo": True, "logprobs": 1})
+            check(status == 200, f"echo: {status} {r}")
+            scored.append(r["choices"][0])
+            lp = r["choices"][0]["logprobs"]
+            check(len(lp["tokens"]) == len(ids) and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+                  and r["usage"]["completion_tokens"] == 0, f"echo: {len(lp['tokens'])} tokens of {len(ids)}, {r['usage']}")
+            for i in range(len(golden["prompt_ids"]), len(ids)):
+                (top_token, top_lp), = lp["top_logprobs"][i].items()
+                check(top_token == lp["tokens"][i] and abs(top_lp - lp["token_logprobs"][i]) < 1e-4,
+                      f"echo: greedy token {i} {lp['tokens'][i]!r} ({lp['token_logprobs'][i]}) is not the top {lp['top_logprobs'][i]}")
+            check("".join(lp["tokens"]).endswith(golden["greedy_text"]) and r["choices"][0]["text"].endswith(golden["greedy_text"]),
+                  f"echo text: {r['choices'][0]['text']!r}")
+        check(scored[0] == scored[1], "echo: a second request scored differently")
         # Idle, the blocks in use are the prefix cache's; released (vLLM's /reset_prefix_cache), every block is free.
         check(m["kv_blocks_used"] > 0 and m["prefix_cache_entries"] > 0, f"an idle server with prefix caching: {m}")
         status, _ = s.request("POST", "/reset_prefix_cache")

@@ -451,6 +451,52 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
   }
 }
 
+// Prompt log-probabilities (the API's `echo` with logprobs): each prompt token's under the rows
+// before it, across chunks, equal to one whole prefill's; the request takes nothing from the
+// prefix cache (its rows' logits are needed) and emits each position once.
+TEST(ServeScheduler, PromptLogprobsCoverThePromptOnceAcrossChunks) {
+  ServeEngine e;
+  const Request base = serve_request(0, 37, 3, 5);
+  const int V = e.config.vocab, n = static_cast<int>(base.prompt.size());
+  std::vector<float> whole(static_cast<size_t>(n) * static_cast<size_t>(V));
+  {
+    const int seq = e.engine->new_sequence(n + 4);
+    e.engine->prefill(seq, base.prompt.data(), n, n, {whole.data()});
+    e.engine->release(seq);
+  }
+  PagedEngine paged(64);
+  SchedulerOptions o = policy(Batching::Continuous, true);  // prompts in chunks of 10
+  o.prefix_caching = true;
+  Scheduler s(*paged.engine, o);
+  for (int64_t id : {1, 2}) {  // the second would hit the first's cached prompt
+    Request r = base;
+    r.id = id;
+    r.prompt_logprobs = true;
+    r.logprobs = 2;
+    ASSERT_EQ(s.submit(r), "");
+    std::vector<TokenLogprob> got;
+    int hits = 0;
+    for (int guard = 0; s.has_work() && guard < 1000; ++guard) {
+      StepResult step = s.step();
+      hits += step.prefix_hit_tokens;
+      for (auto& p : step.prompt_logprobs) {
+        EXPECT_EQ(p.from, 1 + static_cast<int>(got.size()));
+        got.insert(got.end(), p.tokens.begin(), p.tokens.end());
+      }
+    }
+    EXPECT_EQ(hits, 0);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n - 1));
+    for (int i = 1; i < n; ++i) {
+      const TokenLogprob want =
+          token_logprob(whole.data() + static_cast<size_t>(i - 1) * V, V, base.prompt[static_cast<size_t>(i)], 2);
+      EXPECT_EQ(got[static_cast<size_t>(i - 1)].token, base.prompt[static_cast<size_t>(i)]);
+      EXPECT_NEAR(got[static_cast<size_t>(i - 1)].logprob, want.logprob, 1e-4) << "position " << i;
+      ASSERT_EQ(got[static_cast<size_t>(i - 1)].top.size(), 2u);
+      EXPECT_EQ(got[static_cast<size_t>(i - 1)].top[0].first, want.top[0].first);
+    }
+  }
+}
+
 TEST(ServeScheduler, ARequestThatCannotGoOnFailsAloneAndItsNeighboursGetTheirTokens) {
   for (bool throws : {false, true}) {
     ServeEngine e;

@@ -128,6 +128,19 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
                        true)
                 .param,
             "response_format");
+  // echo: completions only, not streamed; max_tokens 0 only with it (the prompt scored alone).
+  {
+    const auto echo =
+        parse_api_request(R"({"model": "m", "prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})", false, e);
+    ASSERT_TRUE(echo) << e.message;
+    EXPECT_TRUE(echo->echo);
+    EXPECT_EQ(echo->max_tokens, 0);
+  }
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "echo": true, "stream": true})", false).param, "echo");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "echo": "yes"})", false).param, "echo");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).param, "echo");
+  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "suffix": "y"})", false).param, "suffix");
   const json err = json::parse(error_json({404, "not_found_error", "no such model", "model"}));
   EXPECT_EQ(err["error"]["code"], 404);
   EXPECT_EQ(err["error"]["param"], "model");

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "../common/run_kind.h"
+#include "../common/trained_model.h"
 #include "core/errors.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -373,10 +374,8 @@ class FailingConstraint : public TokenConstraint {
 // kept; on a paged cache every block comes back. A trained model on repeated code, so that
 // lookups find continuations the model follows.
 TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
-  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
-  const model::ModelConfig c = model::config_from_hf(dir);
-  auto weights = model::safetensors_weights(c, dir);
-  auto tok = tokenizer::Tokenizer::load(dir);
+  const testing_support::TrainedModel m;
+  const auto& tok = m.tok;
   const std::string code = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n";
   std::vector<Request> rs;
   for (int i = 0; i < 6; ++i) {
@@ -394,7 +393,7 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
     rs.push_back(std::move(r));
   }
   {  // Request 5 ends at an EOS: the token it writes ninth without one.
-    auto engine = model::make_cpu_model(c, *weights);
+    auto engine = m.cpu_engine();
     Scheduler s(*engine, SchedulerOptions{});
     ASSERT_EQ(s.submit(rs[5]), "");
     rs[5].eos = drain(s).at(5).at(8);
@@ -404,7 +403,7 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
     std::map<int64_t, std::vector<int32_t>> want;
     std::map<int64_t, std::vector<float>> want_logprobs;
     for (int k : {0, 4}) {
-      auto engine = model::make_cpu_model(c, *weights);
+      auto engine = m.cpu_engine();
       if (paged) engine->enable_paged_kv(64, 8);
       SchedulerOptions o;
       o.max_seqs = 4;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/trained_model.h"
 #include "constrain/constraint.h"
 #include "constrain/grammar_mask.h"
 #include "constrain/token_index.h"
@@ -447,12 +448,10 @@ TEST(ServeApi, HostileBodiesAreRefusedAndTheirErrorsAreValidJson) {
 
 // Our trained ib-draft-1m with its own tokenizer: a schema's documents through the scheduler.
 TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
-  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
-  const model::ModelConfig c = model::config_from_hf(dir);
-  auto weights = model::safetensors_weights(c, dir);
-  auto engine = model::make_cpu_model(c, *weights);
-  auto tok = tokenizer::Tokenizer::load(dir);
-  auto vocab = constrain::load_vocabulary(dir + "/tokenizer.json");
+  const testing_support::TrainedModel m;
+  auto engine = m.cpu_engine();
+  const auto& tok = m.tok;
+  const auto& vocab = m.vocab;
   const std::string schema_text = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
       "count": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}}, "required": ["name", "count", "ok"]})";
   const auto schema = constrain::SchemaValidator::json::parse(schema_text);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/trained_model.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
 #include "model/config.h"
@@ -182,12 +183,10 @@ TEST(ServeTools, MessagesAndChunksCarryTheCallsAsOpenAiWritesThem) {
 // The forced schemas run: every document the engine writes under them reads back as calls of the
 // offered functions whose arguments hold each function's parameters (the validator's verdict).
 TEST(ServeTools, ForcedCallsAreCallsOfTheOfferedFunctions) {
-  const std::string dir = std::string(IB_SOURCE_DIR) + "/data/models/ib-draft-1m";
-  const model::ModelConfig c = model::config_from_hf(dir);
-  auto weights = model::safetensors_weights(c, dir);
-  auto engine = model::make_cpu_model(c, *weights);
-  auto tok = tokenizer::Tokenizer::load(dir);
-  auto vocab = constrain::load_vocabulary(dir + "/tokenizer.json");
+  const testing_support::TrainedModel m;
+  auto engine = m.cpu_engine();
+  const auto& tok = m.tok;
+  const auto& vocab = m.vocab;
   SchedulerOptions o;
   o.max_seqs = 4;
   o.token_budget = 64;

@@ -99,8 +99,11 @@ ToolOutput read_tool_output(const ToolRequest& r, const std::string& text, const
       }
       return out;
     }
-    case ToolChoice::Auto:
-      return read_hermes_calls(text, id_prefix);
+    case ToolChoice::Auto: {
+      ToolOutput out = read_hermes_calls(text, id_prefix);
+      if (!r.parallel && out.calls.size() > 1) out.calls.resize(1);  // parallel_tool_calls: false
+      return out;
+    }
   }
   return content_only(text);
 }

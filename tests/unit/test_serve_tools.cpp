@@ -132,6 +132,11 @@ TEST(ServeTools, TheHermesParserReadsCallsAfterTheContent) {
   EXPECT_EQ(two.calls[0].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(two.calls[1].arguments, "{}");
   EXPECT_EQ(tool_finish_reason(auto_tools, two, "stop"), "tool_calls");
+  ToolRequest one_call = auto_tools;
+  one_call.parallel = false;  // parallel_tool_calls: false keeps the first
+  EXPECT_EQ(read_tool_output(one_call, "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>", "id_")
+                .calls.size(),
+            1u);
   EXPECT_EQ(tool_finish_reason(auto_tools, two, "length"), "length");
   // Cut by max_tokens inside the closing tag: "</tool" is not JSON, so the text stays content
   // (vLLM's); cut after the JSON, the open block is a call.

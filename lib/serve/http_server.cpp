@@ -630,9 +630,9 @@ struct HttpServer::Impl {
       return refuse(415, "invalid_request_error", "compressed bodies are not accepted (send the JSON as it is)");
     if (req.has_header("Transfer-Encoding"))
       return refuse(411, "invalid_request_error", "a body needs its Content-Length (chunked bodies are not accepted)");
-    // vLLM's clients reset the prefix cache with a bodiless POST.
-    if (req.path == "/reset_prefix_cache" && req.get_header_value<uint64_t>("Content-Length") == 0)
-      return httplib::Server::HandlerResponse::Unhandled;
+    // A bodiless POST has no type to check (vLLM's clients reset the prefix cache with one; a
+    // bodiless completion is refused by its route as no JSON).
+    if (req.get_header_value<uint64_t>("Content-Length") == 0) return httplib::Server::HandlerResponse::Unhandled;
     std::string type = req.get_header_value("Content-Type");
     std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (type.compare(0, 16, "application/json") != 0)

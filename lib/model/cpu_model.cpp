@@ -147,7 +147,12 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
 }
 
 int64_t CpuModel::streamed_weight_bytes(int rows) const {
-  if (lm_head_packed_.empty() || rows > 32) return weight_bytes_ - static_cast<int64_t>(embed_.bytes());
+  // Past 32 rows the float matrices are the float32 copies (SGEMM); int8 panels stay themselves.
+  const bool int8_panels =
+      !lm_head_packed_.empty() && lm_head_packed_.int8_dot() && std::all_of(layers_.begin(), layers_.end(), [](const Layer& L) {
+        return L.qkv.int8_dot() && L.o.int8_dot() && L.gate_up.int8_dot() && L.down.int8_dot();
+      });
+  if (lm_head_packed_.empty() || (rows > 32 && !int8_panels)) return weight_bytes_ - static_cast<int64_t>(embed_.bytes());
   // The packed matrices, the norms and biases; the embedding rows a step reads are negligible.
   int64_t b = packed_bytes_;
   const int64_t matrices = static_cast<int64_t>(lm_head_.bytes()) + [&] {

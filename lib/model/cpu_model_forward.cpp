@@ -12,6 +12,8 @@
 #include <immintrin.h>
 
 #include "numerics/blas_sgemm.h"
+#include "numerics/query_attention.h"
+#include "numerics/swiglu.h"
 #include "numerics/sgemm.h"
 #include "numerics/parallel.h"
 #include "model/cpu_model_internal.h"
@@ -105,62 +107,6 @@ GemvFn pick_gemv() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gemv_avx2 : gemv_generic;
 }
 
-// An attention score's dot product q·k over d floats: two 8-lane fused multiply-add chains, then
-// the lanes summed in a fixed order and the last d mod 8 elements added one by one. The order
-// depends only on d, so a token's scores do not depend on the other rows of its batch (decode
-// steps and verify passes agree bit for bit). Without AVX2/FMA: one chain in element order.
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int d) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int e = 0;
-  for (; e + 16 <= d; e += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), _mm256_loadu_ps(b + e + 8), acc1);
-  }
-  if (e + 8 <= d) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
-    e += 8;
-  }
-  const __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
-  float r = _mm_cvtss_f32(s4);
-  for (; e < d; ++e) r = std::fma(a[e], b[e], r);
-  return r;
-}
-
-float dot_generic(const float* a, const float* b, int d) {
-  float acc = 0;
-  for (int e = 0; e < d; ++e) acc += a[e] * b[e];
-  return acc;
-}
-
-using DotFn = float (*)(const float*, const float*, int);
-DotFn pick_dot() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? dot_avx2 : dot_generic;
-}
-
-// o[e] += w · v[e] over d floats, a multiply then an add per element (not fused), as the scalar
-// loop computes it: each element's result is the same at any vector width, so the attention
-// output keeps its bits. GCC does not vectorise that loop at -O2 (o and v might alias), and at
-// a few hundred keys per head it was most of a decode step's attention.
-__attribute__((target("avx2"))) void axpy_avx2(float w, const float* v, float* o, int d) {
-  const __m256 wv = _mm256_set1_ps(w);
-  int e = 0;
-  for (; e + 8 <= d; e += 8)
-    _mm256_storeu_ps(o + e, _mm256_add_ps(_mm256_loadu_ps(o + e), _mm256_mul_ps(wv, _mm256_loadu_ps(v + e))));
-  for (; e < d; ++e) o[e] += w * v[e];
-}
-void axpy_generic(float w, const float* v, float* o, int d) {
-  for (int e = 0; e < d; ++e) o[e] += w * v[e];
-}
-using AxpyFn = void (*)(float, const float*, float*, int);
-AxpyFn pick_axpy() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? axpy_avx2 : axpy_generic;
-}
-
 void rmsnorm(const float* x, int rows, int n, const float* w, float eps, float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<size_t>(r) * n;
@@ -244,50 +190,67 @@ void add_bias(float* y, int rows, int out, const float* bias) {
 }
 
 bool CpuModel::packed(const PackedWeights& w, int rows, std::initializer_list<LoraModule> modules) const {
-  if (w.empty() || rows > 32) return false;  // Reference, or a prefill (SGEMM)
+  if (w.empty()) return false;  // Reference
+  // Past 32 rows (a prefill) float weights go through SGEMM; int8 panels take every row count,
+  // faster than OpenBLAS on float copies and the same product for a row in any pass.
+  if (rows > 32 && !w.int8_dot()) return false;
   for (LoraModule m : modules)
     if (merged_modules_[static_cast<size_t>(m)]) return false;  // the merged float32 weights
   return true;
 }
 
-// Attention of n consecutive rows of sequence `seq` at positions p0.. (their K/V in its cache
-// already) as S = Q·Kᵀ and O = P·V per head through OpenBLAS, one head per task: the keys of the
-// run's kv head gathered into [keys][d] runs first (either cache layout), the causal and window
-// masks applied to S, softmax as the row loop computes it (max, exp, sum, divide). q and att are
-// the run's first rows ([n][q_dim]). The row loop's dot products are each one FMA chain; here
-// OpenBLAS's kernels sum in their order, within float32 rounding of it.
-void CpuModel::gemm_attention(int l, int seq, int n, int p0, const float* q, float* att) {
-  Sequence& s = at(seq);
+// The plain rows' attention: their runs of consecutive positions of one sequence cut into
+// pieces of up to 16 rows, each piece's queries of one kv head (16 rows × heads/kv_heads) one task
+// over that head's keys, read through row pointers (either cache layout).
+void CpuModel::plain_attention(int l, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos,
+                               const std::vector<uint8_t>& plain, const float* q, float* att) {
+  constexpr int kPieceRows = 16;
   const int d = c_.head_dim, qd = c_.q_dim(), g = c_.heads / c_.kv_heads, window = c_.window(l);
-  const int k0 = window > 0 ? std::max(0, p0 - window + 1) : 0, k1 = p0 + n, nk = k1 - k0;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> kv(static_cast<size_t>(c_.kv_heads) * 2 * static_cast<size_t>(nk) * d);
-  auto gathered = [&](int kh, int which) {
-    return kv.data() + (static_cast<size_t>(kh) * 2 + which) * static_cast<size_t>(nk) * d;
+  struct Piece {
+    int r0, r1;
   };
-  for (int kh = 0; kh < c_.kv_heads; ++kh)
-    for (int which = 0; which < 2; ++which) {
-      const KvRows rows = kv_rows(s, l, which, kh);
-      for (int j = k0; j < k1; ++j)
-        std::memcpy(gathered(kh, which) + static_cast<size_t>(j - k0) * d, rows.row(j), sizeof(float) * d);
+  std::vector<Piece> pieces;
+  double work = 0;
+  for (int r0 = 0; r0 < rows;) {
+    if (!plain[static_cast<size_t>(r0)]) {
+      ++r0;
+      continue;
     }
-  parallel_for(static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
-    std::vector<float> sc(static_cast<size_t>(n) * static_cast<size_t>(nk));
-    for (size_t hh = lo; hh < hi; ++hh) {
-      const int kh = static_cast<int>(hh) / g;
-      blas_sgemm_serial(true, n, nk, d, q + hh * static_cast<size_t>(d), qd, gathered(kh, 0), d, sc.data(), nk);
-      for (int i = 0; i < n; ++i) {
-        const int p = p0 + i, first = window > 0 ? std::max(0, p - window + 1) : 0;
-        float* row = &sc[static_cast<size_t>(i) * nk];
-        float mx = -INFINITY;
-        for (int j = first - k0; j <= p - k0; ++j) mx = std::max(mx, row[j] * scale);
-        float sum = 0;
-        for (int j = first - k0; j <= p - k0; ++j) sum += row[j] = std::exp(row[j] * scale - mx);
-        for (int j = 0; j < first - k0; ++j) row[j] = 0;
-        for (int j = p - k0 + 1; j < nk; ++j) row[j] = 0;
-        for (int j = first - k0; j <= p - k0; ++j) row[j] /= sum;
+    int r1 = r0 + 1;
+    while (r1 < rows && r1 - r0 < kPieceRows && plain[static_cast<size_t>(r1)] &&
+           seq_of[static_cast<size_t>(r1)] == seq_of[static_cast<size_t>(r0)] &&
+           pos[static_cast<size_t>(r1)] == pos[static_cast<size_t>(r1) - 1] + 1)
+      ++r1;
+    pieces.push_back({r0, r1});
+    for (int r = r0; r < r1; ++r) work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
+    r0 = r1;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  run_chunks(work >= (1 << 18), pieces.size() * static_cast<size_t>(c_.kv_heads), [&](size_t lo, size_t hi) {
+    std::vector<AttentionQuery> queries;
+    std::vector<const float*> keys, values;
+    for (size_t t = lo; t < hi; ++t) {
+      const Piece& piece = pieces[t / static_cast<size_t>(c_.kv_heads)];
+      const int kh = static_cast<int>(t % static_cast<size_t>(c_.kv_heads));
+      Sequence& s = at(seq_of[static_cast<size_t>(piece.r0)]);
+      const int p0 = pos[static_cast<size_t>(piece.r0)], p1 = pos[static_cast<size_t>(piece.r1) - 1];
+      const int first = window > 0 ? std::max(0, p0 - window + 1) : 0;
+      const KvRows kc = kv_rows(s, l, 0, kh), vc = kv_rows(s, l, 1, kh);
+      keys.resize(static_cast<size_t>(p1) + 1);
+      values.resize(static_cast<size_t>(p1) + 1);
+      for (int j = first; j <= p1; ++j) {
+        keys[static_cast<size_t>(j)] = kc.row(j);
+        values[static_cast<size_t>(j)] = vc.row(j);
       }
-      blas_sgemm_serial(false, n, d, nk, sc.data(), nk, gathered(kh, 1), d, att + hh * static_cast<size_t>(d), qd);
+      queries.clear();
+      for (int r = piece.r0; r < piece.r1; ++r) {
+        const int p = pos[static_cast<size_t>(r)];
+        for (int hh = kh * g; hh < (kh + 1) * g; ++hh) {
+          const size_t at_row = static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d;
+          queries.push_back({q + at_row, att + at_row, window > 0 ? std::max(0, p - window + 1) : 0, p});
+        }
+      }
+      attend_queries(queries.data(), static_cast<int>(queries.size()), keys.data(), values.data(), d, scale);
     }
   });
 }
@@ -409,35 +372,24 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
       }
       if (s.kv_format && kvcache::is_kivi(*s.kv_format)) kivi_close_group(s, l, p);
     }
-    // Blas: a prefill's runs of rows attend through two GEMMs per head (gemm_attention); the
-    // rows it took are skipped below.
-    std::vector<uint8_t> by_gemm(R, 0);
-    if (blas_ && !tree)
-      for (int r0 = 0; r0 < rows;) {
-        int r1 = r0 + 1;
-        while (r1 < rows && seq_of[static_cast<size_t>(r1)] == seq_of[static_cast<size_t>(r0)] &&
-               pos[static_cast<size_t>(r1)] == pos[static_cast<size_t>(r1) - 1] + 1)
-          ++r1;
-        const Sequence& s = at(seq_of[static_cast<size_t>(r0)]);
-        const bool records = std::any_of(recorded.begin() + r0, recorded.begin() + r1, [](uint8_t flag) { return flag != 0; });
-        if (r1 - r0 > 32 && s.evicted.empty() && s.evicted_head.empty() && !records) {
-          gemm_attention(l, seq_of[static_cast<size_t>(r0)], r1 - r0, pos[static_cast<size_t>(r0)],
-                         &q[static_cast<size_t>(r0) * qd], &att[static_cast<size_t>(r0) * qd]);
-          std::fill(by_gemm.begin() + r0, by_gemm.begin() + r1, 1);
-        }
-        r0 = r1;
+    // Rows that attend plainly (not a tree pass, no evicted keys, no recorded weights) go through
+    // attend_queries by runs of one sequence; the rest key by key below, in the same arithmetic.
+    std::vector<uint8_t> plain(R, 0);
+    if (!tree)
+      for (int r = 0; r < rows; ++r) {
+        const Sequence& s = at(seq_of[static_cast<size_t>(r)]);
+        plain[static_cast<size_t>(r)] = s.evicted.empty() && s.evicted_head.empty() && !recorded[static_cast<size_t>(r)];
       }
+    plain_attention(l, rows, seq_of, pos, plain, q.data(), att.data());
     double attn_work = 0;
     for (int r = 0; r < rows; ++r)
-      if (!by_gemm[static_cast<size_t>(r)]) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
+      if (!plain[static_cast<size_t>(r)]) attn_work += static_cast<double>(pos[static_cast<size_t>(r)] + 1) * c_.heads * d;
     run_chunks(attn_work >= (1 << 18), R * static_cast<size_t>(c_.heads), [&](size_t lo, size_t hi) {
-      static const DotFn dot = pick_dot();
-      static const AxpyFn axpy = pick_axpy();
       std::vector<float> score;
       for (size_t t = lo; t < hi; ++t) {
         const int r = static_cast<int>(t / static_cast<size_t>(c_.heads)),
                   hh = static_cast<int>(t % static_cast<size_t>(c_.heads));
-        if (by_gemm[static_cast<size_t>(r)]) continue;
+        if (plain[static_cast<size_t>(r)]) continue;
         const int p = pos[static_cast<size_t>(r)];
         Sequence& s = at(seq_of[static_cast<size_t>(r)]);
         const int window = c_.window(l);
@@ -456,29 +408,19 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
         const int n_keys = cached + (anc ? static_cast<int>(anc->size()) : 0);
         auto key = [&](int jj) { return jj < cached ? first + jj : tree->base + (*anc)[static_cast<size_t>(jj - cached)]; };
         score.assign(static_cast<size_t>(n_keys), 0.0f);
-        float mx = -INFINITY;
         for (int jj = 0; jj < n_keys; ++jj) {
           const int j = key(jj);
-          if ((evicted && evicted[j]) || (head_evicted && head_evicted[j])) {
-            score[static_cast<size_t>(jj)] = -INFINITY;  // exp() gives it weight 0
-            continue;
-          }
-          const float acc = dot(qv, kc.row(j), d);
-          score[static_cast<size_t>(jj)] = acc * scale;
-          mx = std::max(mx, acc * scale);
+          // An evicted key's score is -inf: the softmax gives it weight 0.
+          const bool gone = (evicted && evicted[j]) || (head_evicted && head_evicted[j]);
+          score[static_cast<size_t>(jj)] = gone ? -INFINITY : attention_dot(qv, kc.row(j), d) * scale;
         }
-        float sum = 0;
-        for (auto& sc : score) sum += sc = std::exp(sc - mx);
+        attention_softmax(score.data(), n_keys);
         float* o = &att[static_cast<size_t>(r) * qd + static_cast<size_t>(hh) * d];
         std::fill(o, o + d, 0.0f);
-        for (int jj = 0; jj < n_keys; ++jj) {
-          const float w = score[static_cast<size_t>(jj)] / sum;
-          const float* vj = vc.row(key(jj));
-          axpy(w, vj, o, d);
-        }
+        for (int jj = 0; jj < n_keys; ++jj) attention_axpy(score[static_cast<size_t>(jj)], vc.row(key(jj)), o, d);
         if (recorded[static_cast<size_t>(r)]) {
           float* hw = s.head_weights.data() + static_cast<size_t>(hh) * (static_cast<size_t>(p) + 1);
-          for (int j = first; j <= p; ++j) hw[j] = score[static_cast<size_t>(j - first)] / sum;
+          for (int j = first; j <= p; ++j) hw[j] = score[static_cast<size_t>(j - first)];
           std::memcpy(s.record.output.data() + static_cast<size_t>(l) * qd + static_cast<size_t>(hh) * d, o, sizeof(float) * d);
         }
       }
@@ -516,7 +458,10 @@ void CpuModel::forward(const int32_t* tokens, int rows, const std::vector<int>& 
     }
     lora_add(l, LoraModule::Gate, xn.data(), rows, h, c_.mlp, seq_of, gate.data());
     lora_add(l, LoraModule::Up, xn.data(), rows, h, c_.mlp, seq_of, up.data());
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    run_chunks(R * static_cast<size_t>(c_.mlp) >= (1 << 15), R, [&](size_t lo, size_t hi) {
+      const size_t m = static_cast<size_t>(c_.mlp);
+      swiglu(gate.data() + lo * m, up.data() + lo * m, (hi - lo) * m);
+    });
     if (packed(L.down, rows, {LoraModule::Down})) {
       packed_matmul(L.down, gate.data(), rows, tmp.data());
       if (c_.mlp_bias) add_bias(tmp.data(), rows, h, L.bd.data());

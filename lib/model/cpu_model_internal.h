@@ -182,9 +182,11 @@ class CpuModel : public Model {
 
   // cpu_model_forward.cpp
   // Whether a pass of `rows` rows multiplies by the packed copy `w` of `modules`: packed, a GEMV
-  // (≤ 32 rows, as matmul's), and none of the modules merged with a LoRA adapter.
+  // (≤ 32 rows, as matmul's, or any rows of int8 panels), and none of the modules merged with a LoRA adapter.
   bool packed(const PackedWeights& w, int rows, std::initializer_list<LoraModule> modules) const;
-  void gemm_attention(int layer, int seq, int n, int p0, const float* q, float* att);
+  // The attention of the rows flagged `plain` (attend_queries: the per-key loop's bits, any grouping).
+  void plain_attention(int layer, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos,
+                       const std::vector<uint8_t>& plain, const float* q, float* att);
   void forward(const int32_t* tokens, int rows, const std::vector<int>& seq_of, const std::vector<int>& pos, int first_out,
                const StepOutput& out, const TreeRows* tree = nullptr, const std::vector<int>* out_rows = nullptr);
 

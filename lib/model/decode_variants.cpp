@@ -95,7 +95,8 @@ KeySpec cpu_matmul_key() {
       "float32 rounding of reference), packed (decode GEMV on each matrix packed once in its stored type, bf16 "
       "where exact; our SGEMM for prefills; bit for bit reference), int8 (blas, but GGUF Q8_0/Q4_0/Q4_1 weights multiply "
       "activations quantized to int8 per 32 inputs with integer dot products, AVX-512 VNNI: llama.cpp's "
-      "arithmetic, within a stated tolerance of reference) or reference (float32 [in][out] GEMV and our "
+      "arithmetic at every row count, so a row's products do not depend on its pass; within a stated tolerance of "
+      "reference) or reference (float32 [in][out] GEMV and our "
       "SGEMM: the check of the others)",
       "blas", cpu_matmul_names());
 }

@@ -618,6 +618,61 @@ TEST(GgufSmolLM2, Int8ActivationsStayWithinTheirQuantizationErrorOfTheReference)
       rel, agree, rows);
 }
 
+// With int8 activations every product is the same for a row in any pass: int8 panels take any
+// row count (no float SGEMM past 32 rows) and attention is one order per query (attend_queries).
+// So a prompt's logits are the same bits prefilled in one pass of 45 rows, in chunks of 7 and 38
+// beside another sequence's rows, and token by token in decode steps batched with it — a
+// request's tokens do not depend on what shares its passes.
+TEST(GgufSmolLM2, Int8RowsGiveTheSameBitsInAnyPass) {
+  IB_NEED_SMOLLM2();
+  const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
+  auto w = model::checkpoint_weights(c, kSmolLM2);
+  auto m = model::make_cpu_model(c, *w, model::CpuMatmul::Int8);
+  const size_t V = static_cast<size_t>(c.vocab);
+  std::vector<int32_t> a;
+  for (int i = 0; i < 45; ++i) a.push_back(static_cast<int32_t>((i * 7919 + 13) % 49000 + 2));
+  const std::vector<int32_t> b = {1, 504, 3458, 282, 2399, 30, 216, 28, 9};
+  const int n = static_cast<int>(a.size());
+  // One pass.
+  std::vector<float> whole(a.size() * V);
+  const int s0 = m->new_sequence(64);
+  m->prefill(s0, a.data(), n, n, {whole.data()});
+  // Chunks of 7 and 38 rows, each in one pass with rows of sequence sb.
+  const int s1 = m->new_sequence(64), sb = m->new_sequence(64);
+  std::vector<float> chunked;
+  int done = 0, b_done = 0;
+  for (int chunk : {7, 38}) {
+    const int seqs[2] = {sb, s1};
+    const int b_rows = chunk == 7 ? 5 : 4;
+    const int counts[2] = {b_rows, chunk};
+    std::vector<int32_t> tokens(b.begin() + b_done, b.begin() + b_done + b_rows);
+    tokens.insert(tokens.end(), a.begin() + done, a.begin() + done + chunk);
+    std::vector<float> rows(static_cast<size_t>(b_rows + chunk) * V);
+    m->prefill_batch(seqs, counts, 2, tokens.data(), {rows.data()});
+    chunked.insert(chunked.end(), rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b_rows) * V), rows.end());
+    done += chunk;
+    b_done += b_rows;
+  }
+  // Token by token: the first row prefilled alone, then decode steps of two rows (sb continues).
+  const int s2 = m->new_sequence(64), sc = m->new_sequence(64);
+  std::vector<float> stepped(V);
+  m->prefill(s2, a.data(), 1, 1, {stepped.data()});
+  m->prefill(sc, b.data(), 3, 1, {});
+  for (int i = 1; i < n; ++i) {
+    const int seqs[2] = {sc, s2};
+    const int32_t next[2] = {static_cast<int32_t>(100 + i), a[static_cast<size_t>(i)]};
+    std::vector<float> rows(2 * V);
+    m->decode(seqs, next, 2, {rows.data()});
+    stepped.insert(stepped.end(), rows.begin() + static_cast<std::ptrdiff_t>(V), rows.end());
+  }
+  ASSERT_EQ(chunked.size(), whole.size());
+  ASSERT_EQ(stepped.size(), whole.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(0, std::memcmp(&whole[r * V], &chunked[r * V], V * sizeof(float))) << "row " << r << ": one pass vs chunks";
+    ASSERT_EQ(0, std::memcmp(&whole[r * V], &stepped[r * V], V * sizeof(float))) << "row " << r << ": one pass vs decode steps";
+  }
+}
+
 // Perplexity as llama-perplexity computes it (chunks of n_ctx tokens, no BOS for this vocabulary,
 // the second half of each chunk scored), within 1% of llama.cpp's on the same file and text:
 // llama.cpp multiplies Q4_1 weights with 8-bit-quantized activations, we with the dequantized

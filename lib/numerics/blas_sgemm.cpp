@@ -55,12 +55,6 @@ void blas_sgemm(int m, int n, int k, const float* A, int lda, const float* B, in
   });
 }
 
-void blas_sgemm_serial(bool b_transposed, int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C,
-                       int ldc) {
-  single_threaded_blas();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
-}
-
 const char* blas_description() {
   static const std::string d = [] {
     // openblas_get_config(): "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": its first two words.

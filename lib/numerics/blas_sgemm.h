@@ -9,11 +9,6 @@ namespace ib {
 
 void blas_sgemm(int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C, int ldc);
 
-// C = A · B, or A · Bᵀ with `b_transposed` (B is then n×k), on the calling thread only: the small
-// products of algorithms that parallelise at a coarser grain (the engine's prefill attention).
-void blas_sgemm_serial(bool b_transposed, int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C,
-                       int ldc);
-
 // "OpenBLAS 0.3.21 (SkylakeX kernels)": the library and the kernels it chose for this CPU.
 const char* blas_description();
 

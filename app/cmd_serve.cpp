@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -49,9 +51,10 @@ struct ServeOptions {
   std::vector<std::string> lora;  // NAME=DIR, each a PEFT adapter a request names by `model`
 };
 
-// vLLM's --speculative-config for prompt lookup: {"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_max": N, "prompt_lookup_min": M}. A draft model is not served.
-void apply_speculative_config(const std::string& text, serve::SchedulerOptions& so) {
+// vLLM's --speculative-config: prompt lookup {"method": "ngram", "num_speculative_tokens": K,
+// "prompt_lookup_max": N, "prompt_lookup_min": M}, or a draft model {"model": PATH,
+// "num_speculative_tokens": K} (method "draft_model", or none). Returns the draft model's path.
+std::string apply_speculative_config(const std::string& text, serve::SchedulerOptions& so) {
   const std::string flag = "serve: --speculative-config";
   nlohmann::json j;
   try {
@@ -66,11 +69,13 @@ void apply_speculative_config(const std::string& text, serve::SchedulerOptions& 
       throw InputError(fmt::format("{}: '{}' must be an integer in [{}, {}]", flag, key, lo, hi));
     return v.get<int>();
   };
+  std::string method, draft;
   for (const auto& [k, v] : j.items()) {
     if (k == "method") {
-      if (v != "ngram")
-        throw InputError(
-            fmt::format("{}: method {} is not served (prompt lookup: \"ngram\"; a draft model is not yet)", flag, v.dump()));
+      if (v != "ngram" && v != "draft_model")
+        throw InputError(fmt::format("{}: method {} is not served (\"ngram\": prompt lookup; \"draft_model\" with \"model\")",
+                                     flag, v.dump()));
+      method = v.get<std::string>();
     } else if (k == "num_speculative_tokens") {
       so.spec_tokens = count("num_speculative_tokens", 1, 64);
     } else if (k == "prompt_lookup_max") {
@@ -78,17 +83,23 @@ void apply_speculative_config(const std::string& text, serve::SchedulerOptions& 
     } else if (k == "prompt_lookup_min") {
       so.spec_ngram_min = count("prompt_lookup_min", 1, 64);
     } else if (k == "model") {
-      throw InputError(flag + ": a draft model is not served yet (prompt lookup: \"method\": \"ngram\")");
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw InputError(flag + ": 'model' must be a draft model's path (a checkpoint directory or a GGUF file)");
+      draft = v.get<std::string>();
     } else {
-      throw InputError(
-          fmt::format("{}: unknown key '{}' (method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)", flag, k));
+      throw InputError(fmt::format(
+          "{}: unknown key '{}' (method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)", flag, k));
     }
   }
-  if (!j.contains("method") || !j.contains("num_speculative_tokens"))
-    throw InputError(flag + ": needs \"method\": \"ngram\" and \"num_speculative_tokens\"");
+  if (method.empty()) method = draft.empty() ? "" : "draft_model";
+  if (method.empty() || !j.contains("num_speculative_tokens"))
+    throw InputError(flag + ": needs \"num_speculative_tokens\" and \"method\": \"ngram\" or a draft \"model\"");
+  if (method == "draft_model" && draft.empty()) throw InputError(flag + ": method \"draft_model\" needs \"model\": PATH");
+  if (method == "ngram" && !draft.empty()) throw InputError(flag + ": \"model\" is for method \"draft_model\", not \"ngram\"");
   if (so.spec_ngram_min > so.spec_ngram_max)
     throw InputError(
         fmt::format("{}: prompt_lookup_min {} is above prompt_lookup_max {}", flag, so.spec_ngram_min, so.spec_ngram_max));
+  return draft;
 }
 
 int serve(const ServeOptions& s) {
@@ -151,7 +162,28 @@ int serve(const ServeOptions& s) {
   so.kv_tokens = s.kv_tokens;
   so.chunked_prefill = !s.no_chunked_prefill;
   so.prefix_caching = s.prefix_caching;
-  if (!s.speculative_config.empty()) apply_speculative_config(s.speculative_config, so);
+  // A draft model: loaded as the model is (same backend and products); its vocabulary is checked
+  // against the model's by the scheduler.
+  std::unique_ptr<model::Model> draft_engine;
+  std::optional<model::ModelChoice> draft_choice;
+  if (!s.speculative_config.empty()) {
+    const std::string draft = apply_speculative_config(s.speculative_config, so);
+    if (!draft.empty()) {
+      if (!model::is_gguf_checkpoint(draft) && !std::filesystem::is_directory(draft))
+        throw InputError(fmt::format(
+            "serve: --speculative-config: draft model '{}' is neither a checkpoint directory nor a GGUF file", draft));
+      draft_choice = model::choose_model("checkpoint", draft, 0, "--speculative-config model", "--speculative-config model");
+      if (backend == Backend::Cuda) {
+        model::EngineOptions o;
+        o.max_batch = s.max_seqs;
+        o.max_prefill = std::max(s.token_budget, 16);
+        draft_engine = model::make_cuda_model(draft_choice->config, *draft_choice->weights, o, nullptr);
+      } else {
+        draft_engine = model::make_cpu_model(draft_choice->config, *draft_choice->weights, model::parse_cpu_matmul(s.cpu_matmul));
+      }
+      so.draft_model = draft_engine.get();
+    }
+  }
   serve::EngineLoop loop(*engine, so);
   serve::HttpOptions ho = s.http;
   ho.host = s.host;
@@ -238,9 +270,10 @@ void register_serve(Cli& cli) {
                 "keep finished requests' KV blocks; a prompt that starts with one shares them (paged KV)");
   sub->add_flag("--no-chunked-prefill", s.no_chunked_prefill, "whole prompts only (a prompt past --token-budget is refused)");
   sub->add_option("--speculative-config", s.speculative_config,
-                  "speculative decoding by prompt lookup, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (defaults 4 and 2); each decoding request "
-                  "without a response_format drafts and verifies in the batch, its output unchanged");
+                  "speculative decoding, vLLM's JSON: prompt lookup '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (defaults 4 and 2), or a draft model "
+                  "'{\"model\": PATH, \"num_speculative_tokens\": 4}' (its greedy tokens; the model's vocabulary); each decoding "
+                  "request without a response_format drafts and verifies in the batch, its output unchanged");
   sub->add_option("--lora", s.lora,
                   "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "
                   "(vLLM's --lora-modules; repeatable)");

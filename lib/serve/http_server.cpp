@@ -424,9 +424,10 @@ struct HttpServer::Impl {
     // is noticed between tokens.
     res.set_header("Cache-Control", "no-cache");
     auto finished = std::make_shared<bool>(false);
+    const auto echoed = std::make_shared<const std::vector<std::vector<int32_t>>>(r.echo ? prompts : decltype(prompts){});
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, choices, r, rid, created, slot, listed, finished, usage, serial](size_t, httplib::DataSink& sink) {
+        [this, choices, r, rid, created, slot, listed, finished, usage, serial, echoed](size_t, httplib::DataSink& sink) {
           if (*finished) return false;
           bool waited = false, all_ended = true;
           std::string out;
@@ -459,18 +460,26 @@ struct HttpServer::Impl {
             // first chunk as the time to first token).
             if (!delta.empty() || c.tokens.size() > c.tokens_sent || (c.first && end) || !lps.empty()) {
               c.tokens_sent = c.tokens.size();
+              const size_t generated_lps = lps.size();
+              // echo: the prompt and its tokens' log-probabilities ahead of the first chunk's own;
+              // with max_tokens 0 the one generated token is not shown (nor counted).
+              ChoiceText shown{delta, "", std::move(lps)};
+              if (r.echo && c.first) echo_prompt(r, *echoed, i, c, shown);
+              if (r.echo && r.max_tokens == 0 && !c.first) shown = ChoiceText{};
+              lps = std::move(shown.logprobs);
               const Usage so_far = usage();
               if (tools == ToolChoice::Named)  // the text is the call's arguments, streamed as they come
                 out += tool_calls_chunk(
                     r, rid, created, o.model_name,
-                    {{0, c.first ? call_ids(serial, static_cast<std::ptrdiff_t>(i)) + "0" : "", r.tools.named, delta}}, c.first,
-                    so_far, index, &lps, c.logprobs_offset);
+                    {{0, c.first ? call_ids(serial, static_cast<std::ptrdiff_t>(i)) + "0" : "", r.tools.named, shown.text}},
+                    c.first, so_far, index, &lps, c.logprobs_offset);
               else if (tools == ToolChoice::Required)
                 out += tool_calls_chunk(r, rid, created, o.model_name, {}, c.first, so_far, index, &lps, c.logprobs_offset);
               else
-                out += stream_chunk(r, rid, created, o.model_name, delta, "", c.first, so_far, index, &lps, c.logprobs_offset);
+                out +=
+                    stream_chunk(r, rid, created, o.model_name, shown.text, "", c.first, so_far, index, &lps, c.logprobs_offset);
               c.first = false;
-              c.logprobs_sent += lps.size();
+              c.logprobs_sent += generated_lps;
               for (const TokenLogprobText& t : lps) c.logprobs_offset += t.token.size();
             }
             if (!end) {
@@ -484,6 +493,7 @@ struct HttpServer::Impl {
               continue;
             }
             std::string ended = c.answer.stop_string || stopped ? "stop" : "length";
+            if (r.echo && r.max_tokens == 0) ended = "length";  // the prompt scored, as unstreamed
             if (tools == ToolChoice::Auto || tools == ToolChoice::Required) {
               // The calls, whole, after what content was sent; a text that holds none is content.
               const ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, static_cast<std::ptrdiff_t>(i)));

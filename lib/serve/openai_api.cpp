@@ -408,7 +408,6 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
       r.ignore_eos = j["ignore_eos"].get<bool>();
     }
     if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string()) refuse("user", "'user' must be a string");
-    if (r.echo && r.stream) refuse("echo", "'echo' with 'stream' is not supported by this server");
     return r;
   } catch (const Refusal& f) {
     err = f.e;

@@ -49,11 +49,67 @@ Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine)
   if (o_.prefix_caching && !paged_) throw InputError("prefix caching needs the paged KV cache (kv_blocks)");
   if (o_.prefix_caching && o_.batching == Batching::Static)
     throw InputError("prefix caching is a continuous-batching option (static batching reserves whole blocks)");
+  if (o_.draft_model && o_.draft_model->config().vocab != engine.config().vocab)
+    throw InputError(fmt::format("the draft model's vocabulary ({} tokens) is not the model's ({})",
+                                 o_.draft_model->config().vocab, engine.config().vocab));
 }
 
 Scheduler::~Scheduler() {
-  for (const Active& a : running_) engine_.release(a.seq);
+  for (Active& a : running_) {
+    engine_.release(a.seq);
+    release_draft(a);
+  }
   clear_prefix_cache();
+}
+
+void Scheduler::release_draft(Active& a) {
+  if (a.draft_seq >= 0) o_.draft_model->release(a.draft_seq);
+  a.draft_seq = -1;
+  a.draft_cached = 0;
+}
+
+void Scheduler::draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms) {
+  model::Model& m = *o_.draft_model;
+  // Catch up: every token the draft's cache lacks, the last one's logits giving the first draft.
+  std::vector<int> seqs, counts;
+  std::vector<int32_t> tokens;
+  for (Active* a : drafting) {
+    if (a->draft_seq < 0) {
+      a->draft_seq =
+          m.new_sequence(std::min(static_cast<int>(a->request.prompt.size()) + a->request.max_tokens, m.config().max_positions));
+      a->draft_cached = 0;
+    }
+    seqs.push_back(a->draft_seq);
+    counts.push_back(a->total() - a->draft_cached);
+    for (int i = a->draft_cached; i < a->total(); ++i) tokens.push_back(a->token(i));
+    a->draft_cached = a->total();
+  }
+  const int n = static_cast<int>(drafting.size());
+  std::vector<int32_t> next(drafting.size());
+  model::StepOutput so;  // greedy: a point-mass draft
+  so.next = next.data();
+  m.prefill_batch(seqs.data(), counts.data(), n, tokens.data(), so, /*last_only=*/true);
+  for (int i = 0; i < n; ++i) drafting[static_cast<size_t>(i)]->draft = {next[static_cast<size_t>(i)]};
+  // Then one batched step per further token, for the requests that have room for it.
+  for (int t = 1;; ++t) {
+    std::vector<int> step_seqs;
+    std::vector<int32_t> fed;
+    std::vector<Active*> who;
+    for (int i = 0; i < n; ++i)
+      if (rooms[static_cast<size_t>(i)] > t) {
+        Active* a = drafting[static_cast<size_t>(i)];
+        step_seqs.push_back(a->draft_seq);
+        fed.push_back(a->draft.back());
+        who.push_back(a);
+        ++a->draft_cached;
+      }
+    if (who.empty()) break;
+    std::vector<int32_t> out(who.size());
+    model::StepOutput ds;
+    ds.next = out.data();
+    m.decode(step_seqs.data(), fed.data(), static_cast<int>(who.size()), ds);
+    for (size_t k = 0; k < who.size(); ++k) who[k]->draft.push_back(out[k]);
+  }
 }
 
 void Scheduler::clear_prefix_cache() {
@@ -114,6 +170,7 @@ bool Scheduler::cancel(int64_t id) {
   for (auto it = running_.begin(); it != running_.end(); ++it)
     if (it->request.id == id) {
       engine_.release(it->seq);
+      release_draft(*it);
       kv_reserved_ -= reservation(it->request);
       running_.erase(it);
       return true;
@@ -141,6 +198,7 @@ void Scheduler::preempt_last(StepResult& out) {
   Active a = std::move(running_.back());
   running_.pop_back();
   engine_.release(a.seq);
+  release_draft(a);
   kv_reserved_ -= reservation(a.request);
   a.lost = std::max(a.lost, a.cached);
   a.seq = -1;
@@ -238,17 +296,28 @@ void Scheduler::plan_continuous(StepResult& out) {
   // Speculative decoding: their drafts, from the budget left, before the prompts. A draft leaves
   // room for the token drawn after it (max_tokens) and is not verified under a constraint (its
   // state would have to be stepped along the draft and back).
-  if (o_.spec_tokens > 0)
+  if (o_.spec_tokens > 0) {
+    std::vector<Active*> drafting;  // draft model: the requests it drafts for, and how far
+    std::vector<int> rooms;
     for (Active& a : running_) {
       if (a.chunk == 0 || a.request.constraint || budget <= 0) continue;
-      const int room = std::min({o_.spec_tokens, a.request.max_tokens - static_cast<int>(a.output.size()) - 1, budget});
+      int room = std::min({o_.spec_tokens, a.request.max_tokens - static_cast<int>(a.output.size()) - 1, budget});
+      if (o_.draft_model) room = std::min(room, o_.draft_model->config().max_positions - a.total());
       if (room <= 0) continue;
+      if (o_.draft_model) {
+        drafting.push_back(&a);
+        rooms.push_back(room);
+        budget -= room;
+        continue;
+      }
       std::vector<int32_t> history = a.request.prompt;
       history.insert(history.end(), a.output.begin(), a.output.end());
       a.draft = specdec::ngram_propose(history, room, o_.spec_ngram_min, o_.spec_ngram_max);
-      a.chunk += static_cast<int>(a.draft.size());
       budget -= static_cast<int>(a.draft.size());
     }
+    if (!drafting.empty()) draft_from_model(drafting, rooms);
+    for (Active& a : running_) a.chunk += static_cast<int>(a.draft.size());
+  }
   // Paged: drafts never cost a cached prefix or a running request its blocks.
   if (paged_ && planned_blocks() > engine_.kv_blocks()->free_blocks())
     for (Active& a : running_)
@@ -256,6 +325,10 @@ void Scheduler::plan_continuous(StepResult& out) {
         budget += static_cast<int>(a.draft.size());
         a.chunk = 1;
         a.draft.clear();
+        if (a.draft_seq >= 0 && a.draft_cached > a.total()) {  // the draft model's unverified tokens
+          a.draft_cached = a.total();
+          o_.draft_model->truncate(a.draft_seq, a.draft_cached);
+        }
       }
   // Then the prompts under way (chunked), in admission order.
   for (Active& a : running_) {
@@ -470,6 +543,15 @@ StepResult Scheduler::step() {
       a.cached = a.total() - 1;
       engine_.truncate(a.seq, a.cached);
     }
+    // The draft model's cache holds the tokens before the drafts and all drafts but the last:
+    // cut back to those that were kept (what follows is fed to it next time).
+    if (a.draft_seq >= 0 && !a.draft.empty() && !a.done) {
+      const int valid = a.total() - static_cast<int>(picks[j].size()) + std::min(kept, static_cast<int>(a.draft.size()) - 1);
+      if (valid < a.draft_cached) {
+        a.draft_cached = valid;
+        o_.draft_model->truncate(a.draft_seq, valid);
+      }
+    }
   }
   counters_.spec_drafted += out.drafted;
   counters_.spec_accepted += out.accepted;
@@ -484,6 +566,7 @@ StepResult Scheduler::step() {
 }
 
 void Scheduler::finish(Active& a) {
+  release_draft(a);
   kv_reserved_ -= reservation(a.request);
   if (!o_.prefix_caching) {
     engine_.release(a.seq);

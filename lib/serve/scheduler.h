@@ -35,7 +35,11 @@
 //   speculation (the request's seed and token index), and the drafts are kept while they equal
 //   those draws: the output is the one decoding gives, token for token, at any temperature (for a
 //   point-mass draft this is the rejection sampling of Leviathan et al.). Rejected drafts' K/V are
-//   truncated away. Drafted tokens take the token budget before prompt chunks.
+//   truncated away. Drafted tokens take the token budget before prompt chunks. With a draft
+//   model (SchedulerOptions::draft_model) the drafts are its greedy tokens instead: it keeps a
+//   sequence per request, catches up on the tokens it has not seen (the prompt, then what was
+//   emitted since) in one pass of all drafting requests, then drafts K tokens in K batched decode
+//   steps; after verification its cache is cut back to the tokens that were kept.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +64,9 @@ struct SchedulerOptions {
   bool prefix_caching = false;  // paged engine, continuous batching: finished requests' blocks kept for later prompts
   int spec_tokens = 0;          // continuous: tokens a decoding request drafts by prompt lookup per step (0: no speculation)
   int spec_ngram_min = 2, spec_ngram_max = 4;  // the lookup's n-gram lengths (vLLM's prompt_lookup_min / _max)
+  // With spec_tokens: drafts from this model's greedy continuation instead of prompt lookup (vLLM's
+  // draft model). Its vocabulary must be the engine's; it keeps a sequence per speculating request.
+  model::Model* draft_model = nullptr;
   model::SamplingParams sampling;
 };
 
@@ -139,6 +146,8 @@ class Scheduler {
     int lost = 0;                  // tokens its preemptions dropped from the cache (to compute again)
     std::vector<int32_t> draft;    // this step's drafted tokens (speculative decoding): its row is 1 + draft
     int prompt_logprobs_sent = 1;  // prompt tokens whose log-probabilities were emitted (the first has none)
+    int draft_seq = -1;            // its sequence in the draft model (-1: none yet)
+    int draft_cached = 0;          // tokens of prompt + output in that sequence's cache
     int total() const { return static_cast<int>(request.prompt.size() + output.size()); }
     int32_t token(int i) const {
       const int n = static_cast<int>(request.prompt.size());
@@ -166,6 +175,9 @@ class Scheduler {
   bool evict_prefix();         // the least recently used cached prefix released; false if none
   void preempt_last(StepResult& out);
   void finish(Active& a);  // its sequence released, or kept in the prefix cache
+  // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation), and its sequence freed.
+  void draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms);
+  void release_draft(Active& a);
 
   model::Model& engine_;
   SchedulerOptions o_;

@@ -696,6 +696,34 @@ def paged(binary, src):
             check("".join(lp["tokens"]).endswith(golden["greedy_text"]) and r["choices"][0]["text"].endswith(golden["greedy_text"]),
                   f"echo text: {r['choices'][0]['text']!r}")
         check(scored[0] == scored[1], "echo: a second request scored differently")
+        # Streamed, the same: the prompt and its log-probabilities in the first chunk, nothing
+        # generated shown, finish_reason length, usage completion_tokens 0; and with max_tokens 3,
+        # the prompt then the unstreamed answer's text, offsets continuing across chunks.
+        for max_tokens in (0, 3):
+            echo_body = {"model": "ib-draft-1m", "prompt": ids, "max_tokens": max_tokens, "echo": True, "logprobs": 1,
+                    "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c.request("POST", "/v1/completions", json.dumps(echo_body), {"Content-Type": "application/json"})
+            events = [json.loads(e) for e in sse_events(c.getresponse()) if e != "[DONE]"]
+            c.close()
+            chunks = [e["choices"][0] for e in events if e["choices"]]
+            text = "".join(ch["text"] for ch in chunks)
+            tokens, token_lps, offsets = [], [], []
+            for ch in chunks:
+                if ch.get("logprobs"):
+                    tokens += ch["logprobs"]["tokens"]
+                    token_lps += ch["logprobs"]["token_logprobs"]
+                    offsets += ch["logprobs"]["text_offset"]
+            del echo_body["stream"], echo_body["stream_options"]
+            status, whole = s.json("POST", "/v1/completions", echo_body)
+            w = whole["choices"][0]
+            check(status == 200 and text == w["text"] and tokens == w["logprobs"]["tokens"]
+                  and offsets == w["logprobs"]["text_offset"]
+                  and all(a == b or abs(a - b) < 1e-6 for a, b in zip(token_lps[1:], w["logprobs"]["token_logprobs"][1:]))
+                  and chunks[-1]["finish_reason"] == w["finish_reason"]
+                  and events[-1]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"] == max_tokens,
+                  f"echo streamed (max_tokens {max_tokens}): {text!r} vs {w['text']!r}, {len(tokens)} vs "
+                  f"{len(w['logprobs']['tokens'])} tokens, {chunks[-1]['finish_reason']} vs {w['finish_reason']}, {events[-1]}")
         # Idle, the blocks in use are the prefix cache's; released (vLLM's /reset_prefix_cache), every block is free.
         check(m["kv_blocks_used"] > 0 and m["prefix_cache_entries"] > 0, f"an idle server with prefix caching: {m}")
         c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
@@ -714,10 +742,10 @@ def paged(binary, src):
 
 
 def speculative(binary, src):
-    """Speculative decoding by prompt lookup (--speculative-config, vLLM's JSON): the greedy text is
-    transformers' (tests/data/models), whole and streamed; sampled requests get the tokens they get
-    from a server without it (same seed); drafts are verified and some kept (/metrics); a bad
-    config is refused at start with exit 2."""
+    """Speculative decoding by prompt lookup and by a draft model (--speculative-config, vLLM's
+    JSON): the greedy text is transformers' (tests/data/models), whole and streamed; sampled
+    requests get the tokens they get from a server without it (same seed); drafts are verified and
+    some kept (/metrics); a bad config is refused at start with exit 2."""
     model = os.path.join(src, "data/models/ib-draft-1m")
     golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
     n = len(golden["greedy_ids"])
@@ -725,7 +753,9 @@ def speculative(binary, src):
     sampled = [{"model": "ib-draft-1m", "prompt": golden["prompt"] + "\n" + golden["prompt"][:40 + 9 * i], "max_tokens": 40,
                 "temperature": 0.9, "seed": 17 + i, "ignore_eos": True} for i in range(4)]
     texts = {}
-    for config in (None, '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'):
+    # The draft model: the model itself (one vocabulary; its greedy drafts all kept at temperature 0).
+    draft = json.dumps({"model": model, "num_speculative_tokens": 3})
+    for config in (None, '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}', draft):
         s = Server(binary, model, *(["--speculative-config", config] if config else []))
         try:
             status, r = s.json("POST", "/v1/completions", body)
@@ -736,7 +766,7 @@ def speculative(binary, src):
             threads = [threading.Thread(target=one, args=(i,)) for i in range(len(sampled))]
             [t.start() for t in threads]
             [t.join() for t in threads]
-            texts[config is not None] = [g["choices"][0]["text"] for g in got]
+            texts[config] = [g["choices"][0]["text"] for g in got]
             if config:
                 m = s.metrics()
                 check(m["spec_decode_draft_tokens_total"] > 0 and 0 < m["spec_decode_accepted_tokens_total"]
@@ -747,14 +777,17 @@ def speculative(binary, src):
                 check(sum(p["num_draft_tokens"] for p in per) == m["spec_decode_draft_tokens_total"]
                       and sum(p["num_accepted_tokens"] for p in per) == m["spec_decode_accepted_tokens_total"]
                       and all(p["num_accepted_tokens"] <= p["num_draft_tokens"] for p in per), f"usage.spec_decode {per} vs {m}")
-                print(f"serve_test: prompt lookup kept {m['spec_decode_accepted_tokens_total']:.0f} of "
-                      f"{m['spec_decode_draft_tokens_total']:.0f} drafted tokens")
+                print(f"serve_test: {'a draft model' if config == draft else 'prompt lookup'} kept "
+                      f"{m['spec_decode_accepted_tokens_total']:.0f} of {m['spec_decode_draft_tokens_total']:.0f} drafted tokens")
         finally:
             s.stop()
-    check(texts[True] == texts[False], f"sampled with speculation {texts[True]} != without {texts[False]}")
-    bad = subprocess.run([binary, "serve", model, "--port", "0", "--speculative-config", '{"method": "eagle"}'],
-                         capture_output=True, text=True, timeout=60)
-    check(bad.returncode == 2 and "--speculative-config" in bad.stderr, f"a bad config: {bad.returncode} {bad.stderr}")
+    for config, t in texts.items():
+        check(t == texts[None], f"sampled with speculation {config}: {t} != without {texts[None]}")
+    for config in ('{"method": "eagle"}', '{"method": "draft_model", "num_speculative_tokens": 2}',
+                   json.dumps({"model": os.path.join(src, "no-such-model"), "num_speculative_tokens": 2})):
+        bad = subprocess.run([binary, "serve", model, "--port", "0", "--speculative-config", config],
+                             capture_output=True, text=True, timeout=60)
+        check(bad.returncode == 2 and "--speculative-config" in bad.stderr, f"a bad config {config}: {bad.returncode} {bad.stderr}")
 
 
 def lora(binary, src):

@@ -450,6 +450,93 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
   }
 }
 
+// Speculative decoding with a draft model (vLLM's draft-model method): ib-draft-1m drafts for
+// ib-draft-5m (one tokenizer). Every request gets the tokens and log-probabilities it gets without
+// speculation (greedy, sampled, a penalty, an EOS), drafts are kept, every draft sequence is
+// released (a fresh draft sequence is 0 again), and a draft of another vocabulary is refused.
+TEST(ServeScheduler, SpeculationWithADraftModelKeepsEveryRequestsTokens) {
+  const testing_support::TrainedModel target("ib-draft-5m"), drafter("ib-draft-1m");
+  const auto& tok = target.tok;
+  const std::string text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n";
+  std::vector<Request> rs;
+  for (int i = 0; i < 5; ++i) {
+    Request r;
+    r.id = i;
+    r.prompt = tok->encode(text.substr(0, static_cast<size_t>(20 + 6 * i)));
+    r.max_tokens = 20 + 4 * i;
+    model::SamplingParams p;
+    p.temperature = i < 2 ? 0.0f : 0.7f;
+    p.seed = 90 + static_cast<uint64_t>(i);
+    r.sampling = p;
+    if (i == 3) r.processors.repetition_penalty = 1.2f;
+    if (i == 1) r.logprobs = 1;
+    if (i == 4) r.eos = tok->encode("\n").back();
+    rs.push_back(std::move(r));
+  }
+  for (bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "contiguous");
+    std::map<int64_t, std::vector<int32_t>> want;
+    std::map<int64_t, std::vector<float>> want_logprobs;
+    for (int k : {0, 3}) {
+      auto engine = target.cpu_engine();
+      auto draft = drafter.cpu_engine();
+      if (paged) engine->enable_paged_kv(64, 8);
+      SchedulerOptions o;
+      o.max_seqs = 3;
+      o.token_budget = 32;
+      o.long_prefill = 12;
+      o.spec_tokens = k;
+      o.draft_model = draft.get();
+      o.prefix_caching = paged;
+      std::map<int64_t, std::vector<int32_t>> got;
+      std::map<int64_t, std::vector<float>> got_logprobs;
+      int drafted = 0, accepted = 0;
+      {
+        Scheduler s(*engine, o);
+        for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+        for (int guard = 0; s.has_work() && guard < 10000; ++guard) {
+          StepResult step = s.step();
+          drafted += step.drafted;
+          accepted += step.accepted;
+          EXPECT_LE(step.prefill_tokens + step.decode_rows + step.drafted, o.token_budget);
+          for (const Emitted& e : step.tokens) {
+            got[e.request].push_back(e.token);
+            if (e.logprob) got_logprobs[e.request].push_back(e.logprob->logprob);
+          }
+        }
+        if (paged) {
+          s.clear_prefix_cache();
+          EXPECT_EQ(engine->kv_blocks()->used_blocks(), 0);
+        }
+      }
+      EXPECT_EQ(draft->new_sequence(8), 0) << "a draft sequence was not released";
+      if (k == 0) {
+        want = got;
+        want_logprobs = got_logprobs;
+        EXPECT_EQ(drafted, 0);
+        continue;
+      }
+      for (const Request& r : rs) EXPECT_EQ(got[r.id], want[r.id]) << "request " << r.id;
+      ASSERT_EQ(got_logprobs[1].size(), want_logprobs[1].size());
+      for (size_t i = 0; i < got_logprobs[1].size(); ++i) EXPECT_NEAR(got_logprobs[1][i], want_logprobs[1][i], 1e-3);
+      EXPECT_GT(drafted, 0);
+      EXPECT_GT(accepted, 0);
+      EXPECT_LT(accepted, drafted);
+      std::printf("[ specdec  ] draft model, %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", accepted,
+                  drafted);
+    }
+  }
+  // Another vocabulary: refused when the scheduler is made.
+  model::ModelConfig other = drafter.config;
+  other.vocab = 100;
+  auto small = model::make_cpu_model(other, *model::random_weights(other, 1));
+  auto engine = target.cpu_engine();
+  SchedulerOptions o;
+  o.spec_tokens = 2;
+  o.draft_model = small.get();
+  EXPECT_THROW(Scheduler(*engine, o), InputError);
+}
+
 // Prompt log-probabilities (the API's `echo` with logprobs): each prompt token's under the rows
 // before it, across chunks, equal to one whole prefill's; the request takes nothing from the
 // prefix cache (its rows' logits are needed) and emits each position once.

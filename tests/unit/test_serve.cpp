@@ -69,6 +69,45 @@ std::map<int64_t, std::vector<int32_t>> drain(Scheduler& s, std::vector<StepResu
   return out;
 }
 
+// A speculating scheduler's run: each request's tokens and log-probabilities, what was drafted
+// and kept (each step within the token budget, the counters the steps' sum).
+struct SpeculationRun {
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  std::map<int64_t, std::vector<float>> logprobs;
+  int drafted = 0, accepted = 0;
+};
+SpeculationRun run_speculation(Scheduler& s, const std::vector<Request>& rs, int token_budget) {
+  SpeculationRun run;
+  for (const Request& r : rs) EXPECT_EQ(s.submit(r), "");
+  for (int guard = 0; s.has_work() && guard < 10000; ++guard) {
+    StepResult step = s.step();
+    run.drafted += step.drafted;
+    run.accepted += step.accepted;
+    EXPECT_LE(step.prefill_tokens + step.decode_rows + step.drafted, token_budget);
+    for (const Emitted& e : step.tokens) {
+      run.tokens[e.request].push_back(e.token);
+      if (e.logprob) run.logprobs[e.request].push_back(e.logprob->logprob);
+    }
+  }
+  EXPECT_EQ(s.counters().spec_drafted, run.drafted);
+  return run;
+}
+
+// Speculation kept every request's tokens: the same as without it (log-probabilities within
+// 1e-3), and drafts were verified, some kept.
+void expect_speculation_kept_the_tokens(const SpeculationRun& with, const SpeculationRun& without, const std::vector<Request>& rs,
+                                        int64_t logprobs_request) {
+  for (const Request& r : rs) EXPECT_EQ(with.tokens.at(r.id), without.tokens.at(r.id)) << "request " << r.id;
+  const auto& got = with.logprobs.at(logprobs_request);
+  const auto& want = without.logprobs.at(logprobs_request);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-3);
+  EXPECT_EQ(without.drafted, 0);
+  EXPECT_GT(with.drafted, 0);
+  EXPECT_GT(with.accepted, 0);
+  EXPECT_LE(with.accepted, with.drafted);
+}
+
 std::vector<Request> mixed_requests() {
   std::vector<Request> rs;
   const int prompts[] = {5, 40, 3, 70, 12, 9, 33};
@@ -400,8 +439,7 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
   }
   for (bool paged : {false, true}) {
     SCOPED_TRACE(paged ? "paged" : "contiguous");
-    std::map<int64_t, std::vector<int32_t>> want;
-    std::map<int64_t, std::vector<float>> want_logprobs;
+    SpeculationRun without;
     for (int k : {0, 4}) {
       auto engine = m.cpu_engine();
       if (paged) engine->enable_paged_kv(64, 8);
@@ -413,35 +451,14 @@ TEST(ServeScheduler, SpeculationByPromptLookupKeepsEveryRequestsTokens) {
       o.spec_ngram_min = 2;
       o.prefix_caching = paged;
       Scheduler s(*engine, o);
-      for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
-      std::map<int64_t, std::vector<int32_t>> got;
-      std::map<int64_t, std::vector<float>> got_logprobs;
-      int drafted = 0, accepted = 0;
-      for (int guard = 0; s.has_work() && guard < 10000; ++guard) {
-        StepResult step = s.step();
-        drafted += step.drafted;
-        accepted += step.accepted;
-        EXPECT_LE(step.prefill_tokens + step.decode_rows + step.drafted, o.token_budget);
-        for (const Emitted& e : step.tokens) {
-          got[e.request].push_back(e.token);
-          if (e.logprob) got_logprobs[e.request].push_back(e.logprob->logprob);
-        }
-      }
-      EXPECT_EQ(s.counters().spec_drafted, drafted);
+      const SpeculationRun run = run_speculation(s, rs, o.token_budget);
       if (k == 0) {
-        want = got;
-        want_logprobs = got_logprobs;
-        EXPECT_EQ(drafted, 0);
+        without = run;
         continue;
       }
-      for (const Request& r : rs) EXPECT_EQ(got[r.id], want[r.id]) << "request " << r.id;
-      ASSERT_EQ(got_logprobs[1].size(), want_logprobs[1].size());
-      for (size_t i = 0; i < got_logprobs[1].size(); ++i) EXPECT_NEAR(got_logprobs[1][i], want_logprobs[1][i], 1e-3);
-      EXPECT_LE(want[5].size(), 9u);  // it stopped at its EOS, a drafted one or not
-      EXPECT_GT(drafted, 0);
-      EXPECT_GT(accepted, 0);
-      EXPECT_LE(accepted, drafted);
-      std::printf("[ specdec  ] %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", accepted, drafted);
+      expect_speculation_kept_the_tokens(run, without, rs, 1);
+      EXPECT_LE(without.tokens.at(5).size(), 9u);  // it stopped at its EOS, a drafted one or not
+      std::printf("[ specdec  ] %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", run.accepted, run.drafted);
       if (paged) {
         s.clear_prefix_cache();
         EXPECT_EQ(engine->kv_blocks()->used_blocks(), 0);
@@ -475,8 +492,7 @@ TEST(ServeScheduler, SpeculationWithADraftModelKeepsEveryRequestsTokens) {
   }
   for (bool paged : {false, true}) {
     SCOPED_TRACE(paged ? "paged" : "contiguous");
-    std::map<int64_t, std::vector<int32_t>> want;
-    std::map<int64_t, std::vector<float>> want_logprobs;
+    SpeculationRun without;
     for (int k : {0, 3}) {
       auto engine = target.cpu_engine();
       auto draft = drafter.cpu_engine();
@@ -488,22 +504,10 @@ TEST(ServeScheduler, SpeculationWithADraftModelKeepsEveryRequestsTokens) {
       o.spec_tokens = k;
       o.draft_model = draft.get();
       o.prefix_caching = paged;
-      std::map<int64_t, std::vector<int32_t>> got;
-      std::map<int64_t, std::vector<float>> got_logprobs;
-      int drafted = 0, accepted = 0;
+      SpeculationRun run;
       {
         Scheduler s(*engine, o);
-        for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
-        for (int guard = 0; s.has_work() && guard < 10000; ++guard) {
-          StepResult step = s.step();
-          drafted += step.drafted;
-          accepted += step.accepted;
-          EXPECT_LE(step.prefill_tokens + step.decode_rows + step.drafted, o.token_budget);
-          for (const Emitted& e : step.tokens) {
-            got[e.request].push_back(e.token);
-            if (e.logprob) got_logprobs[e.request].push_back(e.logprob->logprob);
-          }
-        }
+        run = run_speculation(s, rs, o.token_budget);
         if (paged) {
           s.clear_prefix_cache();
           EXPECT_EQ(engine->kv_blocks()->used_blocks(), 0);
@@ -511,19 +515,13 @@ TEST(ServeScheduler, SpeculationWithADraftModelKeepsEveryRequestsTokens) {
       }
       EXPECT_EQ(draft->new_sequence(8), 0) << "a draft sequence was not released";
       if (k == 0) {
-        want = got;
-        want_logprobs = got_logprobs;
-        EXPECT_EQ(drafted, 0);
+        without = run;
         continue;
       }
-      for (const Request& r : rs) EXPECT_EQ(got[r.id], want[r.id]) << "request " << r.id;
-      ASSERT_EQ(got_logprobs[1].size(), want_logprobs[1].size());
-      for (size_t i = 0; i < got_logprobs[1].size(); ++i) EXPECT_NEAR(got_logprobs[1][i], want_logprobs[1][i], 1e-3);
-      EXPECT_GT(drafted, 0);
-      EXPECT_GT(accepted, 0);
-      EXPECT_LT(accepted, drafted);
-      std::printf("[ specdec  ] draft model, %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", accepted,
-                  drafted);
+      expect_speculation_kept_the_tokens(run, without, rs, 1);
+      EXPECT_LT(run.accepted, run.drafted);
+      std::printf("[ specdec  ] draft model, %s: %d of %d drafted tokens kept\n", paged ? "paged" : "contiguous", run.accepted,
+                  run.drafted);
     }
   }
   // Another vocabulary: refused when the scheduler is made.

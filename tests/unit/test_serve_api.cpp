@@ -129,16 +129,18 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
                        true)
                 .param,
             "response_format");
-  // echo: completions only, not streamed; max_tokens 0 only with it (the prompt scored alone).
+  // echo: completions only (streamed too); max_tokens 0 only with it (the prompt scored alone).
   {
     const auto echo =
         parse_api_request(R"({"model": "m", "prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 1})", false, e);
     ASSERT_TRUE(echo) << e.message;
     EXPECT_TRUE(echo->echo);
     EXPECT_EQ(echo->max_tokens, 0);
+    const auto streamed = parse_api_request(R"({"model": "m", "prompt": "x", "echo": true, "stream": true})", false, e);
+    ASSERT_TRUE(streamed) << e.message;
+    EXPECT_TRUE(streamed->echo && streamed->stream);
   }
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "max_tokens": 0})", false).param, "max_tokens");
-  EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "echo": true, "stream": true})", false).param, "echo");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "echo": "yes"})", false).param, "echo");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).param, "echo");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "suffix": "y"})", false).param, "suffix");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include <immintrin.h>
@@ -94,16 +95,6 @@ void attend_loop(const AttentionQuery* queries, int m, const float* const* keys,
 
 constexpr int kKeyBlock = 64;  // keys whose K (then V) rows stay in L1 while every query reads them
 
-// One key's dot product before its lanes are summed: lanes 0-7 the AVX2 loop's first chain
-// (elements e ≡ 0..7 mod 16), lanes 8-15 its second; the d mod 16 ≥ 8 block on the first only.
-__attribute__((target("avx512f"))) inline __m512 key_chains(const float* q, const float* k, int d) {
-  __m512 z = _mm512_setzero_ps();
-  int e = 0;
-  for (; e + 16 <= d; e += 16) z = _mm512_fmadd_ps(_mm512_loadu_ps(q + e), _mm512_loadu_ps(k + e), z);
-  if (e + 8 <= d) z = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(0xFF, q + e), _mm512_maskz_loadu_ps(0xFF, k + e), z, 0xFF);
-  return z;
-}
-
 // Sixteen keys' chains summed as the AVX2 loop sums one: the chains added (a = c0 + c1), then
 // (a_i + a_i+4), then (s_0 + s_2, s_1 + s_3), then their sum, each level pairing lanes of
 // several keys at once. Returns the sixteen dot products in key order. (The maskz forms: GCC 12
@@ -129,8 +120,10 @@ __attribute__((target("avx512f"))) inline __m512 reduce_16_keys(const __m512 (&z
   return _mm512_maskz_permutexvar_ps(0xFFFF, order, s);
 }
 
-// s[j - j0] = scale · q·k_j for keys [j0, j1), sixteen at a time: their sixteen chains advance
-// together (independent fused multiply-adds, where one key's chain alone waits on each result).
+// s[j - j0] = scale · q·k_j for keys [j0, j1), sixteen at a time. A key's register holds the AVX2
+// loop's two chains (lanes 0-7: elements e ≡ 0..7 mod 16, lanes 8-15: 8..15; the d mod 16 ≥ 8
+// block on the first only); the sixteen keys' chains advance together (independent fused
+// multiply-adds, where one key's chain alone waits on each result).
 __attribute__((target("avx512f"))) void scores_avx512(const float* q, const float* const* keys, int j0, int j1, int d,
                                                       float scale, float* s) {
   const int tail = d - d % 8;
@@ -248,6 +241,21 @@ void softmax_group(float* s, const size_t* offset, int i0, int n) {
   softmax_avx512<G>(rows, n);
 }
 
+// f(std::integral_constant<int, G>) for a group of G = 1..4 queries.
+template <class F>
+void with_group_size(int g, F&& f) {
+  switch (g) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+
 __attribute__((target("avx512f"))) void attend_avx512(const AttentionQuery* queries, int m, const float* const* keys,
                                                       const float* const* values, int d, float scale) {
   // Each query's scores at offset[i] of one buffer: its keys in order, first to last. Runs of up
@@ -283,41 +291,17 @@ __attribute__((target("avx512f"))) void attend_avx512(const AttentionQuery* quer
   for (int i = 0; i < m; i += group[static_cast<size_t>(i)]) {
     const int n = queries[i].last - queries[i].first + 1;
     for (int k = i; k < i + group[static_cast<size_t>(i)]; ++k) std::fill(queries[k].out, queries[k].out + d, 0.0f);
-    if (n <= 0) continue;
-    switch (group[static_cast<size_t>(i)]) {
-      case 1:
-        softmax_group<1>(s.data(), offset.data(), i, n);
-        break;
-      case 2:
-        softmax_group<2>(s.data(), offset.data(), i, n);
-        break;
-      case 3:
-        softmax_group<3>(s.data(), offset.data(), i, n);
-        break;
-      default:
-        softmax_group<4>(s.data(), offset.data(), i, n);
-        break;
-    }
+    if (n > 0)
+      with_group_size(group[static_cast<size_t>(i)],
+                      [&](auto g) { softmax_group<decltype(g)::value>(s.data(), offset.data(), i, n); });
   }
   for (int b0 = lo; b0 <= hi; b0 += kKeyBlock)
     for (int i = 0; i < m; i += group[static_cast<size_t>(i)]) {
       const AttentionQuery& a = queries[i];
       const int j0 = std::max(a.first, b0), j1 = std::min(a.last + 1, b0 + kKeyBlock);
-      if (j0 >= j1) continue;
-      switch (group[static_cast<size_t>(i)]) {
-        case 1:
-          weigh_group<1>(queries, i, s.data(), offset.data(), values, j0, j1, d);
-          break;
-        case 2:
-          weigh_group<2>(queries, i, s.data(), offset.data(), values, j0, j1, d);
-          break;
-        case 3:
-          weigh_group<3>(queries, i, s.data(), offset.data(), values, j0, j1, d);
-          break;
-        default:
-          weigh_group<4>(queries, i, s.data(), offset.data(), values, j0, j1, d);
-          break;
-      }
+      if (j0 < j1)
+        with_group_size(group[static_cast<size_t>(i)],
+                        [&](auto g) { weigh_group<decltype(g)::value>(queries, i, s.data(), offset.data(), values, j0, j1, d); });
     }
 }
 

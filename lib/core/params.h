@@ -11,6 +11,9 @@
 //   }
 //   kind.keys = copy_params().keys();                  // the kind's declaration
 //   const CopyParams p = copy_params().read(point);    // in the variant
+//
+// Sets compose: a group of keys several kinds share (text prompts, a model and its weights) is a
+// ParamSet of its own struct, added to a kind's set as a member (`add_group`).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@ class ParamSet {
   template <class F>
   ParamSet& add(F P::*field, KeySpec spec) {
     check_fits<F>(spec);
+    check_new(spec.name);
     setters_.push_back([field](P& out, const Value& v) { out.*field = convert<F>(v); });
     keys_.push_back(std::move(spec));
     return *this;
@@ -44,8 +48,20 @@ class ParamSet {
   ParamSet& add(F P::*field, KeySpec spec, Parse parse) {
     if (spec.type != ParamType::Enum && spec.type != ParamType::String)
       throw std::logic_error("key '" + spec.name + "': a parsed field needs an enum or string key");
+    check_new(spec.name);
     setters_.push_back([field, parse](P& out, const Value& v) { out.*field = parse(std::get<std::string>(v)); });
     keys_.push_back(std::move(spec));
+    return *this;
+  }
+
+  // A group's keys, in its order, read into the member `group_field` (a nested struct).
+  template <class G>
+  ParamSet& add_group(G P::*group_field, const ParamSet<G>& group) {
+    for (size_t i = 0; i < group.keys_.size(); ++i) {
+      check_new(group.keys_[i].name);
+      setters_.push_back([group_field, set = group.setters_[i]](P& out, const Value& v) { set(out.*group_field, v); });
+      keys_.push_back(group.keys_[i]);
+    }
     return *this;
   }
 
@@ -75,6 +91,14 @@ class ParamSet {
   }
 
  private:
+  template <class Q>
+  friend class ParamSet;  // add_group reads the group's bindings
+
+  // A key bound twice would be read into two fields: a programming error.
+  void check_new(const std::string& name) const {
+    for (const auto& k : keys_)
+      if (k.name == name) throw std::logic_error("key '" + name + "' is bound twice");
+  }
   template <class F>
   static void check_fits(const KeySpec& spec) {
     const ParamType t = spec.type;

@@ -164,23 +164,20 @@ const std::vector<std::string>& text_prompt_key_names() {
   return n;
 }
 
-std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
-                                        const std::string& tokenizer_key) {
-  const std::string &text = text_of(p, "prompt_text"), &file = text_of(p, "prompt_file"), &jsonl = text_of(p, "prompts");
-  const int given = !text.empty() + !file.empty() + !jsonl.empty();
+std::optional<TextPrompts> text_prompts(const TextPromptSource& source, const std::string& weights, int model_vocab) {
+  const int given = !source.text.empty() + !source.file.empty() + !source.jsonl.empty();
   if (given == 0) return std::nullopt;
   if (given > 1) throw InputError("prompt_text, prompt_file, prompts: give one of them");
   TextPrompts t;
-  if (!text.empty())
-    t.texts = {text};
-  else if (!file.empty())
-    t.texts = {read_prompt_file("prompt_file", file)};
+  if (!source.text.empty())
+    t.texts = {source.text};
+  else if (!source.file.empty())
+    t.texts = {read_prompt_file("prompt_file", source.file)};
   else
-    t.texts = read_prompt_lines(jsonl, text_of(p, "template"), weights);
-  const std::string tok = p.find(tokenizer_key) ? p.text(tokenizer_key) : std::string("auto");
-  t.tokenizer = prompt_tokenizer(tok, weights);
+    t.texts = read_prompt_lines(source.jsonl, source.chat_template, weights);
+  t.tokenizer = prompt_tokenizer(source.tokenizer, weights);
   for (const auto& s : t.texts) {
-    std::vector<int32_t> ids = t.tokenizer->encode(s, text_of(p, "template") != "auto");
+    std::vector<int32_t> ids = t.tokenizer->encode(s, source.chat_template != "auto");
     if (ids.empty()) throw InputError(fmt::format("prompt: '{}' encodes to no tokens", short_text(s)));
     for (int32_t id : ids)
       if (id < 0 || id >= model_vocab)
@@ -189,6 +186,17 @@ std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weigh
     t.tokens.push_back(std::move(ids));
   }
   return t;
+}
+
+std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
+                                        const std::string& tokenizer_key) {
+  TextPromptSource source;
+  source.text = text_of(p, "prompt_text");
+  source.file = text_of(p, "prompt_file");
+  source.jsonl = text_of(p, "prompts");
+  source.chat_template = text_of(p, "template");
+  if (p.find(tokenizer_key)) source.tokenizer = p.text(tokenizer_key);
+  return text_prompts(source, weights, model_vocab);
 }
 
 std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,

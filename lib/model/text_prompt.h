@@ -32,6 +32,16 @@ struct TextPrompts {
   const std::vector<int32_t>& for_sequence(size_t b) const { return tokens[b % tokens.size()]; }
 };
 
+// Where a text prompt comes from (the keys prompt_text, prompt_file, prompts, template, tokenizer):
+// at most one of text, file and jsonl; none means random prompt tokens.
+struct TextPromptSource {
+  std::string text, file, jsonl;
+  std::string chat_template;       // `template`: how jsonl's chat messages become text
+  std::string tokenizer = "auto";  // auto: the checkpoint's tokenizer.json
+};
+// The source's prompts (nullopt when it names none), as text_prompts below.
+std::optional<TextPrompts> text_prompts(const TextPromptSource& source, const std::string& weights, int model_vocab);
+
 // The point's text prompts, or nullopt when it names none (random prompt tokens then).
 // `weights` is the model's weights key ("random" or a checkpoint directory: `tokenizer: auto`
 // reads DIR/tokenizer.json). Throws InputError naming the key when a prompt cannot be read or

@@ -65,5 +65,27 @@ TEST(ParamSet, RefusesAKeyWhoseTypeDoesNotFitItsField) {
   EXPECT_NO_THROW(ParamSet<Demo>().add(&Demo::ratio, key_spec("ratio", ParamType::Seconds, "")));
 }
 
+struct Outer {
+  int64_t steps = 0;
+  Demo demo;
+};
+
+TEST(ParamSet, AGroupsKeysJoinTheSetAndLandInTheMember) {
+  const ParamSet<Outer> set = ParamSet<Outer>()
+                                  .add(&Outer::steps, key_spec("steps", ParamType::Int, "steps", Value(int64_t{2})))
+                                  .add_group(&Outer::demo, demo_set());
+  ASSERT_EQ(set.names(), (std::vector<std::string>{"steps", "count", "bytes", "ratio", "on", "name", "shade"}));
+  Point p;
+  p.params = {{"ratio", Value(0.5), ParamType::Float}, {"name", Value(std::string("y")), ParamType::String}};
+  const Outer o = set.read(p);
+  EXPECT_EQ(o.steps, 2);
+  EXPECT_EQ(o.demo.count, 3);
+  EXPECT_DOUBLE_EQ(o.demo.ratio, 0.5);
+  EXPECT_EQ(o.demo.name, "y");
+  // A name bound twice, by a key or a group, is refused.
+  EXPECT_THROW(ParamSet<Outer>().add_group(&Outer::demo, demo_set()).add_group(&Outer::demo, demo_set()), std::logic_error);
+  EXPECT_THROW(ParamSet<Demo>(demo_set()).add(&Demo::count, key_spec("count", ParamType::Int, "")), std::logic_error);
+}
+
 }  // namespace
 }  // namespace ib

@@ -1,7 +1,6 @@
-#include "lora/lora_step.h"
+#include "kinds/lora/lora_variant.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -38,9 +37,8 @@ std::vector<int> assign_adapters(const LoraKeys& k, uint64_t seed) {
 
 }  // namespace
 
-void LoraStep::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
+void LoraVariant::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   keys_ = lora_keys().read(p);
-  seed_ = seed;
   model::ModelChoice m = model::choose_model(keys_.model, keys_.weights, seed);
   config_ = m.config;
   weights_ = std::move(m.weights);
@@ -55,7 +53,7 @@ void LoraStep::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
       adapters_.push_back(model::load_peft_adapter(config_, keys_.adapter));
     else
       adapters_.push_back(adapters_[0]);  // the same PEFT adapter resident N times: the same work
-    if (how_ != Serving::Base) model_->add_adapter(adapters_.back());
+    if (serves_adapters()) model_->add_adapter(adapters_.back());
   }
   adapter_of_ = assign_adapters(keys_, seed);
   groups_.assign(adapters_.size(), {});
@@ -67,7 +65,7 @@ void LoraStep::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   for (int64_t b = 0; b < keys_.batch; ++b) {
     prompts_.push_back(model::random_prompt(config_.vocab, static_cast<int>(keys_.prompt), seed + 17 + static_cast<uint64_t>(b)));
     seqs_.push_back(model_->new_sequence(capacity));
-    if (how_ != Serving::Base) model_->set_adapter(seqs_.back(), adapter_of_[static_cast<size_t>(b)]);
+    if (serves_adapters()) model_->set_adapter(seqs_.back(), adapter_of_[static_cast<size_t>(b)]);
     // A decode step runs at a fixed context: the prompts are prefilled once, here, each with
     // its own adapter (unmerged: the engine's batched path).
     if (keys_.measure == Measure::Decode)
@@ -75,7 +73,7 @@ void LoraStep::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   }
 }
 
-void LoraStep::pass(const std::vector<size_t>& rows, float* logits) {
+void LoraVariant::pass(const std::vector<size_t>& rows, float* logits) {
   const size_t V = static_cast<size_t>(config_.vocab), n = rows.size();
   std::vector<int> seqs;
   for (size_t r : rows) seqs.push_back(seqs_[r]);
@@ -109,36 +107,13 @@ void LoraStep::pass(const std::vector<size_t>& rows, float* logits) {
     for (size_t j = 0; j < n; ++j) std::copy_n(all.data() + ((j + 1) * P - 1) * V, V, logits + rows[j] * V);
 }
 
-void LoraStep::step(float* logits) {
+std::vector<size_t> LoraVariant::all_rows() const {
   std::vector<size_t> all(seqs_.size());
   for (size_t b = 0; b < all.size(); ++b) all[b] = b;
-  switches_ = 0;
-  switch (how_) {
-    case Serving::Base:
-    case Serving::Batched:
-      pass(all, logits);
-      return;
-    case Serving::Merged:
-      // Adapter by adapter; a switch only where the merged one changes (a pool of one adapter
-      // stays merged from step to step, as a single-adapter server's would).
-      for (size_t a = 0; a < groups_.size(); ++a) {
-        if (groups_[a].empty()) continue;
-        if (model_->merged_adapter() != static_cast<int>(a)) {
-          const auto t0 = std::chrono::steady_clock::now();
-          model_->merge_adapter(static_cast<int>(a));
-          switch_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-          ++switches_;
-        }
-        pass(groups_[a], logits);
-      }
-      return;
-    case Serving::Unbatched:
-      for (size_t b : all) pass({b}, logits);
-      return;
-  }
+  return all;
 }
 
-Validation LoraStep::validate(BackendRuntime&) {
+Validation LoraVariant::validate(BackendRuntime&) {
   const size_t V = static_cast<size_t>(config_.vocab);
   std::vector<float> got(seqs_.size() * V);
   step(got.data());
@@ -147,7 +122,7 @@ Validation LoraStep::validate(BackendRuntime&) {
   std::vector<int> checked_adapters;
   std::vector<size_t> rows;
   for (size_t b = 0; b < seqs_.size(); ++b) {
-    const int a = how_ == Serving::Base ? -1 : adapter_of_[b];
+    const int a = adapter_served(b);
     const bool known = std::find(checked_adapters.begin(), checked_adapters.end(), a) != checked_adapters.end();
     if (!known && static_cast<int>(checked_adapters.size()) < kCheckedAdapters) checked_adapters.push_back(a);
     if (std::find(checked_adapters.begin(), checked_adapters.end(), a) != checked_adapters.end() &&
@@ -162,7 +137,7 @@ Validation LoraStep::validate(BackendRuntime&) {
     if (a >= 0) merged = model::merged_weights(*weights_, config_, adapters_[static_cast<size_t>(a)]);
     auto plain = a >= 0 ? model::make_cpu_model(config_, *merged) : nullptr;
     for (size_t b : rows) {
-      if ((how_ == Serving::Base ? -1 : adapter_of_[b]) != a) continue;
+      if (adapter_served(b) != a) continue;
       std::vector<int32_t> tokens = prompts_[b];
       if (keys_.measure == Measure::Decode) tokens.push_back(1);
       auto last = [&](model::Model& m) {
@@ -189,18 +164,18 @@ Validation LoraStep::validate(BackendRuntime&) {
   std::string detail = fmt::format(
       "{} of {} sequences ({} adapter{}) vs a plain engine on {} in float32, recomputed without a cache; argmax agrees at {}/{}",
       rows.size(), seqs_.size(), checked_adapters.size(), checked_adapters.size() == 1 ? "" : "s",
-      how_ == Serving::Base ? "the base weights" : "each one's W + s·B·A", agree, rows.size());
-  if (how_ != Serving::Base)
+      !serves_adapters() ? "the base weights" : "each one's W + s·B·A", agree, rows.size());
+  if (serves_adapters())
     detail += fmt::format("; the adapters move the logits {:.1f}% from the base model's", 100 * relative_l2(want_all, base_all));
-  if (how_ == Serving::Merged) model_->merge_adapter(-1);  // the timed steps start from the base weights
+  after_validation();
   return {err <= tol, "rel_l2", err, tol, detail};
 }
 
-void LoraStep::run(BackendRuntime&) { step(nullptr); }
+void LoraVariant::run(BackendRuntime&) { step(nullptr); }
 
-std::vector<Metric> LoraStep::metrics() const {
+std::vector<Metric> LoraVariant::metrics() const {
   std::vector<Metric> m;
-  if (how_ != Serving::Base) {
+  if (serves_adapters()) {
     m.push_back({"distinct", static_cast<double>(distinct_), "adapters"});
     m.push_back({"resident", static_cast<double>(model_->adapter_bytes()) / (1 << 20), "MiB"});  // the pool's A and B
     // What keeping one merged copy of the model per adapter would hold instead (computed: the
@@ -208,16 +183,11 @@ std::vector<Metric> LoraStep::metrics() const {
     m.push_back(
         {"merged copies", static_cast<double>(keys_.adapters) * static_cast<double>(model_->weight_bytes()) / (1 << 20), "MiB"});
   }
-  if (how_ == Serving::Merged) {
-    m.push_back({"switches", static_cast<double>(switches_), "per step"});
-    // One merge of W + s·B·A into every targeted projection, timed where it ran (median).
-    if (!switch_seconds_.empty()) m.push_back({"switch", summarize(switch_seconds_).median * 1e3, "ms"});
-  }
   return m;
 }
 
-std::string LoraStep::note() const {
-  if (how_ == Serving::Base) return fmt::format("{}: no adapter", config_.name);
+std::string LoraVariant::note() const {
+  if (!serves_adapters()) return fmt::format("{}: no adapter", config_.name);
   const auto& a = adapters_.front();
   const std::string what = keys_.adapter == "random" ? fmt::format("{} random adapters", adapters_.size())
                                                      : fmt::format("{} resident {}×", keys_.adapter, adapters_.size());

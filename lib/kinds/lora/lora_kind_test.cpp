@@ -5,8 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "../common/run_kind.h"
+#include "common/run_kind.h"
 #include "core/errors.h"
+#include "core/registry.h"
 #include "core/spec.h"
 
 namespace ib::lora {
@@ -18,13 +19,22 @@ using testing::run_spec_text;
 
 const std::string kLoraDefaults = "{warmup: 0, min_samples: 2, min_time: 0, timeout: 5s}";
 
+// Every registered way (a new one is tested by registering it).
+std::string every_way() {
+  std::string list;
+  for (const VariantDecl& v : Registry::instance().kind("lora")->variants) list += (list.empty() ? "" : ", ") + v.name;
+  return list;
+}
+
 TEST(LoraKind, EveryWayPassesItsCheckOnAMixedBatch) {
+  const size_t ways = Registry::instance().kind("lora")->variants.size();
+  ASSERT_GE(ways, 4u);
   for (const char* measure : {"decode", "prefill"}) {
     SCOPED_TRACE(measure);
     const auto r = run_spec_text(kLoraDefaults, std::string(R"(
   - name: t
     kind: lora
-    variants: [cpu_base, cpu_batched, cpu_merged, cpu_unbatched]
+    variants: [)") + every_way() + R"(]
     baseline: cpu_merged
     model: tiny
     batch: 6
@@ -32,8 +42,8 @@ TEST(LoraKind, EveryWayPassesItsCheckOnAMixedBatch) {
     rank: 4
     modules: all
     prompt: 12
-    measure: )") + measure + "\n");
-    expect_all_ok(r, 4);
+    measure: )" + measure + "\n");
+    expect_all_ok(r, ways);
     for (const auto& row : r.rows) {
       if (row.variant == "cpu_base") continue;
       EXPECT_EQ(metric(row, "distinct"), 3) << row.variant;  // round-robin over the pool

@@ -1,0 +1,68 @@
+// Kind `lora` (the chapter's close: LoRA serving with many adapters): one base model, a pool of
+// adapters, a batch whose sequences use different ones, served four ways: base.cpp, batched.cpp,
+// merged.cpp and unbatched.cpp, on the shared machinery of lora_variant.h.
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "model/checkpoint.h"
+#include "core/registry.h"
+#include "kinds/lora/lora_keys.h"
+#include "model/config.h"
+#include "model/decode_variants.h"
+#include "model/lora.h"
+
+namespace ib::lora {
+
+namespace {
+
+// An adapter directory is read at spec time against every model the spec names: a rank, module
+// or shape that does not fit is an error before anything runs.
+std::optional<KeyProblem> check_adapters(const std::map<std::string, std::vector<Value>>& values) {
+  if (auto problem = model::check_model_weights(values)) return problem;
+  auto a = values.find("adapter");
+  auto m = values.find("model");
+  auto w = values.find("weights");
+  if (a == values.end() || m == values.end() || w == values.end()) return std::nullopt;
+  for (const Value& av : a->second) {
+    const std::string& adapter = std::get<std::string>(av);
+    if (adapter == "random") continue;
+    for (const Value& mv : m->second)
+      for (const Value& wv : w->second) {
+        const std::string& name = std::get<std::string>(mv);
+        const std::string& weights = std::get<std::string>(wv);
+        try {
+          const model::ModelConfig c = name == "checkpoint" ? model::checkpoint_config(weights) : *model::preset(name);
+          model::load_peft_adapter(c, adapter);
+        } catch (const InputError& e) {
+          return KeyProblem{{"adapter"}, e.what()};
+        }
+      }
+  }
+  if (auto mods = values.find("modules"); mods != values.end())
+    for (const Value& v : mods->second) try {
+        model::parse_modules(std::get<std::string>(v), "modules");
+      } catch (const InputError& e) {
+        return KeyProblem{{"modules"}, e.what()};
+      }
+  return std::nullopt;
+}
+
+KindInfo lora_kind() {
+  KindInfo k;
+  k.name = "lora";
+  k.group = "lora";
+  k.doc =
+      "LoRA serving: one base model, a pool of adapters (PEFT's format or seeded random ones), a batch whose sequences use "
+      "different adapters. One decode step (or one prefill) served four ways: the base model alone; batched (one base GEMM "
+      "plus each adapter's rows gathered into one low-rank product: Punica's SGMV, S-LoRA); merged (W + s·B·A merged per "
+      "distinct adapter, its rows run, the next merged: a single-adapter server switching); unbatched (each sequence alone). "
+      "Each is first checked against a plain engine on the merged float32 weights of the first four adapters' sequences.";
+  k.keys = lora_keys().keys();
+  k.check = check_adapters;
+  return k;
+}
+
+const KindRegistration lora_registration(lora_kind());
+
+}  // namespace
+}  // namespace ib::lora

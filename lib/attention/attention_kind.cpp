@@ -56,6 +56,7 @@ namespace {
 KindInfo attention_kind() {
   KindInfo k;
   k.name = "attention";
+  k.smallest = "heads: 2\nkv_heads: 1\nhead_dim: 32\nseq: 64\n";
   k.group = "attention";
   k.doc =
       "One layer's attention O = softmax(scale·Q·Kᵀ)·V over [batch][heads][seq][head_dim] tensors. Every "

@@ -215,37 +215,36 @@ const std::string torch_peer_doc =
 
 // The peer runs in python, so it is built into every binary: without a GPU (or torch) its CUDA
 // rows are unsupported, saying why.
-const VariantRegistration reg_attention_torch_sdpa("attention",
-                                                   {"torch_sdpa", Backend::Cuda,
-                                                    "torch's own choice of SDPA backend (the note says which it picked). " +
-                                                        torch_peer_doc,
-                                                    torch_peer_keys()},
-                                                   make_variant<TorchSdpaPeer>(Backend::Cuda, "default"));
+const VariantRegistration reg_attention_torch_sdpa(
+    "attention",
+    peer({"torch_sdpa", Backend::Cuda, "torch's own choice of SDPA backend (the note says which it picked). " + torch_peer_doc,
+          torch_peer_keys()}),
+    make_variant<TorchSdpaPeer>(Backend::Cuda, "default"));
 const VariantRegistration reg_attention_torch_sdpa_flash("attention",
-                                                         {"torch_sdpa_flash", Backend::Cuda,
-                                                          "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)",
-                                                          torch_peer_keys()},
+                                                         peer({"torch_sdpa_flash", Backend::Cuda,
+                                                               "torch SDPA forced to its FlashAttention-2 backend (sdpa_kernel)",
+                                                               torch_peer_keys()}),
                                                          make_variant<TorchSdpaPeer>(Backend::Cuda, "flash"));
 const VariantRegistration reg_attention_torch_sdpa_cudnn("attention",
-                                                         {"torch_sdpa_cudnn", Backend::Cuda,
-                                                          "torch SDPA forced to its cuDNN backend", torch_peer_keys()},
+                                                         peer({"torch_sdpa_cudnn", Backend::Cuda,
+                                                               "torch SDPA forced to its cuDNN backend", torch_peer_keys()}),
                                                          make_variant<TorchSdpaPeer>(Backend::Cuda, "cudnn"));
 const VariantRegistration reg_attention_torch_sdpa_efficient("attention",
-                                                             {"torch_sdpa_efficient", Backend::Cuda,
-                                                              "torch SDPA forced to its memory-efficient (xFormers) backend",
-                                                              torch_peer_keys()},
+                                                             peer({"torch_sdpa_efficient", Backend::Cuda,
+                                                                   "torch SDPA forced to its memory-efficient (xFormers) backend",
+                                                                   torch_peer_keys()}),
                                                              make_variant<TorchSdpaPeer>(Backend::Cuda, "efficient"));
 const VariantRegistration reg_attention_torch_sdpa_math(
     "attention",
-    {"torch_sdpa_math", Backend::Cuda, "torch SDPA forced to its math backend (materialises the scores, as standard does)",
-     torch_peer_keys()},
+    peer({"torch_sdpa_math", Backend::Cuda, "torch SDPA forced to its math backend (materialises the scores, as standard does)",
+          torch_peer_keys()}),
     make_variant<TorchSdpaPeer>(Backend::Cuda, "math"));
 const VariantRegistration reg_attention_cpu_torch_sdpa(
     "attention",
-    {"cpu_torch_sdpa", Backend::Cpu,
-     "torch SDPA on the CPU, torch's own backend choice, fp32 on the rounded inputs (as cpu_flash) with our thread count, "
-     "timed with perf_counter; otherwise as torch_sdpa",
-     torch_peer_keys()},
+    peer({"cpu_torch_sdpa", Backend::Cpu,
+          "torch SDPA on the CPU, torch's own backend choice, fp32 on the rounded inputs (as cpu_flash) with our thread count, "
+          "timed with perf_counter; otherwise as torch_sdpa",
+          torch_peer_keys()}),
     make_variant<TorchSdpaPeer>(Backend::Cpu, "default"));
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 KindInfo ceiling_kind() {
   KindInfo k;
   k.name = "ceiling";
+  k.smallest = "bytes: 1 MiB\nm: 64\nn: 64\nk: 64\ndtype: fp32\n";
   k.group = "ceiling";
   k.doc =
       "Peak rates of the machine: copy bandwidth (bytes read + written per second) and dense GEMM "

@@ -180,17 +180,21 @@ class MaskVariant : public Variant {
   std::vector<double> step_us_;
 };
 
-const KindRegistration compile_kind(with_python_peers(
-    kind("constrain-compile",
-         "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
-         "classes only, masks on first use). One sample = one full compile.",
-         constraint_keys())));
+const KindRegistration compile_kind(with_smallest(
+    with_python_peers(
+        kind("constrain-compile",
+             "Compile a constraint: schema -> regex -> minimal DFA -> token masks (precomputed: every mask class; lazy: the "
+             "classes only, masks on first use). One sample = one full compile.",
+             constraint_keys())),
+    "constraint: person\n"));
 
-const KindRegistration mask_kind(with_python_peers(
-    kind("constrain-mask",
-         "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
-         "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
-         mask_kind_keys())));
+const KindRegistration mask_kind(with_smallest(
+    with_python_peers(
+        kind("constrain-mask",
+             "Per-step mask cost while decoding `documents` random valid documents: the state's mask copied into the step's "
+             "bitmask, then the DFA advanced by the token. One sample = all documents; per-step p50/p99 as metrics.",
+             mask_kind_keys())),
+    "constraint: person\ndocuments: 1\n"));
 
 // Ours read the kind's keys but the python peers' (python_peer.cpp declares the peers).
 const VariantRegistration reg_constrain_compile_precomputed("constrain-compile",

@@ -489,6 +489,7 @@ std::optional<KeyProblem> check_vocab_sizes(const std::map<std::string, std::vec
 KindInfo generate_kind() {
   KindInfo k;
   k.name = "constrain-generate";
+  k.smallest = "constraint: person\ndocuments: 1\nmax_tokens: 80\n";
   k.group = "constrain";
   k.doc =
       "The transformer engine (lib/model) writes `documents` documents for a constraint after a fixed prompt. Constrained: each "

@@ -155,7 +155,7 @@ class JumpVariant : public Variant {
   int64_t calls_ = 0, tokens_ = 0;
 };
 
-const KindRegistration validity_kind(
+const KindRegistration validity_kind(with_smallest(
     kind("constrain-validity",
          "The documented synthetic noisy emitter: it follows valid target documents and errs with probability epsilon per "
          "token; constrained, errors stay inside the mask; unconstrained, the document is parsed and validated at the end "
@@ -163,12 +163,14 @@ const KindRegistration validity_kind(
          with(constraint_keys(),
               {key_spec("epsilon", ParamType::Float, "probability that the emitter errs on a token", Value(0.01), 0.0, 1.0),
                key_spec("retries", ParamType::Int, "attempts per document without the mask", Value(int64_t{3}), 1.0),
-               key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)})));
+               key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{50}), 1.0)})),
+    "constraint: person\ndocuments: 2\n"));
 
-const KindRegistration jump_kind(
+const KindRegistration jump_kind(with_smallest(
     kind("constrain-jump-forward",
          "Model calls per document when the bytes the DFA forces are emitted without a call (SGLang's jump-forward).",
-         with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)})));
+         with(constraint_keys(), {key_spec("documents", ParamType::Int, "documents per sample", Value(int64_t{20}), 1.0)})),
+    "constraint: person\ndocuments: 2\n"));
 
 const VariantListRegistration validity_variants(
     "constrain-validity",

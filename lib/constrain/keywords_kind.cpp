@@ -75,7 +75,7 @@ class KeywordCheck : public Variant {
   std::string note_;
 };
 
-const KindRegistration keywords_kind(
+const KindRegistration keywords_kind(with_smallest(
     kind("constrain-keywords",
          "The compiler's completeness table, one row per JSON Schema keyword (and regex: / choice:): a bundled case "
          "(lib/constrain/keyword_cases.h) with hand-written valid, invalid and by-design documents (valid by the schema, "
@@ -86,7 +86,8 @@ const KindRegistration keywords_kind(
          {enum_key("keyword", "the keyword case: a supported keyword, regex, choice, or a refused keyword", "type-null",
                    keyword_case_names()),
           key_spec("walks", ParamType::Int, "random documents drawn from the DFA per keyword, each checked by the validator",
-                   Value(int64_t{100}), 1.0, 100000.0)}));
+                   Value(int64_t{100}), 1.0, 100000.0)}),
+    "walks: 5\n"));
 
 const VariantRegistration reg_constrain_keywords_dfa("constrain-keywords",
                                                      host("dfa",

@@ -90,15 +90,17 @@ class CpuLmHead : public Variant {
   int32_t token_ = -1;
 };
 
-const KindRegistration overhead_kind(kind(
-    "constrain-overhead",
-    "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
-    "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
-    "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
-    {enum_key("model",
+const KindRegistration overhead_kind(with_smallest(
+    kind("constrain-overhead",
+         "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
+         "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
+         "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
+         {enum_key(
+              "model",
               "LM-head shape: llama2-7b (4096 -> 32000), qwen2-0.5b (896 -> 151936), gpt2 (768 -> 50257), tiny (256 -> 50257)",
               "llama2-7b", {"llama2-7b", "qwen2-0.5b", "gpt2", "tiny"}),
-     key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)}));
+          key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)}),
+    "model: tiny\n"));
 
 // The CUDA variants are declared in cuda_constrain.cpp.
 const VariantListRegistration overhead_variants(

@@ -450,34 +450,34 @@ class PythonPeer : public Variant {
 // The peers read every key of their kind, ours and `python`, `peer_timeout`.
 const VariantRegistration reg_constrain_compile_xgrammar(
     "constrain-compile",
-    detail::host("xgrammar",
-                 "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
-                 "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
-                 "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
-                 "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
-                 "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
-                 "it refuses the schema"),
+    peer(detail::host("xgrammar",
+                      "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
+                      "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
+                      "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
+                      "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
+                      "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
+                      "it refuses the schema")),
     make_variant<PythonPeer>(Mode::Compile, "xgrammar"));
 const VariantRegistration reg_constrain_compile_llguidance(
     "constrain-compile",
-    detail::host("llguidance",
-                 "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
-                 "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
-                 "match; it has no strict mode (undeclared keys stay allowed)"),
+    peer(detail::host("llguidance",
+                      "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
+                      "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
+                      "match; it has no strict mode (undeclared keys stay allowed)")),
     make_variant<PythonPeer>(Mode::Compile, "llguidance"));
 const VariantRegistration reg_constrain_mask_xgrammar(
     "constrain-mask",
-    detail::host("xgrammar",
-                 "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
-                 "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
-                 "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
-                 "target token and EOS allowed by its masks)"),
+    peer(detail::host("xgrammar",
+                      "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
+                      "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
+                      "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
+                      "target token and EOS allowed by its masks)")),
     make_variant<PythonPeer>(Mode::Mask, "xgrammar"));
 const VariantRegistration reg_constrain_mask_llguidance(
     "constrain-mask",
-    detail::host("llguidance",
-                 "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
-                 "llguidance.numpy's fill does) + consume_token"),
+    peer(detail::host("llguidance",
+                      "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
+                      "llguidance.numpy's fill does) + consume_token")),
     make_variant<PythonPeer>(Mode::Mask, "llguidance"));
 
 }  // namespace

@@ -247,6 +247,7 @@ class Realworld : public Variant {
 KindInfo realworld_info() {
   KindInfo k;
   k.name = "constrain-realworld";
+  k.smallest = "source: bfcl\nmask_schemas: 1\nmax_compile_seconds: 1\n";
   k.group = "constrain";
   k.doc =
       "The JSON Schema compiler on the real-world corpus (data/schema-corpus: SchemaStore, Kubernetes, BFCL tool "

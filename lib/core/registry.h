@@ -29,6 +29,9 @@ struct VariantDecl {
   // row's `role:` names it, so the chapter's figures land on the CPU stand-in too. "" = the
   // default: a CPU variant `cpu_X` plays X where the kind declares an X, any other plays itself.
   std::string role;
+  // Another framework measured in its own process (torch, llama.cpp, XGrammar): its rows are
+  // unsupported, saying why, where that framework is not installed.
+  bool peer = false;
   // Where it was registered (VariantRegistration fills them in): a kind lists its variants by
   // source file, then by line, whatever order static initialisation ran them in.
   std::string file;
@@ -55,6 +58,10 @@ struct KindInfo {
   // the kind's keys with its values (a constant as one value, an axis as all of them). Returns
   // the first problem (the error is "file:line:col: experiments[i].<key>: <message>", exit 2).
   std::function<std::optional<KeyProblem>(const std::map<std::string, std::vector<Value>>& values)> check;
+  // The kind's smallest point: spec keys (a YAML block, "key: value" lines) at which every variant
+  // runs in a fraction of a second on the CPU. The conformance test (tests/unit/test_conformance.cpp)
+  // runs every registered variant of every kind there, so a new variant is checked by registering it.
+  std::string smallest;
 };
 
 using VariantFactory = std::function<std::unique_ptr<Variant>()>;
@@ -87,6 +94,18 @@ const VariantDecl* find_variant(const KindInfo& kind, const std::string& name);
 std::string variant_role(const KindInfo& kind, const std::string& name);
 // Every role some variant of the kind plays, in declaration order.
 std::vector<std::string> kind_roles(const KindInfo& kind);
+
+// `decl` declared a peer (VariantDecl::peer).
+inline VariantDecl peer(VariantDecl decl) {
+  decl.peer = true;
+  return decl;
+}
+
+// `kind` with its smallest point (KindInfo::smallest), for a kind built in one expression.
+inline KindInfo with_smallest(KindInfo kind, std::string yaml) {
+  kind.smallest = std::move(yaml);
+  return kind;
+}
 
 // A kind: its keys, doc and checks. Its variants register themselves beside their code
 // (VariantRegistration); a KindInfo registered with variants already in it is refused.

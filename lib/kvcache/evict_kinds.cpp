@@ -190,6 +190,7 @@ class SyntheticVariant : public Variant {
 KindInfo synthetic_kind() {
   KindInfo k;
   k.name = "kv-evict";
+  k.smallest = "context: 256\ndecode_steps: 8\nhead_dim: 32\n";
   k.group = "kvcache";
   k.doc =
       "KV-cache eviction on one attention head with the structure trained models show, from a documented seeded "
@@ -429,6 +430,7 @@ class WindowRecomputeVariant : public Variant {
 KindInfo engine_kind() {
   KindInfo k;
   k.name = "kv-evict-model";
+  k.smallest = "prompt: 32\nnew_tokens: 8\n";
   k.group = "kvcache";
   k.doc =
       "KV-cache eviction on the transformer engine (CPU, float32): prompt + new_tokens tokens decoded one at a time, "

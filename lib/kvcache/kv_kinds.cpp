@@ -53,6 +53,7 @@ const char* kDecodeDoc =
 KindInfo quant_kind() {
   KindInfo k;
   k.name = "kv-quant";
+  k.smallest = "heads: 2\nhead_dim: 32\ncontext: 64\n";
   k.group = "kvcache";
   k.doc = std::string(kDecodeDoc) + " Variants differ by the cache format; `block_size` > 0 runs them over block tables.";
   k.keys = decode_keys(false);
@@ -62,6 +63,7 @@ KindInfo quant_kind() {
 KindInfo paged_kind() {
   KindInfo k;
   k.name = "kv-paged";
+  k.smallest = "heads: 2\nhead_dim: 32\ncontext: 64\n";
   k.group = "kvcache";
   k.doc = std::string(kDecodeDoc) +
           " PagedAttention: the paged variants read K/V through per-sequence block tables "

@@ -114,6 +114,7 @@ class Formula : public Variant {
 KindInfo memory_kind() {
   KindInfo k;
   k.name = "kv-memory";
+  k.smallest = "batch: 1\n";
   k.group = "kvcache";
   k.doc =
       "The KV cache's size, computed from the model's shape (not measured): bytes/token = 2 · layers · kv_heads · "

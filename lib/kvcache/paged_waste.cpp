@@ -192,6 +192,7 @@ class WasteVariant : public Variant {
 KindInfo waste_kind() {
   KindInfo k;
   k.name = "kv-paged-waste";
+  k.smallest = "requests: 20\nconcurrent: 4\nprompt_max: 64\noutput_max: 32\nmax_len: 128\n";
   k.group = "kvcache";
   k.doc =
       "KV memory waste of a served workload (continuous batching, requests with uniform random prompt and output "

@@ -112,6 +112,7 @@ class QuantModel : public Variant {
 KindInfo quant_model_kind() {
   KindInfo k;
   k.name = "kv-quant-model";
+  k.smallest = "prompt: 32\nnew_tokens: 8\n";
   k.group = "kvcache";
   k.doc =
       "Quantized KV on the transformer engine (CPU, float32 arithmetic): prompt + new_tokens tokens decoded one at a "

@@ -22,6 +22,7 @@ const std::vector<std::string> kGenerateKeys = with_text({"model", "weights", "b
 KindInfo decode_kind() {
   KindInfo k;
   k.name = "decode";
+  k.smallest = "prompt: 8\nnew_tokens: 4\n";
   k.group = "decode";
   k.doc =
       "The transformer engine measured as a server sees it: TTFT = prefill to the first token on the host, TPOT = "

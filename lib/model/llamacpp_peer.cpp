@@ -239,13 +239,13 @@ const std::vector<std::string> kPeerPrefillKeys = {"model", "weights", "prompt",
 
 const VariantRegistration reg_llamacpp_step(
     "decode",
-    {"llamacpp_decode_step", Backend::Cpu,
-     "llama.cpp's batched decode step (llama-batched-bench) on the checkpoint's GGUF: the CPU peer", kPeerStepKeys},
+    peer({"llamacpp_decode_step", Backend::Cpu,
+          "llama.cpp's batched decode step (llama-batched-bench) on the checkpoint's GGUF: the CPU peer", kPeerStepKeys}),
     make_variant<LlamaCppPeer>(DecodeMeasure::Step));
 const VariantRegistration reg_llamacpp_prefill(
     "decode",
-    {"llamacpp_prefill", Backend::Cpu, "llama.cpp's prefill of `prompt` tokens (llama-batched-bench) on the checkpoint's GGUF",
-     kPeerPrefillKeys},
+    peer({"llamacpp_prefill", Backend::Cpu,
+          "llama.cpp's prefill of `prompt` tokens (llama-batched-bench) on the checkpoint's GGUF", kPeerPrefillKeys}),
     make_variant<LlamaCppPeer>(DecodeMeasure::Prefill));
 
 }  // namespace

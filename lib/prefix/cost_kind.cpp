@@ -126,6 +126,7 @@ class CostVariant : public Variant {
 KindInfo cost_kind() {
   KindInfo k;
   k.name = "prefix-cost";
+  k.smallest = "requests: 20\nsystem_prompt: 64\nmean_system_prompt: 64\nfewshot_tokens: 32\n";
   k.group = "prefix";
   k.doc =
       "What API prompt caching saves in money on the same workloads. The caches replay the trace (bookkeeping only: "

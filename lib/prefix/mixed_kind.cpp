@@ -149,6 +149,8 @@ class MixedVariant : public Variant {
 KindInfo mixed_kind() {
   KindInfo k;
   k.name = "prefix-mixed";
+  k.smallest =
+      "requests: 6\nqps: 1000\nmean_system_prompt: 32\nuser_tokens: 8\nreply_tokens: 4\nfewshot_tokens: 16\nmax_turns: 2\n";
   k.group = "prefix";
   k.doc =
       "A server's mixed load: several tenants' system prompts, multi-turn chats whose prompt grows each turn, few-shot "

@@ -299,6 +299,7 @@ class SystemPromptVariant : public Variant {
 KindInfo system_prompt_kind() {
   KindInfo k;
   k.name = "prefix-system-prompt";
+  k.smallest = "system_prompt: 64\nqps: 1000\nreference_runs: 1\nquery_min: 2\nquery_max: 4\n";
   k.group = "prefix";
   k.doc =
       "The chapter's agent case: every request is one shared system prompt + a 7–10-token query. A sample is one request's "

@@ -850,6 +850,11 @@ class EndpointLoad : public Variant {
 KindInfo endpoint_kind() {
   KindInfo k;
   k.name = "serve-endpoint";
+  // Nothing listens on port 9 (discard): the rows are unsupported, saying so (a server is not ours
+  // to start; tests/cli/serve_test.py runs the client against `infer-bench serve`).
+  k.smallest =
+      "weights: data/models/ib-draft-1m\nendpoint: http://127.0.0.1:9\nbaseline_endpoint: http://127.0.0.1:9\nrequests: 2\n"
+      "prompt_len: 8\noutput_len: 4\n";
   k.group = "load";
   k.doc =
       "A running OpenAI-compatible server under a seeded load sent over HTTP (infer-bench serve, llama.cpp's llama-server, "
@@ -889,22 +894,22 @@ const KindRegistration endpoint_registration(endpoint_kind());
 
 const VariantRegistration reg_endpoint(
     "serve-endpoint",
-    {"endpoint",
-     Backend::Cpu,
-     "the client: the load sent over HTTP to the server at `endpoint`, streamed, measured "
-     "at the client (the server runs wherever it runs; the client is host work on any backend)",
-     {},
-     true},
+    peer({"endpoint",
+          Backend::Cpu,
+          "the client: the load sent over HTTP to the server at `endpoint`, streamed, measured "
+          "at the client (the server runs wherever it runs; the client is host work on any backend)",
+          {},
+          true}),
     make_variant<EndpointLoad>(false));
 const VariantRegistration reg_paired("serve-endpoint",
-                                     {"paired",
-                                      Backend::Cpu,
-                                      "A/B: the identical seeded requests sent to `endpoint` and to `baseline_endpoint` in "
-                                      "alternating turns; each percentile's ratio with a paired bootstrap interval and a "
-                                      "verdict, the share of identical greedy texts, and goodput counting only requests "
-                                      "within the SLOs whose text is the baseline's",
-                                      {},
-                                      true},
+                                     peer({"paired",
+                                           Backend::Cpu,
+                                           "A/B: the identical seeded requests sent to `endpoint` and to `baseline_endpoint` in "
+                                           "alternating turns; each percentile's ratio with a paired bootstrap interval and a "
+                                           "verdict, the share of identical greedy texts, and goodput counting only requests "
+                                           "within the SLOs whose text is the baseline's",
+                                           {},
+                                           true}),
                                      make_variant<EndpointLoad>(true));
 
 }  // namespace

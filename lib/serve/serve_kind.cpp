@@ -60,6 +60,7 @@ namespace {
 KindInfo serve_kind() {
   KindInfo k;
   k.name = "serve-load";
+  k.smallest = "requests: 6\nqps: 1000\nprompt_len: 16\noutput_len: 8\nmax_seqs: 4\ntoken_budget: 64\n";
   k.group = "serve";
   k.doc =
       "A server under load: requests arrive over time (Poisson or bursty at a QPS, prompt and output lengths fixed or "

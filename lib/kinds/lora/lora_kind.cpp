@@ -50,6 +50,7 @@ std::optional<KeyProblem> check_adapters(const std::map<std::string, std::vector
 KindInfo lora_kind() {
   KindInfo k;
   k.name = "lora";
+  k.smallest = "batch: 4\nadapters: 2\nrank: 4\nprompt: 8\n";
   k.group = "lora";
   k.doc =
       "LoRA serving: one base model, a pool of adapters (PEFT's format or seeded random ones), a batch whose sequences use "

@@ -11,6 +11,9 @@ namespace {
 KindInfo specdec_kind() {
   KindInfo k;
   k.name = "specdec";
+  k.smallest =
+      "target: tiny\ndraft: self\ndraft_layers: 1\nacceptance: model\nprompt: 16\nnew_tokens: 12\nk: 3\ntree: 3x2x1\nbranches: "
+      "2\nlookahead_window: 3\nlookahead_ngram: 3\n";
   k.group = "specdec";
   k.doc =
       "Speculative decoding on the engine: one run generates new_tokens. Greedy (temperature 0): every variant's output "

@@ -19,7 +19,7 @@
 #include "core/input_file.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/lora.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"

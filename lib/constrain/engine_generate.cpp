@@ -25,7 +25,8 @@
 #include "numerics/random.h"
 #include "core/stats.h"
 #include "model/checkpoint.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
+#include "model/engine_keys.h"
 
 namespace ib::constrain {
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/text_prompt.h"
 
 namespace ib::kvcache {

@@ -19,7 +19,6 @@
 #include "kvcache/engine_compare.h"
 #include "kvcache/eviction.h"
 #include "kvcache/synthetic_attention.h"
-#include "model/decode_variants.h"
 
 namespace ib::kvcache {
 namespace {

@@ -10,7 +10,6 @@
 
 #include "core/registry.h"
 #include "kvcache/engine_compare.h"
-#include "model/decode_variants.h"
 
 namespace ib::kvcache {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "core/registry.h"
 #include "core/stats.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "prefix/prefix_kinds_internal.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"

@@ -11,7 +11,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "core/units.h"
-#include "model/decode_variants.h"
+#include "model/engine_keys.h"
 #include "prefix/prefix_kinds_internal.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"

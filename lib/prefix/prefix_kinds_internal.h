@@ -19,7 +19,8 @@
 #include "core/registry.h"
 #include "core/sweep.h"
 #include "core/value.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
+#include "model/engine_keys.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

@@ -11,7 +11,7 @@
 #include "core/errors.h"
 #include "core/registry.h"
 #include "core/stats.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "prefix/prefix_kinds_internal.h"
 #include "prefix/prefix_server.h"

@@ -25,7 +25,6 @@
 #include "core/stats.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
-#include "model/decode_variants.h"
 #include "serve/arrival_trace.h"
 #include "serve/conversation_dataset.h"
 #include "serve/endpoint_load.h"

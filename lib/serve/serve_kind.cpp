@@ -4,7 +4,8 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
+#include "model/engine_keys.h"
 #include "model/text_prompt.h"
 #include "serve/serve_keys.h"
 #include "serve/serve_load.h"

@@ -7,7 +7,7 @@
 
 #include "core/errors.h"
 #include "core/interrupt.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "serve/load_run.h"
 #include "serve/workload.h"

@@ -10,7 +10,7 @@
 // shared should track resident at every L; copied adds a copy that grows with L.
 #include <benchmark/benchmark.h>
 
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include "constrain/masked_argmax.h"
 #include "core/errors.h"
 #include "numerics/random.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 
 namespace ib::constrain {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "constrain/vocab.h"
 #include "core/errors.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

@@ -20,7 +20,7 @@
 #include "numerics/random.h"
 #include "kvcache/eviction.h"
 #include "kvcache/synthetic_attention.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 #include "model/config.h"
 #include "model/weights.h"

@@ -15,7 +15,7 @@
 #include "kvcache/decode_problem.h"
 #include "core/stats.h"
 #include "numerics/kv_format.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 
 namespace ib::kvcache {

@@ -14,7 +14,7 @@
 #include "core/errors.h"
 #include "core/registry.h"
 #include "core/spec.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 
 namespace ib::model {

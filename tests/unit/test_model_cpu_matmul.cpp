@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/lora.h"
 #include "model/model.h"
 

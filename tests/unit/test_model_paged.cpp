@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 
 // Its own namespace: the asan preset's unity build compiles this file with test_model.cpp, whose

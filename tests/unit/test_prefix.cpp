@@ -13,7 +13,7 @@
 
 #include "core/runner.h"
 #include "core/spec.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 #include "prefix/block_hash_cache.h"
 #include "prefix/prefix_server.h"

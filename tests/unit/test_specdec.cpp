@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/model.h"
 #include "specdec/lookahead.h"
 #include "specdec/specdec.h"

@@ -1,6 +1,6 @@
 #include "kinds/lora/lora_keys.h"
 
-#include "model/decode_variants.h"
+#include "model/engine_keys.h"
 
 namespace ib::lora {
 

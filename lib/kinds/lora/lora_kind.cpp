@@ -8,7 +8,7 @@
 #include "core/registry.h"
 #include "kinds/lora/lora_keys.h"
 #include "model/config.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "model/lora.h"
 
 namespace ib::lora {

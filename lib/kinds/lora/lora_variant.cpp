@@ -7,7 +7,7 @@
 
 #include "core/errors.h"
 #include "core/stats.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "numerics/random.h"
 
 namespace ib::lora {

@@ -1,7 +1,8 @@
 #include "kinds/specdec/specdec_keys.h"
 
 #include "kinds/params/text_prompt_params.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
+#include "model/engine_keys.h"
 #include "specdec/texts.h"
 
 namespace ib::specdec {

@@ -9,7 +9,7 @@
 
 #include "core/errors.h"
 #include "core/stats.h"
-#include "model/decode_variants.h"
+#include "model/model_choice.h"
 #include "specdec/step_helpers.h"
 #include "specdec/texts.h"
 

@@ -31,7 +31,8 @@
 #include "core/spec.h"
 #include "numerics/parallel.h"
 #include "model/checkpoint.h"
-#include "model/decode_variants.h"
+#include "kinds/decode/decode_keys.h"
+#include "model/model_choice.h"
 #include "model/text_prompt.h"
 
 namespace ib::model {
@@ -53,25 +54,29 @@ std::string read_small_file(const fs::path& p) {
   return s;
 }
 
+// What the peer times: a decode step or a prefill (the same process, different numbers read).
+enum class DecodeMeasure { Step, Prefill };
+
 class LlamaCppPeer : public Variant {
  public:
   explicit LlamaCppPeer(DecodeMeasure what) : what_(what) {}
 
   std::string unsupported(const Point& p) const override {
-    if (p.text("model") != "checkpoint")
+    if (decode_keys().read(p).model != "checkpoint")
       return "the llama.cpp peer runs a checkpoint (model: checkpoint, weights: DIR) converted to GGUF";
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    weights_dir_ = p.text("weights");
-    ModelChoice m = choose_model(p, seed);
+    const DecodeKeys keys = decode_keys().read(p);
+    weights_dir_ = keys.weights;
+    ModelChoice m = choose_model(keys.model, keys.weights, seed);
     config_ = m.config;
     weights_ = std::move(m.weights);
-    batch_ = p.find("batch") ? static_cast<int>(p.integer("batch")) : 1;
-    prompt_ = static_cast<int>(p.integer("prompt"));
-    tokens_ = p.find("peer_tokens") ? static_cast<int>(p.integer("peer_tokens")) : 1;
-    bin_ = p.text("llama_cpp");
-    gguf_ = p.text("gguf");
+    batch_ = static_cast<int>(keys.batch);  // a prefill's point has no batch: 1
+    prompt_ = static_cast<int>(keys.prompt);
+    tokens_ = what_ == DecodeMeasure::Step ? static_cast<int>(keys.peer_tokens) : 1;
+    bin_ = keys.llama_cpp;
+    gguf_ = keys.gguf;
     // A GGUF checkpoint is the peer's file as it is (the same blocks our engine streams).
     if (gguf_ == "auto")
       gguf_ = is_gguf_checkpoint(weights_dir_)
@@ -249,17 +254,5 @@ const VariantRegistration reg_llamacpp_prefill(
     make_variant<LlamaCppPeer>(DecodeMeasure::Prefill));
 
 }  // namespace
-
-std::vector<KeySpec> llamacpp_peer_keys() {
-  return {key_spec("llama_cpp", ParamType::String,
-                   "llamacpp_* peers: the directory of llama-batched-bench and llama-simple (scripts/build-llamacpp)",
-                   Value(std::string(".peers/llama.cpp/bin"))),
-          key_spec("gguf", ParamType::String,
-                   "llamacpp_* peers: the checkpoint as GGUF; auto = the checkpoint itself when it is a GGUF file, "
-                   "else .peers/gguf/<weights dir name>-f16.gguf (scripts/build-llamacpp --convert DIR)",
-                   Value(std::string("auto"))),
-          key_spec("peer_tokens", ParamType::Int, "llamacpp_decode_step: decode steps timed per repetition", Value(int64_t{16}),
-                   1.0, 4096.0)};
-}
 
 }  // namespace ib::model

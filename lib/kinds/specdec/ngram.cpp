@@ -1,25 +1,16 @@
 // Prompt lookup (n-gram drafting): the continuation of the longest earlier occurrence of the last
 // n-gram as the draft, no draft model; verified in one target pass.
 #include "core/registry.h"
-#include "kinds/specdec/specdec_variant.h"
+#include "kinds/specdec/prompt_lookup.h"
 
 namespace ib::specdec {
 namespace {
 
-class Ngram final : public SpecdecVariant {
+class Ngram final : public PromptLookup {
  public:
-  using SpecdecVariant::SpecdecVariant;
+  using PromptLookup::PromptLookup;
 
  private:
-  std::string method_unsupported(const SpecdecKeys& keys) const override {
-    return keys.ngram_min > keys.ngram_max ? "ngram_min > ngram_max" : "";
-  }
-  void configure(const SpecdecKeys& keys, uint64_t) override {
-    cfg_.source = DraftSource::Ngram;
-    cfg_.ngram_min = static_cast<int>(keys.ngram_min);
-    cfg_.ngram_max = static_cast<int>(keys.ngram_max);
-    cfg_.k = static_cast<int>(keys.k);
-  }
   std::vector<int32_t> generate_one(const Trajectory& truth, std::vector<int32_t>& history) override {
     return speculative_generate(*target_, tseq_, nullptr, dseq_, prompt_.back(), n_, cfg_, truth, forced_, history, stats_);
   }

@@ -1,24 +1,18 @@
 // Prompt lookup as a tree: the continuations of several earlier occurrences of the last n-gram,
 // verified together in one target pass under a tree mask.
 #include "core/registry.h"
-#include "kinds/specdec/specdec_variant.h"
+#include "kinds/specdec/prompt_lookup.h"
 
 namespace ib::specdec {
 namespace {
 
-class NgramTree final : public SpecdecVariant {
+class NgramTree final : public PromptLookup {
  public:
-  using SpecdecVariant::SpecdecVariant;
+  using PromptLookup::PromptLookup;
 
  private:
-  std::string method_unsupported(const SpecdecKeys& keys) const override {
-    return keys.ngram_min > keys.ngram_max ? "ngram_min > ngram_max" : "";
-  }
-  void configure(const SpecdecKeys& keys, uint64_t) override {
-    cfg_.source = DraftSource::Ngram;
-    cfg_.ngram_min = static_cast<int>(keys.ngram_min);
-    cfg_.ngram_max = static_cast<int>(keys.ngram_max);
-    cfg_.k = static_cast<int>(keys.k);
+  void configure(const SpecdecKeys& keys, uint64_t seed) override {
+    PromptLookup::configure(keys, seed);
     cfg_.branches = static_cast<int>(keys.branches);
   }
   int verify_nodes() const override { return cfg_.k * cfg_.branches; }

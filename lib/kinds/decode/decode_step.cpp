@@ -7,7 +7,7 @@
 namespace ib::model {
 namespace {
 
-class DecodeStep final : public DecodeVariant {
+class DecodeStepVariant final : public DecodeVariant {
  public:
   using DecodeVariant::DecodeVariant;
 
@@ -61,15 +61,15 @@ const VariantListRegistration decode_step_variants(
     "decode", {
                   {{"decode_step", Backend::Cuda, "one batched decode step at context `prompt`, replayed as a CUDA Graph",
                     decode_reads(kStepReads, Backend::Cuda)},
-                   IB_IF_CUDA(make_variant<DecodeStep>(Backend::Cuda, true))},
+                   IB_IF_CUDA(make_variant<DecodeStepVariant>(Backend::Cuda, true))},
                   {{"decode_step_eager", Backend::Cuda,
                     "the same step launched kernel by kernel (no graph): the launch overhead graphs save",
                     decode_reads(kStepReads, Backend::Cuda)},
-                   IB_IF_CUDA(make_variant<DecodeStep>(Backend::Cuda, false))},
+                   IB_IF_CUDA(make_variant<DecodeStepVariant>(Backend::Cuda, false))},
                   // No graph on the CPU: its step plays decode_step_eager.
                   {{"cpu_decode_step", Backend::Cpu, "one decode step on the CPU engine", decode_reads(kStepReads, Backend::Cpu),
                     false, "decode_step_eager"},
-                   make_variant<DecodeStep>(Backend::Cpu, false)},
+                   make_variant<DecodeStepVariant>(Backend::Cpu, false)},
               });
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace ib::model {
 namespace {
 
-class Generate final : public DecodeVariant {
+class GenerateVariant final : public DecodeVariant {
  public:
   using DecodeVariant::DecodeVariant;
 
@@ -88,10 +88,10 @@ const VariantListRegistration generate_variants(
                   {{"generate", Backend::Cuda,
                     "prefill every prompt, then new_tokens − 1 batched decode steps with CUDA Graphs; TTFT/TPOT/TPS",
                     decode_reads(kGenerateReads, Backend::Cuda)},
-                   IB_IF_CUDA(make_variant<Generate>(Backend::Cuda, true))},
+                   IB_IF_CUDA(make_variant<GenerateVariant>(Backend::Cuda, true))},
                   {{"cpu_generate", Backend::Cpu, "generation on the CPU engine (float32 on bf16-rounded weights)",
                     decode_reads(kGenerateReads, Backend::Cpu)},
-                   make_variant<Generate>(Backend::Cpu, false)},
+                   make_variant<GenerateVariant>(Backend::Cpu, false)},
               });
 
 }  // namespace

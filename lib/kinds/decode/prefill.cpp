@@ -5,7 +5,7 @@
 namespace ib::model {
 namespace {
 
-class Prefill final : public DecodeVariant {
+class PrefillVariant final : public DecodeVariant {
  public:
   using DecodeVariant::DecodeVariant;
 
@@ -51,9 +51,9 @@ const VariantListRegistration prefill_variants(
     "decode", {
                   {{"prefill", Backend::Cuda, "one prefill of `prompt` tokens (cuBLAS GEMMs, flash2 attention)",
                     decode_reads(kPrefillReads, Backend::Cuda)},
-                   IB_IF_CUDA(make_variant<Prefill>(Backend::Cuda, true))},
+                   IB_IF_CUDA(make_variant<PrefillVariant>(Backend::Cuda, true))},
                   {{"cpu_prefill", Backend::Cpu, "one prefill on the CPU engine", decode_reads(kPrefillReads, Backend::Cpu)},
-                   make_variant<Prefill>(Backend::Cpu, false)},
+                   make_variant<PrefillVariant>(Backend::Cpu, false)},
               });
 
 }  // namespace

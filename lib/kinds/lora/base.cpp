@@ -5,7 +5,7 @@
 namespace ib::lora {
 namespace {
 
-class Base final : public LoraVariant {
+class BaseModel final : public LoraVariant {
   bool serves_adapters() const override { return false; }
   void step(float* logits) override { pass(all_rows(), logits); }
 };
@@ -13,7 +13,7 @@ class Base final : public LoraVariant {
 const VariantRegistration cpu_base_variant("lora",
                                            {"cpu_base", Backend::Cpu,
                                             "the base model alone, no adapter: the step the adapters' work is added to"},
-                                           make_variant<Base>());
+                                           make_variant<BaseModel>());
 
 }  // namespace
 }  // namespace ib::lora

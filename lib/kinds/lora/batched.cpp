@@ -6,7 +6,7 @@
 namespace ib::lora {
 namespace {
 
-class Batched final : public LoraVariant {
+class BatchedAdapters final : public LoraVariant {
   void step(float* logits) override { pass(all_rows(), logits); }
 };
 
@@ -14,7 +14,7 @@ const VariantRegistration cpu_batched_variant(
     "lora",
     {"cpu_batched", Backend::Cpu,
      "one pass of the whole batch: base matmuls, then per adapter its rows' x·Aᵀ·Bᵀ gathered (SGMV's segments)"},
-    make_variant<Batched>());
+    make_variant<BatchedAdapters>());
 
 }  // namespace
 }  // namespace ib::lora

@@ -9,7 +9,7 @@
 namespace ib::lora {
 namespace {
 
-class Merged final : public LoraVariant {
+class MergedAdapters final : public LoraVariant {
   // Adapter by adapter; a switch only where the merged one changes (a pool of one adapter stays
   // merged from step to step, as a single-adapter server's would).
   void step(float* logits) override {
@@ -42,7 +42,7 @@ const VariantRegistration cpu_merged_variant("lora",
                                              {"cpu_merged", Backend::Cpu,
                                               "per distinct adapter: merge W + s·B·A (the switch), run its rows; a "
                                               "single-adapter server's way"},
-                                             make_variant<Merged>());
+                                             make_variant<MergedAdapters>());
 
 }  // namespace
 }  // namespace ib::lora

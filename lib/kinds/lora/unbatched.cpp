@@ -5,7 +5,7 @@
 namespace ib::lora {
 namespace {
 
-class Unbatched final : public LoraVariant {
+class UnbatchedAdapters final : public LoraVariant {
   void step(float* logits) override {
     for (size_t b : all_rows()) pass({b}, logits);
   }
@@ -14,7 +14,7 @@ class Unbatched final : public LoraVariant {
 const VariantRegistration cpu_unbatched_variant("lora",
                                                 {"cpu_unbatched", Backend::Cpu,
                                                  "each sequence in its own pass with its own adapter (no batching)"},
-                                                make_variant<Unbatched>());
+                                                make_variant<UnbatchedAdapters>());
 
 }  // namespace
 }  // namespace ib::lora

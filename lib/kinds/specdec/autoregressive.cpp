@@ -6,7 +6,7 @@
 namespace ib::specdec {
 namespace {
 
-class Autoregressive final : public SpecdecVariant {
+class AutoregressiveVariant final : public SpecdecVariant {
  public:
   using SpecdecVariant::SpecdecVariant;
 
@@ -29,10 +29,10 @@ const VariantListRegistration autoregressive_variants(
     "specdec", {
                    {{"autoregressive", Backend::Cuda, "the target alone, one decode step per token (the baseline)",
                      specdec_reads(kAutoregressiveReads, Backend::Cuda)},
-                    IB_IF_CUDA(make_variant<Autoregressive>(Backend::Cuda))},
+                    IB_IF_CUDA(make_variant<AutoregressiveVariant>(Backend::Cuda))},
                    {{"cpu_autoregressive", Backend::Cpu, "the target alone on the CPU engine",
                      specdec_reads(kAutoregressiveReads, Backend::Cpu)},
-                    make_variant<Autoregressive>(Backend::Cpu)},
+                    make_variant<AutoregressiveVariant>(Backend::Cpu)},
                });
 
 }  // namespace

@@ -6,7 +6,7 @@
 namespace ib::specdec {
 namespace {
 
-class DraftModel final : public SpecdecVariant {
+class DraftModelVariant final : public SpecdecVariant {
  public:
   using SpecdecVariant::SpecdecVariant;
 
@@ -34,10 +34,10 @@ const VariantListRegistration draft_model_variants(
     "specdec", {
                    {{"draft_model", Backend::Cuda, "draft K tokens with the draft model, verify them in one target pass",
                      specdec_reads(kDraftModelReads, Backend::Cuda)},
-                    IB_IF_CUDA(make_variant<DraftModel>(Backend::Cuda))},
+                    IB_IF_CUDA(make_variant<DraftModelVariant>(Backend::Cuda))},
                    {{"cpu_draft_model", Backend::Cpu, "draft model + verify on the CPU engine",
                      specdec_reads(kDraftModelReads, Backend::Cpu)},
-                    make_variant<DraftModel>(Backend::Cpu)},
+                    make_variant<DraftModelVariant>(Backend::Cpu)},
                });
 
 }  // namespace

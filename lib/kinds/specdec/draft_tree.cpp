@@ -8,7 +8,7 @@
 namespace ib::specdec {
 namespace {
 
-class DraftTree final : public SpecdecVariant {
+class DraftTreeVariant final : public SpecdecVariant {
  public:
   using SpecdecVariant::SpecdecVariant;
 
@@ -62,10 +62,10 @@ const VariantListRegistration draft_tree_variants(
           "a token tree of the draft's top candidates verified in one target pass with a tree attention mask (Medusa/EAGLE's "
           "mechanism)",
           specdec_reads(kDraftTreeReads, Backend::Cuda)},
-         IB_IF_CUDA(make_variant<DraftTree>(Backend::Cuda))},
+         IB_IF_CUDA(make_variant<DraftTreeVariant>(Backend::Cuda))},
         {{"cpu_draft_tree", Backend::Cpu, "token-tree drafting + tree verification on the CPU engine",
           specdec_reads(kDraftTreeReads, Backend::Cpu)},
-         make_variant<DraftTree>(Backend::Cpu)},
+         make_variant<DraftTreeVariant>(Backend::Cpu)},
     });
 
 }  // namespace

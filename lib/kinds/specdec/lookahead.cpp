@@ -7,7 +7,7 @@
 namespace ib::specdec {
 namespace {
 
-class Lookahead final : public SpecdecVariant {
+class LookaheadVariant final : public SpecdecVariant {
  public:
   using SpecdecVariant::SpecdecVariant;
 
@@ -56,9 +56,9 @@ const VariantListRegistration lookahead_variants(
           "lookahead decoding (no draft model): a Jacobi window of the target's own guesses and a pool of the n-grams it "
           "produced, both verified in one target pass under a tree mask (greedy)",
           specdec_reads(kLookaheadReads, Backend::Cuda)},
-         IB_IF_CUDA(make_variant<Lookahead>(Backend::Cuda))},
+         IB_IF_CUDA(make_variant<LookaheadVariant>(Backend::Cuda))},
         {{"cpu_lookahead", Backend::Cpu, "lookahead decoding on the CPU engine", specdec_reads(kLookaheadReads, Backend::Cpu)},
-         make_variant<Lookahead>(Backend::Cpu)},
+         make_variant<LookaheadVariant>(Backend::Cpu)},
     });
 
 }  // namespace

@@ -6,7 +6,7 @@
 namespace ib::specdec {
 namespace {
 
-class Ngram final : public PromptLookup {
+class NgramVariant final : public PromptLookup {
  public:
   using PromptLookup::PromptLookup;
 
@@ -28,9 +28,9 @@ const VariantListRegistration ngram_variants(
     {
         {{"ngram", Backend::Cuda, "draft by prompt lookup (no draft model), verify in one target pass",
           specdec_reads(kNgramReads, Backend::Cuda)},
-         IB_IF_CUDA(make_variant<Ngram>(Backend::Cuda))},
+         IB_IF_CUDA(make_variant<NgramVariant>(Backend::Cuda))},
         {{"cpu_ngram", Backend::Cpu, "prompt lookup + verify on the CPU engine", specdec_reads(kNgramReads, Backend::Cpu)},
-         make_variant<Ngram>(Backend::Cpu)},
+         make_variant<NgramVariant>(Backend::Cpu)},
     });
 
 }  // namespace

@@ -6,7 +6,7 @@
 namespace ib::specdec {
 namespace {
 
-class NgramTree final : public PromptLookup {
+class NgramTreeVariant final : public PromptLookup {
  public:
   using PromptLookup::PromptLookup;
 
@@ -30,10 +30,10 @@ const VariantListRegistration ngram_tree_variants(
     {
         {{"ngram_tree", Backend::Cuda, "the continuations of several earlier occurrences as a token tree, verified in one pass",
           specdec_reads(kNgramTreeReads, Backend::Cuda)},
-         IB_IF_CUDA(make_variant<NgramTree>(Backend::Cuda))},
+         IB_IF_CUDA(make_variant<NgramTreeVariant>(Backend::Cuda))},
         {{"cpu_ngram_tree", Backend::Cpu, "several prompt-lookup candidates as a tree, verified in one pass on the CPU engine",
           specdec_reads(kNgramTreeReads, Backend::Cpu)},
-         make_variant<NgramTree>(Backend::Cpu)},
+         make_variant<NgramTreeVariant>(Backend::Cpu)},
     });
 
 }  // namespace

@@ -15,13 +15,49 @@ namespace ib::prefix {
 namespace {
 
 using detail::all_but;
-using detail::block_size_key;
 using detail::check_workload_keys;
 using detail::kUnbounded;
-using detail::mixed_keys;
-using detail::mixed_options;
 using detail::server_options;
-using detail::system_prompt_keys;
+
+enum class CostWorkload { SystemPrompt, Mixed };
+
+// The kind's keys: which trace, both traces' shapes, the cache, and the providers' prices.
+struct CostKeys {
+  CostWorkload workload = CostWorkload::SystemPrompt;
+  detail::SystemPromptShape shape;
+  MixedOptions mixed;
+  detail::CacheKeys cache;
+  double input_price = 0, anthropic_read = 0, anthropic_write = 0, openai_read = 0;
+  int64_t anthropic_min = 0, openai_min = 0, openai_step = 1;
+};
+
+const ParamSet<CostKeys>& cost_keys() {
+  using K = CostKeys;
+  static const ParamSet<CostKeys> set =
+      ParamSet<K>()
+          .add(
+              &K::workload,
+              enum_key("workload", "which trace: system-prompt (one shared prompt + a query) or mixed (tenants, chats, few-shot)",
+                       "system-prompt", {"system-prompt", "mixed"}),
+              [](const std::string& w) { return w == "mixed" ? CostWorkload::Mixed : CostWorkload::SystemPrompt; })
+          .add_group(&K::shape, detail::system_prompt_params(true))
+          .add_group(&K::mixed, detail::mixed_params())
+          .add_group(&K::cache, detail::cache_params(false))
+          .add(&K::input_price, key_spec("input_price", ParamType::Float,
+                                         "USD per million input tokens (an input, not a measurement)", Value(3.0), 0.0))
+          .add(&K::anthropic_read,
+               key_spec("anthropic_read", ParamType::Float, "cache read price / input price", Value(0.1), 0.0))
+          .add(&K::anthropic_write,
+               key_spec("anthropic_write", ParamType::Float, "cache write price / input price", Value(1.25), 0.0))
+          .add(&K::anthropic_min,
+               key_spec("anthropic_min", ParamType::Int, "shortest cacheable prompt (tokens)", Value(int64_t{1024}), 0.0))
+          .add(&K::openai_read, key_spec("openai_read", ParamType::Float, "cached input price / input price", Value(0.5), 0.0))
+          .add(&K::openai_min,
+               key_spec("openai_min", ParamType::Int, "caching starts at this many prompt tokens", Value(int64_t{1024}), 0.0))
+          .add(&K::openai_step, key_spec("openai_step", ParamType::Int,
+                                         "cached tokens count in increments of this past the minimum", Value(int64_t{128}), 1.0));
+  return set;
+}
 
 // ---- prefix-cost ----
 
@@ -58,18 +94,19 @@ class CostVariant : public Variant {
 
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
     constexpr int kVocab = 32000;  // Llama 2's: only which prompts share prefixes matters here
-    if (p.text("workload") == "system-prompt") {
-      SystemPromptWorkload w(kVocab, static_cast<int>(p.integer("system_prompt")), static_cast<int>(p.integer("query_min")),
-                             static_cast<int>(p.integer("query_max")), seed);
-      trace_ = system_prompt_trace(w, static_cast<int>(p.integer("requests")), 1.0, seed);
+    const CostKeys k = cost_keys().read(p);
+    if (k.workload == CostWorkload::SystemPrompt) {
+      SystemPromptWorkload w(kVocab, static_cast<int>(k.shape.system_prompt), static_cast<int>(k.shape.query_min),
+                             static_cast<int>(k.shape.query_max), seed);
+      trace_ = system_prompt_trace(w, k.mixed.requests, 1.0, seed);
     } else {
-      trace_ = mixed_workload(mixed_options(p), kVocab, seed);
+      detail::check_shares(k.mixed);
+      trace_ = mixed_workload(k.mixed, kVocab, seed);
     }
-    options_ = server_options(p, kind_, kUnbounded);
-    input_price_ = p.number("input_price");
-    anthropic_ = {p.number("anthropic_read"), p.number("anthropic_write"), static_cast<int>(p.integer("anthropic_min")), 1};
-    openai_ = {p.number("openai_read"), 1.0, static_cast<int>(p.integer("openai_min")),
-               static_cast<int>(p.integer("openai_step"))};
+    options_ = server_options(k.cache, kind_, kUnbounded);
+    input_price_ = k.input_price;
+    anthropic_ = {k.anthropic_read, k.anthropic_write, static_cast<int>(k.anthropic_min), 1};
+    openai_ = {k.openai_read, 1.0, static_cast<int>(k.openai_min), static_cast<int>(k.openai_step)};
   }
 
   Validation validate(BackendRuntime&) override {
@@ -134,23 +171,7 @@ KindInfo cost_kind() {
       "providers' rules: reads at read × the input price once the cached prefix reaches the minimum (OpenAI: in "
       "`openai_step` increments), newly cached tokens at write × (Anthropic), the rest at 1×. Prices are inputs from the "
       "spec, not measurements; output tokens are not priced. A sample is the replay's bookkeeping time.";
-  k.keys = {enum_key("workload", "which trace: system-prompt (one shared prompt + a query) or mixed (tenants, chats, few-shot)",
-                     "system-prompt", {"system-prompt", "mixed"})};
-  for (auto& key : system_prompt_keys(true)) k.keys.push_back(key);
-  for (auto& key : mixed_keys()) k.keys.push_back(key);
-  k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded",
-                            Value(int64_t{0}), 0.0));
-  k.keys.push_back(
-      key_spec("input_price", ParamType::Float, "USD per million input tokens (an input, not a measurement)", Value(3.0), 0.0));
-  k.keys.push_back(key_spec("anthropic_read", ParamType::Float, "cache read price / input price", Value(0.1), 0.0));
-  k.keys.push_back(key_spec("anthropic_write", ParamType::Float, "cache write price / input price", Value(1.25), 0.0));
-  k.keys.push_back(key_spec("anthropic_min", ParamType::Int, "shortest cacheable prompt (tokens)", Value(int64_t{1024}), 0.0));
-  k.keys.push_back(key_spec("openai_read", ParamType::Float, "cached input price / input price", Value(0.5), 0.0));
-  k.keys.push_back(
-      key_spec("openai_min", ParamType::Int, "caching starts at this many prompt tokens", Value(int64_t{1024}), 0.0));
-  k.keys.push_back(key_spec("openai_step", ParamType::Int, "cached tokens count in increments of this past the minimum",
-                            Value(int64_t{128}), 1.0));
+  k.keys = cost_keys().keys();
   k.check = check_workload_keys;
   return k;
 }

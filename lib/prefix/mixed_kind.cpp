@@ -17,18 +17,33 @@
 namespace ib::prefix {
 namespace {
 
-using detail::block_size_key;
 using detail::check_workload_keys;
 using detail::Clock;
 using detail::Engine;
 using detail::engine_variants;
 using detail::kUnbounded;
 using detail::median_of;
-using detail::mixed_keys;
-using detail::mixed_options;
-using detail::model_keys;
 using detail::ms_since;
 using detail::server_options;
+
+// The kind's keys: the engine, the arrival rate, the mixed workload and the cache.
+struct MixedKindKeys {
+  detail::EngineKeys engine;
+  double qps = 0;
+  MixedOptions mixed;
+  detail::CacheKeys cache;
+};
+
+const ParamSet<MixedKindKeys>& mixed_kind_keys() {
+  using K = MixedKindKeys;
+  static const ParamSet<MixedKindKeys> set =
+      ParamSet<K>()
+          .add_group(&K::engine, detail::engine_params())
+          .add(&K::qps, key_spec("qps", ParamType::Float, "Poisson arrival rate (requests per second)", Value(10.0), 0.0))
+          .add_group(&K::mixed, detail::mixed_params())
+          .add_group(&K::cache, detail::cache_params(false));
+  return set;
+}
 
 // ---- prefix-mixed ----
 
@@ -43,17 +58,19 @@ class MixedVariant : public Variant {
   MixedVariant(Backend b, CacheKind k) : backend_(b), kind_(k) {}
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    MixedOptions o = mixed_options(p);
-    o.qps = p.number("qps");
+    const MixedKindKeys keys = mixed_kind_keys().read(p);
+    MixedOptions o = keys.mixed;
+    detail::check_shares(o);
+    o.qps = keys.qps;
     const model::ModelConfig* c = nullptr;
-    std::optional<model::ModelConfig> pc = model::preset(p.text("model"));
+    std::optional<model::ModelConfig> pc = model::preset(keys.engine.model);
     if (pc) c = &*pc;
     o.max_prompt = c ? c->max_positions : 0;
     trace_ = mixed_workload(o, c ? c->vocab : 32000, seed);
     int longest = 1;
     for (const auto& r : trace_) longest = std::max(longest, static_cast<int>(r.tokens.size()));
-    engine_.build(p, backend_, rt, seed, longest);
-    server_ = std::make_unique<PrefixServer>(*engine_.model, server_options(p, kind_, kUnbounded));
+    engine_.build(keys.engine, backend_, rt, seed, longest);
+    server_ = std::make_unique<PrefixServer>(*engine_.model, server_options(keys.cache, kind_, kUnbounded));
   }
 
   Validation validate(BackendRuntime& rt) override {
@@ -159,12 +176,7 @@ KindInfo mixed_kind() {
       "advanced by the measured service times + service. `held` = the engine K/V allocations the cache keeps alive "
       "(holder sequences), `cached` = cached tokens × K/V bytes per token (what a paged cache would hold). The gate: one "
       "replay with the invariants checked after every request and up to 8 hits' logits against full prefills.";
-  k.keys = model_keys();
-  k.keys.push_back(key_spec("qps", ParamType::Float, "Poisson arrival rate (requests per second)", Value(10.0), 0.0));
-  for (auto& key : mixed_keys()) k.keys.push_back(key);
-  k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int, "cache capacity in tokens (block_hash: whole blocks); 0 = unbounded",
-                            Value(int64_t{0}), 0.0));
+  k.keys = mixed_kind_keys().keys();
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
     return model::check_model_weights(values);

@@ -41,50 +41,76 @@ double median_of(const std::vector<double>& v) { return v.empty() ? 0.0 : summar
 
 // ---- keys ----
 
-std::vector<KeySpec> model_keys() {
-  std::vector<std::string> models = model::preset_names();
-  models.push_back("checkpoint");
-  return {enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models),
-          key_spec("weights", ParamType::String,
-                   "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
-                   Value(std::string("random"))),
-          model::matmul_key()};
+const ParamSet<EngineKeys>& engine_params() {
+  static const ParamSet<EngineKeys> set = [] {
+    std::vector<std::string> models = model::preset_names();
+    models.push_back("checkpoint");
+    return ParamSet<EngineKeys>()
+        .add(&EngineKeys::model,
+             enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models))
+        .add(&EngineKeys::weights, key_spec("weights", ParamType::String,
+                                            "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
+                                            Value(std::string("random"))))
+        .add(&EngineKeys::matmul, model::matmul_key(), model::parse_matmul);
+  }();
+  return set;
 }
 
-KeySpec block_size_key() {
-  return key_spec("block_size", ParamType::Int, "tokens per cached block (block_hash; vLLM's default 16)", Value(int64_t{16}),
-                  1.0, 1024.0);
-}
-
-std::vector<KeySpec> system_prompt_keys(bool for_cost) {
-  std::vector<KeySpec> k = {
-      key_spec("system_prompt", ParamType::Int,
-               for_cost ? "shared system prompt tokens (workload system-prompt)" : "shared system prompt tokens",
-               Value(int64_t{2000}), 0.0),
-      key_spec("query_min", ParamType::Int, "fewest tokens of a request's own query", Value(int64_t{7}), 1.0),
-      key_spec("query_max", ParamType::Int, "most tokens of a request's own query", Value(int64_t{10}), 1.0),
+const ParamSet<SystemPromptShape>& system_prompt_params(bool for_cost) {
+  auto make = [](bool cost) {
+    using S = SystemPromptShape;
+    return ParamSet<S>()
+        .add(&S::system_prompt,
+             key_spec("system_prompt", ParamType::Int,
+                      cost ? "shared system prompt tokens (workload system-prompt)" : "shared system prompt tokens",
+                      Value(int64_t{2000}), 0.0))
+        .add(&S::query_min,
+             key_spec("query_min", ParamType::Int, "fewest tokens of a request's own query", Value(int64_t{7}), 1.0))
+        .add(&S::query_max,
+             key_spec("query_max", ParamType::Int, "most tokens of a request's own query", Value(int64_t{10}), 1.0));
   };
-  return k;
+  static const ParamSet<SystemPromptShape> cost = make(true), engine = make(false);
+  return for_cost ? cost : engine;
 }
 
-std::vector<KeySpec> mixed_keys() {
-  return {
-      key_spec("requests", ParamType::Int, "requests in the trace", Value(int64_t{200}), 1.0),
-      key_spec("tenants", ParamType::Int, "tenants, each with its own system prompt and few-shot examples", Value(int64_t{4}),
-               1.0, 1000.0),
-      key_spec("mean_system_prompt", ParamType::Int, "mean system prompt tokens (tenant t's: 0.5 … 1.5 × this, spread evenly)",
-               Value(int64_t{1000}), 1.0),
-      key_spec("user_tokens", ParamType::Int, "mean tokens of a user message or question (0.5 … 1.5 × this)", Value(int64_t{40}),
-               1.0),
-      key_spec("reply_tokens", ParamType::Int, "mean tokens of an assistant reply carried into the next chat turn (not decoded)",
-               Value(int64_t{120}), 1.0),
-      key_spec("max_turns", ParamType::Int, "turns of a chat", Value(int64_t{6}), 1.0),
-      key_spec("fewshot_tokens", ParamType::Int, "a tenant's few-shot examples (after its system prompt)", Value(int64_t{600}),
-               0.0),
-      key_spec("chat_share", ParamType::Float, "fraction of requests that are chat turns", Value(0.5), 0.0, 1.0),
-      key_spec("fewshot_share", ParamType::Float,
-               "fraction of requests that are few-shot prompts (the rest: system prompt + question)", Value(0.25), 0.0, 1.0),
+const ParamSet<MixedOptions>& mixed_params() {
+  using M = MixedOptions;
+  static const ParamSet<MixedOptions> set =
+      ParamSet<M>()
+          .add(&M::requests, key_spec("requests", ParamType::Int, "requests in the trace", Value(int64_t{200}), 1.0))
+          .add(&M::tenants, key_spec("tenants", ParamType::Int, "tenants, each with its own system prompt and few-shot examples",
+                                     Value(int64_t{4}), 1.0, 1000.0))
+          .add(&M::system_prompt,
+               key_spec("mean_system_prompt", ParamType::Int,
+                        "mean system prompt tokens (tenant t's: 0.5 … 1.5 × this, spread evenly)", Value(int64_t{1000}), 1.0))
+          .add(&M::user_tokens, key_spec("user_tokens", ParamType::Int,
+                                         "mean tokens of a user message or question (0.5 … 1.5 × this)", Value(int64_t{40}), 1.0))
+          .add(&M::reply_tokens, key_spec("reply_tokens", ParamType::Int,
+                                          "mean tokens of an assistant reply carried into the next chat turn (not decoded)",
+                                          Value(int64_t{120}), 1.0))
+          .add(&M::max_turns, key_spec("max_turns", ParamType::Int, "turns of a chat", Value(int64_t{6}), 1.0))
+          .add(&M::fewshot_tokens, key_spec("fewshot_tokens", ParamType::Int,
+                                            "a tenant's few-shot examples (after its system prompt)", Value(int64_t{600}), 0.0))
+          .add(&M::chat_share,
+               key_spec("chat_share", ParamType::Float, "fraction of requests that are chat turns", Value(0.5), 0.0, 1.0))
+          .add(&M::fewshot_share, key_spec("fewshot_share", ParamType::Float,
+                                           "fraction of requests that are few-shot prompts (the rest: system prompt + question)",
+                                           Value(0.25), 0.0, 1.0));
+  return set;
+}
+
+const ParamSet<CacheKeys>& cache_params(bool system_prompt_default) {
+  auto make = [](const char* zero) {
+    return ParamSet<CacheKeys>()
+        .add(&CacheKeys::block_size,
+             key_spec("block_size", ParamType::Int, "tokens per cached block (block_hash; vLLM's default 16)", Value(int64_t{16}),
+                      1.0, 1024.0))
+        .add(&CacheKeys::capacity,
+             key_spec("capacity", ParamType::Int, std::string("cache capacity in tokens (block_hash: whole blocks); 0 = ") + zero,
+                      Value(int64_t{0}), 0.0));
   };
+  static const ParamSet<CacheKeys> system_prompt = make("the system prompt + 128"), unbounded = make("unbounded");
+  return system_prompt_default ? system_prompt : unbounded;
 }
 
 // Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
@@ -112,28 +138,15 @@ std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::v
   return std::nullopt;
 }
 
-MixedOptions mixed_options(const Point& p) {
-  MixedOptions o;
-  o.requests = static_cast<int>(p.integer("requests"));
-  o.tenants = static_cast<int>(p.integer("tenants"));
-  o.system_prompt = static_cast<int>(p.integer("mean_system_prompt"));
-  o.user_tokens = static_cast<int>(p.integer("user_tokens"));
-  o.reply_tokens = static_cast<int>(p.integer("reply_tokens"));
-  o.max_turns = static_cast<int>(p.integer("max_turns"));
-  o.fewshot_tokens = static_cast<int>(p.integer("fewshot_tokens"));
-  o.chat_share = p.number("chat_share");
-  o.fewshot_share = p.number("fewshot_share");
+void check_shares(const MixedOptions& o) {
   if (o.chat_share + o.fewshot_share > 1.0 + 1e-9) throw InputError("chat_share + fewshot_share must not exceed 1");
-  return o;
 }
 
-ServerOptions server_options(const Point& p, CacheKind kind, int64_t default_capacity) {
+ServerOptions server_options(const CacheKeys& keys, CacheKind kind, int64_t default_capacity) {
   ServerOptions o;
   o.kind = kind;
-  if (const Param* b = p.find("block_size")) o.block_size = static_cast<int>(std::get<int64_t>(b->value));
-  int64_t cap = 0;
-  if (const Param* c = p.find("capacity")) cap = std::get<int64_t>(c->value);
-  o.capacity_tokens = cap > 0 ? cap : default_capacity;
+  o.block_size = static_cast<int>(keys.block_size);
+  o.capacity_tokens = keys.capacity > 0 ? keys.capacity : default_capacity;
   return o;
 }
 

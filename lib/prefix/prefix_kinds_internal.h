@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/errors.h"
+#include "core/params.h"
 #include "core/registry.h"
 #include "core/sweep.h"
 #include "core/value.h"
@@ -33,16 +34,31 @@ double median_of(const std::vector<double>& v);
 
 constexpr int64_t kUnbounded = int64_t{1} << 40;
 
-// ---- keys ----
+// ---- keys: typed groups (core/params.h) each kind composes ----
 
-std::vector<KeySpec> model_keys();
-KeySpec block_size_key();
-std::vector<KeySpec> system_prompt_keys(bool for_cost);
-std::vector<KeySpec> mixed_keys();
+// model, weights, matmul: the engine the two engine kinds build.
+struct EngineKeys {
+  std::string model, weights;
+  model::Matmul matmul = model::Matmul::Cublas;
+};
+const ParamSet<EngineKeys>& engine_params();
+// system_prompt, query_min, query_max: the agent case's requests.
+struct SystemPromptShape {
+  int64_t system_prompt = 0, query_min = 0, query_max = 0;
+};
+const ParamSet<SystemPromptShape>& system_prompt_params(bool for_cost);
+// requests … fewshot_share into the mixed workload's own options (qps and max_prompt are not keys here).
+const ParamSet<MixedOptions>& mixed_params();
+// block_size, capacity (0: `zero_capacity` says what it means).
+struct CacheKeys {
+  int64_t block_size = 16, capacity = 0;
+};
+const ParamSet<CacheKeys>& cache_params(bool system_prompt_default);
 // Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
 // chat_share + fewshot_share at most 1 wherever a mixed workload reads them.
 std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values);
-MixedOptions mixed_options(const Point& p);
+// The same check where a run reads the keys (a spec's axes are checked by check_workload_keys).
+void check_shares(const MixedOptions& o);
 
 // ---- the engine side shared by system-prompt and mixed ----
 
@@ -51,14 +67,14 @@ struct Engine {
   std::unique_ptr<model::Model> model;
   double kv_bytes_per_token = 0;
 
-  void build(const Point& p, Backend backend, BackendRuntime& rt, uint64_t seed, int max_prompt) {
-    model::ModelChoice m = model::choose_model(p, seed);
+  void build(const EngineKeys& keys, Backend backend, BackendRuntime& rt, uint64_t seed, int max_prompt) {
+    model::ModelChoice m = model::choose_model(keys.model, keys.weights, seed);
     config = m.config;
     if (max_prompt > config.max_positions)
       throw InputError(fmt::format("a {}-token prompt exceeds {}'s {} positions", max_prompt, config.name, config.max_positions));
     if (backend == Backend::Cuda) {
       model::EngineOptions o;
-      o.matmul = model::matmul_of(p);
+      o.matmul = keys.matmul;
       o.max_batch = 1;
       o.max_prefill = std::min(std::max(max_prompt, 16), 8192);
       model = model::make_cuda_model(config, *m.weights, o, rt.stream());
@@ -78,7 +94,7 @@ struct Engine {
   }
 };
 
-ServerOptions server_options(const Point& p, CacheKind kind, int64_t default_capacity);
+ServerOptions server_options(const CacheKeys& keys, CacheKind kind, int64_t default_capacity);
 
 // ---- kinds ----
 

@@ -20,16 +20,13 @@
 namespace ib::prefix {
 namespace {
 
-using detail::block_size_key;
 using detail::check_workload_keys;
 using detail::Clock;
 using detail::Engine;
 using detail::engine_variants;
 using detail::median_of;
-using detail::model_keys;
 using detail::ms_since;
 using detail::server_options;
-using detail::system_prompt_keys;
 
 // ---- prefix-system-prompt ----
 
@@ -40,20 +37,59 @@ std::string argmax_note(const std::vector<float>& a, const std::vector<float>& b
 
 // The system prompt and the queries as text (system_text or system_file, queries), in place of
 // the random system_prompt / query_min..query_max tokens.
-std::vector<KeySpec> system_prompt_text_keys() {
-  return {
-      key_spec("system_text", ParamType::String,
-               "the shared system prompt as text, tokenized with `tokenizer` (BOS as its post-processor adds it); replaces the "
-               "random `system_prompt` tokens",
-               Value(std::string())),
-      key_spec("system_file", ParamType::String, "a file whose whole text is the system prompt (as system_text)",
-               Value(std::string())),
-      key_spec("queries", ParamType::String,
-               "a JSONL file of {\"prompt\": text}: request i's own query is line i mod lines, tokenized without special tokens; "
-               "replaces the random query_min..query_max tokens (needs system_text or system_file)",
-               Value(std::string())),
-      model::tokenizer_key_spec(),
-  };
+// The system prompt and queries as text (system_text, system_file, queries, tokenizer).
+struct SystemTextKeys {
+  std::string system_text, system_file, queries, tokenizer = "auto";
+};
+
+const ParamSet<SystemTextKeys>& system_text_params() {
+  using T = SystemTextKeys;
+  static const ParamSet<SystemTextKeys> set =
+      ParamSet<T>()
+          .add(&T::system_text,
+               key_spec("system_text", ParamType::String,
+                        "the shared system prompt as text, tokenized with `tokenizer` (BOS as its post-processor "
+                        "adds it); replaces the random `system_prompt` tokens",
+                        Value(std::string())))
+          .add(&T::system_file, key_spec("system_file", ParamType::String,
+                                         "a file whose whole text is the system prompt (as system_text)", Value(std::string())))
+          .add(
+              &T::queries,
+              key_spec("queries", ParamType::String,
+                       "a JSONL file of {\"prompt\": text}: request i's own query is line i mod lines, tokenized without special "
+                       "tokens; replaces the random query_min..query_max tokens (needs system_text or system_file)",
+                       Value(std::string())))
+          .add(&T::tokenizer, model::tokenizer_key_spec());
+  return set;
+}
+
+// The kind's keys: the engine, the requests' shape, the derived rate, the cache, the reference's
+// runs, and the texts.
+struct SystemPromptKindKeys {
+  detail::EngineKeys engine;
+  detail::SystemPromptShape shape;
+  double qps = 0;
+  detail::CacheKeys cache;
+  int64_t reference_runs = 0;
+  SystemTextKeys texts;
+};
+
+const ParamSet<SystemPromptKindKeys>& system_prompt_kind_keys() {
+  using K = SystemPromptKindKeys;
+  static const ParamSet<SystemPromptKindKeys> set =
+      ParamSet<K>()
+          .add_group(&K::engine, detail::engine_params())
+          .add_group(&K::shape, detail::system_prompt_params(false))
+          .add(&K::qps, key_spec("qps", ParamType::Float, "request rate for the derived device-seconds saved per second",
+                                 Value(100.0), 0.0))
+          .add_group(&K::cache, detail::cache_params(true))
+          .add(
+              &K::reference_runs,
+              key_spec("reference_runs", ParamType::Int,
+                       "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
+                       Value(int64_t{7}), 1.0))
+          .add_group(&K::texts, system_text_params());
+  return set;
 }
 
 struct SystemPromptTexts {
@@ -63,14 +99,9 @@ struct SystemPromptTexts {
   std::vector<std::vector<int32_t>> queries;
 };
 
-const std::string& text_key(const Point& p, const char* key) {
-  static const std::string empty;
-  return p.find(key) ? p.text(key) : empty;
-}
-
-// nullopt when the point gives no system text. InputError naming the key for what cannot be read.
-std::optional<SystemPromptTexts> system_prompt_texts(const Point& p) {
-  const std::string &text = text_key(p, "system_text"), &file = text_key(p, "system_file"), &queries = text_key(p, "queries");
+// nullopt when the keys give no system text. InputError naming the key for what cannot be read.
+std::optional<SystemPromptTexts> system_prompt_texts(const SystemTextKeys& keys, const std::string& weights) {
+  const std::string &text = keys.system_text, &file = keys.system_file, &queries = keys.queries;
   if (text.empty() && file.empty()) {
     if (!queries.empty()) throw InputError("queries: needs system_text or system_file (the shared prompt they follow)");
     return std::nullopt;
@@ -78,7 +109,7 @@ std::optional<SystemPromptTexts> system_prompt_texts(const Point& p) {
   if (!text.empty() && !file.empty()) throw InputError("system_text, system_file: give one of them");
   SystemPromptTexts t;
   t.system = !text.empty() ? text : model::read_prompt_file("system_file", file);
-  t.tokenizer = model::prompt_tokenizer(text_key(p, "tokenizer").empty() ? "auto" : text_key(p, "tokenizer"), p.text("weights"));
+  t.tokenizer = model::prompt_tokenizer(keys.tokenizer.empty() ? "auto" : keys.tokenizer, weights);
   t.system_tokens = t.tokenizer->encode(t.system, true);
   if (queries.empty())
     throw InputError("queries: a text system prompt needs its queries as text too (a JSONL of {\"prompt\": ...})");
@@ -116,14 +147,7 @@ std::optional<KeyProblem> check_system_prompt_texts(const std::map<std::string, 
           for (const auto& tok : all("tokenizer"))
             for (const auto& weights : all("weights")) {
               if (text.empty() && file.empty() && queries.empty()) continue;
-              Point p;
-              for (const auto& [k, v] : std::map<std::string, std::string>{{"system_text", text},
-                                                                           {"system_file", file},
-                                                                           {"queries", queries},
-                                                                           {"tokenizer", tok},
-                                                                           {"weights", weights}})
-                p.params.push_back(Param{k, Value(v), ParamType::String});
-              system_prompt_texts(p);
+              system_prompt_texts({text, file, queries, tok}, weights);
             }
   } catch (const InputError& e) {
     return KeyProblem{{"system_text", "queries"}, e.what()};
@@ -139,24 +163,26 @@ class SystemPromptVariant : public Variant {
   SystemPromptVariant(Backend b, CacheKind k) : backend_(b), kind_(k) {}
 
   std::string unsupported(const Point& p) const override {
-    const auto c = model::preset(p.text("model"));
-    const int64_t longest = p.integer("system_prompt") + p.integer("query_max");
+    const SystemPromptKindKeys k = system_prompt_kind_keys().read(p);
+    const auto c = model::preset(k.engine.model);
+    const int64_t longest = k.shape.system_prompt + k.shape.query_max;
     if (c && longest > c->max_positions)
       return fmt::format("a {}-token request exceeds {}'s {} positions", longest, c->name, c->max_positions);
     return {};
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    int s = static_cast<int>(p.integer("system_prompt"));
-    int qmin = static_cast<int>(p.integer("query_min")), qmax = static_cast<int>(p.integer("query_max"));
+    const SystemPromptKindKeys k = system_prompt_kind_keys().read(p);
+    int s = static_cast<int>(k.shape.system_prompt);
+    int qmin = static_cast<int>(k.shape.query_min), qmax = static_cast<int>(k.shape.query_max);
     if (qmax < qmin) throw InputError("query_max must be at least query_min");
-    text_ = system_prompt_texts(p);
+    text_ = system_prompt_texts(k.texts, k.engine.weights);
     if (text_) {  // the text's lengths, not the keys'
       s = static_cast<int>(text_->system_tokens.size());
       qmax = 0;
       for (const auto& q : text_->queries) qmax = std::max(qmax, static_cast<int>(q.size()));
     }
-    engine_.build(p, backend_, rt, seed, s + qmax);
+    engine_.build(k.engine, backend_, rt, seed, s + qmax);
     if (text_) {
       check_ids(*text_, engine_.config.vocab);
       workload_ = std::make_unique<SystemPromptWorkload>(text_->system_tokens, text_->queries);
@@ -165,11 +191,12 @@ class SystemPromptVariant : public Variant {
     }
     // Default capacity: the system prompt and 8 blocks more, so the per-request tails cycle
     // through LRU eviction instead of piling up holders.
-    const ServerOptions so = server_options(p, kind_, s + 128);
+    const ServerOptions so = server_options(k.cache, kind_, s + 128);
     block_size_ = so.block_size;
     server_ = std::make_unique<PrefixServer>(*engine_.model, so);
-    qps_ = p.find("qps") ? p.number("qps") : 0;
-    reference_runs_ = p.find("reference_runs") ? static_cast<int>(p.integer("reference_runs")) : 0;
+    // Only the caching variants read these (the baseline times no reference and saves nothing).
+    qps_ = k.qps;
+    reference_runs_ = static_cast<int>(k.reference_runs);
   }
 
   Validation validate(BackendRuntime& rt) override {
@@ -312,19 +339,7 @@ KindInfo system_prompt_kind() {
       "warm cache. `uncached TTFT` is measured in the row's validation (full prefills of requests of the same shape); "
       "`saved` = uncached − cached medians; `device-s/s saved` = saved × qps / 1000 is derived, not measured. The gate: "
       "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
-  k.keys = model_keys();
-  for (auto& key : system_prompt_keys(false)) k.keys.push_back(key);
-  k.keys.push_back(
-      key_spec("qps", ParamType::Float, "request rate for the derived device-seconds saved per second", Value(100.0), 0.0));
-  k.keys.push_back(block_size_key());
-  k.keys.push_back(key_spec("capacity", ParamType::Int,
-                            "cache capacity in tokens (block_hash: whole blocks); 0 = the system prompt + 128", Value(int64_t{0}),
-                            0.0));
-  k.keys.push_back(
-      key_spec("reference_runs", ParamType::Int,
-               "uncached prefills timed in validation after an untimed warm-up of 3 and 0.5 s (the saved-time reference)",
-               Value(int64_t{7}), 1.0));
-  for (auto& key : system_prompt_text_keys()) k.keys.push_back(key);
+  k.keys = system_prompt_kind_keys().keys();
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values)) return problem;
     if (auto problem = model::check_model_weights(values)) return problem;

@@ -1,5 +1,7 @@
 #include "kinds/decode/decode_keys.h"
 
+#include <utility>
+
 #include "kinds/params/text_prompt_params.h"
 #include "model/engine_keys.h"
 
@@ -36,8 +38,7 @@ const ParamSet<DecodeKeys>& decode_keys() {
 
 std::vector<std::string> decode_reads(std::vector<std::string> own, Backend backend) {
   for (const auto& key : kinds::text_prompt_params().names()) own.push_back(key);
-  own.push_back(backend == Backend::Cuda ? "matmul" : "cpu_matmul");
-  return own;
+  return backend == Backend::Cuda ? model::with_matmul(std::move(own)) : model::with_cpu_matmul(std::move(own));
 }
 
 }  // namespace ib::model

@@ -25,7 +25,7 @@ class DecodeStepVariant final : public DecodeVariant {
   }
   // Every weight read once, each sequence's cache read once (+ one token written).
   Work work() const override {
-    const double kv_token = static_cast<double>(config_.kv_elems_per_token()) * (backend_ == Backend::Cuda ? 2.0 : 4.0);
+    const double kv_token = kv_bytes_per_token();
     const double wbytes = static_cast<double>(model_->streamed_weight_bytes(batch_));
     return {batch_ * config_.flops_per_token(prompt_), wbytes + batch_ * (prompt_ + 1.0) * kv_token};
   }

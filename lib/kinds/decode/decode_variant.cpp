@@ -12,35 +12,39 @@
 
 namespace ib::model {
 
+double DecodeVariant::kv_bytes_per_token() const {
+  return static_cast<double>(config_.kv_elems_per_token()) * (backend_ == Backend::Cuda ? 2.0 : 4.0);
+}
+
 double DecodeVariant::seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void DecodeVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
-  keys_ = decode_keys().read(p);
-  ModelChoice m = choose_model(keys_.model, keys_.weights, seed);
+  const DecodeKeys keys = decode_keys().read(p);
+  ModelChoice m = choose_model(keys.model, keys.weights, seed);
   config_ = m.config;
   // Points hold only the keys the variant declares it uses (a prefill has no batch: the default 1).
-  batch_ = static_cast<int>(keys_.batch);
-  prompt_ = static_cast<int>(keys_.prompt);
-  text_ = text_prompts(keys_.prompts, keys_.weights, config_.vocab);
+  batch_ = static_cast<int>(keys.batch);
+  prompt_ = static_cast<int>(keys.prompt);
+  text_ = text_prompts(keys.prompts, keys.weights, config_.vocab);
   if (text_) {  // the longest of the batch's prompts sizes the caches; each keeps its own length
     prompt_ = 0;
     for (int b = 0; b < batch_; ++b)
       prompt_ = std::max(prompt_, static_cast<int>(text_->for_sequence(static_cast<size_t>(b)).size()));
   }
-  new_tokens_ = new_tokens(keys_);
-  sampling_.temperature = static_cast<float>(keys_.temperature);
+  new_tokens_ = new_tokens(keys);
+  sampling_.temperature = static_cast<float>(keys.temperature);
   sampling_.seed = seed;
   if (backend_ == Backend::Cuda) {
     EngineOptions o;
     o.cuda_graph = cuda_graph_;
-    o.matmul = keys_.matmul;
+    o.matmul = keys.matmul;
     o.max_batch = std::max(batch_, 1);
     o.max_prefill = std::min(std::max(prompt_ + new_tokens_, 16), 8192);
     model_ = make_cuda_model(config_, *m.weights, o, rt.stream());
   } else {
-    cpu_matmul_ = keys_.cpu_matmul;
+    cpu_matmul_ = keys.cpu_matmul;
     model_ = make_cpu_model(config_, *m.weights, cpu_matmul_);
   }
   weights_ = std::move(m.weights);

@@ -47,10 +47,11 @@ class DecodeVariant : public Variant {
   // ---- for the measurements ----
   int length_of(int b) const;  // prompt tokens of sequence b
   static double seconds_since(std::chrono::steady_clock::time_point t0);
+  // K/V bytes a token occupies in the engine's cache (bf16 on the GPU, float32 on the CPU).
+  double kv_bytes_per_token() const;
 
   Backend backend_;
   bool cuda_graph_;
-  DecodeKeys keys_;
   ModelConfig config_;
   std::unique_ptr<Model> model_;
   int batch_ = 1, prompt_ = 0, new_tokens_ = 0;

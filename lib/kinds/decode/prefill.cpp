@@ -19,7 +19,7 @@ class PrefillVariant final : public DecodeVariant {
     model_->prefill(seqs_[0], prompts_[0].data(), length_of(0), 1, out);
   }
   Work work() const override {
-    const double kv_token = static_cast<double>(config_.kv_elems_per_token()) * (backend_ == Backend::Cuda ? 2.0 : 4.0);
+    const double kv_token = kv_bytes_per_token();
     const double wbytes = static_cast<double>(model_->streamed_weight_bytes(length_of(0)));
     double f = 0;
     const int n = length_of(0);

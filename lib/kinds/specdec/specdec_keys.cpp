@@ -1,5 +1,7 @@
 #include "kinds/specdec/specdec_keys.h"
 
+#include <utility>
+
 #include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
 #include "model/engine_keys.h"
@@ -110,8 +112,7 @@ std::vector<std::string> specdec_reads(std::vector<std::string> own, Backend bac
   for (const char* key : {"target", "target_weights", "prompt", "new_tokens", "text", "temperature", "top_k", "top_p"})
     own.push_back(key);
   for (const auto& key : kinds::text_prompt_params().names()) own.push_back(key);
-  own.push_back(backend == Backend::Cuda ? "matmul" : "cpu_matmul");
-  return own;
+  return backend == Backend::Cuda ? model::with_matmul(std::move(own)) : model::with_cpu_matmul(std::move(own));
 }
 
 }  // namespace ib::specdec

@@ -142,9 +142,7 @@ void SpecdecVariant::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) 
     t.push_back(since(t0));
   }
   target_step_ = summarize(t).median;
-  runs_ = 0;
-  stats_ = {};
-  run_seconds_.clear();
+  forget_runs();
   reset();
 }
 

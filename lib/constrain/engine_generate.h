@@ -21,7 +21,6 @@
 #include "constrain/grammar_budget.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
-#include "core/registry.h"
 #include "model/model.h"
 
 namespace ib::constrain {

@@ -11,7 +11,7 @@
 
 #include "constrain/engine_generate.h"
 #include "constrain/grammar_budget.h"
-#include "constrain/kind_setup.h"
+#include "constrain/validity_check.h"
 #include "constrain/masked_argmax.h"
 #include "core/errors.h"
 #include "numerics/random.h"

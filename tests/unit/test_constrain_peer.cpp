@@ -25,7 +25,7 @@
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
-#include "constrain/python_peer.h"
+#include "kinds/constrain/python_peer.h"
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/runner.h"

@@ -7,6 +7,8 @@
 
 namespace ib::kinds {
 
-const ParamSet<model::TextPromptSource>& text_prompt_params();
+// `with_tokenizer` false: the prompt sources only, for a kind whose tokenizer is a key of its own
+// (constrain-generate's `vocab`, set into TextPromptSource::tokenizer by the kind).
+const ParamSet<model::TextPromptSource>& text_prompt_params(bool with_tokenizer = true);
 
 }  // namespace ib::kinds

@@ -1,35 +1,33 @@
 // The `constrain-overhead` kind (§8.5): the cost of applying a mask at a decode step against the LM
-// head alone; the kind and its CPU analog here, the CUDA variants in cuda_constrain.cpp. No DFA:
+// head alone; the kind and its CPU analog here, the CUDA variants in cuda_overhead.cpp. No DFA:
 // a random mask of the given density.
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "constrain/constrain_kinds_internal.h"
 #include "constrain/masked_argmax.h"
 #include "constrain/token_index.h"
 #include "core/memory.h"
+#include "core/registry.h"
+#include "kinds/constrain/constrain_keys.h"
+#include "kinds/constrain/constrain_kind.h"
 #include "numerics/parallel.h"
 #include "numerics/random.h"
-#include "core/registry.h"
 
 namespace ib::constrain {
 namespace {
-
-using detail::kind;
-
-// ---- constrain-overhead (CPU analog) ----
 
 class CpuLmHead : public Variant {
  public:
   explicit CpuLmHead(bool masked) : masked_(masked) {}
   std::string unsupported(const Point& p) const override {
     LmHeadShape sh;
-    if (!lm_head_shape(p.text("model"), &sh)) return "unknown model";
+    if (!lm_head_shape(overhead_keys().read(p).model, &sh)) return "unknown model";
     return {};
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    lm_head_shape(p.text("model"), &shape_);
+    const OverheadKeys k = overhead_keys().read(p);
+    lm_head_shape(k.model, &shape_);
     const size_t h = static_cast<size_t>(shape_.hidden), v = static_cast<size_t>(shape_.vocab);
     w_.allocate(h * v, "LM head weights");
     x_.allocate(h, "hidden state");
@@ -39,7 +37,7 @@ class CpuLmHead : public Variant {
       for (size_t i = b; i < e; ++i) w_[i] = random_uniform(seed, i) * 0.05f;
     });
     for (size_t i = 0; i < h; ++i) x_[i] = random_uniform(seed + 1, i);
-    const double density = p.number("mask_density");
+    const double density = k.mask_density;
     for (size_t w = 0; w < mask_.size(); ++w) mask_[w] = 0;
     for (size_t t = 0; t < v; ++t)
       if (static_cast<double>(random_bits(seed + 2, t) % 1000000) < density * 1e6) mask_[t >> 5] |= 1u << (t & 31);
@@ -90,19 +88,14 @@ class CpuLmHead : public Variant {
   int32_t token_ = -1;
 };
 
-const KindRegistration overhead_kind(with_smallest(
-    kind("constrain-overhead",
-         "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
-         "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
-         "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
-         {enum_key(
-              "model",
-              "LM-head shape: llama2-7b (4096 -> 32000), qwen2-0.5b (896 -> 151936), gpt2 (768 -> 50257), tiny (256 -> 50257)",
-              "llama2-7b", {"llama2-7b", "qwen2-0.5b", "gpt2", "tiny"}),
-          key_spec("mask_density", ParamType::Float, "fraction of tokens the mask allows", Value(0.5), 0.0, 1.0)}),
-    "model: tiny\n"));
+const KindRegistration overhead_kind(constrain_kind(
+    "constrain-overhead",
+    "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
+    "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
+    "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
+    overhead_keys().keys(), "model: tiny\n"));
 
-// The CUDA variants are declared in cuda_constrain.cpp.
+// The CUDA variants are declared in cuda_overhead.cpp.
 const VariantListRegistration overhead_variants(
     "constrain-overhead",
     {{{"cpu_lm_head_argmax", Backend::Cpu, "fp32 SGEMV over the CPU threads, then argmax", {}}, make_variant<CpuLmHead>(false)},

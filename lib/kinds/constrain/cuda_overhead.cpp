@@ -1,6 +1,5 @@
 // CUDA variants of `constrain-overhead`: the LM head (cuBLAS bf16 GEMV to fp32 logits) followed
-// by a greedy choice, with and without the step's token bitmask (uploaded every step); and of
-// `constrain-generate`'s are declared in engine_generate.cpp. Compiled in every build: the
+// by a greedy choice, with and without the step's token bitmask (uploaded every step). Compiled in every build: the
 // declarations at the end are the variants' one declaration, the classes only where the CUDA
 // backend is.
 #include "core/registry.h"
@@ -12,7 +11,6 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "constrain/engine_generate.h"
 #include "constrain/masked_argmax.h"
 #include "constrain/token_index.h"
 #include "constrain_mask.h"
@@ -22,6 +20,7 @@
 #include "numerics/dtype.h"
 #include "numerics/random.h"
 #include "fill.h"
+#include "kinds/constrain/constrain_keys.h"
 
 namespace ib::constrain {
 namespace {
@@ -33,10 +32,11 @@ class CudaLmHead : public Variant {
   explicit CudaLmHead(bool masked) : masked_(masked) {}
   std::string unsupported(const Point& p) const override {
     LmHeadShape sh;
-    return lm_head_shape(p.text("model"), &sh) ? "" : "unknown model";
+    return lm_head_shape(overhead_keys().read(p).model, &sh) ? "" : "unknown model";
   }
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    lm_head_shape(p.text("model"), &shape_);
+    const OverheadKeys k = overhead_keys().read(p);
+    lm_head_shape(k.model, &shape_);
     seed_ = seed;
     const size_t h = static_cast<size_t>(shape_.hidden), v = static_cast<size_t>(shape_.vocab), words = (v + 31) / 32;
     w_.allocate(h * v * 2, "LM head weights (bf16)");
@@ -49,7 +49,7 @@ class CudaLmHead : public Variant {
     void* pinned = nullptr;
     IB_CUDA_CHECK(cudaMallocHost(&pinned, words * sizeof(uint32_t)));
     mask_host_ = static_cast<uint32_t*>(pinned);
-    const double density = p.number("mask_density");
+    const double density = k.mask_density;
     for (size_t w = 0; w < words; ++w) mask_host_[w] = 0;
     for (size_t t = 0; t < v; ++t)
       if (static_cast<double>(random_bits(seed + 2, t) % 1000000) < density * 1e6) mask_host_[t >> 5] |= 1u << (t & 31);

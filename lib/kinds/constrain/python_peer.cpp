@@ -10,7 +10,7 @@
 // our DFA's (tokens the peer allows beyond ours, and ours it refuses), and the walks' finished
 // documents are checked by our independent validator (validity_check). No python, no package, a
 // schema the peer refuses: an `unsupported` row that says which.
-#include "constrain/python_peer.h"
+#include "kinds/constrain/python_peer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -25,32 +25,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/peer_process.h"
 #include "constrain/generate.h"
-#include "constrain/constrain_kinds_internal.h"
-#include "constrain/kind_setup.h"
 #include "constrain/token_index.h"
+#include "constrain/validity_check.h"
 #include "core/backend.h"
+#include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/spec.h"
+#include "kinds/constrain/constrain_keys.h"
+#include "kinds/constrain/constrain_kind.h"
 
 extern "C" const char ib_constrain_peer_py[];  // constrain_peer_embed.S
 
 namespace ib::constrain {
 
 const char* constrain_peer_script() { return ib_constrain_peer_py; }
-
-KindInfo with_python_peers(KindInfo k) {
-  k.keys.push_back(key_spec("python", ParamType::String,
-                            "xgrammar/llguidance peers: the interpreter that runs the compiled-in scripts/constrain_peer.py "
-                            "(searched in PATH); no interpreter, or no such package in it, makes the peer rows unsupported",
-                            Value(std::string("python3"))));
-  k.keys.push_back(key_spec("peer_timeout", ParamType::Seconds,
-                            "xgrammar/llguidance peers: time allowed for python's start, the tokenizer and the checks, on top "
-                            "of the row's timeout; the process is killed past it (a FAILED row)",
-                            Value(120.0), 1e-3));
-  return k;
-}
 
 namespace {
 
@@ -142,27 +131,38 @@ class PythonPeer : public Variant {
  public:
   PythonPeer(Mode mode, std::string peer) : mode_(mode), peer_(std::move(peer)) {}
 
+  // The point's keys as constrain-mask's: a compile row is checked on kCompileDocuments documents.
+  MaskKeys keys(const Point& p) const {
+    if (mode_ == Mode::Mask) return mask_keys().read(p);
+    const CompileKeys c = compile_keys().read(p);
+    MaskKeys k;
+    k.constraint = c.constraint;
+    k.documents = kCompileDocuments;
+    k.peer = c.peer;
+    return k;
+  }
+
   std::string unsupported(const Point& p) const override {
-    const std::string& c = p.text("constraint");
-    if (c.rfind("regex:", 0) == 0 || c.rfind("choice:", 0) == 0)
+    if (!keys(p).constraint.is_schema())
       return fmt::format("the {} peer is given JSON Schemas only (regex: and choice: are our syntax)", peer_);
     return {};
   }
 
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    setup_.load(p);
+    const MaskKeys point = keys(p);
+    setup_.load(point.constraint);
     compiled_ = setup_.compile();
     valid_ = validity_check(compiled_);
-    whitespace_ = p.text("whitespace");
-    strict_ = p.find("strict_properties") ? p.flag("strict_properties") : true;
-    python_ = p.find("python") ? p.text("python") : "python3";
-    peer_timeout_ = p.find("peer_timeout") ? p.number("peer_timeout") : 120.0;
+    whitespace_ = point.constraint.whitespace;
+    strict_ = point.constraint.strict_properties;
+    python_ = point.peer.python;
+    peer_timeout_ = point.peer.peer_timeout;
     seed_ = seed;
     // The documents MaskVariant decodes at this point: the same seed, the same draws.
     const Dfa& dfa = *compiled_.dfa;
     std::mt19937_64 rng(seed);
     const auto dist = distance_to_accept(dfa);
-    const int64_t n = mode_ == Mode::Mask ? p.integer("documents") : kCompileDocuments;
+    const int64_t n = point.documents;
     docs_.clear();
     for (int64_t d = 0; d < n; ++d)
       docs_.push_back(tokenize_greedy(random_document(dfa, dist, dfa.start, rng), dfa, dfa.start, *setup_.trie));
@@ -433,7 +433,7 @@ class PythonPeer : public Variant {
 
   Mode mode_;
   std::string peer_;
-  Setup setup_;
+  ConstraintSetup setup_;
   CompiledConstraint compiled_;
   std::function<bool(const std::string&)> valid_;
   std::string whitespace_, python_;
@@ -450,34 +450,34 @@ class PythonPeer : public Variant {
 // The peers read every key of their kind, ours and `python`, `peer_timeout`.
 const VariantRegistration reg_constrain_compile_xgrammar(
     "constrain-compile",
-    peer(detail::host("xgrammar",
-                      "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
-                      "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
-                      "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
-                      "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
-                      "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
-                      "it refuses the schema")),
+    peer(host("xgrammar",
+              "XGrammar (python package, scripts/constrain_peer.py compiled in, its own process; key `python`) on our "
+              "token bytes: one sample = compile_json_schema (grammar + adaptive token-mask cache, our thread count, "
+              "its cache off) + GrammarMatcher. Checked first on 8 of our random valid documents (every token and EOS "
+              "allowed, read from its masks; 12 masks compared with our DFA's: mask_extra/mask_missing), 8 random walks "
+              "under its mask checked by our validator (the note); unsupported (saying why) without the package or when "
+              "it refuses the schema")),
     make_variant<PythonPeer>(Mode::Compile, "xgrammar"));
 const VariantRegistration reg_constrain_compile_llguidance(
     "constrain-compile",
-    peer(detail::host("llguidance",
-                      "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
-                      "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
-                      "match; it has no strict mode (undeclared keys stay allowed)")),
+    peer(host("llguidance",
+              "llguidance (python package, as xgrammar): one sample = grammar_from_json_schema + LLMatcher (lexer and "
+              "parser; its masks are computed at each step, none here); its tokenizer callback is our greedy longest "
+              "match; it has no strict mode (undeclared keys stay allowed)")),
     make_variant<PythonPeer>(Mode::Compile, "llguidance"));
 const VariantRegistration reg_constrain_mask_xgrammar(
     "constrain-mask",
-    peer(detail::host("xgrammar",
-                      "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
-                      "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
-                      "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
-                      "target token and EOS allowed by its masks)")),
+    peer(host("xgrammar",
+              "XGrammar's GrammarMatcher (python package, its own process; key `python`) on the same documents and "
+              "token ids: per step fill_next_token_bitmask + accept_token, timed in python (py_overhead: the cost of a "
+              "timed step around two no-op calls), a fresh matcher per document (untimed); gated as ours (every "
+              "target token and EOS allowed by its masks)")),
     make_variant<PythonPeer>(Mode::Mask, "xgrammar"));
 const VariantRegistration reg_constrain_mask_llguidance(
     "constrain-mask",
-    peer(detail::host("llguidance",
-                      "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
-                      "llguidance.numpy's fill does) + consume_token")),
+    peer(host("llguidance",
+              "llguidance's LLMatcher (as xgrammar): per step the mask into the bitmask (unsafe_compute_mask_ptr, what "
+              "llguidance.numpy's fill does) + consume_token")),
     make_variant<PythonPeer>(Mode::Mask, "llguidance"));
 
 }  // namespace

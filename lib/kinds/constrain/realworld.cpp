@@ -21,6 +21,8 @@
 #include "constrain/vocab.h"
 #include "core/registry.h"
 #include "core/stats.h"
+#include "kinds/constrain/constrain_keys.h"
+#include "kinds/constrain/constrain_kind.h"
 
 namespace ib::constrain {
 namespace {
@@ -33,13 +35,14 @@ class Realworld : public Variant {
  public:
   explicit Realworld(SchemaPath path) : path_(path) {}
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    source_ = p.text("source");
-    options_.strict_properties = p.flag("strict_properties");
-    options_.validator_fallback = p.text("fallback") == "validator";
-    options_.unique_items_by_validator = p.text("unique_items") == "validator";
-    options_.max_compile_seconds = p.number("max_compile_seconds");
-    mask_schemas_ = static_cast<size_t>(p.integer("mask_schemas"));
-    vocab_name_ = p.text("vocab");
+    const RealworldKeys k = realworld_keys().read(p);
+    source_ = k.source;
+    options_.strict_properties = k.strict_properties;
+    options_.validator_fallback = k.fallback == "validator";
+    options_.unique_items_by_validator = k.unique_items == "validator";
+    options_.max_compile_seconds = k.max_compile_seconds;
+    mask_schemas_ = static_cast<size_t>(k.mask_schemas);
+    vocab_name_ = k.vocab;
     seed_ = seed;
     for (auto& e : load_corpus(corpus_path()))
       if (source_ == "all" || e.source == source_) entries_.push_back(std::move(e));
@@ -244,46 +247,15 @@ class Realworld : public Variant {
   int valid_ = 0, valid_refused_ = 0, invalid_ = 0, invalid_accepted_ = 0, by_validator_ = 0;
 };
 
-KindInfo realworld_info() {
-  KindInfo k;
-  k.name = "constrain-realworld";
-  k.smallest = "source: bfcl\nmask_schemas: 1\nmax_compile_seconds: 1\n";
-  k.group = "constrain";
-  k.doc =
-      "The JSON Schema compiler on the real-world corpus (data/schema-corpus: SchemaStore, Kubernetes, BFCL tool "
-      "schemas; instances labelled by the jsonschema package): schemas compiled, compile p50/p90, valid instances "
-      "refused (spelt compactly in schema key order) and invalid ones accepted (as written or in schema order; any is a "
-      "FAILED row), and the precomputed mask's per-step time on a sample. The note lists why schemas were refused. One "
-      "sample = one pass over the source's schemas.";
-  k.keys = {enum_key("source", "the corpus part: all, schemastore, kubernetes or bfcl", "all",
-                     {"all", "schemastore", "kubernetes", "bfcl"}),
-            key_spec("strict_properties", ParamType::Bool,
-                     "without additionalProperties, no keys but the declared ones (true) or any others (false: the JSON "
-                     "Schema meaning, what the instances' labels use)",
-                     Value(false)),
-            enum_key("unique_items",
-                     "uniqueItems over items that are no finite enumeration: refuse, or validator (compiled without it, "
-                     "the document checked after; counted in validator_decides)",
-                     "refuse", {"refuse", "validator"}),
-            enum_key("fallback",
-                     "a keyword beyond what the mask holds exactly: refuse the schema, or validator (the schema object "
-                     "compiled without it, the document checked after; counted in validator_decides; implies "
-                     "unique_items: validator)",
-                     "refuse", {"refuse", "validator"}),
-            key_spec("max_compile_seconds", ParamType::Float,
-                     "CPU seconds one schema's compile may take: past it the schema is refused (keyword "
-                     "max_compile_seconds; #49's accounting of XGrammar and llguidance counts compiles past 10 s as "
-                     "refused); 0: no budget",
-                     Value(10.0), 0.0, 3600.0),
-            key_spec("vocab", ParamType::String,
-                     "the vocabulary of the mask timing (gpt2, llama2, deepseek-llm, a tokenizer.json or a checkpoint)",
-                     Value(std::string("gpt2"))),
-            key_spec("mask_schemas", ParamType::Int, "compiled schemas (a seeded sample) whose precomputed masks are timed",
-                     Value(int64_t{16}), 0.0, 1000.0)};
-  return k;
-}
+const KindRegistration realworld_kind(constrain_kind(
+    "constrain-realworld",
+    "The JSON Schema compiler on the real-world corpus (data/schema-corpus: SchemaStore, Kubernetes, BFCL tool "
+    "schemas; instances labelled by the jsonschema package): schemas compiled, compile p50/p90, valid instances "
+    "refused (spelt compactly in schema key order) and invalid ones accepted (as written or in schema order; any is a "
+    "FAILED row), and the precomputed mask's per-step time on a sample. The note lists why schemas were refused. One "
+    "sample = one pass over the source's schemas.",
+    realworld_keys().keys(), "source: bfcl\nmask_schemas: 1\nmax_compile_seconds: 1\n"));
 
-const KindRegistration realworld_kind(realworld_info());
 const VariantRegistration reg_constrain_realworld_dfa(
     "constrain-realworld",
     {"dfa", Backend::Cpu, "our compiler: schema -> regex -> minimal DFA (precomputed masks for the timing)", {}, true},

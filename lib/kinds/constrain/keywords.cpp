@@ -1,21 +1,17 @@
 // The `constrain-keywords` kind (§8.5): the compiler's completeness table, one row per JSON Schema
-// keyword case of keyword_cases.h (supported: checked against the validator; refused: the error).
+// keyword case of constrain/keyword_cases.h (supported: checked against the validator; refused: the error).
 #include <memory>
 #include <stdexcept>
 #include <string>
 
-#include "constrain/constrain_kinds_internal.h"
 #include "constrain/constraint.h"
 #include "constrain/keyword_cases.h"
 #include "core/registry.h"
+#include "kinds/constrain/constrain_keys.h"
+#include "kinds/constrain/constrain_kind.h"
 
 namespace ib::constrain {
 namespace {
-
-using detail::host;
-using detail::kind;
-
-// ---- constrain-keywords ----
 
 // One row per keyword of keyword_cases.h. A supported keyword: validate() checks its case (the
 // DFA accepts exactly the valid documents, rejects the by-design ones, random walks satisfy the
@@ -25,17 +21,17 @@ using detail::kind;
 class KeywordCheck : public Variant {
  public:
   std::string unsupported(const Point& p) const override {
-    const RefusalCase* refusal = find_refusal_case(p.text("keyword"));
+    const RefusalCase* refusal = find_refusal_case(keyword_keys().read(p).keyword);
     if (!refusal) return {};
     const RefusalOutcome o = check_refusal(*refusal);
     return o.ok ? "error: " + o.message : std::string();  // not as expected: validate() fails the row
   }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    const std::string& name = p.text("keyword");
-    case_ = find_keyword_case(name);
-    refusal_ = find_refusal_case(name);
-    if (!case_ && !refusal_) throw std::runtime_error("no keyword case '" + name + "'");
-    walks_ = static_cast<int>(p.integer("walks"));
+    const KeywordKeys k = keyword_keys().read(p);
+    case_ = find_keyword_case(k.keyword);
+    refusal_ = find_refusal_case(k.keyword);
+    if (!case_ && !refusal_) throw std::runtime_error("no keyword case '" + k.keyword + "'");
+    walks_ = static_cast<int>(k.walks);
     seed_ = seed;
   }
   Validation validate(BackendRuntime&) override {
@@ -75,19 +71,15 @@ class KeywordCheck : public Variant {
   std::string note_;
 };
 
-const KindRegistration keywords_kind(with_smallest(
-    kind("constrain-keywords",
-         "The compiler's completeness table, one row per JSON Schema keyword (and regex: / choice:): a bundled case "
-         "(lib/constrain/keyword_cases.h) with hand-written valid, invalid and by-design documents (valid by the schema, "
-         "outside the language by design: key order, compact layout, ...). The row passes when the DFA accepts every valid "
-         "document and rejects the others, and `walks` random walks through the DFA parse and satisfy an independent "
-         "validator. Refused keywords are `unsupported` rows whose note is the compiler's error, which must name the "
-         "keyword and the JSON pointer. One sample = one compile of the case.",
-         {enum_key("keyword", "the keyword case: a supported keyword, regex, choice, or a refused keyword", "type-null",
-                   keyword_case_names()),
-          key_spec("walks", ParamType::Int, "random documents drawn from the DFA per keyword, each checked by the validator",
-                   Value(int64_t{100}), 1.0, 100000.0)}),
-    "walks: 5\n"));
+const KindRegistration keywords_kind(constrain_kind(
+    "constrain-keywords",
+    "The compiler's completeness table, one row per JSON Schema keyword (and regex: / choice:): a bundled case "
+    "(lib/constrain/keyword_cases.h) with hand-written valid, invalid and by-design documents (valid by the schema, "
+    "outside the language by design: key order, compact layout, ...). The row passes when the DFA accepts every valid "
+    "document and rejects the others, and `walks` random walks through the DFA parse and satisfy an independent "
+    "validator. Refused keywords are `unsupported` rows whose note is the compiler's error, which must name the "
+    "keyword and the JSON pointer. One sample = one compile of the case.",
+    keyword_keys().keys(), "walks: 5\n"));
 
 const VariantRegistration reg_constrain_keywords_dfa("constrain-keywords",
                                                      host("dfa",

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "serve/workload_keys.h"
 
 namespace ib::serve {
 namespace {
@@ -57,22 +56,6 @@ std::vector<Request> make_workload(const WorkloadOptions& o, int vocab, uint64_t
     out.push_back(std::move(r));
   }
   return out;
-}
-
-WorkloadOptions workload_options(const WorkloadKeys& k) {
-  WorkloadOptions o;
-  o.requests = static_cast<int>(k.requests);
-  o.qps = k.qps;
-  o.arrival = k.arrival;
-  o.burstiness = k.burstiness;
-  o.prompt_len = static_cast<int>(k.prompt_len);
-  o.prompt_len_max = static_cast<int>(k.prompt_len_max);
-  o.output_len = static_cast<int>(k.output_len);
-  o.output_len_max = static_cast<int>(k.output_len_max);
-  o.long_share = k.long_share;
-  o.long_prompt = static_cast<int>(k.long_prompt);
-  o.system_prompt = static_cast<int>(k.system_prompt);
-  return o;
 }
 
 std::string describe(const std::vector<Request>& trace) {

@@ -4,11 +4,12 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
+#include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
 #include "model/engine_keys.h"
 #include "model/text_prompt.h"
-#include "serve/serve_keys.h"
-#include "serve/serve_load.h"
+#include "kinds/serve_load/serve_keys.h"
+#include "kinds/serve_load/serve_load.h"
 
 namespace ib::serve {
 
@@ -51,6 +52,7 @@ const ParamSet<ServeKeys>& serve_keys() {
             key_spec("temperature", ParamType::Float, "0 = greedy; else sampling on the backend (validation always runs greedy)",
                      Value(0.0), 0.0));
     add_goodput_and_seed_keys(out);
+    out.add_group(&P::prompts, kinds::text_prompt_params());
     return out;
   }();
   return set;
@@ -72,7 +74,6 @@ KindInfo serve_kind() {
       "variant is first checked: a served greedy load's requests against each generated alone on the CPU engine, and "
       "every KV reservation returned.";
   k.keys = serve_keys().keys();
-  for (auto& t : model::text_prompt_keys()) k.keys.push_back(std::move(t));
   k.check = [](const auto& values) -> std::optional<KeyProblem> {
     if (auto it = values.find("block_size"); it != values.end())
       for (const Value& v : it->second) {

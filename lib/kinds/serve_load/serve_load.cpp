@@ -1,4 +1,4 @@
-#include "serve/serve_load.h"
+#include "kinds/serve_load/serve_load.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,7 +77,7 @@ void ServeLoad::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   config_ = m.config;
   weights_ = std::move(m.weights);
   std::vector<std::vector<int32_t>> texts;
-  if (auto text = model::text_prompts(p, keys_.weights, config_.vocab)) texts = text->tokens;
+  if (auto text = model::text_prompts(keys_.prompts, keys_.weights, config_.vocab)) texts = text->tokens;
   // The row's seed differs per variant; the load must not (the policies are compared on one load).
   trace_ = make_workload(workload_options(keys_), config_.vocab, static_cast<uint64_t>(keys_.workload_seed), texts);
   workload_ = describe(trace_);

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "core/params.h"
-#include "serve/workload_keys.h"
+#include "kinds/params/workload_params.h"
+#include "model/text_prompt.h"
 
 namespace ib::serve {
 
@@ -16,6 +17,7 @@ struct ServeKeys : WorkloadKeys {
   int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0, kv_blocks = 0, block_size = 16;
   int64_t spec_tokens = 0;  // speculative decoding by prompt lookup: tokens drafted per request and step (0: off)
   double temperature = 0;
+  model::TextPromptSource prompts;  // text prompts in place of the seeded random ones
 };
 
 const ParamSet<ServeKeys>& serve_keys();

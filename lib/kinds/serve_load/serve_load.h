@@ -14,7 +14,7 @@
 #include "model/model.h"
 #include "serve/load_metrics.h"
 #include "serve/scheduler.h"
-#include "serve/serve_keys.h"
+#include "kinds/serve_load/serve_keys.h"
 
 namespace ib::serve {
 

@@ -1,6 +1,6 @@
 // What the three prefix kinds share, declared for their files (system_prompt_kind.cpp, mixed_kind.cpp,
-// cost_kind.cpp): the workload keys and options, the engine the two engine kinds build, the cache
-// options and the variant lists. Defined once, in prefix_kinds.cpp (Engine here).
+// cost_kind.cpp; the caches and the server they measure are lib/prefix's): the workload keys and options, the engine the two
+// engine kinds build, the cache options and the variant lists. Defined once, in prefix_kinds.cpp (Engine here).
 #pragma once
 
 #include <algorithm>

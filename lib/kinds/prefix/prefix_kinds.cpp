@@ -12,7 +12,7 @@
 #include "core/stats.h"
 #include "core/units.h"
 #include "model/engine_keys.h"
-#include "prefix/prefix_kinds_internal.h"
+#include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

@@ -1,6 +1,6 @@
 // The `prefix-system-prompt` kind (§8.4): the chapter's agent case, TTFT of a request behind a warm
 // cache, with its system prompt random or as text; its own file, as each prefix kind (the shared
-// keys, engine and variant list: prefix_kinds_internal.h).
+// keys, engine and variant list: prefix_kinds.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "core/stats.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
-#include "prefix/prefix_kinds_internal.h"
+#include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

@@ -1,13 +1,13 @@
 // The `prefix-cost` kind (§8.4): API prompt-caching prices applied to the cache hits of the same
 // workloads; host arithmetic over the caches' bookkeeping (no engine), so its variants are host
-// variants. Its own file, as each prefix kind (what they share: prefix_kinds_internal.h).
+// variants. Its own file, as each prefix kind (what they share: prefix_kinds.h).
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/registry.h"
-#include "prefix/prefix_kinds_internal.h"
+#include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

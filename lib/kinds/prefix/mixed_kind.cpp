@@ -1,6 +1,6 @@
 // The `prefix-mixed` kind (§8.4): a server's mixed load replayed in arrival order, hit rate, TTFT
 // p50/p99, memory held and evictions over a capacity sweep; its own file, as each prefix kind (the
-// shared keys, engine and variant list: prefix_kinds_internal.h).
+// shared keys, engine and variant list: prefix_kinds.h).
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -10,7 +10,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "model/model_choice.h"
-#include "prefix/prefix_kinds_internal.h"
+#include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

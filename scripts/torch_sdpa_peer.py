@@ -79,7 +79,7 @@ def clean_warning(text):
     return " ".join(text.split())
 
 
-# ---- the attention problem (the same geometry as lib/attention/problem.cpp) ----
+# ---- the attention problem (the same geometry as lib/kinds/attention/problem.cpp) ----
 
 def visible_keys(a, i):
     """Keys query i sees end here (exclusive): bottom-right causal alignment."""

@@ -32,8 +32,8 @@
 #include "test_stream.h"
 
 #include "attention.h"
-#include "attention/cuda_params.h"
-#include "attention/problem.h"
+#include "kinds/attention/cuda_params.h"
+#include "kinds/attention/problem.h"
 #include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "numerics/half.h"

@@ -11,7 +11,7 @@
 #include "../common/run_kind.h"
 
 #include "numerics/online_softmax.h"
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 #include "core/runner.h"
 #include "core/spec.h"
 

@@ -22,7 +22,7 @@
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
-#include "attention/torch_peer.h"
+#include "kinds/attention/torch_peer.h"
 #include "core/peer_process.h"
 #include "core/runner.h"
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "numerics/flash_tiles.h"
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 
 namespace ib::attention {
 namespace {

@@ -2,7 +2,7 @@
 // llguidance's JSON Schema matchers on the same schema, vocabulary (our token ids and bytes, EOS
 // included) and documents, measured by scripts/constrain_peer.py (compiled into the binary) in its
 // own python process, which prints one JSON line (the design of the torch SDPA peers,
-// attention/torch_peer.h). The script's text is declared here for the tests.
+// kinds/attention/torch_peer.h). The script's text is declared here for the tests.
 #pragma once
 
 namespace ib::constrain {

@@ -3,7 +3,7 @@
 // Inputs are filled on the device with the same counter-based values the CPU reference regenerates.
 // Compiled in every build: the declarations at the end are the variants' one declaration, the
 // classes only where the CUDA backend is.
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 #include "core/registry.h"
 
 #if INFER_BENCH_HAVE_CUDA
@@ -14,9 +14,9 @@
 #include <fmt/format.h>
 
 #include "attention.h"
-#include "attention/cuda_params.h"
-#include "attention/problem.h"
-#include "attention/variant_common.h"
+#include "kinds/attention/cuda_params.h"
+#include "kinds/attention/problem.h"
+#include "kinds/attention/variant_common.h"
 #include "core/cublas.h"
 #include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"

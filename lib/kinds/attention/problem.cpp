@@ -1,4 +1,4 @@
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 
 #include <algorithm>
 #include <cmath>

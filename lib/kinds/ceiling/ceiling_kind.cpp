@@ -1,7 +1,7 @@
 // Kind `ceiling`: the card's copy bandwidth and GEMM rate, the denominators of every report's
 // roofline columns (`infer-bench info` prints them). Its variants are declared beside their code:
 // cpu_ceiling.cpp and cuda_ceiling.cpp.
-#include "ceiling/ceiling_keys.h"
+#include "kinds/ceiling/ceiling_keys.h"
 #include "core/registry.h"
 
 namespace ib {

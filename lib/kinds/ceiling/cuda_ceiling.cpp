@@ -9,8 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ceiling/ceiling_keys.h"
-#include "ceiling/gemm_check.h"
+#include "kinds/ceiling/ceiling_keys.h"
+#include "kinds/ceiling/gemm_check.h"
 #include "core/cublas.h"
 #include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 #include "core/variant.h"
 
 namespace ib::attention {

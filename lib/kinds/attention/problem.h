@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_keys.h"
+#include "kinds/attention/attention_keys.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
 #include "core/sweep.h"

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "ceiling/ceiling_keys.h"
-#include "ceiling/gemm_check.h"
+#include "kinds/ceiling/ceiling_keys.h"
+#include "kinds/ceiling/gemm_check.h"
 #include "numerics/blas_sgemm.h"
 #include "numerics/sgemm.h"
 #include "core/memory.h"

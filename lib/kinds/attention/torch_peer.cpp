@@ -4,7 +4,7 @@
 // takes its gate, samples and peak memory from the script's JSON line (Variant::measure_self):
 // timing the process from here would time python's start-up, not the kernel. No torch, no GPU
 // or a backend that refuses the shape make an `unsupported` row that says which.
-#include "attention/torch_peer.h"
+#include "kinds/attention/torch_peer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attention/problem.h"
-#include "attention/variant_common.h"
+#include "kinds/attention/problem.h"
+#include "kinds/attention/variant_common.h"
 #include "core/backend.h"
 #include "core/errors.h"
 #include "core/peer_process.h"

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "ceiling/ceiling_keys.h"
+#include "kinds/ceiling/ceiling_keys.h"
 #include "core/registry.h"
 #include "numerics/packed_gemv.h"  // best_cpu_isa
 #include "numerics/parallel.h"

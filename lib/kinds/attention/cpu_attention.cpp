@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 #include "numerics/online_softmax.h"
-#include "attention/variant_common.h"
+#include "kinds/attention/variant_common.h"
 #include "numerics/sgemm.h"
 #include "core/backend.h"
 #include "core/memory.h"

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "attention.h"
-#include "attention/problem.h"
+#include "kinds/attention/problem.h"
 
 namespace ib::attention {
 

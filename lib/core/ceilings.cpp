@@ -1,71 +1,34 @@
 #include "core/ceilings.h"
 
-#include <fmt/format.h>
-
-#include "core/units.h"
+#include <stdexcept>
+#include <utility>
 
 namespace ib {
+namespace {
+
+CeilingMeasurement& provided() {
+  static CeilingMeasurement m;
+  return m;
+}
+
+const CeilingMeasurement& measurement() {
+  const CeilingMeasurement& m = provided();
+  if (!m.spec || !m.peaks) throw std::logic_error("no ceiling measurement in this binary (the ceiling kind provides it)");
+  return m;
+}
+
+}  // namespace
+
+CeilingProvision::CeilingProvision(CeilingMeasurement m) {
+  if (provided().spec) throw std::logic_error("the ceiling measurement is provided twice");
+  provided() = std::move(m);
+}
 
 Spec ceiling_spec(Backend backend, bool quick, const RunControlOverrides& overrides) {
-  // The GPU sizes are far past L2 (60 MB on H200) and large enough for cuBLAS's best kernels;
-  // the CPU sizes fit a 2-core CI machine. `quick` only shortens the sampling.
-  const char* control =
-      quick ? "    warmup: 2\n    min_samples: 5\n    min_time: 50ms\n    max_noise: 2%\n    timeout: 2s\n" : "";
-  const char* cpu_bytes = "256MiB";
-  const int cpu_gemm = 1024;
-  std::string yaml = fmt::format(
-      "version: 1\n"
-      "experiments:\n"
-      "  - name: peak-copy\n"
-      "    kind: ceiling\n"
-      "    description: Copy bandwidth, bytes read + written per second\n"
-      "    variants: [copy]\n"
-      "    bytes: 1GiB\n"
-      "{0}"
-      "    cpu: {{variants: [memcpy], bytes: {1}}}\n"
-      "  - name: peak-gemm\n"
-      "    kind: ceiling\n"
-      "    description: Dense GEMM rate, 2·m·n·k FLOP per run\n"
-      "    variants: [gemm]\n"
-      "    m: 8192\n    n: 8192\n    k: 8192\n    dtype: bf16\n"
-      "{0}"
-      "    cpu: {{variants: [sgemm, blas_sgemm, fma_peak], m: {2}, n: {2}, k: {2}, dtype: fp32}}\n",
-      control, cpu_bytes, cpu_gemm);
-  SpecOptions opt;
-  opt.backend = backend;
-  opt.overrides = overrides;
-  return parse_spec(yaml, "<built-in ceiling spec>", opt);
+  return measurement().spec(backend, quick, overrides);
 }
 
-Ceilings ceilings_from_results(const std::vector<ExperimentResult>& results) {
-  Ceilings c;
-  for (const auto& e : results)
-    for (const auto& r : e.rows) {
-      if (r.status != RowStatus::Ok || r.stats.median <= 0) continue;
-      if ((r.variant == "copy" || r.variant == "memcpy") && r.work.bytes > 0) {
-        double rate = r.work.bytes / r.stats.median;
-        if (rate > c.copy_bytes_per_s) {
-          c.copy_bytes_per_s = rate;
-          c.copy_label =
-              fmt::format("{} {}", r.variant == "copy" ? "cudaMemcpy D2D" : "memcpy", format_bytes(r.point.number("bytes")));
-        }
-      }
-      if (r.variant == "fma_peak" && r.work.flops > 0) {
-        c.fma_flops_per_s = r.work.flops / r.stats.median;
-        c.fma_label = r.message;
-      }
-      if ((r.variant == "gemm" || r.variant == "sgemm" || r.variant == "blas_sgemm") && r.work.flops > 0) {
-        double rate = r.work.flops / r.stats.median;
-        if (rate > c.gemm_flops_per_s) {
-          c.gemm_flops_per_s = rate;
-          const char* who = r.variant == "gemm" ? "cuBLAS" : r.variant == "sgemm" ? "our blocked SGEMM" : "OpenBLAS SGEMM";
-          c.gemm_label = fmt::format("{} {} {}x{}x{}", who, r.point.text("dtype"), r.point.integer("m"), r.point.integer("n"),
-                                     r.point.integer("k"));
-        }
-      }
-    }
-  return c;
-}
+Ceilings ceilings_from_results(const std::vector<ExperimentResult>& results) { return measurement().peaks(results); }
 
 Ceilings measure_ceilings(BackendRuntime& rt) {
   Spec spec = ceiling_spec(rt.backend(), true);

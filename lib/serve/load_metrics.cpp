@@ -20,17 +20,6 @@ Latency latency_of(std::vector<double> s) {
   return l;
 }
 
-std::vector<Metric> median_of_runs(const std::vector<std::vector<Metric>>& per_run) {
-  if (per_run.empty()) return {};
-  std::vector<Metric> m = per_run.front();
-  for (size_t k = 0; k < m.size(); ++k) {
-    std::vector<double> v;
-    for (const auto& run : per_run) v.push_back(run[k].value);
-    m[k].value = summarize(v).median;
-  }
-  return m;
-}
-
 LoadSummary summarize_load(const LoadResult& r, const Slo& slo) {
   LoadSummary out;
   std::vector<double> ttft, tpot, itl, e2e, queue, ttft_short, ttft_long;

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "core/variant.h"
 #include "serve/load_run.h"
 
 namespace ib::serve {
@@ -31,10 +30,6 @@ struct LoadSummary {
   double mean_batch = 0;  // decode rows per step, over the steps that decoded
   size_t steps = 0;
 };
-
-// Each metric's median over a row's runs (every run reports the same metrics in the same order):
-// one run of a load is one draw of its arrival timing and of the machine's noise.
-std::vector<Metric> median_of_runs(const std::vector<std::vector<Metric>>& per_run);
 
 // Only completed requests enter the latencies; `refused` counts those the scheduler refused.
 LoadSummary summarize_load(const LoadResult& r, const Slo& slo);

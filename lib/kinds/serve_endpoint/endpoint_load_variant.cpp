@@ -15,6 +15,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/interrupt.h"
+#include "core/metrics.h"
 #include "core/json_input.h"
 #include "core/output.h"
 #include "core/spec.h"

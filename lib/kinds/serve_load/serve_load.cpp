@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/interrupt.h"
+#include "core/metrics.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "serve/load_run.h"

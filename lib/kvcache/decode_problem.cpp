@@ -69,24 +69,6 @@ const char* kivi_group_key(KvFormat f) {
   }
 }
 
-DecodeShape decode_shape(const Point& p, std::optional<KvFormat> format) {
-  DecodeShape s;
-  s.batch = static_cast<int>(p.integer("batch"));
-  s.heads = static_cast<int>(p.integer("heads"));
-  const int64_t kv = p.integer("kv_heads");
-  s.kv_heads = kv == 0 ? s.heads : static_cast<int>(kv);
-  s.head_dim = static_cast<int>(p.integer("head_dim"));
-  s.context = static_cast<int>(p.integer("context"));
-  s.ragged = p.flag("ragged");
-  if (format)
-    s.format = *format;
-  else if (p.find("kv_dtype"))
-    s.format = kv_format_from_string(p.text("kv_dtype")).value_or(KvFormat::BF16);
-  if (p.find("block_size")) s.block_size = static_cast<int>(p.integer("block_size"));
-  if (is_kivi(s.format) && p.find(kivi_group_key(s.format))) s.kivi_group = static_cast<int>(p.integer(kivi_group_key(s.format)));
-  return s;
-}
-
 std::string decode_shape_problem(const DecodeShape& s) {
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
     return fmt::format("heads ({}) must be a multiple of kv_heads ({})", s.heads, s.kv_heads);

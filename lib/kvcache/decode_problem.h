@@ -1,5 +1,5 @@
 // Decode attention over a KV cache (one query token per sequence, a batch of sequences of their
-// own lengths): the shape read from a sweep point, the counter-based inputs, the storage layouts
+// own lengths): the shape, the counter-based inputs, the storage layouts
 // the CPU and CUDA variants share, and the correctness gate.
 //
 // Layouts (E = the stored element: bf16 bits, e4m3 bits or int8):
@@ -20,13 +20,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "numerics/random.h"
 #include "numerics/half.h"
-#include "core/sweep.h"
 #include "core/variant.h"
 #include "numerics/kv_format.h"
 
@@ -52,13 +50,10 @@ struct DecodeShape {
   std::string label() const;
 };
 
-// The point key that sets G of a KIVI format ("int4_group", "int2_group"; "" for the others).
+// The key that sets G of a KIVI format ("int4_group", "int2_group"; "" for the others), named in
+// decode_shape_problem's message.
 const char* kivi_group_key(KvFormat f);
 
-// Reads batch, heads, kv_heads (0 = heads), head_dim, context, ragged, and block_size and the
-// format's kivi_group_key where the point has them (else contiguous / 32). The format is
-// `format` when given (a variant's own), else the point's kv_dtype (else bf16).
-DecodeShape decode_shape(const Point& p, std::optional<KvFormat> format = std::nullopt);
 // Why the shape is not a decode-attention problem ("" when it is).
 std::string decode_shape_problem(const DecodeShape& s);
 

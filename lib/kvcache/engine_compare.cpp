@@ -10,26 +10,6 @@
 #include "model/text_prompt.h"
 
 namespace ib::kvcache {
-
-std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_tokens) {
-  std::vector<std::string> models = model::preset_names();
-  models.push_back("checkpoint");
-  return {enum_key("model", "engine preset (random weights unless `weights`), or checkpoint (weights: DIR)", "tiny", models),
-          key_spec("weights", ParamType::String,
-                   "random (seeded), or a Hugging Face checkpoint directory (config.json + safetensors)",
-                   Value(std::string("random"))),
-          key_spec("prompt", ParamType::Int, "random prompt tokens decoded before the measured steps",
-                   Value(int64_t{default_prompt}), 1.0),
-          key_spec("new_tokens", ParamType::Int, "measured steps: tokens the reference generates greedily (fed to both)",
-                   Value(int64_t{default_new_tokens}), 1.0),
-          key_spec("text", ParamType::String,
-                   "random: a random prompt and the reference's greedy continuation; or a text file whose first prompt + "
-                   "new_tokens tokens (BOS and the text, through `tokenizer`) are decoded instead, the measured ones scored "
-                   "(perplexity)",
-                   Value(std::string("random"))),
-          model::tokenizer_key_spec()};
-}
-
 namespace {
 
 // The text's tokens (the tokenizer's special tokens, BOS, included), checked against the model.
@@ -49,69 +29,29 @@ std::vector<int32_t> text_tokens(const std::string& path, const std::string& tok
   return ids;
 }
 
-std::vector<std::string> strings_of(const std::map<std::string, std::vector<Value>>& values, const char* key,
-                                    const char* fallback) {
-  std::vector<std::string> out;
-  if (auto it = values.find(key); it != values.end())
-    for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
-  if (out.empty()) out.push_back(fallback);
-  return out;
-}
-
 }  // namespace
 
-std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values) {
-  if (auto problem = model::check_model_weights(values)) return problem;
-  for (const auto& text : strings_of(values, "text", "random")) {
-    if (text == "random") continue;
-    // The longest decode the sweep asks for must fit in the text.
-    int64_t longest = 0;
-    for (const char* key : {"prompt", "new_tokens"}) {
-      int64_t most = 0;
-      if (auto it = values.find(key); it != values.end())
-        for (const Value& v : it->second) most = std::max(most, std::get<int64_t>(v));
-      longest += most;
-    }
-    try {
-      const std::string body = model::read_prompt_file("text", text);
-      for (const auto& tok : strings_of(values, "tokenizer", "auto"))
-        for (const auto& w : strings_of(values, "weights", "random")) {
-          const auto t = model::prompt_tokenizer(tok, w);
-          const size_t n = t->encode(body, true).size();
-          if (static_cast<int64_t>(n) < longest)
-            throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", text, n,
-                                         t->name(), longest));
-        }
-    } catch (const InputError& e) {
-      return KeyProblem{{"text"}, e.what()};
-    }
-  }
-  return std::nullopt;
-}
-
-std::string engine_decode_unsupported(const Point& p) {
-  const int64_t context = p.integer("prompt") + p.integer("new_tokens");
-  if (const auto c = model::preset(p.text("model")); c && context > c->max_positions)
+std::string engine_decode_unsupported(const EngineDecodeOptions& o) {
+  const int64_t context = o.context();
+  if (const auto c = model::preset(o.model); c && context > c->max_positions)
     return fmt::format("a {}-token decode exceeds {}'s {} positions", context, c->name, c->max_positions);
   return {};
 }
 
-ReferenceDecode reference_decode(const Point& p, uint64_t seed) {
+ReferenceDecode reference_decode(const EngineDecodeOptions& o, uint64_t seed) {
   ReferenceDecode r;
-  model::ModelChoice m = model::choose_model(p, seed);
+  model::ModelChoice m = model::choose_model(o.model, o.weights, seed);
   r.config = m.config;
-  r.prompt = static_cast<int>(p.integer("prompt"));
-  r.new_tokens = static_cast<int>(p.integer("new_tokens"));
+  r.prompt = static_cast<int>(o.prompt);
+  r.new_tokens = static_cast<int>(o.new_tokens);
   if (r.context() > r.config.max_positions)
     throw InputError(
         fmt::format("a {}-token decode exceeds {}'s {} positions", r.context(), r.config.name, r.config.max_positions));
   r.model = model::make_cpu_model(r.config, *m.weights);
-  const std::string text = p.find("text") ? p.text("text") : std::string("random");
-  r.scored = text != "random";
+  r.scored = o.text != "random";
   if (r.scored) {
-    r.text_source = text;
-    r.tokens = text_tokens(text, p.find("tokenizer") ? p.text("tokenizer") : std::string("auto"), p.text("weights"),
-                           r.config.vocab, static_cast<size_t>(r.context()));
+    r.text_source = o.text;
+    r.tokens = text_tokens(o.text, o.tokenizer, o.weights, r.config.vocab, static_cast<size_t>(r.context()));
   } else {
     r.tokens = model::random_prompt(r.config.vocab, r.prompt, seed + 17);
     r.tokens.resize(static_cast<size_t>(r.context()));

@@ -8,27 +8,27 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
-#include "core/sweep.h"
-#include "core/value.h"
 #include "core/variant.h"
 #include "model/model.h"
 
 namespace ib::kvcache {
 
-// model, weights, prompt, new_tokens, text, tokenizer.
-std::vector<KeySpec> engine_decode_keys(int default_prompt, int default_new_tokens);
-// Spec-time check (KindInfo::check): the model and its weights, and a `text` file that reads and
-// tokenizes to ids of the model.
-std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values);
-// Why the point's decode does not fit the preset's positions ("" when it does).
-std::string engine_decode_unsupported(const Point& p);
+// The decode a comparison runs: the model (a preset, or checkpoint) and its weights (random, or a
+// checkpoint directory), prompt + new_tokens tokens, and the text ("random": a random prompt and
+// the reference's greedy continuation; else a text file whose tokens, through `tokenizer`, are
+// decoded and scored).
+struct EngineDecodeOptions {
+  std::string model = "tiny", weights = "random";
+  int64_t prompt = 0, new_tokens = 0;
+  std::string text = "random", tokenizer = "auto";
+  int64_t context() const { return prompt + new_tokens; }
+};
+// Why the decode does not fit the preset's positions ("" when it does).
+std::string engine_decode_unsupported(const EngineDecodeOptions& o);
 
 struct ReferenceDecode {
   model::ModelConfig config;
@@ -46,7 +46,7 @@ struct ReferenceDecode {
   size_t vocab() const { return static_cast<size_t>(config.vocab); }
   size_t attn_size() const { return static_cast<size_t>(config.layers) * static_cast<size_t>(config.q_dim()); }
 };
-ReferenceDecode reference_decode(const Point& p, uint64_t seed);
+ReferenceDecode reference_decode(const EngineDecodeOptions& o, uint64_t seed);
 
 // One teacher-forced decode of ref.tokens on a new sequence of ref.model: `before(seq, t)` runs
 // before token t is decoded, `after(seq, t, record)` after it (the attention record of that

@@ -5,7 +5,7 @@
 // build: the declarations at the end are the variants' one declaration, the classes only where
 // the CUDA backend is.
 #include "core/registry.h"
-#include "kvcache/kv_kinds.h"
+#include "kinds/kvcache/kv_decode_keys.h"
 
 #if INFER_BENCH_HAVE_CUDA
 #include <algorithm>
@@ -65,8 +65,6 @@ KvDecodeParams params_of(const DecodeShape& s, int splits) {
   p.splits = splits;
   return p;
 }
-
-int requested_splits(const Point& p) { return p.find("splits") ? static_cast<int>(p.integer("splits")) : 0; }
 
 template <class T>
 void upload(DeviceBuffer<T>& dst, const std::vector<T>& src, cudaStream_t st) {
@@ -201,17 +199,19 @@ class DecodeBase : public Variant {
 class CudaKvDecode : public DecodeBase<KvDecodeParams> {
  public:
   std::string unsupported(const Point& p) const override {
-    const DecodeShape s = shape_of(p);
+    const KvDecodeKeys k = keys_of(p);
+    const DecodeShape s = shape_of(k);
     if (std::string why = decode_shape_problem(s); !why.empty()) return why;
-    return kv_decode_unsupported(params_of(s, requested_splits(p)));
+    return kv_decode_unsupported(params_of(s, static_cast<int>(k.splits)));
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    s_ = shape_of(p);
+    const KvDecodeKeys k = keys_of(p);
+    s_ = shape_of(k);
     seed_ = seed;
     in_ = decode_inputs(s_, seed);
     cudaStream_t st = stream_of(rt);
-    params_ = params_of(s_, requested_splits(p));
+    params_ = params_of(s_, static_cast<int>(k.splits));
     KvCacheView& c = params_.cache;
     const size_t d = static_cast<size_t>(s_.head_dim), kvh = static_cast<size_t>(s_.kv_heads);
     const size_t batch = static_cast<size_t>(s_.batch);
@@ -241,8 +241,9 @@ class CudaKvDecode : public DecodeBase<KvDecodeParams> {
   }
 
  protected:
-  // The shape with the format and layout this variant implies.
-  virtual DecodeShape shape_of(const Point& p) const = 0;
+  // The kind's keys of a point, and the shape with the format and layout this variant implies.
+  virtual KvDecodeKeys keys_of(const Point& p) const = 0;
+  virtual DecodeShape shape_of(const KvDecodeKeys& k) const = 0;
 
  private:
   // Fills the cache the way a serving engine does: bf16 K/V of a chunk of tokens of every
@@ -331,14 +332,16 @@ class CudaKvDecode : public DecodeBase<KvDecodeParams> {
 template <KvFormat F>
 class QuantDecode : public CudaKvDecode {
  protected:
-  DecodeShape shape_of(const Point& p) const override { return decode_shape(p, F); }
+  KvDecodeKeys keys_of(const Point& p) const override { return kv_quant_keys().read(p); }
+  DecodeShape shape_of(const KvDecodeKeys& k) const override { return decode_shape(k, F); }
 };
 
 // kv-paged: the format is kv_dtype; the variant is the layout.
 class ContiguousDecode : public CudaKvDecode {
  protected:
-  DecodeShape shape_of(const Point& p) const override {
-    DecodeShape s = decode_shape(p);
+  KvDecodeKeys keys_of(const Point& p) const override { return kv_paged_keys().read(p); }
+  DecodeShape shape_of(const KvDecodeKeys& k) const override {
+    DecodeShape s = decode_shape(k, k.kv_dtype);
     s.block_size = 0;
     return s;
   }
@@ -346,7 +349,8 @@ class ContiguousDecode : public CudaKvDecode {
 
 class PagedDecode : public CudaKvDecode {
  protected:
-  DecodeShape shape_of(const Point& p) const override { return decode_shape(p); }
+  KvDecodeKeys keys_of(const Point& p) const override { return kv_paged_keys().read(p); }
+  DecodeShape shape_of(const KvDecodeKeys& k) const override { return decode_shape(k, k.kv_dtype); }
 };
 
 // kv-quant int4 / int2: the KIVI cache (contiguous) of kv_decode.h with B = kivi_bits(F), filled
@@ -358,16 +362,18 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
 
  public:
   std::string unsupported(const Point& p) const override {
-    const DecodeShape s = shape_of(p);
+    const KvDecodeKeys k = kv_quant_keys().read(p);
+    const DecodeShape s = decode_shape(k, F);
     if (std::string why = decode_shape_problem(s); !why.empty()) return why;
-    return kivi_decode_unsupported(params_of(s, requested_splits(p)));
+    return kivi_decode_unsupported(params_of(s, static_cast<int>(k.splits)));
   }
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
-    s_ = shape_of(p);
+    const KvDecodeKeys k = kv_quant_keys().read(p);
+    s_ = decode_shape(k, F);
     seed_ = seed;
     in_ = decode_inputs(s_, seed);
-    params_ = params_of(s_, requested_splits(p));
+    params_ = params_of(s_, static_cast<int>(k.splits));
     KiviCacheView& c = params_.cache;
     const size_t pairs = static_cast<size_t>(s_.batch) * s_.kv_heads, d = static_cast<size_t>(s_.head_dim);
     const size_t ctx = static_cast<size_t>(s_.context), G = static_cast<size_t>(s_.kivi_group);
@@ -387,7 +393,6 @@ class KiviDecode : public DecodeBase<KiviDecodeParams> {
   }
 
  private:
-  static DecodeShape shape_of(const Point& p) { return decode_shape(p, F); }
   static KiviDecodeParams params_of(const DecodeShape& s, int splits) {
     KiviDecodeParams p;
     p.cache.batch = s.batch;

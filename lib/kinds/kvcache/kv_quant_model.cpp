@@ -9,10 +9,17 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
+#include "kinds/kvcache/engine_decode_keys.h"
 #include "kvcache/engine_compare.h"
 
 namespace ib::kvcache {
 namespace {
+
+// The kind's keys: the engine's decode alone (every variant reads them all).
+const ParamSet<EngineDecodeOptions>& quant_model_keys() {
+  static const ParamSet<EngineDecodeOptions> set = engine_decode_params(256, 64);
+  return set;
+}
 
 // Per (layer, kv head): the largest channel's |max| over the median channel's, for K and for V;
 // the mean over heads and the worst head.
@@ -38,13 +45,13 @@ ChannelOutliers channel_outliers(const std::vector<float>& amax, const model::Mo
   return o;
 }
 
-class QuantModel : public Variant {
+class EngineKvQuant : public Variant {
  public:
-  explicit QuantModel(KvFormat f) : format_(f) {}
+  explicit EngineKvQuant(KvFormat f) : format_(f) {}
 
-  std::string unsupported(const Point& p) const override { return engine_decode_unsupported(p); }
+  std::string unsupported(const Point& p) const override { return engine_decode_unsupported(quant_model_keys().read(p)); }
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
-    ref_ = reference_decode(p, seed);
+    ref_ = reference_decode(quant_model_keys().read(p), seed);
     // One prefill of the prompt with the float32 cache: its channel ranges (the outliers KIVI's
     // per-channel keys answer) and, for fp8, the static scales as offline calibration makes them:
     // amax/448 per layer, K/V and kv head. Generated tokens whose K/V exceed the prompt's range
@@ -126,7 +133,7 @@ KindInfo quant_model_kind() {
       "the text's tokens and the measured ones are scored (perplexity, and its ratio to the float32 cache's). `K outlier` / "
       "`V outlier`: per layer and kv head, the largest channel's |max| over the median channel's in the prompt's float32 "
       "cache (KIVI's case for per-channel keys).";
-  k.keys = engine_decode_keys(256, 64);
+  k.keys = quant_model_keys().keys();
   k.check = check_engine_decode;
   return k;
 }
@@ -134,18 +141,19 @@ KindInfo quant_model_kind() {
 const KindRegistration quant_model_registration(quant_model_kind());
 const VariantListRegistration quant_model_variants(
     "kv-quant-model",
-    {{{"cpu_bf16", Backend::Cpu, "bf16 cache (what the CUDA engine stores)", {}, true}, make_variant<QuantModel>(KvFormat::BF16)},
+    {{{"cpu_bf16", Backend::Cpu, "bf16 cache (what the CUDA engine stores)", {}, true},
+      make_variant<EngineKvQuant>(KvFormat::BF16)},
      {{"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache, static per-(layer, K/V, kv head) scales calibrated on the prompt", {}, true},
-      make_variant<QuantModel>(KvFormat::FP8)},
-     {{"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true}, make_variant<QuantModel>(KvFormat::INT8)},
+      make_variant<EngineKvQuant>(KvFormat::FP8)},
+     {{"cpu_int8", Backend::Cpu, "INT8 cache, per-token per-head scales", {}, true}, make_variant<EngineKvQuant>(KvFormat::INT8)},
      {{"cpu_int4",
        Backend::Cpu,
        "int4 KIVI cache: keys per channel per 32-token group, values per token, the last group bf16",
        {},
        true},
-      make_variant<QuantModel>(KvFormat::INT4)},
+      make_variant<EngineKvQuant>(KvFormat::INT4)},
      {{"cpu_int2", Backend::Cpu, "int2 KIVI cache: as cpu_int4 with 2-bit codes", {}, true},
-      make_variant<QuantModel>(KvFormat::INT2)}});
+      make_variant<EngineKvQuant>(KvFormat::INT2)}});
 
 }  // namespace
 }  // namespace ib::kvcache

@@ -18,8 +18,8 @@
 #include "core/memory.h"
 #include "numerics/parallel.h"
 #include "core/registry.h"
+#include "kinds/kvcache/kv_decode_keys.h"
 #include "kvcache/decode_problem.h"
-#include "kvcache/kv_kinds.h"
 
 namespace ib::kvcache {
 namespace {
@@ -28,12 +28,10 @@ constexpr int kTile = 32;  // tokens scored before their values are accumulated
 constexpr int kMinSplitTokens = 256;
 constexpr float kFp8Unbias = 1.329227995784916e+36f;  // 2^120
 
-enum class Layout { FromPoint, Contiguous, Paged };
-
+// The decode over the cache of the shape a variant reads (shape_of: its format and layout); one
+// small class per way of reading it, after the base.
 class CpuKvDecode : public Variant {
  public:
-  CpuKvDecode(std::optional<KvFormat> format, Layout layout) : format_(format), layout_(layout) {}
-
   std::string unsupported(const Point& p) const override { return decode_shape_problem(shape_of(p)); }
 
   void prepare(const Point& p, BackendRuntime&, uint64_t seed) override {
@@ -112,13 +110,11 @@ class CpuKvDecode : public Variant {
     return m;
   }
 
- private:
-  DecodeShape shape_of(const Point& p) const {
-    DecodeShape s = decode_shape(p, format_);
-    if (layout_ == Layout::Contiguous) s.block_size = 0;
-    return s;
-  }
+ protected:
+  // The problem of a point with the cache this variant holds.
+  virtual DecodeShape shape_of(const Point& p) const = 0;
 
+ private:
   // Index of (sequence b, kv head, token t) in units of token-heads: × head_dim for elements,
   // as is for INT8 scales.
   size_t slot(int b, int kvh, int t) const {
@@ -501,8 +497,6 @@ class CpuKvDecode : public Variant {
     }
   }
 
-  std::optional<KvFormat> format_;
-  Layout layout_;
   DecodeShape s_;
   DecodeInputs in_;
   uint64_t seed_ = 0;
@@ -516,31 +510,52 @@ class CpuKvDecode : public Variant {
   DecodeCheck check_;
 };
 
-VariantFactory cpu_kv_decode(std::optional<KvFormat> format, Layout layout) { return make_variant<CpuKvDecode>(format, layout); }
+// kv-quant: the format is the variant; block_size (0 = contiguous) comes from the point.
+template <KvFormat F>
+class CpuQuantDecode final : public CpuKvDecode {
+  DecodeShape shape_of(const Point& p) const override { return decode_shape(kv_quant_keys().read(p), F); }
+};
+
+// kv-paged: the format is kv_dtype; the variant is the layout.
+class CpuContiguousDecode final : public CpuKvDecode {
+  DecodeShape shape_of(const Point& p) const override {
+    const KvDecodeKeys k = kv_paged_keys().read(p);
+    DecodeShape s = decode_shape(k, k.kv_dtype);
+    s.block_size = 0;
+    return s;
+  }
+};
+
+class CpuPagedDecode final : public CpuKvDecode {
+  DecodeShape shape_of(const Point& p) const override {
+    const KvDecodeKeys k = kv_paged_keys().read(p);
+    return decode_shape(k, k.kv_dtype);
+  }
+};
 
 const VariantRegistration reg_kv_quant_cpu_bf16("kv-quant",
                                                 {"cpu_bf16", Backend::Cpu,
                                                  "bf16 cache on the CPU: the baseline (threads over sequence × kv head × split)",
                                                  quant_variant_keys(false, KvFormat::BF16)},
-                                                cpu_kv_decode(KvFormat::BF16, Layout::FromPoint));
+                                                make_variant<CpuQuantDecode<KvFormat::BF16>>());
 const VariantRegistration reg_kv_quant_cpu_fp8("kv-quant",
                                                {"cpu_fp8", Backend::Cpu, "FP8 e4m3 cache on the CPU (per-head scales)",
                                                 quant_variant_keys(false, KvFormat::FP8)},
-                                               cpu_kv_decode(KvFormat::FP8, Layout::FromPoint));
+                                               make_variant<CpuQuantDecode<KvFormat::FP8>>());
 const VariantRegistration reg_kv_quant_cpu_int8("kv-quant",
                                                 {"cpu_int8", Backend::Cpu, "INT8 cache on the CPU (per-token scales)",
                                                  quant_variant_keys(false, KvFormat::INT8)},
-                                                cpu_kv_decode(KvFormat::INT8, Layout::FromPoint));
+                                                make_variant<CpuQuantDecode<KvFormat::INT8>>());
 const VariantRegistration reg_kv_quant_cpu_int4(
     "kv-quant",
     {"cpu_int4", Backend::Cpu, "int4 KIVI cache on the CPU (keys per channel, values per token, bf16 residual; contiguous only)",
      quant_variant_keys(false, KvFormat::INT4)},
-    cpu_kv_decode(KvFormat::INT4, Layout::FromPoint));
+    make_variant<CpuQuantDecode<KvFormat::INT4>>());
 const VariantRegistration reg_kv_quant_cpu_int2("kv-quant",
                                                 {"cpu_int2", Backend::Cpu,
                                                  "int2 KIVI cache on the CPU (2-bit codes, 4 per byte; otherwise as cpu_int4)",
                                                  quant_variant_keys(false, KvFormat::INT2)},
-                                                cpu_kv_decode(KvFormat::INT2, Layout::FromPoint));
+                                                make_variant<CpuQuantDecode<KvFormat::INT2>>());
 // kv-paged: the format is kv_dtype; the variant is the layout.
 const VariantRegistration reg_kv_paged_cpu_contiguous("kv-paged",
                                                       {"cpu_contiguous",
@@ -548,14 +563,14 @@ const VariantRegistration reg_kv_paged_cpu_contiguous("kv-paged",
                                                        "contiguous cache on the CPU: the baseline",
                                                        {"batch", "heads", "kv_heads", "head_dim", "context", "ragged",
                                                         "kv_dtype"}},
-                                                      cpu_kv_decode(std::nullopt, Layout::Contiguous));
+                                                      make_variant<CpuContiguousDecode>());
 const VariantRegistration reg_kv_paged_cpu_paged("kv-paged",
                                                  {"cpu_paged",
                                                   Backend::Cpu,
                                                   "paged cache on the CPU",
                                                   {"batch", "heads", "kv_heads", "head_dim", "context", "ragged", "block_size",
                                                    "kv_dtype"}},
-                                                 cpu_kv_decode(std::nullopt, Layout::Paged));
+                                                 make_variant<CpuPagedDecode>());
 
 }  // namespace
 }  // namespace ib::kvcache

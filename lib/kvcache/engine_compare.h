@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "core/variant.h"
 #include "model/model.h"
 
 namespace ib::kvcache {
@@ -68,7 +67,5 @@ double text_perplexity(const ReferenceDecode& ref, const std::vector<float>& log
 // "attention on the first token by layer: 3% 41% …; first 4: …" (ref.first_token_mass).
 std::string first_token_note(const ReferenceDecode& ref);
 DecodeComparison compare_decode(const ReferenceDecode& ref, const std::vector<float>& logits, const std::vector<float>& attn);
-// KL mean, KL worst, top-1 agree, attn err; ppl and ppl ×ref when scored.
-void append_comparison_metrics(const DecodeComparison& c, std::vector<Metric>& m);
 
 }  // namespace ib::kvcache

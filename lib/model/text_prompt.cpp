@@ -20,11 +20,6 @@ namespace {
 constexpr size_t kMaxPromptBytes = size_t{16} << 20;  // a prompt file or JSONL past this is refused
 constexpr size_t kMaxPrompts = 100000;
 
-const std::string& text_of(const Point& p, const char* key) {
-  static const std::string empty;
-  return p.find(key) ? p.text(key) : empty;
-}
-
 }  // namespace
 
 std::string read_prompt_file(const std::string& key, const std::string& given) {
@@ -133,37 +128,6 @@ std::shared_ptr<const tokenizer::Tokenizer> prompt_tokenizer(const std::string& 
   return tokenizer::Tokenizer::load(name);
 }
 
-std::vector<KeySpec> text_prompt_keys() {
-  return {
-      key_spec(
-          "prompt_text", ParamType::String,
-          "a text prompt, tokenized with `tokenizer` (BOS added as the tokenizer's post-processor does); replaces the random "
-          "`prompt` tokens, whose count it sets",
-          Value(std::string())),
-      key_spec("prompt_file", ParamType::String, "a file whose whole text is the prompt (as prompt_text)", Value(std::string())),
-      key_spec("prompts", ParamType::String,
-               "a JSONL file, one {\"prompt\": text} or {\"messages\": [{\"role\", \"content\"}, ...]} per line; sequence b of a "
-               "batch takes line b mod lines",
-               Value(std::string())),
-      key_spec("template", ParamType::String,
-               "how `prompts` chat messages become text: auto (the checkpoint's own Jinja chat template, the assistant's turn "
-               "opened), or a template rendered per message with {role} and {content} replaced, then joined",
-               Value(std::string())),
-      tokenizer_key_spec(),
-  };
-}
-
-KeySpec tokenizer_key_spec() {
-  return key_spec("tokenizer", ParamType::String,
-                  "auto (the checkpoint's tokenizer.json), gpt2, llama2, deepseek-llm, or a tokenizer.json path",
-                  Value(std::string("auto")));
-}
-
-const std::vector<std::string>& text_prompt_key_names() {
-  static const std::vector<std::string> n = {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"};
-  return n;
-}
-
 std::optional<TextPrompts> text_prompts(const TextPromptSource& source, const std::string& weights, int model_vocab) {
   const int given = !source.text.empty() + !source.file.empty() + !source.jsonl.empty();
   if (given == 0) return std::nullopt;
@@ -186,73 +150,6 @@ std::optional<TextPrompts> text_prompts(const TextPromptSource& source, const st
     t.tokens.push_back(std::move(ids));
   }
   return t;
-}
-
-std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
-                                        const std::string& tokenizer_key) {
-  TextPromptSource source;
-  source.text = text_of(p, "prompt_text");
-  source.file = text_of(p, "prompt_file");
-  source.jsonl = text_of(p, "prompts");
-  source.chat_template = text_of(p, "template");
-  if (p.find(tokenizer_key)) source.tokenizer = p.text(tokenizer_key);
-  return text_prompts(source, weights, model_vocab);
-}
-
-std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const std::string& weights_key, const std::string& tokenizer_key,
-                                             const std::string& model_key) {
-  auto all = [&](const char* key) {
-    std::vector<std::string> out;
-    auto it = values.find(key);
-    if (it != values.end())
-      for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
-    return out;
-  };
-  const auto texts = all("prompt_text"), files = all("prompt_file"), jsonls = all("prompts"), toks = all(tokenizer_key.c_str()),
-             weights = all(weights_key.c_str());
-  auto any = [](const std::vector<std::string>& v) {
-    for (const auto& s : v)
-      if (!s.empty()) return true;
-    return false;
-  };
-  const int sources = any(texts) + any(files) + any(jsonls);
-  if (sources == 0) return std::nullopt;
-  if (sources > 1)
-    return KeyProblem{{"prompt_text", "prompt_file", "prompts"}, "give one of prompt_text, prompt_file and prompts"};
-  try {
-    for (const auto& f : files)
-      if (!f.empty()) read_prompt_file("prompt_file", f);
-    const auto templates = all("template");
-    for (const auto& f : jsonls)
-      if (!f.empty())
-        for (const auto& w : weights.empty() ? std::vector<std::string>{""} : weights)
-          read_prompt_lines(f, templates.empty() ? std::string() : templates.front(), w);
-  } catch (const InputError& e) {
-    return KeyProblem{{any(files) ? "prompt_file" : "prompts"}, e.what()};
-  }
-  const auto models = all(model_key.c_str());
-  try {
-    for (const auto& t : toks.empty() ? std::vector<std::string>{"auto"} : toks)
-      for (const auto& w : weights.empty() ? std::vector<std::string>{"random"} : weights) {
-        auto tok = prompt_tokenizer(t, w);
-        // The tokenizer's ids must be ids of the model (a larger model vocabulary, padded, is fine).
-        for (const auto& m : models) {
-          int vocab = 0;
-          if (m == "checkpoint" && w != "random")
-            vocab = checkpoint_config(w).vocab;
-          else if (auto c = preset(m))
-            vocab = c->vocab;
-          if (vocab > 0 && tok->vocab_size() > vocab)
-            return KeyProblem{{tokenizer_key, model_key},
-                              fmt::format("tokenizer {} has {} ids, past the {} token ids of model {}", tok->name(),
-                                          tok->vocab_size(), vocab, m == "checkpoint" ? w : m)};
-        }
-      }
-  } catch (const InputError& e) {
-    return KeyProblem{{tokenizer_key}, e.what()};
-  }
-  return std::nullopt;
 }
 
 std::string short_text(const std::string& text, size_t width) {

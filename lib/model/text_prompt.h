@@ -10,18 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
-#include "core/sweep.h"
-#include "core/value.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib::model {
-
-// The keys, to add to a kind's keys and to the variants that take prompt tokens.
-std::vector<KeySpec> text_prompt_keys();
-const std::vector<std::string>& text_prompt_key_names();
-// The `tokenizer` key alone (auto: the checkpoint's tokenizer.json), for kinds with keys of their own.
-KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
 
 struct TextPrompts {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
@@ -39,24 +30,11 @@ struct TextPromptSource {
   std::string chat_template;       // `template`: how jsonl's chat messages become text
   std::string tokenizer = "auto";  // auto: the checkpoint's tokenizer.json
 };
-// The source's prompts (nullopt when it names none), as text_prompts below.
+// The source's prompts, or nullopt when it names none (random prompt tokens then). `weights` is the
+// model's weights key ("random" or a checkpoint directory: `tokenizer: auto` reads
+// DIR/tokenizer.json). Throws InputError naming the key when a prompt cannot be read or tokenized,
+// or when a token id is not below `model_vocab`.
 std::optional<TextPrompts> text_prompts(const TextPromptSource& source, const std::string& weights, int model_vocab);
-
-// The point's text prompts, or nullopt when it names none (random prompt tokens then).
-// `weights` is the model's weights key ("random" or a checkpoint directory: `tokenizer: auto`
-// reads DIR/tokenizer.json). Throws InputError naming the key when a prompt cannot be read or
-// tokenized, or when a token id is not below `model_vocab`.
-// `tokenizer_key` names the key that holds the tokenizer (constrain-generate: its `vocab`).
-std::optional<TextPrompts> text_prompts(const Point& p, const std::string& weights, int model_vocab,
-                                        const std::string& tokenizer_key = "tokenizer");
-
-// Spec-time check of those keys over every value (KindInfo::check): files exist and parse, the
-// tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
-// `model_key` / `weights_key` name the keys of the model (a preset or checkpoint) and its weights.
-std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const std::string& weights_key = "weights",
-                                             const std::string& tokenizer_key = "tokenizer",
-                                             const std::string& model_key = "model");
 
 // The pieces, for kinds with prompts of their own shape (prefix: a system prompt and queries).
 // A text file (at most 16 MiB) named in errors by `key`; the JSONL lines of `prompts` (chat

@@ -12,6 +12,7 @@
 #include "../common/run_kind.h"
 
 #include "model/block_manager.h"
+#include "kinds/kvcache/decode_check.h"
 #include "kvcache/decode_problem.h"
 #include "core/stats.h"
 #include "numerics/kv_format.h"

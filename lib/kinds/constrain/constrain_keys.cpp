@@ -14,7 +14,7 @@
 #include "core/errors.h"
 #include "core/json_input.h"
 #include "kinds/params/text_prompt_params.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 
 namespace ib::constrain {
 namespace {

@@ -26,6 +26,8 @@
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "numerics/random.h"
+#include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 
 namespace ib::constrain {
 namespace {

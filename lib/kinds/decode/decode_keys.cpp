@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "kinds/params/text_prompt_params.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 
 namespace ib::model {
 

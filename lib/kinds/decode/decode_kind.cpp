@@ -5,6 +5,8 @@
 #include "core/registry.h"
 #include "kinds/decode/decode_keys.h"
 #include "model/model_choice.h"
+#include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 
 namespace ib::model {
 namespace {

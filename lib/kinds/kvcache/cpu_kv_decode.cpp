@@ -19,6 +19,7 @@
 #include "numerics/parallel.h"
 #include "core/registry.h"
 #include "kinds/kvcache/kv_decode_keys.h"
+#include "kinds/kvcache/decode_check.h"
 #include "kvcache/decode_problem.h"
 
 namespace ib::kvcache {

@@ -22,6 +22,7 @@
 #include "numerics/half.h"
 #include "fill.h"
 #include "kv_decode.h"
+#include "kinds/kvcache/decode_check.h"
 #include "kvcache/decode_problem.h"
 
 namespace ib::kvcache {

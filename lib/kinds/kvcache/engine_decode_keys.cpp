@@ -5,7 +5,8 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 

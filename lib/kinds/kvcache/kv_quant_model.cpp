@@ -10,6 +10,7 @@
 
 #include "core/registry.h"
 #include "kinds/kvcache/engine_decode_keys.h"
+#include "kinds/kvcache/comparison_metrics.h"
 #include "kvcache/engine_compare.h"
 
 namespace ib::kvcache {

@@ -1,6 +1,6 @@
 #include "kinds/lora/lora_keys.h"
 
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 
 namespace ib::lora {
 

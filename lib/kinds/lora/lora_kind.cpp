@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/model_choice.h"
 #include "model/lora.h"
+#include "kinds/params/engine_params.h"
 
 namespace ib::lora {
 

@@ -2,8 +2,32 @@
 // parameters, for the kinds whose engine runs take a prompt: add_group(&Keys::prompts, text_prompt_params()).
 #pragma once
 
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "core/params.h"
+#include "core/registry.h"
+#include "core/value.h"
 #include "model/text_prompt.h"
+
+namespace ib::model {
+
+// The keys, to add to a kind's keys and to the variants that take prompt tokens.
+std::vector<KeySpec> text_prompt_keys();
+const std::vector<std::string>& text_prompt_key_names();
+// The `tokenizer` key alone (auto: the checkpoint's tokenizer.json), for kinds with keys of their own.
+KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
+// Spec-time check of those keys over every value (KindInfo::check): files exist and parse, the
+// tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
+// `model_key` / `weights_key` name the keys of the model (a preset or checkpoint) and its weights.
+std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
+                                             const std::string& weights_key = "weights",
+                                             const std::string& tokenizer_key = "tokenizer",
+                                             const std::string& model_key = "model");
+
+}  // namespace ib::model
 
 namespace ib::kinds {
 

@@ -13,6 +13,7 @@
 #include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
+#include "kinds/params/engine_params.h"
 
 namespace ib::prefix {
 namespace {

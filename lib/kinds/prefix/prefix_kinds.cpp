@@ -11,7 +11,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "core/units.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 #include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"

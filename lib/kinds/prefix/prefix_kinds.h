@@ -21,7 +21,7 @@
 #include "core/sweep.h"
 #include "core/value.h"
 #include "model/model_choice.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

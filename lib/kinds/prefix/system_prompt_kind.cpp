@@ -16,6 +16,8 @@
 #include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
+#include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 
 namespace ib::prefix {
 namespace {

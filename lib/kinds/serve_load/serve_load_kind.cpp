@@ -6,7 +6,7 @@
 #include "core/registry.h"
 #include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 #include "model/text_prompt.h"
 #include "kinds/serve_load/serve_keys.h"
 #include "kinds/serve_load/serve_load.h"

@@ -4,7 +4,7 @@
 
 #include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
 #include "specdec/texts.h"
 
 namespace ib::specdec {

@@ -1,4 +1,8 @@
-#include "model/engine_keys.h"
+#include "kinds/params/engine_params.h"
+
+#include <fmt/format.h>
+
+#include "model/checkpoint.h"
 
 namespace ib::model {
 
@@ -42,15 +46,36 @@ KeySpec cpu_matmul_key() {
       "SGEMM: the check of the others)",
       "blas", cpu_matmul_names());
 }
-CpuMatmul cpu_matmul_of(const Point& p) {
-  return p.find("cpu_matmul") ? parse_cpu_matmul(p.text("cpu_matmul")) : CpuMatmul::Blas;
-}
-
 std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys) {
   keys.push_back("cpu_matmul");
   return keys;
 }
 
-Matmul matmul_of(const Point& p) { return p.find("matmul") ? parse_matmul(p.text("matmul")) : Matmul::Cublas; }
+std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
+                                              const std::string& model_key, const std::string& weights_key) {
+  auto m = values.find(model_key);
+  auto w = values.find(weights_key);
+  if (m == values.end() || w == values.end()) return std::nullopt;
+  for (const Value& wv : w->second) {
+    const std::string& weights = std::get<std::string>(wv);
+    for (const Value& mv : m->second) {
+      const std::string& name = std::get<std::string>(mv);
+      if (weights == "random") {
+        if (name == "checkpoint")
+          return KeyProblem{
+              {weights_key, model_key},
+              fmt::format("{} checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", model_key, weights_key)};
+        continue;
+      }
+      try {
+        std::optional<ModelConfig> c = name == "checkpoint" ? checkpoint_config(weights) : preset(name);
+        if (c) checkpoint_weights(*c, weights);  // headers only: every tensor's name, dtype and shape
+      } catch (const std::exception& e) {        // InputError, or a JSON type error in an index file
+        return KeyProblem{{weights_key}, e.what()};
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace ib::model

@@ -1,12 +1,15 @@
 // The keys of the kinds that run the engine, declared once: `model` (a preset, or checkpoint) and
-// `weights`, the CUDA engine's `matmul` and the CPU engine's `cpu_matmul`, with a point's choice.
+// `weights`, the CUDA engine's `matmul` and the CPU engine's `cpu_matmul`; and the spec-time check
+// of a model and its weights.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/registry.h"
-#include "core/sweep.h"
+#include "core/value.h"
 #include "model/model.h"
 
 namespace ib::model {
@@ -18,13 +21,18 @@ KeySpec weights_key();
 // The `matmul` key (EngineOptions::matmul, default cublas) of the kinds that run the CUDA engine;
 // `engines` says whose matmuls it sets in its doc ("CUDA engine"). Only CUDA variants read it
 // (the CPU engine's choice is `cpu_matmul`: a sweep over either on the other backend would repeat rows). `with_matmul`
-// adds it to a CUDA variant's keys; `matmul_of` is a point's choice (cublas where it is absent).
+// adds it to a CUDA variant's keys.
 KeySpec matmul_key(const std::string& engines = "CUDA engine");
 std::vector<std::string> with_matmul(std::vector<std::string> keys);
-Matmul matmul_of(const Point& p);
-// The `cpu_matmul` key of the CPU engine's variants (default blas), and a point's choice.
+// The `cpu_matmul` key of the CPU engine's variants (default blas).
 KeySpec cpu_matmul_key();
-CpuMatmul cpu_matmul_of(const Point& p);
 std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys);
+
+// Spec-time check of a model key and its weights key (every value of each): checkpoint needs a
+// directory; a directory's config.json (for checkpoint) and safetensors headers are read and
+// every tensor the config needs is checked, nothing is loaded. The problem names the weights key
+// first. For KindInfo::check.
+std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
+                                              const std::string& model_key = "model", const std::string& weights_key = "weights");
 
 }  // namespace ib::model

@@ -24,6 +24,7 @@
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
 #include "tokenizer/tokenizer.h"
+#include "model/engine_studies.h"
 
 namespace ib::app {
 namespace {
@@ -148,7 +149,7 @@ int serve(const ServeOptions& s) {
       if (a.first == name) throw InputError(fmt::format("serve: --lora '{}': the name is given twice", name));
     model::LoraAdapter a = model::load_peft_adapter(m.config, dir);
     try {
-      adapters.emplace_back(name, engine->add_adapter(a));
+      adapters.emplace_back(name, model::lora_adapters(*engine).add_adapter(a));
     } catch (const InputError&) {
       throw;
     } catch (const std::runtime_error& e) {  // an engine without LoRA support

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/engine_studies.h"
 #include "model/model.h"
 
 namespace ib::kvcache {

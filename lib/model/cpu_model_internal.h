@@ -14,6 +14,7 @@
 
 #include "core/memory.h"
 #include "numerics/packed_gemv.h"
+#include "model/engine_studies.h"
 #include "model/model.h"
 #include "model/engine_sequences.h"
 #include "model/token_tree.h"
@@ -98,7 +99,7 @@ struct ForwardScratch {
   std::vector<float> x, xn, q, k, v, att, tmp, gate, up, fused, rope_cs;
 };
 
-class CpuModel : public Model {
+class CpuModel : public Model, public KvEvictionStudy, public KvFormatStudy, public LoraAdapters {
  public:
   // cpu_model.cpp: the weights, transposed (and packed for the decode GEMV unless Reference)
   CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul);

@@ -1,4 +1,4 @@
-// The Model interface's default members (a study an engine does not support throws; batched
+// The Model interface's default members (what an engine does not support throws; batched
 // prefill as one prefill per sequence), the Matmul names, and make_cuda_model without CUDA:
 // none belongs to one engine, and all are built with or without the CUDA engine.
 #include <cstddef>
@@ -29,16 +29,6 @@ int Model::share_prefix(int src, int length, int capacity) {
 }
 void Model::enable_paged_kv(int, int) { throw std::runtime_error("paged KV is not supported by this engine"); }
 int Model::blocks_needed(int, int) const { return 0; }
-void Model::set_kv_format(int, kvcache::KvFormat, const std::vector<float>&) {
-  throw std::runtime_error("set_kv_format is not supported by this engine");
-}
-std::vector<float> Model::kv_amax(int) const { throw std::runtime_error("kv_amax is not supported by this engine"); }
-std::vector<float> Model::kv_channel_amax(int) const {
-  throw std::runtime_error("kv_channel_amax is not supported by this engine");
-}
-int Model::add_adapter(const LoraAdapter&) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
-void Model::set_adapter(int, int) { throw std::runtime_error("LoRA adapters are not supported by this engine"); }
-void Model::merge_adapter(int) { throw std::runtime_error("merging LoRA adapters is not supported by this engine"); }
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
                           bool last_only) {
   const std::vector<int> rows =
@@ -65,14 +55,6 @@ void Model::prefill_tree(int, const int32_t*, const int32_t*, int, const StepOut
 }
 void Model::keep_tree_path(int, const std::vector<int>&) {
   throw std::runtime_error("keep_tree_path (tree verification) is not supported by this engine");
-}
-void Model::set_kept(int, int, bool) { throw std::runtime_error("set_kept (KV eviction) is not supported by this engine"); }
-void Model::set_kept_head(int, int, int, int, bool) {
-  throw std::runtime_error("set_kept_head (per-head KV eviction) is not supported by this engine");
-}
-void Model::record_attention(int, bool) { throw std::runtime_error("record_attention is not supported by this engine"); }
-const AttentionRecord& Model::attention_record(int) const {
-  throw std::runtime_error("attention_record is not supported by this engine");
 }
 
 const std::vector<std::string>& matmul_names() {

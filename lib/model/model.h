@@ -27,15 +27,6 @@ struct StepOutput {
   uint64_t step = 0;        // which random numbers the sampler uses (sample_uniform)
 };
 
-// What Model::record_attention keeps of a sequence's latest forward pass (its last token).
-struct AttentionRecord {
-  std::vector<float> weights;  // [positions up to the token]: softmax weights summed over layers and heads
-  std::vector<float> output;   // [layers][q_dim]: each layer's attention output (before o_proj)
-  // [layers][kv_heads][positions up to the token]: the weights summed over each kv head's group of
-  // query heads (per-head eviction reads its own head's).
-  std::vector<float> kv_head_weights;
-};
-
 // A pass over paged sequences needs more KV blocks than the pool has free. Thrown before the pass
 // changes anything: the caller frees blocks (a scheduler preempts a request) and tries again.
 struct KvBlocksExhausted : std::runtime_error {
@@ -114,45 +105,6 @@ class Model {
   // the child of the one before, path[0] a child of -1); their K/V move to positions committed,
   // committed + 1, ... and the sequence's length becomes committed + path.size().
   virtual void keep_tree_path(int seq, const std::vector<int>& path);
-
-  // KV-cache eviction studies (kv-evict-model). Attention in `seq` skips the cached positions
-  // marked not kept; a position is kept again when a forward pass writes it, so a token always
-  // sees itself. The K/V stay allocated: this emulates a cache that dropped them. The default
-  // implementations throw std::runtime_error (the engine does not support it).
-  virtual void set_kept(int seq, int pos, bool kept);
-  // The same for one (layer, kv head) only: H2O as its paper runs it, each head keeping its own
-  // set. A position is attended by a head when neither set_kept nor set_kept_head hides it.
-  virtual void set_kept_head(int seq, int layer, int kv_head, int pos, bool kept);
-  // While on, each forward pass of `seq` records its last token's attention (attention_record).
-  virtual void record_attention(int seq, bool on);
-  virtual const AttentionRecord& attention_record(int seq) const;
-
-  // KV-cache format studies (kv-quant-model): the K/V that `seq`'s forward passes write from now
-  // on are rounded through `format` – the values a cache stored in it returns: bf16; fp8 e4m3
-  // with the static scales `fp8_scales` [layers][K, V][kv_heads] (values past 448·scale
-  // saturate); int8 with per-token, per-head scales. Call before the first forward pass.
-  // kv_amax gives the largest |K| and |V| a sequence's cache holds per [layers][K, V][kv_heads]:
-  // the calibration of fp8 scales. The default implementations throw std::runtime_error.
-  virtual void set_kv_format(int seq, kvcache::KvFormat format, const std::vector<float>& fp8_scales = {});
-  virtual std::vector<float> kv_amax(int seq) const;
-  // The largest |K| and |V| per channel over the sequence's cached positions, [layers][K, V]
-  // [kv_heads][head_dim]: the per-channel key outliers that motivate KIVI's per-channel keys.
-  virtual std::vector<float> kv_channel_amax(int seq) const;
-
-  // LoRA serving (model/lora.h). add_adapter makes an adapter resident (its A/B allocated through
-  // the memory tracker; an adapter that does not fit the model is an InputError) and returns its
-  // id, 0, 1, ... in order. set_adapter(seq, id) gives the sequence's rows that adapter's update
-  // y += scaling·B·(A·x) in every pass from now on, the rows of one adapter gathered into one
-  // low-rank product per projection (Punica's SGMV, S-LoRA); -1, a new sequence's, is the base
-  // model. merge_adapter(id) writes W + scaling·B·A into the engine's projections instead, a
-  // single-adapter server's way (-1 restores the base weights); while an adapter is merged, a
-  // pass over a sequence whose adapter is another one throws std::logic_error. The default
-  // implementations throw std::runtime_error (the engine does not support LoRA).
-  virtual int add_adapter(const LoraAdapter& a);
-  virtual void set_adapter(int seq, int adapter);
-  virtual void merge_adapter(int adapter);
-  virtual int merged_adapter() const { return -1; }
-  virtual int64_t adapter_bytes() const { return 0; }
 
   // Bytes of weights, and of the KV caches of live sequences (paged: the whole pool).
   virtual int64_t weight_bytes() const = 0;

@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "specdec/specdec.h"
+#include "model/engine_studies.h"
 
 namespace ib::serve {
 
@@ -278,7 +279,7 @@ bool Scheduler::admit_front(int budget, int cap) {
   a.chunk = chunk;
   // Its rows join the batch's low-rank products of that adapter (Punica's SGMV, S-LoRA): requests
   // of different adapters share every pass.
-  if (a.request.adapter >= 0) engine_.set_adapter(a.seq, a.request.adapter);
+  if (a.request.adapter >= 0) model::lora_adapters(engine_).set_adapter(a.seq, a.request.adapter);
   kv_reserved_ += reserve;
   running_.push_back(std::move(a));
   return true;

@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "model/engine_studies.h"
 
 namespace ib::kvcache {
 namespace {
@@ -293,7 +294,7 @@ struct EngineFixture {
   // logits, and the last step's attention record in `record`.
   std::vector<float> decode(const std::function<void(int seq, int t)>& before_step) {
     const int s = m->new_sequence(64);
-    m->record_attention(s, true);
+    model::kv_eviction(*m).record_attention(s, true);
     std::vector<float> l(static_cast<size_t>(c.vocab));
     for (int t = 0; t < static_cast<int>(tokens.size()); ++t) {
       before_step(s, t);
@@ -301,7 +302,7 @@ struct EngineFixture {
       out.logits = l.data();
       m->decode(&s, &tokens[static_cast<size_t>(t)], 1, out);
     }
-    record = m->attention_record(s);
+    record = model::kv_eviction(*m).attention_record(s);
     m->release(s);
     return l;
   }
@@ -313,8 +314,8 @@ TEST(KvEvictEngine, KeepMaskWithEverythingKeptChangesNothing) {
   const std::vector<float> plain = f.decode([](int, int) {});
   // Marking then unmarking allocates the mask, so its path runs with every position kept.
   const std::vector<float> masked = f.decode([&](int s, int t) {
-    f.m->set_kept(s, t, false);
-    f.m->set_kept(s, t, true);
+    model::kv_eviction(*f.m).set_kept(s, t, false);
+    model::kv_eviction(*f.m).set_kept(s, t, true);
   });
   EXPECT_EQ(plain, masked);
 }
@@ -329,7 +330,7 @@ TEST(KvEvictEngine, EvictedPositionsGetNoWeightAndChangeTheLogits) {
   EXPECT_NEAR(std::accumulate(full.weights.begin(), full.weights.end(), 0.0), heads, 1e-4);
   // A sliding window of 8 through the mask.
   const std::vector<float> windowed = f.decode([&](int s, int t) {
-    if (t >= 8) f.m->set_kept(s, t - 8, false);
+    if (t >= 8) model::kv_eviction(*f.m).set_kept(s, t - 8, false);
   });
   const size_t n = f.tokens.size();
   for (size_t p = 0; p + 8 < n; ++p) EXPECT_EQ(f.record.weights[p], 0.0f) << p;
@@ -360,7 +361,7 @@ TEST(KvEvictEngine, PerHeadEvictionHidesAPositionFromThatHeadOnly) {
   // Hide positions 0..19 from layer 1's kv head 0 only.
   f.decode([&](int s, int t) {
     if (t == 20)
-      for (int p = 0; p < 20; ++p) f.m->set_kept_head(s, 1, 0, p, false);
+      for (int p = 0; p < 20; ++p) model::kv_eviction(*f.m).set_kept_head(s, 1, 0, p, false);
   });
   const auto& w = f.record.kv_head_weights;
   const size_t hidden = (1 * H + 0) * n;
@@ -370,7 +371,7 @@ TEST(KvEvictEngine, PerHeadEvictionHidesAPositionFromThatHeadOnly) {
   EXPECT_GT(other, 0.0);
   // Layer 0 comes before the hidden head: its weights are the unmasked decode's.
   for (size_t p = 0; p < n; ++p) EXPECT_EQ(w[p], full.kv_head_weights[p]) << p;
-  EXPECT_THROW(f.m->set_kept_head(0, f.c.layers, 0, 0, false), std::invalid_argument);
+  EXPECT_THROW(model::kv_eviction(*f.m).set_kept_head(0, f.c.layers, 0, 0, false), std::invalid_argument);
 }
 
 TEST(KvEvictEngine, RewrittenPositionsAreKeptAgain) {
@@ -381,7 +382,7 @@ TEST(KvEvictEngine, RewrittenPositionsAreKeptAgain) {
   const int s = f.m->new_sequence(64);
   std::vector<float> l(static_cast<size_t>(f.c.vocab));
   f.m->prefill(s, f.tokens.data(), 12, 1, {});
-  f.m->set_kept(s, 10, false);
+  model::kv_eviction(*f.m).set_kept(s, 10, false);
   f.m->truncate(s, 10);
   model::StepOutput out;
   out.logits = l.data();
@@ -397,13 +398,13 @@ TEST(KvEvictEngine, RewrittenPositionsAreKeptAgain) {
   EXPECT_LT(max_diff(l), 1e-4 * ref);  // prefill and decode sum in other orders: not bit for bit
   // ... while hiding position 10 for good moves the logits far more than that.
   const std::vector<float> hidden = f.decode([&](int seq, int t) {
-    if (t == 11) f.m->set_kept(seq, 10, false);
+    if (t == 11) model::kv_eviction(*f.m).set_kept(seq, 10, false);
   });
   EXPECT_GT(max_diff(hidden), 1e-2 * ref);
 }
 
-// An engine without the hooks says so.
-class NoEvictionEngine : public model::Model {
+// An engine without a study capability is refused when asked for it, saying which.
+class NoStudiesEngine : public model::Model {
  public:
   const model::ModelConfig& config() const override { return c_; }
   int new_sequence(int) override { return 0; }
@@ -421,12 +422,29 @@ class NoEvictionEngine : public model::Model {
   model::ModelConfig c_;
 };
 
-TEST(KvEvictEngine, EnginesWithoutTheHooksThrow) {
-  NoEvictionEngine e;
-  EXPECT_THROW(e.set_kept(0, 0, false), std::runtime_error);
-  EXPECT_THROW(e.set_kept_head(0, 0, 0, 0, false), std::runtime_error);
-  EXPECT_THROW(e.record_attention(0, true), std::runtime_error);
-  EXPECT_THROW(e.attention_record(0), std::runtime_error);
+std::string refusal(const std::function<void()>& ask) {
+  try {
+    ask();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(KvEvictEngine, AnEngineWithoutTheStudyIsRefusedSayingWhich) {
+  NoStudiesEngine e;
+  EXPECT_NE(refusal([&] { model::kv_eviction(e); }).find("KV eviction"), std::string::npos);
+  EXPECT_NE(refusal([&] { model::kv_format_study(e); }).find("KV format"), std::string::npos);
+  EXPECT_NE(refusal([&] { model::lora_adapters(e); }).find("LoRA"), std::string::npos);
+  EXPECT_FALSE(model::has_lora_adapters(e));
+  // The CPU engine has all three.
+  const auto cfg = model::preset("tiny");
+  ASSERT_TRUE(cfg);
+  auto w = model::random_weights(*cfg, 1);
+  auto cpu = model::make_cpu_model(*cfg, *w);
+  EXPECT_EQ(refusal([&] { model::kv_eviction(*cpu).record_attention(cpu->new_sequence(4), true); }), "");
+  EXPECT_EQ(refusal([&] { model::kv_format_study(*cpu); }), "");
+  EXPECT_TRUE(model::has_lora_adapters(*cpu));
 }
 
 // ---- the kinds through the runner ----
@@ -591,7 +609,7 @@ TEST(KvEvictEngine, ChannelRangesAgreeWithTheHeadRanges) {
   const auto toks = model::random_prompt(c.vocab, 40, 9);
   const int seq = m->new_sequence(64);
   m->prefill(seq, toks.data(), 40, 1, model::StepOutput{});
-  const auto head = m->kv_amax(seq), channel = m->kv_channel_amax(seq);
+  const auto head = model::kv_format_study(*m).kv_amax(seq), channel = model::kv_format_study(*m).kv_channel_amax(seq);
   const size_t D = static_cast<size_t>(c.head_dim);
   ASSERT_EQ(channel.size(), head.size() * D);
   for (size_t i = 0; i < head.size(); ++i) {

@@ -18,6 +18,7 @@
 #include "numerics/kv_format.h"
 #include "model/model_choice.h"
 #include "model/model.h"
+#include "model/engine_studies.h"
 
 namespace ib::kvcache {
 namespace {
@@ -444,7 +445,7 @@ TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
   auto logits_with = [&](std::optional<KvFormat> f, const std::vector<float>& scales) {
     std::vector<float> l(static_cast<size_t>(c.vocab));
     const int s = m->new_sequence(64);
-    if (f) m->set_kv_format(s, *f, scales);
+    if (f) model::kv_format_study(*m).set_kv_format(s, *f, scales);
     model::StepOutput out;
     out.logits = l.data();
     m->prefill(s, prompt.data(), static_cast<int>(prompt.size()), 1, out);
@@ -454,13 +455,13 @@ TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
   const auto f32 = logits_with(std::nullopt, {});
   const int s = m->new_sequence(64);
   m->prefill(s, prompt.data(), static_cast<int>(prompt.size()), 1, model::StepOutput{});
-  std::vector<float> scales = m->kv_amax(s);
+  std::vector<float> scales = model::kv_format_study(*m).kv_amax(s);
   ASSERT_EQ(scales.size(), static_cast<size_t>(c.layers * 2 * c.kv_heads));
   for (float& x : scales) {
     EXPECT_GT(x, 0);
     x = fp8_scale(x);
   }
-  EXPECT_THROW(m->set_kv_format(s, KvFormat::INT8), std::logic_error);  // the sequence holds tokens
+  EXPECT_THROW(model::kv_format_study(*m).set_kv_format(s, KvFormat::INT8), std::logic_error);  // the sequence holds tokens
   m->release(s);
   double prev = 0;
   for (KvFormat f : {KvFormat::BF16, KvFormat::INT8, KvFormat::FP8}) {
@@ -474,7 +475,7 @@ TEST(EngineKvFormat, RoundsWhatItWritesAndRefusesMisuse) {
     prev = err;
   }
   const int t = m->new_sequence(8);
-  EXPECT_THROW(m->set_kv_format(t, KvFormat::FP8), std::invalid_argument);  // fp8 needs its scales
+  EXPECT_THROW(model::kv_format_study(*m).set_kv_format(t, KvFormat::FP8), std::invalid_argument);  // fp8 needs its scales
   // int4 (KIVI): bf16 until a 32-token key group completes; the 40-token prompt completes one.
   const auto l4 = logits_with(KvFormat::INT4, {});
   EXPECT_GT(relative_l2(l4, f32), relative_l2(logits_with(KvFormat::BF16, {}), f32));

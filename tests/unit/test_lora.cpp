@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model/engine_studies.h"
 
 namespace ib::model {
 namespace {
@@ -84,13 +85,13 @@ TEST(Lora, EachAdapterMatchesPeftAloneAndInOneMixedBatch) {
   const Fixture f = load();
   auto m = make_cpu_model(f.config, *f.weights);
   std::vector<int> ids;
-  for (const auto& n : kAdapters) ids.push_back(m->add_adapter(load_peft_adapter(f.config, (kLora / n).string())));
-  EXPECT_GT(m->adapter_bytes(), 0);
+  for (const auto& n : kAdapters) ids.push_back(lora_adapters(*m).add_adapter(load_peft_adapter(f.config, (kLora / n).string())));
+  EXPECT_GT(lora_adapters(*m).adapter_bytes(), 0);
   // Alone: one sequence per adapter, and the base model.
   for (size_t i = 0; i <= kAdapters.size(); ++i) {
     const std::string name = i < kAdapters.size() ? kAdapters[i] : "";
     const int s = m->new_sequence(64);
-    m->set_adapter(s, i < kAdapters.size() ? ids[i] : -1);
+    lora_adapters(*m).set_adapter(s, i < kAdapters.size() ? ids[i] : -1);
     const double err = relative_l2(prefill_logits(*m, s, f.prompt), want_logits(f, name));
     EXPECT_LE(err, 1e-4) << (name.empty() ? "base" : name);
     m->release(s);
@@ -101,7 +102,7 @@ TEST(Lora, EachAdapterMatchesPeftAloneAndInOneMixedBatch) {
   std::vector<int32_t> tokens;
   for (int i : order) {
     seqs.push_back(m->new_sequence(64));
-    m->set_adapter(seqs.back(), i < 3 ? ids[static_cast<size_t>(i)] : -1);
+    lora_adapters(*m).set_adapter(seqs.back(), i < 3 ? ids[static_cast<size_t>(i)] : -1);
     counts.push_back(static_cast<int>(f.prompt.size()));
     tokens.insert(tokens.end(), f.prompt.begin(), f.prompt.end());
   }
@@ -149,20 +150,20 @@ TEST(Lora, MergedWeightsAndTheMergedEngineMatchPeft) {
     const int ps = plain->new_sequence(64);
     EXPECT_LE(relative_l2(prefill_logits(*plain, ps, f.prompt), want_logits(f, kAdapters[i])), 1e-4) << kAdapters[i];
     // The serving engine merging it in place of its base projections.
-    const int id = m->add_adapter(a);
-    m->merge_adapter(id);
-    EXPECT_EQ(m->merged_adapter(), id);
+    const int id = lora_adapters(*m).add_adapter(a);
+    lora_adapters(*m).merge_adapter(id);
+    EXPECT_EQ(lora_adapters(*m).merged_adapter(), id);
     const int s = m->new_sequence(64);
-    m->set_adapter(s, id);
+    lora_adapters(*m).set_adapter(s, id);
     EXPECT_LE(relative_l2(prefill_logits(*m, s, f.prompt), want_logits(f, kAdapters[i])), 1e-4) << kAdapters[i] << " merged";
     m->release(s);
   }
   // Unmerged: the base weights again, untouched by the merges.
-  m->merge_adapter(-1);
+  lora_adapters(*m).merge_adapter(-1);
   const int s = m->new_sequence(64);
   EXPECT_LE(relative_l2(prefill_logits(*m, s, f.prompt), want_logits(f, "")), 1e-4);
   // While one adapter is merged, a row of another adapter (or of the base) is a caller's error.
-  m->merge_adapter(0);
+  lora_adapters(*m).merge_adapter(0);
   m->truncate(s, 0);
   EXPECT_THROW(prefill_logits(*m, s, f.prompt), std::logic_error);
 }
@@ -239,14 +240,14 @@ TEST(Lora, RandomAdaptersMoveTheLogitsMeasurablyAndDiffer) {
   auto m = make_cpu_model(f.config, *f.weights);
   const auto modules = parse_modules("all", "modules");
   const LoraAdapter a = random_adapter(f.config, 16, 32, modules, 7), b = random_adapter(f.config, 16, 32, modules, 8);
-  const int ia = m->add_adapter(a), ib = m->add_adapter(b);
+  const int ia = lora_adapters(*m).add_adapter(a), ib = lora_adapters(*m).add_adapter(b);
   const int s = m->new_sequence(64);
   const std::vector<float> base = prefill_logits(*m, s, f.prompt);
   m->truncate(s, 0);
-  m->set_adapter(s, ia);
+  lora_adapters(*m).set_adapter(s, ia);
   const std::vector<float> la = prefill_logits(*m, s, f.prompt);
   m->truncate(s, 0);
-  m->set_adapter(s, ib);
+  lora_adapters(*m).set_adapter(s, ib);
   const std::vector<float> lb = prefill_logits(*m, s, f.prompt);
   const double da = relative_l2(la, base), dab = relative_l2(la, lb);
   EXPECT_GT(da, 0.01);

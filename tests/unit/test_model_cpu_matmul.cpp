@@ -11,6 +11,7 @@
 #include "model/model_choice.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/engine_studies.h"
 
 namespace ib::model::cpu_matmul_test {
 namespace {
@@ -59,8 +60,8 @@ TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
                                        LoraModule::Gate, LoraModule::Up, LoraModule::Down};
   const LoraAdapter a = random_adapter(e.c, 4, 8.0f, all, 9);
   for (Model* m : {e.ref.get(), e.packed.get()}) {
-    ASSERT_EQ(m->add_adapter(a), 0);
-    m->set_adapter(1, 0);
+    ASSERT_EQ(lora_adapters(*m).add_adapter(a), 0);
+    lora_adapters(*m).set_adapter(1, 0);
   }
   const int seqs[2] = {0, 1};
   const int32_t tokens[2] = {11, 12};
@@ -68,8 +69,8 @@ TEST(CpuMatmul, PackedGivesTheReferenceLogitsBitForBit) {
       2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with a resident adapter");
   // Merged: the packed copies of the merged projections are not used.
   for (Model* m : {e.ref.get(), e.packed.get()}) {
-    m->merge_adapter(0);
-    m->set_adapter(0, 0);
+    lora_adapters(*m).merge_adapter(0);
+    lora_adapters(*m).set_adapter(0, 0);
   }
   e.same(
       2, [&](Model& m, float* l) { m.decode(seqs, tokens, 2, {l}); }, "decode with the adapter merged");

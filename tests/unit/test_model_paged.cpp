@@ -9,6 +9,7 @@
 
 #include "model/model_choice.h"
 #include "model/model.h"
+#include "model/engine_studies.h"
 
 // Its own namespace: the asan preset's unity build compiles this file with test_model.cpp, whose
 // helpers have the same names.
@@ -172,9 +173,9 @@ TEST(PagedKv, APassPastThePoolIsRefusedAndChangesNothing) {
 TEST(PagedKv, StudiesThatNeedAContiguousCacheAreRefused) {
   Pair m("tiny", 8, 4);
   const int s = m.paged->new_sequence(16);
-  EXPECT_THROW(m.paged->set_kept(s, 0, false), std::invalid_argument);
-  EXPECT_THROW(m.paged->set_kv_format(s, kvcache::KvFormat::INT8), std::invalid_argument);
-  EXPECT_THROW(m.paged->kv_amax(s), std::invalid_argument);
+  EXPECT_THROW(kv_eviction(*m.paged).set_kept(s, 0, false), std::invalid_argument);
+  EXPECT_THROW(kv_format_study(*m.paged).set_kv_format(s, kvcache::KvFormat::INT8), std::invalid_argument);
+  EXPECT_THROW(kv_format_study(*m.paged).kv_amax(s), std::invalid_argument);
   EXPECT_THROW(m.paged->enable_paged_kv(8, 4), std::logic_error);  // a live sequence
   m.paged->release(s);
   EXPECT_THROW(m.paged->enable_paged_kv(0, 4), std::invalid_argument);

@@ -26,6 +26,7 @@
 #include "serve/scheduler.h"
 #include "serve/schema_constraint.h"
 #include "tokenizer/tokenizer.h"
+#include "model/engine_studies.h"
 
 namespace ib::serve {
 namespace {
@@ -263,7 +264,8 @@ TEST(ServeEngineLoop, ThreadsRequestsAreServedAndCancelledOnesReturned) {
 TEST(ServeEngineLoop, RequestsOfDifferentAdaptersShareTheBatchAndGetTheirOwn) {
   LoopEngine e;
   const auto modules = model::parse_modules("all", "modules");
-  for (uint64_t i = 0; i < 2; ++i) e.engine->add_adapter(model::random_adapter(e.config, 4, 8.0f, modules, 70 + i));
+  for (uint64_t i = 0; i < 2; ++i)
+    model::lora_adapters(*e.engine).add_adapter(model::random_adapter(e.config, 4, 8.0f, modules, 70 + i));
   // Each request alone, with its adapter, one after another.
   auto alone = [&](int adapter) {
     SchedulerOptions o;

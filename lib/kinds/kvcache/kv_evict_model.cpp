@@ -16,6 +16,7 @@
 #include "kinds/kvcache/comparison_metrics.h"
 #include "kvcache/engine_compare.h"
 #include "kvcache/eviction.h"
+#include "model/engine_studies.h"
 
 namespace ib::kvcache {
 namespace {
@@ -110,9 +111,9 @@ class EngineEviction : public Variant {
             const KvPolicy::Append a = policies[static_cast<size_t>(i)]->on_append(t);
             if (a.evicted < 0) continue;
             if (per_head_)
-              ref_.model->set_kept_head(seq, i / H, i % H, a.evicted, false);
+              model::kv_eviction(*ref_.model).set_kept_head(seq, i / H, i % H, a.evicted, false);
             else
-              ref_.model->set_kept(seq, a.evicted, false);
+              model::kv_eviction(*ref_.model).set_kept(seq, a.evicted, false);
           }
           bookkeeping_s_ += seconds_since(t0);
         },
@@ -207,12 +208,12 @@ class WindowRecomputeVariant : public Variant {
     const int first = std::max(0, t + 1 - window), n = t + 1 - first;
     model::Model& m = *ref_.model;
     const int seq = m.new_sequence(n);
-    m.record_attention(seq, true);
+    model::kv_eviction(m).record_attention(seq, true);
     if (n > 1) m.prefill(seq, &ref_.tokens[static_cast<size_t>(first)], n - 1, 1, model::StepOutput{});
     model::StepOutput out;
     out.logits = logits;
     m.decode(&seq, &ref_.tokens[static_cast<size_t>(t)], 1, out);
-    const auto& rec = m.attention_record(seq).output;
+    const auto& rec = model::kv_eviction(m).attention_record(seq).output;
     std::copy(rec.begin(), rec.end(), attn);
     m.release(seq);
   }

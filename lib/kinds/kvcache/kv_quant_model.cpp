@@ -12,6 +12,7 @@
 #include "kinds/kvcache/engine_decode_keys.h"
 #include "kinds/kvcache/comparison_metrics.h"
 #include "kvcache/engine_compare.h"
+#include "model/engine_studies.h"
 
 namespace ib::kvcache {
 namespace {
@@ -59,9 +60,9 @@ class EngineKvQuant : public Variant {
     // saturate.
     const int seq = ref_.model->new_sequence(ref_.prompt);
     ref_.model->prefill(seq, ref_.tokens.data(), ref_.prompt, 1, model::StepOutput{});
-    outliers_ = channel_outliers(ref_.model->kv_channel_amax(seq), ref_.config);
+    outliers_ = channel_outliers(model::kv_format_study(*ref_.model).kv_channel_amax(seq), ref_.config);
     if (format_ == KvFormat::FP8) {
-      fp8_scales_ = ref_.model->kv_amax(seq);
+      fp8_scales_ = model::kv_format_study(*ref_.model).kv_amax(seq);
       for (float& s : fp8_scales_) s = fp8_scale(s);
     }
     ref_.model->release(seq);
@@ -82,7 +83,7 @@ class EngineKvQuant : public Variant {
     teacher_forced_decode(
         ref_, logits_, attn_,
         [&](int seq, int t) {
-          if (t == 0) ref_.model->set_kv_format(seq, format_, fp8_scales_);
+          if (t == 0) model::kv_format_study(*ref_.model).set_kv_format(seq, format_, fp8_scales_);
         },
         nullptr);
   }

@@ -9,6 +9,7 @@
 #include "core/stats.h"
 #include "model/model_choice.h"
 #include "numerics/random.h"
+#include "model/engine_studies.h"
 
 namespace ib::lora {
 namespace {
@@ -53,7 +54,7 @@ void LoraVariant::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
       adapters_.push_back(model::load_peft_adapter(config_, keys_.adapter));
     else
       adapters_.push_back(adapters_[0]);  // the same PEFT adapter resident N times: the same work
-    if (serves_adapters()) model_->add_adapter(adapters_.back());
+    if (serves_adapters()) model::lora_adapters(*model_).add_adapter(adapters_.back());
   }
   adapter_of_ = assign_adapters(keys_, seed);
   groups_.assign(adapters_.size(), {});
@@ -65,7 +66,7 @@ void LoraVariant::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   for (int64_t b = 0; b < keys_.batch; ++b) {
     prompts_.push_back(model::random_prompt(config_.vocab, static_cast<int>(keys_.prompt), seed + 17 + static_cast<uint64_t>(b)));
     seqs_.push_back(model_->new_sequence(capacity));
-    if (serves_adapters()) model_->set_adapter(seqs_.back(), adapter_of_[static_cast<size_t>(b)]);
+    if (serves_adapters()) model::lora_adapters(*model_).set_adapter(seqs_.back(), adapter_of_[static_cast<size_t>(b)]);
     // A decode step runs at a fixed context: the prompts are prefilled once, here, each with
     // its own adapter (unmerged: the engine's batched path).
     if (keys_.measure == Measure::Decode)
@@ -177,7 +178,8 @@ std::vector<Metric> LoraVariant::metrics() const {
   std::vector<Metric> m;
   if (serves_adapters()) {
     m.push_back({"distinct", static_cast<double>(distinct_), "adapters"});
-    m.push_back({"resident", static_cast<double>(model_->adapter_bytes()) / (1 << 20), "MiB"});  // the pool's A and B
+    m.push_back({"resident", static_cast<double>(model::lora_adapters(*model_).adapter_bytes()) / (1 << 20),
+                 "MiB"});  // the pool's A and B
     // What keeping one merged copy of the model per adapter would hold instead (computed: the
     // pool's size times the engine's weight bytes).
     m.push_back(

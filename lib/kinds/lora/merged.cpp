@@ -5,6 +5,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "kinds/lora/lora_variant.h"
+#include "model/engine_studies.h"
 
 namespace ib::lora {
 namespace {
@@ -16,16 +17,18 @@ class MergedAdapters final : public LoraVariant {
     switches_ = 0;
     for (size_t a = 0; a < groups_.size(); ++a) {
       if (groups_[a].empty()) continue;
-      if (model_->merged_adapter() != static_cast<int>(a)) {
+      if (model::lora_adapters(*model_).merged_adapter() != static_cast<int>(a)) {
         const auto t0 = std::chrono::steady_clock::now();
-        model_->merge_adapter(static_cast<int>(a));
+        model::lora_adapters(*model_).merge_adapter(static_cast<int>(a));
         switch_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         ++switches_;
       }
       pass(groups_[a], logits);
     }
   }
-  void after_validation() override { model_->merge_adapter(-1); }  // the timed steps start from the base weights
+  void after_validation() override {
+    model::lora_adapters(*model_).merge_adapter(-1);
+  }  // the timed steps start from the base weights
   std::vector<Metric> metrics() const override {
     std::vector<Metric> m = LoraVariant::metrics();
     m.push_back({"switches", static_cast<double>(switches_), "per step"});

@@ -15,16 +15,16 @@
 #include "cli.h"
 #include "core/backend.h"
 #include "core/errors.h"
-#include "core/interrupt.h"
 #include "core/input_file.h"
+#include "core/interrupt.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
-#include "model/model_choice.h"
+#include "model/engine_studies.h"
 #include "model/lora.h"
+#include "model/model_choice.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
 #include "tokenizer/tokenizer.h"
-#include "model/engine_studies.h"
 
 namespace ib::app {
 namespace {

@@ -13,8 +13,8 @@
 #include "attention.h"
 #include "element.cuh"
 #include "flash_common.cuh"
-#include "numerics/online_softmax.h"
 #include "numerics/cuda_check.h"
+#include "numerics/online_softmax.h"
 
 namespace ib {
 

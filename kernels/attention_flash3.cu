@@ -12,11 +12,11 @@
 #include <string>
 
 #include "attention.h"
-#include "numerics/flash_tiles.h"
-#include "numerics/cuda_check.h"
 #include "element.cuh"
 #include "flash_common.cuh"
 #include "hopper.cuh"
+#include "numerics/cuda_check.h"
+#include "numerics/flash_tiles.h"
 
 namespace ib {
 

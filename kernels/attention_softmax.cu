@@ -4,8 +4,8 @@
 
 #include "attention.h"
 #include "element.cuh"
-#include "numerics/online_softmax.h"
 #include "numerics/cuda_check.h"
+#include "numerics/online_softmax.h"
 
 namespace ib {
 namespace {

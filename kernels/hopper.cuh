@@ -18,8 +18,8 @@
 #include <string>
 #include <type_traits>
 
-#include "numerics/hd.h"
 #include "element.cuh"
+#include "numerics/hd.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define IB_SM90A 1

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "attention.h"
-#include "numerics/cuda_check.h"
 #include "hopper.cuh"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 

@@ -10,8 +10,8 @@
 
 #include "numerics/cuda_check.h"
 #include "numerics/half.h"
-#include "numerics/random.h"
 #include "numerics/kv_format.h"
+#include "numerics/random.h"
 
 namespace ib {
 

@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "kv_decode_internal.cuh"
 #include "numerics/cuda_check.h"
 #include "numerics/half.h"
 #include "numerics/kv_format.h"
-#include "kv_decode_internal.cuh"
 
 namespace ib {
 

@@ -11,8 +11,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "numerics/cuda_check.h"
 #include "kv_decode.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::detail {
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "numerics/half.h"
 #include "kv_decode_internal.cuh"
+#include "numerics/half.h"
 
 namespace ib::detail {
 

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "numerics/cuda_check.h"
 #include "kv_decode_internal.cuh"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 

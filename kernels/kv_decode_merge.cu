@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv_decode_internal.cuh"
 #include "numerics/cuda_check.h"
 #include "numerics/half.h"
-#include "kv_decode_internal.cuh"
 
 namespace ib {
 

@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "numerics/online_softmax.h"
-#include "numerics/cuda_check.h"
 #include "model_ops_internal.cuh"
+#include "numerics/cuda_check.h"
+#include "numerics/online_softmax.h"
 
 namespace ib {
 

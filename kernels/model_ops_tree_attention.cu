@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "numerics/cuda_check.h"
 #include "model_ops_internal.cuh"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 

@@ -3,9 +3,9 @@
 #include "constrain/automaton.h"
 
 #include <algorithm>
-#include <ctime>
 #include <array>
 #include <cstdint>
+#include <ctime>
 #include <limits>
 #include <string>
 #include <tuple>

@@ -4,8 +4,8 @@
 
 #include <array>
 #include <cstdint>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "constrain/regex.h"

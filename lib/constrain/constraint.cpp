@@ -1,8 +1,8 @@
 #include "constrain/constraint.h"
 
+#include <sys/stat.h>
 #include <chrono>
 #include <cstdlib>
-#include <sys/stat.h>
 
 #include <fmt/format.h>
 

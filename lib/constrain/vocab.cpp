@@ -1,9 +1,9 @@
+#include "constrain/vocab.h"
 #include "core/data_dir.h"
 #include "core/errors.h"
 #include "core/gguf_file.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
-#include "constrain/vocab.h"
 #include "model/checkpoint.h"
 #include "tokenizer/gguf_vocab.h"
 

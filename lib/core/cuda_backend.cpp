@@ -7,11 +7,11 @@
 
 #include "core/backend.h"
 #include "core/cublas.h"
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
 #include "core/sysinfo.h"
 #include "core/units.h"
+#include "numerics/cuda_check.h"
 
 namespace ib {
 

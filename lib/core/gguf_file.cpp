@@ -3,8 +3,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <limits>
+#include <mutex>
 
 #include <fmt/format.h>
 

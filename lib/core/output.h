@@ -2,8 +2,8 @@
 // overwrites an earlier run.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+#include <string>
 #include <vector>
 
 namespace ib {

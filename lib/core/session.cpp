@@ -2,24 +2,24 @@
 
 #include <sys/stat.h>
 
+#include <unistd.h>
 #include <cctype>
-#include <cmath>
-#include <cstdlib>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "core/build_info.h"
-#include "core/compare.h"
 #include "core/ceilings.h"
+#include "core/compare.h"
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/json_input.h"
 #include "core/interrupt.h"
+#include "core/json_input.h"
 #include "core/nvtx.h"
 #include "core/output.h"
 #include "core/plot.h"

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "core/backend.h"
 #include "core/errors.h"

@@ -1,11 +1,11 @@
 #include "core/sysinfo.h"
 
+#include <sys/utsname.h>
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <sys/utsname.h>
 #include <thread>
 
 #include "core/errors.h"

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "numerics/random.h"
 #include "numerics/half.h"
 #include "numerics/kv_format.h"
+#include "numerics/random.h"
 
 namespace ib::kvcache {
 

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "model/engine_studies.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
-#include "model/engine_studies.h"
 
 namespace ib::kvcache {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "numerics/random.h"
 #include "core/stats.h"
+#include "numerics/random.h"
 
 namespace ib::kvcache {
 namespace {

@@ -1,5 +1,5 @@
-#include "core/data_dir.h"
 #include "model/config.h"
+#include "core/data_dir.h"
 
 #include <algorithm>
 #include <cmath>

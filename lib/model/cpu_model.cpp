@@ -3,18 +3,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <utility>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "numerics/parallel.h"
 #include "model/cpu_model_internal.h"
 #include "model/model.h"
+#include "numerics/parallel.h"
 
 namespace ib::model::cpu_detail {
 

@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 #include <immintrin.h>
 
-#include "numerics/blas_sgemm.h"
-#include "numerics/query_attention.h"
-#include "numerics/swiglu.h"
-#include "numerics/sgemm.h"
-#include "numerics/parallel.h"
 #include "model/cpu_model_internal.h"
 #include "model/sample.h"
+#include "numerics/blas_sgemm.h"
+#include "numerics/parallel.h"
+#include "numerics/query_attention.h"
+#include "numerics/sgemm.h"
+#include "numerics/swiglu.h"
 
 namespace ib::model::cpu_detail {
 namespace {

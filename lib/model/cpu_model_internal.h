@@ -2,8 +2,8 @@
 // sequences and the CpuModel class whose members they define. Not a public interface.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 
 #include "core/memory.h"
-#include "numerics/packed_gemv.h"
+#include "model/engine_sequences.h"
 #include "model/engine_studies.h"
 #include "model/model.h"
-#include "model/engine_sequences.h"
 #include "model/token_tree.h"
+#include "numerics/packed_gemv.h"
 
 namespace ib::model::cpu_detail {
 

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "numerics/half.h"
 #include "model/cpu_model_internal.h"
+#include "numerics/half.h"
 
 namespace ib::model::cpu_detail {
 

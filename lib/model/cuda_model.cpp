@@ -11,11 +11,11 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "numerics/cuda_check.h"
 #include "core/errors.h"
 #include "model/cuda_model_internal.h"
 #include "model/model.h"
 #include "model_ops.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::model::cuda_detail {
 namespace {

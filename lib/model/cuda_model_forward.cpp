@@ -9,10 +9,10 @@
 #include <cuda_runtime_api.h>
 
 #include "attention.h"
-#include "numerics/cuda_check.h"
 #include "gemv.h"
 #include "model/cuda_model_internal.h"
 #include "model_ops.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::model::cuda_detail {
 namespace {

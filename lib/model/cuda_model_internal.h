@@ -14,12 +14,12 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "numerics/cuda_handles.h"
 #include "core/cuda_memory.h"
-#include "model/model.h"
 #include "model/engine_sequences.h"
+#include "model/model.h"
 #include "model/token_tree.h"
 #include "model_ops.h"
+#include "numerics/cuda_handles.h"
 
 namespace ib::model::cuda_detail {
 

@@ -8,8 +8,8 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "numerics/cuda_check.h"
 #include "model/cuda_model_internal.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::model::cuda_detail {
 

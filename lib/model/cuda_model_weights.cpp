@@ -9,12 +9,12 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "numerics/cuda_check.h"
-#include "numerics/dtype.h"
-#include "numerics/half.h"
 #include "fill.h"
 #include "model/cuda_model_internal.h"
 #include "model_ops.h"
+#include "numerics/cuda_check.h"
+#include "numerics/dtype.h"
+#include "numerics/half.h"
 
 namespace ib::model::cuda_detail {
 

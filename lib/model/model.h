@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "numerics/kv_format.h"
 #include "model/block_manager.h"
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/sample.h"
 #include "model/weights.h"
+#include "numerics/kv_format.h"
 
 namespace ib::model {
 

@@ -1,5 +1,5 @@
-#include "core/data_dir.h"
 #include "model/text_prompt.h"
+#include "core/data_dir.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,5 +1,5 @@
-#include "core/data_dir.h"
 #include "model/weights.h"
+#include "core/data_dir.h"
 #include "model/safetensors_file.h"
 
 #include <cmath>
@@ -12,12 +12,12 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "numerics/dtype.h"
 #include "core/errors.h"
-#include "numerics/half.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "core/output.h"
+#include "numerics/dtype.h"
+#include "numerics/half.h"
 #include "numerics/parallel.h"
 #include "numerics/random.h"
 

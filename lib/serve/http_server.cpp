@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/errors.h"
 #include "constrain/vocab.h"
+#include "core/errors.h"
 #include "model/text_prompt.h"
 #include "serve/http_connections.h"
 #include "serve/openai_api.h"

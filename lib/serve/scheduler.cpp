@@ -1,15 +1,15 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "specdec/specdec.h"
 #include "model/engine_studies.h"
+#include "specdec/specdec.h"
 
 namespace ib::serve {
 

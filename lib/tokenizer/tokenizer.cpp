@@ -21,9 +21,9 @@
 #include <map>
 #include <mutex>
 
-#include "core/gguf_file.h"
 #include "core/data_dir.h"
 #include "core/errors.h"
+#include "core/gguf_file.h"
 #include "core/input_file.h"
 #include "core/json_input.h"
 #include "tokenizer/added_vocab.h"

@@ -6,8 +6,8 @@
 #include <iterator>
 
 #include <unicode/uchar.h>
-#include <unicode/uset.h>
 #include <unicode/unorm2.h>
+#include <unicode/uset.h>
 #include <unicode/ustring.h>
 
 #include "tokenizer/tokenizer_internal.h"

@@ -3,9 +3,9 @@
 
 #include <benchmark/benchmark.h>
 
-#include "numerics/sgemm.h"
 #include "core/spec.h"
 #include "core/stats.h"
+#include "numerics/sgemm.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 // shared should track resident at every L; copied adds a copy that grows with L.
 #include <benchmark/benchmark.h>
 
-#include "model/model_choice.h"
 #include "model/model.h"
+#include "model/model_choice.h"
 
 namespace {
 

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "run_kind.h"
 #include "core/registry.h"
+#include "run_kind.h"
 
 namespace ib::testing {
 

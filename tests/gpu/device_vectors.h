@@ -7,8 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
+#include "numerics/cuda_check.h"
 
 namespace ib::testing {
 

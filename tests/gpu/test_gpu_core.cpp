@@ -10,14 +10,14 @@
 
 #include "core/backend.h"
 #include "core/ceilings.h"
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
-#include "numerics/half.h"
 #include "core/memory.h"
-#include "numerics/random.h"
 #include "core/runner.h"
 #include "fill.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
 
 namespace ib {
 namespace {

@@ -32,14 +32,14 @@
 #include "test_stream.h"
 
 #include "attention.h"
+#include "core/cuda_memory.h"
+#include "fill.h"
+#include "hopper_probe.h"
 #include "kinds/attention/cuda_params.h"
 #include "kinds/attention/problem.h"
 #include "numerics/cuda_check.h"
-#include "core/cuda_memory.h"
 #include "numerics/half.h"
 #include "numerics/parallel.h"
-#include "fill.h"
-#include "hopper_probe.h"
 
 namespace ib {
 namespace {

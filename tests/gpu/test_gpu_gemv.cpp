@@ -21,12 +21,12 @@
 #include "test_stream.h"
 
 #include "core/cublas.h"
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "numerics/half.h"
-#include "numerics/random.h"
 #include "gemv.h"
 #include "model_ops.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
+#include "numerics/random.h"
 
 namespace ib {
 namespace {

@@ -22,13 +22,13 @@
 #include "require_gpu.h"
 #include "test_stream.h"
 
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "numerics/half.h"
-#include "numerics/random.h"
 #include "kv_decode.h"
 #include "kvcache/decode_problem.h"
+#include "numerics/cuda_check.h"
+#include "numerics/half.h"
 #include "numerics/kv_format.h"
+#include "numerics/random.h"
 
 namespace ib::kvcache {
 namespace {

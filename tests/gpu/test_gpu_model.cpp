@@ -21,13 +21,13 @@
 #include "test_stream.h"
 
 #include "core/backend.h"
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
 #include "core/errors.h"
 #include "core/memory.h"
-#include "numerics/random.h"
 #include "model/model.h"
 #include "model_ops.h"
+#include "numerics/cuda_check.h"
+#include "numerics/random.h"
 
 namespace ib::model {
 namespace {

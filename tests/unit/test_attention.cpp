@@ -10,10 +10,10 @@
 
 #include "../common/run_kind.h"
 
-#include "numerics/online_softmax.h"
-#include "kinds/attention/problem.h"
 #include "core/runner.h"
 #include "core/spec.h"
+#include "kinds/attention/problem.h"
+#include "numerics/online_softmax.h"
 
 namespace ib::attention {
 namespace {

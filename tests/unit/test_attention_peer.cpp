@@ -15,16 +15,16 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <nlohmann/json.hpp>
 
 #include "../cli/process.h"
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
-#include "kinds/attention/torch_peer.h"
 #include "core/peer_process.h"
 #include "core/runner.h"
+#include "kinds/attention/torch_peer.h"
 
 namespace ib::attention {
 namespace {

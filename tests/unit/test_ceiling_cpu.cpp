@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include "numerics/sgemm.h"
 #include "core/ceilings.h"
-#include "numerics/random.h"
 #include "core/runner.h"
+#include "numerics/random.h"
+#include "numerics/sgemm.h"
 
 namespace ib {
 namespace {

@@ -11,11 +11,11 @@
 
 #include "constrain/engine_generate.h"
 #include "constrain/grammar_budget.h"
-#include "constrain/validity_check.h"
 #include "constrain/masked_argmax.h"
+#include "constrain/validity_check.h"
 #include "core/errors.h"
-#include "numerics/random.h"
 #include "model/model_choice.h"
+#include "numerics/random.h"
 
 namespace ib::constrain {
 namespace {

@@ -17,19 +17,19 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "../cli/process.h"
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
 
-#include "kinds/constrain/python_peer.h"
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/runner.h"
 #include "core/spec.h"
+#include "kinds/constrain/python_peer.h"
 
 namespace ib::constrain {
 namespace {

@@ -17,9 +17,9 @@
 
 #include "constrain/vocab.h"
 #include "core/errors.h"
-#include "model/model_choice.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/model_choice.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib {

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,12 +21,12 @@
 
 #include "core/errors.h"
 
+#include "core/output.h"
 #include "serve/completion_stream.h"
 #include "serve/endpoint_load.h"
 #include "serve/endpoint_metrics.h"
 #include "serve/endpoint_result_file.h"
 #include "serve/workload.h"
-#include "core/output.h"
 
 #if INFER_BENCH_HAVE_HTTP
 #include <httplib.h>

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "numerics/flash_tiles.h"
 #include "kinds/attention/problem.h"
+#include "numerics/flash_tiles.h"
 
 namespace ib::attention {
 namespace {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/json_schema_suite.h"
 #include "constrain/constraint.h"
 #include "constrain/grammar.h"
 #include "constrain/grammar_generate.h"
@@ -17,7 +18,6 @@
 #include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
-#include "../common/json_schema_suite.h"
 
 namespace ib::constrain {
 namespace {

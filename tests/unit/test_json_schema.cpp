@@ -13,11 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/json_schema_suite.h"
 #include "constrain/automaton.h"
 #include "constrain/json_schema.h"
 #include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
-#include "../common/json_schema_suite.h"
 
 namespace ib::constrain {
 namespace {

@@ -4,11 +4,11 @@
 // and both kinds through the runner.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <numeric>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,15 +17,15 @@
 
 #include "../common/run_kind.h"
 
-#include "numerics/random.h"
 #include "kvcache/eviction.h"
 #include "kvcache/synthetic_attention.h"
-#include "model/model_choice.h"
-#include "model/model.h"
 #include "model/config.h"
-#include "model/weights.h"
-#include "tokenizer/tokenizer.h"
 #include "model/engine_studies.h"
+#include "model/model.h"
+#include "model/model_choice.h"
+#include "model/weights.h"
+#include "numerics/random.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ib::kvcache {
 namespace {

@@ -11,14 +11,14 @@
 
 #include "../common/run_kind.h"
 
-#include "model/block_manager.h"
+#include "core/stats.h"
 #include "kinds/kvcache/decode_check.h"
 #include "kvcache/decode_problem.h"
-#include "core/stats.h"
-#include "numerics/kv_format.h"
-#include "model/model_choice.h"
-#include "model/model.h"
+#include "model/block_manager.h"
 #include "model/engine_studies.h"
+#include "model/model.h"
+#include "model/model_choice.h"
+#include "numerics/kv_format.h"
 
 namespace ib::kvcache {
 namespace {

@@ -5,10 +5,10 @@
 // batched path (each row its own adapter, one pass), its merged path and a plain engine on merged
 // weights must all reproduce them; the reader must refuse what it does not model.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,10 +19,10 @@
 #include "core/errors.h"
 #include "core/stats.h"
 #include "model/config.h"
+#include "model/engine_studies.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "model/engine_studies.h"
 
 namespace ib::model {
 namespace {

@@ -14,8 +14,8 @@
 #include "core/errors.h"
 #include "core/registry.h"
 #include "core/spec.h"
-#include "model/model_choice.h"
 #include "model/model.h"
+#include "model/model_choice.h"
 
 namespace ib::model {
 namespace {

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "model/model_choice.h"
+#include "model/engine_studies.h"
 #include "model/lora.h"
 #include "model/model.h"
-#include "model/engine_studies.h"
+#include "model/model_choice.h"
 
 namespace ib::model::cpu_matmul_test {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "model/model_choice.h"
-#include "model/model.h"
 #include "model/engine_studies.h"
+#include "model/model.h"
+#include "model/model_choice.h"
 
 // Its own namespace: the asan preset's unity build compiles this file with test_model.cpp, whose
 // helpers have the same names.

@@ -13,8 +13,8 @@
 
 #include "core/runner.h"
 #include "core/spec.h"
-#include "model/model_choice.h"
 #include "model/model.h"
+#include "model/model_choice.h"
 #include "prefix/block_hash_cache.h"
 #include "prefix/prefix_server.h"
 #include "prefix/radix_cache.h"

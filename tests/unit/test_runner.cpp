@@ -7,13 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include "../cli/process.h"
 #include "core/memory.h"
-#include "core/registry.h"
 #include "core/output.h"
+#include "core/registry.h"
 #include "core/runner.h"
 #include "core/session.h"
 #include "core/spec.h"
-#include "../cli/process.h"
 
 namespace ib {
 namespace {

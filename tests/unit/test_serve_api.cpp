@@ -16,6 +16,7 @@
 #include "constrain/validator.h"
 #include "core/errors.h"
 #include "model/config.h"
+#include "model/engine_studies.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -26,7 +27,6 @@
 #include "serve/scheduler.h"
 #include "serve/schema_constraint.h"
 #include "tokenizer/tokenizer.h"
-#include "model/engine_studies.h"
 
 namespace ib::serve {
 namespace {

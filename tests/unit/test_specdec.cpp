@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/model_choice.h"
 #include "model/model.h"
+#include "model/model_choice.h"
 #include "specdec/lookahead.h"
 #include "specdec/specdec.h"
 #include "specdec/texts.h"

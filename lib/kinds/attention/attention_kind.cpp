@@ -1,8 +1,8 @@
 // Kind `attention` (§8.1): standard attention against FlashAttention on one layer's attention,
 // with PyTorch SDPA as an optional peer. The variants are declared beside their code:
 // cuda_attention.cpp, cpu_attention.cpp and torch_peer.cpp.
-#include "kinds/attention/attention_keys.h"
 #include "core/registry.h"
+#include "kinds/attention/attention_keys.h"
 
 namespace ib::attention {
 

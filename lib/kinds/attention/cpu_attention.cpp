@@ -9,14 +9,14 @@
 
 #include <fmt/format.h>
 
+#include "core/backend.h"
+#include "core/memory.h"
+#include "core/registry.h"
 #include "kinds/attention/cpu_attention.h"
 #include "kinds/attention/problem.h"
 #include "numerics/online_softmax.h"
-#include "numerics/sgemm.h"
-#include "core/backend.h"
-#include "core/memory.h"
 #include "numerics/parallel.h"
-#include "core/registry.h"
+#include "numerics/sgemm.h"
 
 namespace ib::attention {
 namespace {

@@ -3,8 +3,8 @@
 // Inputs are filled on the device with the same counter-based values the CPU reference regenerates.
 // Compiled in every build: the declarations at the end are the variants' one declaration, the
 // classes only where the CUDA backend is.
-#include "kinds/attention/problem.h"
 #include "core/registry.h"
+#include "kinds/attention/problem.h"
 
 #if INFER_BENCH_HAVE_CUDA
 #include <cstring>
@@ -14,14 +14,14 @@
 #include <fmt/format.h>
 
 #include "attention.h"
+#include "core/cublas.h"
+#include "core/cuda_memory.h"
+#include "fill.h"
 #include "kinds/attention/cuda_params.h"
 #include "kinds/attention/problem.h"
 #include "kinds/attention/variant_common.h"
-#include "core/cublas.h"
 #include "numerics/cuda_check.h"
-#include "core/cuda_memory.h"
 #include "numerics/half.h"
-#include "fill.h"
 
 namespace ib::attention {
 namespace {

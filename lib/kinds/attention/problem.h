@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/sweep.h"
+#include "core/variant.h"
 #include "kinds/attention/attention_keys.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
-#include "core/sweep.h"
-#include "core/variant.h"
 
 namespace ib::attention {
 

@@ -16,13 +16,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kinds/attention/problem.h"
-#include "kinds/attention/variant_common.h"
 #include "core/backend.h"
 #include "core/errors.h"
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/spec.h"
+#include "kinds/attention/problem.h"
+#include "kinds/attention/variant_common.h"
 
 extern "C" const char ib_torch_sdpa_peer_py[];  // torch_peer_embed.S
 

@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "kinds/attention/problem.h"
 #include "core/variant.h"
+#include "kinds/attention/problem.h"
 
 namespace ib::attention {
 

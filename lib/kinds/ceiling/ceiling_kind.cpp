@@ -1,8 +1,8 @@
 // Kind `ceiling`: the card's copy bandwidth and GEMM rate, the denominators of every report's
 // roofline columns (`infer-bench info` prints them). Its variants are declared beside their code:
 // cpu_ceiling.cpp and cuda_ceiling.cpp.
-#include "kinds/ceiling/ceiling_keys.h"
 #include "core/registry.h"
+#include "kinds/ceiling/ceiling_keys.h"
 
 namespace ib {
 

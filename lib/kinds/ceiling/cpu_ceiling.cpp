@@ -4,14 +4,14 @@
 
 #include <fmt/format.h>
 
+#include "core/memory.h"
+#include "core/registry.h"
 #include "kinds/ceiling/ceiling_keys.h"
 #include "kinds/ceiling/gemm_check.h"
 #include "numerics/blas_sgemm.h"
-#include "numerics/sgemm.h"
-#include "core/memory.h"
 #include "numerics/parallel.h"
 #include "numerics/random.h"
-#include "core/registry.h"
+#include "numerics/sgemm.h"
 
 namespace ib {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "kinds/ceiling/ceiling_keys.h"
 #include "core/registry.h"
+#include "kinds/ceiling/ceiling_keys.h"
 #include "numerics/packed_gemv.h"  // best_cpu_isa
 #include "numerics/parallel.h"
 

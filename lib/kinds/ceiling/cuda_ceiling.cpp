@@ -9,14 +9,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/cublas.h"
+#include "core/cuda_memory.h"
+#include "fill.h"
 #include "kinds/ceiling/ceiling_keys.h"
 #include "kinds/ceiling/gemm_check.h"
-#include "core/cublas.h"
 #include "numerics/cuda_check.h"
-#include "core/cuda_memory.h"
 #include "numerics/dtype.h"
 #include "numerics/random.h"
-#include "fill.h"
 
 namespace ib {
 namespace {

@@ -13,8 +13,8 @@
 #include "constrain/vocab.h"
 #include "core/errors.h"
 #include "core/json_input.h"
-#include "kinds/params/text_prompt_params.h"
 #include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 
 namespace ib::constrain {
 namespace {

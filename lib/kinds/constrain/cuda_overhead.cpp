@@ -15,12 +15,12 @@
 #include "constrain/token_index.h"
 #include "constrain_mask.h"
 #include "core/cublas.h"
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
-#include "numerics/dtype.h"
-#include "numerics/random.h"
 #include "fill.h"
 #include "kinds/constrain/constrain_keys.h"
+#include "numerics/cuda_check.h"
+#include "numerics/dtype.h"
+#include "numerics/random.h"
 
 namespace ib::constrain {
 namespace {

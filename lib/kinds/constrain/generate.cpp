@@ -22,12 +22,12 @@
 #include "core/stats.h"
 #include "kinds/constrain/constrain_keys.h"
 #include "kinds/constrain/constrain_kind.h"
+#include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 #include "model/checkpoint.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "numerics/random.h"
-#include "kinds/params/engine_params.h"
-#include "kinds/params/text_prompt_params.h"
 
 namespace ib::constrain {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "kinds/params/text_prompt_params.h"
 #include "kinds/params/engine_params.h"
+#include "kinds/params/text_prompt_params.h"
 
 namespace ib::model {
 

@@ -4,9 +4,9 @@
 // decode_step.cpp, prefill.cpp) and llama.cpp's peer rows (llamacpp_peer.cpp).
 #include "core/registry.h"
 #include "kinds/decode/decode_keys.h"
-#include "model/model_choice.h"
 #include "kinds/params/engine_params.h"
 #include "kinds/params/text_prompt_params.h"
+#include "model/model_choice.h"
 
 namespace ib::model {
 namespace {

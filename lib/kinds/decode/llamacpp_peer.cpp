@@ -29,11 +29,11 @@
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/spec.h"
-#include "numerics/parallel.h"
-#include "model/checkpoint.h"
 #include "kinds/decode/decode_keys.h"
+#include "model/checkpoint.h"
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
+#include "numerics/parallel.h"
 
 namespace ib::model {
 namespace {

@@ -16,11 +16,11 @@
 
 #include "core/backend.h"
 #include "core/memory.h"
-#include "numerics/parallel.h"
 #include "core/registry.h"
-#include "kinds/kvcache/kv_decode_keys.h"
 #include "kinds/kvcache/decode_check.h"
+#include "kinds/kvcache/kv_decode_keys.h"
 #include "kvcache/decode_problem.h"
+#include "numerics/parallel.h"
 
 namespace ib::kvcache {
 namespace {

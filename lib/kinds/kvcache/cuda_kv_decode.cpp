@@ -16,14 +16,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "numerics/cuda_check.h"
 #include "core/cuda_memory.h"
+#include "fill.h"
+#include "kinds/kvcache/decode_check.h"
+#include "kv_decode.h"
+#include "kvcache/decode_problem.h"
+#include "numerics/cuda_check.h"
 #include "numerics/dtype.h"
 #include "numerics/half.h"
-#include "fill.h"
-#include "kv_decode.h"
-#include "kinds/kvcache/decode_check.h"
-#include "kvcache/decode_problem.h"
 
 namespace ib::kvcache {
 namespace {

@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
+#include "kinds/kvcache/comparison_metrics.h"
 #include "kinds/kvcache/engine_decode_keys.h"
 #include "kinds/kvcache/evict_keys.h"
-#include "kinds/kvcache/comparison_metrics.h"
 #include "kvcache/engine_compare.h"
 #include "kvcache/eviction.h"
 #include "model/engine_studies.h"

@@ -10,8 +10,8 @@
 #include "core/params.h"
 #include "core/registry.h"
 #include "core/sysinfo.h"
-#include "numerics/kv_format.h"
 #include "model/config.h"
+#include "numerics/kv_format.h"
 
 namespace ib::kvcache {
 namespace {

@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
-#include "kinds/kvcache/engine_decode_keys.h"
 #include "kinds/kvcache/comparison_metrics.h"
+#include "kinds/kvcache/engine_decode_keys.h"
 #include "kvcache/engine_compare.h"
 #include "model/engine_studies.h"
 

@@ -15,10 +15,10 @@
 
 #include <fmt/format.h>
 
-#include "numerics/random.h"
 #include "core/params.h"
 #include "core/registry.h"
 #include "model/block_manager.h"
+#include "numerics/random.h"
 
 namespace ib::kvcache {
 namespace {

@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
-#include "model/checkpoint.h"
 #include "core/registry.h"
 #include "kinds/lora/lora_keys.h"
-#include "model/config.h"
-#include "model/model_choice.h"
-#include "model/lora.h"
 #include "kinds/params/engine_params.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/lora.h"
+#include "model/model_choice.h"
 
 namespace ib::lora {
 

@@ -7,9 +7,9 @@
 
 #include "core/errors.h"
 #include "core/stats.h"
+#include "model/engine_studies.h"
 #include "model/model_choice.h"
 #include "numerics/random.h"
-#include "model/engine_studies.h"
 
 namespace ib::lora {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "core/registry.h"
 #include "core/stats.h"
-#include "model/model_choice.h"
+#include "kinds/params/engine_params.h"
 #include "kinds/prefix/prefix_kinds.h"
+#include "model/model_choice.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
-#include "kinds/params/engine_params.h"
 
 namespace ib::prefix {
 namespace {

@@ -20,8 +20,8 @@
 #include "core/registry.h"
 #include "core/sweep.h"
 #include "core/value.h"
-#include "model/model_choice.h"
 #include "kinds/params/engine_params.h"
+#include "model/model_choice.h"
 #include "prefix/prefix_server.h"
 #include "prefix/workload.h"
 

@@ -11,13 +11,13 @@
 #include "core/errors.h"
 #include "core/registry.h"
 #include "core/stats.h"
-#include "model/model_choice.h"
-#include "model/text_prompt.h"
-#include "kinds/prefix/prefix_kinds.h"
-#include "prefix/prefix_server.h"
-#include "prefix/workload.h"
 #include "kinds/params/engine_params.h"
 #include "kinds/params/text_prompt_params.h"
+#include "kinds/prefix/prefix_kinds.h"
+#include "model/model_choice.h"
+#include "model/text_prompt.h"
+#include "prefix/prefix_server.h"
+#include "prefix/workload.h"
 
 namespace ib::prefix {
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/variant.h"
+#include "kinds/serve_load/serve_keys.h"
 #include "model/model.h"
 #include "serve/load_metrics.h"
 #include "serve/scheduler.h"
-#include "kinds/serve_load/serve_keys.h"
 
 namespace ib::serve {
 

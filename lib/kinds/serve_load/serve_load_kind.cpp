@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 
 #include "core/registry.h"
-#include "kinds/params/text_prompt_params.h"
-#include "model/model_choice.h"
 #include "kinds/params/engine_params.h"
-#include "model/text_prompt.h"
+#include "kinds/params/text_prompt_params.h"
 #include "kinds/serve_load/serve_keys.h"
 #include "kinds/serve_load/serve_load.h"
+#include "model/model_choice.h"
+#include "model/text_prompt.h"
 
 namespace ib::serve {
 

@@ -1,8 +1,8 @@
 // Lookahead decoding (Fu et al.; no draft model): a Jacobi window of the target's own guesses and a
 // pool of the n-grams it produced, both verified in one target pass under a tree mask (greedy).
+#include "specdec/lookahead.h"
 #include "core/registry.h"
 #include "kinds/specdec/specdec_variant.h"
-#include "specdec/lookahead.h"
 
 namespace ib::specdec {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <utility>
 
+#include "kinds/params/engine_params.h"
 #include "kinds/params/text_prompt_params.h"
 #include "model/model_choice.h"
-#include "kinds/params/engine_params.h"
 #include "specdec/texts.h"
 
 namespace ib::specdec {

@@ -481,10 +481,9 @@ std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceiling
   return files;
 }
 
-std::vector<double> book_figure_values(const nlohmann::json& figure) {
-  if (figure.is_number()) return {figure.get<double>()};
-  if (!figure.is_string()) return {};
-  std::string s = figure.get<std::string>();
+std::vector<double> book_figure_values(const BookFigure& figure) {
+  if (const double* v = std::get_if<double>(&figure)) return {*v};
+  std::string s = std::get<std::string>(figure);
   size_t i = 0;
   while (i < s.size() && s[i] == ' ') ++i;
   const std::string approx = "\u2248";  // ≈

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/runner.h"
 
@@ -33,7 +33,7 @@ std::vector<PlotFile> render_plots(const ExperimentResult& result, const Ceiling
 
 // The numbers in a chapter figure as written in a spec: 12 -> {12}; "~25" -> {25}; "1.3×" ->
 // {1.3}; "0.5-1" -> {0.5, 1} (a range); "< 100" -> {} (a bound, not a value); "OOM" -> {}.
-std::vector<double> book_figure_values(const nlohmann::json& figure);
+std::vector<double> book_figure_values(const BookFigure& figure);
 
 // Text escaped for an XML text node or attribute.
 std::string xml_escape(const std::string& s);

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace ib {
 
@@ -95,9 +96,7 @@ std::string csv_report(const ResultSet& rs) {
         std::string v;
         for (const auto& x : r.book)
           if (x.first == b)
-            v = x.second.is_string()   ? x.second.get<std::string>()
-                : x.second.is_number() ? num(x.second.get<double>())
-                                       : x.second.dump();
+            v = std::holds_alternative<double>(x.second) ? num(std::get<double>(x.second)) : std::get<std::string>(x.second);
         f.push_back(v);
       }
       f.push_back(r.message);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace ib {
 
@@ -60,7 +61,7 @@ nlohmann::json row_json(const Row& r, const Ceilings& c) {
     j["speedup"] = {
         {"ratio", r.speedup->ratio}, {"lo", r.speedup->lo}, {"hi", r.speedup->hi}, {"verdict", to_string(r.speedup->verdict)}};
   nlohmann::json book = nlohmann::json::object();
-  for (const auto& [k, v] : r.book) book[k] = v;
+  for (const auto& [k, v] : r.book) book[k] = figure_to_json(v);
   j["book"] = book;
   j["peak_memory_bytes"] = r.peak_memory;
   return j;
@@ -89,7 +90,7 @@ nlohmann::json json_report(const ResultSet& rs) {
     nlohmann::json ej;
     ej["name"] = e.spec.name;
     ej["kind"] = e.spec.kind;
-    ej["spec"] = e.spec.resolved;
+    ej["spec"] = e.spec.resolved ? *e.spec.resolved : nlohmann::json();
     nlohmann::json axes = nlohmann::json::array();
     for (const auto& a : e.spec.axes) {
       nlohmann::json vals = nlohmann::json::array();
@@ -149,16 +150,17 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
     ExperimentResult e;
     e.spec.name = ej.at("name").get<std::string>();
     e.spec.kind = ej.at("kind").get<std::string>();
-    e.spec.resolved = ej.at("spec");
-    e.spec.variants = e.spec.resolved.value("variants", std::vector<std::string>{});
-    if (e.spec.resolved.contains("baseline") && e.spec.resolved["baseline"].is_string())
-      e.spec.baseline = e.spec.resolved["baseline"].get<std::string>();
-    e.spec.description = e.spec.resolved.value("description", std::string());
-    e.spec.cpu_overrides_applied = e.spec.resolved.value("cpu_overrides_applied", false);
-    if (e.spec.resolved.contains("columns")) e.spec.columns = e.spec.resolved["columns"].get<std::vector<std::string>>();
-    if (e.spec.resolved.contains("summary")) e.spec.summary = summary_from_json(e.spec.resolved["summary"]);
-    if (e.spec.resolved.contains("plot"))
-      for (const auto& pj : e.spec.resolved.at("plot")) e.spec.plots.push_back(plot_from_json(pj));
+    e.spec.resolved = std::make_shared<const nlohmann::json>(ej.at("spec"));
+    const nlohmann::json& resolved = *e.spec.resolved;
+    e.spec.variants = resolved.value("variants", std::vector<std::string>{});
+    if (resolved.contains("baseline") && resolved["baseline"].is_string())
+      e.spec.baseline = resolved["baseline"].get<std::string>();
+    e.spec.description = resolved.value("description", std::string());
+    e.spec.cpu_overrides_applied = resolved.value("cpu_overrides_applied", false);
+    if (resolved.contains("columns")) e.spec.columns = resolved["columns"].get<std::vector<std::string>>();
+    if (resolved.contains("summary")) e.spec.summary = summary_from_json(resolved["summary"]);
+    if (resolved.contains("plot"))
+      for (const auto& pj : resolved.at("plot")) e.spec.plots.push_back(plot_from_json(pj));
     std::map<std::string, ParamType> types;
     for (const auto& a : ej.at("axes")) {
       Axis axis;
@@ -168,8 +170,8 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
       types[axis.key] = axis.type;
       e.spec.axes.push_back(std::move(axis));
     }
-    if (e.spec.resolved.contains("book")) {
-      const auto& bj = e.spec.resolved["book"];
+    if (resolved.contains("book")) {
+      const auto& bj = resolved["book"];
       e.spec.book.source = bj.value("source", std::string());
       e.spec.book.note = bj.value("note", std::string());
       for (const auto& rowj : bj.value("rows", nlohmann::json::array())) {
@@ -178,7 +180,7 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
           if (k == "variant" || k == "role" || types.count(k))
             br.match.emplace_back(k, value_from_json(v));
           else
-            br.figures.emplace_back(k, v);
+            br.figures.emplace_back(k, figure_from_json(v));
         }
         e.spec.book.rows.push_back(std::move(br));
       }
@@ -245,7 +247,7 @@ ResultSet read_results(const nlohmann::json& j, std::string* where) {
         sp.verdict = v == "faster" ? Verdict::Faster : v == "slower" ? Verdict::Slower : Verdict::Same;
         r.speedup = sp;
       }
-      for (const auto& [k, v] : rj.at("book").items()) r.book.emplace_back(k, v);
+      for (const auto& [k, v] : rj.at("book").items()) r.book.emplace_back(k, figure_from_json(v));
       r.peak_memory = rj.at("peak_memory_bytes").get<int64_t>();
       e.rows.push_back(std::move(r));
     }

@@ -72,10 +72,9 @@ std::string status_text(const Row& r) {
   return "";
 }
 
-std::string figure_text(const nlohmann::json& v) {
-  if (v.is_number()) return format_number(v.get<double>());
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+std::string figure_text(const BookFigure& v) {
+  if (const double* d = std::get_if<double>(&v)) return format_number(*d);
+  return std::get<std::string>(v);
 }
 
 std::string speedup_text(const Speedup& s) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.h"
 #include "core/interrupt.h"
@@ -99,9 +100,9 @@ bool book_row_matches(const BookRow& book_row, const Point& p, const std::string
   return true;
 }
 
-std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant,
-                                                               const std::string& role) {
-  std::vector<std::pair<std::string, nlohmann::json>> out;
+std::vector<std::pair<std::string, BookFigure>> match_book(const Book& book, const Point& p, const std::string& variant,
+                                                           const std::string& role) {
+  std::vector<std::pair<std::string, BookFigure>> out;
   for (const auto& row : book.rows)
     if (book_row_matches(row, p, variant, role))
       for (const auto& f : row.figures) out.push_back(f);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/backend.h"
 #include "core/registry.h"
@@ -52,9 +52,9 @@ struct Row {
   std::vector<Metric> metrics;
   std::optional<Speedup> speedup;  // vs the baseline at the same point
   bool is_baseline = false;
-  std::vector<std::pair<std::string, nlohmann::json>> book;  // matched chapter figures
-  int64_t peak_memory = -1;                                  // bytes allocated above the row's start, at peak
-  std::vector<std::pair<std::string, std::string>> texts;    // Variant::texts (prompt, output) of an ok row
+  std::vector<std::pair<std::string, BookFigure>> book;    // matched chapter figures
+  int64_t peak_memory = -1;                                // bytes allocated above the row's start, at peak
+  std::vector<std::pair<std::string, std::string>> texts;  // Variant::texts (prompt, output) of an ok row
 };
 
 // Derived columns every report shows, from a row's stats, work and the ceilings.
@@ -109,7 +109,7 @@ std::string row_range_name(const ExperimentSpec& spec, const std::string& varian
 // Whether a book row's match keys all equal the row's point, variant (`variant:`) and role (`role:`).
 bool book_row_matches(const BookRow& book_row, const Point& p, const std::string& variant, const std::string& role);
 // Book figures of every book row that matches.
-std::vector<std::pair<std::string, nlohmann::json>> match_book(const Book& book, const Point& p, const std::string& variant,
-                                                               const std::string& role);
+std::vector<std::pair<std::string, BookFigure>> match_book(const Book& book, const Point& p, const std::string& variant,
+                                                           const std::string& role);
 
 }  // namespace ib

@@ -14,11 +14,14 @@
 //       cpu: {variants: [memcpy], bytes: 64MiB}   # replaces keys on the CPU backend
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/backend.h"
 #include "core/errors.h"
@@ -57,9 +60,15 @@ struct SkipRule {
   std::vector<std::pair<std::string, std::vector<Value>>> conditions;
 };
 
+// A chapter figure: a number, or a short text ("< 100", "~25", "1.5-2", "OOM").
+using BookFigure = std::variant<double, std::string>;
+// Its JSON (results.json: a number or a string), and back (any other JSON becomes its text).
+nlohmann::json figure_to_json(const BookFigure& f);
+BookFigure figure_from_json(const nlohmann::json& j);
+
 struct BookRow {
-  std::vector<std::pair<std::string, Value>> match;             // params and/or "variant"
-  std::vector<std::pair<std::string, nlohmann::json>> figures;  // the chapter's numbers
+  std::vector<std::pair<std::string, Value>> match;         // params and/or "variant"
+  std::vector<std::pair<std::string, BookFigure>> figures;  // the chapter's numbers
 };
 
 struct Book {
@@ -116,8 +125,8 @@ struct ExperimentSpec {
   std::vector<std::string> columns;  // the stdout table's columns (besides variant and varying params); empty = the default
   SummarySpec summary;
   RunControl control;
-  bool cpu_overrides_applied = false;  // the `cpu:` block replaced keys (scaled sizes)
-  nlohmann::json resolved;             // the experiment as run, for results.json
+  bool cpu_overrides_applied = false;              // the `cpu:` block replaced keys (scaled sizes)
+  std::shared_ptr<const nlohmann::json> resolved;  // the experiment as run, for results.json
 };
 
 struct Spec {

@@ -198,7 +198,7 @@ void SpecParser::build_body(const FieldMap& fields, const KindInfo& kind, const 
   if (const Field* f = fields.get("plot")) ex->plots = parse_plots(*f, kind);
   if (const Field* f = fields.get("columns")) ex->columns = string_list(*f);
   if (const Field* f = fields.get("summary")) ex->summary = parse_summary(*f, kind);
-  ex->resolved = resolved_json(*ex);
+  ex->resolved = std::make_shared<const nlohmann::json>(resolved_json(*ex));
 }
 
 // Rows = the product of the axes' lengths × the variants, saturating; past opt_.max_rows the

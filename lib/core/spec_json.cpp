@@ -9,6 +9,17 @@
 
 namespace ib {
 
+nlohmann::json figure_to_json(const BookFigure& f) {
+  if (const double* v = std::get_if<double>(&f)) return *v;
+  return std::get<std::string>(f);
+}
+
+BookFigure figure_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  return j.dump();
+}
+
 namespace spec_detail {
 
 nlohmann::json SpecParser::resolved_json(const ExperimentSpec& ex) const {
@@ -49,7 +60,7 @@ nlohmann::json SpecParser::resolved_json(const ExperimentSpec& ex) const {
     for (const auto& r : ex.book.rows) {
       nlohmann::json rj = nlohmann::json::object();
       for (const auto& [k, v] : r.match) rj[k] = value_to_json(v);
-      for (const auto& [k, v] : r.figures) rj[k] = v;
+      for (const auto& [k, v] : r.figures) rj[k] = figure_to_json(v);
       rows.push_back(rj);
     }
     b["rows"] = rows;

@@ -221,9 +221,9 @@ Book SpecParser::parse_book(const Field& f, const KindInfo& kind) const {
             if (!jt->second.IsScalar()) throw spec_error(vl, fp, "a figure is a number or a short text");
             double d = 0;
             if (parse_float(jt->second.Scalar(), &d))
-              row.figures.emplace_back(rk, d);
+              row.figures.emplace_back(rk, BookFigure(d));
             else
-              row.figures.emplace_back(rk, jt->second.Scalar());
+              row.figures.emplace_back(rk, BookFigure(jt->second.Scalar()));
           }
         }
         if (row.figures.empty()) throw spec_error(loc_of(rows[i], file_), rp, "a book row needs at least one figure");

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "../common/run_kind.h"
 #include "core/plot.h"
@@ -58,7 +59,7 @@ ExperimentResult fixture(const std::string& plot_yaml) {
     f.stats = summarize(f.samples);
     f.speedup = Speedup{2.0 + 0.1 * static_cast<double>(i), 1.9, 2.4, Verdict::Faster};
     f.metrics = {{"tokens/step", 1.5 + static_cast<double>(i), ""}};
-    f.book = {{"ms", nlohmann::json("~" + std::to_string(static_cast<int>(base_ms)))}, {"speedup", nlohmann::json("1.5-2.5")}};
+    f.book = {{"ms", BookFigure("~" + std::to_string(static_cast<int>(base_ms)))}, {"speedup", BookFigure("1.5-2.5")}};
     e.rows.push_back(b);
     e.rows.push_back(f);
   }
@@ -202,16 +203,16 @@ TEST(Plot, LogScalesWhenTheValuesSpanAWideRange) {
 
 TEST(Plot, BookFiguresAsWrittenInSpecs) {
   using V = std::vector<double>;
-  EXPECT_EQ(book_figure_values(12), V{12});
-  EXPECT_EQ(book_figure_values("~25"), V{25});
-  EXPECT_EQ(book_figure_values("1.3\u00d7"), V{1.3});
-  EXPECT_EQ(book_figure_values("64 GB"), V{64});
-  EXPECT_EQ(book_figure_values("0.5-1"), (V{0.5, 1}));
-  EXPECT_EQ(book_figure_values("1.5\u20132"), (V{1.5, 2}));
-  EXPECT_EQ(book_figure_values("\u2248 420"), V{420});
-  EXPECT_TRUE(book_figure_values("< 100").empty());
-  EXPECT_TRUE(book_figure_values("OOM").empty());
-  EXPECT_TRUE(book_figure_values(nlohmann::json::array()).empty());
+  EXPECT_EQ(book_figure_values(12.0), V{12});
+  EXPECT_EQ(book_figure_values(std::string("~25")), V{25});
+  EXPECT_EQ(book_figure_values(std::string("1.3\u00d7")), V{1.3});
+  EXPECT_EQ(book_figure_values(std::string("64 GB")), V{64});
+  EXPECT_EQ(book_figure_values(std::string("0.5-1")), (V{0.5, 1}));
+  EXPECT_EQ(book_figure_values(std::string("1.5\u20132")), (V{1.5, 2}));
+  EXPECT_EQ(book_figure_values(std::string("\u2248 420")), V{420});
+  EXPECT_TRUE(book_figure_values(std::string("< 100")).empty());
+  EXPECT_TRUE(book_figure_values(std::string("OOM")).empty());
+  EXPECT_EQ(book_figure_values(figure_from_json(nlohmann::json::array())), V{});  // not a figure: its text, no number
 }
 
 TEST(Plot, TextIsEscaped) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/registry.h"
 #include "core/report.h"
@@ -300,7 +301,8 @@ TEST(BookRoles, EverySpecShowsTheChaptersFiguresOnBothBackends) {
         EXPECT_NE(table.find("| book "), std::string::npos) << where << "\n" << table;
         for (const auto& br : spec.book.rows)
           for (const auto& [k, v] : br.figures) {
-            const std::string text = v.is_string() ? v.get<std::string>() : format_number(v.get<double>());
+            const std::string text =
+                std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : format_number(std::get<double>(v));
             EXPECT_NE(table.find(text), std::string::npos) << where << ": book " << k << " = " << text << "\n" << table;
           }
         bool beside_measured = false;
@@ -371,7 +373,7 @@ TEST(CompactTable, BookRowsNoRowMatchesAreChapterRows) {
   ExperimentResult e = rs.experiments[0];
   BookRow extra;
   extra.match = {{"role", Value(std::string("sgemm"))}, {"m", Value(int64_t{4096})}};
-  extra.figures = {{"ms", nlohmann::json(123.0)}};
+  extra.figures = {{"ms", 123.0}};
   e.spec.book.rows.push_back(extra);
   const std::string table = markdown_table(e, rs.meta.ceilings);
   EXPECT_NE(table.find("| sgemm (chapter) | 4096 | — |"), std::string::npos) << table;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.h"
 #include "core/spec.h"
@@ -85,7 +86,7 @@ TEST(Spec, ValidSpecOnTheCpuBackend) {
   ASSERT_EQ(gemm.book.rows.size(), 1u);
   EXPECT_EQ(gemm.book.rows[0].figures.size(), 2u);
   EXPECT_EQ(gemm.book.source, "Chapter 8, a made-up table");
-  EXPECT_EQ(gemm.resolved["params"]["m"], nlohmann::json({16, 32}));
+  EXPECT_EQ((*gemm.resolved)["params"]["m"], nlohmann::json({16, 32}));
 }
 
 TEST(Spec, ColumnsAndSummaryAreRead) {
@@ -99,7 +100,7 @@ TEST(Spec, ColumnsAndSummaryAreRead) {
   EXPECT_EQ(e.summary.holds, (std::vector<std::string>{"above 1", "grows with bytes"}));
   ASSERT_EQ(e.book.rows.size(), 1u);
   EXPECT_EQ(e.book.rows[0].match[0].first, "role");
-  EXPECT_EQ(summary_from_json(e.resolved.at("summary")).holds, e.summary.holds);
+  EXPECT_EQ(summary_from_json(e.resolved->at("summary")).holds, e.summary.holds);
 }
 
 TEST(Spec, CpuBlockIsNotAppliedOnTheGpuBackend) {
@@ -253,7 +254,7 @@ TEST(Spec, PlotsAreParsedAndKeptInTheResolvedSpec) {
   EXPECT_EQ(plots[0].title, "T");
   EXPECT_EQ(plots[1].x, "bytes");
   EXPECT_EQ(plots[1].y, std::vector<std::string>{"ms"});
-  const auto& j = s.experiments[0].resolved.at("plot");
+  const auto& j = s.experiments[0].resolved->at("plot");
   ASSERT_EQ(j.size(), 3u);
   EXPECT_EQ(plot_from_json(j[2]).y, plots[2].y);
   const PlotSpec back = plot_from_json(j[0]);

@@ -62,7 +62,8 @@ ReferenceDecode reference_decode(const EngineDecodeOptions& o, uint64_t seed) {
   r.logits.assign(static_cast<size_t>(r.new_tokens) * r.vocab(), 0.0f);
   r.attn.assign(static_cast<size_t>(r.new_tokens) * r.attn_size(), 0.0f);
   const int seq = r.model->new_sequence(r.context());
-  model::kv_eviction(*r.model).record_attention(seq, true);
+  model::KvEvictionStudy& study = model::kv_eviction(*r.model);
+  study.record_attention(seq, true);
   const size_t V = r.vocab(), A = r.attn_size();
   for (int t = 0; t + 1 < r.context(); ++t) {
     const int i = t - (r.prompt - 1);
@@ -70,7 +71,7 @@ ReferenceDecode reference_decode(const EngineDecodeOptions& o, uint64_t seed) {
     if (i >= 0) out.logits = &r.logits[static_cast<size_t>(i) * V];
     r.model->decode(&seq, &r.tokens[static_cast<size_t>(t)], 1, out);
     if (i < 0) continue;
-    const model::AttentionRecord& record = model::kv_eviction(*r.model).attention_record(seq);
+    const model::AttentionRecord& record = study.attention_record(seq);
     std::copy(record.output.begin(), record.output.end(),
               r.attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));
     // kv_head_weights is [layers][kv_heads][t + 1], each row summed over its group's query heads.
@@ -96,14 +97,15 @@ void teacher_forced_decode(ReferenceDecode& ref, std::vector<float>& logits, std
   logits.resize(ref.logits.size());
   attn.resize(ref.attn.size());
   const int seq = ref.model->new_sequence(ref.context());
-  model::kv_eviction(*ref.model).record_attention(seq, true);
+  model::KvEvictionStudy& study = model::kv_eviction(*ref.model);
+  study.record_attention(seq, true);
   for (int t = 0; t + 1 < ref.context(); ++t) {
     if (before) before(seq, t);
     const int i = t - (ref.prompt - 1);
     model::StepOutput out;
     if (i >= 0) out.logits = &logits[static_cast<size_t>(i) * V];
     ref.model->decode(&seq, &ref.tokens[static_cast<size_t>(t)], 1, out);
-    const model::AttentionRecord& rec = model::kv_eviction(*ref.model).attention_record(seq);
+    const model::AttentionRecord& rec = study.attention_record(seq);
     if (after) after(seq, t, rec);
     if (i >= 0)
       std::copy(rec.output.begin(), rec.output.end(), attn.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * A));

@@ -103,6 +103,7 @@ class EngineEviction : public Variant {
     std::vector<uint8_t> kept;
     Check c;
     bookkeeping_s_ = 0;
+    model::KvEvictionStudy& eviction = model::kv_eviction(*ref_.model);  // asked once, outside the timed bookkeeping
     teacher_forced_decode(
         ref_, logits_, attn_,
         [&](int seq, int t) {
@@ -111,9 +112,9 @@ class EngineEviction : public Variant {
             const KvPolicy::Append a = policies[static_cast<size_t>(i)]->on_append(t);
             if (a.evicted < 0) continue;
             if (per_head_)
-              model::kv_eviction(*ref_.model).set_kept_head(seq, i / H, i % H, a.evicted, false);
+              eviction.set_kept_head(seq, i / H, i % H, a.evicted, false);
             else
-              model::kv_eviction(*ref_.model).set_kept(seq, a.evicted, false);
+              eviction.set_kept(seq, a.evicted, false);
           }
           bookkeeping_s_ += seconds_since(t0);
         },

@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,9 +22,14 @@
 #include "constrain/vocab.h"
 #include "core/errors.h"
 #include "model/text_prompt.h"
+#include "serve/answer_text.h"
+#include "serve/completion_reply.h"
 #include "serve/http_connections.h"
-#include "serve/openai_api.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
 #include "serve/schema_constraint.h"
+#include "serve/server_metrics.h"
+#include "serve/stream_text.h"
 
 #if INFER_BENCH_HAVE_HTTP
 #include <httplib.h>
@@ -52,11 +58,13 @@ struct HttpServer::Impl {
   // Where a completion ends: the checkpoint's end-of-sequence ids (generation_config.json, the
   // GGUF's), as transformers' generate and llama.cpp stop; the tokenizer's guess when it names none.
   std::vector<int32_t> eos_ids;
+  std::unique_ptr<AnswerText> answer_text;  // what a completion's tokens say, with these eos ids
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizer::Tokenizer> t, HttpOptions opt)
       : loop(l), tok(std::move(t)), o(std::move(opt)) {
     eos_ids = loop.config().eos_ids;
     if (eos_ids.empty() && tok->eos_id() >= 0) eos_ids.push_back(tok->eos_id());
+    answer_text = std::make_unique<AnswerText>(tok, eos_ids);
     // response_format needs every token's bytes (our constrain vocabulary of the same tokenizer.json).
     try {
       auto v = constrain::load_vocabulary(o.tokenizer_json);
@@ -144,84 +152,10 @@ struct HttpServer::Impl {
     return {500, "internal_error", fmt::format("the engine failed: {}", why), ""};
   }
 
-  // The ids of a choice's tool calls: this prefix and the call's index. The salt, drawn when the
-  // server starts, keeps ids apart across restarts (a client keys a conversation's results by them).
+  // The ids of a request's tool calls: this prefix, then the choice's and the call's index. The
+  // salt, drawn when the server starts, keeps ids apart across restarts (a client keys a
+  // conversation's results by them).
   std::string call_id_salt = fmt::format("{:08x}", std::random_device{}());
-  std::string call_ids(int64_t serial, std::ptrdiff_t choice) const {
-    return fmt::format("call_{}_{}_{}_", call_id_salt, serial, choice);
-  }
-
-  // A completion's answer from the tokens received so far: its text (without a final EOS or stop
-  // token, cut at a stop sequence), whether a stop sequence ended it, and the tokens it took.
-  struct Answer {
-    std::string text;
-    bool stop_string = false;
-    int64_t tokens = 0;
-  };
-  Answer answer_of(const ApiRequest& r, std::vector<int32_t> tokens, bool ended_at_stop_token) const {
-    Answer a;
-    a.tokens = static_cast<int64_t>(tokens.size());
-    if (ended_at_stop_token && !tokens.empty() &&
-        (std::find(eos_ids.begin(), eos_ids.end(), tokens.back()) != eos_ids.end() ||
-         std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tokens.back()) != r.stop_token_ids.end()))
-      tokens.pop_back();  // not text
-    a.text = tok->decode(tokens, true);
-    if (r.stop.empty()) return a;
-    const std::optional<size_t> cut = stop_cut(a.text, r.stop, r.include_stop_str);
-    if (!cut) return a;
-    // The fewest tokens whose text holds the stop sequence: what the request took.
-    size_t lo = 1, hi = tokens.size();
-    while (lo < hi) {
-      const size_t mid = (lo + hi) / 2;
-      if (stop_cut(tok->decode(std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(mid)), true),
-                   r.stop, false))
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-    a.tokens = static_cast<int64_t>(lo);
-    a.text.resize(*cut);
-    a.stop_string = true;
-    return a;
-  }
-
-  // `echo`: the choice's prompt before its text, and its tokens' log-probabilities before the
-  // generated ones' (the first null); with max_tokens 0 the generated token is dropped.
-  template <class Choice>
-  void echo_prompt(const ApiRequest& r, const std::vector<std::vector<int32_t>>& prompts, size_t k, Choice& c,
-                   ChoiceText& t) const {
-    const size_t p = k / static_cast<size_t>(r.n);
-    const std::vector<int32_t>& prompt_ids = prompts[p];
-    const std::string prompt = p < r.prompt_ids.size() ? tok->decode(prompt_ids, false) : r.prompts[p - r.prompt_ids.size()];
-    if (r.max_tokens == 0) {
-      t.text.clear();
-      t.logprobs.clear();
-      t.finish_reason = "length";
-      c.answer.tokens = 0;
-    }
-    t.text = prompt + t.text;
-    if (r.logprobs < 0) return;
-    std::vector<TokenLogprobText> scored;
-    scored.push_back({tok->decode({prompt_ids[0]}, false), 0, {}, /*known=*/false});
-    const std::vector<TokenLogprob> lps = c.stream->prompt_logprobs();
-    for (TokenLogprobText& x : logprob_texts(lps, static_cast<int64_t>(lps.size()))) scored.push_back(std::move(x));
-    scored.insert(scored.end(), std::make_move_iterator(t.logprobs.begin()), std::make_move_iterator(t.logprobs.end()));
-    t.logprobs = std::move(scored);
-  }
-
-  // Log-probabilities with their tokens as text (each token decoded alone), at most `count`.
-  std::vector<TokenLogprobText> logprob_texts(const std::vector<TokenLogprob>& l, int64_t count) const {
-    std::vector<TokenLogprobText> out;
-    auto text = [&](int32_t id) { return tok->decode({id}, false); };
-    for (size_t i = 0; i < l.size() && static_cast<int64_t>(i) < count; ++i) {
-      TokenLogprobText t;
-      t.token = text(l[i].token);
-      t.logprob = l[i].logprob;
-      for (const auto& [id, lp] : l[i].top) t.top.emplace_back(text(id), lp);
-      out.push_back(std::move(t));
-    }
-    return out;
-  }
 
   // The prompts' tokens: a chat rendered through the template, or the completion's texts / ids.
   std::vector<std::vector<int32_t>> prompts_of(const ApiRequest& r) const {
@@ -240,6 +174,64 @@ struct HttpServer::Impl {
     std::vector<std::vector<int32_t>> out = r.prompt_ids;
     for (const std::string& p : r.prompts) out.push_back(tok->encode(p));
     return out;
+  }
+
+  // The engine's request for `r` (prompt 0's; the reply submits each prompt's n), with its
+  // response_format's schema compiled; or why it is refused.
+  std::optional<ApiError> engine_request(const ApiRequest& r, int adapter, std::vector<std::vector<int32_t>>& prompts, Request& q,
+                                         std::shared_ptr<SchemaConstraint>& schema) {
+    q.adapter = adapter;
+    try {
+      prompts = prompts_of(r);
+      q.prompt = prompts[0];
+    } catch (const InputError& e) {
+      return ApiError{400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"};
+    }
+    const int context = loop.config().max_positions;
+    q.max_tokens = r.max_tokens;
+    if (r.chat && !r.max_tokens_given) q.max_tokens = std::max(1, context - static_cast<int>(q.prompt.size()));
+    if (o.max_tokens_limit > 0 && q.max_tokens > o.max_tokens_limit) {
+      if (r.max_tokens_given)
+        return ApiError{
+            400, "invalid_request_error",
+            fmt::format("max_tokens {} is past this server's limit of {} (--max-tokens-limit)", q.max_tokens, o.max_tokens_limit),
+            "max_tokens"};
+      q.max_tokens = o.max_tokens_limit;
+    }
+    q.eos = r.ignore_eos || eos_ids.empty() ? -1 : eos_ids.front();
+    q.stop_tokens = r.stop_token_ids;
+    if (!r.ignore_eos && eos_ids.size() > 1) q.stop_tokens.insert(q.stop_tokens.end(), eos_ids.begin() + 1, eos_ids.end());
+    q.logprobs = r.logprobs;
+    q.prompt_logprobs = r.echo && r.logprobs >= 0;
+    if (r.echo && r.max_tokens == 0) q.max_tokens = 1;  // the prompt scored: its one token is dropped
+    q.processors = r.processors;
+    for (const auto& [t, bias] : r.processors.logit_bias)
+      if (t >= loop.config().vocab)
+        return ApiError{400, "invalid_request_error",
+                        fmt::format("logit_bias: token {} is past the vocabulary ({} tokens)", t, loop.config().vocab),
+                        "logit_bias"};
+    q.sampling = r.sampling;
+    if (!r.response_schema.empty()) {
+      if (!r.stop.empty() || !r.stop_token_ids.empty())
+        return ApiError{
+            400, "invalid_request_error",
+            fmt::format("stop sequences and stop_token_ids would cut {}'s document: send one or the other", r.schema_field),
+            r.stop.empty() ? "stop_token_ids" : "stop"};
+      if (!vocab) return ApiError{400, "invalid_request_error", r.schema_field + ": " + vocab_problem, r.schema_field};
+      try {
+        auto c = compile(r.response_schema);
+        if (q.max_tokens < c->min_tokens())
+          return ApiError{400, "invalid_request_error",
+                          fmt::format("max_tokens {} is fewer than the shortest document of the schema takes ({})", q.max_tokens,
+                                      c->min_tokens()),
+                          "max_tokens"};
+        q.constraint = schema = std::move(c);
+        q.eos = vocab->eos;  // the constraint allows EOS where the document is complete
+      } catch (const InputError& e) {
+        return ApiError{400, "invalid_request_error", e.what(), r.schema_field};
+      }
+    }
+    return std::nullopt;
   }
 
   void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -275,319 +267,60 @@ struct HttpServer::Impl {
                               "a function or \"none\"",
                               "tool_choice"});
     Request q;
-    q.adapter = *adapter;
     std::vector<std::vector<int32_t>> prompts;
+    std::shared_ptr<SchemaConstraint> schema;  // response_format's, compiled once for the n choices
+    if (std::optional<ApiError> refusal = engine_request(r, *adapter, prompts, q, schema)) return send_error(res, *refusal);
+    const int64_t serial = next_id++;
+    if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
+    CompletionReply::Server server{loop, *answer_text, o.model_name, fmt::format("call_{}_{}_", call_id_salt, serial),
+                                   [this](const std::string& why) { return engine_error(why); }};
+    auto reply =
+        std::make_shared<CompletionReply>(server, r, std::move(prompts), fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial),
+                                          static_cast<int64_t>(std::time(nullptr)));
     try {
-      prompts = prompts_of(r);
-      q.prompt = prompts[0];
+      reply->submit(q, schema);
     } catch (const InputError& e) {
       return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
     }
-    const int context = loop.config().max_positions;
-    q.max_tokens = r.max_tokens;
-    if (r.chat && !r.max_tokens_given) q.max_tokens = std::max(1, context - static_cast<int>(q.prompt.size()));
-    if (o.max_tokens_limit > 0 && q.max_tokens > o.max_tokens_limit) {
-      if (r.max_tokens_given)
-        return send_error(res, {400, "invalid_request_error",
-                                fmt::format("max_tokens {} is past this server's limit of {} (--max-tokens-limit)", q.max_tokens,
-                                            o.max_tokens_limit),
-                                "max_tokens"});
-      q.max_tokens = o.max_tokens_limit;
-    }
-    q.eos = r.ignore_eos || eos_ids.empty() ? -1 : eos_ids.front();
-    q.stop_tokens = r.stop_token_ids;
-    if (!r.ignore_eos && eos_ids.size() > 1) q.stop_tokens.insert(q.stop_tokens.end(), eos_ids.begin() + 1, eos_ids.end());
-    q.logprobs = r.logprobs;
-    q.prompt_logprobs = r.echo && r.logprobs >= 0;
-    if (r.echo && r.max_tokens == 0) q.max_tokens = 1;  // the prompt scored: its one token is dropped
-    q.processors = r.processors;
-    for (const auto& [t, bias] : r.processors.logit_bias)
-      if (t >= loop.config().vocab)
-        return send_error(
-            res, {400, "invalid_request_error",
-                  fmt::format("logit_bias: token {} is past the vocabulary ({} tokens)", t, loop.config().vocab), "logit_bias"});
-    q.sampling = r.sampling;
-    std::shared_ptr<SchemaConstraint> schema;  // response_format's, compiled once for the n choices
-    if (!r.response_schema.empty()) {
-      if (!r.stop.empty() || !r.stop_token_ids.empty())
-        return send_error(
-            res, {400, "invalid_request_error",
-                  fmt::format("stop sequences and stop_token_ids would cut {}'s document: send one or the other", r.schema_field),
-                  r.stop.empty() ? "stop_token_ids" : "stop"});
-      if (!vocab) return send_error(res, {400, "invalid_request_error", r.schema_field + ": " + vocab_problem, r.schema_field});
-      try {
-        auto c = compile(r.response_schema);
-        if (q.max_tokens < c->min_tokens())
-          return send_error(res, {400, "invalid_request_error",
-                                  fmt::format("max_tokens {} is fewer than the shortest document of the schema takes ({})",
-                                              q.max_tokens, c->min_tokens()),
-                                  "max_tokens"});
-        q.constraint = schema = std::move(c);
-        q.eos = vocab->eos;  // the constraint allows EOS where the document is complete
-      } catch (const InputError& e) {
-        return send_error(res, {400, "invalid_request_error", e.what(), r.schema_field});
-      }
-    }
-    const int64_t serial = next_id++;
-    if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
-    int64_t prompt_tokens = 0;
-    for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
-    // `n` choices of each prompt: each its own request of the engine (seed + i), batched with the
-    // others; prompt p's choice i at index p·n + i.
-    struct Choice {
-      int64_t id = 0;
-      std::shared_ptr<RequestStream> stream;
-      std::vector<int32_t> tokens;
-      size_t sent = 0;
-      size_t tokens_sent = 0;  // streamed: tokens a chunk has been sent for
-      bool first = true, ended = false;
-      Answer answer;
-      size_t logprobs_sent = 0, logprobs_offset = 0;  // streamed: tokens whose log-probabilities went out, their bytes
-    };
-    auto choices = std::make_shared<std::vector<Choice>>(prompts.size() * static_cast<size_t>(r.n));
-    auto cancel_all = [this, choices] {
-      for (const Choice& c : *choices)
-        if (c.stream) loop.cancel(c.id);
-    };
-    for (size_t k = 0; k < choices->size(); ++k) {
-      const size_t i = k % static_cast<size_t>(r.n);
-      Request qi = q;
-      qi.prompt = prompts[k / static_cast<size_t>(r.n)];
-      qi.sampling->seed = q.sampling->seed + static_cast<uint64_t>(i);
-      // Its own document of the schema compiled once (the masks' caches shared too).
-      if (schema && k > 0) qi.constraint = std::make_shared<SchemaConstraint>(schema->compiled());
-      Choice& c = (*choices)[k];
-      try {
-        c.stream = loop.submit(std::move(qi), &c.id);
-      } catch (const InputError& e) {
-        cancel_all();
-        return send_error(res, {400, "invalid_request_error", e.what(), r.chat ? "messages" : "prompt"});
-      }
+    // Listed until the reply is dropped: stop() cancels what is still listed past its grace period.
+    std::shared_ptr<void> listed(nullptr, [this, submitted = reply->ids()](void*) {
       std::lock_guard<std::mutex> lock(ids_m);
-      ids.insert(c.id);
-    }
-    std::shared_ptr<void> listed(nullptr, [this, choices](void*) {
-      std::lock_guard<std::mutex> lock(ids_m);
-      for (const Choice& c : *choices) ids.erase(c.id);
+      for (int64_t id : submitted) ids.erase(id);
     });
-    const std::string rid = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial);
-    const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    // The usage so far: the answers' tokens, and what speculation drafted and kept for them.
-    auto usage = [choices, prompt_tokens] {
-      Usage u{prompt_tokens, 0};
-      for (const Choice& c : *choices) {
-        u.completion_tokens += c.answer.tokens;
-        if (!c.stream) continue;
-        const auto [drafted, kept] = c.stream->speculation();
-        u.draft_tokens += drafted;
-        u.accepted_tokens += kept;
-      }
-      return u;
-    };
+    {
+      std::lock_guard<std::mutex> lock(ids_m);
+      for (int64_t id : reply->ids()) ids.insert(id);
+    }
     if (!r.stream) {
-      std::vector<ChoiceText> out;
-      for (Choice& c : *choices) {
-        bool done = false;
-        while (!(done = c.stream->wait(c.tokens.size(), c.tokens, 0.25))) {
-          if (HttpConnections::client_gone()) {
-            // Nobody would read the answer: its sequences go back to the engine now, not at the end.
-            cancel_all();
-            res.status = 499;  // nginx's "client closed request"; written to no one
-            return;
-          }
-          if (!r.stop.empty() && answer_of(r, c.tokens, false).stop_string) break;
-        }
-        c.answer = answer_of(r, c.tokens, done && c.stream->stopped());
-        if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
-        if (!c.answer.stop_string && !c.stream->error().empty()) {
-          cancel_all();
-          return send_error(res, engine_error(c.stream->error()));
-        }
-        const std::string ended = c.answer.stop_string || c.stream->stopped() ? "stop" : "length";
-        ChoiceText t{c.answer.text, ended,
-                     r.logprobs >= 0 ? logprob_texts(c.stream->logprobs(0), c.answer.tokens) : std::vector<TokenLogprobText>{}};
-        if (r.echo) echo_prompt(r, prompts, static_cast<size_t>(&c - choices->data()), c, t);
-        if (r.chat && r.tools.choice != ToolChoice::None) {  // the text read back as tool calls
-          ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, &c - choices->data()));
-          t.finish_reason = tool_finish_reason(r.tools, calls, ended);
-          t.text = std::move(calls.content);
-          t.tool_calls = std::move(calls.calls);
-          t.content_null = calls.content_null;
-        }
-        out.push_back(std::move(t));
-      }
-      res.set_content(completion_json(r, rid, created, o.model_name, out, usage()), "application/json");
+      auto answer = reply->whole([] { return HttpConnections::client_gone(); });
+      if (std::holds_alternative<CompletionReply::ClientGone>(answer))
+        res.status = 499;  // nginx's "client closed request"; written to no one
+      else if (const ApiError* e = std::get_if<ApiError>(&answer))
+        send_error(res, *e);
+      else
+        res.set_content(std::get<std::string>(answer), "application/json");
       return;
     }
-    // Streamed: each choice's new text as a chunk of its index, its finish reason when it ends;
-    // then the usage and [DONE]. The provider waits in short slices so that a closed connection
-    // is noticed between tokens.
+    // Streamed: the chunks as the choices' tokens arrive, then the usage and [DONE].
     res.set_header("Cache-Control", "no-cache");
-    auto finished = std::make_shared<bool>(false);
-    const auto echoed = std::make_shared<const std::vector<std::vector<int32_t>>>(r.echo ? prompts : decltype(prompts){});
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, choices, r, rid, created, slot, listed, finished, usage, serial, echoed](size_t, httplib::DataSink& sink) {
-          if (*finished) return false;
-          bool waited = false, all_ended = true;
-          std::string out;
-          for (size_t i = 0; i < choices->size(); ++i) {
-            Choice& c = (*choices)[i];
-            if (c.ended) continue;
-            const bool done = c.stream->wait(c.tokens.size(), c.tokens, waited ? 0.0 : 0.25);
-            waited = true;
-            const bool stopped = done && c.stream->stopped();
-            c.answer = answer_of(r, c.tokens, stopped);
-            const bool end = done || c.answer.stop_string;
-            // Text that may yet turn out to start a stop sequence is held back until it does not.
-            size_t limit = end || r.stop.empty() ? c.answer.text.size() : stop_safe_end(c.answer.text, r.stop);
-            // With tools the model may choose: content until a call's tag (the calls are sent whole
-            // at the end); required: all of it is the calls' array.
-            const ToolChoice tools = r.chat ? r.tools.choice : ToolChoice::None;
-            if (tools == ToolChoice::Auto) limit = std::min(limit, hermes_content_end(c.answer.text));
-            if (tools == ToolChoice::Required) limit = 0;
-            const std::string delta = text_delta(c.answer.text.substr(0, limit), c.sent, end);
-            const int index = static_cast<int>(i);
-            // The log-probabilities of the tokens received since the last chunk (of the answer's tokens).
-            std::vector<TokenLogprobText> lps;
-            if (r.logprobs >= 0) {
-              std::vector<TokenLogprob> fresh = c.stream->logprobs(c.logprobs_sent);
-              lps = logprob_texts(fresh, c.answer.tokens - static_cast<int64_t>(c.logprobs_sent));
-            }
-            // A chunk for every token that arrived, even one whose text is held back (a character's
-            // bytes not yet complete, a stop string not yet ruled out), so a client times each
-            // token as vLLM's server lets it; none before the first token (a client takes its
-            // first chunk as the time to first token).
-            if (!delta.empty() || c.tokens.size() > c.tokens_sent || (c.first && end) || !lps.empty()) {
-              c.tokens_sent = c.tokens.size();
-              const size_t generated_lps = lps.size();
-              // echo: the prompt and its tokens' log-probabilities ahead of the first chunk's own;
-              // with max_tokens 0 the one generated token is not shown (nor counted).
-              ChoiceText shown{delta, "", std::move(lps)};
-              if (r.echo && c.first) echo_prompt(r, *echoed, i, c, shown);
-              if (r.echo && r.max_tokens == 0 && !c.first) shown = ChoiceText{};
-              lps = std::move(shown.logprobs);
-              const Usage so_far = usage();
-              if (tools == ToolChoice::Named)  // the text is the call's arguments, streamed as they come
-                out += tool_calls_chunk(
-                    r, rid, created, o.model_name,
-                    {{0, c.first ? call_ids(serial, static_cast<std::ptrdiff_t>(i)) + "0" : "", r.tools.named, shown.text}},
-                    c.first, so_far, index, &lps, c.logprobs_offset);
-              else if (tools == ToolChoice::Required)
-                out += tool_calls_chunk(r, rid, created, o.model_name, {}, c.first, so_far, index, &lps, c.logprobs_offset);
-              else
-                out +=
-                    stream_chunk(r, rid, created, o.model_name, shown.text, "", c.first, so_far, index, &lps, c.logprobs_offset);
-              c.first = false;
-              c.logprobs_sent += generated_lps;
-              for (const TokenLogprobText& t : lps) c.logprobs_offset += t.token.size();
-            }
-            if (!end) {
-              all_ended = false;
-              continue;
-            }
-            c.ended = true;
-            if (!done) loop.cancel(c.id);  // a stop sequence ended it: the rest is not generated
-            if (!c.answer.stop_string && !c.stream->error().empty()) {
-              out += "data: " + error_json(engine_error(c.stream->error())) + "\n\n";
-              continue;
-            }
-            std::string ended = c.answer.stop_string || stopped ? "stop" : "length";
-            if (r.echo && r.max_tokens == 0) ended = "length";  // the prompt scored, as unstreamed
-            if (tools == ToolChoice::Auto || tools == ToolChoice::Required) {
-              // The calls, whole, after what content was sent; a text that holds none is content.
-              const ToolOutput calls = read_tool_output(r.tools, c.answer.text, call_ids(serial, static_cast<std::ptrdiff_t>(i)));
-              const std::string& content = calls.calls.empty() ? c.answer.text : calls.content;
-              const std::string rest = text_delta(content, c.sent, true);
-              if (!rest.empty()) out += stream_chunk(r, rid, created, o.model_name, rest, "", false, usage(), index);
-              std::vector<ToolCallDelta> whole;
-              for (const ToolCall& t : calls.calls) whole.push_back({static_cast<int>(whole.size()), t.id, t.name, t.arguments});
-              if (!whole.empty()) out += tool_calls_chunk(r, rid, created, o.model_name, whole, false, usage(), index);
-              ended = tool_finish_reason(r.tools, calls, ended);
-            }
-            out += stream_chunk(r, rid, created, o.model_name, "", ended, false, usage(), index);
-          }
+        [reply, slot, listed](size_t, httplib::DataSink& sink) {
+          if (reply->finished()) return false;
+          const std::string out = reply->next_events();
           if (!sink.is_writable()) return false;
-          if (all_ended) {
-            if (r.include_usage) out += usage_chunk(r, rid, created, o.model_name, usage());
-            out += "data: [DONE]\n\n";
-            *finished = true;
-          }
           if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-          if (*finished) sink.done();
+          if (reply->finished()) sink.done();
           return true;
         },
-        [cancel_all, finished](bool success) {
-          if (!success || !*finished) cancel_all();  // the client went away: its sequences are returned
+        [reply](bool success) {
+          if (!success || !reply->finished()) reply->cancel_all();  // the client went away: its sequences are returned
         });
   }
 
   std::string metrics() const {
-    const EngineCounters c = loop.counters();
-    std::string s;
-    auto add = [&](const char* name, const char* type, const char* help, double v) {
-      s += fmt::format("# HELP infer_bench_{} {}\n# TYPE infer_bench_{} {}\ninfer_bench_{}{{model_name=\"{}\"}} {}\n", name, help,
-                       name, type, name, o.model_name, v);
-    };
-    add("requests_submitted_total", "counter", "requests the engine accepted", static_cast<double>(c.submitted));
-    add("requests_finished_total", "counter", "requests that ended at EOS or max_tokens", static_cast<double>(c.finished));
-    add("requests_cancelled_total", "counter", "requests whose client went away", static_cast<double>(c.cancelled));
-    add("requests_failed_total", "counter", "requests the engine failed", static_cast<double>(c.failed));
-    add("requests_refused_total", "counter", "requests answered with an error status", static_cast<double>(refused.load()));
-    add("http_requests_total", "counter", "completion requests received", static_cast<double>(http_requests.load()));
-    add("http_connections_total", "counter", "connections accepted", static_cast<double>(connections->accepted.load()));
-    add("http_connections_cut_total", "counter", "connections closed for not sending a whole request by --receive-deadline",
-        static_cast<double>(connections->cut.load()));
-    add("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
-    add("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
-    add("engine_steps_total", "counter", "forward passes of the scheduler", static_cast<double>(c.steps));
-    add("num_requests_running", "gauge", "requests in the running batch", c.running);
-    add("num_requests_waiting", "gauge", "requests queued", c.waiting);
-    add("kv_reserved_tokens", "gauge", "KV-cache positions reserved by running requests", static_cast<double>(c.kv_reserved));
-    if (c.kv_blocks_total > 0) {
-      add("kv_blocks_used", "gauge", "paged KV blocks in use (running requests and cached prefixes)", c.kv_blocks_used);
-      add("kv_blocks_total", "gauge", "paged KV blocks in the pool", c.kv_blocks_total);
-      add("prefix_cache_entries", "gauge", "finished requests' sequences kept for prefix caching", c.cached_prefixes);
-      add("prefix_cache_queries_total", "counter", "prompt tokens of admitted requests",
-          static_cast<double>(c.prefix_query_tokens));
-      add("prefix_cache_hits_total", "counter", "of those, found in the prefix cache", static_cast<double>(c.prefix_hit_tokens));
-      add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed later)",
-          static_cast<double>(c.preemptions));
-    }
-    add("spec_decode_draft_tokens_total", "counter", "tokens drafted by prompt lookup and verified (speculative decoding)",
-        static_cast<double>(c.spec_drafted));
-    add("spec_decode_accepted_tokens_total", "counter", "of those, kept", static_cast<double>(c.spec_accepted));
-    // The same under vLLM's names, with its latency histograms, for dashboards made for vLLM.
-    std::string label;
-    for (char ch : o.model_name)
-      label += ch == '"' || ch == '\\' ? std::string("\\") + ch : ch == '\n' ? "\\n" : std::string(1, ch);
-    const std::string labels = fmt::format("model_name=\"{}\"", label);
-    auto vllm = [&](const char* name, const char* type, const char* help, double v) {
-      s += fmt::format("# HELP vllm:{} {}\n# TYPE vllm:{} {}\nvllm:{}{{{}}} {}\n", name, help, name, type, name, labels, v);
-    };
-    vllm("num_requests_running", "gauge", "requests in the running batch", c.running);
-    vllm("num_requests_waiting", "gauge", "requests queued", c.waiting);
-    vllm("prompt_tokens_total", "counter", "prompt tokens accepted", static_cast<double>(c.prompt_tokens));
-    vllm("generation_tokens_total", "counter", "tokens generated", static_cast<double>(c.output_tokens));
-    vllm("num_preemptions_total", "counter", "requests preempted", static_cast<double>(c.preemptions));
-    vllm("spec_decode_num_draft_tokens_total", "counter", "draft tokens verified", static_cast<double>(c.spec_drafted));
-    vllm("spec_decode_num_accepted_tokens_total", "counter", "of those, accepted", static_cast<double>(c.spec_accepted));
-    if (c.kv_blocks_total > 0) {
-      vllm("kv_cache_usage_perc", "gauge", "fraction of the paged KV blocks in use (1 = all)",
-           static_cast<double>(c.kv_blocks_used) / c.kv_blocks_total);
-      vllm("prefix_cache_queries_total", "counter", "prompt tokens looked up in the prefix cache",
-           static_cast<double>(c.prefix_query_tokens));
-      vllm("prefix_cache_hits_total", "counter", "of those, found", static_cast<double>(c.prefix_hit_tokens));
-    }
-    s += prometheus_histogram("vllm:time_to_first_token_seconds", "time from a request's arrival to its first token", labels,
-                              c.ttft);
-    s += prometheus_histogram("vllm:inter_token_latency_seconds", "time between a request's tokens", labels, c.itl);
-    s += prometheus_histogram("vllm:time_per_output_token_seconds", "a request's time per token after its first", labels, c.tpot);
-    s += prometheus_histogram("vllm:e2e_request_latency_seconds", "time from a request's arrival to its last token", labels,
-                              c.e2e);
-    s += prometheus_histogram("vllm:request_queue_time_seconds", "time a request waited before its first forward pass", labels,
-                              c.queue);
-    return s;
+    const HttpCounters h{http_requests.load(), refused.load(), connections->accepted.load(), connections->cut.load()};
+    return prometheus_metrics(loop.counters(), h, o.model_name);
   }
 
   bool origin_allowed(const std::string& origin) const {

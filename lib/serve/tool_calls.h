@@ -1,6 +1,6 @@
 // Tool calling as OpenAI's chat API and vLLM's server offer it: a request's `tools` and
 // `tool_choice`, the JSON Schema a forced call's output is constrained to, and a generated text
-// read back as the message's `tool_calls`. No I/O here: openai_api.cpp parses the request and
+// read back as the message's `tool_calls`. No I/O here: openai_request.cpp parses the request and
 // writes the message, http_server.cpp runs it.
 #pragma once
 

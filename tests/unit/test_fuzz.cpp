@@ -34,7 +34,8 @@
 #include "core/spec.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "serve/openai_api.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib {

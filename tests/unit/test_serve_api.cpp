@@ -1,8 +1,7 @@
-// The OpenAI API layer of `infer-bench serve` (serve/openai_api.h): bodies parsed and refused
-// field by field, the response objects and stream chunks as the `openai` client reads them, the
-// streamed text held back at a cut UTF-8 character. The engine loop (serve/engine_loop.h): many
-// threads' requests served, a cancelled one's reservation returned, a refused one named,
-// per-request sampling independent of what a request is batched with.
+// The OpenAI API layer of `infer-bench serve` (serve/openai_request.h, openai_response.h, stream_text.h): bodies parsed and
+// refused field by field, the response objects and stream chunks as the `openai` client reads them, the streamed text held back
+// at a cut UTF-8 character. The engine loop (serve/engine_loop.h): many threads' requests served, a cancelled one's reservation
+// returned, a refused one named, per-request sampling independent of what a request is batched with.
 #include <cmath>
 #include <thread>
 
@@ -23,9 +22,11 @@
 #include "serve/engine_loop.h"
 #include "serve/histogram.h"
 #include "serve/logits_processors.h"
-#include "serve/openai_api.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
 #include "serve/scheduler.h"
 #include "serve/schema_constraint.h"
+#include "serve/stream_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib::serve {

@@ -1,4 +1,4 @@
-// Tool calling in `infer-bench serve` (serve/tool_calls.h, parsed by serve/openai_api.h): tools
+// Tool calling in `infer-bench serve` (serve/tool_calls.h, parsed by serve/openai_request.h): tools
 // and tool_choice parsed and refused field by field, a forced call's schema run by the engine
 // (every document read back as calls whose arguments hold their function's parameters), the
 // hermes parser's reading of a model's text, and the messages and chunks as OpenAI writes them.
@@ -14,7 +14,8 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "serve/engine_loop.h"
-#include "serve/openai_api.h"
+#include "serve/openai_request.h"
+#include "serve/openai_response.h"
 #include "serve/schema_constraint.h"
 #include "serve/tool_calls.h"
 #include "tokenizer/tokenizer.h"

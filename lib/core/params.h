@@ -14,13 +14,23 @@
 //
 // Sets compose: a group of keys several kinds share (text prompts, a model and its weights) is a
 // ParamSet of its own struct, added to a kind's set as a member (`add_group`).
+//
+// A check across keys (KindInfo::check) reads the spec's values through the same bindings, typed
+// and named by their fields, not by their keys' names:
+//
+//   const SpecValues<CopyParams> v(copy_params(), values);
+//   for (int64_t b : v.field(&CopyParams::bytes).values) ...
+//   return KeyProblem{{v.field(&CopyParams::bytes).key}, "..."};
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
@@ -40,6 +50,7 @@ class ParamSet {
     check_fits<F>(spec);
     check_new(spec.name);
     setters_.push_back([field](P& out, const Value& v) { out.*field = convert<F>(v); });
+    fields_.push_back({offset_of(field), typeid(F)});
     keys_.push_back(std::move(spec));
     return *this;
   }
@@ -50,6 +61,7 @@ class ParamSet {
       throw std::logic_error("key '" + spec.name + "': a parsed field needs an enum or string key");
     check_new(spec.name);
     setters_.push_back([field, parse](P& out, const Value& v) { out.*field = parse(std::get<std::string>(v)); });
+    fields_.push_back({offset_of(field), typeid(F)});
     keys_.push_back(std::move(spec));
     return *this;
   }
@@ -60,6 +72,7 @@ class ParamSet {
     for (size_t i = 0; i < group.keys_.size(); ++i) {
       check_new(group.keys_[i].name);
       setters_.push_back([group_field, set = group.setters_[i]](P& out, const Value& v) { set(out.*group_field, v); });
+      fields_.push_back({offset_of(group_field) + group.fields_[i].offset, group.fields_[i].type});
       keys_.push_back(group.keys_[i]);
     }
     return *this;
@@ -90,9 +103,41 @@ class ParamSet {
     return out;
   }
 
+  // The binding of the field `get` reaches in a P: a member pointer (&P::bytes) or a function
+  // returning a reference into its argument (a nested group's field); a field no key is bound to
+  // is a programming error.
+  template <class Get>
+  size_t binding_of(Get get) const {
+    const P probe{};
+    const auto& field = std::invoke(get, probe);
+    const size_t offset = static_cast<size_t>(reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(&probe));
+    for (size_t i = 0; i < fields_.size(); ++i)
+      if (fields_[i].offset == offset && fields_[i].type == std::type_index(typeid(field))) return i;
+    throw std::logic_error("no key is bound to this field");
+  }
+  // The value `v` of binding i as its field holds it.
+  template <class Get>
+  auto field_value(size_t i, Get get, const Value& v) const {
+    P out{};
+    setters_[i](out, v);
+    return std::invoke(get, std::as_const(out));
+  }
+
  private:
   template <class Q>
   friend class ParamSet;  // add_group reads the group's bindings
+
+  // Where a binding's field lies in a P (its byte offset, nested groups' added) and its type: a
+  // field is found again from a member pointer or an accessor (binding_of).
+  struct FieldAt {
+    size_t offset;
+    std::type_index type;
+  };
+  template <class F, class Q>
+  static size_t offset_of(F Q::*field) {
+    const Q probe{};
+    return static_cast<size_t>(reinterpret_cast<const char*>(&(probe.*field)) - reinterpret_cast<const char*>(&probe));
+  }
 
   // A key bound twice would be read into two fields: a programming error.
   void check_new(const std::string& name) const {
@@ -129,6 +174,39 @@ class ParamSet {
 
   std::vector<KeySpec> keys_;
   std::vector<std::function<void(P&, const Value&)>> setters_;
+  std::vector<FieldAt> fields_;
+};
+
+// A key's values as a spec gives them (a constant's one, an axis's all), typed as its field, and
+// its name (a problem's location).
+template <class F>
+struct KeyValues {
+  std::string key;
+  std::vector<F> values;
+};
+
+// The values a spec gives the keys of a set (KindInfo::check's map: every key of the kind, a
+// constant as one value, an axis as all), read through the set's bindings.
+template <class P>
+class SpecValues {
+ public:
+  SpecValues(const ParamSet<P>& set, const std::map<std::string, std::vector<Value>>& values) : set_(set), values_(values) {}
+
+  // The values of the key bound to a field: `v.field(&P::bytes)`, or for a nested group's field
+  // `v.field([](const P& p) -> const auto& { return p.engine.weights; })`.
+  template <class Get>
+  auto field(Get get) const {
+    using F = std::decay_t<decltype(std::invoke(get, std::declval<const P&>()))>;
+    const size_t i = set_.binding_of(get);
+    KeyValues<F> out{set_.keys()[i].name, {}};
+    if (auto it = values_.find(out.key); it != values_.end())
+      for (const Value& v : it->second) out.values.push_back(set_.field_value(i, get, v));
+    return out;
+  }
+
+ private:
+  const ParamSet<P>& set_;
+  const std::map<std::string, std::vector<Value>>& values_;
 };
 
 }  // namespace ib

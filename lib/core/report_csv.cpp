@@ -1,5 +1,6 @@
 // results.csv: one RFC 4180 record per row, every experiment's params, metrics and book figures as
 // columns of their own.
+#include "core/point_access.h"
 #include "core/report.h"
 
 #include <set>
@@ -56,7 +57,7 @@ std::string csv_report(const ResultSet& rs) {
     for (const auto& r : e.rows) {
       std::vector<std::string> f = {r.experiment, r.kind, to_string(r.backend), r.variant, to_string(r.status)};
       for (const auto& p : params) {
-        const Param* q = r.point.find(p);
+        const Param* q = PointAccess::find(r.point, p);
         f.push_back(q ? value_to_json(q->value).dump() : "");
         if (q && std::holds_alternative<std::string>(q->value)) f.back() = std::get<std::string>(q->value);
       }

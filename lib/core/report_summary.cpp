@@ -1,5 +1,6 @@
 // The run's summary: per experiment, the chapter's claim (spec `summary:`), the measured figure's
 // range and whether the measured shape is the claim's.
+#include "core/point_access.h"
 #include "core/report.h"
 
 #include <algorithm>
@@ -70,7 +71,7 @@ std::string shape_verdict(const ExperimentResult& e, const std::string& h, const
     std::map<std::string, std::vector<std::pair<double, double>>> series;
     for (const auto& r : e.rows) {
       const std::optional<double> v = figure_value(r, figure, c);
-      const Param* p = r.point.find(key);
+      const Param* p = PointAccess::find(r.point, key);
       if (!v || !p || !in_summary(e, r)) continue;
       double x = 0;
       if (const auto* i = std::get_if<int64_t>(&p->value))

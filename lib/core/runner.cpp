@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/interrupt.h"
 #include "core/nvtx.h"
+#include "core/point_access.h"
 #include "core/registry.h"
 #include "core/sysinfo.h"
 #include "core/units.h"
@@ -91,7 +92,7 @@ bool book_row_matches(const BookRow& book_row, const Point& p, const std::string
       if (std::get<std::string>(v) != variant) return false;
     } else if (k == "role") {
       if (std::get<std::string>(v) != role) return false;
-    } else if (const Param* q = p.find(k)) {
+    } else if (const Param* q = PointAccess::find(p, k)) {
       if (!values_equal(q->value, v)) return false;
     } else {
       return false;

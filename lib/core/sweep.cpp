@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/point_access.h"
 #include "core/spec.h"
 
 namespace ib {
@@ -12,32 +13,6 @@ const Param* Point::find(const std::string& key) const {
   for (const auto& p : params)
     if (p.key == key) return &p;
   return nullptr;
-}
-
-const Value& Point::at(const std::string& key) const {
-  const Param* p = find(key);
-  if (!p) throw std::out_of_range("no parameter '" + key + "' in this point");
-  return p->value;
-}
-
-int64_t Point::integer(const std::string& key) const {
-  const Value& v = at(key);
-  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
-  throw std::logic_error("parameter '" + key + "' is not an integer");
-}
-
-double Point::number(const std::string& key) const { return as_number(at(key)); }
-
-bool Point::flag(const std::string& key) const {
-  const Value& v = at(key);
-  if (const auto* b = std::get_if<bool>(&v)) return *b;
-  throw std::logic_error("parameter '" + key + "' is not a boolean");
-}
-
-const std::string& Point::text(const std::string& key) const {
-  const Value& v = at(key);
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
-  throw std::logic_error("parameter '" + key + "' is not text");
 }
 
 std::string Point::label(const std::vector<std::string>& keys) const {
@@ -81,7 +56,7 @@ bool is_skipped(const ExperimentSpec& spec, const Point& p, const std::string& v
       for (const auto& v : values) {
         if (key == "variant")
           any = any || std::get<std::string>(v) == variant;
-        else if (const Param* q = p.find(key))
+        else if (const Param* q = PointAccess::find(p, key))
           any = any || values_equal(q->value, v);
       }
       all = all && any;

@@ -20,14 +20,17 @@ class Point {
  public:
   std::vector<Param> params;
 
-  const Param* find(const std::string& key) const;
-  const Value& at(const std::string& key) const;  // throws std::out_of_range naming the key
-  int64_t integer(const std::string& key) const;
-  double number(const std::string& key) const;
-  bool flag(const std::string& key) const;
-  const std::string& text(const std::string& key) const;
   // "bytes=1GiB dtype=bf16": only the given keys, or all when `keys` is empty.
   std::string label(const std::vector<std::string>& keys = {}) const;
+
+ private:
+  // A parameter by its key's name is core's alone: a kind reads its points through its ParamSet,
+  // typed (core/params.h); the runner, the sweep and the reports through PointAccess
+  // (core/point_access.h, a header check-layers refuses outside core and the tests).
+  const Param* find(const std::string& key) const;
+  template <class P>
+  friend class ParamSet;
+  friend struct PointAccess;
 };
 
 // Cartesian product of the spec's axes, first axis slowest.

@@ -23,6 +23,7 @@
 #include "../common/run_kind.h"
 
 #include "core/peer_process.h"
+#include "core/point_access.h"
 #include "core/runner.h"
 #include "kinds/attention/torch_peer.h"
 
@@ -212,10 +213,10 @@ TEST(TorchPeer, OnlyPeerExperimentsCarryThePythonKeys) {
                                               "  - name: e\n    kind: attention\n    variants: [cpu_flash]\n"
                                               "    heads: 2\n    head_dim: 32\n    seq: 64\n");
   ASSERT_EQ(ours.rows.size(), 1u);
-  EXPECT_FALSE(ours.rows[0].point.find("python"));
-  EXPECT_FALSE(ours.rows[0].point.find("peer_timeout"));
+  EXPECT_FALSE(PointAccess::find(ours.rows[0].point, "python"));
+  EXPECT_FALSE(PointAccess::find(ours.rows[0].point, "peer_timeout"));
   const ExperimentResult peers = run_spec_text(kDefaults, experiment("/nonexistent/python3"));
-  EXPECT_TRUE(peers.rows[0].point.find("python"));
+  EXPECT_TRUE(PointAccess::find(peers.rows[0].point, "python"));
 }
 
 // ---- the real script ----

@@ -26,6 +26,7 @@
 #include "../common/run_kind.h"
 
 #include "core/peer_process.h"
+#include "core/point_access.h"
 #include "core/registry.h"
 #include "core/runner.h"
 #include "core/spec.h"
@@ -301,11 +302,11 @@ TEST(ConstrainPeer, RegexAndChoiceAreNotGivenToThePeers) {
 TEST(ConstrainPeer, OnlyPeerExperimentsCarryThePythonKeys) {
   const ExperimentResult ours = run_spec_text(kDefaults, "  - name: e\n    kind: constrain-compile\n    variants: [lazy]\n");
   ASSERT_EQ(ours.rows.size(), 1u);
-  EXPECT_FALSE(ours.rows[0].point.find("python"));
-  EXPECT_FALSE(ours.rows[0].point.find("peer_timeout"));
-  EXPECT_TRUE(ours.rows[0].point.find("constraint"));
+  EXPECT_FALSE(PointAccess::find(ours.rows[0].point, "python"));
+  EXPECT_FALSE(PointAccess::find(ours.rows[0].point, "peer_timeout"));
+  EXPECT_TRUE(PointAccess::find(ours.rows[0].point, "constraint"));
   const ExperimentResult peers = run_spec_text(kDefaults, experiment("constrain-mask", "/nonexistent/python3"));
-  EXPECT_TRUE(peers.rows[0].point.find("python"));
+  EXPECT_TRUE(PointAccess::find(peers.rows[0].point, "python"));
   for (const char* kind : {"constrain-compile", "constrain-mask"}) {
     const KindInfo* k = Registry::instance().kind(kind);
     ASSERT_TRUE(k) << kind;

@@ -17,6 +17,7 @@
 
 #include "../common/run_kind.h"
 
+#include "core/point_access.h"
 #include "kvcache/eviction.h"
 #include "kvcache/synthetic_attention.h"
 #include "model/config.h"
@@ -458,7 +459,7 @@ double evict_metric(const Row& r, const std::string& key) {
 
 const Row& row(const ExperimentResult& r, const std::string& variant, double budget) {
   for (const auto& x : r.rows)
-    if (x.variant == variant && x.point.number("budget") == budget) return x;
+    if (x.variant == variant && as_number(PointAccess::at(x.point, "budget")) == budget) return x;
   throw std::logic_error("no row " + variant);
 }
 

@@ -11,6 +11,7 @@
 
 #include "../common/run_kind.h"
 
+#include "core/point_access.h"
 #include "core/stats.h"
 #include "kinds/kvcache/decode_check.h"
 #include "kvcache/decode_problem.h"
@@ -522,7 +523,8 @@ TEST(KvKinds, Int4AndInt2PassTheGateOnOddRaggedGqaLengthsAndSayPagedIsUnsupporte
       if (row.variant != variant) continue;
       ++kivi_rows;
       const double err = metric(row, "rel L2 vs bf16 KV");
-      const int64_t context = row.point.integer("context"), group = row.point.integer(key);
+      const int64_t context = std::get<int64_t>(PointAccess::at(row.point, "context")),
+                    group = std::get<int64_t>(PointAccess::at(row.point, key));
       // Shorter than a group: all bf16 residual.
       EXPECT_LT(err, context < group ? 1e-3 : two ? 0.5 : 0.15) << row.variant << " " << row.point.label();
       if (context >= 1000) {

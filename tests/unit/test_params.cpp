@@ -2,7 +2,10 @@
 // enums) and refuse a key whose type does not fit its field.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/params.h"
 
@@ -85,6 +88,40 @@ TEST(ParamSet, AGroupsKeysJoinTheSetAndLandInTheMember) {
   // A name bound twice, by a key or a group, is refused.
   EXPECT_THROW(ParamSet<Outer>().add_group(&Outer::demo, demo_set()).add_group(&Outer::demo, demo_set()), std::logic_error);
   EXPECT_THROW(ParamSet<Demo>(demo_set()).add(&Demo::count, key_spec("count", ParamType::Int, "")), std::logic_error);
+}
+
+// A check across keys reads the spec's values by field, typed (a parsed enum as its enum), a
+// nested group's field through an accessor, and names the key for the error's location.
+TEST(ParamSet, SpecValuesReadEachKeysValuesByItsField) {
+  const ParamSet<Outer> set = ParamSet<Outer>()
+                                  .add(&Outer::steps, key_spec("steps", ParamType::Int, "steps", Value(int64_t{2})))
+                                  .add_group(&Outer::demo, demo_set());
+  const std::map<std::string, std::vector<Value>> values = {
+      {"steps", {Value(int64_t{1}), Value(int64_t{5})}},
+      {"shade", {Value(std::string("dark")), Value(std::string("light"))}},
+      {"ratio", {Value(0.25)}},
+  };
+  const SpecValues<Outer> v(set, values);
+  const KeyValues<int64_t> steps = v.field(&Outer::steps);
+  EXPECT_EQ(steps.key, "steps");
+  EXPECT_EQ(steps.values, (std::vector<int64_t>{1, 5}));
+  const KeyValues<Shade> shades = v.field([](const Outer& o) -> const auto& { return o.demo.shade; });
+  EXPECT_EQ(shades.key, "shade");
+  EXPECT_EQ(shades.values, (std::vector<Shade>{Shade::Dark, Shade::Light}));
+  const auto ratio = v.field([](const Outer& o) -> const auto& { return o.demo.ratio; });
+  EXPECT_EQ(ratio.key, "ratio");
+  EXPECT_EQ(ratio.values, std::vector<double>{0.25});
+  // Neighbouring fields are told apart (count and bytes follow each other in Demo), and a key the
+  // values lack has none.
+  EXPECT_EQ(v.field([](const Outer& o) -> const auto& { return o.demo.count; }).key, "count");
+  EXPECT_EQ(v.field([](const Outer& o) -> const auto& { return o.demo.bytes; }).key, "bytes");
+  EXPECT_TRUE(v.field([](const Outer& o) -> const auto& { return o.demo.name; }).values.empty());
+  // The group read alone, from the same values, finds the same keys.
+  const ParamSet<Demo> group = demo_set();
+  EXPECT_EQ(SpecValues<Demo>(group, values).field(&Demo::shade).values.size(), 2u);
+  // A field no key is bound to is a programming error.
+  const ParamSet<Demo> partial = ParamSet<Demo>().add(&Demo::count, key_spec("count", ParamType::Int, "c"));
+  EXPECT_THROW(SpecValues<Demo>(partial, values).field(&Demo::bytes), std::logic_error);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "../cli/process.h"
 #include "core/memory.h"
 #include "core/output.h"
+#include "core/point_access.h"
 #include "core/registry.h"
 #include "core/runner.h"
 #include "core/session.h"
@@ -33,7 +34,7 @@ class Spinner : public Variant {
  public:
   explicit Spinner(int64_t factor) : factor_(factor) {}
   void prepare(const Point& p, BackendRuntime&, uint64_t) override {
-    work_ = p.integer("work") * factor_;
+    work_ = std::get<int64_t>(PointAccess::at(p, "work")) * factor_;
     scratch_.allocate(1024, "scratch");
   }
   Validation validate(BackendRuntime&) override { return {true, "abs_err", 0, 1e-6, ""}; }
@@ -63,7 +64,7 @@ class Wrong : public Variant {
 class Hungry : public Variant {
  public:
   void prepare(const Point& p, BackendRuntime&, uint64_t) override {
-    big_.allocate(static_cast<size_t>(p.integer("alloc")), "n×n scores");
+    big_.allocate(static_cast<size_t>(std::get<int64_t>(PointAccess::at(p, "alloc"))), "n×n scores");
   }
   Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
   void run(BackendRuntime&) override {}
@@ -74,7 +75,9 @@ class Hungry : public Variant {
 
 class Picky : public Variant {
  public:
-  std::string unsupported(const Point& p) const override { return p.integer("work") > 1 ? "work > 1 is not supported" : ""; }
+  std::string unsupported(const Point& p) const override {
+    return std::get<int64_t>(PointAccess::at(p, "work")) > 1 ? "work > 1 is not supported" : "";
+  }
   void prepare(const Point&, BackendRuntime&, uint64_t) override {}
   Validation validate(BackendRuntime&) override { return {true, "none", 0, 0, ""}; }
   void run(BackendRuntime&) override {}
@@ -92,7 +95,7 @@ class Thrower : public Variant {
 std::atomic<int> g_self_calls{0};
 class SelfTimed : public Variant {
  public:
-  void prepare(const Point& p, BackendRuntime&, uint64_t) override { mode_ = p.integer("work"); }
+  void prepare(const Point& p, BackendRuntime&, uint64_t) override { mode_ = std::get<int64_t>(PointAccess::at(p, "work")); }
   Validation validate(BackendRuntime&) override {
     ++g_self_calls;
     return {true, "none", 0, 0, ""};

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "core/point_access.h"
 #include "core/spec.h"
 #include "core/sweep.h"
 
@@ -16,13 +17,13 @@ TEST(Sweep, CartesianProductFirstAxisSlowest) {
   ExperimentSpec e = one("    bytes: [1MiB, 2MiB]\n    m: [1, 2, 3]\n");
   auto pts = expand_sweep(e);
   ASSERT_EQ(pts.size(), 6u);
-  EXPECT_EQ(pts[0].integer("bytes"), 1 << 20);
-  EXPECT_EQ(pts[0].integer("m"), 1);
-  EXPECT_EQ(pts[1].integer("m"), 2);
-  EXPECT_EQ(pts[3].integer("bytes"), 2 << 20);
-  EXPECT_EQ(pts[5].integer("m"), 3);
+  EXPECT_EQ(std::get<int64_t>(PointAccess::at(pts[0], "bytes")), 1 << 20);
+  EXPECT_EQ(std::get<int64_t>(PointAccess::at(pts[0], "m")), 1);
+  EXPECT_EQ(std::get<int64_t>(PointAccess::at(pts[1], "m")), 2);
+  EXPECT_EQ(std::get<int64_t>(PointAccess::at(pts[3], "bytes")), 2 << 20);
+  EXPECT_EQ(std::get<int64_t>(PointAccess::at(pts[5], "m")), 3);
   EXPECT_EQ(pts[4].label({"bytes", "m"}), "bytes=2MiB m=2");
-  EXPECT_EQ(pts[0].text("dtype"), "bf16");  // default
+  EXPECT_EQ(std::get<std::string>(PointAccess::at(pts[0], "dtype")), "bf16");  // default
 }
 
 TEST(Sweep, SkipRulesMatchEveryCondition) {

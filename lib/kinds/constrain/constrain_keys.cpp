@@ -247,43 +247,39 @@ const ParamSet<GenerateKeys>& generate_keys() {
 }
 
 std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values) {
-  auto all = [&](const char* key) {
-    auto it = values.find(key);
-    return it == values.end() ? std::vector<Value>{} : it->second;
-  };
-  for (const Value& cv : all("constraint")) {
-    const std::string& c = std::get<std::string>(cv);
+  const SpecValues<ConstraintKeys> v(gpt2_constraint(), values);
+  const auto constraints = v.field(&ConstraintKeys::constraint), vocabs = v.field(&ConstraintKeys::vocab);
+  for (const std::string& c : constraints.values) {
     std::string source;
     try {
       source = constraint_source(c);
     } catch (const InputError& e) {  // the file is there but cannot be read: a FIFO, too large
-      return KeyProblem{{"constraint"}, e.what()};
+      return KeyProblem{{constraints.key}, e.what()};
     } catch (const std::exception&) {
       std::vector<std::string> bundled;
       std::error_code ec;
       for (const auto& entry : std::filesystem::directory_iterator(schema_directory(), ec))
         if (entry.path().extension() == ".json") bundled.push_back(entry.path().stem().string());
       std::sort(bundled.begin(), bundled.end());
-      return KeyProblem{{"constraint"},
+      return KeyProblem{{constraints.key},
                         fmt::format("'{}' is no schema file, nor a bundled schema ({}), nor regex:PATTERN or choice:a|b|c", c,
                                     fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
-    std::vector<Value> stricts = all("strict_properties"), drafts = all("schema_draft"), uniques = all("unique_items"),
-                       fallbacks = all("fallback");
-    if (uniques.empty()) uniques.push_back(Value(std::string("refuse")));
-    if (fallbacks.empty()) fallbacks.push_back(Value(std::string("refuse")));
-    if (stricts.empty()) stricts.push_back(Value(true));
-    if (drafts.empty()) drafts.push_back(Value(std::string("auto")));
-    for (const Value& wv : all("whitespace"))
-      for (const Value& rv : all("max_recursion"))
-        for (const Value& sv : stricts)
-          for (const Value& dv : drafts)
-            for (const Value& uv : uniques)
-              for (const Value& fv : fallbacks) {
-                const SchemaOptions options =
-                    schema_options(std::get<std::string>(wv), std::get<int64_t>(rv), std::get<bool>(sv),
-                                   std::get<std::string>(dv), std::get<std::string>(uv), std::get<std::string>(fv));
+    // Every way the spec compiles it.
+    ConstraintKeys k;
+    for (const auto& whitespace : v.field(&ConstraintKeys::whitespace).values)
+      for (const auto recursion : v.field(&ConstraintKeys::max_recursion).values)
+        for (const auto strict : v.field(&ConstraintKeys::strict_properties).values)
+          for (const auto& draft : v.field(&ConstraintKeys::schema_draft).values)
+            for (const auto& unique : v.field(&ConstraintKeys::unique_items).values)
+              for (const auto& fallback : v.field(&ConstraintKeys::fallback).values) {
+                k.whitespace = whitespace;
+                k.max_recursion = recursion;
+                k.strict_properties = strict;
+                k.schema_draft = draft;
+                k.unique_items = unique;
+                k.fallback = fallback;
                 try {
                   if (c.rfind("regex:", 0) == 0) {
                     parse_regex(c.substr(6));
@@ -292,22 +288,22 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
                     try {
                       schema = parse_json_bounded<nlohmann::ordered_json>(source, c);
                     } catch (const nlohmann::json::exception& e) {
-                      return KeyProblem{{"constraint"}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
+                      return KeyProblem{{constraints.key}, fmt::format("'{}': the schema is not JSON: {}", c, e.what())};
                     }
-                    schema_to_regex(schema, options);
+                    schema_to_regex(schema, k.schema_options());
                   }
                 } catch (const std::exception& e) {
-                  return KeyProblem{{"constraint"}, fmt::format("'{}': {}", c, e.what())};
+                  return KeyProblem{{constraints.key}, fmt::format("'{}': {}", c, e.what())};
                 }
               }
   }
-  for (const Value& vv : all("vocab")) {
-    const std::string& v = std::get<std::string>(vv);
+  for (const std::string& vocab : vocabs.values) {
     try {
-      load_vocabulary(v);
+      load_vocabulary(vocab);
     } catch (const std::exception& e) {
-      return KeyProblem{{"vocab"},
-                        fmt::format("'{}' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json ({})", v, e.what())};
+      return KeyProblem{
+          {vocabs.key},
+          fmt::format("'{}' is not gpt2, llama2, deepseek-llm nor a readable tokenizer.json ({})", vocab, e.what())};
     }
   }
   return std::nullopt;

@@ -233,34 +233,34 @@ class EngineGenerateVariant : public Variant {
 // Spec-time check: the engine's vocabulary must cover the tokenizer's. A smaller one could not
 // write some tokens (the single-byte ones the budget relies on among them), and its ids would
 // not be the tokenizer's; a larger one (padded vocabularies) is fine: the extra ids are never chosen.
-std::optional<KeyProblem> check_vocab_sizes(const std::map<std::string, std::vector<Value>>& values) {
-  for (const Value& mv : values.at("model"))
-    for (const Value& wv : values.at("weights")) {
-      const std::string& name = std::get<std::string>(mv);
-      const std::string& weights = std::get<std::string>(wv);
+std::optional<KeyProblem> check_vocab_sizes(const KeyValues<std::string>& models, const KeyValues<std::string>& weights_values,
+                                            const KeyValues<std::string>& vocabs) {
+  for (const std::string& name : models.values)
+    for (const std::string& weights : weights_values.values) {
       int model_vocab = 0;
       if (name == "checkpoint") {
         if (weights == "random")
-          return KeyProblem{{"weights", "model"}, "model checkpoint needs weights: DIR (a Hugging Face checkpoint directory)"};
+          return KeyProblem{
+              {weights_values.key, models.key},
+              fmt::format("{} checkpoint needs {}: DIR (a Hugging Face checkpoint directory)", models.key, weights_values.key)};
         try {
           model_vocab = model::checkpoint_config(weights).vocab;
         } catch (const std::exception& e) {
-          return KeyProblem{{"weights"}, e.what()};
+          return KeyProblem{{weights_values.key}, e.what()};
         }
       } else {
         model_vocab = model::preset(name)->vocab;  // the key's choices are the presets
       }
-      for (const Value& vv : values.at("vocab")) {
-        const std::string& vocab = std::get<std::string>(vv);
+      for (const std::string& vocab : vocabs.values) {
         std::shared_ptr<const Vocabulary> v;
         try {
           v = load_vocabulary(vocab);
         } catch (const std::exception& e) {
-          return KeyProblem{{"vocab"}, e.what()};
+          return KeyProblem{{vocabs.key}, e.what()};
         }
         if (model_vocab < v->size()) {
           const std::string model = name == "checkpoint" ? weights : name;
-          return KeyProblem{{name == "checkpoint" ? "weights" : "model", "vocab"},
+          return KeyProblem{{name == "checkpoint" ? weights_values.key : models.key, vocabs.key},
                             fmt::format("model '{}' has {} token ids, fewer than the {} tokens of vocab '{}': it could not write "
                                         "every token the mask allows; use a model whose vocabulary covers it (deep-narrow and "
                                         "llama2-7b have llama2's 32000)",
@@ -286,9 +286,12 @@ KindInfo generate_kind() {
       generate_keys().keys(), "constraint: person\ndocuments: 1\nmax_tokens: 80\n");
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_constraint_keys(values)) return problem;
-    if (auto problem = model::check_model_weights(values)) return problem;
-    if (auto problem = model::check_text_prompts(values, "weights", "vocab")) return problem;
-    return check_vocab_sizes(values);
+    const SpecValues<GenerateKeys> v(generate_keys(), values);
+    const auto models = v.field(&GenerateKeys::model), weights = v.field(&GenerateKeys::weights),
+               vocabs = v.field([](const GenerateKeys&g) -> const auto& { return g.constraint.vocab; });
+    if (auto problem = model::check_model_weights(models, weights)) return problem;
+    if (auto problem = model::check_text_prompts(values, vocabs, weights, models)) return problem;
+    return check_vocab_sizes(models, weights, vocabs);
   };
   return k;
 }

@@ -23,8 +23,11 @@ KindInfo decode_kind() {
       "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
   k.keys = decode_keys().keys();
   k.check = [](const auto& values) {
-    if (auto problem = check_model_weights(values)) return problem;
-    return check_text_prompts(values);
+    const SpecValues<DecodeKeys> v(decode_keys(), values);
+    const auto model = v.field(&DecodeKeys::model), weights = v.field(&DecodeKeys::weights);
+    if (auto problem = check_model_weights(model, weights)) return problem;
+    return check_text_prompts(values, v.field([](const DecodeKeys& x) -> const auto& { return x.prompts.tokenizer; }), weights,
+                              model);
   };
   return k;
 }

@@ -30,44 +30,30 @@ ParamSet<EngineDecodeOptions> engine_decode_params(int default_prompt, int defau
       .add(&O::tokenizer, model::tokenizer_key_spec());
 }
 
-namespace {
-
-// Every value of a string key in the sweep, or `fallback` when the sweep does not set it.
-std::vector<std::string> strings_of(const std::map<std::string, std::vector<Value>>& values, const char* key,
-                                    const char* fallback) {
-  std::vector<std::string> out;
-  if (auto it = values.find(key); it != values.end())
-    for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
-  if (out.empty()) out.push_back(fallback);
-  return out;
-}
-
-}  // namespace
-
 std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values) {
-  if (auto problem = model::check_model_weights(values)) return problem;
-  for (const auto& text : strings_of(values, "text", "random")) {
+  using O = EngineDecodeOptions;
+  const ParamSet<O> set = engine_decode_params(1, 1);  // the defaults do not matter: `values` holds every key
+  const SpecValues<O> v(set, values);
+  const auto weights = v.field(&O::weights), texts = v.field(&O::text);
+  if (auto problem = model::check_model_weights(v.field(&O::model), weights)) return problem;
+  // The longest decode the sweep asks for must fit in the text.
+  const auto prompts = v.field(&O::prompt).values, new_tokens = v.field(&O::new_tokens).values;
+  const int64_t longest = (prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end())) +
+                          (new_tokens.empty() ? 0 : *std::max_element(new_tokens.begin(), new_tokens.end()));
+  for (const auto& text : texts.values) {
     if (text == "random") continue;
-    // The longest decode the sweep asks for must fit in the text.
-    int64_t longest = 0;
-    for (const char* key : {"prompt", "new_tokens"}) {
-      int64_t most = 0;
-      if (auto it = values.find(key); it != values.end())
-        for (const Value& v : it->second) most = std::max(most, std::get<int64_t>(v));
-      longest += most;
-    }
     try {
-      const std::string body = model::read_prompt_file("text", text);
-      for (const auto& tok : strings_of(values, "tokenizer", "auto"))
-        for (const auto& w : strings_of(values, "weights", "random")) {
+      const std::string body = model::read_prompt_file(texts.key, text);
+      for (const auto& tok : v.field(&O::tokenizer).values)
+        for (const auto& w : weights.values) {
           const auto t = model::prompt_tokenizer(tok, w);
           const size_t n = t->encode(body, true).size();
           if (static_cast<int64_t>(n) < longest)
-            throw InputError(fmt::format("text: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", text, n,
-                                         t->name(), longest));
+            throw InputError(fmt::format("{}: {} is {} tokens with {}, the decode needs prompt + new_tokens = {}", texts.key,
+                                         text, n, t->name(), longest));
         }
     } catch (const InputError& e) {
-      return KeyProblem{{"text"}, e.what()};
+      return KeyProblem{{texts.key}, e.what()};
     }
   }
   return std::nullopt;

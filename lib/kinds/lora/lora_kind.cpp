@@ -19,32 +19,27 @@ namespace {
 // An adapter directory is read at spec time against every model the spec names: a rank, module
 // or shape that does not fit is an error before anything runs.
 std::optional<KeyProblem> check_adapters(const std::map<std::string, std::vector<Value>>& values) {
-  if (auto problem = model::check_model_weights(values)) return problem;
-  auto a = values.find("adapter");
-  auto m = values.find("model");
-  auto w = values.find("weights");
-  if (a == values.end() || m == values.end() || w == values.end()) return std::nullopt;
-  for (const Value& av : a->second) {
-    const std::string& adapter = std::get<std::string>(av);
+  const SpecValues<LoraKeys> v(lora_keys(), values);
+  const auto models = v.field(&LoraKeys::model), weights = v.field(&LoraKeys::weights), adapters = v.field(&LoraKeys::adapter),
+             modules = v.field(&LoraKeys::modules);
+  if (auto problem = model::check_model_weights(models, weights)) return problem;
+  for (const std::string& adapter : adapters.values) {
     if (adapter == "random") continue;
-    for (const Value& mv : m->second)
-      for (const Value& wv : w->second) {
-        const std::string& name = std::get<std::string>(mv);
-        const std::string& weights = std::get<std::string>(wv);
+    for (const std::string& name : models.values)
+      for (const std::string& w : weights.values) {
         try {
-          const model::ModelConfig c = name == "checkpoint" ? model::checkpoint_config(weights) : *model::preset(name);
+          const model::ModelConfig c = name == "checkpoint" ? model::checkpoint_config(w) : *model::preset(name);
           model::load_peft_adapter(c, adapter);
         } catch (const InputError& e) {
-          return KeyProblem{{"adapter"}, e.what()};
+          return KeyProblem{{adapters.key}, e.what()};
         }
       }
   }
-  if (auto mods = values.find("modules"); mods != values.end())
-    for (const Value& v : mods->second) try {
-        model::parse_modules(std::get<std::string>(v), "modules");
-      } catch (const InputError& e) {
-        return KeyProblem{{"modules"}, e.what()};
-      }
+  for (const std::string& m : modules.values) try {
+      model::parse_modules(m, modules.key);
+    } catch (const InputError& e) {
+      return KeyProblem{{modules.key}, e.what()};
+    }
   return std::nullopt;
 }
 

@@ -51,15 +51,11 @@ std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys) {
   return keys;
 }
 
-std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
-                                              const std::string& model_key, const std::string& weights_key) {
-  auto m = values.find(model_key);
-  auto w = values.find(weights_key);
-  if (m == values.end() || w == values.end()) return std::nullopt;
-  for (const Value& wv : w->second) {
-    const std::string& weights = std::get<std::string>(wv);
-    for (const Value& mv : m->second) {
-      const std::string& name = std::get<std::string>(mv);
+std::optional<KeyProblem> check_model_weights(const KeyValues<std::string>& models,
+                                              const KeyValues<std::string>& weights_values) {
+  const std::string &model_key = models.key, &weights_key = weights_values.key;
+  for (const std::string& weights : weights_values.values) {
+    for (const std::string& name : models.values) {
       if (weights == "random") {
         if (name == "checkpoint")
           return KeyProblem{

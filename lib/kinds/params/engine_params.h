@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "core/registry.h"
 #include "core/value.h"
 #include "model/model.h"
@@ -28,11 +29,10 @@ std::vector<std::string> with_matmul(std::vector<std::string> keys);
 KeySpec cpu_matmul_key();
 std::vector<std::string> with_cpu_matmul(std::vector<std::string> keys);
 
-// Spec-time check of a model key and its weights key (every value of each): checkpoint needs a
-// directory; a directory's config.json (for checkpoint) and safetensors headers are read and
-// every tensor the config needs is checked, nothing is loaded. The problem names the weights key
-// first. For KindInfo::check.
-std::optional<KeyProblem> check_model_weights(const std::map<std::string, std::vector<Value>>& values,
-                                              const std::string& model_key = "model", const std::string& weights_key = "weights");
+// Spec-time check of a model key and its weights key (every value of each, as a kind's
+// SpecValues reads them): checkpoint needs a directory; a directory's config.json (for
+// checkpoint) and safetensors headers are read and every tensor the config needs is checked,
+// nothing is loaded. The problem names the weights key first. For KindInfo::check.
+std::optional<KeyProblem> check_model_weights(const KeyValues<std::string>& models, const KeyValues<std::string>& weights);
 
 }  // namespace ib::model

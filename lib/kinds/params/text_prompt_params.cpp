@@ -42,17 +42,15 @@ const std::vector<std::string>& text_prompt_key_names() {
 }
 
 std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const std::string& weights_key, const std::string& tokenizer_key,
-                                             const std::string& model_key) {
-  auto all = [&](const char* key) {
-    std::vector<std::string> out;
-    auto it = values.find(key);
-    if (it != values.end())
-      for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
-    return out;
-  };
-  const auto texts = all("prompt_text"), files = all("prompt_file"), jsonls = all("prompts"), toks = all(tokenizer_key.c_str()),
-             weights = all(weights_key.c_str());
+                                             const KeyValues<std::string>& tokenizers,
+                                             const KeyValues<std::string>& weights_values,
+                                             const KeyValues<std::string>& models_values) {
+  const SpecValues<TextPromptSource> prompt_keys(kinds::text_prompt_params(/*with_tokenizer=*/false), values);
+  const KeyValues<std::string> text = prompt_keys.field(&TextPromptSource::text),
+                               file = prompt_keys.field(&TextPromptSource::file),
+                               jsonl = prompt_keys.field(&TextPromptSource::jsonl);
+  const std::vector<std::string>&texts = text.values, &files = file.values, &jsonls = jsonl.values, &toks = tokenizers.values,
+        &weights = weights_values.values;
   auto any = [](const std::vector<std::string>& v) {
     for (const auto& s : v)
       if (!s.empty()) return true;
@@ -61,19 +59,19 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
   const int sources = any(texts) + any(files) + any(jsonls);
   if (sources == 0) return std::nullopt;
   if (sources > 1)
-    return KeyProblem{{"prompt_text", "prompt_file", "prompts"}, "give one of prompt_text, prompt_file and prompts"};
+    return KeyProblem{{text.key, file.key, jsonl.key}, fmt::format("give one of {}, {} and {}", text.key, file.key, jsonl.key)};
   try {
     for (const auto& f : files)
-      if (!f.empty()) read_prompt_file("prompt_file", f);
-    const auto templates = all("template");
+      if (!f.empty()) read_prompt_file(file.key, f);
+    const auto templates = prompt_keys.field(&TextPromptSource::chat_template).values;
     for (const auto& f : jsonls)
       if (!f.empty())
         for (const auto& w : weights.empty() ? std::vector<std::string>{""} : weights)
           read_prompt_lines(f, templates.empty() ? std::string() : templates.front(), w);
   } catch (const InputError& e) {
-    return KeyProblem{{any(files) ? "prompt_file" : "prompts"}, e.what()};
+    return KeyProblem{{any(files) ? file.key : jsonl.key}, e.what()};
   }
-  const auto models = all(model_key.c_str());
+  const std::vector<std::string>& models = models_values.values;
   try {
     for (const auto& t : toks.empty() ? std::vector<std::string>{"auto"} : toks)
       for (const auto& w : weights.empty() ? std::vector<std::string>{"random"} : weights) {
@@ -86,13 +84,13 @@ std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::ve
           else if (auto c = preset(m))
             vocab = c->vocab;
           if (vocab > 0 && tok->vocab_size() > vocab)
-            return KeyProblem{{tokenizer_key, model_key},
+            return KeyProblem{{tokenizers.key, models_values.key},
                               fmt::format("tokenizer {} has {} ids, past the {} token ids of model {}", tok->name(),
                                           tok->vocab_size(), vocab, m == "checkpoint" ? w : m)};
         }
       }
   } catch (const InputError& e) {
-    return KeyProblem{{tokenizer_key}, e.what()};
+    return KeyProblem{{tokenizers.key}, e.what()};
   }
   return std::nullopt;
 }

@@ -19,13 +19,13 @@ std::vector<KeySpec> text_prompt_keys();
 const std::vector<std::string>& text_prompt_key_names();
 // The `tokenizer` key alone (auto: the checkpoint's tokenizer.json), for kinds with keys of their own.
 KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "template", "tokenizer"}
-// Spec-time check of those keys over every value (KindInfo::check): files exist and parse, the
-// tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
-// `model_key` / `weights_key` name the keys of the model (a preset or checkpoint) and its weights.
+// Spec-time check of those keys over every value (KindInfo::check's `values`): files exist and
+// parse, the tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
+// The kind's own keys of the tokenizer (the group's, or one of the kind's), the model (a preset or
+// checkpoint) and its weights, as its SpecValues reads them.
 std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const std::string& weights_key = "weights",
-                                             const std::string& tokenizer_key = "tokenizer",
-                                             const std::string& model_key = "model");
+                                             const KeyValues<std::string>& tokenizers, const KeyValues<std::string>& weights,
+                                             const KeyValues<std::string>& models);
 
 }  // namespace ib::model
 

@@ -179,8 +179,10 @@ KindInfo mixed_kind() {
       "replay with the invariants checked after every request and up to 8 hits' logits against full prefills.";
   k.keys = mixed_kind_keys().keys();
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
-    if (auto problem = check_workload_keys(values)) return problem;
-    return model::check_model_weights(values);
+    if (auto problem = check_workload_keys(values, /*mixed=*/true)) return problem;
+    const SpecValues<MixedKindKeys> v(mixed_kind_keys(), values);
+    return model::check_model_weights(v.field([](const MixedKindKeys& x) -> const auto& { return x.engine.model; }),
+                                      v.field([](const MixedKindKeys& x) -> const auto& { return x.engine.weights; }));
   };
   return k;
 }

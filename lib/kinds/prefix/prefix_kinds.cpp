@@ -115,26 +115,21 @@ const ParamSet<CacheKeys>& cache_params(bool system_prompt_default) {
 
 // Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
 // chat_share + fewshot_share at most 1 wherever a mixed workload reads them.
-std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values) {
-  auto all = [&](const char* key) {
-    auto it = values.find(key);
-    return it == values.end() ? std::vector<Value>{} : it->second;
-  };
-  for (const Value& lo : all("query_min"))
-    for (const Value& hi : all("query_max"))
-      if (std::get<int64_t>(lo) > std::get<int64_t>(hi))
-        return KeyProblem{{"query_max", "query_min"},
-                          fmt::format("query_max {} is below query_min {}", std::get<int64_t>(hi), std::get<int64_t>(lo))};
-  const auto workloads = all("workload");
-  const bool mixed = workloads.empty() || std::any_of(workloads.begin(), workloads.end(),
-                                                      [](const Value& w) { return std::get<std::string>(w) == "mixed"; });
-  if (mixed)
-    for (const Value& chat : all("chat_share"))
-      for (const Value& fewshot : all("fewshot_share"))
-        if (std::get<double>(chat) + std::get<double>(fewshot) > 1.0 + 1e-9)
-          return KeyProblem{{"fewshot_share", "chat_share"},
-                            fmt::format("chat_share {} + fewshot_share {} exceeds 1", format_number(std::get<double>(chat)),
-                                        format_number(std::get<double>(fewshot)))};
+std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values, bool mixed) {
+  const SpecValues<SystemPromptShape> shape(system_prompt_params(false), values);
+  const auto lows = shape.field(&SystemPromptShape::query_min), highs = shape.field(&SystemPromptShape::query_max);
+  for (const int64_t lo : lows.values)
+    for (const int64_t hi : highs.values)
+      if (lo > hi) return KeyProblem{{highs.key, lows.key}, fmt::format("{} {} is below {} {}", highs.key, hi, lows.key, lo)};
+  if (!mixed) return std::nullopt;
+  const SpecValues<MixedOptions> shares(mixed_params(), values);
+  const auto chats = shares.field(&MixedOptions::chat_share), fewshots = shares.field(&MixedOptions::fewshot_share);
+  for (const double chat : chats.values)
+    for (const double fewshot : fewshots.values)
+      if (chat + fewshot > 1.0 + 1e-9)
+        return KeyProblem{
+            {fewshots.key, chats.key},
+            fmt::format("{} {} + {} {} exceeds 1", chats.key, format_number(chat), fewshots.key, format_number(fewshot))};
   return std::nullopt;
 }
 

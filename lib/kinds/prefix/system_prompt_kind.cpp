@@ -135,24 +135,22 @@ void check_ids(const SystemPromptTexts& t, int vocab) {
 }
 
 // Spec time: every value of the text keys reads and tokenizes (KindInfo::check).
-std::optional<KeyProblem> check_system_prompt_texts(const std::map<std::string, std::vector<Value>>& values) {
-  auto all = [&](const char* key) {
-    std::vector<std::string> out;
-    if (auto it = values.find(key); it != values.end())
-      for (const Value& v : it->second) out.push_back(std::get<std::string>(v));
-    return out;
-  };
+std::optional<KeyProblem> check_system_prompt_texts(const SpecValues<SystemPromptKindKeys>& v,
+                                                    const KeyValues<std::string>& weights) {
+  using K = SystemPromptKindKeys;
+  const auto texts = v.field([](const K& k) -> const auto& { return k.texts.system_text; });
+  const auto queries = v.field([](const K& k) -> const auto& { return k.texts.queries; });
   try {
-    for (const auto& text : all("system_text"))
-      for (const auto& file : all("system_file"))
-        for (const auto& queries : all("queries"))
-          for (const auto& tok : all("tokenizer"))
-            for (const auto& weights : all("weights")) {
-              if (text.empty() && file.empty() && queries.empty()) continue;
-              system_prompt_texts({text, file, queries, tok}, weights);
+    for (const auto& text : texts.values)
+      for (const auto& file : v.field([](const K& k) -> const auto& { return k.texts.system_file; }).values)
+        for (const auto& query_file : queries.values)
+          for (const auto& tok : v.field([](const K& k) -> const auto& { return k.texts.tokenizer; }).values)
+            for (const auto& w : weights.values) {
+              if (text.empty() && file.empty() && query_file.empty()) continue;
+              system_prompt_texts({text, file, query_file, tok}, w);
             }
   } catch (const InputError& e) {
-    return KeyProblem{{"system_text", "queries"}, e.what()};
+    return KeyProblem{{texts.key, queries.key}, e.what()};
   }
   return std::nullopt;
 }
@@ -343,9 +341,13 @@ KindInfo system_prompt_kind() {
       "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
   k.keys = system_prompt_kind_keys().keys();
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
-    if (auto problem = check_workload_keys(values)) return problem;
-    if (auto problem = model::check_model_weights(values)) return problem;
-    return check_system_prompt_texts(values);
+    if (auto problem = check_workload_keys(values, /*mixed=*/false)) return problem;
+    const SpecValues<SystemPromptKindKeys> v(system_prompt_kind_keys(), values);
+    const auto weights = v.field([](const SystemPromptKindKeys& x) -> const auto& { return x.engine.weights; });
+    if (auto problem = model::check_model_weights(
+            v.field([](const SystemPromptKindKeys& x) -> const auto& { return x.engine.model; }), weights))
+      return problem;
+    return check_system_prompt_texts(v, weights);
   };
   return k;
 }

@@ -31,25 +31,18 @@ KindInfo endpoint_kind() {
       "says so.";
   k.keys = endpoint_keys().keys();
   k.check = [](const auto& values) -> std::optional<KeyProblem> {
-    for (const char* key : {"endpoint", "weights"}) {
-      auto it = values.find(key);
-      if (it == values.end()) return KeyProblem{{key}, fmt::format("{} is required", key)};
-      for (const Value& v : it->second)
-        if (std::get<std::string>(v).empty())
-          return KeyProblem{{key},
-                            key == std::string("weights")
-                                ? "weights is required: the checkpoint the server serves (its vocabulary)"
-                                : "endpoint is empty: http://HOST:PORT"};
-    }
-    for (const char* key : {"endpoint", "baseline_endpoint"}) {
-      auto it = values.find(key);
-      if (it == values.end()) continue;
-      for (const Value& v : it->second) {
-        const std::string& url = std::get<std::string>(v);
+    const SpecValues<EndpointKeys> v(endpoint_keys(), values);
+    const auto endpoints = v.field(&EndpointKeys::endpoint), weights = v.field(&EndpointKeys::weights);
+    for (const std::string& e : endpoints.values)
+      if (e.empty()) return KeyProblem{{endpoints.key}, fmt::format("{} is empty: http://HOST:PORT", endpoints.key)};
+    for (const std::string& w : weights.values)
+      if (w.empty())
+        return KeyProblem{{weights.key},
+                          fmt::format("{} is required: the checkpoint the server serves (its vocabulary)", weights.key)};
+    for (const auto& urls : {endpoints, v.field(&EndpointKeys::baseline_endpoint)})
+      for (const std::string& url : urls.values)
         if (!url.empty() && url.rfind("http://", 0) != 0)
-          return KeyProblem{{key}, fmt::format("'{}' is not http://HOST:PORT (https is not supported)", url)};
-      }
-    }
+          return KeyProblem{{urls.key}, fmt::format("'{}' is not http://HOST:PORT (https is not supported)", url)};
     return std::nullopt;
   };
   return k;

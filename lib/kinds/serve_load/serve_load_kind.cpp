@@ -75,14 +75,15 @@ KindInfo serve_kind() {
       "every KV reservation returned.";
   k.keys = serve_keys().keys();
   k.check = [](const auto& values) -> std::optional<KeyProblem> {
-    if (auto it = values.find("block_size"); it != values.end())
-      for (const Value& v : it->second) {
-        const int64_t bs = std::get<int64_t>(v);
-        if ((bs & (bs - 1)) != 0)
-          return KeyProblem{{"block_size"}, fmt::format("block_size {} is not a power of two (8, 16, 32, ...)", bs)};
-      }
-    if (auto problem = model::check_model_weights(values)) return problem;
-    return model::check_text_prompts(values);
+    const SpecValues<ServeKeys> v(serve_keys(), values);
+    const auto block_sizes = v.field(&ServeKeys::block_size);
+    for (const int64_t bs : block_sizes.values)
+      if ((bs & (bs - 1)) != 0)
+        return KeyProblem{{block_sizes.key}, fmt::format("{} {} is not a power of two (8, 16, 32, ...)", block_sizes.key, bs)};
+    const auto model = v.field(&ServeKeys::model), weights = v.field(&ServeKeys::weights);
+    if (auto problem = model::check_model_weights(model, weights)) return problem;
+    return model::check_text_prompts(values, v.field([](const ServeKeys& x) -> const auto& { return x.prompts.tokenizer; }),
+                                     weights, model);
   };
   return k;
 }

@@ -103,9 +103,14 @@ const ParamSet<SpecdecKeys>& specdec_keys() {
 }
 
 std::optional<KeyProblem> check_specdec_keys(const std::map<std::string, std::vector<Value>>& values) {
-  if (auto problem = model::check_model_weights(values, "target", "target_weights")) return problem;
-  if (auto problem = model::check_model_weights(values, "draft", "draft_weights")) return problem;
-  return model::check_text_prompts(values, "target_weights", "tokenizer", "target");  // auto: the target's tokenizer.json
+  const SpecValues<SpecdecKeys> v(specdec_keys(), values);
+  const auto target = v.field(&SpecdecKeys::target), target_weights = v.field(&SpecdecKeys::target_weights);
+  if (auto problem = model::check_model_weights(target, target_weights)) return problem;
+  if (auto problem = model::check_model_weights(v.field(&SpecdecKeys::draft), v.field(&SpecdecKeys::draft_weights)))
+    return problem;
+  // tokenizer auto: the target's tokenizer.json
+  return model::check_text_prompts(values, v.field([](const SpecdecKeys& x) -> const auto& { return x.prompts.tokenizer; }),
+                                   target_weights, target);
 }
 
 std::vector<std::string> specdec_reads(std::vector<std::string> own, Backend backend) {

@@ -95,7 +95,7 @@ std::string client_error(httplib::Error e) {
 }
 
 // `response_format`: the options' response_format, parsed once per load (null: none).
-std::string request_body(const EndpointOptions& o, const nlohmann::json& response_format, const Request& r,
+std::string request_body(const EndpointOptions& o, const nlohmann::json& response_format, const workload::Request& r,
                          const std::string* text) {
   nlohmann::json j;
   j["model"] = o.model;
@@ -116,7 +116,8 @@ std::string request_body(const EndpointOptions& o, const nlohmann::json& respons
 }
 
 void send_one(httplib::Client& cli, const Url& url, const EndpointOptions& o, const nlohmann::json& response_format,
-              const Request& r, const std::string* text, Clock::time_point start, bool (*interrupted)(), EndpointRecord& rec) {
+              const workload::Request& r, const std::string* text, Clock::time_point start, bool (*interrupted)(),
+              EndpointRecord& rec) {
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   CompletionStream stream(o.chat ? CompletionStream::Api::Chat : CompletionStream::Api::Completions);
   httplib::Request req;
@@ -204,7 +205,7 @@ bool endpoint_client_available() {
 #endif
 }
 
-EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector<Request>& trace,
+EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector<workload::Request>& trace,
                                      const std::vector<std::string>& texts, bool (*interrupted)()) {
 #if INFER_BENCH_HAVE_HTTP
   const Url url = parse_url(o.url);

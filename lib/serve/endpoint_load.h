@@ -1,4 +1,4 @@
-// A workload (serve/workload.h) sent to an OpenAI-compatible server over HTTP, as vLLM's serving
+// A workload (workload/serving_load.h) sent to an OpenAI-compatible server over HTTP, as vLLM's serving
 // benchmark sends it: each request at its seeded arrival time, streamed, at most max_concurrency
 // in flight, and everything the client saw kept per request. The client audits itself: each
 // request's send lag (its start past its arrival, net of waiting for a concurrency slot) and the
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "serve/serve_request.h"
+#include "workload/request.h"
 
 namespace ib::serve {
 
@@ -58,7 +58,7 @@ struct EndpointLoadResult {
 // Sends `trace` (prompts as token ids; `texts[i]`, when given, is request i's prompt as text) and
 // returns when every request has ended. `interrupted` is polled; when it returns true no further
 // request is sent and those in flight are abandoned at their next byte.
-EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector<Request>& trace,
+EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector<workload::Request>& trace,
                                      const std::vector<std::string>& texts = {}, bool (*interrupted)() = nullptr);
 
 // GET /v1/models: the first model's id (a server serving one model), or throws InputError naming

@@ -6,7 +6,7 @@
 
 namespace ib::serve {
 
-LoadResult run_load(Scheduler& s, const std::vector<Request>& trace, bool (*interrupted)()) {
+LoadResult run_load(Scheduler& s, const std::vector<workload::Request>& trace, bool (*interrupted)()) {
   using clock = std::chrono::steady_clock;
   LoadResult out;
   out.requests.resize(trace.size());
@@ -26,7 +26,7 @@ LoadResult run_load(Scheduler& s, const std::vector<Request>& trace, bool (*inte
   while (next < trace.size() || s.has_work()) {
     if (interrupted && interrupted()) break;
     const double t = now();
-    for (; next < trace.size() && trace[next].arrival <= t; ++next) out.requests[next].refused = s.submit(trace[next]);
+    for (; next < trace.size() && trace[next].arrival <= t; ++next) out.requests[next].refused = s.submit(Request(trace[next]));
     if (!s.has_work()) {
       if (next < trace.size()) std::this_thread::sleep_for(std::chrono::duration<double>(trace[next].arrival - t));
       continue;

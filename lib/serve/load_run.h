@@ -10,6 +10,7 @@
 
 #include "serve/scheduler.h"
 #include "serve/serve_request.h"
+#include "workload/request.h"
 
 namespace ib::serve {
 
@@ -36,6 +37,6 @@ struct LoadResult {
 };
 
 // `interrupted` is polled between steps; when it returns true the load stops and the result
-LoadResult run_load(Scheduler& s, const std::vector<Request>& trace, bool (*interrupted)() = nullptr);
+LoadResult run_load(Scheduler& s, const std::vector<workload::Request>& trace, bool (*interrupted)() = nullptr);
 
 }  // namespace ib::serve

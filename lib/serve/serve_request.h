@@ -11,6 +11,7 @@
 
 #include "model/sample.h"
 #include "serve/logits_processors.h"
+#include "workload/request.h"
 
 namespace ib::serve {
 
@@ -26,12 +27,12 @@ class TokenConstraint {
   virtual bool accept(int32_t token) = 0;
 };
 
-struct Request {
-  int64_t id = 0;
-  double arrival = 0;  // seconds after the load's start
-  std::vector<int32_t> prompt;
-  int max_tokens = 1;                // output tokens, all generated (no stop at EOS)
-  char type = 's';                   // the workload's class of the request: 's' short, 'l' long prompt
+// A load's request (its id, arrival, prompt, output tokens, class and adapter) and what a server's
+// request asks beyond it.
+struct Request : workload::Request {
+  Request() = default;
+  explicit Request(const workload::Request& load) : workload::Request(load) {}
+
   int32_t eos = -1;                  // a server's request ends at this token (it is the last emitted); -1: never
   std::vector<int32_t> stop_tokens;  // and at any of these (vLLM's stop_token_ids), emitted last too
   LogitsProcessors processors;       // logit_bias and penalties (host sampling)
@@ -44,7 +45,6 @@ struct Request {
   // depend on what it was batched with. Absent: the scheduler's sampling, on the backend.
   std::optional<model::SamplingParams> sampling;
   std::shared_ptr<TokenConstraint> constraint;  // chooses every token (drawn on the host) when set
-  int adapter = -1;                             // LoRA: the engine's resident adapter its rows use (-1: the base model)
 };
 
 // A token's log-probability under the model's distribution (the raw logits' log-softmax, as

@@ -26,7 +26,7 @@
 #include "serve/endpoint_load.h"
 #include "serve/endpoint_metrics.h"
 #include "serve/endpoint_result_file.h"
-#include "serve/workload.h"
+#include "workload/serving_load.h"
 
 #if INFER_BENCH_HAVE_HTTP
 #include <httplib.h>
@@ -181,10 +181,10 @@ class FakeServer {
   std::atomic<int> requests_{0};
 };
 
-std::vector<Request> trace_of(const std::vector<int>& behaviours, double gap) {
-  std::vector<Request> t;
+std::vector<workload::Request> trace_of(const std::vector<int>& behaviours, double gap) {
+  std::vector<workload::Request> t;
   for (size_t i = 0; i < behaviours.size(); ++i) {
-    Request r;
+    workload::Request r;
     r.id = static_cast<int64_t>(i);
     r.arrival = gap * static_cast<double>(i);
     r.prompt = {behaviours[i], 11, 12, 13};
@@ -244,7 +244,7 @@ TEST(EndpointLoad, AFailedRequestLeavesItsConnectionAndTheNextOneIsSentOnANewOne
   o.url = server.url();
   o.model = "fake-model";
   o.max_concurrency = 1;  // one connection, reused for each request
-  std::vector<Request> trace = trace_of({Good, Good, Good, Good}, 0.0);
+  std::vector<workload::Request> trace = trace_of({Good, Good, Good, Good}, 0.0);
   trace[1].prompt.resize(100, 7);  // a body the server refuses unread
   const EndpointLoadResult r = run_endpoint_load(o, trace);
   ASSERT_EQ(r.requests.size(), 4u);
@@ -301,13 +301,13 @@ TEST(EndpointLoad, ARefusedConnectionFailsEveryRequestAndTheLoadEnds) {
 // read back as vLLM's --save-result keys with our records.
 TEST(EndpointLoad, ShardsFromACommonStartMergeIntoTheWholeLoad) {
   FakeServer server;
-  WorkloadOptions w;
+  workload::WorkloadOptions w;
   w.requests = 12;
   w.qps = 40;
   w.prompt_len = 4;
   w.output_len = 3;
-  std::vector<Request> whole = make_workload(w, 1000, 5);
-  for (Request& r : whole) r.prompt[0] = Good;
+  std::vector<workload::Request> whole = workload::make_workload(w, 1000, 5);
+  for (workload::Request& r : whole) r.prompt[0] = Good;
   EndpointOptions o;
   o.url = server.url();
   o.model = "fake-model";
@@ -316,13 +316,13 @@ TEST(EndpointLoad, ShardsFromACommonStartMergeIntoTheWholeLoad) {
   std::vector<std::thread> clients;
   for (int shard = 0; shard < 2; ++shard)
     clients.emplace_back([&, shard] {
-      std::vector<Request> mine;
-      for (const Request& r : whole)
+      std::vector<workload::Request> mine;
+      for (const workload::Request& r : whole)
         if (in_shard(r.id, shard, 2)) mine.push_back(r);
       EndpointResultFile& f = files[static_cast<size_t>(shard)];
       f.endpoint = o.url;
       f.model = o.model;
-      f.load = describe(whole);
+      f.load = workload::describe_load(whole);
       f.workload_seed = 5;
       f.shard = shard;
       f.shards = 2;

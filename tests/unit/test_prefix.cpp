@@ -18,7 +18,7 @@
 #include "prefix/block_hash_cache.h"
 #include "prefix/prefix_server.h"
 #include "prefix/radix_cache.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix {
 namespace {
@@ -619,13 +619,13 @@ TEST(PrefixServer, HoldersLiveExactlyAsLongAsTheCachePointsIntoThem) {
 }
 
 TEST(PrefixWorkload, MixedTracesShareTenantPrefixesAndChatsGrow) {
-  MixedOptions o;
+  workload::MixedOptions o;
   o.requests = 80;
   o.system_prompt = 50;
   o.fewshot_tokens = 30;
   o.user_tokens = 10;
   o.reply_tokens = 20;
-  const auto trace = mixed_workload(o, 500, 9);
+  const auto trace = workload::mixed_workload(o, 500, 9);
   ASSERT_EQ(trace.size(), 80u);
   int chats = 0;
   for (size_t i = 1; i < trace.size(); ++i) {
@@ -634,11 +634,11 @@ TEST(PrefixWorkload, MixedTracesShareTenantPrefixesAndChatsGrow) {
   }
   EXPECT_GT(chats, 20);
   // The same trace from the same seed; a cache replay finds most tokens.
-  EXPECT_EQ(mixed_workload(o, 500, 9)[17].tokens, trace[17].tokens);
+  EXPECT_EQ(workload::mixed_workload(o, 500, 9)[17].prompt, trace[17].prompt);
   CacheReplay replay({CacheKind::Radix, 16, 1 << 20});
   int64_t hit = 0, all = 0;
   for (const auto& r : trace) {
-    auto s = replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), 0);
+    auto s = replay.step(r.prompt.data(), static_cast<int>(r.prompt.size()), 0);
     hit += s.hit;
     all += s.prompt;
   }

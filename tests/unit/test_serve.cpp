@@ -21,8 +21,8 @@
 #include "model/weights.h"
 #include "serve/load_metrics.h"
 #include "serve/scheduler.h"
-#include "serve/workload.h"
 #include "tokenizer/tokenizer.h"
+#include "workload/serving_load.h"
 
 namespace ib::serve {
 namespace {
@@ -611,7 +611,7 @@ TEST(ServeScheduler, ARequestThatCannotGoOnFailsAloneAndItsNeighboursGetTheirTok
 }
 
 TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
-  auto gaps_of = [](const std::vector<Request>& t) {
+  auto gaps_of = [](const std::vector<workload::Request>& t) {
     std::vector<double> g;
     for (size_t i = 1; i < t.size(); ++i) g.push_back(t[i].arrival - t[i - 1].arrival);
     return g;
@@ -623,26 +623,26 @@ TEST(ServeWorkload, ArrivalsHaveTheirRateAndBurstiness) {
     v /= static_cast<double>(g.size() - 1);
     return std::pair{m, v / (m * m)};
   };
-  WorkloadOptions o;
+  workload::WorkloadOptions o;
   o.requests = 4000;
   o.qps = 8;
-  const auto [pm, pcv2] = mean_cv2(gaps_of(make_workload(o, 512, 1)));
+  const auto [pm, pcv2] = mean_cv2(gaps_of(workload::make_workload(o, 512, 1)));
   EXPECT_NEAR(pm, 1.0 / 8, 0.1 / 8);
   EXPECT_NEAR(pcv2, 1.0, 0.15);  // exponential gaps
-  o.arrival = Arrival::Gamma;
+  o.arrival = workload::Arrival::Gamma;
   o.burstiness = 0.25;
-  const auto [gm, gcv2] = mean_cv2(gaps_of(make_workload(o, 512, 1)));
+  const auto [gm, gcv2] = mean_cv2(gaps_of(workload::make_workload(o, 512, 1)));
   EXPECT_NEAR(gm, 1.0 / 8, 0.15 / 8);
   EXPECT_NEAR(gcv2, 4.0, 0.8);  // Gamma(k): CV² = 1/k
-  o.arrival = Arrival::Constant;
-  const auto constant = make_workload(o, 512, 1);
+  o.arrival = workload::Arrival::Constant;
+  const auto constant = workload::make_workload(o, 512, 1);
   for (size_t i = 0; i < constant.size(); ++i) EXPECT_DOUBLE_EQ(constant[i].arrival, static_cast<double>(i) / 8);
   o.qps = 0;
-  for (const Request& r : make_workload(o, 512, 1)) EXPECT_EQ(r.arrival, 0);
+  for (const workload::Request& r : workload::make_workload(o, 512, 1)) EXPECT_EQ(r.arrival, 0);
 }
 
 TEST(ServeWorkload, LengthsLongShareSystemPromptAndSeed) {
-  WorkloadOptions o;
+  workload::WorkloadOptions o;
   o.requests = 1000;
   o.prompt_len = 10;
   o.prompt_len_max = 20;
@@ -651,9 +651,9 @@ TEST(ServeWorkload, LengthsLongShareSystemPromptAndSeed) {
   o.long_share = 0.25;
   o.long_prompt = 300;
   o.system_prompt = 7;
-  const auto t = make_workload(o, 512, 3);
+  const auto t = workload::make_workload(o, 512, 3);
   size_t longs = 0;
-  for (const Request& r : t) {
+  for (const workload::Request& r : t) {
     if (r.type == 'l') {
       ++longs;
       EXPECT_EQ(r.prompt.size(), 307u);
@@ -667,10 +667,10 @@ TEST(ServeWorkload, LengthsLongShareSystemPromptAndSeed) {
     for (int32_t tok : r.prompt) EXPECT_LT(tok, 512);
   }
   EXPECT_NEAR(static_cast<double>(longs) / 1000, 0.25, 0.05);
-  EXPECT_EQ(make_workload(o, 512, 3)[5].prompt, t[5].prompt);
-  EXPECT_NE(make_workload(o, 512, 4)[5].prompt, t[5].prompt);
+  EXPECT_EQ(workload::make_workload(o, 512, 3)[5].prompt, t[5].prompt);
+  EXPECT_NE(workload::make_workload(o, 512, 4)[5].prompt, t[5].prompt);
   // Text prompts replace the drawn ones, cycled.
-  const auto texts = make_workload(o, 512, 3, {{1, 2, 3}, {4}});
+  const auto texts = workload::make_workload(o, 512, 3, {{1, 2, 3}, {4}});
   EXPECT_EQ(texts[1].prompt.size(), 8u);
   EXPECT_EQ(texts[3].prompt.back(), 4);
 }

@@ -47,15 +47,16 @@ const ParamSet<WasteKeys>& waste_keys() {
   return set;
 }
 
-struct Request {
+// A request as the waste study sees it: its prompt and output lengths (tokens).
+struct SequenceLengths {
   int prompt = 0, output = 0;
 };
 
-std::vector<Request> make_requests(const WasteKeys& k, uint64_t seed) {
+std::vector<SequenceLengths> make_requests(const WasteKeys& k, uint64_t seed) {
   const int n = k.requests;
   const int pmin = k.prompt_min, pmax = k.prompt_max;
   const int omin = k.output_min, omax = k.output_max;
-  std::vector<Request> r(static_cast<size_t>(n));
+  std::vector<SequenceLengths> r(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     r[static_cast<size_t>(i)].prompt =
         pmin + static_cast<int>(random_bits(seed, 2 * static_cast<uint64_t>(i)) % static_cast<uint64_t>(pmax - pmin + 1));
@@ -98,7 +99,7 @@ class WasteVariant : public Variant {
   void run(BackendRuntime&) override {
     problem_.clear();
     struct Live {
-      Request r;
+      SequenceLengths r;
       int length = 0;
       BlockManager::SeqId id = -1;
     };
@@ -109,7 +110,7 @@ class WasteVariant : public Variant {
       for (const auto& r : requests_) need = std::max(need, (r.prompt + r.output + block_size_ - 1) / block_size_);
       blocks.emplace(need * concurrent_, block_size_);
     }
-    std::deque<Request> waiting(requests_.begin(), requests_.end());
+    std::deque<SequenceLengths> waiting(requests_.begin(), requests_.end());
     std::vector<Live> live;
     double sum_tokens = 0, sum_slots = 0, peak_slots = 0, sum_live = 0;
     int64_t steps = 0;
@@ -181,7 +182,7 @@ class WasteVariant : public Variant {
 
  private:
   Policy policy_;
-  std::vector<Request> requests_;
+  std::vector<SequenceLengths> requests_;
   int concurrent_ = 1, max_len_ = 2048, block_size_ = 16;
   bool check_ = false;
   std::string problem_;

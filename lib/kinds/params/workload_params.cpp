@@ -2,8 +2,8 @@
 
 namespace ib::serve {
 
-WorkloadOptions workload_options(const WorkloadKeys& k) {
-  WorkloadOptions o;
+workload::WorkloadOptions workload_options(const WorkloadKeys& k) {
+  workload::WorkloadOptions o;
   o.requests = static_cast<int>(k.requests);
   o.qps = k.qps;
   o.arrival = k.arrival;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/params.h"
-#include "serve/workload.h"
+#include "workload/serving_load.h"
 
 namespace ib::serve {
 
@@ -16,13 +16,13 @@ struct WorkloadKeys {
   int64_t requests = 0, prompt_len = 0, prompt_len_max = 0, output_len = 0, output_len_max = 0, long_prompt = 0,
           system_prompt = 0;
   double qps = 0, burstiness = 1, long_share = 0;
-  Arrival arrival = Arrival::Poisson;
+  workload::Arrival arrival = workload::Arrival::Poisson;
   double slo_ttft = 0, slo_tpot = 0;
   int64_t workload_seed = 0;
 };
 
 // The workload the keys describe.
-WorkloadOptions workload_options(const WorkloadKeys& k);
+workload::WorkloadOptions workload_options(const WorkloadKeys& k);
 
 // requests, qps, arrival, burstiness, prompt and output lengths, long prompts, the system prompt.
 template <class P>
@@ -33,13 +33,15 @@ void add_workload_keys(ParamSet<P>& out) {
           key_spec("requests", ParamType::Int, "requests in the load", Value(int64_t{64}), 1.0, 1e6));
   out.add(static_cast<double P::*>(&W::qps),
           key_spec("qps", ParamType::Float, "mean arrival rate, requests per second (0: all arrive at once)", Value(4.0), 0.0));
-  out.add(static_cast<Arrival P::*>(&W::arrival),
+  out.add(static_cast<workload::Arrival P::*>(&W::arrival),
           enum_key("arrival",
                    "arrival process: poisson (exponential gaps), gamma (gaps Gamma(burstiness, 1/(burstiness·qps)), "
                    "the same mean; vLLM's --burstiness) or constant (every gap 1/qps; GuideLLM's constant profile)",
                    "poisson", {"poisson", "gamma", "constant"}),
           [](const std::string& s) {
-            return s == "gamma" ? Arrival::Gamma : s == "constant" ? Arrival::Constant : Arrival::Poisson;
+            return s == "gamma"      ? workload::Arrival::Gamma
+                   : s == "constant" ? workload::Arrival::Constant
+                                     : workload::Arrival::Poisson;
           });
   out.add(static_cast<double P::*>(&W::burstiness),
           key_spec("burstiness", ParamType::Float, "gamma's shape: 1 is Poisson, below 1 burstier", Value(1.0), 0.01, 100.0));

@@ -9,7 +9,7 @@
 #include "core/registry.h"
 #include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix {
 namespace {
@@ -25,7 +25,7 @@ enum class CostWorkload { SystemPrompt, Mixed };
 struct CostKeys {
   CostWorkload workload = CostWorkload::SystemPrompt;
   detail::SystemPromptShape shape;
-  MixedOptions mixed;
+  workload::MixedOptions mixed;
   detail::CacheKeys cache;
   double input_price = 0, anthropic_read = 0, anthropic_write = 0, openai_read = 0;
   int64_t anthropic_min = 0, openai_min = 0, openai_step = 1;
@@ -96,12 +96,12 @@ class CostVariant : public Variant {
     constexpr int kVocab = 32000;  // Llama 2's: only which prompts share prefixes matters here
     const CostKeys k = cost_keys().read(p);
     if (k.workload == CostWorkload::SystemPrompt) {
-      SystemPromptWorkload w(kVocab, static_cast<int>(k.shape.system_prompt), static_cast<int>(k.shape.query_min),
-                             static_cast<int>(k.shape.query_max), seed);
-      trace_ = system_prompt_trace(w, k.mixed.requests, 1.0, seed);
+      workload::SystemPromptWorkload w(kVocab, static_cast<int>(k.shape.system_prompt), static_cast<int>(k.shape.query_min),
+                                       static_cast<int>(k.shape.query_max), seed);
+      trace_ = workload::system_prompt_trace(w, k.mixed.requests, 1.0, seed);
     } else {
       detail::check_shares(k.mixed);
-      trace_ = mixed_workload(k.mixed, kVocab, seed);
+      trace_ = workload::mixed_workload(k.mixed, kVocab, seed);
     }
     options_ = server_options(k.cache, kind_, kUnbounded);
     input_price_ = k.input_price;
@@ -112,8 +112,8 @@ class CostVariant : public Variant {
   Validation validate(BackendRuntime&) override {
     CacheReplay replay(options_);
     for (size_t i = 0; i < trace_.size(); ++i) {
-      const Request& r = trace_[i];
-      const auto s = replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key);
+      const workload::Request& r = trace_[i];
+      const auto s = replay.step(r.prompt.data(), static_cast<int>(r.prompt.size()), workload::cache_salt(r));
       if (s.hit > s.prompt - 1 || s.written > s.prompt - s.hit || s.hit < 0 || s.written < 0)
         return {false, "accounting", 1, 0,
                 fmt::format("request {}: {} hit + {} written of {} tokens", i, s.hit, s.written, s.prompt)};
@@ -128,8 +128,8 @@ class CostVariant : public Variant {
     CacheReplay replay(options_);
     steps_.clear();
     steps_.reserve(trace_.size());
-    for (const Request& r : trace_)
-      steps_.push_back(replay.step(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key));
+    for (const workload::Request& r : trace_)
+      steps_.push_back(replay.step(r.prompt.data(), static_cast<int>(r.prompt.size()), workload::cache_salt(r)));
   }
 
   std::vector<Metric> metrics() const override {
@@ -153,7 +153,7 @@ class CostVariant : public Variant {
 
  private:
   CacheKind kind_;
-  std::vector<Request> trace_;
+  std::vector<workload::Request> trace_;
   ServerOptions options_;
   double input_price_ = 0;
   Pricing anthropic_, openai_;

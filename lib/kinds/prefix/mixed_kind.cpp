@@ -13,7 +13,7 @@
 #include "kinds/prefix/prefix_kinds.h"
 #include "model/model_choice.h"
 #include "prefix/prefix_server.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix {
 namespace {
@@ -31,7 +31,7 @@ using detail::server_options;
 struct MixedKindKeys {
   detail::EngineKeys engine;
   double qps = 0;
-  MixedOptions mixed;
+  workload::MixedOptions mixed;
   detail::CacheKeys cache;
 };
 
@@ -60,16 +60,16 @@ class MixedVariant : public Variant {
 
   void prepare(const Point& p, BackendRuntime& rt, uint64_t seed) override {
     const MixedKindKeys keys = mixed_kind_keys().read(p);
-    MixedOptions o = keys.mixed;
+    workload::MixedOptions o = keys.mixed;
     detail::check_shares(o);
     o.qps = keys.qps;
     const model::ModelConfig* c = nullptr;
     std::optional<model::ModelConfig> pc = model::preset(keys.engine.model);
     if (pc) c = &*pc;
     o.max_prompt = c ? c->max_positions : 0;
-    trace_ = mixed_workload(o, c ? c->vocab : 32000, seed);
+    trace_ = workload::mixed_workload(o, c ? c->vocab : 32000, seed);
     int longest = 1;
-    for (const auto& r : trace_) longest = std::max(longest, static_cast<int>(r.tokens.size()));
+    for (const auto& r : trace_) longest = std::max(longest, static_cast<int>(r.prompt.size()));
     engine_.build(keys.engine, backend_, rt, seed, longest);
     server_ = std::make_unique<PrefixServer>(*engine_.model, server_options(keys.cache, kind_, kUnbounded));
   }
@@ -85,8 +85,8 @@ class MixedVariant : public Variant {
     std::vector<float> l(static_cast<size_t>(engine_.config.vocab));
     int32_t tok = 0;
     for (size_t i = 0; i < n; ++i) {
-      const Request& r = trace_[i];
-      Served s = server_->serve(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key, {l.data(), &tok});
+      const workload::Request& r = trace_[i];
+      Served s = server_->serve(r.prompt.data(), static_cast<int>(r.prompt.size()), workload::cache_salt(r), {l.data(), &tok});
       const int hit = s.hit;
       server_->finish(s);
       hits += hit > 0;
@@ -96,7 +96,7 @@ class MixedVariant : public Variant {
       }
       if ((hit > 0 || kind_ == CacheKind::None) && i >= next_check && compared < 8) {
         rt.synchronize();
-        worst = std::max(worst, relative_l2(l, engine_.full_prefill_logits(r.tokens)));
+        worst = std::max(worst, relative_l2(l, engine_.full_prefill_logits(r.prompt)));
         ++compared;
         next_check = i + std::max<size_t>(1, n / 8);
       }
@@ -113,9 +113,9 @@ class MixedVariant : public Variant {
     int64_t held_peak = 0, cached_peak = 0, hit = 0, prompt = 0;
     std::vector<double> ttft, book;
     int32_t tok = 0;
-    for (const Request& r : trace_) {
+    for (const workload::Request& r : trace_) {
       const auto t0 = Clock::now();
-      Served s = server_->serve(r.tokens.data(), static_cast<int>(r.tokens.size()), r.extra_key, {nullptr, &tok});
+      Served s = server_->serve(r.prompt.data(), static_cast<int>(r.prompt.size()), workload::cache_salt(r), {nullptr, &tok});
       held_peak = std::max(held_peak, server_->held_bytes());
       server_->finish(s);
       const double service = ms_since(t0) / 1e3;
@@ -158,7 +158,7 @@ class MixedVariant : public Variant {
   Backend backend_;
   CacheKind kind_;
   Engine engine_;
-  std::vector<Request> trace_;
+  std::vector<workload::Request> trace_;
   std::unique_ptr<PrefixServer> server_;
   double hit_rate_ = 0;
   std::vector<double> p50_, p99_, held_, cached_, load_, evicted_, bookkeeping_;

@@ -14,7 +14,7 @@
 #include "kinds/params/engine_params.h"
 #include "kinds/prefix/prefix_kinds.h"
 #include "prefix/prefix_server.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix {
 namespace {
@@ -73,9 +73,9 @@ const ParamSet<SystemPromptShape>& system_prompt_params(bool for_cost) {
   return for_cost ? cost : engine;
 }
 
-const ParamSet<MixedOptions>& mixed_params() {
-  using M = MixedOptions;
-  static const ParamSet<MixedOptions> set =
+const ParamSet<workload::MixedOptions>& mixed_params() {
+  using M = workload::MixedOptions;
+  static const ParamSet<workload::MixedOptions> set =
       ParamSet<M>()
           .add(&M::requests, key_spec("requests", ParamType::Int, "requests in the trace", Value(int64_t{200}), 1.0))
           .add(&M::tenants, key_spec("tenants", ParamType::Int, "tenants, each with its own system prompt and few-shot examples",
@@ -122,8 +122,9 @@ std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::v
     for (const int64_t hi : highs.values)
       if (lo > hi) return KeyProblem{{highs.key, lows.key}, fmt::format("{} {} is below {} {}", highs.key, hi, lows.key, lo)};
   if (!mixed) return std::nullopt;
-  const SpecValues<MixedOptions> shares(mixed_params(), values);
-  const auto chats = shares.field(&MixedOptions::chat_share), fewshots = shares.field(&MixedOptions::fewshot_share);
+  const SpecValues<workload::MixedOptions> shares(mixed_params(), values);
+  const auto chats = shares.field(&workload::MixedOptions::chat_share),
+             fewshots = shares.field(&workload::MixedOptions::fewshot_share);
   for (const double chat : chats.values)
     for (const double fewshot : fewshots.values)
       if (chat + fewshot > 1.0 + 1e-9)
@@ -133,7 +134,7 @@ std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::v
   return std::nullopt;
 }
 
-void check_shares(const MixedOptions& o) {
+void check_shares(const workload::MixedOptions& o) {
   if (o.chat_share + o.fewshot_share > 1.0 + 1e-9) throw InputError("chat_share + fewshot_share must not exceed 1");
 }
 

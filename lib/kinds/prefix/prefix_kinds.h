@@ -23,7 +23,7 @@
 #include "kinds/params/engine_params.h"
 #include "model/model_choice.h"
 #include "prefix/prefix_server.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix::detail {
 
@@ -48,7 +48,7 @@ struct SystemPromptShape {
 };
 const ParamSet<SystemPromptShape>& system_prompt_params(bool for_cost);
 // requests … fewshot_share into the mixed workload's own options (qps and max_prompt are not keys here).
-const ParamSet<MixedOptions>& mixed_params();
+const ParamSet<workload::MixedOptions>& mixed_params();
 // block_size, capacity (0: `zero_capacity` says what it means).
 struct CacheKeys {
   int64_t block_size = 16, capacity = 0;
@@ -58,7 +58,7 @@ const ParamSet<CacheKeys>& cache_params(bool system_prompt_default);
 // chat_share + fewshot_share at most 1 where the kind runs a mixed workload (`mixed`).
 std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values, bool mixed);
 // The same check where a run reads the keys (a spec's axes are checked by check_workload_keys).
-void check_shares(const MixedOptions& o);
+void check_shares(const workload::MixedOptions& o);
 
 // ---- the engine side shared by system-prompt and mixed ----
 

@@ -17,7 +17,7 @@
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "prefix/prefix_server.h"
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 namespace ib::prefix {
 namespace {
@@ -185,9 +185,9 @@ class SystemPromptVariant : public Variant {
     engine_.build(k.engine, backend_, rt, seed, s + qmax);
     if (text_) {
       check_ids(*text_, engine_.config.vocab);
-      workload_ = std::make_unique<SystemPromptWorkload>(text_->system_tokens, text_->queries);
+      workload_ = std::make_unique<workload::SystemPromptWorkload>(text_->system_tokens, text_->queries);
     } else {
-      workload_ = std::make_unique<SystemPromptWorkload>(engine_.config.vocab, s, qmin, qmax, seed);
+      workload_ = std::make_unique<workload::SystemPromptWorkload>(engine_.config.vocab, s, qmin, qmax, seed);
     }
     // Default capacity: the system prompt and 8 blocks more, so the per-request tails cycle
     // through LRU eviction instead of piling up holders.
@@ -318,7 +318,7 @@ class SystemPromptVariant : public Variant {
   Backend backend_;
   CacheKind kind_;
   Engine engine_;
-  std::unique_ptr<SystemPromptWorkload> workload_;
+  std::unique_ptr<workload::SystemPromptWorkload> workload_;
   std::optional<SystemPromptTexts> text_;  // a text system prompt and queries
   std::unique_ptr<PrefixServer> server_;   // after engine_: destroyed first, gives its sequences back
   double qps_ = 0;

@@ -54,7 +54,7 @@ void EndpointLoad::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   if (keys_.start_at > now + 86400)
     throw InputError(
         fmt::format("start_at: {:.0f} is more than a day ahead of this machine's clock ({:.0f})", keys_.start_at, now));
-  base_ = make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
+  base_ = workload::make_workload(workload_options(keys_), vocab_, static_cast<uint64_t>(keys_.workload_seed));
   if (keys_.api == "chat" || !keys_.dataset.empty()) tokenizer_ = tokenizer::Tokenizer::load(keys_.weights);
   if (keys_.api == "chat") {
     if (auto t = model::checkpoint_chat_template(keys_.weights)) chat_template_ = std::make_shared<model::ChatTemplate>(*t);
@@ -72,7 +72,7 @@ void EndpointLoad::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   if (keys_.duration > 0) {
     const size_t drawn = base_.size();
     const double first = base_.empty() ? 0.0 : base_.front().arrival;
-    base_.erase(std::find_if(base_.begin(), base_.end(), [&](const Request& r) { return r.arrival >= keys_.duration; }),
+    base_.erase(std::find_if(base_.begin(), base_.end(), [&](const workload::Request& r) { return r.arrival >= keys_.duration; }),
                 base_.end());
     if (!blocks_.empty()) blocks_.resize(base_.size());
     if (base_.empty())
@@ -82,11 +82,11 @@ void EndpointLoad::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   }
   // The dataset after the cut: only the requests sent draw conversations.
   if (!keys_.dataset.empty()) sources += with_key("dataset", [&] { return apply_dataset(); });
-  load_ = describe(base_) + sources;
+  load_ = workload::describe_load(base_) + sources;
   if (chat_template_ && keys_.dataset.empty()) {
     // A chat prompt's length counts the template's own tokens around the message.
     const size_t around = tokenizer_->encode(chat_template_->render({{"user", ""}}, true), false).size();
-    for (const Request& r : base_)
+    for (const workload::Request& r : base_)
       if (r.prompt.size() <= around + static_cast<size_t>(keys_.system_prompt))
         throw InputError(
             fmt::format("prompt_len: a chat prompt of {} tokens leaves no room for a message: the chat "
@@ -96,7 +96,7 @@ void EndpointLoad::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
   }
   if (shards_ > 1) {
     // This client's share of the schedule: the same requests at the same times as in the whole load.
-    std::vector<Request> mine;
+    std::vector<workload::Request> mine;
     std::vector<std::vector<int64_t>> my_blocks;
     for (size_t i = 0; i < base_.size(); ++i)
       if (in_shard(base_[i].id, shard_, shards_)) {
@@ -153,7 +153,7 @@ std::optional<SelfMeasurement> EndpointLoad::measure_self(BackendRuntime&, const
   // Warm-up passes (`warmup`): the whole load, fresh tokens, unmeasured, on each server; before a
   // common start_at, not waiting for it.
   for (warmups_ = 0; warmups_ < std::min<int64_t>(c.warmup, 10) && !interrupted(); ++warmups_) {
-    const std::vector<Request> trace = fresh_tokens(next_draw());
+    const std::vector<workload::Request> trace = fresh_tokens(next_draw());
     std::vector<std::string> texts;
     std::vector<int> chat_counts;
     if (keys_.api == "chat") chat_prompts(trace, -1 - static_cast<int>(warmups_), texts, chat_counts);  // fit not counted
@@ -166,7 +166,7 @@ std::optional<SelfMeasurement> EndpointLoad::measure_self(BackendRuntime&, const
   // A paired measurement needs passes to alternate the order in; each pass is a whole load.
   const int passes = static_cast<int>(std::clamp<int64_t>(c.min_samples, paired_ ? 2 : 1, 20));
   for (int pass = 0; pass < passes && !interrupted(); ++pass) {
-    const std::vector<Request> trace = fresh_tokens(next_draw());
+    const std::vector<workload::Request> trace = fresh_tokens(next_draw());
     std::vector<std::string> texts;
     std::vector<int> chat_counts;
     if (keys_.api == "chat") {
@@ -312,8 +312,9 @@ std::string EndpointLoad::note() const {
   return s;
 }
 
-double EndpointLoad::run_pass(ServerSide& side, const std::vector<Request>& trace, const std::vector<std::string>& texts,
-                              const std::vector<int>& chat_counts, const std::string& save_to) {
+double EndpointLoad::run_pass(ServerSide& side, const std::vector<workload::Request>& trace,
+                              const std::vector<std::string>& texts, const std::vector<int>& chat_counts,
+                              const std::string& save_to) {
   const auto before = endpoint_prefix_counters(side.options.url, api_key_, 10);
   const EndpointLoadResult r = run_endpoint_load(side.options, trace, texts, &interrupted);
   if (!save_to.empty()) {
@@ -326,7 +327,7 @@ double EndpointLoad::run_pass(ServerSide& side, const std::vector<Request>& trac
     f.shards = shards_;
     f.start_at = r.start_epoch;
     f.request_rate = keys_.qps;
-    f.burstiness = keys_.arrival == Arrival::Gamma ? keys_.burstiness : 1.0;
+    f.burstiness = keys_.arrival == workload::Arrival::Gamma ? keys_.burstiness : 1.0;
     f.max_concurrency = static_cast<int>(keys_.max_concurrency);
     f.slo = {keys_.slo_ttft, keys_.slo_tpot};
     f.result = r;

@@ -74,7 +74,7 @@ class EndpointLoad : public Variant {
 
  private:
   // One pass of the load on one server; its duration.
-  double run_pass(ServerSide& side, const std::vector<Request>& trace, const std::vector<std::string>& texts,
+  double run_pass(ServerSide& side, const std::vector<workload::Request>& trace, const std::vector<std::string>& texts,
                   const std::vector<int>& chat_counts, const std::string& save_to);
 
   // The endpoint against the baseline, request by request over every pass: each percentile's
@@ -98,14 +98,14 @@ class EndpointLoad : public Variant {
   // token ids decoded to text do not tokenize back to as many (vLLM #10847: 10,000 asked, ~5,800
   // sent), so tokens are cut or added until they do. A dataset's texts are sent as they are.
   // Returns how many prompts the fitting left at another length, and the largest difference.
-  std::pair<size_t, int> chat_prompts(const std::vector<Request>& trace, int pass, std::vector<std::string>& texts,
+  std::pair<size_t, int> chat_prompts(const std::vector<workload::Request>& trace, int pass, std::vector<std::string>& texts,
                                       std::vector<int>& counts);
 
   // The seeded load with a draw's prompt tokens: the same arrivals and lengths, and within a pass
   // the same shared system prompt (and trace blocks), but nothing another draw sent. A dataset's
   // prompts keep their text: a fresh system prompt, or without one a fresh first token, keeps
   // another draw's cached prefix from matching.
-  std::vector<Request> fresh_tokens(int pass) const;
+  std::vector<workload::Request> fresh_tokens(int pass) const;
 
   // A trace's prompt of `n` tokens from its blocks: block h's tokens are drawn from a seed of h
   // (and the draw), so requests naming the same blocks share those tokens.
@@ -125,7 +125,7 @@ class EndpointLoad : public Variant {
   std::string api_key_, workload_, load_, saved_;
   int shard_ = 0, shards_ = 1;
   int vocab_ = 0;
-  std::vector<Request> base_;
+  std::vector<workload::Request> base_;
   std::vector<std::vector<int64_t>> blocks_;  // per request, the trace's prompt blocks (empty: none)
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::shared_ptr<const model::ChatTemplate> chat_template_;  // api chat: the checkpoint's, to count prompts by

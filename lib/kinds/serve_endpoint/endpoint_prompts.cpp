@@ -44,8 +44,8 @@ int EndpointLoad::next_draw() const {
   return draw;
 }
 
-std::pair<size_t, int> EndpointLoad::chat_prompts(const std::vector<Request>& trace, int pass, std::vector<std::string>& texts,
-                                                  std::vector<int>& counts) {
+std::pair<size_t, int> EndpointLoad::chat_prompts(const std::vector<workload::Request>& trace, int pass,
+                                                  std::vector<std::string>& texts, std::vector<int>& counts) {
   texts.clear();
   counts.clear();
   auto count = [&](const std::string& text) {
@@ -55,7 +55,7 @@ std::pair<size_t, int> EndpointLoad::chat_prompts(const std::vector<Request>& tr
   std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
   size_t unfit = 0;
   int worst = 0;
-  for (const Request& r : trace) {
+  for (const workload::Request& r : trace) {
     if (!chat_template_) {
       texts.push_back(tokenizer_->decode(r.prompt, true));
       continue;
@@ -91,8 +91,8 @@ std::pair<size_t, int> EndpointLoad::chat_prompts(const std::vector<Request>& tr
   return {unfit, worst};
 }
 
-std::vector<Request> EndpointLoad::fresh_tokens(int pass) const {
-  std::vector<Request> t = base_;
+std::vector<workload::Request> EndpointLoad::fresh_tokens(int pass) const {
+  std::vector<workload::Request> t = base_;
   if (pass == 0) return t;
   std::mt19937_64 rng(static_cast<uint64_t>(keys_.workload_seed) * 0x9e37'79b9'7f4a'7c15ULL + static_cast<uint64_t>(pass));
   std::uniform_int_distribution<int32_t> token(0, vocab_ - 1);
@@ -138,7 +138,7 @@ std::string EndpointLoad::apply_trace() {
   blocks_.assign(base_.size(), {});
   size_t lengths = 0, blocked = 0;
   for (size_t i = 0; i < base_.size(); ++i) {
-    Request& r = base_[i];
+    workload::Request& r = base_[i];
     const TraceEntry& e = trace[i];
     r.arrival = e.time;
     if (e.output_length > 0) r.max_tokens = e.output_length;
@@ -178,7 +178,7 @@ std::string EndpointLoad::apply_dataset() {
                     : std::vector<int32_t>(base_[0].prompt.begin(), base_[0].prompt.begin() + static_cast<std::ptrdiff_t>(sys)));
   size_t used = 0, filtered = 0, next = 0;
   std::vector<std::pair<std::vector<int32_t>, int>> taken;  // prompt ids, answer tokens
-  for (Request& r : base_) {
+  for (workload::Request& r : base_) {
     // The next conversation that passes the filters; once all are used, from the first again.
     while (taken.size() <= used && next < order.size()) {
       const Conversation& c = convs[order[next++]];

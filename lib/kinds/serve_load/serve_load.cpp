@@ -11,7 +11,7 @@
 #include "model/model_choice.h"
 #include "model/text_prompt.h"
 #include "serve/load_run.h"
-#include "serve/workload.h"
+#include "workload/serving_load.h"
 
 namespace ib::serve {
 namespace {
@@ -30,7 +30,7 @@ struct Divergence {
 // first token that differs must be one the reference itself nearly chose (its logit within `tie`
 // of the top one, relative to the top's size): batching changes the order of the sums, and past
 // such a tie the two continuations are different texts, both right.
-Divergence compare_alone(model::Model& ref, const Request& r, const std::vector<int32_t>& served, double tie) {
+Divergence compare_alone(model::Model& ref, const workload::Request& r, const std::vector<int32_t>& served, double tie) {
   const size_t V = static_cast<size_t>(ref.config().vocab);
   std::vector<float> logits(V);
   model::StepOutput o;
@@ -80,13 +80,13 @@ void ServeLoad::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   std::vector<std::vector<int32_t>> texts;
   if (auto text = model::text_prompts(keys_.prompts, keys_.weights, config_.vocab)) texts = text->tokens;
   // The row's seed differs per variant; the load must not (the policies are compared on one load).
-  trace_ = make_workload(workload_options(keys_), config_.vocab, static_cast<uint64_t>(keys_.workload_seed), texts);
-  workload_ = describe(trace_);
+  trace_ = workload::make_workload(workload_options(keys_), config_.vocab, static_cast<uint64_t>(keys_.workload_seed), texts);
+  workload_ = workload::describe_load(trace_);
   if (backend_ == Backend::Cuda) {
     model::EngineOptions o;
     o.max_batch = static_cast<int>(keys_.max_seqs);
     size_t longest = 0;
-    for (const Request& r : trace_) longest = std::max(longest, r.prompt.size());
+    for (const workload::Request& r : trace_) longest = std::max(longest, r.prompt.size());
     o.max_prefill = std::min<int>(8192, std::max<int>(static_cast<int>(keys_.token_budget), static_cast<int>(longest)));
     engine_ = model::make_cuda_model(config_, *weights_, o, rt.stream());
   } else {
@@ -95,7 +95,8 @@ void ServeLoad::prepare(const Point& p, BackendRuntime& rt, uint64_t seed) {
   if (keys_.kv_blocks > 0 || prefix_caching_) {
     if (backend_ == Backend::Cuda) throw InputError("kv_blocks: the CUDA engine has no paged KV cache yet");
     int64_t longest = 0;
-    for (const Request& r : trace_) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
+    for (const workload::Request& r : trace_)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
     // Unset: a pool as large as max_seqs contiguous caches of the load's longest request.
     const int64_t blocks =
         keys_.kv_blocks > 0 ? keys_.kv_blocks : keys_.max_seqs * ((longest + keys_.block_size - 1) / keys_.block_size);

@@ -39,7 +39,7 @@ class ServeLoad : public Variant {
   model::ModelConfig config_;
   std::unique_ptr<model::WeightSource> weights_;
   std::unique_ptr<model::Model> engine_;
-  std::vector<Request> trace_;
+  std::vector<workload::Request> trace_;
   std::string workload_;  // describe(trace_)
   uint64_t seed_ = 0;
   std::vector<LoadSummary> runs_;  // every timed run's (warmup runs included), reported as medians

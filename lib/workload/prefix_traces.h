@@ -8,14 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace ib::prefix {
+#include "workload/request.h"
 
-struct Request {
-  std::vector<int32_t> tokens;
-  uint64_t extra_key = 0;  // adapter id (0: the base model)
-  double arrival = 0;      // seconds from the trace's start
-  char type = 's';         // 's' system prompt + question, 'c' chat turn, 'f' few-shot
-};
+namespace ib::workload {
 
 // Request i = the shared system prompt + a query of query_min … query_max tokens (seeded by i).
 class SystemPromptWorkload {
@@ -56,6 +51,6 @@ std::vector<Request> mixed_workload(const MixedOptions& o, int vocab, uint64_t s
 std::vector<Request> system_prompt_trace(const SystemPromptWorkload& w, int count, double qps, uint64_t seed);
 
 // "120 requests: 61 chat turns, 30 few-shot, 29 single; prompts 180–2,400 tokens (mean 900)".
-std::string describe(const std::vector<Request>& trace);
+std::string describe_prefix_trace(const std::vector<Request>& trace);
 
-}  // namespace ib::prefix
+}  // namespace ib::workload

@@ -1,4 +1,4 @@
-#include "prefix/workload.h"
+#include "workload/prefix_traces.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,9 @@
 #include <fmt/format.h>
 
 #include "numerics/random.h"
+#include "workload/arrivals.h"
 
-namespace ib::prefix {
+namespace ib::workload {
 namespace {
 
 std::vector<int32_t> random_tokens(int vocab, int n, uint64_t seed) {
@@ -54,12 +55,13 @@ std::vector<int32_t> SystemPromptWorkload::request(uint64_t i) const {
 
 std::vector<Request> system_prompt_trace(const SystemPromptWorkload& w, int count, double qps, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::exponential_distribution<double> gap(qps > 0 ? qps : 1.0);
-  std::vector<Request> trace;
-  double t = 0;
+  Arrivals arrivals(Arrival::Poisson, qps > 0 ? qps : 1.0);
+  std::vector<Request> trace(static_cast<size_t>(std::max(count, 0)));
   for (int i = 0; i < count; ++i) {
-    t += gap(rng);
-    trace.push_back({w.request(static_cast<uint64_t>(i)), 0, t, 's'});
+    Request& r = trace[static_cast<size_t>(i)];
+    r.id = i;
+    r.prompt = w.request(static_cast<uint64_t>(i));
+    r.arrival = arrivals.next(rng);
   }
   return trace;
 }
@@ -86,9 +88,8 @@ std::vector<Request> mixed_workload(const MixedOptions& o, int vocab, uint64_t s
   std::vector<Chat> open;
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::uniform_int_distribution<int> tenant(0, o.tenants - 1);
-  std::exponential_distribution<double> gap(o.qps);
+  Arrivals arrivals(Arrival::Poisson, o.qps);
   std::vector<Request> trace;
-  double clock = 0;
   while (static_cast<int>(trace.size()) < o.requests) {
     Request r;
     const double x = u(rng);
@@ -109,46 +110,46 @@ std::vector<Request> mixed_workload(const MixedOptions& o, int vocab, uint64_t s
         open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
         continue;
       }
-      r.tokens = prompt;
+      r.prompt = prompt;
       c.history = std::move(prompt);
       c.history.insert(c.history.end(), reply.begin(), reply.end());
       if (++c.turns >= o.max_turns) open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
     } else if (x < o.chat_share + o.fewshot_share) {
       r.type = 'f';
-      r.tokens = system[static_cast<size_t>(t)];
-      r.tokens.insert(r.tokens.end(), fewshot[static_cast<size_t>(t)].begin(), fewshot[static_cast<size_t>(t)].end());
+      r.prompt = system[static_cast<size_t>(t)];
+      r.prompt.insert(r.prompt.end(), fewshot[static_cast<size_t>(t)].begin(), fewshot[static_cast<size_t>(t)].end());
       const auto q = fresh(around(rng, o.user_tokens));
-      r.tokens.insert(r.tokens.end(), q.begin(), q.end());
+      r.prompt.insert(r.prompt.end(), q.begin(), q.end());
     } else {
       r.type = 's';
-      r.tokens = system[static_cast<size_t>(t)];
+      r.prompt = system[static_cast<size_t>(t)];
       const auto q = fresh(around(rng, o.user_tokens));
-      r.tokens.insert(r.tokens.end(), q.begin(), q.end());
+      r.prompt.insert(r.prompt.end(), q.begin(), q.end());
     }
-    if (!fits(r.tokens))
+    if (!fits(r.prompt))
       throw std::invalid_argument(
-          fmt::format("mixed workload: a {}-token prompt exceeds the model's {} positions", r.tokens.size(), cap));
-    clock += gap(rng);
-    r.arrival = clock;
+          fmt::format("mixed workload: a {}-token prompt exceeds the model's {} positions", r.prompt.size(), cap));
+    r.arrival = arrivals.next(rng);
+    r.id = static_cast<int64_t>(trace.size());
     trace.push_back(std::move(r));
   }
   return trace;
 }
 
-std::string describe(const std::vector<Request>& trace) {
+std::string describe_prefix_trace(const std::vector<Request>& trace) {
   int c = 0, f = 0, s = 0;
   size_t lo = SIZE_MAX, hi = 0, sum = 0;
   for (const auto& r : trace) {
     c += r.type == 'c';
     f += r.type == 'f';
     s += r.type == 's';
-    lo = std::min(lo, r.tokens.size());
-    hi = std::max(hi, r.tokens.size());
-    sum += r.tokens.size();
+    lo = std::min(lo, r.prompt.size());
+    hi = std::max(hi, r.prompt.size());
+    sum += r.prompt.size();
   }
   if (trace.empty()) return "no requests";
   return fmt::format("{} requests: {} chat turns, {} few-shot, {} single; prompts {}–{} tokens (mean {})", trace.size(), c, f, s,
                      lo, hi, sum / trace.size());
 }
 
-}  // namespace ib::prefix
+}  // namespace ib::workload

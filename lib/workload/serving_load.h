@@ -9,11 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "serve/serve_request.h"
+#include "workload/arrivals.h"
+#include "workload/request.h"
 
-namespace ib::serve {
-
-enum class Arrival { Poisson, Gamma, Constant };
+namespace ib::workload {
 
 struct WorkloadOptions {
   int requests = 64;
@@ -34,6 +33,6 @@ std::vector<Request> make_workload(const WorkloadOptions& o, int vocab, uint64_t
                                    const std::vector<std::vector<int32_t>>& texts = {});
 
 // "64 requests over 15.9 s (4.0/s Poisson); prompts 128 tokens, 16 of them 1,024; outputs 64".
-std::string describe(const std::vector<Request>& trace);
+std::string describe_load(const std::vector<Request>& trace);
 
-}  // namespace ib::serve
+}  // namespace ib::workload

@@ -1,4 +1,4 @@
-#include "serve/workload.h"
+#include "workload/serving_load.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "core/errors.h"
 
-namespace ib::serve {
+namespace ib::workload {
 namespace {
 
 int draw_len(std::mt19937_64& rng, int lo, int hi) {
@@ -30,18 +30,11 @@ std::vector<Request> make_workload(const WorkloadOptions& o, int vocab, uint64_t
   std::vector<int32_t> system(static_cast<size_t>(std::max(0, o.system_prompt)));
   for (auto& t : system) t = token(tok_rng);
   std::vector<Request> out;
-  double t = 0;
+  Arrivals arrivals(o.arrival, o.qps, o.burstiness);
   for (int i = 0; i < o.requests; ++i) {
     Request r;
     r.id = i;
-    if (o.qps > 0 && i > 0 && o.arrival == Arrival::Constant) {
-      t = i / o.qps;
-    } else if (o.qps > 0 && i > 0) {
-      // Gamma(k, θ = 1/(k·qps)) has mean 1/qps; k = 1 is the exponential gap of a Poisson process.
-      const double k = o.arrival == Arrival::Poisson ? 1.0 : o.burstiness;
-      t += std::gamma_distribution<double>(k, 1.0 / (k * o.qps))(time_rng);
-    }
-    r.arrival = t;
+    r.arrival = o.qps > 0 && i > 0 ? arrivals.next(time_rng) : 0;  // the first at once
     const bool is_long = o.long_share > 0 && std::uniform_real_distribution<double>(0, 1)(len_rng) < o.long_share;
     r.type = is_long ? 'l' : 's';
     const int len = is_long ? o.long_prompt : draw_len(len_rng, o.prompt_len, o.prompt_len_max);
@@ -58,7 +51,7 @@ std::vector<Request> make_workload(const WorkloadOptions& o, int vocab, uint64_t
   return out;
 }
 
-std::string describe(const std::vector<Request>& trace) {
+std::string describe_load(const std::vector<Request>& trace) {
   if (trace.empty()) return "no requests";
   size_t lo = SIZE_MAX, hi = 0, total = 0, longs = 0, outputs = 0;
   for (const Request& r : trace) {
@@ -77,4 +70,4 @@ std::string describe(const std::vector<Request>& trace) {
   return s;
 }
 
-}  // namespace ib::serve
+}  // namespace ib::workload

@@ -1,4 +1,4 @@
-// The keys of a serving workload (serve/workload.h) and of the goodput it is judged by, declared
+// The keys of a serving workload (workload/serving_load.h) and of the goodput it is judged by, declared
 // once for every kind that draws one: `serve-load` (our scheduler in process) and `serve-endpoint`
 // (any OpenAI-compatible server over HTTP). A kind's parameter struct derives from WorkloadKeys
 // and adds these bindings to its ParamSet (core/params.h) where it wants them in its key list.

@@ -1,5 +1,5 @@
 // The `serve-load` kind's keys, declared once as a typed parameter set (core/params.h): the
-// model, the workload (serve/workload.h), the scheduler's limits (serve/scheduler.h) and the SLOs
+// model, the workload (workload/serving_load.h), the scheduler's limits (serve/scheduler.h) and the SLOs
 // goodput counts against.
 #pragma once
 

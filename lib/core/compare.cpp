@@ -28,10 +28,8 @@ std::string row_key(const Row& r, const std::set<std::string>& shared) {
   return k;
 }
 
-std::string ms(double seconds) { return format_number(seconds * 1e3); }
-
 std::string cell(RowStatus s, double median) {
-  if (s == RowStatus::Ok) return ms(median);
+  if (s == RowStatus::Ok) return format_ms(median);
   return s == RowStatus::Oom ? "OOM" : s == RowStatus::Failed ? "FAILED" : "unsupported";
 }
 
@@ -211,7 +209,7 @@ std::vector<std::string> slower_rows(const Comparison& c, double fraction) {
         if (std::find(varying.begin(), varying.end(), p.key) != varying.end())
           params += (params.empty() ? "" : ", ") + p.key + "=" + format_value(p.value, p.type);
       out.push_back(fmt::format("{}: {}{}: {} → {} ms, new vs base {}× [{}, {}]", e.name, r.variant,
-                                params.empty() ? "" : " (" + params + ")", ms(r.base_median), ms(r.new_median),
+                                params.empty() ? "" : " (" + params + ")", format_ms(r.base_median), format_ms(r.new_median),
                                 format_number(r.speedup->ratio), format_number(r.speedup->lo), format_number(r.speedup->hi)));
     }
   }

@@ -29,8 +29,6 @@ std::string md_escape(const std::string& s) {
 
 namespace {
 
-std::string ms(double seconds) { return format_number(seconds * 1e3); }
-
 // Column order of the Markdown table, whatever order rows contribute their cells in.
 enum Rank {
   kVariant,
@@ -86,7 +84,7 @@ std::vector<Cell> row_cells(const Row& r, const Ceilings& c) {
   cells.push_back({"variant", r.variant, kVariant, "variant"});
   for (const auto& p : r.point.params) cells.push_back({p.key, format_value(p.value, p.type), kParam, p.key});
   if (r.status == RowStatus::Ok)
-    cells.push_back({"ms", ms(r.stats.median) + " ± " + ms(r.stats.stdev), kTime, "ms"});
+    cells.push_back({"ms", format_ms(r.stats.median) + " ± " + format_ms(r.stats.stdev), kTime, "ms"});
   else
     cells.push_back({"ms", status_text(r), kTime, "ms"});
   Roofline rf = roofline(r, c);

@@ -120,4 +120,6 @@ std::string format_number(double v) {
   return fmt::format("{:.3g}", v);
 }
 
+std::string format_ms(double seconds) { return format_number(seconds * 1e3); }
+
 }  // namespace ib

@@ -22,5 +22,7 @@ std::optional<double> parse_fraction(const std::string& text);
 
 // Engineering-style number: 3 significant digits, no exponent for ordinary magnitudes.
 std::string format_number(double value);
+// Seconds as milliseconds, as format_number writes them (the tables' and compare's times).
+std::string format_ms(double seconds);
 
 }  // namespace ib

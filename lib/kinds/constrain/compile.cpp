@@ -8,16 +8,13 @@
 #include "constrain/constraint.h"
 #include "constrain/token_index.h"
 #include "core/registry.h"
+#include "core/stopwatch.h"
 #include "kinds/constrain/constrain_keys.h"
 #include "kinds/constrain/constrain_kind.h"
 #include "numerics/random.h"
 
 namespace ib::constrain {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Masks checked against a brute-force walk of every token on sampled states.
 size_t mask_mismatches(const Dfa& dfa, const Vocabulary& v, const std::function<const uint32_t*(int32_t)>& mask, uint64_t seed) {

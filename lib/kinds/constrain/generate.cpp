@@ -20,6 +20,7 @@
 #include "constrain/validity_check.h"
 #include "core/registry.h"
 #include "core/stats.h"
+#include "core/stopwatch.h"
 #include "kinds/constrain/constrain_keys.h"
 #include "kinds/constrain/constrain_kind.h"
 #include "kinds/params/engine_params.h"
@@ -31,10 +32,6 @@
 
 namespace ib::constrain {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Tally {
   int documents = 0, valid = 0;

@@ -21,15 +21,12 @@
 #include "constrain/vocab.h"
 #include "core/registry.h"
 #include "core/stats.h"
+#include "core/stopwatch.h"
 #include "kinds/constrain/constrain_keys.h"
 #include "kinds/constrain/constrain_kind.h"
 
 namespace ib::constrain {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 class Realworld : public Variant {
  public:

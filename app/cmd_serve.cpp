@@ -17,6 +17,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/interrupt.h"
+#include "core/json_input.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/engine_studies.h"
@@ -59,7 +60,7 @@ std::string apply_speculative_config(const std::string& text, serve::SchedulerOp
   const std::string flag = "serve: --speculative-config";
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = ib::parse_json<nlohmann::json>(text);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not JSON: {}", flag, e.what()));
   }

@@ -14,6 +14,7 @@
 
 #include "constrain/json_schema_internal.h"
 #include "constrain/schema_dialect.h"
+#include "core/json_input.h"
 
 namespace ib::constrain::detail {
 
@@ -25,7 +26,7 @@ constexpr int kMaxDisjointDepth = 6;
 
 // JSON Schema's equality of instances: numbers by value, objects without regard to key order.
 // nlohmann::json (std::map objects) compares that way; ordered_json compares key orders too.
-nlohmann::json canonical(const json& v) { return nlohmann::json::parse(v.dump()); }
+nlohmann::json canonical(const json& v) { return ib::parse_json<nlohmann::json>(v.dump()); }
 
 bool overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
   for (const auto& t : a)
@@ -117,7 +118,7 @@ bool Compiler::disjoint(const Facts& a, const Facts& b, int depth) {
     if (o.values && std::find(o.values->begin(), o.values->end(), v) == o.values->end()) return true;
     if (o.types) {
       for (const auto& t : *o.types)
-        if (value_has_type(json::parse(v.dump()), t)) return false;
+        if (value_has_type(ib::parse_json<json>(v.dump()), t)) return false;
       return true;
     }
     return false;

@@ -1,4 +1,5 @@
 #include "constrain/schema_corpus.h"
+#include "core/json_input.h"
 
 #include "constrain/constraint.h"
 
@@ -138,7 +139,7 @@ std::vector<CorpusEntry> load_corpus(const std::string& path) {
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.empty()) continue;
     try {
-      const json e = json::parse(line);
+      const json e = ib::parse_json<json>(line);
       CorpusEntry c;
       c.id = e.at("id").get<std::string>();
       c.source = e.at("source").get<std::string>();
@@ -194,7 +195,7 @@ CorpusResult evaluate_corpus_entry(const CorpusEntry& e, const SchemaOptions& op
   auto accepted = [&](const std::string& doc) {
     if (r.dfa ? !r.dfa->matches(doc) : !grammar_matches(*r.grammar, doc)) return false;
     if (!r.validator_decides) return true;
-    const json parsed = json::parse(doc, nullptr, false);
+    const json parsed = ib::parse_json_or_discarded<json>(doc);
     return !parsed.is_discarded() && v.valid(parsed);
   };
   for (const auto& x : e.valid) r.valid_refused += !accepted(order.spell(x, e.schema));

@@ -43,14 +43,14 @@ std::string ChatTemplate::render(const std::vector<ChatTurn>& messages, bool add
   for (const auto& m : messages) {
     nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
     if (!m.fields_json.empty()) {
-      const auto fields = nlohmann::ordered_json::parse(m.fields_json);
+      const auto fields = ib::parse_json<nlohmann::ordered_json>(m.fields_json);
       for (const auto& [k, v] : fields.items()) message[k] = v;
     }
     list.push_back(std::move(message));
   }
   nlohmann::ordered_json variables = {
       {"messages", list}, {"add_generation_prompt", add_generation_prompt}, {"bos_token", bos_}, {"eos_token", eos_}};
-  if (!tools_json.empty()) variables["tools"] = nlohmann::ordered_json::parse(tools_json);
+  if (!tools_json.empty()) variables["tools"] = ib::parse_json<nlohmann::ordered_json>(tools_json);
   try {
     auto context = minja::Context::make(minja::Value(variables));
     // transformers defines strftime_now for templates that date their system prompt.

@@ -1,5 +1,6 @@
 #include "model/text_prompt.h"
 #include "core/data_dir.h"
+#include "core/json_input.h"
 
 #include <filesystem>
 #include <fstream>
@@ -71,7 +72,7 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const std::s
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
+      j = ib::parse_json<nlohmann::json>(line);
     } catch (const std::exception& e) {
       throw InputError(fmt::format("{}:{}: prompts: not JSON ({})", path, n, e.what()));
     }

@@ -209,7 +209,8 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
                                      const std::vector<std::string>& texts, bool (*interrupted)()) {
 #if INFER_BENCH_HAVE_HTTP
   const Url url = parse_url(o.url);
-  const nlohmann::json response_format = o.response_format.empty() ? nlohmann::json() : nlohmann::json::parse(o.response_format);
+  const nlohmann::json response_format =
+      o.response_format.empty() ? nlohmann::json() : ib::parse_json<nlohmann::json>(o.response_format);
   if (!texts.empty() && texts.size() != trace.size()) throw std::logic_error("run_endpoint_load: one text per request");
   EndpointLoadResult out;
   out.requests.resize(trace.size());

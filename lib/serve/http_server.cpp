@@ -58,13 +58,16 @@ struct HttpServer::Impl {
   // Where a completion ends: the checkpoint's end-of-sequence ids (generation_config.json, the
   // GGUF's), as transformers' generate and llama.cpp stop; the tokenizer's guess when it names none.
   std::vector<int32_t> eos_ids;
-  std::unique_ptr<AnswerText> answer_text;  // what a completion's tokens say, with these eos ids
+  AnswerText answer_text;  // what a completion's tokens say, with these eos ids
+
+  static std::vector<int32_t> end_of_sequence_ids(const EngineLoop& l, const tokenizer::Tokenizer& t) {
+    std::vector<int32_t> ids = l.config().eos_ids;
+    if (ids.empty() && t.eos_id() >= 0) ids.push_back(t.eos_id());
+    return ids;
+  }
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizer::Tokenizer> t, HttpOptions opt)
-      : loop(l), tok(std::move(t)), o(std::move(opt)) {
-    eos_ids = loop.config().eos_ids;
-    if (eos_ids.empty() && tok->eos_id() >= 0) eos_ids.push_back(tok->eos_id());
-    answer_text = std::make_unique<AnswerText>(tok, eos_ids);
+      : loop(l), tok(std::move(t)), o(std::move(opt)), eos_ids(end_of_sequence_ids(loop, *tok)), answer_text(tok, eos_ids) {
     // response_format needs every token's bytes (our constrain vocabulary of the same tokenizer.json).
     try {
       auto v = constrain::load_vocabulary(o.tokenizer_json);
@@ -272,7 +275,7 @@ struct HttpServer::Impl {
     if (std::optional<ApiError> refusal = engine_request(r, *adapter, prompts, q, schema)) return send_error(res, *refusal);
     const int64_t serial = next_id++;
     if (!r.seed_given) q.sampling->seed = 0x5eed0000ULL + static_cast<uint64_t>(serial);
-    CompletionReply::Server server{loop, *answer_text, o.model_name, fmt::format("call_{}_{}_", call_id_salt, serial),
+    CompletionReply::Server server{loop, answer_text, o.model_name, fmt::format("call_{}_{}_", call_id_salt, serial),
                                    [this](const std::string& why) { return engine_error(why); }};
     auto reply =
         std::make_shared<CompletionReply>(server, r, std::move(prompts), fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", serial),

@@ -146,7 +146,7 @@ std::string message_fields(const ojson& m, const std::string& role) {
                "a tool call must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\" (a string)}}");
       ojson call = c;
       const std::string args = c["function"]["arguments"].get<std::string>();
-      const ojson parsed = ojson::parse(args, nullptr, /* allow_exceptions */ false);
+      const ojson parsed = ib::parse_json_or_discarded<ojson>(args);
       if (!parsed.is_discarded() && parsed.is_object()) call["function"]["arguments"] = parsed;
       calls.push_back(std::move(call));
     }
@@ -234,7 +234,7 @@ std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, 
     // The body again with its keys in order, for what a chat template reads (its depth was bounded above).
     std::optional<ojson> in_order;
     auto ordered = [&]() -> const ojson& {
-      if (!in_order) in_order = ojson::parse(body);
+      if (!in_order) in_order = ib::parse_json<ojson>(body);
       return *in_order;
     };
     if (chat) r.tools = tools_of(j, r.ignored_fields);

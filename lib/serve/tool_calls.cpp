@@ -1,4 +1,5 @@
 #include "serve/tool_calls.h"
+#include "core/json_input.h"
 
 #include <algorithm>
 
@@ -16,7 +17,7 @@ std::string dump_ordered(const ojson& j) { return j.dump(-1, ' ', false, ojson::
 // function with an empty parameter list").
 ojson tool_parameters(const Tool& t) {
   if (t.parameters.empty()) return {{"type", "object"}, {"properties", ojson::object()}, {"additionalProperties", false}};
-  return ojson::parse(t.parameters);
+  return ib::parse_json<ojson>(t.parameters);
 }
 
 ToolCall tool_call_of(const std::string& id_prefix, size_t index, std::string name, std::string arguments) {
@@ -41,7 +42,7 @@ ToolOutput read_hermes_calls(const std::string& text, const std::string& id_pref
     const size_t close = text.find(kClose, body);
     const std::string block = text.substr(body, close == std::string::npos ? std::string::npos : close - body);
     try {
-      const ojson j = ojson::parse(block);
+      const ojson j = ib::parse_json<ojson>(block);
       if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return content_only(text);
       const ojson args = j.contains("arguments") ? j["arguments"] : ojson::object();
       out.calls.push_back(tool_call_of(id_prefix, out.calls.size(), j["name"].get<std::string>(), dump_ordered(args)));
@@ -87,7 +88,7 @@ ToolOutput read_tool_output(const ToolRequest& r, const std::string& text, const
     case ToolChoice::Required: {
       ToolOutput out{"", true, {}};
       try {
-        const ojson list = ojson::parse(text);
+        const ojson list = ib::parse_json<ojson>(text);
         if (!list.is_array()) return content_only(text);
         for (const ojson& item : list) {
           if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) return content_only(text);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "../common/run_kind.h"
+#include "core/json_input.h"
 
 #include "constrain/keyword_cases.h"
 #include "core/runner.h"
@@ -153,7 +154,7 @@ TEST(Emitter, ConstrainedStaysValidAfterDeviationsThatRepeatATargetToken) {
   std::mt19937_64 rng(20260101ull + 1000003ull * 6);
   EmitterStats st =
       emit_constrained(*c.dfa, distance_to_accept(*c.dfa), *v, *vocab_trie(v), masker, 0.05, 50, rng, [&](const std::string& t) {
-        auto d = nlohmann::ordered_json::parse(t, nullptr, false);
+        auto d = ib::parse_json_or_discarded<nlohmann::ordered_json>(t);
         return !d.is_discarded() && validator.valid(d);
       });
   EXPECT_EQ(st.valid, 50);

@@ -24,6 +24,7 @@
 #include "../cli/process.h"
 #include "../common/fake_interpreter.h"
 #include "../common/run_kind.h"
+#include "core/json_input.h"
 
 #include "core/peer_process.h"
 #include "core/point_access.h"
@@ -148,7 +149,7 @@ TEST(ConstrainPeer, OkCompileRowTakesTheScriptsSamplesAndOurJudgement) {
   for (const auto& [flag, value] : asked) EXPECT_EQ(arg_after(argv, flag), value) << flag;
   EXPECT_FALSE(arg_after(argv, "--threads").empty());
   EXPECT_FALSE(test::path_exists(arg_after(argv, "--input"))) << "the input file outlives the row";
-  const nlohmann::json in = nlohmann::json::parse(stub.file("input.json"));
+  const nlohmann::json in = ib::parse_json<nlohmann::json>(stub.file("input.json"));
   EXPECT_EQ(in["schema"].get<std::string>(),
             test::read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/peers/closed_call.json"));
   EXPECT_EQ(in["whitespace"], "compact");
@@ -175,7 +176,7 @@ TEST(ConstrainPeer, OkMaskRowReportsTheStepsAsOurRowsDo) {
   ASSERT_EQ(row.status, RowStatus::Ok) << row.message;
   EXPECT_EQ(arg_after(stub.args(), "--mode"), "mask");
   EXPECT_EQ(arg_after(stub.args(), "--peer"), "llguidance");
-  const nlohmann::json in = nlohmann::json::parse(stub.file("input.json"));
+  const nlohmann::json in = ib::parse_json<nlohmann::json>(stub.file("input.json"));
   ASSERT_EQ(in["documents"].size(), 3u);
   EXPECT_EQ(in["whitespace"], "flexible");
   size_t steps = 0;

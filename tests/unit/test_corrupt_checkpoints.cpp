@@ -17,6 +17,7 @@
 
 #include "constrain/vocab.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/model_choice.h"
@@ -101,7 +102,7 @@ class Corrupt : public ::testing::Test {
   // Every key (and the keys of nested objects of at most 12 keys) removed or replaced.
   void sweep_json(const std::string& file) {
     const std::string text = read_bytes(path_of(file));
-    const Json good = Json::parse(text);
+    const Json good = ib::parse_json<Json>(text);
     const std::vector<Json> wrong = {nullptr, "x", -1, 1e300, 0.5, Json::array(), Json::object(), true, int64_t{1} << 40};
     std::function<void(const Json::json_pointer&, const Json&)> walk = [&](const Json::json_pointer& at, const Json& node) {
       for (auto it = node.begin(); it != node.end(); ++it) {
@@ -129,7 +130,7 @@ class Corrupt : public ::testing::Test {
     const std::string bytes = read_bytes(path_of(file));
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-    const Json header = Json::parse(bytes.substr(8, n));
+    const Json header = ib::parse_json<Json>(bytes.substr(8, n));
     const std::string data = bytes.substr(8 + n);
     auto with_header = [&](const std::string& h, uint64_t len) {
       std::string out(8, '\0');

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "core/json_input.h"
 
 #include "core/output.h"
 #include "serve/completion_stream.h"
@@ -132,7 +133,7 @@ class FakeServer {
     });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       ++requests_;
-      const auto j = nlohmann::json::parse(req.body);
+      const auto j = ib::parse_json<nlohmann::json>(req.body);
       const int behaviour = j["prompt"][0].get<int>();
       const int prompt = static_cast<int>(j["prompt"].size()), max_tokens = j["max_tokens"].get<int>();
       if (j.value("model", "") != "fake-model" || !j.value("stream", false) || !j.value("ignore_eos", false)) {
@@ -339,7 +340,7 @@ TEST(EndpointLoad, ShardsFromACommonStartMergeIntoTheWholeLoad) {
     names.push_back(dir + "/shard" + std::to_string(shard) + ".json");
     write_file_atomic(names.back(), endpoint_result_json(files[static_cast<size_t>(shard)]));
     read.push_back(read_endpoint_result(names.back()));
-    const auto j = nlohmann::json::parse(endpoint_result_json(files[static_cast<size_t>(shard)]));
+    const auto j = ib::parse_json<nlohmann::json>(endpoint_result_json(files[static_cast<size_t>(shard)]));
     for (const char* key : {"duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
                             "output_throughput", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
                             "median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "std_e2el_ms"})

@@ -29,6 +29,7 @@
 #include "constrain/regex.h"
 #include "constrain/vocab.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "core/plot.h"
 #include "core/report.h"
 #include "core/spec.h"
@@ -135,7 +136,7 @@ class JsonMutator {
   std::string operator()(const std::string& seed) {
     nlohmann::ordered_json j;
     try {
-      j = nlohmann::ordered_json::parse(seed);
+      j = ib::parse_json<nlohmann::ordered_json>(seed);
     } catch (const nlohmann::json::exception&) {
       return seed;
     }
@@ -333,7 +334,7 @@ TEST(Fuzz, JsonSchemaCompiler) {
       [&](const std::string& text) {
         nlohmann::ordered_json j;
         try {
-          j = nlohmann::ordered_json::parse(text);
+          j = ib::parse_json<nlohmann::ordered_json>(text);
         } catch (const nlohmann::json::parse_error&) {
           return;  // not JSON: the constraint loader's error, before the compiler
         }
@@ -374,11 +375,11 @@ TEST(Fuzz, ServeRequestBody) {
           if (!r) {
             EXPECT_GE(e.status, 400);
             EXPECT_LT(e.status, 500);
-            EXPECT_TRUE(nlohmann::json::accept(serve::error_json(e))) << serve::error_json(e).substr(0, 200);
+            EXPECT_TRUE(ib::json_accepts(serve::error_json(e))) << serve::error_json(e).substr(0, 200);
             continue;
           }
-          EXPECT_TRUE(nlohmann::json::accept(serve::completion_json(*r, "id", 0, r->model, r->model, "stop", {1, 1})));
-          EXPECT_TRUE(nlohmann::json::accept(serve::stream_chunk(*r, "id", 0, r->model, r->model, "", true).substr(6)));
+          EXPECT_TRUE(ib::json_accepts(serve::completion_json(*r, "id", 0, r->model, r->model, "stop", {1, 1})));
+          EXPECT_TRUE(ib::json_accepts(serve::stream_chunk(*r, "id", 0, r->model, r->model, "", true).substr(6)));
         }
       },
       [](const std::exception&) { return false; });
@@ -477,7 +478,7 @@ TEST(Fuzz, ResultsJson) {
       {"\"y\":[]", "\"x\":\"\"", "\"configurations\":", "\"rows\":[", "\"samples_s\":[", "\"backend\":\"tpu\"", "\"log_x\":true",
        "\"values\":[0.3,0.30000000000000004]"},
       [](const std::string& text) {
-        const ResultSet rs = results_from_json(nlohmann::json::parse(text));
+        const ResultSet rs = results_from_json(ib::parse_json<nlohmann::json>(text));
         markdown_report(rs);
         for (const auto& e : rs.experiments) render_plots(e, rs.meta.ceilings, "fuzz");
       },

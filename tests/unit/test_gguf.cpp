@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/greedy.h"
+#include "core/json_input.h"
 
 #include "core/errors.h"
 #include "core/gguf_file.h"
@@ -40,7 +41,7 @@ const std::string kSmolLM2 = kSource + "/data/models/smollm2-135m-instruct-q4_1.
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
-  return nlohmann::json::parse(in);
+  return ib::parse_json<nlohmann::json>(in);
 }
 
 std::vector<uint8_t> from_hex(const std::string& hex) {
@@ -737,7 +738,7 @@ TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
 // their keys in the client's order, and its `tojson` writes them as Python's json.dumps.
 TEST(ChatTemplate, ToolsAndToolCallsRenderAsTransformersDoes) {
   std::ifstream in(kSource + "/tests/data/chat/hermes-tools.golden.json");
-  const auto golden = nlohmann::ordered_json::parse(in);
+  const auto golden = ib::parse_json<nlohmann::ordered_json>(in);
   const model::ChatTemplate t(read_input_file(kSource + "/tests/data/chat/hermes-tools.jinja", 1 << 20), "", "",
                               "hermes-tools.jinja");
   int cases = 0;

@@ -18,13 +18,16 @@
 #include "constrain/keyword_cases.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-Grammar grammar_of(const std::string& schema, SchemaOptions o = {}) { return *schema_to_grammar(json::parse(schema), o).grammar; }
+Grammar grammar_of(const std::string& schema, SchemaOptions o = {}) {
+  return *schema_to_grammar(ib::parse_json<json>(schema), o).grammar;
+}
 
 TEST(Grammar, BalancedParenthesesAgainstBruteForce) {
   // S -> ( "(" S ")" )*: a rule that calls itself between bytes.
@@ -123,7 +126,7 @@ TEST(GrammarSchema, FreeValuesAreAnyJsonAtAnyDepthAsTheParserSays) {
       default:
         if (at < doc.size()) doc[at] = alphabet[rng() % alphabet.size()];
     }
-    const bool parser = json::accept(doc);
+    const bool parser = ib::json_accepts(doc);
     EXPECT_EQ(grammar_matches(g, doc), parser) << doc;
     agreed += grammar_matches(g, doc) == parser;
   }
@@ -134,14 +137,14 @@ TEST(GrammarSchema, RecursiveReferencesAreNotCutOff) {
   const std::string tree =
       R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}},)"
       R"("required":["v"],"additionalProperties":false})";
-  const json schema = json::parse(tree);
+  const json schema = ib::parse_json<json>(tree);
   const SchemaValidator validator(schema);
   const Grammar g = grammar_of(tree);
   const Dfa dfa = compile_dfa(schema_to_regex(schema));  // max_recursion 3
   std::string doc = R"({"v":0})";
   for (int level = 1; level <= 12; ++level) {
     doc = R"({"v":)" + std::to_string(level) + R"(,"kids":[)" + doc + "," + R"({"v":-1})" + "]}";
-    ASSERT_TRUE(validator.valid(json::parse(doc)));
+    ASSERT_TRUE(validator.valid(ib::parse_json<json>(doc)));
     EXPECT_TRUE(grammar_matches(g, doc)) << level;
     if (level > 4) {
       EXPECT_FALSE(dfa.matches(doc)) << level;
@@ -149,7 +152,7 @@ TEST(GrammarSchema, RecursiveReferencesAreNotCutOff) {
   }
   for (const std::string bad : {R"({"v":1,"kids":[{"v":"x"}]})", R"({"kids":[]})", R"({"v":1,"kids":[{"v":2,"kids":[{}]}]})",
                                 R"({"v":1,"kids":[{"v":2,"w":3}]})"}) {
-    EXPECT_FALSE(validator.valid(json::parse(bad))) << bad;
+    EXPECT_FALSE(validator.valid(ib::parse_json<json>(bad))) << bad;
     EXPECT_FALSE(grammar_matches(g, bad)) << bad;
   }
 }
@@ -160,7 +163,7 @@ TEST(GrammarSchema, KeywordCasesGetTheDfaPathsVerdicts) {
   int cases = 0, docs = 0, gained = 0;
   for (const auto& c : keyword_cases()) {
     if (c.constraint.rfind("regex:", 0) == 0 || c.constraint.rfind("choice:", 0) == 0) continue;
-    const json schema = json::parse(c.constraint);
+    const json schema = ib::parse_json<json>(c.constraint);
     Dfa dfa;
     try {
       dfa = compile_dfa(schema_to_regex(schema, c.options));
@@ -181,7 +184,7 @@ TEST(GrammarSchema, KeywordCasesGetTheDfaPathsVerdicts) {
     // cut-off left out (free values, recursion), and the documents it accepts are valid.
     for (const auto& d : c.by_design) {
       const bool ours = grammar_matches(g, d);
-      EXPECT_TRUE(!ours || SchemaValidator(schema).valid(json::parse(d))) << c.name << ": " << d;
+      EXPECT_TRUE(!ours || SchemaValidator(schema).valid(ib::parse_json<json>(d))) << c.name << ": " << d;
       gained += ours && !dfa.matches(d);
     }
   }
@@ -204,7 +207,7 @@ TEST(GrammarSchema, TestSuiteSoundAndAtLeastTheDfaPathsCoverage) {
     for (const char* sub : {"", "optional/format/"}) {
       const std::string dir = base + "draft" + draft + "/" + sub;
       for (const auto& f : json_files(dir))
-        for (const auto& group : json::parse(read_text_file(dir + f)))
+        for (const auto& group : ib::parse_json<json>(read_text_file(dir + f)))
           for (int open = 0; open < 2; ++open) {
             SchemaOptions o;
             o.default_draft = draft;
@@ -301,12 +304,12 @@ TEST(GrammarSchema, TheJsonSchemaMeaningOnBothPaths) {
   SchemaOptions o;
   o.strict_properties = false;
   for (const auto& c : cases) {
-    const json schema = json::parse(c.schema);
+    const json schema = ib::parse_json<json>(c.schema);
     const SchemaValidator v(schema);
     const Dfa dfa = compile_dfa(schema_to_regex(schema, o));
     const Grammar g = *schema_to_grammar(schema, o).grammar;
     for (const auto& d : c.valid) {
-      ASSERT_TRUE(v.valid(json::parse(d))) << c.schema << " " << d;
+      ASSERT_TRUE(v.valid(ib::parse_json<json>(d))) << c.schema << " " << d;
       EXPECT_TRUE(dfa.matches(d)) << c.schema << " " << d;
       EXPECT_TRUE(grammar_matches(g, d)) << c.schema << " " << d;
     }
@@ -351,7 +354,7 @@ TEST(GrammarGenerate, DistancesAreTheShortestCompletionsAndRandomDocumentsAreVal
   const std::string tree =
       R"({"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}},)"
       R"("tag":{"enum":["a","bb"]}},"required":["v","tag"],"additionalProperties":false})";
-  const json schema = json::parse(tree);
+  const json schema = ib::parse_json<json>(tree);
   const SchemaValidator validator(schema);
   const Grammar g = grammar_of(tree);
   const GrammarDistances d = grammar_distances(g);
@@ -361,7 +364,7 @@ TEST(GrammarGenerate, DistancesAreTheShortestCompletionsAndRandomDocumentsAreVal
   for (int i = 0; i < 40; ++i) {
     const std::string doc = random_grammar_document(g, d, rng, 60);
     ASSERT_TRUE(grammar_matches(g, doc)) << doc;
-    const json parsed = json::parse(doc, nullptr, false);
+    const json parsed = ib::parse_json_or_discarded<json>(doc);
     ASSERT_FALSE(parsed.is_discarded()) << doc;
     EXPECT_TRUE(validator.valid(parsed)) << doc;
     ++documents;
@@ -390,7 +393,7 @@ namespace {
 // A schema whose DFA has 2^17 states (the 17th byte from the end is an `a`): past a CPU budget
 // its compile stops at once on both paths, naming max_compile_seconds; a small schema fits.
 TEST(CompileBudget, ASchemaPastItsCpuSecondsIsRefusedOnBothPaths) {
-  const json heavy = json::parse(R"({"type":"string","pattern":"^[ab]*a[ab]{16}$"})");
+  const json heavy = ib::parse_json<json>(R"({"type":"string","pattern":"^[ab]*a[ab]{16}$"})");
   SchemaOptions o;
   o.max_compile_seconds = 0.02;
   for (SchemaPath path : {SchemaPath::Dfa, SchemaPath::Grammar, SchemaPath::Auto}) {
@@ -404,7 +407,7 @@ TEST(CompileBudget, ASchemaPastItsCpuSecondsIsRefusedOnBothPaths) {
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
   }
   EXPECT_NO_THROW(
-      compile_schema(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}}})"), o, SchemaPath::Grammar));
+      compile_schema(ib::parse_json<json>(R"({"type":"object","properties":{"a":{"type":"integer"}}})"), o, SchemaPath::Grammar));
   // An inner guard cannot extend an outer one's deadline.
   CompileBudget outer(0.01);
   {

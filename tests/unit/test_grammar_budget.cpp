@@ -11,6 +11,7 @@
 #include "constrain/json_schema.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 namespace {
@@ -20,7 +21,7 @@ using json = nlohmann::ordered_json;
 std::shared_ptr<const Grammar> budget_grammar(const std::string& schema) {
   SchemaOptions o;
   o.strict_properties = false;  // the JSON Schema meaning: free values where keys are undeclared
-  return schema_to_grammar(json::parse(schema), o).grammar;
+  return schema_to_grammar(ib::parse_json<json>(schema), o).grammar;
 }
 
 // A recursive schema with free values (any JSON at any depth) and a long required key.
@@ -115,7 +116,7 @@ TEST(GrammarBudget, RandomDocumentsEndValidWithinMaxTokens) {
   std::mt19937_64 rng(17);
   for (const char* schema : {kTree, R"({"type":"object"})", R"({"type":"array","items":{"type":"array"},"minItems":2})"}) {
     auto g = budget_grammar(schema);
-    const json parsed_schema = json::parse(schema);
+    const json parsed_schema = ib::parse_json<json>(schema);
     const SchemaValidator validator(parsed_schema);
     GrammarBudgetMasker budget(g, vocab);
     ASSERT_EQ(budget.guarantee_problem(), "");
@@ -126,7 +127,7 @@ TEST(GrammarBudget, RandomDocumentsEndValidWithinMaxTokens) {
         SCOPED_TRACE(std::string(schema) + " max_tokens " + std::to_string(max_tokens) + ": '" + doc.text + "'");
         ASSERT_TRUE(doc.ended);
         EXPECT_LE(doc.tokens, max_tokens);
-        const json parsed = json::parse(doc.text, nullptr, false);
+        const json parsed = ib::parse_json_or_discarded<json>(doc.text);
         ASSERT_FALSE(parsed.is_discarded());
         EXPECT_TRUE(validator.valid(parsed));
       }
@@ -170,7 +171,7 @@ TEST(GrammarBudget, HoldsWithSingleByteTokensMissing) {
   };
   const std::string schema = R"({"type":"object","properties":{"w":{"type":"string","pattern":"^[a-z]{2,6}$"},)"
                              R"("kids":{"type":"array","items":{"$ref":"#"}}},"required":["w"],"additionalProperties":false})";
-  const json parsed_schema = json::parse(schema);
+  const json parsed_schema = ib::parse_json<json>(schema);
   const SchemaValidator validator(parsed_schema);
   auto g = budget_grammar(schema);
   GrammarBudgetMasker full(g, load_vocabulary("gpt2"));
@@ -184,7 +185,7 @@ TEST(GrammarBudget, HoldsWithSingleByteTokensMissing) {
     const Drawn doc = draw_document(budget, *v, budget.min_tokens() + (i % 2) * 20, rng);
     SCOPED_TRACE(doc.text);
     ASSERT_TRUE(doc.ended);
-    const json parsed = json::parse(doc.text, nullptr, false);
+    const json parsed = ib::parse_json_or_discarded<json>(doc.text);
     ASSERT_FALSE(parsed.is_discarded());
     EXPECT_TRUE(validator.valid(parsed));
   }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -30,7 +31,7 @@ const fs::path kCases = fs::path(IB_SOURCE_DIR) / "tests/data/hf/models";
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
   EXPECT_TRUE(in.good()) << p;
-  return nlohmann::json::parse(in);
+  return ib::parse_json<nlohmann::json>(in);
 }
 
 std::vector<fs::path> cases() {

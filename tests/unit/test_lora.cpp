@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "core/stats.h"
 #include "model/config.h"
 #include "model/engine_studies.h"
@@ -44,7 +45,7 @@ Fixture load() {
   Fixture f;
   std::ifstream in(kExpected);
   EXPECT_TRUE(in.good()) << "run scripts/make-lora-fixtures";
-  f.expected = nlohmann::json::parse(in);
+  f.expected = ib::parse_json<nlohmann::json>(in);
   const std::string dir = (fs::path(IB_SOURCE_DIR) / f.expected["base"].get<std::string>()).string();
   f.config = config_from_hf(dir);
   f.weights = safetensors_weights(f.config, dir);
@@ -177,7 +178,7 @@ fs::path edited(const std::string& adapter, const std::function<void(nlohmann::j
   fs::create_directories(dir);
   fs::copy_file(kLora / adapter / "adapter_model.safetensors", dir / "adapter_model.safetensors");
   std::ifstream in(kLora / adapter / "adapter_config.json");
-  nlohmann::json j = nlohmann::json::parse(in);
+  nlohmann::json j = ib::parse_json<nlohmann::json>(in);
   edit(j);
   std::ofstream(dir / "adapter_config.json") << j.dump();
   return dir;

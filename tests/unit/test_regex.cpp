@@ -8,6 +8,7 @@
 #include "constrain/json_schema.h"
 #include "constrain/regex.h"
 #include "constrain/token_index.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 namespace {
@@ -181,7 +182,7 @@ TEST(Automaton, SharedSubexpressionsGiveTheDfaOfSeparateCopies) {
   for (const char* name : {"tool_call", "tool_union", "person", "order", "calendar_event", "extraction", "tree"}) {
     SchemaOptions o;
     if (std::string(name) == "tree") o.max_recursion = 2;  // unshared, depth 3 needs 420k NFA states
-    const Re r = schema_to_regex(nlohmann::ordered_json::parse(constraint_source(name)), o);
+    const Re r = schema_to_regex(ib::parse_json<nlohmann::ordered_json>(constraint_source(name)), o);
     const Dfa d = compile_dfa(r);
     expect_same_dfa(d, compile_dfa(unshared(r)), name);
     // Minimal: Moore refinement run to its fixpoint tells every state apart.

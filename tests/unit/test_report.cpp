@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "core/registry.h"
 #include "core/report.h"
 #include "core/spec.h"
@@ -142,7 +143,7 @@ TEST(Report, JsonRoundTrip) {
   nlohmann::json j = json_report(rs);
   EXPECT_EQ(j["schema_version"], kResultsSchemaVersion);
   EXPECT_EQ(j["experiments"][0]["rows"][0]["samples_s"].size(), 5u);
-  ResultSet back = results_from_json(nlohmann::json::parse(j.dump()));
+  ResultSet back = results_from_json(ib::parse_json<nlohmann::json>(j.dump()));
   // Everything the writers use survives: the reports of the copy are identical.
   EXPECT_EQ(markdown_table(back.experiments[0], back.meta.ceilings), kGoldenTable);
   EXPECT_EQ(csv_report(back), kGoldenCsv);

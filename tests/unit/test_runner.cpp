@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli/process.h"
+#include "core/json_input.h"
 #include "core/memory.h"
 #include "core/output.h"
 #include "core/point_access.h"
@@ -281,7 +282,7 @@ TEST(Session, ExitCodeOneWhenARowFailedAndTheRunIsStillWritten) {
   o.output = dir + "/out";
   o.format = "json";  // keeps the test's stdout short
   EXPECT_EQ(run_spec_file(dir + "/s.yaml", o), 1);
-  auto j = nlohmann::json::parse(test::read_text(dir + "/out/results.json"));
+  auto j = ib::parse_json<nlohmann::json>(test::read_text(dir + "/out/results.json"));
   EXPECT_EQ(j["experiments"][0]["rows"][1]["status"], "FAILED");
   o.output = dir + "/out2";
   test::write_text(dir + "/ok.yaml",

@@ -10,6 +10,7 @@
 
 #include "constrain/schema_corpus.h"
 #include "constrain/validator.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 namespace {
@@ -23,10 +24,10 @@ TEST(SchemaCorpus, LoadsEveryLine) {
 }
 
 TEST(SchemaCorpus, CanonicalSpellingFollowsTheSchemasOrder) {
-  const auto s = nlohmann::ordered_json::parse(
+  const auto s = ib::parse_json<nlohmann::ordered_json>(
       R"({"$defs":{"p":{"properties":{"y":{},"x":{"type":"object","properties":{"b":{},"a":{}}}}}},"allOf":[{"$ref":"#/$defs/p"}],)"
       R"("properties":{"z":{}}})");
-  const auto doc = nlohmann::ordered_json::parse(R"({"x":{"a":1,"b":2,"c":3},"q":0,"y":1,"z":2})");
+  const auto doc = ib::parse_json<nlohmann::ordered_json>(R"({"x":{"a":1,"b":2,"c":3},"q":0,"y":1,"z":2})");
   EXPECT_EQ(canonical_spelling(doc, s), R"({"z":2,"y":1,"x":{"b":2,"a":1,"c":3},"q":0})");
 }
 

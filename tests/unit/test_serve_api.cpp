@@ -14,6 +14,7 @@
 #include "constrain/token_index.h"
 #include "constrain/validator.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "model/config.h"
 #include "model/engine_studies.h"
 #include "model/lora.h"
@@ -82,7 +83,9 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   ASSERT_TRUE(vendor) << e.message;
   EXPECT_EQ(vendor->ignored_fields, (std::vector<std::string>{"temprature", "stream_options.x"}));
   EXPECT_TRUE(vendor->continuous_usage);
-  EXPECT_EQ(json::parse(stream_chunk(*vendor, "c", 1, "m", "ab", "", false, {5, 2}).substr(6))["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(
+      ib::parse_json<json>(stream_chunk(*vendor, "c", 1, "m", "ab", "", false, {5, 2}).substr(6))["usage"]["completion_tokens"],
+      2);
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stream_options": {"continuous_usage_stats": 1}})", false).param,
             "stream_options");
   EXPECT_EQ(refusal_of(R"({"prompt": "x"})", false).param, "model");
@@ -92,11 +95,11 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
     const auto three = parse_api_request(R"({"model": "m", "prompt": "x", "n": 3, "best_of": 3})", false, e);
     ASSERT_TRUE(three) << e.message;
     EXPECT_EQ(three->n, 3);
-    const json j = json::parse(completion_json(*three, "c", 1, "m", {{"a", "stop"}, {"b", "length"}}, {2, 5}));
+    const json j = ib::parse_json<json>(completion_json(*three, "c", 1, "m", {{"a", "stop"}, {"b", "length"}}, {2, 5}));
     EXPECT_EQ(j["choices"][1]["index"], 1);
     EXPECT_EQ(j["choices"][1]["text"], "b");
     EXPECT_EQ(j["choices"][1]["finish_reason"], "length");
-    EXPECT_EQ(json::parse(stream_chunk(*three, "c", 1, "m", "x", "", false, {}, 2).substr(6))["choices"][0]["index"], 2);
+    EXPECT_EQ(ib::parse_json<json>(stream_chunk(*three, "c", 1, "m", "x", "", false, {}, 2).substr(6))["choices"][0]["index"], 2);
   }
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": [""]})", false).param, "stop");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "stop": 3})", false).param, "stop");
@@ -146,7 +149,7 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "echo": "yes"})", false).param, "echo");
   EXPECT_EQ(refusal_of(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", true).param, "echo");
   EXPECT_EQ(refusal_of(R"({"model": "m", "prompt": "x", "suffix": "y"})", false).param, "suffix");
-  const json err = json::parse(error_json({404, "not_found_error", "no such model", "model"}));
+  const json err = ib::parse_json<json>(error_json({404, "not_found_error", "no such model", "model"}));
   EXPECT_EQ(err["error"]["code"], 404);
   EXPECT_EQ(err["error"]["param"], "model");
 }
@@ -154,7 +157,7 @@ TEST(ServeApi, WhatCannotBeHonouredIsRefusedWithTheFieldNamed) {
 TEST(ServeApi, ResponsesAndChunksHaveOpenAisShape) {
   ApiError e;
   const ApiRequest chat = *parse_api_request(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", true, e);
-  const json whole = json::parse(completion_json(chat, "chatcmpl-1", 5, "m", "hi", "stop", {3, 2}));
+  const json whole = ib::parse_json<json>(completion_json(chat, "chatcmpl-1", 5, "m", "hi", "stop", {3, 2}));
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
@@ -162,16 +165,16 @@ TEST(ServeApi, ResponsesAndChunksHaveOpenAisShape) {
   const std::string first = stream_chunk(chat, "chatcmpl-1", 5, "m", "", "", true);
   ASSERT_EQ(first.rfind("data: ", 0), 0u);
   ASSERT_EQ(first.substr(first.size() - 2), "\n\n");
-  const json c0 = json::parse(first.substr(6));
+  const json c0 = ib::parse_json<json>(first.substr(6));
   EXPECT_EQ(c0["object"], "chat.completion.chunk");
   EXPECT_EQ(c0["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(c0["choices"][0]["finish_reason"].is_null());
-  const json last = json::parse(stream_chunk(chat, "chatcmpl-1", 5, "m", "", "length", false).substr(6));
+  const json last = ib::parse_json<json>(stream_chunk(chat, "chatcmpl-1", 5, "m", "", "length", false).substr(6));
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   const ApiRequest comp = *parse_api_request(R"({"model": "m", "prompt": "x"})", false, e);
-  EXPECT_EQ(json::parse(stream_chunk(comp, "cmpl-1", 5, "m", "ab", "", true).substr(6))["choices"][0]["text"], "ab");
-  EXPECT_EQ(json::parse(models_json("m", 1, 2048))["data"][0]["id"], "m");
+  EXPECT_EQ(ib::parse_json<json>(stream_chunk(comp, "cmpl-1", 5, "m", "ab", "", true).substr(6))["choices"][0]["text"], "ab");
+  EXPECT_EQ(ib::parse_json<json>(models_json("m", 1, 2048))["data"][0]["id"], "m");
 }
 
 TEST(ServeApi, TokenizeBodiesAndModelsWithAdapters) {
@@ -186,7 +189,7 @@ TEST(ServeApi, TokenizeBodiesAndModelsWithAdapters) {
   EXPECT_EQ(e.param, "tokens");
   EXPECT_FALSE(parse_tokenize_request(R"({"model": "m", "prompt": "x", "extra": 1})", true, e));
   EXPECT_EQ(e.param, "extra");
-  const json m = json::parse(models_json("base", 1, 2048, {"a", "b"}));
+  const json m = ib::parse_json<json>(models_json("base", 1, 2048, {"a", "b"}));
   ASSERT_EQ(m["data"].size(), 3u);
   EXPECT_TRUE(m["data"][0]["parent"].is_null());
   EXPECT_EQ(m["data"][2]["id"], "b");
@@ -331,7 +334,7 @@ TEST(ServeApi, ResponseFormatCarriesTheSchema) {
                           "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})",
                              true, e);
   ASSERT_TRUE(r) << e.message;
-  EXPECT_EQ(json::parse(r->response_schema)["properties"]["a"]["type"], "integer");
+  EXPECT_EQ(ib::parse_json<json>(r->response_schema)["properties"]["a"]["type"], "integer");
   r = parse_api_request(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})", false, e);
   ASSERT_TRUE(r) << e.message;
   EXPECT_EQ(r->response_schema, R"({"type":"object"})");
@@ -431,7 +434,7 @@ TEST(ServeApi, HostileBodiesAreRefusedAndTheirErrorsAreValidJson) {
     EXPECT_EQ(e.status, 400) << body.substr(0, 80);
     const std::string text = error_json(e);
     json j;
-    EXPECT_NO_THROW(j = json::parse(text)) << text.substr(0, 200);
+    EXPECT_NO_THROW(j = ib::parse_json<json>(text)) << text.substr(0, 200);
     return e.message;
   };
   EXPECT_NE(refused_json("{\"model\": \"m\", \"prompt\": \"a\xff\xfe b\"}").find("not valid JSON"), std::string::npos);
@@ -445,10 +448,10 @@ TEST(ServeApi, HostileBodiesAreRefusedAndTheirErrorsAreValidJson) {
   EXPECT_NE(refused_json(deep).find("nested deeper"), std::string::npos);
   // An error that quotes bytes that are not UTF-8 (a path's): replaced, not thrown.
   const std::string text = error_json({404, "not_found_error", "no route GET /\xff\xc3(", ""});
-  EXPECT_EQ(json::parse(text)["error"]["message"], "no route GET /\xEF\xBF\xBD\xEF\xBF\xBD(");
+  EXPECT_EQ(ib::parse_json<json>(text)["error"]["message"], "no route GET /\xEF\xBF\xBD\xEF\xBF\xBD(");
   // A text decoded between two tokens of one character, in a response.
   ApiRequest r;
-  EXPECT_TRUE(json::accept(completion_json(r, "id", 0, "m", "ab\xe2\x82", "length", {1, 1})));
+  EXPECT_TRUE(ib::json_accepts(completion_json(r, "id", 0, "m", "ab\xe2\x82", "length", {1, 1})));
 }
 
 // Our trained ib-draft-1m with its own tokenizer: a schema's documents through the scheduler.
@@ -459,7 +462,7 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
   const auto& vocab = m.vocab;
   const std::string schema_text = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
       "count": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}}, "required": ["name", "count", "ok"]})";
-  const auto schema = constrain::SchemaValidator::json::parse(schema_text);
+  const auto schema = ib::parse_json<constrain::SchemaValidator::json>(schema_text);
   const constrain::SchemaValidator validator(schema);
   for (const constrain::SchemaPath path : {constrain::SchemaPath::Grammar, constrain::SchemaPath::Dfa}) {
     SCOPED_TRACE(path == constrain::SchemaPath::Grammar ? "grammar" : "dfa");
@@ -489,7 +492,7 @@ TEST(ServeSchemaConstraint, EveryRequestWritesADocumentOfItsSchema) {
       if (!tokens.empty() && tokens.back() == vocab->eos) tokens.pop_back();
       const std::string text = tok->decode(tokens, true);
       constrain::SchemaValidator::json doc;
-      ASSERT_NO_THROW(doc = constrain::SchemaValidator::json::parse(text)) << text;
+      ASSERT_NO_THROW(doc = ib::parse_json<constrain::SchemaValidator::json>(text)) << text;
       EXPECT_TRUE(validator.valid(doc)) << text;
     }
   }

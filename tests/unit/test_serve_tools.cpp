@@ -10,6 +10,7 @@
 #include "../common/trained_model.h"
 #include "constrain/validator.h"
 #include "constrain/vocab.h"
+#include "core/json_input.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -66,11 +67,11 @@ TEST(ServeTools, ToolsAndToolChoiceAreParsedAndRefusedWithTheFieldNamed) {
       tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})"));
   EXPECT_EQ(named.tools.choice, ToolChoice::Named);
   EXPECT_EQ(named.schema_field, "tool_choice");
-  EXPECT_EQ(json::parse(named.response_schema)["required"], json::array({"zone"}));
+  EXPECT_EQ(ib::parse_json<json>(named.response_schema)["required"], json::array({"zone"}));
 
   const ApiRequest required =
       parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required", "parallel_tool_calls": false)"));
-  const json schema = json::parse(required.response_schema);
+  const json schema = ib::parse_json<json>(required.response_schema);
   EXPECT_EQ(schema["minItems"], 1);
   EXPECT_EQ(schema["maxItems"], 1);
   EXPECT_EQ(schema["items"]["anyOf"].size(), 3u);
@@ -166,7 +167,7 @@ TEST(ServeTools, TheHermesParserReadsCallsAfterTheContent) {
 TEST(ServeTools, MessagesAndChunksCarryTheCallsAsOpenAiWritesThem) {
   const ApiRequest r = parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": "required")"));
   ChoiceText c{"", "tool_calls", {}, {{"call_1", "get_time", R"({"zone":"UTC"})"}}, true};
-  const json whole = json::parse(completion_json(r, "chatcmpl-1", 5, "m", {c}, {3, 2}));
+  const json whole = ib::parse_json<json>(completion_json(r, "chatcmpl-1", 5, "m", {c}, {3, 2}));
   const json& m = whole["choices"][0]["message"];
   EXPECT_TRUE(m["content"].is_null());
   EXPECT_EQ(m["tool_calls"][0]["id"], "call_1");
@@ -174,12 +175,13 @@ TEST(ServeTools, MessagesAndChunksCarryTheCallsAsOpenAiWritesThem) {
   EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time");
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"zone":"UTC"})");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
-  const json first = json::parse(tool_calls_chunk(r, "c", 5, "m", {{0, "call_1", "get_time", "{\"zo"}}, true, {}, 0).substr(6));
+  const json first =
+      ib::parse_json<json>(tool_calls_chunk(r, "c", 5, "m", {{0, "call_1", "get_time", "{\"zo"}}, true, {}, 0).substr(6));
   const json& d = first["choices"][0]["delta"];
   EXPECT_EQ(d["role"], "assistant");
   EXPECT_TRUE(d["content"].is_null());
   EXPECT_EQ(d["tool_calls"][0]["function"]["name"], "get_time");
-  const json later = json::parse(tool_calls_chunk(r, "c", 5, "m", {{0, "", "", "ne\":1}"}}, false, {}, 0).substr(6));
+  const json later = ib::parse_json<json>(tool_calls_chunk(r, "c", 5, "m", {{0, "", "", "ne\":1}"}}, false, {}, 0).substr(6));
   const json& call = later["choices"][0]["delta"]["tool_calls"][0];
   EXPECT_FALSE(call.contains("id"));
   EXPECT_FALSE(call["function"].contains("name"));
@@ -201,7 +203,7 @@ TEST(ServeTools, ForcedCallsAreCallsOfTheOfferedFunctions) {
   using SchemaJson = constrain::SchemaValidator::json;
   std::map<std::string, SchemaJson> parameters;
   for (const Tool& t : probe.tools.tools)
-    parameters[t.name] = t.parameters.empty() ? SchemaJson::object() : SchemaJson::parse(t.parameters);
+    parameters[t.name] = t.parameters.empty() ? SchemaJson::object() : ib::parse_json<SchemaJson>(t.parameters);
   int calls = 0;
   for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
     const ApiRequest r = parse_chat(tool_chat_body(std::string(kToolsField) + R"(, "tool_choice": )" + choice));
@@ -233,7 +235,7 @@ TEST(ServeTools, ForcedCallsAreCallsOfTheOfferedFunctions) {
       for (const ToolCall& call : out.calls) {
         ASSERT_TRUE(parameters.count(call.name)) << call.name;
         const constrain::SchemaValidator validator(parameters[call.name]);
-        EXPECT_TRUE(validator.valid(SchemaJson::parse(call.arguments))) << call.name << " " << call.arguments;
+        EXPECT_TRUE(validator.valid(ib::parse_json<SchemaJson>(call.arguments))) << call.name << " " << call.arguments;
         ++calls;
       }
     }

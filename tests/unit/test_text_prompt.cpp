@@ -12,6 +12,7 @@
 
 #include "../common/run_kind.h"
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "core/spec.h"
 #include "model/text_prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +31,7 @@ constexpr const char* kFast = "{warmup: 0, min_samples: 1, min_time: 0, max_nois
 nlohmann::json expected(const std::string& name) {
   std::ifstream in(kModels / name / "expected.json");
   EXPECT_TRUE(in.good()) << name;
-  return nlohmann::json::parse(in);
+  return ib::parse_json<nlohmann::json>(in);
 }
 
 // A YAML double-quoted scalar of `s` (JSON's escapes are YAML's).

@@ -12,6 +12,7 @@
 #include "constrain/regex.h"
 #include "constrain/token_index.h"
 #include "constrain/vocab.h"
+#include "core/json_input.h"
 
 namespace ib::constrain {
 namespace {
@@ -151,7 +152,8 @@ void expect_masks_exact(const Dfa& d, const Vocabulary& v, const std::function<c
 
 TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
   auto v = load_vocabulary("gpt2");
-  auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_call.json"));
+  auto schema =
+      ib::parse_json<nlohmann::ordered_json>(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_call.json"));
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
   TokenMaskIndex index(d, v);
   EXPECT_LE(index.num_classes(), static_cast<size_t>(d->num_states));
@@ -166,7 +168,7 @@ TEST(TokenMasks, PrecomputedAndLazyAreExactOnEveryState) {
 // strings (and the UTF-8 and escape states beside them) must still give the brute-force masks.
 TEST(TokenMasks, TextSubtreesTakenWholeAreExact) {
   auto v = load_vocabulary("gpt2");
-  auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+  auto schema = ib::parse_json<nlohmann::ordered_json>(R"({"type":"object","properties":{
       "a":{"type":"string","maxLength":5}, "b":{"type":"string"}, "c":{"type":"string","pattern":"^[a-z ]{2,9}$"},
       "d":{"type":"string","minLength":3,"maxLength":12}},"required":["a","b","c","d"]})");
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
@@ -185,7 +187,7 @@ TEST(TokenMasks, MasksShareTheVocabularysStringPieces) {
   for (const char* schema_text : {R"({"type":"object","properties":{"a":{"type":"string","maxLength":30},
                                      "b":{"type":"string"}},"required":["a","b"]})",
                                   R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":9},"maxItems":2})"}) {
-    auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(nlohmann::ordered_json::parse(schema_text))));
+    auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(ib::parse_json<nlohmann::ordered_json>(schema_text))));
     LazyTokenMasker lazy(d, v);
     for (int pass = 0; pass < 2; ++pass) {
       expect_masks_exact(*d, *v, [&](int32_t s) { return lazy.mask(s); });
@@ -242,8 +244,8 @@ TEST(TokenMasks, TokenClassesGiveEachStateItsOwnMask) {
     auto trie = vocab_trie(v);
     const size_t words = (static_cast<size_t>(v->size()) + 31) / 32;
     for (const auto& name : schemas) {
-      auto schema =
-          nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+      auto schema = ib::parse_json<nlohmann::ordered_json>(
+          read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
       const Dfa d = compile_dfa(schema_to_regex(schema));
       const TextProfile text = text_profile(d);
       const MaskClasses tc = token_classes(d, *trie, text);
@@ -328,7 +330,8 @@ TEST(TokenMasks, PrecomputedIndexFromPartsIsExact) {
   TokenMaskIndex tiny(small, vp);
   expect_masks_exact(*small, v, [&](int32_t s) { return tiny.mask(s); });
 
-  auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_union.json"));
+  auto schema =
+      ib::parse_json<nlohmann::ordered_json>(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/tool_union.json"));
   auto d = std::make_shared<const Dfa>(compile_dfa(schema_to_regex(schema)));
   const TextProfile text = text_profile(*d);
   for (const std::string vname : {"gpt2", "llama2", "deepseek-llm"}) {
@@ -358,7 +361,8 @@ TEST(TokenMasks, MaskClassesAreTheMoorePartitions) {
     return true;
   };
   for (const char* name : {"tool_union", "order", "tree"}) {
-    auto schema = nlohmann::ordered_json::parse(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
+    auto schema =
+        ib::parse_json<nlohmann::ordered_json>(read_text(std::string(IB_SOURCE_DIR) + "/experiments/schemas/" + name + ".json"));
     const Dfa d = compile_dfa(schema_to_regex(schema));
     const size_t n = static_cast<size_t>(d.num_states), k = static_cast<size_t>(d.num_classes);
     std::vector<int32_t> block(n, 0);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
+#include "core/json_input.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ib::tokenizer {
@@ -87,7 +88,7 @@ TEST_P(TokenizerBattery, MatchesTokenizersLibrary) {
   const std::string name = GetParam();
   const std::string path = kSource + "/tests/data/hf/tokenizers/" + name + ".battery.json";
   if (!fs::exists(path)) GTEST_SKIP() << path << " not written yet";
-  const auto battery = nlohmann::json::parse(read(path));
+  const auto battery = ib::parse_json<nlohmann::json>(read(path));
   auto t = tokenizer_for(name);
   size_t matched = 0;
   const auto& cases = battery.at("cases");

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data_dir.h"
+#include "core/json_input.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -30,7 +31,7 @@ const std::vector<std::string> kFamily = {"ib-target-16m", "ib-draft-5m", "ib-dr
 nlohmann::json golden(const std::string& name) {
   std::ifstream in(kGolden / (name + ".golden.json"));
   EXPECT_TRUE(in.good()) << name << ": run scripts/train-models (data/models/README.md)";
-  return in.good() ? nlohmann::json::parse(in) : nlohmann::json::object();
+  return in.good() ? ib::parse_json<nlohmann::json>(in) : nlohmann::json::object();
 }
 
 class TrainedModel : public ::testing::TestWithParam<std::string> {};

@@ -5,6 +5,7 @@
 // timing the process from here would time python's start-up, not the kernel. No torch, no GPU
 // or a backend that refuses the shape make an `unsupported` row that says which.
 #include "kinds/attention/torch_peer.h"
+#include "core/json_input.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -65,7 +66,7 @@ PeerReading read_result(const PeerProcess& p, const PeerRun& run) {
                                          why.empty() ? "" : ": " + why));
   }
   try {
-    const nlohmann::json j = nlohmann::json::parse(line);
+    const nlohmann::json j = ib::parse_json<nlohmann::json>(line);
     const std::string status = j.at("status").get<std::string>();
     const std::string reason = j.value("reason", std::string());
     if (status == "unsupported") {

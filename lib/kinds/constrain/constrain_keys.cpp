@@ -249,6 +249,13 @@ const ParamSet<GenerateKeys>& generate_keys() {
 std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values) {
   const SpecValues<ConstraintKeys> v(gpt2_constraint(), values);
   const auto constraints = v.field(&ConstraintKeys::constraint), vocabs = v.field(&ConstraintKeys::vocab);
+  // Every way the spec compiles a schema.
+  const auto whitespaces = v.field(&ConstraintKeys::whitespace);
+  const auto recursions = v.field(&ConstraintKeys::max_recursion);
+  const auto stricts = v.field(&ConstraintKeys::strict_properties);
+  const auto drafts = v.field(&ConstraintKeys::schema_draft);
+  const auto uniques = v.field(&ConstraintKeys::unique_items);
+  const auto fallbacks = v.field(&ConstraintKeys::fallback);
   for (const std::string& c : constraints.values) {
     std::string source;
     try {
@@ -266,14 +273,13 @@ std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std:
                                     fmt::join(bundled, ", "))};
     }
     if (c.rfind("choice:", 0) == 0) continue;
-    // Every way the spec compiles it.
     ConstraintKeys k;
-    for (const auto& whitespace : v.field(&ConstraintKeys::whitespace).values)
-      for (const auto recursion : v.field(&ConstraintKeys::max_recursion).values)
-        for (const auto strict : v.field(&ConstraintKeys::strict_properties).values)
-          for (const auto& draft : v.field(&ConstraintKeys::schema_draft).values)
-            for (const auto& unique : v.field(&ConstraintKeys::unique_items).values)
-              for (const auto& fallback : v.field(&ConstraintKeys::fallback).values) {
+    for (const auto& whitespace : whitespaces.values)
+      for (const auto recursion : recursions.values)
+        for (const auto strict : stricts.values)
+          for (const auto& draft : drafts.values)
+            for (const auto& unique : uniques.values)
+              for (const auto& fallback : fallbacks.values) {
                 k.whitespace = whitespace;
                 k.max_recursion = recursion;
                 k.strict_properties = strict;

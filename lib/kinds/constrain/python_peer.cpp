@@ -11,6 +11,7 @@
 // documents are checked by our independent validator (validity_check). No python, no package, a
 // schema the peer refuses: an `unsupported` row that says which.
 #include "kinds/constrain/python_peer.h"
+#include "core/json_input.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -270,7 +271,7 @@ class PythonPeer : public Variant {
                                            p.exit_code, why.empty() ? "" : ": " + why));
     }
     try {
-      const nlohmann::json j = nlohmann::json::parse(line);
+      const nlohmann::json j = ib::parse_json<nlohmann::json>(line);
       const std::string status = j.at("status").get<std::string>();
       const std::string reason = j.value("reason", std::string());
       if (status == "unsupported") {

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data_dir.h"
+#include "core/json_input.h"
 #include "core/peer_process.h"
 #include "core/registry.h"
 #include "core/spec.h"
@@ -140,7 +141,7 @@ class LlamaCppPeer : public Variant {
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
       if (line.empty() || line[0] != '{') continue;
-      const auto j = nlohmann::json::parse(line, nullptr, false);
+      const auto j = ib::parse_json_or_discarded<nlohmann::json>(line);
       if (j.is_discarded() || !j.contains("t_tg")) continue;
       m.samples.push_back(what_ == DecodeMeasure::Step ? j.at("t_tg").get<double>() / tg : j.at("t_pp").get<double>());
     }

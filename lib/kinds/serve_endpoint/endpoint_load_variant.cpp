@@ -113,9 +113,10 @@ void EndpointLoad::prepare(const Point& p, BackendRuntime&, uint64_t seed) {
     schema_ = parse_json_bounded<constrain::SchemaValidator::json>(read_input_file(keys_.response_schema, 16 << 20),
                                                                    keys_.response_schema, 128);
     validator_ = std::make_unique<constrain::SchemaValidator>(schema_);
-    response_format_ = nlohmann::json{{"type", "json_schema"},
-                                      {"json_schema", {{"name", "load"}, {"schema", nlohmann::json::parse(schema_.dump())}}}}
-                           .dump();
+    response_format_ =
+        nlohmann::json{{"type", "json_schema"},
+                       {"json_schema", {{"name", "load"}, {"schema", ib::parse_json<nlohmann::json>(schema_.dump())}}}}
+            .dump();
   }
 }
 

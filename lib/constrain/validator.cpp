@@ -87,7 +87,7 @@ bool SchemaValidator::multiple_of(const json& x, const json& m) {
   return r == 0;
 }
 
-const SchemaValidator::json*SchemaValidator::anchor(const json& node, const std::string& name) {
+const SchemaValidator::json* SchemaValidator::anchor(const json& node, const std::string& name) {
   if (node.is_object()) {
     if (node.contains("$anchor") && node["$anchor"] == name) return &node;
     for (const char* k : {"$id", "id"})
@@ -102,7 +102,7 @@ const SchemaValidator::json*SchemaValidator::anchor(const json& node, const std:
   return nullptr;
 }
 
-const SchemaValidator::json&SchemaValidator::resolve(std::string ref) const {
+const SchemaValidator::json& SchemaValidator::resolve(std::string ref) const {
   const char* id_key = draft_ == Draft::Draft4 ? "id" : "$id";
   if (root_.is_object() && root_.contains(id_key) && root_[id_key].is_string()) {
     const std::string id = root_[id_key].get<std::string>(), base = id.substr(0, id.find('#'));

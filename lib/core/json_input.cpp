@@ -2,7 +2,6 @@
 
 #include <istream>
 
-
 namespace ib {
 
 template <class Json>

@@ -54,6 +54,11 @@ struct KindInfo {
   // Rows also report `mem saving (×)`: the baseline's peak memory over the row's (both measured
   // by the tracker at the same point).
   bool memory_saving = false;
+  // Rows count the bytes and FLOPs of the work they time (Variant::work), so a run of the kind
+  // measures the backend's peaks first for the roofline columns. False for a kind whose rows time
+  // something no peak bounds (an endpoint's answers, a scheduler's policy): a run of such kinds
+  // only skips that measurement. The conformance test checks the flag against the rows.
+  bool roofline = false;
   // Checks across keys, run at spec validation once every value is parsed: `values` holds each of
   // the kind's keys with its values (a constant as one value, an axis as all of them). Returns
   // the first problem (the error is "file:line:col: experiments[i].<key>: <message>", exit 2).

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "core/nvtx.h"
 #include "core/output.h"
 #include "core/plot.h"
+#include "core/registry.h"
 #include "core/report.h"
 #include "core/runner.h"
 #include "core/sysinfo.h"
@@ -191,12 +193,20 @@ int run_into_dir(const std::string& path, const SessionOptions& o, Backend backe
                         backend == Backend::Cpu && !cuda_unavailable_reason().empty()
                             ? " — " + cuda_unavailable_reason() + "; the CPU backend runs the spec's scaled sizes"
                             : ""));
-  notes.say("measuring the peaks (copy, GEMM) for the roofline columns");
   install_interrupt_handler();
-  rs.meta.ceilings = measure_ceilings(*rt);
+  // The peaks cost seconds (many under a sanitizer) and only roofline columns use them.
+  const bool roofline = std::any_of(spec.experiments.begin(), spec.experiments.end(), [](const ExperimentSpec& e) {
+    const KindInfo* kind = Registry::instance().kind(e.kind);
+    return kind && kind->roofline;
+  });
+  if (roofline) {
+    notes.say("measuring the peaks (copy, GEMM) for the roofline columns");
+    rs.meta.ceilings = measure_ceilings(*rt);
+  }
   if (o.format == "md")
     out(fmt::format("## infer-bench {} — {} ({} backend)\n\npeaks: {}\n", file_stem(path), rs.meta.device.name,
-                    to_string(backend), rs.meta.ceilings.describe()));
+                    to_string(backend),
+                    roofline ? rs.meta.ceilings.describe() : "not measured (no experiment here counts bytes or FLOPs)"));
 
   SessionObserver observer(rs, dir, o);
   RunnerOptions ro;

@@ -49,6 +49,21 @@ inline void expect_conformance(const std::string& kind_name, Backend backend) {
     if (v.backend == backend || v.host) rows_of[v.name] = 0;
   for (const Row& row : r.rows) ++rows_of[row.variant];
   for (const auto& [variant, rows] : rows_of) EXPECT_EQ(rows * rows_of.size(), r.rows.size()) << variant;
+  // A run measures the peaks only for kinds that declare roofline columns: a kind whose rows count
+  // bytes or FLOPs must declare them, and one that declares them must count some.
+  bool counted = false, measured = false;
+  for (const Row& row : r.rows) {
+    if (row.status != RowStatus::Ok) continue;
+    measured = true;
+    if (row.work.flops > 0 || row.work.bytes > 0) {
+      counted = true;
+      EXPECT_TRUE(kind->roofline) << row.variant << " counts bytes or FLOPs; kind " << kind->name
+                                  << " must declare KindInfo::roofline for its runs to measure the peaks";
+    }
+  }
+  if (measured && backend == Backend::Cpu) {
+    EXPECT_EQ(counted, kind->roofline) << "kind " << kind->name << " declares roofline columns no row fills";
+  }
   for (const Row& row : r.rows) {
     const VariantDecl* decl = find_variant(*kind, row.variant);
     ASSERT_NE(decl, nullptr) << row.variant;

@@ -206,8 +206,15 @@ class JsonMutator {
         }
         break;
       case 4:
-        for (size_t k = 1 + rng_() % 2000; k > 0; --k)
-          *n = rng_() % 2 ? nlohmann::ordered_json::array({*n}) : nlohmann::ordered_json{{"a", *n}};
+        // Moved, not copied, into each new level: copying made this quadratic in the depth.
+        for (size_t k = 1 + rng_() % 2000; k > 0; --k) {
+          nlohmann::ordered_json level = rng_() % 2 ? nlohmann::ordered_json::array() : nlohmann::ordered_json::object();
+          if (level.is_array())
+            level.push_back(std::move(*n));
+          else
+            level["a"] = std::move(*n);
+          *n = std::move(level);
+        }
         break;
       default:
         if (n->is_string()) {

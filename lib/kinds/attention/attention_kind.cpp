@@ -64,6 +64,7 @@ KindInfo attention_kind() {
       "with its output poisoned first; FLOPs = 4·head_dim per visible (query, key) pair.";
   k.keys = attention_keys().keys();
   k.memory_saving = true;
+  k.roofline = true;
   return k;
 }
 

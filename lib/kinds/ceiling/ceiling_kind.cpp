@@ -29,6 +29,7 @@ KindInfo ceiling_kind() {
       "Peak rates of the machine: copy bandwidth (bytes read + written per second) and dense GEMM "
       "throughput (2·m·n·k FLOP per run). `copy`/`memcpy` use `bytes`; `gemm`/`sgemm` use `m`, `n`, `k`, `dtype`.";
   k.keys = ceiling_keys().keys();
+  k.roofline = true;
   return k;
 }
 

@@ -88,12 +88,18 @@ class CpuLmHead : public Variant {
   int32_t token_ = -1;
 };
 
-const KindRegistration overhead_kind(constrain_kind(
-    "constrain-overhead",
-    "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
-    "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
-    "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
-    overhead_keys().keys(), "model: tiny\n"));
+KindInfo overhead_kind() {
+  KindInfo k = constrain_kind(
+      "constrain-overhead",
+      "The cost of a mask at a decode step, against the LM head alone (logits = W·x, then greedy choice): "
+      "lm_head_argmax vs lm_head_masked_argmax (GPU: cuBLAS GEMV + fused mask/argmax kernel, bitmask uploaded each "
+      "step; CPU: SGEMV + masked argmax). The ratio is the overhead; a full engine decode step comes with the engine.",
+      overhead_keys().keys(), "model: tiny\n");
+  k.roofline = true;
+  return k;
+}
+
+const KindRegistration overhead_registration(overhead_kind());
 
 // The CUDA variants are declared in cuda_overhead.cpp.
 const VariantListRegistration overhead_variants(

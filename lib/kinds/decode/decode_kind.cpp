@@ -22,6 +22,7 @@ KindInfo decode_kind() {
       "checked against a recomputation without the KV cache (the cached steps' logits vs one prefill of the whole "
       "sequence). A decode step's roofline is weights + KV read once; a prefill's, its FLOPs.";
   k.keys = decode_keys().keys();
+  k.roofline = true;
   k.check = [](const auto& values) {
     const SpecValues<DecodeKeys> v(decode_keys(), values);
     const auto model = v.field(&DecodeKeys::model), weights = v.field(&DecodeKeys::weights);

@@ -20,6 +20,7 @@ KindInfo quant_kind() {
   k.name = "kv-quant";
   k.smallest = "heads: 2\nhead_dim: 32\ncontext: 64\n";
   k.group = "kvcache";
+  k.roofline = true;
   k.doc = std::string(kDecodeDoc) + " Variants differ by the cache format; `block_size` > 0 runs them over block tables.";
   k.keys = kv_quant_keys().keys();
   return k;
@@ -30,6 +31,7 @@ KindInfo paged_kind() {
   k.name = "kv-paged";
   k.smallest = "heads: 2\nhead_dim: 32\ncontext: 64\n";
   k.group = "kvcache";
+  k.roofline = true;
   k.doc = std::string(kDecodeDoc) +
           " PagedAttention: the paged variants read K/V through per-sequence block tables "
           "made by the block manager (blocks scattered over the pool); the contiguous ones from one buffer per sequence.";

@@ -110,6 +110,7 @@ KindInfo synthetic_kind() {
       "policy's bookkeeping, the new K/V written into its slot and attention over the slots. `bookkeeping` times the "
       "policy's decisions alone. `KV held` prices the held tokens at kv_model's K/V bytes (all layers, bf16).";
   k.keys = evict_keys().keys();
+  k.roofline = true;
   return k;
 }
 

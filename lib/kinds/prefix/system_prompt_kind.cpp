@@ -340,6 +340,7 @@ KindInfo system_prompt_kind() {
       "`saved` = uncached − cached medians; `device-s/s saved` = saved × qps / 1000 is derived, not measured. The gate: "
       "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
   k.keys = system_prompt_kind_keys().keys();
+  k.roofline = true;
   k.check = [](const std::map<std::string, std::vector<Value>>& values) {
     if (auto problem = check_workload_keys(values, /*mixed=*/false)) return problem;
     const SpecValues<SystemPromptKindKeys> v(system_prompt_kind_keys(), values);

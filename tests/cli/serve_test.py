@@ -398,13 +398,17 @@ def api_key(binary, src):
         s.p.kill()
 
 
-def raw(port, data, timeout=60):
-    """Sends `data` (bytes) as it is and reads the answer to the end: (status, headers, body)."""
+def raw(port, data, timeout=60, close_write=False):
+    """Sends `data` (bytes) as it is and reads the answer to the end: (status, headers, body).
+    `close_write`: then ends the sending side, as a client that sent all it will does (the server
+    sees the end of a cut request at once instead of waiting out its read timeout)."""
     import socket
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
         try:
             c.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
+            if close_write:
+                c.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError, OSError):
             pass  # refused before the body was read: its answer follows
         got = b""
         while True:
@@ -519,11 +523,13 @@ def hostile(binary, src):
                     data[at:at] = rng.choice(pieces)
                 else:
                     del data[at:at + rng.randint(1, 8)]
-            # Most keep a true Content-Length (a false one waits out --read-timeout, 1 s here).
+            # Most keep a true Content-Length and end their sending side; a few (a false length, the
+            # connection left open) wait out --read-timeout, 1 s here.
             head, sep, body = bytes(data).partition(b"\r\n\r\n")
-            if sep and rng.random() < 0.95:
+            silent = not sep or rng.random() < 0.03
+            if not silent:
                 data = re.sub(rb"(?i)content-length: *\d+", b"Content-Length: " + str(len(body)).encode(), head) + sep + body
-            status, _, _ = raw(s.port, bytes(data), timeout=30)
+            status, _, _ = raw(s.port, bytes(data), timeout=30, close_write=not silent or i % 4 != 0)
             check(s.p.poll() is None, f"fuzzed request {i} killed the server: {bytes(data)[:200]!r}")
             check(status != 500, f"fuzzed request {i}: 500 for {bytes(data)[:200]!r}")
         status, _ = s.request("GET", "/health")

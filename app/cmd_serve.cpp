@@ -275,7 +275,7 @@ void register_serve(Cli& cli) {
                   "speculative decoding, vLLM's JSON: prompt lookup '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (defaults 4 and 2), or a draft model "
                   "'{\"model\": PATH, \"num_speculative_tokens\": 4}' (its greedy tokens; the model's vocabulary); each decoding "
-                  "request without a response_format drafts and verifies in the batch, its output unchanged");
+                  "request drafts and verifies in the batch (one with a response_format under its schema), its output unchanged");
   sub->add_option("--lora", s.lora,
                   "NAME=DIR: a PEFT LoRA adapter resident beside the model, served when a request's model is NAME "
                   "(vLLM's --lora-modules; repeatable)");

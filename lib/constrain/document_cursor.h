@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace ib::constrain {
 
@@ -20,6 +21,9 @@ class DocumentCursor {
   // The token drawn (not EOS): true when the document is now complete (nothing may follow).
   // Throws std::logic_error when the token leaves the constraint's language.
   virtual bool accept(int32_t token) = 0;
+  // An independent cursor at this one's position, sharing the masker's caches: speculative
+  // decoding steps it along a draft while this one waits for the verified tokens.
+  virtual std::unique_ptr<DocumentCursor> clone() const = 0;
 };
 
 }  // namespace ib::constrain

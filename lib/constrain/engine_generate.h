@@ -84,6 +84,7 @@ class DfaCursor : public DocumentCursor {
   bool complete_at_start() const override;
   const uint32_t* mask(int left) override { return masker_.mask(state_, left); }
   bool accept(int32_t token) override;
+  std::unique_ptr<DocumentCursor> clone() const override { return std::make_unique<DfaCursor>(*this); }
   int32_t state() const { return state_; }
 
  private:

@@ -60,6 +60,7 @@ class GrammarCursor : public DocumentCursor {
   bool complete_at_start() const override;
   const uint32_t* mask(int left) override { return masker_.mask(stacks_, left); }
   bool accept(int32_t token) override;
+  std::unique_ptr<DocumentCursor> clone() const override { return std::make_unique<GrammarCursor>(*this); }
   const GrammarStacks& stacks() const { return stacks_; }
 
  private:

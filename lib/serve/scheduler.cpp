@@ -69,8 +69,28 @@ void Scheduler::release_draft(Active& a) {
   a.draft_cached = 0;
 }
 
-void Scheduler::draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms) {
+void Scheduler::cut_to_constraint(Active& a) const {
+  if (a.draft.empty() || !a.request.constraint) return;
+  const std::unique_ptr<TokenConstraint> along = a.request.constraint->fork();
+  if (!along) return;
+  for (size_t t = 0; t < a.draft.size(); ++t) {
+    bool complete = false;
+    try {
+      complete = along->accept(a.draft[t]);
+    } catch (const std::exception&) {  // the token leaves the language: no draw can equal it
+      a.draft.resize(t);
+      return;
+    }
+    if (complete) {  // nothing may follow it
+      a.draft.resize(t + 1);
+      return;
+    }
+  }
+}
+
+void Scheduler::draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms_asked) {
   model::Model& m = *o_.draft_model;
+  std::vector<int> rooms = rooms_asked;
   // Catch up: every token the draft's cache lacks, the last one's logits giving the first draft.
   std::vector<int> seqs, counts;
   std::vector<int32_t> tokens;
@@ -86,30 +106,81 @@ void Scheduler::draft_from_model(const std::vector<Active*>& drafting, const std
     a->draft_cached = a->total();
   }
   const int n = static_cast<int>(drafting.size());
+  // A constrained request drafts along a fork of its constraint: the draft model's greedy token
+  // among those the constraint allows (its draws are made among them too); its draft ends where
+  // the constraint allows nothing or is complete. Then the pass's logits are read on the host.
+  std::vector<std::unique_ptr<TokenConstraint>> along(drafting.size());
+  bool host = false;
+  for (size_t i = 0; i < drafting.size(); ++i)
+    if (drafting[i]->request.constraint) {
+      along[i] = drafting[i]->request.constraint->fork();
+      host |= along[i] != nullptr;
+    }
+  const int V = m.config().vocab;
+  std::vector<float> logits;
+  model::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  // Request i's draft token t from its row's logits `l` (or the backend's greedy token): -1 ends its draft.
+  auto choose = [&](size_t i, int t, const float* l, int32_t backend_greedy) -> int32_t {
+    if (!host) return backend_greedy;
+    if (!along[i]) return static_cast<int32_t>(std::max_element(l, l + V) - l);
+    const Active& a = *drafting[i];
+    const int left = a.request.max_tokens - static_cast<int>(a.output.size()) - t;
+    const int32_t token = along[i]->choose(l, V, greedy, 0.0f, left);
+    bool complete = false;
+    if (token >= 0) try {
+        complete = along[i]->accept(token);
+      } catch (const std::exception&) {
+        return -1;
+      }
+    if (token < 0 || complete) rooms[i] = token < 0 ? t : t + 1;
+    return token;
+  };
   std::vector<int32_t> next(drafting.size());
   model::StepOutput so;  // greedy: a point-mass draft
-  so.next = next.data();
+  if (host) {
+    logits.resize(static_cast<size_t>(n) * static_cast<size_t>(V));
+    so.logits = logits.data();
+  } else {
+    so.next = next.data();
+  }
   m.prefill_batch(seqs.data(), counts.data(), n, tokens.data(), so, /*last_only=*/true);
-  for (int i = 0; i < n; ++i) drafting[static_cast<size_t>(i)]->draft = {next[static_cast<size_t>(i)]};
+  for (int i = 0; i < n; ++i) {
+    Active* a = drafting[static_cast<size_t>(i)];
+    const int32_t token = choose(static_cast<size_t>(i), 0, logits.data() + static_cast<size_t>(i) * static_cast<size_t>(V),
+                                 next[static_cast<size_t>(i)]);
+    a->draft.clear();
+    if (token >= 0) a->draft.push_back(token);
+  }
   // Then one batched step per further token, for the requests that have room for it.
   for (int t = 1;; ++t) {
     std::vector<int> step_seqs;
     std::vector<int32_t> fed;
     std::vector<Active*> who;
+    std::vector<size_t> index;  // who[k] is drafting[index[k]]
     for (int i = 0; i < n; ++i)
-      if (rooms[static_cast<size_t>(i)] > t) {
+      if (rooms[static_cast<size_t>(i)] > t && static_cast<int>(drafting[static_cast<size_t>(i)]->draft.size()) == t) {
         Active* a = drafting[static_cast<size_t>(i)];
         step_seqs.push_back(a->draft_seq);
         fed.push_back(a->draft.back());
         who.push_back(a);
+        index.push_back(static_cast<size_t>(i));
         ++a->draft_cached;
       }
     if (who.empty()) break;
     std::vector<int32_t> out(who.size());
     model::StepOutput ds;
-    ds.next = out.data();
+    if (host) {
+      logits.resize(who.size() * static_cast<size_t>(V));
+      ds.logits = logits.data();
+    } else {
+      ds.next = out.data();
+    }
     m.decode(step_seqs.data(), fed.data(), static_cast<int>(who.size()), ds);
-    for (size_t k = 0; k < who.size(); ++k) who[k]->draft.push_back(out[k]);
+    for (size_t k = 0; k < who.size(); ++k) {
+      const int32_t token = choose(index[k], t, logits.data() + k * static_cast<size_t>(V), out[k]);
+      if (token >= 0) who[k]->draft.push_back(token);
+    }
   }
 }
 
@@ -295,13 +366,13 @@ void Scheduler::plan_continuous(StepResult& out) {
     budget -= a.chunk;
   }
   // Speculative decoding: their drafts, from the budget left, before the prompts. A draft leaves
-  // room for the token drawn after it (max_tokens) and is not verified under a constraint (its
-  // state would have to be stepped along the draft and back).
+  // room for the token drawn after it (max_tokens). A constrained request's drafts are proposed
+  // without its constraint and verified under it (step() steps its state along the draws).
   if (o_.spec_tokens > 0) {
     std::vector<Active*> drafting;  // draft model: the requests it drafts for, and how far
     std::vector<int> rooms;
     for (Active& a : running_) {
-      if (a.chunk == 0 || a.request.constraint || budget <= 0) continue;
+      if (a.chunk == 0 || budget <= 0) continue;
       int room = std::min({o_.spec_tokens, a.request.max_tokens - static_cast<int>(a.output.size()) - 1, budget});
       if (o_.draft_model) room = std::min(room, o_.draft_model->config().max_positions - a.total());
       if (room <= 0) continue;
@@ -314,6 +385,7 @@ void Scheduler::plan_continuous(StepResult& out) {
       std::vector<int32_t> history = a.request.prompt;
       history.insert(history.end(), a.output.begin(), a.output.end());
       a.draft = specdec::ngram_propose(history, room, o_.spec_ngram_min, o_.spec_ngram_max);
+      cut_to_constraint(a);
       budget -= static_cast<int>(a.draft.size());
     }
     if (!drafting.empty()) draft_from_model(drafting, rooms);
@@ -415,6 +487,8 @@ StepResult Scheduler::step() {
   // them), and their log-probabilities.
   std::vector<std::vector<int32_t>> picks(rows.size());
   std::vector<std::vector<std::optional<TokenLogprob>>> pick_logprobs(rows.size());
+  // A constrained row's picks, each as its constraint took it (accept() returned "complete").
+  std::vector<std::vector<char>> completes(rows.size());
   std::vector<float> processed;
   std::vector<int32_t> so_far;   // a row's output with the drafts kept so far (its penalties' history)
   bool own_sampling = drafting;  // verification reads the logits on the host
@@ -484,18 +558,29 @@ StepResult Scheduler::step() {
         }
         int32_t token = -1;
         if (a.request.constraint) {
-          const int left = a.request.max_tokens - static_cast<int>(a.output.size());
+          const int left = a.request.max_tokens - static_cast<int>(index);
           token = a.request.constraint->choose(l, static_cast<int>(V), sp, u, left);
           if (token < 0) failure[j] = "its constraint allows no token here";
         } else {
           token = model::sample_token(l, static_cast<int>(V), sp, u);
         }
         if (token < 0) break;
+        // Every token drawn here is emitted (the drafts kept, then the first draw that differs), so
+        // a constraint takes each as it is drawn: the next position is chosen from its state after
+        // this token, as decoding would choose it.
+        bool complete = false;
+        if (a.request.constraint) try {
+            complete = a.request.constraint->accept(token);
+          } catch (const std::exception& e) {
+            failure[j] = e.what();
+            break;
+          }
         picks[j].push_back(token);
+        completes[j].push_back(complete);
         pick_logprobs[j].push_back(a.request.logprobs >= 0 ? std::optional<TokenLogprob>(token_logprob(raw, static_cast<int>(V),
                                                                                                        token, a.request.logprobs))
                                                            : std::nullopt);
-        if (static_cast<size_t>(t) >= a.draft.size() || token != a.draft[static_cast<size_t>(t)]) break;
+        if (complete || static_cast<size_t>(t) >= a.draft.size() || token != a.draft[static_cast<size_t>(t)]) break;
         if (a.request.processors.active()) so_far.push_back(token);
       }
     }
@@ -514,17 +599,10 @@ StepResult Scheduler::step() {
       a.done = true;
       out.failed.push_back({a.request.id, why});
     };
-    if (!failure[j].empty()) fail(failure[j]);
     int kept = 0;  // drafted tokens emitted
     for (size_t t = 0; t < picks[j].size() && !a.done; ++t) {
       const int32_t token = picks[j][t];
-      bool complete = false;
-      if (a.request.constraint) try {
-          complete = a.request.constraint->accept(token);
-        } catch (const std::exception& e) {
-          fail(e.what());
-          break;
-        }
+      const bool complete = a.request.constraint && completes[j][t];
       a.output.push_back(token);
       if (t < a.draft.size() && token == a.draft[t]) ++kept;
       const bool stopped =
@@ -533,6 +611,8 @@ StepResult Scheduler::step() {
       a.done = stopped || static_cast<int>(a.output.size()) >= a.request.max_tokens;
       out.tokens.push_back({a.request.id, token, a.done, stopped, std::move(pick_logprobs[j][t])});
     }
+    // What stopped the draws (after the tokens drawn before it, as decoding would have emitted them).
+    if (!failure[j].empty() && !a.done) fail(failure[j]);
     out.accepted += kept;
     if (!a.draft.empty() && !out.tokens.empty() && out.tokens.back().request == a.request.id) {
       out.tokens.back().drafted = static_cast<int>(a.draft.size());

@@ -29,12 +29,15 @@
 //   the partial last block copied on its first write, nothing else copied) and prefills only
 //   what follows.
 // - Speculative decoding (continuous; vLLM's prompt lookup, `"method": "ngram"`): a decoding
-//   request without a constraint drafts up to spec_tokens tokens by looking its last n tokens up
+//   request drafts up to spec_tokens tokens by looking its last n tokens up
 //   earlier in its own prompt and output, and its row in the step runs its last token and the
 //   drafts together (every row's logits). Each position's token is drawn as it would be without
 //   speculation (the request's seed and token index), and the drafts are kept while they equal
 //   those draws: the output is the one decoding gives, token for token, at any temperature (for a
-//   point-mass draft this is the rejection sampling of Leviathan et al.). Rejected drafts' K/V are
+//   point-mass draft this is the rejection sampling of Leviathan et al.). A constrained request
+//   (response_format) is verified under its constraint, stepped along the draws: each position
+//   chooses among the tokens the constraint allows after the drafts before it, so its output is
+//   again decoding's, and a draft the constraint forbids is never kept. Rejected drafts' K/V are
 //   truncated away. Drafted tokens take the token budget before prompt chunks. With a draft
 //   model (SchedulerOptions::draft_model) the drafts are its greedy tokens instead: it keeps a
 //   sequence per request, catches up on the tokens it has not seen (the prompt, then what was
@@ -175,9 +178,12 @@ class Scheduler {
   bool evict_prefix();         // the least recently used cached prefix released; false if none
   void preempt_last(StepResult& out);
   void finish(Active& a);  // its sequence released, or kept in the prefix cache
-  // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation), and its sequence freed.
+  // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation, under
+  // a fork of its constraint where it has one).
   void draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms);
-  void release_draft(Active& a);
+  // A constrained request's draft cut where it leaves the constraint's language or completes it.
+  void cut_to_constraint(Active& a) const;
+  void release_draft(Active& a);  // its sequence in the draft model freed
 
   model::Model& engine_;
   SchedulerOptions o_;

@@ -55,6 +55,12 @@ int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::Sa
   return constrain::sample_masked(logits, c_->vocab->size(), cursor_->mask(left), p.greedy() ? 0.0f : p.temperature, u, scratch_);
 }
 
+std::unique_ptr<TokenConstraint> SchemaConstraint::fork() const {
+  auto copy = std::make_unique<SchemaConstraint>(c_);
+  copy->cursor_ = cursor_->clone();
+  return copy;
+}
+
 bool SchemaConstraint::accept(int32_t token) {
   if (token == c_->vocab->eos) return true;
   try {

@@ -40,6 +40,7 @@ class SchemaConstraint : public TokenConstraint {
   bool on_grammar() const;
   int32_t choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) override;
   bool accept(int32_t token) override;
+  std::unique_ptr<TokenConstraint> fork() const override;
 
  private:
   std::shared_ptr<Compiled> c_;

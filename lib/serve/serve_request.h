@@ -25,6 +25,11 @@ class TokenConstraint {
   virtual int32_t choose(const float* logits, int vocab, const model::SamplingParams& p, float u, int left) = 0;
   // The token chosen; true when the output is complete (EOS, or nothing may follow).
   virtual bool accept(int32_t token) = 0;
+  // A copy at this one's position that moves apart from it: speculative decoding drafts along it
+  // (a draft cut where it leaves the language; a draft model's tokens chosen among those it
+  // allows). nullptr where it cannot be copied: drafts are then proposed without it, and verified
+  // under the constraint itself all the same.
+  virtual std::unique_ptr<TokenConstraint> fork() const { return nullptr; }
 };
 
 // A load's request (its id, arrival, prompt, output tokens, class and adapter) and what a server's

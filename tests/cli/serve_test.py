@@ -750,15 +750,20 @@ def paged(binary, src):
 def speculative(binary, src):
     """Speculative decoding by prompt lookup and by a draft model (--speculative-config, vLLM's
     JSON): the greedy text is transformers' (tests/data/models), whole and streamed; sampled
-    requests get the tokens they get from a server without it (same seed); drafts are verified and
-    some kept (/metrics); a bad config is refused at start with exit 2."""
+    requests get the tokens they get from a server without it (same seed), and so does a
+    response_format request (verified under its schema; the draft model drafts under it too);
+    drafts are verified and some kept (/metrics); a bad config is refused at start with exit 2."""
     model = os.path.join(src, "data/models/ib-draft-1m")
     golden = json.load(open(os.path.join(src, "tests/data/models/ib-draft-1m.golden.json")))
     n = len(golden["greedy_ids"])
     body = {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": n, "temperature": 0, "ignore_eos": True}
     sampled = [{"model": "ib-draft-1m", "prompt": golden["prompt"] + "\n" + golden["prompt"][:40 + 9 * i], "max_tokens": 40,
                 "temperature": 0.9, "seed": 17 + i, "ignore_eos": True} for i in range(4)]
-    texts = {}
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "count": {"type": "integer"}},
+              "required": ["name", "count"], "additionalProperties": False}
+    constrained = {"model": "ib-draft-1m", "prompt": golden["prompt"], "max_tokens": 40, "temperature": 0,
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "record", "schema": schema}}}
+    texts, documents = {}, {}
     # The draft model: the model itself (one vocabulary; its greedy drafts all kept at temperature 0).
     draft = json.dumps({"model": model, "num_speculative_tokens": 3})
     for config in (None, '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}', draft):
@@ -773,6 +778,11 @@ def speculative(binary, src):
             [t.start() for t in threads]
             [t.join() for t in threads]
             texts[config] = [g["choices"][0]["text"] for g in got]
+            status, doc = s.json("POST", "/v1/completions", constrained)
+            check(status == 200 and doc["choices"][0]["finish_reason"] == "stop", f"response_format with {config}: {status} {doc}")
+            documents[config] = doc["choices"][0]["text"]
+            parsed = json.loads(documents[config])
+            check(set(parsed) == {"name", "count"} and isinstance(parsed["count"], int), f"not the schema's: {parsed}")
             if config:
                 m = s.metrics()
                 check(m["spec_decode_draft_tokens_total"] > 0 and 0 < m["spec_decode_accepted_tokens_total"]
@@ -780,6 +790,9 @@ def speculative(binary, src):
                 # Per request: usage.spec_decode, summing to the server's counters.
                 per = [g["usage"].get("spec_decode", {"num_draft_tokens": 0, "num_accepted_tokens": 0}) for g in got]
                 per.append(r["usage"].get("spec_decode", {"num_draft_tokens": 0, "num_accepted_tokens": 0}))
+                per.append(doc["usage"].get("spec_decode", {"num_draft_tokens": 0, "num_accepted_tokens": 0}))
+                if config == draft:  # the model drafting for itself under the schema: its drafts are its draws
+                    check(per[-1]["num_accepted_tokens"] > 0, f"no draft kept under the schema: {per[-1]}")
                 check(sum(p["num_draft_tokens"] for p in per) == m["spec_decode_draft_tokens_total"]
                       and sum(p["num_accepted_tokens"] for p in per) == m["spec_decode_accepted_tokens_total"]
                       and all(p["num_accepted_tokens"] <= p["num_draft_tokens"] for p in per), f"usage.spec_decode {per} vs {m}")
@@ -789,6 +802,7 @@ def speculative(binary, src):
             s.stop()
     for config, t in texts.items():
         check(t == texts[None], f"sampled with speculation {config}: {t} != without {texts[None]}")
+        check(documents[config] == documents[None], f"response_format with {config}: {documents[config]!r} != {documents[None]!r}")
     for config in ('{"method": "eagle"}', '{"method": "draft_model", "num_speculative_tokens": 2}',
                    json.dumps({"model": os.path.join(src, "no-such-model"), "num_speculative_tokens": 2})):
         bad = subprocess.run([binary, "serve", model, "--port", "0", "--speculative-config", config],

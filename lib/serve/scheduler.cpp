@@ -254,8 +254,18 @@ bool Scheduler::evict_prefix() {
   if (cache_.empty()) return false;
   auto lru = std::min_element(cache_.begin(), cache_.end(),
                               [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
-  engine_.release(lru->seq);
-  cache_.erase(lru);
+  // One block from the tail of the least recently used prefix (vLLM frees a request's blocks
+  // tail first, so a prefix's head outlives its tail): under pressure, a long cached prompt
+  // gives up only the blocks asked for, and a later request still finds its head.
+  const int bs = engine_.kv_blocks()->block_size();
+  const int keep = (static_cast<int>(lru->tokens.size()) - 1) / bs * bs;
+  if (keep <= 0) {
+    engine_.release(lru->seq);
+    cache_.erase(lru);
+    return true;
+  }
+  engine_.truncate(lru->seq, keep);
+  lru->tokens.resize(static_cast<size_t>(keep));
   return true;
 }
 

@@ -18,7 +18,8 @@
 //   preempted.
 // - Paged engine (Model::enable_paged_kv, vLLM's PagedAttention): blocks are taken as sequences
 //   grow. A request is admitted when the blocks its first chunk needs are free; when a step's
-//   rows need more blocks than are free, cached prefixes are evicted (least recently used first),
+//   rows need more blocks than are free, cached prefixes give up blocks (the least recently used
+//   prefix's tail block first),
 //   then the running request admitted last is preempted by recompute (vLLM's default): its
 //   blocks return to the pool and it waits at the front of the queue, to prefill its prompt and
 //   the tokens it already emitted again when it is readmitted. Static batching reserves each
@@ -175,7 +176,7 @@ class Scheduler {
   // free blocks; returns whether anything was preempted.
   bool fit_blocks(StepResult& out);
   int planned_blocks() const;  // blocks the running requests' chunks need
-  bool evict_prefix();         // the least recently used cached prefix released; false if none
+  bool evict_prefix();         // the least recently used cached prefix's last block released; false if none
   void preempt_last(StepResult& out);
   void finish(Active& a);  // its sequence released, or kept in the prefix cache
   // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation, under

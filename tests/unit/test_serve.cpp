@@ -348,6 +348,42 @@ TEST(ServePaged, APrefixHitPrefillsOnlyWhatFollowsAndCopiesAtMostTheHitsPartialB
   EXPECT_THROW(Scheduler(*e.engine, bad), InputError);
 }
 
+// Under block pressure a cached prefix gives up blocks from its tail, one at a time, as many as
+// another request needs (vLLM frees a request's blocks tail first): a later request with the same
+// prompt still finds its head, where evicting whole prefixes left it nothing.
+TEST(ServePaged, UnderPressureACachedPrefixGivesUpItsTailBlocksFirst) {
+  const Request a = serve_request(0, 40, 2, 31);
+  const Request b = serve_request(1, 24, 4, 32);
+  Request c = serve_request(2, 6, 3, 33);
+  c.prompt.insert(c.prompt.begin(), a.prompt.begin(), a.prompt.end());
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : {a, b, c}) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  PagedEngine e(16);  // 4-token blocks: a's 41 cached tokens hold 11, leaving 5 free
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.prefix_caching = true;
+  o.token_budget = 64;
+  o.long_prefill = 0;
+  Scheduler s(*e.engine, o);
+  int hits = 0;
+  for (const Request& r : {a, b, c}) {
+    ASSERT_EQ(s.submit(r), "");
+    std::vector<StepResult> steps;
+    EXPECT_EQ(drain(s, &steps).at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+    if (r.id == 1) {
+      EXPECT_EQ(s.cached_prefixes(), 2);  // a's prefix was cut, not dropped
+    }
+    if (r.id == 2) hits = steps.at(0).prefix_hit_tokens;
+  }
+  // b (27 tokens, 7 blocks) took two of a's blocks: a's first 36 tokens stayed cached.
+  EXPECT_EQ(hits, 36);
+  s.clear_prefix_cache();
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+}
+
 // A constraint that allows nothing from its `dead_at`-th token on (an empty language found late),
 // or throws when a token is accepted (a constraint's fault): greedy otherwise.
 class FailingConstraint : public TokenConstraint {

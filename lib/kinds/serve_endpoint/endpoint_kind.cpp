@@ -16,7 +16,7 @@ KindInfo endpoint_kind() {
   KindInfo k;
   k.name = "serve-endpoint";
   // Nothing listens on port 9 (discard): the rows are unsupported, saying so (a server is not ours
-  // to start; tests/cli/serve_test.py runs the client against `infer-bench serve`).
+  // to start; tests/cli/load_test.py runs the client against `infer-bench serve`).
   k.smallest =
       "weights: data/models/ib-draft-1m\nendpoint: http://127.0.0.1:9\nbaseline_endpoint: http://127.0.0.1:9\nrequests: 2\n"
       "prompt_len: 8\noutput_len: 4\n";

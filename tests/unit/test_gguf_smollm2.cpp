@@ -381,7 +381,7 @@ TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
             "<user>hi</user>\n<assistant>hello</assistant>\n<assistant>");
   EXPECT_EQ(t.render({{"user", "x"}}, false), "<user>x</user>\n");
   testing_support::expect_input_error([] { model::ChatTemplate bad("{% for m in messages %}{{ m.role }", "", "", "bad.jinja"); },
-                 {"bad.jinja", "does not parse"});
+                                      {"bad.jinja", "does not parse"});
   const model::ChatTemplate raises("{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}",
                                    "", "", "strict.jinja");
   testing_support::expect_input_error([&] { raises.render({{"user", "x"}}, true); }, {"strict.jinja", "a system turn first"});

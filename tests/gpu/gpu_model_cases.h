@@ -144,7 +144,7 @@ inline std::vector<float> prefill_logits(Model& m, int seq, const std::vector<in
 }
 
 inline std::vector<float> decode_logits(Model& m, const std::vector<int>& seqs, const std::vector<int32_t>& tokens,
-                                 int32_t* next = nullptr, const SamplingParams& sp = {}, uint64_t step = 0) {
+                                        int32_t* next = nullptr, const SamplingParams& sp = {}, uint64_t step = 0) {
   std::vector<float> l(seqs.size() * static_cast<size_t>(m.config().vocab));
   StepOutput out;
   out.logits = l.data();

@@ -179,6 +179,8 @@ class Scheduler {
   bool evict_prefix();         // the least recently used cached prefix's last block released; false if none
   void preempt_last(StepResult& out);
   void finish(Active& a);  // its sequence released, or kept in the prefix cache
+  // Speculative decoding: the decoding requests' drafts within `budget`; returns the budget left.
+  int plan_drafts(int budget);
   // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation, under
   // a fork of its constraint where it has one).
   void draft_from_model(const std::vector<Active*>& drafting, const std::vector<int>& rooms);

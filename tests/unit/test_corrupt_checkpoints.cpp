@@ -186,7 +186,28 @@ TEST_F(Corrupt, CheckpointJsonFilesFailWithTheFileAndKey) {
   report();
 }
 
+// The sweep edits the file's keys, which do not depend on the vocabulary's size: the copy keeps
+// every key and the first 400 ids of the vocabulary (the byte alphabet and the merges that make
+// the rest), so each of the ~360 corrupt copies parses in a fraction of the time.
+void keep_first_ids(const fs::path& path, int64_t ids) {
+  Json t = ib::parse_json<Json>(read_bytes(path));
+  Json& model = t.at("model");
+  Json vocab = Json::object();
+  for (auto it = model.at("vocab").begin(); it != model.at("vocab").end(); ++it)
+    if (it.value().get<int64_t>() < ids) vocab[it.key()] = it.value();
+  Json merges = Json::array();
+  for (const Json& m : model.at("merges")) {
+    const std::string a = m.at(0), b = m.at(1);
+    if (vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b)) merges.push_back(m);
+  }
+  model["vocab"] = vocab;
+  model["merges"] = merges;
+  write_bytes(path, t.dump());
+}
+
 TEST_F(Corrupt, TokenizerFilesFailWithTheFileAndKey) {
+  keep_first_ids(path_of("tokenizer.json"), 400);
+  ASSERT_EQ(load("tokenizer.json"), "") << "the smaller copy must load";
   sweep_json("tokenizer.json");
   report();
 }

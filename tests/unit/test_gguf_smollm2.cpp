@@ -33,8 +33,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSource = IB_SOURCE_DIR;
-const std::string kSmolLM2 = kSource + "/data/models/smollm2-135m-instruct-q4_1.gguf";
+const std::string kRepo = IB_SOURCE_DIR;
+const std::string kSmolLM2 = kRepo + "/data/models/smollm2-135m-instruct-q4_1.gguf";
 
 nlohmann::json golden_json(const std::string& path) {
   std::ifstream in(path);
@@ -47,7 +47,7 @@ nlohmann::json golden_json(const std::string& path) {
 class GgufPreTokenizer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufPreTokenizer, MatchesLlamaCpp) {
-  const std::string base = kSource + "/tests/data/gguf/vocab-" + GetParam();
+  const std::string base = kRepo + "/tests/data/gguf/vocab-" + GetParam();
   const auto golden = golden_json(base + ".llamacpp.json");
   auto t = tokenizer::Tokenizer::load(base + ".gguf");
   size_t checked = 0, matched = 0;
@@ -101,7 +101,7 @@ TEST(GgufSmolLM2, ConfigIsTheModelsOwn) {
   EXPECT_EQ(c.max_positions, 8192);
   EXPECT_TRUE(c.tied_embeddings);
   // The end of a chat turn, as the GGUF (and the checkpoint's config files) say: <|im_end|>.
-  const auto golden = golden_json(kSource + "/tests/data/gguf/smollm2.json");
+  const auto golden = golden_json(kRepo + "/tests/data/gguf/smollm2.json");
   EXPECT_EQ(c.eos_ids, std::vector<int32_t>{golden.at("eos_token_id").get<int32_t>()});
   auto tok = tokenizer::Tokenizer::load(kSmolLM2);
   EXPECT_EQ(tok->eos_id(), 2);
@@ -113,7 +113,7 @@ TEST(GgufSmolLM2, ConfigIsTheModelsOwn) {
 // (transformers' converter drops the "smollm" digit splitting), ours must side with llama.cpp.
 TEST(GgufSmolLM2, TokenizerMatchesLlamaCppAndTransformersOnTheBattery) {
   IB_NEED_SMOLLM2();
-  const auto battery = golden_json(kSource + "/tests/data/gguf/smollm2.battery.json");
+  const auto battery = golden_json(kRepo + "/tests/data/gguf/smollm2.battery.json");
   auto t = tokenizer::Tokenizer::load(kSmolLM2);
   size_t matched_hf = 0, matched_llama = 0, with_llama = 0, references_differ = 0;
   const auto& cases = battery.at("cases");
@@ -146,7 +146,7 @@ TEST(GgufSmolLM2, TokenizerMatchesLlamaCppAndTransformersOnTheBattery) {
 
 TEST(GgufSmolLM2, LogitsAndGreedyTokensMatchTransformers) {
   IB_NEED_SMOLLM2();
-  const auto golden = golden_json(kSource + "/tests/data/gguf/smollm2.json");
+  const auto golden = golden_json(kRepo + "/tests/data/gguf/smollm2.json");
   const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
   auto w = model::checkpoint_weights(c, kSmolLM2);
   auto m = model::make_cpu_model(c, *w);
@@ -335,12 +335,12 @@ TEST(GgufSmolLM2, Int8RowsGiveTheSameBitsInAnyPass) {
 // weights in float32.
 TEST(GgufSmolLM2, PerplexityWithinOnePercentOfLlamaCpp) {
   IB_NEED_SMOLLM2();
-  const auto golden = golden_json(kSource + "/tests/data/gguf/smollm2.json").at("perplexity");
+  const auto golden = golden_json(kRepo + "/tests/data/gguf/smollm2.json").at("perplexity");
   const model::ModelConfig c = model::checkpoint_config(kSmolLM2);
   auto w = model::checkpoint_weights(c, kSmolLM2);
   auto m = model::make_cpu_model(c, *w);
   auto tok = tokenizer::Tokenizer::load(kSmolLM2);
-  std::ifstream in(kSource + "/" + golden.at("text").get<std::string>());
+  std::ifstream in(kRepo + "/" + golden.at("text").get<std::string>());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto ids = tok->encode(text, true);
   const int n_ctx = golden.at("n_ctx"), chunks = golden.at("chunks"), first = n_ctx / 2, V = c.vocab;
@@ -392,9 +392,9 @@ TEST(ChatTemplate, RendersAndRefusesAsJinjaDoes) {
 // (scripts/make-chat-fixtures): the messages' other fields and the tools reach the template with
 // their keys in the client's order, and its `tojson` writes them as Python's json.dumps.
 TEST(ChatTemplate, ToolsAndToolCallsRenderAsTransformersDoes) {
-  std::ifstream in(kSource + "/tests/data/chat/hermes-tools.golden.json");
+  std::ifstream in(kRepo + "/tests/data/chat/hermes-tools.golden.json");
   const auto golden = ib::parse_json<nlohmann::ordered_json>(in);
-  const model::ChatTemplate t(read_input_file(kSource + "/tests/data/chat/hermes-tools.jinja", 1 << 20), "", "",
+  const model::ChatTemplate t(read_input_file(kRepo + "/tests/data/chat/hermes-tools.jinja", 1 << 20), "", "",
                               "hermes-tools.jinja");
   int cases = 0;
   for (const auto& c : golden.at("cases")) {
@@ -417,7 +417,7 @@ TEST(ChatTemplate, ToolsAndToolCallsRenderAsTransformersDoes) {
 // did, and the engine's greedy answer stops where transformers' generate() stopped: at <|im_end|>.
 TEST(GgufSmolLM2, ChatTemplateAndEndOfTurnMatchTransformers) {
   IB_NEED_SMOLLM2();
-  const auto golden = golden_json(kSource + "/tests/data/gguf/smollm2.json");
+  const auto golden = golden_json(kRepo + "/tests/data/gguf/smollm2.json");
   const auto tmpl = model::checkpoint_chat_template(kSmolLM2);
   ASSERT_TRUE(tmpl.has_value());
   EXPECT_EQ(tmpl->source(), golden.at("chat_template").get<std::string>());

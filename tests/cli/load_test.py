@@ -23,15 +23,7 @@ import tempfile
 import threading
 import time
 
-
-def fail(msg):
-    print(f"load_test: FAILED: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
+from serve_http import check, fail
 
 
 class Server:

@@ -1,6 +1,6 @@
-"""What the serve tests share (tests/cli/serve_test.py, serve_faults_test.py, serve_openai_test.py):
-`infer-bench serve` on a free port, checks that end a test with its reason, server-sent events,
-and requests sent byte for byte over a socket."""
+"""What the serve tests share (tests/cli/serve_test.py, serve_faults_test.py, serve_openai_test.py;
+load_test.py its checks): `infer-bench serve` on a free port, checks that end a test with its
+reason, server-sent events, and requests sent byte for byte over a socket."""
 import http.client
 import json
 import os

@@ -173,6 +173,43 @@ TEST(EngineGenerate, GrammarPathWritesTheDfaPathsDocuments) {
   }
 }
 
+// A cursor's clone (speculative decoding drafts along one) starts where its original is and then
+// moves apart from it: after the clone takes the rest of a document, the original still gives
+// the masks of a cursor that took only the first half, and the clone those of one that took all.
+TEST(EngineGenerate, CursorClonesMoveApartFromTheirOriginal) {
+  Engine& e = engine();
+  const std::string source = constraint_source("tool_call");
+  for (const SchemaPath path : {SchemaPath::Dfa, SchemaPath::Grammar}) {
+    SCOPED_TRACE(path == SchemaPath::Dfa ? "dfa" : "grammar");
+    BudgetedMasks masks(compile_constraint("tool_call", source, SchemaOptions{}, path), e.vocab);
+    const int max_tokens = masks.min_tokens() + 40;
+    EngineWriter writer(*e.model, e.vocab, kPrompt, max_tokens, 1.0f);
+    std::unique_ptr<DocumentCursor> writing = masks.cursor();
+    std::vector<int32_t> doc = writer.constrained(*writing, random_bits(96, 0)).tokens;
+    if (!doc.empty() && doc.back() == e.vocab->eos) doc.pop_back();
+    ASSERT_GE(doc.size(), 8u);
+    const size_t half = doc.size() / 2, words = (static_cast<size_t>(e.vocab->size()) + 31) / 32;
+    auto mask_after = [&](DocumentCursor& c, size_t taken) {
+      const uint32_t* m = c.mask(max_tokens - static_cast<int>(taken));
+      return std::vector<uint32_t>(m, m + words);
+    };
+    auto fresh_after = [&](size_t n) {
+      std::unique_ptr<DocumentCursor> c = masks.cursor();
+      for (size_t i = 0; i < n; ++i) c->accept(doc[i]);
+      return mask_after(*c, n);
+    };
+    std::unique_ptr<DocumentCursor> original = masks.cursor();
+    for (size_t i = 0; i < half; ++i) original->accept(doc[i]);
+    std::unique_ptr<DocumentCursor> clone = original->clone();
+    EXPECT_EQ(mask_after(*clone, half), fresh_after(half));
+    for (size_t i = half; i < doc.size(); ++i) ASSERT_NO_THROW(clone->accept(doc[i])) << "token " << i;
+    EXPECT_EQ(mask_after(*clone, doc.size()), fresh_after(doc.size()));
+    EXPECT_EQ(mask_after(*original, half), fresh_after(half));
+    EXPECT_NE(fresh_after(half), fresh_after(doc.size()));  // the two positions differ: the test can fail
+    ASSERT_NO_THROW(original->accept(doc[half]));           // it is still where the clone left it
+  }
+}
+
 TEST(EngineGenerate, SampleMaskedDrawsOnlyAllowedTokens) {
   const int32_t n = 1000;
   std::vector<float> logits(n);

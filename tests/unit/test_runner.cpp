@@ -290,5 +290,36 @@ TEST(Session, ExitCodeOneWhenARowFailedAndTheRunIsStillWritten) {
   EXPECT_EQ(run_spec_file(dir + "/ok.yaml", o), 0);
 }
 
+// The peaks (copy, GEMM) are measured before a run only where a kind's rows count bytes or FLOPs
+// for the roofline columns: a run of the runner's own kind (no work counted) says they were not
+// measured and writes zeros; a run of the ceiling kind measures them.
+TEST(Session, PeaksAreMeasuredOnlyForKindsThatCountWork) {
+  std::string dir = test::make_temp_dir();
+  test::write_text(dir + "/plain.yaml",
+                   "experiments:\n  - {name: e, kind: unit-test, variants: [fast], min_samples: 2, min_time: 0}\n");
+  test::write_text(dir + "/roofline.yaml",
+                   "experiments:\n  - {name: c, kind: ceiling, variants: [memcpy], bytes: 1MiB, min_samples: 2, min_time: 0}\n");
+  SessionOptions o;
+  o.backend = "cpu";
+  o.quiet = true;
+  o.format = "md";
+  auto peaks_of = [&](const std::string& spec, std::string* printed) {
+    o.output = dir + "/out-" + spec;
+    ::testing::internal::CaptureStdout();
+    const int code = run_spec_file(dir + "/" + spec + ".yaml", o);
+    *printed = ::testing::internal::GetCapturedStdout();
+    EXPECT_EQ(code, 0) << *printed;
+    return ib::parse_json<nlohmann::json>(test::read_text(o.output + "/results.json"))["meta"]["ceilings"];
+  };
+  std::string printed;
+  const nlohmann::json none = peaks_of("plain", &printed);
+  EXPECT_EQ(none["copy_bytes_per_s"], 0.0);
+  EXPECT_NE(printed.find("peaks: not measured"), std::string::npos) << printed;
+  const nlohmann::json measured = peaks_of("roofline", &printed);
+  EXPECT_GT(measured["copy_bytes_per_s"].get<double>(), 0.0);
+  EXPECT_GT(measured["gemm_flops_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(printed.find("peaks: not measured"), std::string::npos) << printed;
+}
+
 }  // namespace
 }  // namespace ib

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -325,12 +326,14 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
 #endif
 }
 
-std::optional<PrefixCounters> endpoint_prefix_counters(const std::string& url_text, const std::string& api_key, double timeout) {
+std::optional<ServerCounters> endpoint_counters(const std::string& url_text, const std::string& api_key, double timeout) {
 #if INFER_BENCH_HAVE_HTTP
   const auto res = get(url_text, "/metrics", api_key, timeout);
   if (!res || res->status != 200 || res->body.size() > (64u << 20)) return std::nullopt;
-  PrefixCounters c;
-  bool queries = false, hits = false;
+  static const char* const kNames[] = {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                                       "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"};
+  double sum[4] = {0, 0, 0, 0};
+  bool seen[4] = {false, false, false, false};
   size_t at = 0;
   const std::string& b = res->body;
   while (at < b.size()) {
@@ -342,19 +345,21 @@ std::optional<PrefixCounters> endpoint_prefix_counters(const std::string& url_te
     // NAME{labels} VALUE [timestamp]
     const size_t name_end = line.find_first_of("{ ");
     const std::string name = line.substr(0, name_end);
-    const bool q = name == "vllm:prefix_cache_queries_total", hit = name == "vllm:prefix_cache_hits_total";
-    if (!q && !hit) continue;
+    const auto known = std::find(std::begin(kNames), std::end(kNames), name);
+    if (known == std::end(kNames)) continue;
+    const size_t k = static_cast<size_t>(known - std::begin(kNames));
     size_t v = line.find('}') != std::string::npos ? line.find('}') + 1 : name_end;
     while (v < line.size() && line[v] == ' ') ++v;
     try {
-      const double x = std::stod(line.substr(v));
-      (q ? c.queries : c.hits) += x;
-      (q ? queries : hits) = true;
+      sum[k] += std::stod(line.substr(v));
+      seen[k] = true;
     } catch (const std::exception&) {
       return std::nullopt;
     }
   }
-  if (!queries || !hits) return std::nullopt;
+  ServerCounters c;
+  if (seen[0] && seen[1]) c.prefix = PrefixCounters{sum[0], sum[1]};
+  if (seen[2] && seen[3]) c.spec = SpecCounters{sum[2], sum[3]};
   return c;
 #else
   (void)url_text;

@@ -65,14 +65,24 @@ EndpointLoadResult run_endpoint_load(const EndpointOptions& o, const std::vector
 // the URL and what went wrong (the server is down, or answered something else).
 std::string endpoint_first_model(const std::string& url, const std::string& api_key, double timeout);
 
-// The server's prefix-cache counters (vLLM's and ours: vllm:prefix_cache_queries_total and
-// vllm:prefix_cache_hits_total, prompt tokens, summed over labels) from GET /metrics, read before
-// and after a pass so its hit rate is the server's own account of the cache state; nullopt when
-// the server exports neither (llama.cpp, SGLang) or cannot be reached.
+// The server's own counters from GET /metrics (Prometheus text, each summed over its labels), read
+// before and after a pass so its rates are the server's account of the pass:
+// - prefix cache (vLLM's and ours): vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total
+//   (prompt tokens); absent where the server exports neither (llama.cpp, SGLang);
+// - speculative decoding (vLLM's and ours): vllm:spec_decode_num_draft_tokens_total,
+//   vllm:spec_decode_num_accepted_tokens_total; absent where the server does not speculate.
+// nullopt when /metrics cannot be read.
 struct PrefixCounters {
   double queries = 0, hits = 0;
 };
-std::optional<PrefixCounters> endpoint_prefix_counters(const std::string& url, const std::string& api_key, double timeout);
+struct SpecCounters {
+  double drafted = 0, accepted = 0;
+};
+struct ServerCounters {
+  std::optional<PrefixCounters> prefix;
+  std::optional<SpecCounters> spec;
+};
+std::optional<ServerCounters> endpoint_counters(const std::string& url, const std::string& api_key, double timeout);
 
 // True when this binary was built with an HTTP client (cpp-httplib).
 bool endpoint_client_available();

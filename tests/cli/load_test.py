@@ -10,8 +10,9 @@ sent by two shards from a common start and merged: the whole load's requests at 
 arrival times, as one unsharded client sent them; JSON Schema requests whose answers our validator
 checks; a paired A/B of prefix caching on against off on a shared system prompt: a verdict with
 its interval, identical greedy texts; prompts from a dataset, arrivals and shared blocks from a
-trace, a duration bound, warm-up passes; chat prompts exact under SmolLM2's template; and against
-scripts/paced-server, latencies that match the server's known schedule.
+trace, a duration bound, warm-up passes; a speculating server's drafted tokens kept, by its own
+counters; chat prompts exact under SmolLM2's template; and against scripts/paced-server, latencies
+that match the server's known schedule.
 """
 import json
 import os
@@ -181,12 +182,26 @@ def main(binary, src):
                   f"no verdict in the note: {rows[0]['message']}")
             print(f"load_test: paired prefix caching on/off: ttft p50 {m['ttft p50 ×']:.2f}x "
                   f"[{m['ttft p50 × lo']:.2f}, {m['ttft p50 × hi']:.2f}], {m['prefix hit']:.0f}% hit", flush=True)
+            speculating(binary, model, tmp, common)
             chat(binary, src, tmp)
             known_latencies(binary, src, tmp)
         finally:
             for s in (plain, keyed, cached):
                 s.stop()
     print("load_test: all passed", flush=True)
+
+
+def speculating(binary, model, tmp, common):
+    """A server that speculates (the model drafting for itself): the row reports the drafted tokens
+    kept, from the server's own vllm:spec_decode_* counters, as it would for vLLM."""
+    spec = Server(binary, model, "--speculative-config", json.dumps({"model": model, "num_speculative_tokens": 3}))
+    try:
+        rows, m = load(binary, f"{tmp}/spec", "--endpoint", spec.url, "--requests", "6", "--qps", "0", *common)
+        check(m["completed"] == 6 and 0 < m.get("draft kept", 0) <= 100, f"draft kept: {m}")
+        check("speculative decoding by the server's own counters" in rows[0]["message"], f"note: {rows[0]['message']}")
+        print(f"load_test: a speculating server: {m['draft kept']:.0f}% of drafted tokens kept, by its counters", flush=True)
+    finally:
+        spec.stop()
 
 
 def known_latencies(binary, src, tmp):

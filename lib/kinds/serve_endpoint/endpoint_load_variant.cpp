@@ -310,13 +310,21 @@ std::string EndpointLoad::note() const {
                      side.prefix_hit.front());
     if (side.prefix_unread > 0) s += fmt::format(" ({} passes unread)", side.prefix_unread);
   }
+  for (size_t i = 0; i < sides_.size(); ++i) {
+    const ServerSide& side = sides_[i];
+    if (side.spec_kept.empty()) continue;
+    s += fmt::format(
+        "; speculative decoding by {}'s own counters (vllm:spec_decode_*): {:.0f} tokens drafted in pass 1, "
+        "{:.1f}% kept",
+        paired_ ? (i == 0 ? "endpoint" : "baseline") : "the server", side.spec_drafted.front(), side.spec_kept.front());
+  }
   return s;
 }
 
 double EndpointLoad::run_pass(ServerSide& side, const std::vector<workload::Request>& trace,
                               const std::vector<std::string>& texts, const std::vector<int>& chat_counts,
                               const std::string& save_to) {
-  const auto before = endpoint_prefix_counters(side.options.url, api_key_, 10);
+  const auto before = endpoint_counters(side.options.url, api_key_, 10);
   const EndpointLoadResult r = run_endpoint_load(side.options, trace, texts, &interrupted);
   if (!save_to.empty()) {
     EndpointResultFile f;
@@ -335,14 +343,20 @@ double EndpointLoad::run_pass(ServerSide& side, const std::vector<workload::Requ
     write_file_atomic(save_to, endpoint_result_json(f));
     saved_ = save_to;
   }
-  const auto after = endpoint_prefix_counters(side.options.url, api_key_, 10);
+  const auto after = endpoint_counters(side.options.url, api_key_, 10);
   // A counter a server has not yet incremented may not be exported at all (ours until its first
   // request): absent before and present after, it started from zero.
-  const PrefixCounters from = before.value_or(PrefixCounters{});
-  if (after && after->queries > from.queries)
-    side.prefix_hit.push_back(100.0 * (after->hits - from.hits) / (after->queries - from.queries));
+  const PrefixCounters from = before && before->prefix ? *before->prefix : PrefixCounters{};
+  if (after && after->prefix && after->prefix->queries > from.queries)
+    side.prefix_hit.push_back(100.0 * (after->prefix->hits - from.hits) / (after->prefix->queries - from.queries));
   else
     ++side.prefix_unread;
+  const SpecCounters drafted_from = before && before->spec ? *before->spec : SpecCounters{};
+  if (after && after->spec && after->spec->drafted > drafted_from.drafted) {
+    const double drafted = after->spec->drafted - drafted_from.drafted;
+    side.spec_drafted.push_back(drafted);
+    side.spec_kept.push_back(100.0 * (after->spec->accepted - drafted_from.accepted) / drafted);
+  }
   const Slo slo{keys_.slo_ttft, keys_.slo_tpot};
   std::vector<ObservedRequest> obs(r.requests.size());
   for (size_t i = 0; i < r.requests.size(); ++i) {
@@ -438,6 +452,7 @@ std::vector<Metric> EndpointLoad::medians(const ServerSide& side) const {
   for (const auto& s : side.runs) per_run.push_back(metrics_of(s));
   std::vector<Metric> m = median_of_runs(per_run);
   if (!side.prefix_hit.empty()) m.push_back({"prefix hit", median_of(side.prefix_hit), "%"});
+  if (!side.spec_kept.empty()) m.push_back({"draft kept", median_of(side.spec_kept), "%"});
   std::vector<double> cached;
   for (const auto& r : side.runs)
     if (r.cache_reported > 0 && r.input_tokens > 0)

@@ -39,7 +39,10 @@ struct ServerSide {
   std::vector<std::vector<ObservedRequest>> observed;  // per pass, by request
   std::vector<double> prefix_hit;                      // % of prompt tokens, per pass the server's counters were read in
   size_t prefix_unread = 0;                            // passes they could not be read in
-  std::vector<double> parsed, valid, valid_goodput;    // per pass, a response_schema load's: % of completed, req/s
+  // Speculative decoding by the server's counters, per pass it drafted in: drafted tokens, and %
+  // of them kept.
+  std::vector<double> spec_drafted, spec_kept;
+  std::vector<double> parsed, valid, valid_goodput;  // per pass, a response_schema load's: % of completed, req/s
   size_t prompt_off = 0, sent = 0;
   std::string first_off;
   size_t chat_checked = 0, chat_off = 0;  // chat prompts whose server count was compared with the template's, and differed

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,14 @@ class FakeServer {
     server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
     });
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const std::lock_guard<std::mutex> lock(metrics_mutex_);
+      if (metrics_.empty()) {
+        res.status = 404;
+        return;
+      }
+      res.set_content(metrics_, "text/plain; version=0.0.4");
+    });
     // A body past 200 bytes is refused before it is read, the connection kept alive: the unread
     // body would be parsed as the next request on that connection.
     server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -174,13 +183,57 @@ class FakeServer {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
   int requests() const { return requests_; }
+  // What GET /metrics answers ("" = 404).
+  void set_metrics(std::string text) {
+    const std::lock_guard<std::mutex> lock(metrics_mutex_);
+    metrics_ = std::move(text);
+  }
 
  private:
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
   std::atomic<int> requests_{0};
+  std::mutex metrics_mutex_;
+  std::string metrics_;
 };
+
+// The server's counters from its /metrics, as vLLM exports them: each summed over its label sets
+// (one line per engine), HELP and TYPE lines skipped; a family the server does not export is
+// absent; an unreadable value or no /metrics at all reads as nothing.
+TEST(EndpointCounters, PrefixAndSpeculationCountersAreSummedOverTheirLabels) {
+  FakeServer server;
+  server.set_metrics(
+      "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in tokens.\n"
+      "# TYPE vllm:prefix_cache_queries_total counter\n"
+      "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} 1000.0\n"
+      "vllm:prefix_cache_queries_total{engine=\"1\",model_name=\"m\"} 500.0\n"
+      "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 750.0\n"
+      "vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"m\"} 0.0\n"
+      "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 40.0\n"
+      "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 30.0\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"} 20.0\n"
+      "vllm:num_requests_running{engine=\"0\"} 3.0\n");
+  auto c = endpoint_counters(server.url(), "", 10);
+  ASSERT_TRUE(c && c->prefix && c->spec);
+  EXPECT_EQ(c->prefix->queries, 1500.0);
+  EXPECT_EQ(c->prefix->hits, 750.0);
+  EXPECT_EQ(c->spec->drafted, 40.0);
+  EXPECT_EQ(c->spec->accepted, 30.0);  // not the per-position family that starts with its name
+  server.set_metrics("vllm:prefix_cache_queries_total 10\nvllm:prefix_cache_hits_total 4\n");
+  c = endpoint_counters(server.url(), "", 10);
+  ASSERT_TRUE(c && c->prefix);
+  EXPECT_FALSE(c->spec);
+  EXPECT_EQ(c->prefix->hits, 4.0);
+  server.set_metrics("llamacpp:prompt_tokens_total 12\n");  // llama.cpp's: neither family
+  c = endpoint_counters(server.url(), "", 10);
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->prefix || c->spec);
+  server.set_metrics("vllm:spec_decode_num_draft_tokens_total{engine=\"0\"} many\n");
+  EXPECT_FALSE(endpoint_counters(server.url(), "", 10));
+  server.set_metrics("");  // no /metrics
+  EXPECT_FALSE(endpoint_counters(server.url(), "", 10));
+}
 
 std::vector<workload::Request> trace_of(const std::vector<int>& behaviours, double gap) {
   std::vector<workload::Request> t;

@@ -214,8 +214,10 @@ class CutSchemaConstraint : public TokenConstraint {
 // Speculation under a response_format (vLLM's structured outputs with a drafter): drafts are
 // proposed without the schema and verified under it, stepped along the draws. Every request
 // writes the document it writes without speculation, token for token (greedy and sampled; prompt
-// lookup and a draft model), each a valid document of its schema; drafts were kept; a constraint
-// that fails in the middle of a draft fails its request alone, after the tokens drawn before.
+// lookup and a draft model; and on a paged pool small enough that drafts are dropped for blocks
+// and requests preempted, with prefix caching), each a valid document of its schema; drafts were
+// kept; a constraint that fails in the middle of a draft fails its request alone, after the
+// tokens drawn before.
 TEST(ServeScheduler, SpeculationUnderASchemaKeepsEveryRequestsDocument) {
   const testing_support::TrainedModel target("ib-draft-5m"), drafter("ib-draft-1m");
   const auto& tok = target.tok;
@@ -263,17 +265,22 @@ TEST(ServeScheduler, SpeculationUnderASchemaKeepsEveryRequestsDocument) {
     const char* name;
     int tokens;
     bool draft_model;
+    int kv_blocks = 0;  // > 0: paged, a pool this small (drafts dropped for blocks, requests preempted), prefix caching on
   };
   SpeculationRun without;
-  for (const Mode& mode : {Mode{"none", 0, false}, Mode{"prompt lookup", 4, false}, Mode{"draft model", 3, true}}) {
+  int preempted = 0;
+  for (const Mode& mode : {Mode{"none", 0, false}, Mode{"prompt lookup", 4, false}, Mode{"draft model", 3, true},
+                           Mode{"draft model, paged", 3, true, 24}}) {
     SCOPED_TRACE(mode.name);
     auto engine = target.cpu_engine();
     auto draft = drafter.cpu_engine();
+    if (mode.kv_blocks > 0) engine->enable_paged_kv(mode.kv_blocks, 8);
     SchedulerOptions o;
     o.max_seqs = 4;
     o.token_budget = 48;
     o.long_prefill = 16;
     o.spec_tokens = mode.tokens;
+    o.prefix_caching = mode.kv_blocks > 0;
     if (mode.draft_model) o.draft_model = draft.get();
     const std::vector<Request> rs = requests();
     SpeculationRun run;
@@ -281,8 +288,14 @@ TEST(ServeScheduler, SpeculationUnderASchemaKeepsEveryRequestsDocument) {
       Scheduler s(*engine, o);
       run = run_speculation(s, rs, o.token_budget);
       EXPECT_EQ(s.running(), 0);
+      preempted += static_cast<int>(s.counters().preemptions);
+      s.clear_prefix_cache();
     }
-    EXPECT_EQ(engine->kv_bytes(), 0);
+    if (mode.kv_blocks > 0) {
+      EXPECT_EQ(engine->kv_blocks()->used_blocks(), 0);  // the pool stays allocated; every block is back
+    } else {
+      EXPECT_EQ(engine->kv_bytes(), 0);
+    }
     // The cut request: its nine tokens, then its failure; the others' documents are whole.
     ASSERT_EQ(run.failed.size(), 1u);
     EXPECT_NE(run.failed.at(4).find("the constraint was cut"), std::string::npos);
@@ -308,6 +321,7 @@ TEST(ServeScheduler, SpeculationUnderASchemaKeepsEveryRequestsDocument) {
     EXPECT_LE(run.accepted, run.drafted);
     std::printf("[ specdec  ] under a schema, %s: %d of %d drafted tokens kept\n", mode.name, run.accepted, run.drafted);
   }
+  EXPECT_GT(preempted, 0) << "the small pool preempted nothing: its case is not exercised";
 }
 
 }  // namespace

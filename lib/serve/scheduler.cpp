@@ -351,8 +351,8 @@ StepResult Scheduler::step() {
   // them), and their log-probabilities.
   std::vector<std::vector<int32_t>> picks(rows.size());
   std::vector<std::vector<std::optional<TokenLogprob>>> pick_logprobs(rows.size());
-  // A constrained row's picks, each as its constraint took it (accept() returned "complete").
-  std::vector<std::vector<char>> completes(rows.size());
+  // Whether a row's last pick completed its constraint's document (the draws stop there).
+  std::vector<char> completed(rows.size(), 0);
   std::vector<float> processed;
   std::vector<int32_t> so_far;   // a row's output with the drafts kept so far (its penalties' history)
   bool own_sampling = drafting;  // verification reads the logits on the host
@@ -440,7 +440,7 @@ StepResult Scheduler::step() {
             break;
           }
         picks[j].push_back(token);
-        completes[j].push_back(complete);
+        completed[j] = complete;
         pick_logprobs[j].push_back(a.request.logprobs >= 0 ? std::optional<TokenLogprob>(token_logprob(raw, static_cast<int>(V),
                                                                                                        token, a.request.logprobs))
                                                            : std::nullopt);
@@ -466,7 +466,7 @@ StepResult Scheduler::step() {
     int kept = 0;  // drafted tokens emitted
     for (size_t t = 0; t < picks[j].size() && !a.done; ++t) {
       const int32_t token = picks[j][t];
-      const bool complete = a.request.constraint && completes[j][t];
+      const bool complete = completed[j] && t + 1 == picks[j].size();
       a.output.push_back(token);
       if (t < a.draft.size() && token == a.draft[t]) ++kept;
       const bool stopped =

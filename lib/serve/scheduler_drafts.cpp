@@ -104,13 +104,12 @@ void Scheduler::draft_from_model(const std::vector<Active*>& drafting, const std
     const Active& a = *drafting[i];
     const int left = a.request.max_tokens - static_cast<int>(a.output.size()) - t;
     const int32_t token = along[i]->choose(l, V, greedy, 0.0f, left);
-    bool complete = false;
-    if (token >= 0) try {
-        complete = along[i]->accept(token);
-      } catch (const std::exception&) {
-        return -1;
-      }
-    if (token < 0 || complete) rooms[i] = token < 0 ? t : t + 1;
+    if (token < 0) return -1;  // its draft stays t tokens long: the steps below feed only full drafts
+    try {
+      if (along[i]->accept(token)) rooms[i] = t + 1;  // complete: nothing may follow this token
+    } catch (const std::exception&) {
+      return -1;
+    }
     return token;
   };
   std::vector<int32_t> next(drafting.size());

@@ -56,9 +56,7 @@ int32_t SchemaConstraint::choose(const float* logits, int vocab, const model::Sa
 }
 
 std::unique_ptr<TokenConstraint> SchemaConstraint::fork() const {
-  auto copy = std::make_unique<SchemaConstraint>(c_);
-  copy->cursor_ = cursor_->clone();
-  return copy;
+  return std::unique_ptr<TokenConstraint>(new SchemaConstraint(c_, cursor_->clone()));
 }
 
 bool SchemaConstraint::accept(int32_t token) {

@@ -43,6 +43,10 @@ class SchemaConstraint : public TokenConstraint {
   std::unique_ptr<TokenConstraint> fork() const override;
 
  private:
+  // fork(): a document of `compiled` at `cursor`'s position (no fresh cursor made and replaced).
+  SchemaConstraint(std::shared_ptr<Compiled> compiled, std::unique_ptr<constrain::DocumentCursor> cursor)
+      : c_(std::move(compiled)), cursor_(std::move(cursor)) {}
+
   std::shared_ptr<Compiled> c_;
   std::unique_ptr<constrain::DocumentCursor> cursor_;
   std::vector<double> scratch_;

@@ -44,6 +44,8 @@ struct ServeOptions {
   int kv_blocks = 0;
   int block_size = 16;
   bool prefix_caching = false;
+  std::string preemption_mode = "recompute";
+  double swap_space_gib = 4;  // vLLM's --swap-space
   bool no_chunked_prefill = false;
   std::string speculative_config;  // vLLM's --speculative-config JSON
   serve::HttpOptions http;         // limits and origins (host, port and the model's names are set in serve())
@@ -164,6 +166,12 @@ int serve(const ServeOptions& s) {
   so.kv_tokens = s.kv_tokens;
   so.chunked_prefill = !s.no_chunked_prefill;
   so.prefix_caching = s.prefix_caching;
+  if (s.preemption_mode == "swap") {
+    if (s.kv_blocks == 0 && !s.prefix_caching)
+      throw InputError("serve: --preemption-mode swap: preemption happens on the paged KV cache (give --kv-blocks)");
+    so.preemption = serve::Preemption::Swap;
+  }
+  so.swap_space = static_cast<int64_t>(s.swap_space_gib * static_cast<double>(int64_t{1} << 30));
   // A draft model: loaded as the model is (same backend and products); its vocabulary is checked
   // against the model's by the scheduler.
   std::unique_ptr<model::Model> draft_engine;
@@ -265,8 +273,15 @@ void register_serve(Cli& cli) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_option("--kv-blocks", s.kv_blocks,
                   "paged KV: a pool of this many blocks, taken as sequences grow (admission by free blocks, preemption "
-                  "by recompute); 0 with --enable-prefix-caching: --max-seqs requests of the whole context")
+                  "when they run out); 0 with --enable-prefix-caching: --max-seqs requests of the whole context")
       ->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--preemption-mode", s.preemption_mode,
+                  "paged KV: a preempted request's K/V is dropped and prefilled again (recompute, vLLM's default) or "
+                  "copied to host memory and back (swap)")
+      ->check(CLI::IsMember({"recompute", "swap"}));
+  sub->add_option("--swap-space", s.swap_space_gib,
+                  "--preemption-mode swap: GiB of host memory for preempted requests' K/V (past it they recompute)")
+      ->check(CLI::Range(0.0, 1024.0));
   sub->add_option("--block-size", s.block_size, "paged KV: tokens per block (vLLM's --block-size)")->check(CLI::Range(1, 1024));
   sub->add_flag("--enable-prefix-caching", s.prefix_caching,
                 "keep finished requests' KV blocks; a prompt that starts with one shares them (paged KV)");

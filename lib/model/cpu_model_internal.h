@@ -114,6 +114,8 @@ class CpuModel : public Model, public KvEvictionStudy, public KvFormatStudy, pub
   int length(int seq) const override { return at(seq).length; }
   void copy_cache(int src, int dst, int begin, int n) override;
   int share_prefix(int src, int length, int capacity) override;
+  SwappedKv swap_out(int seq) override;
+  int swap_in(const SwappedKv& kv, int capacity) override;
   int capacity(int seq) const override { return at(seq).capacity; }
   void enable_paged_kv(int num_blocks, int block_size) override;
   const kvcache::BlockManager* kv_blocks() const override { return blocks_ ? &*blocks_ : nullptr; }

@@ -149,6 +149,52 @@ int CpuModel::share_prefix(int src, int length, int capacity) {
   return id;
 }
 
+SwappedKv CpuModel::swap_out(int seq) {
+  no_tree(seq, "swap_out");
+  Sequence& s = at(seq);
+  if (s.blocks < 0) throw std::invalid_argument("swap_out of a sequence that is not paged");
+  if (s.kv_format || !s.evicted.empty() || !s.evicted_head.empty())
+    throw std::invalid_argument("swap_out of a sequence under a KV format or eviction study");
+  SwappedKv out;
+  out.length = s.length;
+  const size_t d = static_cast<size_t>(c_.head_dim), n = static_cast<size_t>(s.length);
+  out.rows.resize(static_cast<size_t>(c_.kv_elems_per_token()) * n);
+  float* to = out.rows.data();
+  for (int l = 0; l < c_.layers; ++l)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int kh = 0; kh < c_.kv_heads; ++kh, to += n * d) {
+        const KvRows from = kv_rows(s, l, kv, kh);
+        for (int p = 0; p < s.length; ++p) std::memcpy(to + static_cast<size_t>(p) * d, from.row(p), sizeof(float) * d);
+      }
+  release(seq);
+  return out;
+}
+
+int CpuModel::swap_in(const SwappedKv& kv, int capacity) {
+  if (!blocks_) throw std::invalid_argument("swap_in on an engine without paged KV");
+  const size_t d = static_cast<size_t>(c_.head_dim), n = static_cast<size_t>(kv.length);
+  if (kv.length < 0 || kv.length > capacity || kv.rows.size() != static_cast<size_t>(c_.kv_elems_per_token()) * n)
+    throw std::invalid_argument(
+        fmt::format("swap_in of {} rows for {} tokens into a {}-token sequence", kv.rows.size(), kv.length, capacity));
+  const int id = open_sequence(capacity);
+  try {
+    grow_blocks({id}, {kv.length});
+  } catch (...) {
+    release(id);
+    throw;
+  }
+  Sequence& s = at(id);
+  const float* from = kv.rows.data();
+  for (int l = 0; l < c_.layers; ++l)
+    for (int k = 0; k < 2; ++k)
+      for (int kh = 0; kh < c_.kv_heads; ++kh, from += n * d) {
+        const KvRows to = kv_rows(s, l, k, kh);
+        for (int p = 0; p < kv.length; ++p) std::memcpy(to.row(p), from + static_cast<size_t>(p) * d, sizeof(float) * d);
+      }
+  s.length = kv.length;
+  return id;
+}
+
 void CpuModel::truncate(int seq, int length) {
   seqs_.truncate(seq, length);
   Sequence& s = at(seq);

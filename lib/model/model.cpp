@@ -29,6 +29,10 @@ int Model::share_prefix(int src, int length, int capacity) {
 }
 void Model::enable_paged_kv(int, int) { throw std::runtime_error("paged KV is not supported by this engine"); }
 int Model::blocks_needed(int, int) const { return 0; }
+SwappedKv Model::swap_out(int) { throw std::runtime_error("swapping KV blocks to host memory is not supported by this engine"); }
+int Model::swap_in(const SwappedKv&, int) {
+  throw std::runtime_error("swapping KV blocks to host memory is not supported by this engine");
+}
 void Model::prefill_batch(const int* seqs, const int* counts, int n, const int32_t* tokens, const StepOutput& out,
                           bool last_only) {
   const std::vector<int> rows =

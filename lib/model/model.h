@@ -33,6 +33,14 @@ struct KvBlocksExhausted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A paged sequence's K/V moved out of the block pool (swap preemption): its cached positions' rows
+// in host memory, [layer][K, V][kv head][position][head_dim], float32.
+struct SwappedKv {
+  int length = 0;
+  std::vector<float> rows;
+  int64_t bytes() const { return static_cast<int64_t>(rows.size() * sizeof(float)); }
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -72,6 +80,15 @@ class Model {
   // Blocks a pass adding `tokens` after seq's cached ones takes from the pool (a copy-on-write
   // block included); 0 when the engine is not paged.
   virtual int blocks_needed(int seq, int tokens) const;
+  // Swap preemption (vLLM's preemption_mode "swap"): swap_out copies a paged sequence's cached K/V
+  // to host memory and releases the sequence (its blocks return to the pool); swap_in opens a
+  // paged sequence of `capacity` holding them again (fresh blocks, none shared), or throws
+  // KvBlocksExhausted, changing nothing, when the pool has too few free. The sequence resumes
+  // where it stopped: nothing is computed again. A sequence under a KV format study, with
+  // eviction marks or an open token tree is refused (std::invalid_argument); the default throws
+  // std::runtime_error (the engine cannot swap).
+  virtual SwappedKv swap_out(int seq);
+  virtual int swap_in(const SwappedKv& kv, int capacity);
 
   // Runs `n` tokens after the sequence's cached ones (causal among themselves), appends their
   // K/V, and outputs the last `n_logits` positions (1 for prefill, n to verify n drafted tokens).

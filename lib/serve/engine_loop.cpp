@@ -136,6 +136,11 @@ void EngineLoop::update_gauges() {
   counters_.prefix_query_tokens = sc.prompt_tokens;
   counters_.prefix_hit_tokens = sc.prefix_hit_tokens;
   counters_.preemptions = sc.preemptions;
+  counters_.swapped_out = sc.swapped_out;
+  counters_.swapped_in = sc.swapped_in;
+  counters_.swapped_tokens = sc.swapped_tokens;
+  counters_.swap_bytes = scheduler_.swap_bytes();
+  counters_.swapped_requests = scheduler_.swapped_requests();
   counters_.spec_drafted = sc.spec_drafted;
   counters_.spec_accepted = sc.spec_accepted;
 }

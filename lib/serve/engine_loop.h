@@ -60,6 +60,9 @@ struct EngineCounters {
   // Paged KV (0 otherwise): blocks in use and in the pool, prefix caching's tokens, preemptions.
   int kv_blocks_used = 0, kv_blocks_total = 0, cached_prefixes = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
+  // Swap preemption: requests swapped out and back, tokens swapped out; requests and host bytes held now.
+  int64_t swapped_out = 0, swapped_in = 0, swapped_tokens = 0, swap_bytes = 0;
+  int swapped_requests = 0;
   int64_t spec_drafted = 0, spec_accepted = 0;  // speculative decoding: drafted tokens verified, kept
   // Latencies as the engine thread sees them (seconds; vLLM's definitions): submitted to first
   // token, between tokens, per output token after the first, submitted to last token, queued

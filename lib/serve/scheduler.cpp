@@ -49,6 +49,9 @@ Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine)
   if (o_.prefix_caching && !paged_) throw InputError("prefix caching needs the paged KV cache (kv_blocks)");
   if (o_.prefix_caching && o_.batching == Batching::Static)
     throw InputError("prefix caching is a continuous-batching option (static batching reserves whole blocks)");
+  if (o_.preemption == Preemption::Swap && !paged_)
+    throw InputError("swap preemption needs the paged KV cache (kv_blocks): a contiguous engine never preempts");
+  if (o_.swap_space < 0) throw InputError(fmt::format("swap_space must be 0 or more bytes, not {}", o_.swap_space));
   if (o_.draft_model && o_.draft_model->config().vocab != engine.config().vocab)
     throw InputError(fmt::format("the draft model's vocabulary ({} tokens) is not the model's ({})",
                                  o_.draft_model->config().vocab, engine.config().vocab));
@@ -111,9 +114,14 @@ std::string Scheduler::submit(Request r) {
   return why;
 }
 
+int Scheduler::swapped_requests() const {
+  return static_cast<int>(std::count_if(waiting_.begin(), waiting_.end(), [](const Active& a) { return a.swapped.has_value(); }));
+}
+
 bool Scheduler::cancel(int64_t id) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
     if (it->request.id == id) {
+      if (it->swapped) swap_bytes_ -= it->swapped->bytes();
       waiting_.erase(it);
       return true;
     }
@@ -157,12 +165,20 @@ int Scheduler::planned_blocks() const {
 void Scheduler::preempt_last(StepResult& out) {
   Active a = std::move(running_.back());
   running_.pop_back();
-  engine_.release(a.seq);
   release_draft(a);
   kv_reserved_ -= reservation(a.request);
-  a.lost = std::max(a.lost, a.cached);
+  const int64_t swap = static_cast<int64_t>(sizeof(float)) * engine_.config().kv_elems_per_token() * a.cached;
+  if (o_.preemption == Preemption::Swap && a.cached > 0 && swap_bytes_ + swap <= o_.swap_space) {
+    a.swapped = engine_.swap_out(a.seq);  // releases the sequence
+    swap_bytes_ += a.swapped->bytes();
+    ++counters_.swapped_out;
+    counters_.swapped_tokens += a.cached;
+  } else {
+    engine_.release(a.seq);
+    a.lost = std::max(a.lost, a.cached);
+    a.cached = 0;
+  }
   a.seq = -1;
-  a.cached = 0;
   a.chunk = 0;
   ++out.preempted;
   ++counters_.preemptions;
@@ -191,6 +207,7 @@ bool Scheduler::admit_front(int budget, int cap) {
   // Prefix caching: the sequence sharing the longest prefix with the request's tokens, a kept one
   // or (as vLLM shares a block as soon as it is computed) a running request's cached tokens; at
   // least one token is left to prefill (its logits give the next token).
+  if (w.swapped) return swap_in_front(budget, cap);
   int hit = 0, from_seq = -1;
   CachedPrefix* from = nullptr;
   auto consider = [&](int seq, int adapter, int cached, auto token_at) {
@@ -240,6 +257,31 @@ bool Scheduler::admit_front(int budget, int cap) {
   // of different adapters share every pass.
   if (a.request.adapter >= 0) model::lora_adapters(engine_).set_adapter(a.seq, a.request.adapter);
   kv_reserved_ += reserve;
+  running_.push_back(std::move(a));
+  return true;
+}
+
+bool Scheduler::swap_in_front(int budget, int cap) {
+  Active& w = waiting_.front();
+  const int cached = w.swapped->length;
+  const int pending = w.total() - cached;
+  if (!o_.chunked_prefill && pending > budget) return false;
+  const int chunk = std::min({pending, budget, cap});
+  // Its swapped rows' blocks and its first chunk's, after the running requests' (cached prefixes
+  // evicted for them; a running request is never preempted to readmit one).
+  while (planned_blocks() + blocks_for(static_cast<int64_t>(cached) + chunk) > engine_.kv_blocks()->free_blocks())
+    if (!evict_prefix()) return false;
+  const int seq = engine_.swap_in(*w.swapped, static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
+  swap_bytes_ -= w.swapped->bytes();
+  ++counters_.swapped_in;
+  Active a = std::move(w);
+  waiting_.pop_front();
+  a.swapped.reset();
+  a.seq = seq;
+  a.cached = cached;
+  a.chunk = chunk;
+  if (a.request.adapter >= 0) model::lora_adapters(engine_).set_adapter(a.seq, a.request.adapter);
+  kv_reserved_ += reservation(a.request);
   running_.push_back(std::move(a));
   return true;
 }

@@ -22,7 +22,9 @@
 //   prefix's tail block first),
 //   then the running request admitted last is preempted by recompute (vLLM's default): its
 //   blocks return to the pool and it waits at the front of the queue, to prefill its prompt and
-//   the tokens it already emitted again when it is readmitted. Static batching reserves each
+//   the tokens it already emitted again when it is readmitted. Or by swap (vLLM's
+//   preemption_mode="swap", within swap_space bytes; past it, recompute): its K/V rows are copied
+//   to host memory and copied back into fresh blocks when it is readmitted, nothing recomputed. Static batching reserves each
 //   member's prompt + max_tokens blocks instead, so its batches are never preempted.
 // - Prefix caching (paged, continuous; vLLM's --enable-prefix-caching): a finished request's
 //   sequence is kept with its tokens; a new request whose tokens start with those of a kept
@@ -48,6 +50,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,8 @@
 namespace ib::serve {
 
 enum class Batching { Continuous, Static };
+// What a preempted request keeps: nothing (its tokens are prefilled again), or its K/V in host memory.
+enum class Preemption { Recompute, Swap };
 
 struct SchedulerOptions {
   Batching batching = Batching::Continuous;
@@ -66,7 +71,9 @@ struct SchedulerOptions {
   int long_prefill = 0;         // chunked: prompt tokens one request takes per step at most; 0 = the budget
   int64_t kv_tokens = 0;        // contiguous engine: KV positions reserved over all running requests at most; 0 = unbounded
   bool prefix_caching = false;  // paged engine, continuous batching: finished requests' blocks kept for later prompts
-  int spec_tokens = 0;          // continuous: tokens a decoding request drafts by prompt lookup per step (0: no speculation)
+  Preemption preemption = Preemption::Recompute;  // paged engine
+  int64_t swap_space = int64_t{4} << 30;          // Swap: host bytes preempted requests' K/V may hold (vLLM's 4 GiB)
+  int spec_tokens = 0;  // continuous: tokens a decoding request drafts by prompt lookup per step (0: no speculation)
   int spec_ngram_min = 2, spec_ngram_max = 4;  // the lookup's n-gram lengths (vLLM's prompt_lookup_min / _max)
   // With spec_tokens: drafts from this model's greedy continuation instead of prompt lookup (vLLM's
   // draft model). Its vocabulary must be the engine's; it keeps a sequence per speculating request.
@@ -104,6 +111,8 @@ struct SchedulerCounters {
   int64_t prefix_hit_tokens = 0;  // of those, found in the prefix cache
   int64_t preemptions = 0;
   int64_t recomputed_tokens = 0;                // tokens prefilled again after a preemption
+  int64_t swapped_out = 0, swapped_in = 0;      // preemptions by swap; readmissions from host memory
+  int64_t swapped_tokens = 0;                   // positions whose K/V were swapped out (not recomputed)
   int peak_blocks = 0;                          // paged: the most KV blocks in use after a step
   int64_t spec_drafted = 0, spec_accepted = 0;  // speculative decoding: drafted tokens verified, kept
 };
@@ -135,23 +144,27 @@ class Scheduler {
   int64_t steps() const { return steps_; }
   const SchedulerCounters& counters() const { return counters_; }
   int cached_prefixes() const { return static_cast<int>(cache_.size()); }
+  // Swap: host bytes the waiting preempted requests' K/V hold now, and how many requests.
+  int64_t swap_bytes() const { return swap_bytes_; }
+  int swapped_requests() const;
   // Releases the prefix cache's sequences (their blocks return unless a running request shares them).
   void clear_prefix_cache();
 
  private:
   struct Active {
     Request request;
-    int seq = -1;                  // -1 while waiting
-    int cached = 0;                // tokens of prompt + output in the sequence's cache
-    std::vector<int32_t> output;   // generated so far (kept across a preemption)
-    int chunk = 0;                 // this step's rows
-    bool done = false;             // its last token emitted
-    bool ran = false;              // its first rows have run (admitted once)
-    int lost = 0;                  // tokens its preemptions dropped from the cache (to compute again)
-    std::vector<int32_t> draft;    // this step's drafted tokens (speculative decoding): its row is 1 + draft
-    int prompt_logprobs_sent = 1;  // prompt tokens whose log-probabilities were emitted (the first has none)
-    int draft_seq = -1;            // its sequence in the draft model (-1: none yet)
-    int draft_cached = 0;          // tokens of prompt + output in that sequence's cache
+    int seq = -1;                             // -1 while waiting
+    int cached = 0;                           // tokens of prompt + output in the sequence's cache
+    std::vector<int32_t> output;              // generated so far (kept across a preemption)
+    int chunk = 0;                            // this step's rows
+    bool done = false;                        // its last token emitted
+    bool ran = false;                         // its first rows have run (admitted once)
+    int lost = 0;                             // tokens its preemptions dropped from the cache (to compute again)
+    std::vector<int32_t> draft;               // this step's drafted tokens (speculative decoding): its row is 1 + draft
+    int prompt_logprobs_sent = 1;             // prompt tokens whose log-probabilities were emitted (the first has none)
+    int draft_seq = -1;                       // its sequence in the draft model (-1: none yet)
+    int draft_cached = 0;                     // tokens of prompt + output in that sequence's cache
+    std::optional<model::SwappedKv> swapped;  // preempted by swap: its K/V while it waits
     int total() const { return static_cast<int>(request.prompt.size() + output.size()); }
     int32_t token(int i) const {
       const int n = static_cast<int>(request.prompt.size());
@@ -169,8 +182,9 @@ class Scheduler {
   };
   int64_t reservation(const Request& r) const;  // positions (contiguous) or blocks (static, paged)
   int blocks_for(int64_t tokens) const;
-  bool admit_front(int budget, int cap);  // the first waiting request into running_, if the limits let it
-  void plan_continuous(StepResult& out);  // each running request's chunk, admissions
+  bool admit_front(int budget, int cap);    // the first waiting request into running_, if the limits let it
+  bool swap_in_front(int budget, int cap);  // admit_front for a request preempted by swap: its K/V back in blocks
+  void plan_continuous(StepResult& out);    // each running request's chunk, admissions
   void plan_static();
   // Paged: preempts (LIFO) and evicts cached prefixes until the running requests' chunks fit the
   // free blocks; returns whether anything was preempted.
@@ -196,6 +210,7 @@ class Scheduler {
   std::vector<CachedPrefix> cache_;
   uint64_t clock_ = 0;
   int64_t kv_reserved_ = 0;
+  int64_t swap_bytes_ = 0;
   int64_t steps_ = 0;
   SchedulerCounters counters_;
 };

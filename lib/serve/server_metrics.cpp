@@ -34,8 +34,13 @@ std::string prometheus_metrics(const EngineCounters& c, const HttpCounters& h, c
     add("prefix_cache_queries_total", "counter", "prompt tokens of admitted requests",
         static_cast<double>(c.prefix_query_tokens));
     add("prefix_cache_hits_total", "counter", "of those, found in the prefix cache", static_cast<double>(c.prefix_hit_tokens));
-    add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed later)",
+    add("num_preemptions_total", "counter", "running requests preempted for blocks (recomputed or swapped)",
         static_cast<double>(c.preemptions));
+    add("swapped_out_total", "counter", "preemptions by swap: K/V copied to host memory", static_cast<double>(c.swapped_out));
+    add("swapped_in_total", "counter", "swapped requests readmitted: K/V copied back", static_cast<double>(c.swapped_in));
+    add("swapped_tokens_total", "counter", "positions swapped out (not recomputed)", static_cast<double>(c.swapped_tokens));
+    add("num_requests_swapped", "gauge", "waiting requests whose K/V is in host memory", c.swapped_requests);
+    add("swap_bytes", "gauge", "host memory holding swapped K/V", static_cast<double>(c.swap_bytes));
   }
   add("spec_decode_draft_tokens_total", "counter", "tokens drafted by prompt lookup and verified (speculative decoding)",
       static_cast<double>(c.spec_drafted));
@@ -60,6 +65,7 @@ std::string prometheus_metrics(const EngineCounters& c, const HttpCounters& h, c
     vllm("prefix_cache_queries_total", "counter", "prompt tokens looked up in the prefix cache",
          static_cast<double>(c.prefix_query_tokens));
     vllm("prefix_cache_hits_total", "counter", "of those, found", static_cast<double>(c.prefix_hit_tokens));
+    vllm("num_requests_swapped", "gauge", "requests swapped to host memory (vLLM V0's)", c.swapped_requests);
   }
   s += prometheus_histogram("vllm:time_to_first_token_seconds", "time from a request's arrival to its first token", labels,
                             c.ttft);

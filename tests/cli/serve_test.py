@@ -364,6 +364,26 @@ def paged(binary, src):
         m = s.metrics()
         check(m["num_preemptions_total"] > 0, f"192 KV positions for four requests of ~80 tokens: no preemption ({m})")
         check(m["num_requests_running"] == 0 and m["kv_blocks_used"] <= m["kv_blocks_total"] == 24, f"blocks: {m}")
+        # The same eight on a server that preempts by swap: each text again, its K/V back from host
+        # memory (nothing recomputed), no host memory held when idle.
+        w = Server(binary, model, "--kv-blocks", "24", "--block-size", "8", "--preemption-mode", "swap")
+        try:
+            swapped = [None] * len(prompts)
+            def one_swapped(i):
+                swapped[i] = w.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": prompts[i], "max_tokens": 64,
+                                                                "temperature": 0, "ignore_eos": True})
+            threads = [threading.Thread(target=one_swapped, args=(i,)) for i in range(len(prompts))]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            for i, (status, r) in enumerate(swapped):
+                check(status == 200 and r["choices"][0]["text"] == alone[i],
+                      f"swap: request {i} sent with seven others: {status} {r} != alone {alone[i]!r}")
+            wm = w.metrics()
+            check(wm["num_preemptions_total"] > 0 and wm["swapped_out_total"] == wm["num_preemptions_total"]
+                  and wm["swapped_in_total"] == wm["swapped_out_total"] and wm["swap_bytes"] == 0
+                  and wm["num_requests_swapped"] == 0, f"swap: {wm}")
+        finally:
+            w.p.kill()
         # echo with logprobs (lm-eval's loglikelihood): the prompt and transformers' greedy
         # continuation sent as token ids, scored with max_tokens 0. Every greedy token is the most
         # likely at its position of one prefill, so its log-probability is the top one there; the

@@ -284,6 +284,96 @@ TEST(ServePaged, BlocksRunningOutPreemptByRecomputeAndLoseNoToken) {
   e.blocks().check_invariants();
 }
 
+// Preemption by swap: the same pool and requests; the preempted request's K/V goes to host memory
+// and comes back into fresh blocks, so nothing is prefilled twice and every request still gets
+// exactly its tokens. With too little swap space for any request, it falls back to recompute.
+TEST(ServePaged, SwapPreemptionMovesKvToHostAndBackAndRecomputesNothing) {
+  std::vector<Request> rs;
+  for (int i = 0; i < 5; ++i) rs.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  for (const int64_t space : {int64_t{1} << 30, int64_t{64}}) {
+    SCOPED_TRACE("swap space " + std::to_string(space));
+    PagedEngine e(16);
+    SchedulerOptions o = policy(Batching::Continuous, true);
+    o.max_seqs = 4;
+    o.preemption = Preemption::Swap;
+    o.swap_space = space;
+    Scheduler s(*e.engine, o);
+    for (const Request& r : rs) ASSERT_EQ(s.submit(r), "");
+    std::map<int64_t, std::vector<int32_t>> got;
+    int64_t most_swapped = 0;
+    for (int guard = 0; s.has_work() && guard < 100000; ++guard) {
+      for (const Emitted& t : s.step().tokens) got[t.request].push_back(t.token);
+      most_swapped = std::max(most_swapped, s.swap_bytes());
+      EXPECT_LE(s.swap_bytes(), space);
+      EXPECT_EQ(s.swapped_requests() > 0, s.swap_bytes() > 0);
+    }
+    for (const Request& r : rs) EXPECT_EQ(got.at(r.id), alone[static_cast<size_t>(r.id)]) << "request " << r.id;
+    const SchedulerCounters& c = s.counters();
+    EXPECT_GT(c.preemptions, 0);
+    if (space > 64) {
+      EXPECT_EQ(c.swapped_out, c.preemptions);  // every preemption swapped
+      EXPECT_EQ(c.swapped_in, c.swapped_out);
+      EXPECT_GT(c.swapped_tokens, 0);
+      EXPECT_EQ(c.recomputed_tokens, 0);
+    } else {
+      EXPECT_EQ(c.swapped_out, 0);  // 64 bytes hold no request's K/V: recompute
+      EXPECT_GT(c.recomputed_tokens, 0);
+    }
+    EXPECT_LE(c.peak_blocks, 16);
+    EXPECT_EQ(s.swap_bytes(), 0);
+    if (space > 64) {
+      EXPECT_GT(most_swapped, 0);
+    }
+    EXPECT_EQ(e.blocks().used_blocks(), 0);
+    e.blocks().check_invariants();
+  }
+}
+
+// A swapped-out sequence's K/V rows come back bit for bit into other blocks, and a pool too full
+// to take them back refuses with KvBlocksExhausted and changes nothing.
+TEST(ServePaged, SwapOutAndInRestoreTheSameRowsOrRefuseWhenBlocksAreShort) {
+  PagedEngine e(8);
+  const Request r = serve_request(0, 13, 1, 3);
+  const int seq = e.engine->new_sequence(20);
+  model::StepOutput none;
+  std::vector<float> logits(static_cast<size_t>(e.config.vocab));
+  none.logits = logits.data();
+  e.engine->prefill(seq, r.prompt.data(), 13, 1, none);
+  const model::SwappedKv out = e.engine->swap_out(seq);
+  EXPECT_EQ(out.length, 13);
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  const int hog = e.engine->new_sequence(32);
+  std::vector<int32_t> filler(25, 1);
+  e.engine->prefill(hog, filler.data(), 25, 1, none);  // 7 of 8 blocks
+  EXPECT_THROW(e.engine->swap_in(out, 20), model::KvBlocksExhausted);
+  EXPECT_EQ(e.blocks().used_blocks(), 7);
+  e.engine->release(hog);
+  const int back = e.engine->swap_in(out, 20);
+  EXPECT_EQ(e.engine->length(back), 13);
+  const model::SwappedKv again = e.engine->swap_out(back);
+  EXPECT_EQ(again.rows, out.rows);
+  // The next token's logits from the restored cache are those of the uninterrupted one.
+  const int restored = e.engine->swap_in(out, 20);
+  const int fresh = e.engine->new_sequence(20);
+  e.engine->prefill(fresh, r.prompt.data(), 13, 1, none);
+  std::vector<float> a(logits.size()), b(logits.size());
+  const int32_t next = 5;
+  none.logits = a.data();
+  e.engine->decode(&restored, &next, 1, none);
+  none.logits = b.data();
+  e.engine->decode(&fresh, &next, 1, none);
+  EXPECT_EQ(a, b);
+  e.engine->release(restored);
+  e.engine->release(fresh);
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+}
+
 // Requests sharing a 41-token system prompt, one after another: each after the first finds the
 // prompt in the cache and prefills only its own part; the hit shares blocks (the one partial
 // block copied on its first write, nothing else); outputs are those of each request alone.

@@ -15,7 +15,8 @@ namespace ib::serve {
 struct ServeKeys : WorkloadKeys {
   std::string model, weights;
   int64_t max_seqs = 0, token_budget = 0, long_prefill = 0, kv_tokens = 0, kv_blocks = 0, block_size = 16;
-  int64_t spec_tokens = 0;  // speculative decoding by prompt lookup: tokens drafted per request and step (0: off)
+  std::string preemption = "recompute";  // paged KV: what a preempted request keeps (recompute, swap)
+  int64_t spec_tokens = 0;               // speculative decoding by prompt lookup: tokens drafted per request and step (0: off)
   double temperature = 0;
   model::TextPromptSource prompts;  // text prompts in place of the seeded random ones
 };

@@ -65,6 +65,7 @@ SchedulerOptions ServeLoad::options(bool greedy) const {
   o.long_prefill = static_cast<int>(keys_.long_prefill);
   o.kv_tokens = keys_.kv_tokens;
   o.prefix_caching = prefix_caching_;
+  o.preemption = keys_.preemption == "swap" ? Preemption::Swap : Preemption::Recompute;
   o.spec_tokens = static_cast<int>(keys_.spec_tokens);
   o.sampling.temperature = greedy ? 0.0f : static_cast<float>(keys_.temperature);
   o.sampling.seed = seed_;
@@ -216,6 +217,8 @@ std::vector<Metric> ServeLoad::metrics_of(const LoadSummary& s, const PagedRun* 
     const double hit = c.prompt_tokens > 0 ? 100.0 * static_cast<double>(c.prefix_hit_tokens) / c.prompt_tokens : 0.0;
     m.push_back({"prefix hit", hit, "%"});
     m.push_back({"preempted", static_cast<double>(c.preemptions), ""});
+    m.push_back({"recomputed", static_cast<double>(c.recomputed_tokens), "tokens"});
+    m.push_back({"swapped", static_cast<double>(c.swapped_tokens), "tokens"});
     m.push_back({"block copies", static_cast<double>(paged->block_copies), ""});
     m.push_back({"peak blocks", static_cast<double>(paged->peak_blocks), ""});
   }
@@ -234,7 +237,8 @@ std::string ServeLoad::note() const {
   if (keys_.spec_tokens > 0 && batching_ == Batching::Continuous)
     s += fmt::format(", speculative decoding by prompt lookup, {} tokens", keys_.spec_tokens);
   if (const kvcache::BlockManager* b = engine_ ? engine_->kv_blocks() : nullptr)
-    s += fmt::format(", paged KV {} blocks of {}{}", b->num_blocks(), b->block_size(), prefix_caching_ ? ", prefix caching" : "");
+    s += fmt::format(", paged KV {} blocks of {}{}{}", b->num_blocks(), b->block_size(),
+                     prefix_caching_ ? ", prefix caching" : "", keys_.preemption == "swap" ? ", preemption by swap" : "");
   s += fmt::format("); metrics: medians of {} run{}", runs_.size(), runs_.size() == 1 ? "" : "s");
   return s;
 }

@@ -38,11 +38,15 @@ const ParamSet<ServeKeys>& serve_keys() {
                                     Value(int64_t{0}), 0.0));
     out.add(&P::kv_blocks, key_spec("kv_blocks", ParamType::Int,
                                     "paged KV: the engine's pool of blocks, taken as sequences grow (admission by free "
-                                    "blocks, preemption by recompute when they run out); 0: contiguous caches, except "
+                                    "blocks, preemption when they run out); 0: contiguous caches, except "
                                     "cpu_prefix's pool sized for max_seqs of the load's longest requests",
                                     Value(int64_t{0}), 0.0));
     out.add(&P::block_size, key_spec("block_size", ParamType::Int, "paged KV: tokens per block (vLLM's default 16)",
                                      Value(int64_t{16}), 1.0, 1024.0));
+    out.add(&P::preemption, enum_key("preemption",
+                                     "paged KV: a preempted request's K/V dropped and prefilled again when it is readmitted "
+                                     "(recompute, vLLM's default) or copied to host memory and back (swap)",
+                                     "recompute", {"recompute", "swap"}));
     out.add(&P::spec_tokens,
             key_spec("spec_tokens", ParamType::Int,
                      "speculative decoding by prompt lookup (serve --speculative-config's num_speculative_tokens): tokens a "

@@ -1,6 +1,6 @@
-// Our trained model family (data/models/, scripts/train-models) against transformers on the same
-// files: tests/data/models/<model>.golden.json holds transformers' float32 tokenization of a held-out
-// code prompt, its logits at the last prompt position and its 24-token greedy continuation. A change
+// Our trained models (data/models/, scripts/train-models: the family, and the draft distilled from
+// SmolLM2 as a GGUF) against transformers on the same files: tests/data/models/<model>.golden.json holds transformers' float32
+// tokenization of a held-out code prompt, its logits at the last prompt position and its 24-token greedy continuation. A change
 // that breaks real, trained weights (where random ones hide errors behind near-uniform logits) fails
 // here in CI.
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "core/data_dir.h"
 #include "core/json_input.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -26,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kGolden = fs::path(IB_SOURCE_DIR) / "tests/data/models";
-const std::vector<std::string> kFamily = {"ib-target-16m", "ib-draft-5m", "ib-draft-1m"};
+const std::vector<std::string> kFamily = {"ib-target-16m", "ib-draft-5m", "ib-draft-1m", "smollm2-draft-16m"};
 
 nlohmann::json golden(const std::string& name) {
   std::ifstream in(kGolden / (name + ".golden.json"));
@@ -40,15 +41,16 @@ TEST_P(TrainedModel, MatchesTransformersOnHeldOutCode) {
   const nlohmann::json g = golden(GetParam());
   ASSERT_TRUE(g.contains("prompt_ids"));
   const std::string dir = (fs::path(IB_SOURCE_DIR) / g["model"].get<std::string>()).string();
-  const ModelConfig c = config_from_hf(dir);
+  const ModelConfig c = checkpoint_config(dir);
   SCOPED_TRACE(GetParam() + ": " + c.describe());
 
-  // The checkpoint's own tokenizer.json, read by our encoder, gives transformers' ids (BOS included).
+  // The checkpoint's own tokenizer (tokenizer.json, or the GGUF's tokenizer.ggml.*), read by our
+  // encoder, gives transformers' ids (BOS included where the tokenizer adds one).
   const auto tok = tokenizer::Tokenizer::load(dir);
   const auto ids = tok->encode(g["prompt"].get<std::string>());
   ASSERT_EQ(ids, g["prompt_ids"].get<std::vector<int32_t>>());
 
-  auto weights = safetensors_weights(c, dir);
+  auto weights = checkpoint_weights(c, dir);
   auto m = make_cpu_model(c, *weights);
   const int n = static_cast<int>(ids.size());
   const auto want_next = g["greedy_ids"].get<std::vector<int32_t>>();
@@ -60,7 +62,7 @@ TEST_P(TrainedModel, MatchesTransformersOnHeldOutCode) {
   o.next = &next;
   m->prefill(s, ids.data(), n, 1, o);
 
-  // Last-position logits within 1e-4 relative L2 of transformers' (bf16 weights, float32 compute).
+  // Last-position logits within 1e-4 relative L2 of transformers' (bf16/f16 weights, float32 compute).
   const auto want = g["last_logits"].get<std::vector<float>>();
   ASSERT_EQ(want.size(), logits.size());
   double num = 0, den = 0;

@@ -352,13 +352,16 @@ def paged(binary, src):
             return s.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": p, "max_tokens": 64,
                                                       "temperature": 0, "ignore_eos": True})
         alone = [ask(p)[1]["choices"][0]["text"] for p in prompts]
-        got = [None] * len(prompts)
-        def one(i):
-            got[i] = ask(prompts[i])
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        for i, (status, r) in enumerate(got):
+        def together(server):  # the eight sent at once, their answers in order
+            got = [None] * len(prompts)
+            def one(i):
+                got[i] = server.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": prompts[i],
+                                                                 "max_tokens": 64, "temperature": 0, "ignore_eos": True})
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            return got
+        for i, (status, r) in enumerate(together(s)):
             check(status == 200 and r["choices"][0]["text"] == alone[i],
                   f"request {i} sent with seven others: {status} {r} != alone {alone[i]!r}")
         m = s.metrics()
@@ -368,14 +371,7 @@ def paged(binary, src):
         # memory (nothing recomputed), no host memory held when idle.
         w = Server(binary, model, "--kv-blocks", "24", "--block-size", "8", "--preemption-mode", "swap")
         try:
-            swapped = [None] * len(prompts)
-            def one_swapped(i):
-                swapped[i] = w.json("POST", "/v1/completions", {"model": "ib-draft-1m", "prompt": prompts[i], "max_tokens": 64,
-                                                                "temperature": 0, "ignore_eos": True})
-            threads = [threading.Thread(target=one_swapped, args=(i,)) for i in range(len(prompts))]
-            [t.start() for t in threads]
-            [t.join() for t in threads]
-            for i, (status, r) in enumerate(swapped):
+            for i, (status, r) in enumerate(together(w)):
                 check(status == 200 and r["choices"][0]["text"] == alone[i],
                       f"swap: request {i} sent with seven others: {status} {r} != alone {alone[i]!r}")
             wm = w.metrics()

@@ -254,16 +254,24 @@ TEST(ServePaged, EveryPolicyOnPagedKvGivesEachRequestItsGenerationAloneAndReturn
   }
 }
 
+// Five requests of 24 to 38 positions (a 16-block pool of 4 tokens holds two or three at once),
+// and each one's tokens generated alone on a contiguous cache.
+struct PreemptedLoad {
+  std::vector<Request> requests;
+  std::vector<std::vector<int32_t>> alone;
+  PreemptedLoad() {
+    for (int i = 0; i < 5; ++i) requests.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
+    ServeEngine flat;
+    for (const Request& r : requests) alone.push_back(generate_alone(*flat.engine, r));
+  }
+};
+
 // A pool too small for the requests running at once: the last admitted is preempted, recomputed
 // later, and still gets exactly its tokens; the blocks in use never pass the pool.
 TEST(ServePaged, BlocksRunningOutPreemptByRecomputeAndLoseNoToken) {
-  std::vector<Request> rs;
-  for (int i = 0; i < 5; ++i) rs.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const PreemptedLoad load;
+  const auto& rs = load.requests;
+  const auto& alone = load.alone;
   PagedEngine e(16);  // 64 positions; the five need 24 to 38 each
   SchedulerOptions o = policy(Batching::Continuous, true);
   o.max_seqs = 4;
@@ -288,13 +296,9 @@ TEST(ServePaged, BlocksRunningOutPreemptByRecomputeAndLoseNoToken) {
 // and comes back into fresh blocks, so nothing is prefilled twice and every request still gets
 // exactly its tokens. With too little swap space for any request, it falls back to recompute.
 TEST(ServePaged, SwapPreemptionMovesKvToHostAndBackAndRecomputesNothing) {
-  std::vector<Request> rs;
-  for (int i = 0; i < 5; ++i) rs.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const PreemptedLoad load;
+  const auto& rs = load.requests;
+  const auto& alone = load.alone;
   for (const int64_t space : {int64_t{1} << 30, int64_t{64}}) {
     SCOPED_TRACE("swap space " + std::to_string(space));
     PagedEngine e(16);

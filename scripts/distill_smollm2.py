@@ -70,13 +70,18 @@ def stream_of(tok, texts):
     return torch.tensor(ids, dtype=torch.int32)
 
 
+def rope_theta_of(cfg):
+    """RoPE's base: transformers 5 keeps it in rope_parameters, earlier versions as rope_theta."""
+    rp = getattr(cfg, "rope_parameters", None)
+    return rp["rope_theta"] if rp else cfg.rope_theta
+
+
 def draft_config(target_cfg):
     return LlamaConfig(vocab_size=target_cfg.vocab_size, hidden_size=DRAFT["hidden"], intermediate_size=DRAFT["ffn"],
                        num_hidden_layers=DRAFT["layers"], num_attention_heads=DRAFT["heads"],
                        num_key_value_heads=DRAFT["kv_heads"], head_dim=DRAFT["hidden"] // DRAFT["heads"],
                        max_position_embeddings=target_cfg.max_position_embeddings, rms_norm_eps=1e-5,
-                       rope_theta=target_cfg.rope_parameters["rope_theta"] if hasattr(target_cfg, "rope_parameters")
-                       and target_cfg.rope_parameters else getattr(target_cfg, "rope_theta", 1e5),
+                       rope_theta=rope_theta_of(target_cfg),
                        tie_word_embeddings=True, bos_token_id=target_cfg.bos_token_id,
                        eos_token_id=target_cfg.eos_token_id, pad_token_id=target_cfg.pad_token_id)
 
@@ -241,7 +246,7 @@ def write_gguf(draft, target_path, out_path):
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(float(draft_rope_theta(cfg)))
+    w.add_rope_freq_base(float(rope_theta_of(cfg)))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
@@ -270,11 +275,6 @@ def write_gguf(draft, target_path, out_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-
-
-def draft_rope_theta(cfg):
-    rp = getattr(cfg, "rope_parameters", None)
-    return rp["rope_theta"] if rp else cfg.rope_theta
 
 
 @torch.no_grad()

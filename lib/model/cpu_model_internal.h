@@ -168,6 +168,8 @@ class CpuModel : public Model, public KvEvictionStudy, public KvFormatStudy, pub
   // Paged: grows each sequence seqs[i] to lengths[i] slots (when longer than now), all or none
   // (KvBlocksExhausted), and makes the copy-on-write block copies. A no-op when not paged.
   void grow_blocks(const std::vector<int>& seqs, const std::vector<int>& lengths);
+  // A sequence's cached K/V rows to or from host memory laid out as SwappedKv's (one side given).
+  void copy_host_rows(Sequence& s, float* to_host, const float* from_host);
   // A sequence slot made live with an empty cache of `capacity` (allocated unless paged).
   int open_sequence(int capacity);
 

@@ -157,23 +157,16 @@ SwappedKv CpuModel::swap_out(int seq) {
     throw std::invalid_argument("swap_out of a sequence under a KV format or eviction study");
   SwappedKv out;
   out.length = s.length;
-  const size_t d = static_cast<size_t>(c_.head_dim), n = static_cast<size_t>(s.length);
-  out.rows.resize(static_cast<size_t>(c_.kv_elems_per_token()) * n);
-  float* to = out.rows.data();
-  for (int l = 0; l < c_.layers; ++l)
-    for (int kv = 0; kv < 2; ++kv)
-      for (int kh = 0; kh < c_.kv_heads; ++kh, to += n * d) {
-        const KvRows from = kv_rows(s, l, kv, kh);
-        for (int p = 0; p < s.length; ++p) std::memcpy(to + static_cast<size_t>(p) * d, from.row(p), sizeof(float) * d);
-      }
+  out.rows.resize(static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(s.length));
+  copy_host_rows(s, out.rows.data(), nullptr);
   release(seq);
   return out;
 }
 
 int CpuModel::swap_in(const SwappedKv& kv, int capacity) {
   if (!blocks_) throw std::invalid_argument("swap_in on an engine without paged KV");
-  const size_t d = static_cast<size_t>(c_.head_dim), n = static_cast<size_t>(kv.length);
-  if (kv.length < 0 || kv.length > capacity || kv.rows.size() != static_cast<size_t>(c_.kv_elems_per_token()) * n)
+  if (kv.length < 0 || kv.length > capacity ||
+      kv.rows.size() != static_cast<size_t>(c_.kv_elems_per_token()) * static_cast<size_t>(kv.length))
     throw std::invalid_argument(
         fmt::format("swap_in of {} rows for {} tokens into a {}-token sequence", kv.rows.size(), kv.length, capacity));
   const int id = open_sequence(capacity);
@@ -184,15 +177,25 @@ int CpuModel::swap_in(const SwappedKv& kv, int capacity) {
     throw;
   }
   Sequence& s = at(id);
-  const float* from = kv.rows.data();
-  for (int l = 0; l < c_.layers; ++l)
-    for (int k = 0; k < 2; ++k)
-      for (int kh = 0; kh < c_.kv_heads; ++kh, from += n * d) {
-        const KvRows to = kv_rows(s, l, k, kh);
-        for (int p = 0; p < kv.length; ++p) std::memcpy(to.row(p), from + static_cast<size_t>(p) * d, sizeof(float) * d);
-      }
   s.length = kv.length;
+  copy_host_rows(s, nullptr, kv.rows.data());
   return id;
+}
+
+void CpuModel::copy_host_rows(Sequence& s, float* to_host, const float* from_host) {
+  const size_t d = static_cast<size_t>(c_.head_dim), row = sizeof(float) * d;
+  size_t at = 0;
+  for (int l = 0; l < c_.layers; ++l)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int kh = 0; kh < c_.kv_heads; ++kh) {
+        const KvRows cache = kv_rows(s, l, kv, kh);
+        for (int p = 0; p < s.length; ++p, at += d) {
+          if (to_host)
+            std::memcpy(to_host + at, cache.row(p), row);
+          else
+            std::memcpy(cache.row(p), from_host + at, row);
+        }
+      }
 }
 
 void CpuModel::truncate(int seq, int length) {

@@ -204,10 +204,10 @@ bool Scheduler::admit_front(int budget, int cap) {
   const int64_t reserve = reservation(w.request);
   if (!paged_ && o_.kv_tokens > 0 && kv_reserved_ + reserve > o_.kv_tokens) return false;
   if (paged_ && o_.batching == Batching::Static && kv_reserved_ + reserve > engine_.kv_blocks()->num_blocks()) return false;
+  if (w.swapped) return swap_in_front(budget, cap);
   // Prefix caching: the sequence sharing the longest prefix with the request's tokens, a kept one
   // or (as vLLM shares a block as soon as it is computed) a running request's cached tokens; at
   // least one token is left to prefill (its logits give the next token).
-  if (w.swapped) return swap_in_front(budget, cap);
   int hit = 0, from_seq = -1;
   CachedPrefix* from = nullptr;
   auto consider = [&](int seq, int adapter, int cached, auto token_at) {
@@ -248,17 +248,22 @@ bool Scheduler::admit_front(int budget, int cap) {
       }
     }
   }
-  Active a = std::move(w);
+  run_front(seq, hit, chunk);
+  return true;
+}
+
+void Scheduler::run_front(int seq, int cached, int chunk) {
+  Active a = std::move(waiting_.front());
   waiting_.pop_front();
+  a.swapped.reset();
   a.seq = seq;
-  a.cached = hit;
+  a.cached = cached;
   a.chunk = chunk;
   // Its rows join the batch's low-rank products of that adapter (Punica's SGMV, S-LoRA): requests
   // of different adapters share every pass.
   if (a.request.adapter >= 0) model::lora_adapters(engine_).set_adapter(a.seq, a.request.adapter);
-  kv_reserved_ += reserve;
+  kv_reserved_ += reservation(a.request);
   running_.push_back(std::move(a));
-  return true;
 }
 
 bool Scheduler::swap_in_front(int budget, int cap) {
@@ -274,15 +279,7 @@ bool Scheduler::swap_in_front(int budget, int cap) {
   const int seq = engine_.swap_in(*w.swapped, static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
   swap_bytes_ -= w.swapped->bytes();
   ++counters_.swapped_in;
-  Active a = std::move(w);
-  waiting_.pop_front();
-  a.swapped.reset();
-  a.seq = seq;
-  a.cached = cached;
-  a.chunk = chunk;
-  if (a.request.adapter >= 0) model::lora_adapters(engine_).set_adapter(a.seq, a.request.adapter);
-  kv_reserved_ += reservation(a.request);
-  running_.push_back(std::move(a));
+  run_front(seq, cached, chunk);
   return true;
 }
 

@@ -24,8 +24,9 @@
 //   blocks return to the pool and it waits at the front of the queue, to prefill its prompt and
 //   the tokens it already emitted again when it is readmitted. Or by swap (vLLM's
 //   preemption_mode="swap", within swap_space bytes; past it, recompute): its K/V rows are copied
-//   to host memory and copied back into fresh blocks when it is readmitted, nothing recomputed. Static batching reserves each
-//   member's prompt + max_tokens blocks instead, so its batches are never preempted.
+//   to host memory and copied back into fresh blocks when it is readmitted, nothing recomputed.
+//   Static batching reserves each member's prompt + max_tokens blocks instead, so its batches are
+//   never preempted.
 // - Prefix caching (paged, continuous; vLLM's --enable-prefix-caching): a finished request's
 //   sequence is kept with its tokens; a new request whose tokens start with those of a kept
 //   sequence or of a running request's cached ones shares them (the blocks by reference count,
@@ -182,9 +183,10 @@ class Scheduler {
   };
   int64_t reservation(const Request& r) const;  // positions (contiguous) or blocks (static, paged)
   int blocks_for(int64_t tokens) const;
-  bool admit_front(int budget, int cap);    // the first waiting request into running_, if the limits let it
-  bool swap_in_front(int budget, int cap);  // admit_front for a request preempted by swap: its K/V back in blocks
-  void plan_continuous(StepResult& out);    // each running request's chunk, admissions
+  bool admit_front(int budget, int cap);           // the first waiting request into running_, if the limits let it
+  bool swap_in_front(int budget, int cap);         // admit_front for a request preempted by swap: its K/V back in blocks
+  void run_front(int seq, int cached, int chunk);  // the first waiting request runs on `seq` (its first chunk planned)
+  void plan_continuous(StepResult& out);           // each running request's chunk, admissions
   void plan_static();
   // Paged: preempts (LIFO) and evicts cached prefixes until the running requests' chunks fit the
   // free blocks; returns whether anything was preempted.

@@ -12,6 +12,12 @@
 
 namespace ib::serve {
 
+namespace {
+// Prefix caching: how many sequences sharing a block are followed past it (into a partly shared
+// block at admission, or to find a kept prompt that covers or is covered by a finished one).
+constexpr size_t kFollowed = 32;
+}  // namespace
+
 const char* to_string(Batching b) { return b == Batching::Static ? "static" : "continuous"; }
 
 TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int top) {
@@ -49,6 +55,7 @@ Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine)
   if (o_.prefix_caching && !paged_) throw InputError("prefix caching needs the paged KV cache (kv_blocks)");
   if (o_.prefix_caching && o_.batching == Batching::Static)
     throw InputError("prefix caching is a continuous-batching option (static batching reserves whole blocks)");
+  if (o_.prefix_caching) index_.emplace(engine_.kv_blocks()->block_size());
   if (o_.preemption == Preemption::Swap && !paged_)
     throw InputError("swap preemption needs the paged KV cache (kv_blocks): a contiguous engine never preempts");
   if (o_.swap_space < 0) throw InputError(fmt::format("swap_space must be 0 or more bytes, not {}", o_.swap_space));
@@ -59,15 +66,20 @@ Scheduler::Scheduler(model::Model& engine, SchedulerOptions o) : engine_(engine)
 
 Scheduler::~Scheduler() {
   for (Active& a : running_) {
-    engine_.release(a.seq);
+    release_seq(a.seq);
     release_draft(a);
   }
   clear_prefix_cache();
 }
 
 void Scheduler::clear_prefix_cache() {
-  for (const CachedPrefix& c : cache_) engine_.release(c.seq);
+  for (const auto& [seq, c] : cache_) release_seq(seq);
   cache_.clear();
+}
+
+void Scheduler::release_seq(int seq) {
+  if (index_) index_->remove(seq);
+  engine_.release(seq);
 }
 
 int Scheduler::blocks_for(int64_t tokens) const {
@@ -127,7 +139,7 @@ bool Scheduler::cancel(int64_t id) {
     }
   for (auto it = running_.begin(); it != running_.end(); ++it)
     if (it->request.id == id) {
-      engine_.release(it->seq);
+      release_seq(it->seq);
       release_draft(*it);
       kv_reserved_ -= reservation(it->request);
       running_.erase(it);
@@ -138,20 +150,22 @@ bool Scheduler::cancel(int64_t id) {
 
 bool Scheduler::evict_prefix() {
   if (cache_.empty()) return false;
-  auto lru = std::min_element(cache_.begin(), cache_.end(),
-                              [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
+  auto lru =
+      std::min_element(cache_.begin(), cache_.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+  CachedPrefix& c = lru->second;
   // One block from the tail of the least recently used prefix (vLLM frees a request's blocks
   // tail first, so a prefix's head outlives its tail): under pressure, a long cached prompt
   // gives up only the blocks asked for, and a later request still finds its head.
   const int bs = engine_.kv_blocks()->block_size();
-  const int keep = (static_cast<int>(lru->tokens.size()) - 1) / bs * bs;
+  const int keep = (static_cast<int>(c.tokens.size()) - 1) / bs * bs;
   if (keep <= 0) {
-    engine_.release(lru->seq);
+    release_seq(c.seq);
     cache_.erase(lru);
     return true;
   }
-  engine_.truncate(lru->seq, keep);
-  lru->tokens.resize(static_cast<size_t>(keep));
+  engine_.truncate(c.seq, keep);
+  c.tokens.resize(static_cast<size_t>(keep));
+  index_->update(c.seq, c.adapter, keep, [&](int i) { return c.tokens[static_cast<size_t>(i)]; });
   return true;
 }
 
@@ -168,6 +182,7 @@ void Scheduler::preempt_last(StepResult& out) {
   release_draft(a);
   kv_reserved_ -= reservation(a.request);
   const int64_t swap = static_cast<int64_t>(sizeof(float)) * engine_.config().kv_elems_per_token() * a.cached;
+  if (index_) index_->remove(a.seq);
   if (o_.preemption == Preemption::Swap && a.cached > 0 && swap_bytes_ + swap <= o_.swap_space) {
     a.swapped = engine_.swap_out(a.seq);  // releases the sequence
     swap_bytes_ += a.swapped->bytes();
@@ -207,31 +222,34 @@ bool Scheduler::admit_front(int budget, int cap) {
   if (w.swapped) return swap_in_front(budget, cap);
   // Prefix caching: the sequence sharing the longest prefix with the request's tokens, a kept one
   // or (as vLLM shares a block as soon as it is computed) a running request's cached tokens; at
-  // least one token is left to prefill (its logits give the next token).
+  // least one token is left to prefill (its logits give the next token). A LoRA adapter changes K
+  // and V (the index keys blocks by adapter); prompt_logprobs needs every prompt row's logits.
   int hit = 0, from_seq = -1;
-  CachedPrefix* from = nullptr;
-  auto consider = [&](int seq, int adapter, int cached, auto token_at) {
-    if (!o_.prefix_caching || adapter != w.request.adapter) return false;  // a LoRA adapter changes K and V
-    if (w.request.prompt_logprobs) return false;                           // every prompt row's logits are needed
-    const int most = std::min(cached, w.total() - 1);
-    int n = 0;
-    while (n < most && token_at(n) == w.token(n)) ++n;
-    if (n <= hit) return false;
-    hit = n;
-    from_seq = seq;
-    return true;
-  };
-  for (CachedPrefix& c : cache_)
-    if (consider(c.seq, c.adapter, static_cast<int>(c.tokens.size()), [&](int i) { return c.tokens[static_cast<size_t>(i)]; }))
-      from = &c;
-  for (const Active& r : running_)
-    if (consider(r.seq, r.request.adapter, r.cached, [&](int i) { return r.token(i); })) from = nullptr;
+  if (index_ && !w.request.prompt_logprobs) {
+    std::vector<int32_t> tokens(static_cast<size_t>(w.total()));
+    for (int i = 0; i < w.total(); ++i) tokens[static_cast<size_t>(i)] = w.token(i);
+    const int most = w.total() - 1;
+    const PrefixIndex::Match m = index_->longest(tokens.data(), most, w.request.adapter);
+    const int blocks_hit = m.blocks * index_->block_size();
+    // Its full blocks are exact; into the next block, the most recently listed holders are
+    // followed token by token (a bounded number: a block shared by thousands of kept prompts
+    // costs no more than a few).
+    const size_t from = m.seqs.size() > kFollowed ? m.seqs.size() - kFollowed : 0;
+    for (size_t i = m.seqs.size(); i-- > from;) {
+      const int seq = m.seqs[i];
+      const int n = extend_match(seq, tokens, blocks_hit, most);
+      if (n > hit) {
+        hit = n;
+        from_seq = seq;
+      }
+    }
+  }
   const int pending = w.total() - hit;
   if (o_.batching == Batching::Continuous && !o_.chunked_prefill && pending > budget) return false;
   int seq = -1;
   if (from_seq >= 0) {
     seq = engine_.share_prefix(from_seq, hit, static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
-    if (from) from->used = ++clock_;
+    if (const auto kept = cache_.find(from_seq); kept != cache_.end()) kept->second.used = ++clock_;
   } else {
     seq = engine_.new_sequence(static_cast<int>(w.request.prompt.size()) + w.request.max_tokens);
   }
@@ -545,6 +563,9 @@ StepResult Scheduler::step() {
   for (Active& a : running_)
     if (finished(a)) finish(a);
   running_.erase(std::remove_if(running_.begin(), running_.end(), finished), running_.end());
+  // The blocks the running requests filled this step, listed for the next admissions.
+  if (index_)
+    for (const Active& a : running_) index_->update(a.seq, a.request.adapter, a.cached, [&](int i) { return a.token(i); });
   if (paged_) counters_.peak_blocks = std::max(counters_.peak_blocks, engine_.kv_blocks()->used_blocks());
   return out;
 }
@@ -562,26 +583,69 @@ void Scheduler::finish(Active& a) {
   c.tokens.reserve(static_cast<size_t>(a.cached));
   for (int i = 0; i < a.cached; ++i) c.tokens.push_back(a.token(i));
   c.used = ++clock_;
-  for (CachedPrefix& kept : cache_)
-    if (kept.adapter == c.adapter && kept.tokens.size() >= c.tokens.size() &&
-        std::equal(c.tokens.begin(), c.tokens.end(), kept.tokens.begin())) {
-      engine_.release(c.seq);  // a kept sequence covers this one
-      kept.used = c.used;
-      return;
-    }
-  // A kept prefix of this one is covered by it: released (its blocks are this one's too, as far
-  // as they were shared).
-  for (auto it = cache_.begin(); it != cache_.end();) {
-    const bool covered = it->adapter == c.adapter && it->tokens.size() <= c.tokens.size() &&
-                         std::equal(it->tokens.begin(), it->tokens.end(), c.tokens.begin());
-    if (!covered) {
-      ++it;
-      continue;
-    }
-    engine_.release(it->seq);
-    it = cache_.erase(it);
+  index_->update(c.seq, c.adapter, a.cached, [&](int i) { return c.tokens[static_cast<size_t>(i)]; });
+  // A kept sequence that covers this one holds all its full blocks: among their holders (the
+  // most recently listed, a bounded number), or any kept one when it has no full block listed.
+  const int blocks = a.cached / index_->block_size();
+  const std::vector<int>* holders = blocks > 0 ? index_->holders(c.seq, blocks - 1) : nullptr;
+  std::vector<int> candidates;
+  if (holders) {
+    const size_t from = holders->size() > kFollowed ? holders->size() - kFollowed : 0;
+    candidates.assign(holders->begin() + static_cast<std::ptrdiff_t>(from), holders->end());
+  } else {
+    for (const auto& [seq, kept] : cache_) candidates.push_back(seq);
   }
-  cache_.push_back(std::move(c));
+  for (int seq : candidates) {
+    const auto kept = cache_.find(seq);
+    if (kept == cache_.end() || !covers(kept->second, c)) continue;
+    release_seq(c.seq);  // a kept sequence covers this one
+    kept->second.used = c.used;
+    return;
+  }
+  // A kept prefix of this one is covered by it: released (its blocks are this one's too, as far
+  // as they were shared). Its listed blocks end along this one's.
+  for (int seq : index_->ending_along(c.seq, kFollowed)) {
+    const auto kept = cache_.find(seq);
+    if (kept == cache_.end() || !covers(c, kept->second)) continue;
+    release_seq(seq);
+    cache_.erase(kept);
+  }
+  cache_.emplace(c.seq, std::move(c));
+}
+
+bool Scheduler::covers(const CachedPrefix& longer, const CachedPrefix& shorter) const {
+  const size_t n = shorter.tokens.size();
+  if (longer.adapter != shorter.adapter || longer.tokens.size() < n) return false;
+  // The full blocks compare by their listed keys (one comparison; each key names its whole
+  // prefix), the tokens after them one by one.
+  const int bs = index_->block_size();
+  const int blocks = static_cast<int>(n) / bs;
+  size_t from = 0;
+  if (blocks > 0) {
+    const prefix::Hash128 *x = index_->key(longer.seq, blocks - 1), *y = index_->key(shorter.seq, blocks - 1);
+    if (x && y) {
+      if (*x != *y) return false;
+      from = static_cast<size_t>(blocks) * static_cast<size_t>(bs);
+    }
+  }
+  return std::equal(shorter.tokens.begin() + static_cast<std::ptrdiff_t>(from), shorter.tokens.end(),
+                    longer.tokens.begin() + static_cast<std::ptrdiff_t>(from));
+}
+
+int Scheduler::extend_match(int seq, const std::vector<int32_t>& tokens, int from, int most) const {
+  auto extend = [&](int cached, auto token_at) {
+    int n = from;
+    const int end = std::min(cached, most);
+    while (n < end && token_at(n) == tokens[static_cast<size_t>(n)]) ++n;
+    return n;
+  };
+  if (const auto kept = cache_.find(seq); kept != cache_.end()) {
+    const CachedPrefix& c = kept->second;
+    return extend(static_cast<int>(c.tokens.size()), [&](int i) { return c.tokens[static_cast<size_t>(i)]; });
+  }
+  for (const Active& r : running_)
+    if (r.seq == seq) return extend(r.cached, [&](int i) { return r.token(i); });
+  return 0;
 }
 
 }  // namespace ib::serve

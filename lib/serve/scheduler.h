@@ -31,7 +31,10 @@
 //   sequence is kept with its tokens; a new request whose tokens start with those of a kept
 //   sequence or of a running request's cached ones shares them (the blocks by reference count,
 //   the partial last block copied on its first write, nothing else copied) and prefills only
-//   what follows.
+//   what follows. The lookup is vLLM's: every full block of those sequences is listed under its
+//   chained hash (PrefixIndex), so a prompt finds its longest cached run of full blocks in one
+//   probe per block; the holders of its last block are then followed token by token into the
+//   next block. A prompt that shares less than one full block shares nothing.
 // - Speculative decoding (continuous; vLLM's prompt lookup, `"method": "ngram"`): a decoding
 //   request drafts up to spec_tokens tokens by looking its last n tokens up
 //   earlier in its own prompt and output, and its row in the step runs its last token and the
@@ -53,9 +56,11 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/model.h"
+#include "serve/prefix_index.h"
 #include "serve/serve_request.h"
 
 namespace ib::serve {
@@ -195,6 +200,12 @@ class Scheduler {
   bool evict_prefix();         // the least recently used cached prefix's last block released; false if none
   void preempt_last(StepResult& out);
   void finish(Active& a);  // its sequence released, or kept in the prefix cache
+  // Prefix caching: the engine's sequence `seq` released (or swapped out), its blocks unlisted.
+  void release_seq(int seq);
+  // How far a running request's or kept prefix's sequence matches tokens[0, most), from `from`
+  // on (the tokens before it match); 0 when seq is neither.
+  int extend_match(int seq, const std::vector<int32_t>& tokens, int from, int most) const;
+  bool covers(const CachedPrefix& longer, const CachedPrefix& shorter) const;  // shorter's tokens start longer's
   // Speculative decoding: the decoding requests' drafts within `budget`; returns the budget left.
   int plan_drafts(int budget);
   // Draft model: each request's draft of up to rooms[i] tokens (its greedy continuation, under
@@ -207,9 +218,10 @@ class Scheduler {
   model::Model& engine_;
   SchedulerOptions o_;
   bool paged_ = false;
-  std::deque<Active> waiting_;   // FCFS; preempted requests rejoin at the front
-  std::vector<Active> running_;  // in admission order
-  std::vector<CachedPrefix> cache_;
+  std::deque<Active> waiting_;                   // FCFS; preempted requests rejoin at the front
+  std::vector<Active> running_;                  // in admission order
+  std::unordered_map<int, CachedPrefix> cache_;  // by sequence
+  std::optional<PrefixIndex> index_;             // prefix caching: the blocks of running and kept sequences
   uint64_t clock_ = 0;
   int64_t kv_reserved_ = 0;
   int64_t swap_bytes_ = 0;

@@ -436,6 +436,59 @@ TEST(ServePaged, APrefixHitPrefillsOnlyWhatFollowsAndCopiesAtMostTheHitsPartialB
   EXPECT_THROW(Scheduler(*e.engine, bad), InputError);
 }
 
+// Twelve cached prompts after one system prompt: a new prompt finds the one it shares the most
+// with through the block index (its full blocks by their keys, then token by token into the next
+// block), shares those tokens and prefills the rest; a prompt that shares less than one full block
+// shares nothing (vLLM's granularity).
+TEST(ServePaged, AmongManyCachedPromptsANewOneSharesWithTheOneItMatchesLongest) {
+  const Request system = serve_request(0, 20, 1, 5);  // five 4-token blocks
+  auto with_tail = [&](int64_t id, std::vector<int32_t> tail) {
+    Request r = system;
+    r.id = id;
+    r.max_tokens = 2;
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    return r;
+  };
+  std::vector<Request> rs;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> tail;
+    for (int j = 0; j < 6; ++j) tail.push_back(100 + 10 * i + j);
+    rs.push_back(with_tail(i, tail));
+  }
+  // Request 7's tail for five tokens, then its own: 25 tokens in common with request 7 only.
+  rs.push_back(with_tail(20, {170, 171, 172, 173, 174, 400, 401, 402}));
+  // Three tokens of the system prompt, then others.
+  Request short_share = serve_request(21, 12, 2, 99);
+  std::copy(system.prompt.begin(), system.prompt.begin() + 3, short_share.prompt.begin());
+  rs.push_back(short_share);
+  std::vector<std::vector<int32_t>> alone;
+  {
+    ServeEngine flat;
+    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  }
+  PagedEngine e(256);
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.prefix_caching = true;
+  o.token_budget = 64;
+  o.long_prefill = 0;
+  Scheduler s(*e.engine, o);
+  for (size_t k = 0; k < rs.size(); ++k) {
+    const Request& r = rs[k];
+    ASSERT_EQ(s.submit(r), "");
+    const int64_t copies = e.blocks().copies_made();
+    std::vector<StepResult> steps;
+    EXPECT_EQ(drain(s, &steps).at(r.id), alone[k]) << "request " << r.id;
+    const int hit = steps.at(0).prefix_hit_tokens;
+    const int want = r.id == 20 ? 25 : r.id == 0 || r.id == 21 ? 0 : 20;  // 20: the system prompt
+    EXPECT_EQ(hit, want) << "request " << r.id;
+    EXPECT_LE(e.blocks().copies_made() - copies, 1) << "request " << r.id;  // only a partial block
+  }
+  EXPECT_EQ(s.cached_prefixes(), 14);
+  s.clear_prefix_cache();
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+}
+
 // Under block pressure a cached prefix gives up blocks from its tail, one at a time, as many as
 // another request needs (vLLM frees a request's blocks tail first): a later request with the same
 // prompt still finds its head, where evicting whole prefixes left it nothing.

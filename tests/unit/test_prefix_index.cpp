@@ -125,7 +125,8 @@ TEST(PrefixIndex, CollidingKeysAreMissesNeverWrongHits) {
     const auto m = index.longest(seqs[static_cast<size_t>(s)].data(), 6, -1);
     for (int holder : m.seqs) {
       const auto& h = seqs[static_cast<size_t>(holder)];
-      for (int i = 0; i < m.blocks * 2; ++i) EXPECT_EQ(h[static_cast<size_t>(i)], seqs[static_cast<size_t>(s)][static_cast<size_t>(i)]);
+      for (int i = 0; i < m.blocks * 2; ++i)
+        EXPECT_EQ(h[static_cast<size_t>(i)], seqs[static_cast<size_t>(s)][static_cast<size_t>(i)]);
     }
   }
   const std::vector<int32_t> other = {9, 9, 9, 9};

@@ -52,6 +52,14 @@ std::vector<int32_t> generate_alone(model::Model& m, const Request& r) {
   return tokens;
 }
 
+// Each request's greedy generation alone, on a contiguous cache (what any policy must give it).
+std::vector<std::vector<int32_t>> generations_alone(const std::vector<Request>& rs) {
+  ServeEngine flat;
+  std::vector<std::vector<int32_t>> alone;
+  for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
+  return alone;
+}
+
 // Runs the scheduler to the end; the tokens each request received, and every step's result.
 std::map<int64_t, std::vector<int32_t>> drain(Scheduler& s, std::vector<StepResult>* steps = nullptr) {
   std::map<int64_t, std::vector<int32_t>> out;
@@ -91,6 +99,15 @@ SchedulerOptions policy(Batching b, bool chunked) {
   o.max_seqs = 3;
   o.token_budget = 24;
   o.long_prefill = chunked ? 10 : 0;
+  return o;
+}
+
+// Prefix caching on continuous batching, each of the tests' prompts admitted whole (64 tokens a step).
+SchedulerOptions prefix_policy() {
+  SchedulerOptions o = policy(Batching::Continuous, true);
+  o.prefix_caching = true;
+  o.token_budget = 64;
+  o.long_prefill = 0;
   return o;
 }
 
@@ -228,11 +245,7 @@ struct PagedEngine : ServeEngine {
 
 TEST(ServePaged, EveryPolicyOnPagedKvGivesEachRequestItsGenerationAloneAndReturnsEveryBlock) {
   const auto rs = mixed_requests();
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const auto alone = generations_alone(rs);
   for (auto [b, chunked, prefix] : {std::tuple{Batching::Static, false, false},
                                     {Batching::Continuous, false, false},
                                     {Batching::Continuous, true, false},
@@ -261,8 +274,7 @@ struct PreemptedLoad {
   std::vector<std::vector<int32_t>> alone;
   PreemptedLoad() {
     for (int i = 0; i < 5; ++i) requests.push_back(serve_request(i, 10 + 3 * i, 14, 40 + static_cast<uint64_t>(i)));
-    ServeEngine flat;
-    for (const Request& r : requests) alone.push_back(generate_alone(*flat.engine, r));
+    alone = generations_alone(requests);
   }
 };
 
@@ -389,16 +401,9 @@ TEST(ServePaged, APrefixHitPrefillsOnlyWhatFollowsAndCopiesAtMostTheHitsPartialB
     r.prompt.insert(r.prompt.begin(), system.prompt.begin(), system.prompt.end());
     rs.push_back(r);
   }
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const auto alone = generations_alone(rs);
   PagedEngine e(64);
-  SchedulerOptions o = policy(Batching::Continuous, true);
-  o.prefix_caching = true;
-  o.token_budget = 64;
-  o.long_prefill = 0;
+  SchedulerOptions o = prefix_policy();
   Scheduler s(*e.engine, o);
   for (const Request& r : rs) {
     ASSERT_EQ(s.submit(r), "");
@@ -461,16 +466,9 @@ TEST(ServePaged, AmongManyCachedPromptsANewOneSharesWithTheOneItMatchesLongest) 
   Request short_share = serve_request(21, 12, 2, 99);
   std::copy(system.prompt.begin(), system.prompt.begin() + 3, short_share.prompt.begin());
   rs.push_back(short_share);
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : rs) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const auto alone = generations_alone(rs);
   PagedEngine e(256);
-  SchedulerOptions o = policy(Batching::Continuous, true);
-  o.prefix_caching = true;
-  o.token_budget = 64;
-  o.long_prefill = 0;
+  SchedulerOptions o = prefix_policy();
   Scheduler s(*e.engine, o);
   for (size_t k = 0; k < rs.size(); ++k) {
     const Request& r = rs[k];
@@ -497,16 +495,9 @@ TEST(ServePaged, UnderPressureACachedPrefixGivesUpItsTailBlocksFirst) {
   const Request b = serve_request(1, 24, 4, 32);
   Request c = serve_request(2, 6, 3, 33);
   c.prompt.insert(c.prompt.begin(), a.prompt.begin(), a.prompt.end());
-  std::vector<std::vector<int32_t>> alone;
-  {
-    ServeEngine flat;
-    for (const Request& r : {a, b, c}) alone.push_back(generate_alone(*flat.engine, r));
-  }
+  const auto alone = generations_alone({a, b, c});
   PagedEngine e(16);  // 4-token blocks: a's 41 cached tokens hold 11, leaving 5 free
-  SchedulerOptions o = policy(Batching::Continuous, true);
-  o.prefix_caching = true;
-  o.token_budget = 64;
-  o.long_prefill = 0;
+  SchedulerOptions o = prefix_policy();
   Scheduler s(*e.engine, o);
   int hits = 0;
   for (const Request& r : {a, b, c}) {

@@ -70,14 +70,75 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   };
   load("model.embed_tokens.weight", embed_, false);
   layers_.resize(static_cast<size_t>(c.layers));
+  const BlockDot dot = matmul == CpuMatmul::Int8 ? BlockDot::Int8 : BlockDot::Exact;
+  // A product's packed copy from the stored blocks of its matrices, when the source keeps every
+  // one in the same block format (a GGUF's Q8_0/Q4_0/Q4_1: streamed at 4.5-8.5 bits a weight, bit
+  // for bit the float product on their dequantization; with int8 activations under
+  // CpuMatmul::Int8); none when a matrix is not stored so or the panels cannot hold its blocks.
+  auto from_blocks = [&](std::initializer_list<std::string> names, int in, int out) -> std::optional<PackedWeights> {
+    std::optional<BlockType> type;
+    std::vector<uint8_t> rows;
+    for (const std::string& name : names) {
+      auto b = w.block_rows(spec_named(specs, name));
+      if (!b || (type && *type != b->type)) return std::nullopt;
+      type = b->type;
+      rows.insert(rows.end(), b->bytes.begin(), b->bytes.end());
+    }
+    try {
+      return PackedWeights(*type, rows.data(), in, out, dot);
+    } catch (const std::invalid_argument&) {  // blocks it cannot hold exactly
+      return std::nullopt;
+    }
+  };
+  const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
+  const std::string lm_head_name = c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  auto layer_blocks = [&](int l, auto&& product) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    return product(from_blocks({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, h,
+                               qd + 2 * kvd),
+                   from_blocks({p + "self_attn.o_proj.weight"}, qd, h),
+                   from_blocks({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, h, 2 * mlp),
+                   from_blocks({p + "mlp.down_proj.weight"}, mlp, h));
+  };
+  // Int8 panels take a pass of any row count, so when every product has them the float32
+  // matrices would never be read: they are not loaded (SmolLM2-135M: 540 MB of 650), and an
+  // adapter cannot be merged into them (merge_adapter says so; per-request adapters still run).
+  if (matmul == CpuMatmul::Int8) {
+    std::optional<PackedWeights> head = from_blocks({lm_head_name}, h, c.vocab);
+    bool all = head.has_value();
+    for (int l = 0; l < c.layers && all; ++l) {
+      Layer& L = layers_[static_cast<size_t>(l)];
+      all = layer_blocks(l, [&](auto qkv, auto o, auto gate_up, auto down) {
+        if (!qkv || !o || !gate_up || !down) return false;
+        L.qkv = std::move(*qkv);
+        L.o = std::move(*o);
+        L.gate_up = std::move(*gate_up);
+        L.down = std::move(*down);
+        return true;
+      });
+    }
+    if (all) {
+      lm_head_packed_ = std::move(*head);
+      float_matrices_ = false;
+    } else {
+      for (Layer& L : layers_)
+        for (PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) *pw = PackedWeights();
+    }
+  }
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     Layer& L = layers_[static_cast<size_t>(l)];
     load(p + "input_layernorm.weight", L.in_norm, false);
     load(p + "post_attention_layernorm.weight", L.post_norm, false);
-    load(p + "self_attn.q_proj.weight", L.wq, true);
-    load(p + "self_attn.k_proj.weight", L.wk, true);
-    load(p + "self_attn.v_proj.weight", L.wv, true);
+    if (float_matrices_)
+      for (auto [name, dst] : {std::pair{"self_attn.q_proj.weight", &L.wq},
+                               {"self_attn.k_proj.weight", &L.wk},
+                               {"self_attn.v_proj.weight", &L.wv},
+                               {"self_attn.o_proj.weight", &L.wo},
+                               {"mlp.gate_proj.weight", &L.wg},
+                               {"mlp.up_proj.weight", &L.wu},
+                               {"mlp.down_proj.weight", &L.wd}})
+        load(p + name, *dst, true);
     if (c.qkv_bias) {
       load(p + "self_attn.q_proj.bias", L.bq, false);
       load(p + "self_attn.k_proj.bias", L.bk, false);
@@ -87,11 +148,7 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
       load(p + "self_attn.q_norm.weight", L.q_norm, false);
       load(p + "self_attn.k_norm.weight", L.k_norm, false);
     }
-    load(p + "self_attn.o_proj.weight", L.wo, true);
     if (c.o_bias) load(p + "self_attn.o_proj.bias", L.bo, false);
-    load(p + "mlp.gate_proj.weight", L.wg, true);
-    load(p + "mlp.up_proj.weight", L.wu, true);
-    load(p + "mlp.down_proj.weight", L.wd, true);
     if (c.mlp_bias) {
       load(p + "mlp.gate_proj.bias", L.bg, false);
       load(p + "mlp.up_proj.bias", L.bu, false);
@@ -99,50 +156,36 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
     }
   }
   load("model.norm.weight", final_norm_, false);
-  load(c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head_, true);
+  if (float_matrices_) load(lm_head_name, lm_head_, true);
   if (matmul == CpuMatmul::Reference) return;
   blas_ = matmul == CpuMatmul::Blas || matmul == CpuMatmul::Int8;
-  const BlockDot dot = matmul == CpuMatmul::Int8 ? BlockDot::Int8 : BlockDot::Exact;
-  // A product's packed copy: the stored blocks of its matrices when the source keeps every one
-  // in the same block format (a GGUF's Q8_0/Q4_0/Q4_1: streamed at 4.5-8.5 bits a weight, bit for
-  // bit the float product on their dequantization; with int8 activations under CpuMatmul::Int8),
-  // else the float matrix side by side.
-  // `floats` makes the float copy (only when it is the one kept).
-  auto pack = [&](std::initializer_list<std::string> names, int in, int out, auto floats) {
-    std::optional<BlockType> type;
-    std::vector<uint8_t> rows;
-    for (const std::string& name : names) {
-      auto b = w.block_rows(spec_named(specs, name));
-      if (!b || (type && *type != b->type)) return floats();
-      type = b->type;
-      rows.insert(rows.end(), b->bytes.begin(), b->bytes.end());
-    }
-    try {
-      return PackedWeights(*type, rows.data(), in, out, dot);
-    } catch (const std::invalid_argument&) {  // blocks it cannot hold exactly
-      return floats();
-    }
-  };
+  if (!float_matrices_) {
+    for (const Layer& L : layers_)
+      for (const PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(pw->bytes());
+    packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
+    return;
+  }
+  // Otherwise each product's packed copy from its blocks where it has them, else the float
+  // matrix side by side; `floats` makes the float copy (only when it is the one kept).
+  auto pack = [&](std::optional<PackedWeights> blocks, auto floats) { return blocks ? std::move(*blocks) : floats(); };
   auto as_is = [](const Buf& b, int in, int out) { return [&b, in, out] { return PackedWeights(b.data(), in, out); }; };
-  const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
   for (int l = 0; l < c.layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    const std::string p = fmt::format("model.layers.{}.", l);
-    L.qkv =
-        pack({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, h, qd + 2 * kvd, [&] {
-          const auto m = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
-          return PackedWeights(m.data(), h, qd + 2 * kvd);
-        });
-    L.o = pack({p + "self_attn.o_proj.weight"}, qd, h, as_is(L.wo, qd, h));
-    L.gate_up = pack({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, h, 2 * mlp, [&] {
-      const auto m = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
-      return PackedWeights(m.data(), h, 2 * mlp);
+    layer_blocks(l, [&](auto qkv, auto o, auto gate_up, auto down) {
+      L.qkv = pack(std::move(qkv), [&] {
+        const auto m = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
+        return PackedWeights(m.data(), h, qd + 2 * kvd);
+      });
+      L.o = pack(std::move(o), as_is(L.wo, qd, h));
+      L.gate_up = pack(std::move(gate_up), [&] {
+        const auto m = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
+        return PackedWeights(m.data(), h, 2 * mlp);
+      });
+      L.down = pack(std::move(down), as_is(L.wd, mlp, h));
     });
-    L.down = pack({p + "mlp.down_proj.weight"}, mlp, h, as_is(L.wd, mlp, h));
     for (const PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(pw->bytes());
   }
-  lm_head_packed_ =
-      pack({c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, h, c.vocab, as_is(lm_head_, h, c.vocab));
+  lm_head_packed_ = pack(from_blocks({lm_head_name}, h, c.vocab), as_is(lm_head_, h, c.vocab));
   packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
 }
 

@@ -203,6 +203,9 @@ class CpuModel : public Model, public KvEvictionStudy, public KvFormatStudy, pub
   ForwardScratch scratch_;
   bool blas_ = false;  // CpuMatmul::Blas and Int8: prefills through OpenBLAS
   int64_t packed_bytes_ = 0;
+  // False when every product has int8 panels (CpuMatmul::Int8 on block weights): the float32
+  // matrices (wq … wd, lm_head_) are then not loaded.
+  bool float_matrices_ = true;
   std::vector<Layer> layers_;
   EngineSequences<Sequence> seqs_;
   // Paged KV: the block manager and the pool [layers][2][kv_heads][num_blocks][block_size][head_dim].

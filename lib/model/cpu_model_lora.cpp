@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/errors.h"
 #include "model/cpu_model_internal.h"
 
 namespace ib::model::cpu_detail {
@@ -79,6 +80,10 @@ void CpuModel::set_adapter(int seq, int adapter) {
 void CpuModel::merge_adapter(int adapter) {
   if (adapter < -1 || adapter >= static_cast<int>(adapters_.size()))
     throw std::invalid_argument(fmt::format("adapter {}: {} adapters are resident", adapter, adapters_.size()));
+  if (adapter >= 0 && !float_matrices_)
+    throw InputError(
+        "an adapter cannot be merged into int8 panels: this engine keeps no float32 weights (cpu_matmul int8 on "
+        "block weights); serve it per request (unmerged), or use cpu_matmul blas");
   merged_modules_ = {};
   merged_ = adapter;
   if (adapter < 0) return;  // the base weights are never written: restoring them is free

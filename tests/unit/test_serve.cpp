@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "numerics/random.h"
 #include "serve/scheduler.h"
 
 namespace ib::serve {
@@ -482,6 +483,49 @@ TEST(ServePaged, AmongManyCachedPromptsANewOneSharesWithTheOneItMatchesLongest) 
     EXPECT_LE(e.blocks().copies_made() - copies, 1) << "request " << r.id;  // only a partial block
   }
   EXPECT_EQ(s.cached_prefixes(), 14);
+  s.clear_prefix_cache();
+  EXPECT_EQ(e.blocks().used_blocks(), 0);
+  e.blocks().check_invariants();
+}
+
+// The index against a brute force: 40 prompts drawn from three tokens (long shared prefixes, many
+// partial ones), each sent after the last finished. A prompt's hit must be its longest common
+// prefix with any earlier request's cached tokens when that reaches a full block (4 tokens), else
+// 0; its output must be its generation alone; and every block must come back.
+TEST(ServePaged, PrefixHitsAreTheLongestSharedPrefixOfAnyEarlierRequest) {
+  std::vector<Request> rs;
+  for (int i = 0; i < 40; ++i) {
+    Request r;
+    r.id = i;
+    r.max_tokens = 1 + static_cast<int>(ib::random_bits(11, static_cast<uint64_t>(i)) % 3);
+    const int n = 3 + static_cast<int>(ib::random_bits(12, static_cast<uint64_t>(i)) % 20);
+    for (int j = 0; j < n; ++j)
+      r.prompt.push_back(static_cast<int32_t>(7 + ib::random_bits(13, static_cast<uint64_t>(i * 64 + j)) % 3));
+    rs.push_back(r);
+  }
+  const auto alone = generations_alone(rs);
+  PagedEngine e(512);
+  Scheduler s(*e.engine, prefix_policy());
+  std::vector<std::vector<int32_t>> cached;  // each earlier request's tokens in the cache: all but its last
+  for (size_t k = 0; k < rs.size(); ++k) {
+    const Request& r = rs[k];
+    std::vector<int32_t> tokens = r.prompt;
+    const int most = static_cast<int>(tokens.size()) - 1;
+    int want = 0;
+    for (const auto& c : cached) {
+      int n = 0;
+      while (n < most && n < static_cast<int>(c.size()) && c[static_cast<size_t>(n)] == tokens[static_cast<size_t>(n)]) ++n;
+      want = std::max(want, n);
+    }
+    if (want < 4) want = 0;
+    ASSERT_EQ(s.submit(r), "");
+    std::vector<StepResult> steps;
+    const auto out = drain(s, &steps).at(r.id);
+    EXPECT_EQ(out, alone[k]) << "request " << r.id;
+    EXPECT_EQ(steps.at(0).prefix_hit_tokens, want) << "request " << r.id;
+    tokens.insert(tokens.end(), out.begin(), out.end() - 1);
+    cached.push_back(tokens);
+  }
   s.clear_prefix_cache();
   EXPECT_EQ(e.blocks().used_blocks(), 0);
   e.blocks().check_invariants();

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/spec_key_values.h"
 #include "core/sweep.h"
 #include "core/value.h"
 
@@ -185,12 +186,12 @@ struct KeyValues {
   std::vector<F> values;
 };
 
-// The values a spec gives the keys of a set (KindInfo::check's map: every key of the kind, a
-// constant as one value, an axis as all), read through the set's bindings.
+// The values a spec gives the keys of a set (KindInfo::check's SpecKeyValues: every key of the
+// kind, a constant as one value, an axis as all), read through the set's bindings.
 template <class P>
 class SpecValues {
  public:
-  SpecValues(const ParamSet<P>& set, const std::map<std::string, std::vector<Value>>& values) : set_(set), values_(values) {}
+  SpecValues(const ParamSet<P>& set, const SpecKeyValues& values) : set_(set), values_(values.values_) {}
 
   // The values of the key bound to a field: `v.field(&P::bytes)`, or for a nested group's field
   // `v.field([](const P& p) -> const auto& { return p.engine.weights; })`.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/spec_key_values.h"
 #include "core/value.h"
 #include "core/variant.h"
 
@@ -62,7 +63,7 @@ struct KindInfo {
   // Checks across keys, run at spec validation once every value is parsed: `values` holds each of
   // the kind's keys with its values (a constant as one value, an axis as all of them). Returns
   // the first problem (the error is "file:line:col: experiments[i].<key>: <message>", exit 2).
-  std::function<std::optional<KeyProblem>(const std::map<std::string, std::vector<Value>>& values)> check;
+  std::function<std::optional<KeyProblem>(const SpecKeyValues& values)> check;
   // The kind's smallest point: spec keys (a YAML block, "key: value" lines) at which every variant
   // runs in a fraction of a second on the CPU. The conformance test (tests/unit/test_conformance.cpp)
   // runs every registered variant of every kind there, so a new variant is checked by registering it.

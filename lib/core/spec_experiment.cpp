@@ -187,7 +187,7 @@ void SpecParser::build_body(const FieldMap& fields, const KindInfo& kind, const 
   }
   check_row_count(*ex, path);
   if (kind.check)
-    if (std::optional<KeyProblem> problem = kind.check(all_values)) {
+    if (std::optional<KeyProblem> problem = kind.check(SpecKeyValues(std::move(all_values)))) {
       for (const auto& k : problem->keys)
         if (const Field* f = fields.get(k)) throw spec_error(f->loc, f->path, problem->message);
       throw spec_error(ex->loc, problem->keys.empty() ? path : path + "." + problem->keys[0], problem->message);

@@ -96,11 +96,11 @@ TEST(ParamSet, SpecValuesReadEachKeysValuesByItsField) {
   const ParamSet<Outer> set = ParamSet<Outer>()
                                   .add(&Outer::steps, key_spec("steps", ParamType::Int, "steps", Value(int64_t{2})))
                                   .add_group(&Outer::demo, demo_set());
-  const std::map<std::string, std::vector<Value>> values = {
+  const SpecKeyValues values({
       {"steps", {Value(int64_t{1}), Value(int64_t{5})}},
       {"shade", {Value(std::string("dark")), Value(std::string("light"))}},
       {"ratio", {Value(0.25)}},
-  };
+  });
   const SpecValues<Outer> v(set, values);
   const KeyValues<int64_t> steps = v.field(&Outer::steps);
   EXPECT_EQ(steps.key, "steps");

@@ -246,7 +246,7 @@ const ParamSet<GenerateKeys>& generate_keys() {
   return set;
 }
 
-std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values) {
+std::optional<KeyProblem> check_constraint_keys(const SpecKeyValues& values) {
   const SpecValues<ConstraintKeys> v(gpt2_constraint(), values);
   const auto constraints = v.field(&ConstraintKeys::constraint), vocabs = v.field(&ConstraintKeys::vocab);
   // Every way the spec compiles a schema.

@@ -102,6 +102,6 @@ std::vector<std::string> mask_reads();
 // constraint is found (a file, a bundled schema, regex: or choice:), parses, and compiles to a
 // regex under each whitespace and max_recursion given (unsupported keywords are refused here,
 // naming the JSON pointer); every vocab loads (cached for the run).
-std::optional<KeyProblem> check_constraint_keys(const std::map<std::string, std::vector<Value>>& values);
+std::optional<KeyProblem> check_constraint_keys(const SpecKeyValues& values);
 
 }  // namespace ib::constrain

@@ -281,7 +281,7 @@ KindInfo generate_kind() {
       "FAILS. With random weights (the default) the unmasked model essentially never writes a valid document. The model's "
       "vocabulary must cover the tokenizer's (ids past the tokenizer's are never chosen).",
       generate_keys().keys(), "constraint: person\ndocuments: 1\nmax_tokens: 80\n");
-  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+  k.check = [](const SpecKeyValues& values) {
     if (auto problem = check_constraint_keys(values)) return problem;
     const SpecValues<GenerateKeys> v(generate_keys(), values);
     const auto models = v.field(&GenerateKeys::model), weights = v.field(&GenerateKeys::weights),

@@ -30,7 +30,7 @@ ParamSet<EngineDecodeOptions> engine_decode_params(int default_prompt, int defau
       .add(&O::tokenizer, model::tokenizer_key_spec());
 }
 
-std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values) {
+std::optional<KeyProblem> check_engine_decode(const SpecKeyValues& values) {
   using O = EngineDecodeOptions;
   const ParamSet<O> set = engine_decode_params(1, 1);  // the defaults do not matter: `values` holds every key
   const SpecValues<O> v(set, values);

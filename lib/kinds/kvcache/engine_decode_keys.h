@@ -19,6 +19,6 @@ ParamSet<EngineDecodeOptions> engine_decode_params(int default_prompt, int defau
 
 // Spec-time check (KindInfo::check): the model and its weights, and a `text` file that reads and
 // tokenizes to at least the longest decode the sweep asks for.
-std::optional<KeyProblem> check_engine_decode(const std::map<std::string, std::vector<Value>>& values);
+std::optional<KeyProblem> check_engine_decode(const SpecKeyValues& values);
 
 }  // namespace ib::kvcache

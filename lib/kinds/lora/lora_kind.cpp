@@ -18,7 +18,7 @@ namespace {
 
 // An adapter directory is read at spec time against every model the spec names: a rank, module
 // or shape that does not fit is an error before anything runs.
-std::optional<KeyProblem> check_adapters(const std::map<std::string, std::vector<Value>>& values) {
+std::optional<KeyProblem> check_adapters(const SpecKeyValues& values) {
   const SpecValues<LoraKeys> v(lora_keys(), values);
   const auto models = v.field(&LoraKeys::model), weights = v.field(&LoraKeys::weights), adapters = v.field(&LoraKeys::adapter),
              modules = v.field(&LoraKeys::modules);

@@ -41,8 +41,7 @@ const std::vector<std::string>& text_prompt_key_names() {
   return n;
 }
 
-std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const KeyValues<std::string>& tokenizers,
+std::optional<KeyProblem> check_text_prompts(const SpecKeyValues& values, const KeyValues<std::string>& tokenizers,
                                              const KeyValues<std::string>& weights_values,
                                              const KeyValues<std::string>& models_values) {
   const SpecValues<TextPromptSource> prompt_keys(kinds::text_prompt_params(/*with_tokenizer=*/false), values);

@@ -23,9 +23,8 @@ KeySpec tokenizer_key_spec();  // {"prompt_text", "prompt_file", "prompts", "tem
 // parse, the tokenizer loads and its ids fit the model's vocabulary, one prompt source at most.
 // The kind's own keys of the tokenizer (the group's, or one of the kind's), the model (a preset or
 // checkpoint) and its weights, as its SpecValues reads them.
-std::optional<KeyProblem> check_text_prompts(const std::map<std::string, std::vector<Value>>& values,
-                                             const KeyValues<std::string>& tokenizers, const KeyValues<std::string>& weights,
-                                             const KeyValues<std::string>& models);
+std::optional<KeyProblem> check_text_prompts(const SpecKeyValues& values, const KeyValues<std::string>& tokenizers,
+                                             const KeyValues<std::string>& weights, const KeyValues<std::string>& models);
 
 }  // namespace ib::model
 

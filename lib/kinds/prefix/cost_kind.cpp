@@ -172,7 +172,7 @@ KindInfo cost_kind() {
       "`openai_step` increments), newly cached tokens at write × (Anthropic), the rest at 1×. Prices are inputs from the "
       "spec, not measurements; output tokens are not priced. A sample is the replay's bookkeeping time.";
   k.keys = cost_keys().keys();
-  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+  k.check = [](const SpecKeyValues& values) {
     const std::vector<CostWorkload> workloads = SpecValues<CostKeys>(cost_keys(), values).field(&CostKeys::workload).values;
     return check_workload_keys(values, std::find(workloads.begin(), workloads.end(), CostWorkload::Mixed) != workloads.end());
   };

@@ -178,7 +178,7 @@ KindInfo mixed_kind() {
       "(holder sequences), `cached` = cached tokens × K/V bytes per token (what a paged cache would hold). The gate: one "
       "replay with the invariants checked after every request and up to 8 hits' logits against full prefills.";
   k.keys = mixed_kind_keys().keys();
-  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+  k.check = [](const SpecKeyValues& values) {
     if (auto problem = check_workload_keys(values, /*mixed=*/true)) return problem;
     const SpecValues<MixedKindKeys> v(mixed_kind_keys(), values);
     return model::check_model_weights(v.field([](const MixedKindKeys& x) -> const auto& { return x.engine.model; }),

@@ -115,7 +115,7 @@ const ParamSet<CacheKeys>& cache_params(bool system_prompt_default) {
 
 // Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
 // chat_share + fewshot_share at most 1 wherever a mixed workload reads them.
-std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values, bool mixed) {
+std::optional<KeyProblem> check_workload_keys(const SpecKeyValues& values, bool mixed) {
   const SpecValues<SystemPromptShape> shape(system_prompt_params(false), values);
   const auto lows = shape.field(&SystemPromptShape::query_min), highs = shape.field(&SystemPromptShape::query_max);
   for (const int64_t lo : lows.values)

@@ -56,7 +56,7 @@ struct CacheKeys {
 const ParamSet<CacheKeys>& cache_params(bool system_prompt_default);
 // Spec-time checks across the workload keys a kind has: every query_min at most every query_max;
 // chat_share + fewshot_share at most 1 where the kind runs a mixed workload (`mixed`).
-std::optional<KeyProblem> check_workload_keys(const std::map<std::string, std::vector<Value>>& values, bool mixed);
+std::optional<KeyProblem> check_workload_keys(const SpecKeyValues& values, bool mixed);
 // The same check where a run reads the keys (a spec's axes are checked by check_workload_keys).
 void check_shares(const workload::MixedOptions& o);
 

@@ -341,7 +341,7 @@ KindInfo system_prompt_kind() {
       "the second request reuses the whole system prompt and its logits match a full prefill; the cache's invariants hold.";
   k.keys = system_prompt_kind_keys().keys();
   k.roofline = true;
-  k.check = [](const std::map<std::string, std::vector<Value>>& values) {
+  k.check = [](const SpecKeyValues& values) {
     if (auto problem = check_workload_keys(values, /*mixed=*/false)) return problem;
     const SpecValues<SystemPromptKindKeys> v(system_prompt_kind_keys(), values);
     const auto weights = v.field([](const SystemPromptKindKeys& x) -> const auto& { return x.engine.weights; });

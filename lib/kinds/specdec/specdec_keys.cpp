@@ -102,7 +102,7 @@ const ParamSet<SpecdecKeys>& specdec_keys() {
   return set;
 }
 
-std::optional<KeyProblem> check_specdec_keys(const std::map<std::string, std::vector<Value>>& values) {
+std::optional<KeyProblem> check_specdec_keys(const SpecKeyValues& values) {
   const SpecValues<SpecdecKeys> v(specdec_keys(), values);
   const auto target = v.field(&SpecdecKeys::target), target_weights = v.field(&SpecdecKeys::target_weights);
   if (auto problem = model::check_model_weights(target, target_weights)) return problem;

@@ -46,7 +46,7 @@ struct SpecdecKeys {
 const ParamSet<SpecdecKeys>& specdec_keys();
 
 // Every value of the model, weights and prompt keys checked before a row runs (KindInfo::check).
-std::optional<KeyProblem> check_specdec_keys(const std::map<std::string, std::vector<Value>>& values);
+std::optional<KeyProblem> check_specdec_keys(const SpecKeyValues& values);
 
 // A variant's keys (its declaration): `own`, the keys every variant reads, and its backend's
 // engine choice (matmul for CUDA, cpu_matmul for the CPU).

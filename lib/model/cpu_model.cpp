@@ -1,6 +1,7 @@
 // The CPU engine's construction (its weights read, and transposed to [in][out] as
 // cpu_model_internal.h says) and its factory; its other members are in cpu_model_*.cpp, by noun.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -92,39 +93,28 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   };
   const int h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim(), mlp = c.mlp;
   const std::string lm_head_name = c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  auto layer_blocks = [&](int l, auto&& product) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    return product(from_blocks({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, h,
-                               qd + 2 * kvd),
-                   from_blocks({p + "self_attn.o_proj.weight"}, qd, h),
-                   from_blocks({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, h, 2 * mlp),
-                   from_blocks({p + "mlp.down_proj.weight"}, mlp, h));
-  };
+  // Each layer's Q|K|V, O, gate|up and down from blocks, and the LM head's; read once, before the
+  // float matrices are (or are not) loaded.
+  std::vector<std::array<std::optional<PackedWeights>, 4>> blocks(static_cast<size_t>(c.layers));
+  std::optional<PackedWeights> head_blocks;
+  if (matmul != CpuMatmul::Reference) {
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = fmt::format("model.layers.{}.", l);
+      auto& b = blocks[static_cast<size_t>(l)];
+      b[0] = from_blocks({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, h,
+                         qd + 2 * kvd);
+      b[1] = from_blocks({p + "self_attn.o_proj.weight"}, qd, h);
+      b[2] = from_blocks({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, h, 2 * mlp);
+      b[3] = from_blocks({p + "mlp.down_proj.weight"}, mlp, h);
+    }
+    head_blocks = from_blocks({lm_head_name}, h, c.vocab);
+  }
   // Int8 panels take a pass of any row count, so when every product has them the float32
   // matrices would never be read: they are not loaded (SmolLM2-135M: 540 MB of 650), and an
   // adapter cannot be merged into them (merge_adapter says so; per-request adapters still run).
-  if (matmul == CpuMatmul::Int8) {
-    std::optional<PackedWeights> head = from_blocks({lm_head_name}, h, c.vocab);
-    bool all = head.has_value();
-    for (int l = 0; l < c.layers && all; ++l) {
-      Layer& L = layers_[static_cast<size_t>(l)];
-      all = layer_blocks(l, [&](auto qkv, auto o, auto gate_up, auto down) {
-        if (!qkv || !o || !gate_up || !down) return false;
-        L.qkv = std::move(*qkv);
-        L.o = std::move(*o);
-        L.gate_up = std::move(*gate_up);
-        L.down = std::move(*down);
-        return true;
-      });
-    }
-    if (all) {
-      lm_head_packed_ = std::move(*head);
-      float_matrices_ = false;
-    } else {
-      for (Layer& L : layers_)
-        for (PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) *pw = PackedWeights();
-    }
-  }
+  float_matrices_ = matmul != CpuMatmul::Int8 || !head_blocks || !std::all_of(blocks.begin(), blocks.end(), [](const auto& b) {
+                      return std::all_of(b.begin(), b.end(), [](const auto& p) { return p.has_value(); });
+                    });
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     Layer& L = layers_[static_cast<size_t>(l)];
@@ -159,33 +149,26 @@ CpuModel::CpuModel(const ModelConfig& c, const WeightSource& w, CpuMatmul matmul
   if (float_matrices_) load(lm_head_name, lm_head_, true);
   if (matmul == CpuMatmul::Reference) return;
   blas_ = matmul == CpuMatmul::Blas || matmul == CpuMatmul::Int8;
-  if (!float_matrices_) {
-    for (const Layer& L : layers_)
-      for (const PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(pw->bytes());
-    packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
-    return;
-  }
-  // Otherwise each product's packed copy from its blocks where it has them, else the float
-  // matrix side by side; `floats` makes the float copy (only when it is the one kept).
-  auto pack = [&](std::optional<PackedWeights> blocks, auto floats) { return blocks ? std::move(*blocks) : floats(); };
+  // Each product's packed copy from its blocks where it has them, else the float matrix side by
+  // side; `floats` makes the float copy (only when it is the one kept).
+  auto pack = [&](std::optional<PackedWeights>& from, auto floats) { return from ? std::move(*from) : floats(); };
   auto as_is = [](const Buf& b, int in, int out) { return [&b, in, out] { return PackedWeights(b.data(), in, out); }; };
   for (int l = 0; l < c.layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    layer_blocks(l, [&](auto qkv, auto o, auto gate_up, auto down) {
-      L.qkv = pack(std::move(qkv), [&] {
-        const auto m = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
-        return PackedWeights(m.data(), h, qd + 2 * kvd);
-      });
-      L.o = pack(std::move(o), as_is(L.wo, qd, h));
-      L.gate_up = pack(std::move(gate_up), [&] {
-        const auto m = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
-        return PackedWeights(m.data(), h, 2 * mlp);
-      });
-      L.down = pack(std::move(down), as_is(L.wd, mlp, h));
+    auto& b = blocks[static_cast<size_t>(l)];
+    L.qkv = pack(b[0], [&] {
+      const auto m = side_by_side(h, {{&L.wq, qd}, {&L.wk, kvd}, {&L.wv, kvd}});
+      return PackedWeights(m.data(), h, qd + 2 * kvd);
     });
+    L.o = pack(b[1], as_is(L.wo, qd, h));
+    L.gate_up = pack(b[2], [&] {
+      const auto m = side_by_side(h, {{&L.wg, mlp}, {&L.wu, mlp}});
+      return PackedWeights(m.data(), h, 2 * mlp);
+    });
+    L.down = pack(b[3], as_is(L.wd, mlp, h));
     for (const PackedWeights* pw : {&L.qkv, &L.o, &L.gate_up, &L.down}) packed_bytes_ += static_cast<int64_t>(pw->bytes());
   }
-  lm_head_packed_ = pack(from_blocks({lm_head_name}, h, c.vocab), as_is(lm_head_, h, c.vocab));
+  lm_head_packed_ = pack(head_blocks, as_is(lm_head_, h, c.vocab));
   packed_bytes_ += static_cast<int64_t>(lm_head_packed_.bytes());
 }
 

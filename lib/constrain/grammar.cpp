@@ -1,5 +1,7 @@
 #include "constrain/grammar.h"
 
+#include "constrain/grammar_lengths.h"
+
 #include <algorithm>
 #include <array>
 #include <unordered_set>
@@ -57,121 +59,195 @@ bool re_holds_call(const Re& re) {
   return false;
 }
 
+int32_t call_marker_at(const std::vector<Re>& kids, size_t i) {
+  auto single = [&](size_t k) -> int {
+    const RegexNode& n = *kids[k];
+    if (n.kind != RegexNode::Kind::Bytes || n.bytes.count() != 1) return -1;
+    for (int b = 0; b < 256; ++b)
+      if (n.bytes.test(static_cast<size_t>(b))) return b;
+    return -1;
+  };
+  if (i + kCallDigits >= kids.size() || !kids[i]->non_text) return -1;  // a marker's bytes are not text
+  if (single(i) != kCallOpen) return -1;
+  int32_t rule = 0;
+  for (int d = 1; d <= kCallDigits; ++d) {
+    const int b = single(i + static_cast<size_t>(d));
+    const auto* at = std::find(kDigits.begin(), kDigits.end(), b);
+    if (b < 0 || at == kDigits.end()) return -1;
+    rule = rule * 12 + static_cast<int32_t>(at - kDigits.begin());
+  }
+  return rule;
+}
+
+bool is_call_marker_byte(uint8_t b) {
+  // The marker bytes are exactly the bytes no UTF-8 text holds (regex.h's non_text_byte).
+  static_assert(non_text_byte(kCallOpen));
+  return non_text_byte(b);
+}
+
 size_t Grammar::states() const {
   size_t n = 0;
-  for (const auto& r : rules) n += static_cast<size_t>(r.dfa.num_states);
+  for (size_t i = 0; i < size(); ++i)
+    if (const GrammarRule* r = rules_.peek(i)) n += static_cast<size_t>(r->dfa.num_states);
   return n;
 }
 
 size_t Grammar::table_bytes() const {
   size_t n = 0;
-  for (const auto& r : rules) n += r.dfa.table_bytes() + r.calls.size() * sizeof(GrammarRule::Call);
+  for (size_t i = 0; i < size(); ++i)
+    if (const GrammarRule* r = rules_.peek(i)) n += r->dfa.table_bytes() + r->calls.size() * sizeof(GrammarRule::Call);
   return n;
+}
+
+namespace {
+
+// Rule i's DFA with its call marker paths taken out as call edges; liveness is left to the caller
+// (it needs the callees' lengths).
+GrammarRule compile_structure(const Re& body, const std::string& name, size_t rules, const CompileLimits& limits) {
+  GrammarRule r;
+  r.name = name;
+  r.dfa = compile_dfa(body, limits);
+  // The calls: every path 0xFF d1 d2 d3 d4 from a state.
+  std::vector<std::vector<GrammarRule::Call>> at(static_cast<size_t>(r.dfa.num_states));
+  for (int32_t s = 0; s < r.dfa.num_states; ++s) {
+    const int32_t open = r.dfa.step(s, kCallOpen);
+    if (open < 0) continue;
+    std::vector<std::pair<int32_t, int32_t>> level = {{open, 0}};  // (state, callee digits so far)
+    for (int d = 0; d < kCallDigits; ++d) {
+      std::vector<std::pair<int32_t, int32_t>> next;
+      for (const auto& [t, so_far] : level)
+        for (size_t k = 0; k < kDigits.size(); ++k) {
+          const int32_t u = r.dfa.step(t, kDigits[k]);
+          if (u >= 0) next.emplace_back(u, so_far * 12 + static_cast<int32_t>(k));
+        }
+      level = std::move(next);
+    }
+    for (const auto& [ret, callee] : level) {
+      if (callee >= static_cast<int32_t>(rules))
+        throw RegexError(r.name + ": a call of rule " + std::to_string(callee) + ", past the grammar's " + std::to_string(rules) +
+                         " rules");
+      at[static_cast<size_t>(s)].push_back({callee, ret});
+    }
+  }
+  r.call_begin.assign(static_cast<size_t>(r.dfa.num_states) + 1, 0);
+  for (int32_t s = 0; s < r.dfa.num_states; ++s) {
+    r.call_begin[static_cast<size_t>(s)] = static_cast<int32_t>(r.calls.size());
+    r.calls.insert(r.calls.end(), at[static_cast<size_t>(s)].begin(), at[static_cast<size_t>(s)].end());
+  }
+  r.call_begin.back() = static_cast<int32_t>(r.calls.size());
+  // The marker bytes lead nowhere now: a column of -1 of their own (the states only markers
+  // reached stay, unreachable).
+  const int32_t dead = r.dfa.num_classes;
+  std::vector<int32_t> next(static_cast<size_t>(r.dfa.num_states) * static_cast<size_t>(dead + 1), -1);
+  for (int32_t s = 0; s < r.dfa.num_states; ++s)
+    std::copy_n(r.dfa.next.begin() + static_cast<std::ptrdiff_t>(s) * dead, dead,
+                next.begin() + static_cast<std::ptrdiff_t>(s) * (dead + 1));
+  // The marker bytes' old classes are emptied too: a class that holds a marker byte the body
+  // uses holds no text byte (no text byte has its transitions), else its column is all -1.
+  std::vector<int32_t> marker_classes = {r.dfa.byte_class[kCallOpen]};
+  for (uint8_t d : kDigits) marker_classes.push_back(r.dfa.byte_class[d]);
+  for (int32_t s = 0; s < r.dfa.num_states; ++s)
+    for (int32_t c : marker_classes) next[static_cast<size_t>(s) * static_cast<size_t>(dead + 1) + static_cast<size_t>(c)] = -1;
+  r.dfa.next = std::move(next);
+  r.dfa.num_classes = dead + 1;
+  if (dead + 1 > 256) throw RegexError(r.name + ": more than 256 byte classes");
+  r.dfa.byte_class[kCallOpen] = static_cast<uint8_t>(dead);
+  for (uint8_t d : kDigits) r.dfa.byte_class[d] = static_cast<uint8_t>(dead);
+  return r;
+}
+
+// Liveness: a state is live where some bytes and calls of productive rules finish the rule.
+void set_liveness(GrammarRule& r, const std::vector<int64_t>& lengths) {
+  const std::vector<int32_t> d = rule_state_distances(r, lengths, nullptr);
+  r.live.assign(static_cast<size_t>(r.dfa.num_states), 0);
+  r.plain.assign(static_cast<size_t>(r.dfa.num_states), 0);
+  for (size_t s = 0; s < r.live.size(); ++s) {
+    r.live[s] = d[s] != kNoDistance;
+    r.plain[s] = r.live[s] && !r.dfa.accepting[s] && r.call_begin[s] == r.call_begin[s + 1];
+  }
+}
+
+}  // namespace
+
+Grammar::Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t start_rule, const CompileLimits& limits)
+    : start(start_rule), bodies_(std::move(bodies)), names_(std::move(names)), limits_(limits), rules_(bodies_.size()) {
+  const size_t n = bodies_.size();
+  if (start < 0 || static_cast<size_t>(start) >= n) throw RegexError("the start rule is not in the grammar");
+  names_.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    if (names_[i].empty()) names_[i] = "rule " + std::to_string(i);
+  // The rules the start reaches (a rule the schema compiler compiled inline leaves the rules of
+  // its first attempt unreached: they are never compiled). A body whose regex hides its calls is
+  // compiled now, for its calls and its length.
+  readable_.assign(n, 0);
+  reached_.assign(n, 0);
+  std::vector<std::unique_ptr<GrammarRule>> now(n);
+  std::vector<const GrammarRule*> compiled(n, nullptr);
+  RegexCallReader calls;
+  std::vector<size_t> todo = {static_cast<size_t>(start)};
+  reached_[static_cast<size_t>(start)] = 1;
+  while (!todo.empty()) {
+    const size_t i = todo.back();
+    todo.pop_back();
+    ++reachable_;
+    std::vector<int32_t> callees;
+    readable_[i] = calls.readable(bodies_[i]);
+    if (readable_[i]) {
+      callees = calls.callees(bodies_[i]);
+    } else {
+      now[i] = std::make_unique<GrammarRule>(compile_structure(bodies_[i], names_[i], n, limits_));
+      compiled[i] = now[i].get();
+      for (const auto& c : now[i]->calls) callees.push_back(c.rule);
+    }
+    for (int32_t c : callees) {
+      if (c >= static_cast<int32_t>(n))
+        throw RegexError(names_[i] + ": a call of rule " + std::to_string(c) + ", past the grammar's " + std::to_string(n) +
+                         " rules");
+      if (!reached_[static_cast<size_t>(c)]) {
+        reached_[static_cast<size_t>(c)] = 1;
+        todo.push_back(static_cast<size_t>(c));
+      }
+    }
+  }
+  // Unreached rules hold no document here (they are never entered).
+  std::vector<Re> measured(n, re_never());
+  for (size_t i = 0; i < n; ++i)
+    if (reached_[i]) measured[i] = bodies_[i];
+  lengths_ = rule_min_lengths(measured, compiled, nullptr, calls);
+  for (size_t i = 0; i < n; ++i)
+    if (now[i]) {
+      set_liveness(*now[i], lengths_);
+      rules_.get(i, [&] { return std::move(*now[i]); });
+    }
+  // The start rule now: every parse begins there (and a schema whose top level alone is past the
+  // limits or the compile budget is refused at compile time, as before).
+  rule(start);
+}
+
+GrammarRule Grammar::compile_rule(int32_t i) const {
+  const auto k = static_cast<size_t>(i);
+  if (!reached_[k]) {  // never entered from the start: no document
+    GrammarRule r = compile_structure(re_never(), names_[k], size(), limits_);
+    set_liveness(r, lengths_);
+    return r;
+  }
+  GrammarRule r = compile_structure(bodies_[k], names_[k], size(), limits_);
+  set_liveness(r, lengths_);
+  return r;
+}
+
+const GrammarRule& Grammar::rule(int32_t i) const {
+  return rules_.get(static_cast<size_t>(i), [&] { return compile_rule(i); });
+}
+
+void Grammar::compile_all() const {
+  for (size_t i = 0; i < size(); ++i)
+    if (reached_[i]) rule(static_cast<int32_t>(i));
 }
 
 Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::string>& names, int32_t start,
                       const CompileLimits& limits) {
-  Grammar g;
-  g.start = start;
-  g.rules.resize(bodies.size());
-  if (start < 0 || static_cast<size_t>(start) >= g.rules.size()) throw RegexError("the start rule is not in the grammar");
-  // Only the rules the start rule reaches are compiled (a rule the schema compiler compiled inline
-  // leaves the rules of its first attempt unreached): the others get a DFA of no document.
-  std::vector<uint8_t> reached(bodies.size(), 0);
-  std::vector<size_t> todo = {static_cast<size_t>(start)};
-  reached[static_cast<size_t>(start)] = 1;
-  while (!todo.empty()) {
-    const size_t i = todo.back();
-    todo.pop_back();
-    GrammarRule& r = g.rules[i];
-    r.name = i < names.size() ? names[i] : "rule " + std::to_string(i);
-    r.dfa = compile_dfa(bodies[i], limits);
-    // The calls: every path 0xFF d1 d2 d3 d4 from a state.
-    std::vector<std::vector<GrammarRule::Call>> at(static_cast<size_t>(r.dfa.num_states));
-    for (int32_t s = 0; s < r.dfa.num_states; ++s) {
-      const int32_t open = r.dfa.step(s, kCallOpen);
-      if (open < 0) continue;
-      std::vector<std::pair<int32_t, int32_t>> level = {{open, 0}};  // (state, callee digits so far)
-      for (int d = 0; d < kCallDigits; ++d) {
-        std::vector<std::pair<int32_t, int32_t>> next;
-        for (const auto& [t, so_far] : level)
-          for (size_t k = 0; k < kDigits.size(); ++k) {
-            const int32_t u = r.dfa.step(t, kDigits[k]);
-            if (u >= 0) next.emplace_back(u, so_far * 12 + static_cast<int32_t>(k));
-          }
-        level = std::move(next);
-      }
-      for (const auto& [ret, callee] : level) {
-        if (callee >= static_cast<int32_t>(bodies.size()))
-          throw RegexError(r.name + ": a call of rule " + std::to_string(callee) + ", past the grammar's " +
-                           std::to_string(bodies.size()) + " rules");
-        at[static_cast<size_t>(s)].push_back({callee, ret});
-        if (!reached[static_cast<size_t>(callee)]) {
-          reached[static_cast<size_t>(callee)] = 1;
-          todo.push_back(static_cast<size_t>(callee));
-        }
-      }
-    }
-    r.call_begin.assign(static_cast<size_t>(r.dfa.num_states) + 1, 0);
-    for (int32_t s = 0; s < r.dfa.num_states; ++s) {
-      r.call_begin[static_cast<size_t>(s)] = static_cast<int32_t>(r.calls.size());
-      r.calls.insert(r.calls.end(), at[static_cast<size_t>(s)].begin(), at[static_cast<size_t>(s)].end());
-    }
-    r.call_begin.back() = static_cast<int32_t>(r.calls.size());
-    // The marker bytes lead nowhere now: a column of -1 of their own (the states only markers
-    // reached stay, unreachable).
-    const int32_t dead = r.dfa.num_classes;
-    std::vector<int32_t> next(static_cast<size_t>(r.dfa.num_states) * static_cast<size_t>(dead + 1), -1);
-    for (int32_t s = 0; s < r.dfa.num_states; ++s)
-      std::copy_n(r.dfa.next.begin() + static_cast<std::ptrdiff_t>(s) * dead, dead,
-                  next.begin() + static_cast<std::ptrdiff_t>(s) * (dead + 1));
-    // The marker bytes' old classes are emptied too: a class that holds a marker byte the body
-    // uses holds no text byte (no text byte has its transitions), else its column is all -1.
-    std::vector<int32_t> marker_classes = {r.dfa.byte_class[kCallOpen]};
-    for (uint8_t d : kDigits) marker_classes.push_back(r.dfa.byte_class[d]);
-    for (int32_t s = 0; s < r.dfa.num_states; ++s)
-      for (int32_t c : marker_classes) next[static_cast<size_t>(s) * static_cast<size_t>(dead + 1) + static_cast<size_t>(c)] = -1;
-    r.dfa.next = std::move(next);
-    r.dfa.num_classes = dead + 1;
-    if (dead + 1 > 256) throw RegexError(r.name + ": more than 256 byte classes");
-    r.dfa.byte_class[kCallOpen] = static_cast<uint8_t>(dead);
-    for (uint8_t d : kDigits) r.dfa.byte_class[d] = static_cast<uint8_t>(dead);
-    ++g.compiled_rules;
-  }
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    if (reached[i]) continue;
-    GrammarRule& r = g.rules[i];
-    r.name = i < names.size() ? names[i] : "rule " + std::to_string(i);
-    r.dfa = compile_dfa(re_never(), limits);
-    r.call_begin.assign(static_cast<size_t>(r.dfa.num_states) + 1, 0);
-  }
-  // Liveness through productive calls, to a fixed point over all rules together.
-  for (auto& r : g.rules) r.live.assign(static_cast<size_t>(r.dfa.num_states), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (auto& r : g.rules)
-      for (int32_t s = r.dfa.num_states - 1; s >= 0; --s) {
-        if (r.live[static_cast<size_t>(s)]) continue;
-        bool l = r.dfa.accepting[static_cast<size_t>(s)] != 0 || reads(r, s);
-        for (int32_t k = r.call_begin[static_cast<size_t>(s)]; !l && k < r.call_begin[static_cast<size_t>(s) + 1]; ++k) {
-          const auto& c = r.calls[static_cast<size_t>(k)];
-          const GrammarRule& callee = g.rules[static_cast<size_t>(c.rule)];
-          l = r.live[static_cast<size_t>(c.ret)] && callee.live[static_cast<size_t>(callee.dfa.start)];
-        }
-        if (l) {
-          r.live[static_cast<size_t>(s)] = 1;
-          changed = true;
-        }
-      }
-  }
-  for (auto& r : g.rules) {
-    r.plain.assign(static_cast<size_t>(r.dfa.num_states), 0);
-    for (int32_t s = 0; s < r.dfa.num_states; ++s) {
-      const auto i = static_cast<size_t>(s);
-      r.plain[i] = r.live[i] && !r.dfa.accepting[i] && r.call_begin[i] == r.call_begin[i + 1];
-    }
-  }
-  return g;
+  return Grammar(bodies, names, start, limits);
 }
 
 void grammar_close(const Grammar& g, GrammarStacks& stacks) {
@@ -189,18 +265,17 @@ void grammar_close(const Grammar& g, GrammarStacks& stacks) {
     if (contains(seen, it.stack)) continue;
     seen.push_back(it.stack);
     const GrammarFrame top = it.stack.back();
-    const GrammarRule& r = g.rules[static_cast<size_t>(top.rule)];
+    const GrammarRule& r = g.rule(top.rule);
     const size_t s = static_cast<size_t>(top.state);
     if (reads(r, top.state) || (it.stack.size() == 1 && r.dfa.accepting[s])) stacks.push_back(it.stack);
     if (it.stack.size() < kMaxGrammarDepth)
       for (int32_t k = r.call_begin[s]; k < r.call_begin[s + 1]; ++k) {
         const auto& c = r.calls[static_cast<size_t>(k)];
-        const GrammarRule& callee = g.rules[static_cast<size_t>(c.rule)];
-        if (!r.live[static_cast<size_t>(c.ret)] || !callee.live[static_cast<size_t>(callee.dfa.start)]) continue;
+        if (!r.live[static_cast<size_t>(c.ret)] || !g.productive(c.rule)) continue;
         if (std::find(it.entered.begin(), it.entered.end(), c.rule) != it.entered.end()) continue;
         Item n = it;
         n.stack.back().state = c.ret;
-        n.stack.push_back({c.rule, callee.dfa.start});
+        n.stack.push_back({c.rule, g.rule(c.rule).dfa.start});
         n.entered.push_back(c.rule);
         work.push_back(std::move(n));
       }
@@ -216,7 +291,7 @@ void grammar_step(const Grammar& g, const GrammarStacks& in, uint8_t b, GrammarS
   out.clear();
   bool all_plain = true;
   for (const auto& st : in) {
-    const GrammarRule& r = g.rules[static_cast<size_t>(st.back().rule)];
+    const GrammarRule& r = g.rule(st.back().rule);
     const int32_t t = r.dfa.step(st.back().state, b);
     if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
     all_plain = all_plain && r.plain[static_cast<size_t>(t)];
@@ -229,14 +304,12 @@ void grammar_step(const Grammar& g, const GrammarStacks& in, uint8_t b, GrammarS
 
 bool grammar_accepts(const Grammar& g, const GrammarStacks& stacks) {
   for (const auto& st : stacks)
-    if (st.size() == 1 && st[0].rule == g.start &&
-        g.rules[static_cast<size_t>(g.start)].dfa.accepting[static_cast<size_t>(st[0].state)])
-      return true;
+    if (st.size() == 1 && st[0].rule == g.start && g.rule(g.start).dfa.accepting[static_cast<size_t>(st[0].state)]) return true;
   return false;
 }
 
 GrammarStacks grammar_start(const Grammar& g) {
-  const GrammarRule& root = g.rules[static_cast<size_t>(g.start)];
+  const GrammarRule& root = g.rule(g.start);
   if (!root.live[static_cast<size_t>(root.dfa.start)]) return {};  // no finite document (a false schema)
   GrammarStacks s = {{{g.start, root.dfa.start}}};
   grammar_close(g, s);
@@ -250,7 +323,7 @@ bool grammar_walk(const Grammar& g, GrammarStacks& stacks, const std::string& by
     // bytes of keys, strings and numbers.
     bool in_place = true;
     for (const auto& st : stacks) {
-      const GrammarRule& r = g.rules[static_cast<size_t>(st.back().rule)];
+      const GrammarRule& r = g.rule(st.back().rule);
       const int32_t t = r.dfa.step(st.back().state, c);
       if (t >= 0 && r.live[static_cast<size_t>(t)] && !r.plain[static_cast<size_t>(t)]) {
         in_place = false;
@@ -260,7 +333,7 @@ bool grammar_walk(const Grammar& g, GrammarStacks& stacks, const std::string& by
     if (in_place) {
       size_t kept = 0;
       for (size_t i = 0; i < stacks.size(); ++i) {
-        const GrammarRule& r = g.rules[static_cast<size_t>(stacks[i].back().rule)];
+        const GrammarRule& r = g.rule(stacks[i].back().rule);
         const int32_t t = r.dfa.step(stacks[i].back().state, c);
         if (t < 0 || !r.live[static_cast<size_t>(t)]) continue;
         stacks[i].back().state = t;

@@ -5,8 +5,8 @@
 // the nesting lives in a stack instead of in states.
 //
 // A call is written into a rule body as marker bytes that no UTF-8 text holds (re_call), so the
-// regex -> NFA -> minimal DFA pipeline compiles bodies unchanged; build_grammar then takes the
-// marker paths out of each DFA and keeps them as call edges (state, callee, return state).
+// regex -> NFA -> minimal DFA pipeline compiles bodies unchanged; a rule's compile then takes the
+// marker paths out of its DFA and keeps them as call edges (state, callee, return state).
 //
 // A parse position is a set of stacks (a rule body can be entered in more than one way: a value
 // that is either of two objects is two calls on its first byte), each stack bottom first, the top
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "constrain/automaton.h"
+#include "constrain/lazy_slots.h"
 #include "constrain/regex.h"
 
 namespace ib::constrain {
@@ -34,6 +35,12 @@ bool re_holds_call(const Re& re);
 // Stacks deeper than this die (a document nested past it is refused: far deeper than any
 // real-world instance, it keeps a stack's copies bounded).
 constexpr size_t kMaxGrammarDepth = 512;
+
+// The callee of the call marker that starts at kids[i] of a concatenation (re_concat flattens a
+// call's five bytes into its parent), or -1 when none starts there.
+int32_t call_marker_at(const std::vector<Re>& kids, size_t i);
+// Whether byte b is one a call marker is written with (no UTF-8 text holds it).
+bool is_call_marker_byte(uint8_t b);
 
 struct GrammarRule {
   struct Call {
@@ -51,17 +58,56 @@ struct GrammarRule {
   std::string name;  // the schema pointer the rule stands for
 };
 
+// The rules' bodies, and each rule's DFA compiled when a parse first enters it (rule()): a schema
+// of hundreds of object rules costs at compile time only what its bodies' regexes tell without
+// an automaton (which rules the start reaches, which can finish and in how few bytes), and a
+// document pays for the rules it uses. The start rule, and a body whose regex hides calls (an
+// automaton holding call markers), are compiled at once. Shared and const once built: rule() is
+// safe from any thread. A rule compiled later runs under whatever CompileBudget its thread holds
+// then (none in a generation loop).
 struct Grammar {
-  std::vector<GrammarRule> rules;
+  Grammar() = default;
+  Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t start, const CompileLimits& limits);
+  Grammar(Grammar&&) noexcept = default;
+  Grammar& operator=(Grammar&&) noexcept = default;
+  // A copy is the same grammar with none of its rules compiled yet.
+  Grammar(const Grammar& o) : Grammar(o.bodies_, o.names_, o.start, o.limits_) {}
+  Grammar& operator=(const Grammar& o) { return *this = Grammar(o); }
+
   int32_t start = 0;
-  size_t compiled_rules = 0;  // the rules the start rule reaches (the others hold no document)
-  size_t states() const;
+  // Rule i (its DFA compiled on first use). Throws RegexError past the compile limits, or where
+  // its DFA calls a rule the grammar does not have.
+  const GrammarRule& rule(int32_t i) const;
+  size_t size() const { return bodies_.size(); }
+  // Whether rule i's language holds a document (through productive calls).
+  bool productive(int32_t i) const { return lengths_[static_cast<size_t>(i)] < kNoLength; }
+  // The fewest bytes of rule i's documents (kNoLength: none).
+  static constexpr int64_t kNoLength = kNoTextLength;
+  int64_t min_length(int32_t i) const { return lengths_[static_cast<size_t>(i)]; }
+  const std::vector<Re>& bodies() const { return bodies_; }
+  // Whether rule i's regex tells its calls and lengths (else it was compiled at construction).
+  bool readable(int32_t i) const { return readable_[static_cast<size_t>(i)] != 0; }
+  size_t reachable_rules() const { return reachable_; }  // the rules the start reaches
+  size_t compiled_rules() const { return rules_.built(); }
+  // Compiles every rule the start reaches (what an eager compile did); throws as rule() does.
+  void compile_all() const;
+  size_t states() const;  // of the rules compiled so far
   size_t table_bytes() const;
+
+ private:
+  GrammarRule compile_rule(int32_t i) const;
+  std::vector<Re> bodies_;
+  std::vector<std::string> names_;
+  CompileLimits limits_;
+  std::vector<uint8_t> readable_, reached_;
+  std::vector<int64_t> lengths_;
+  size_t reachable_ = 0;
+  LazySlots<GrammarRule> rules_;
 };
 
-// Compiles bodies[i] (with re_call markers) to rule i's DFA and links the calls; `names` name the
-// rules (may be empty). Throws RegexError past `limits` in any body. A start rule that cannot
-// finish gives a grammar of no document (grammar_start is then empty), as a false schema's DFA.
+// The grammar of bodies[i] (with re_call markers) as rule i; `names` name the rules (may be
+// empty). A start rule that cannot finish gives a grammar of no document (grammar_start is then
+// empty), as a false schema's DFA. Limits apply to each rule's DFA when it is compiled.
 Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::string>& names, int32_t start,
                       const CompileLimits& limits = {});
 

@@ -53,7 +53,7 @@ bool GrammarCursor::accept(int32_t token) {
 bool grammar_complete(const Grammar& g, const GrammarStacks& stacks) {
   if (!grammar_accepts(g, stacks)) return false;
   for (const auto& st : stacks) {
-    const GrammarRule& r = g.rules[static_cast<size_t>(st.back().rule)];
+    const GrammarRule& r = g.rule(st.back().rule);
     const size_t row = static_cast<size_t>(st.back().state) * static_cast<size_t>(r.dfa.num_classes);
     for (int32_t c = 0; c < r.dfa.num_classes; ++c) {
       const int32_t t = r.dfa.next[row + static_cast<size_t>(c)];

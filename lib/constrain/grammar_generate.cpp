@@ -2,59 +2,45 @@
 
 #include <algorithm>
 
+#include "constrain/grammar_lengths.h"
+
 namespace ib::constrain {
 
-GrammarDistances grammar_distances(const Grammar& g, const std::array<bool, 256>* usable) {
-  GrammarDistances out;
-  constexpr int32_t kNone = GrammarDistances::kNone;
-  out.dist.resize(g.rules.size());
-  std::vector<std::vector<uint8_t>> class_usable(g.rules.size());
-  for (size_t r = 0; r < g.rules.size(); ++r) {
-    const Dfa& d = g.rules[r].dfa;
-    out.dist[r].assign(static_cast<size_t>(d.num_states), kNone);
-    for (int32_t s = 0; s < d.num_states; ++s)
-      if (d.accepting[static_cast<size_t>(s)]) out.dist[r][static_cast<size_t>(s)] = 0;
-    class_usable[r].assign(static_cast<size_t>(d.num_classes), 0);
-    for (int b = 0; b < 256; ++b)
-      if (!usable || (*usable)[static_cast<size_t>(b)]) class_usable[r][d.byte_class[static_cast<size_t>(b)]] = 1;
-    // The marker bytes' column is all -1 (build_grammar): no class of theirs is ever taken.
+GrammarDistances::GrammarDistances(const Grammar& g, const std::array<bool, 256>* usable)
+    : g_(&g), all_usable_(true), rows_(g.size()) {
+  // A set holding every text byte is no restriction (markers never count).
+  for (int b = 0; usable && b < 256; ++b)
+    if (!non_text_byte(static_cast<uint8_t>(b)) && !(*usable)[static_cast<size_t>(b)]) all_usable_ = false;
+  if (usable) usable_ = *usable;
+  if (all_usable_) {
+    lengths_.resize(g.size());
+    for (size_t r = 0; r < g.size(); ++r) lengths_[r] = g.min_length(static_cast<int32_t>(r));
+    return;
   }
-  // Relaxation to a fixed point (weights are non-negative, so it ends; a grammar has few states).
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < g.rules.size(); ++r) {
-      const GrammarRule& rule = g.rules[r];
-      const Dfa& d = rule.dfa;
-      auto& dr = out.dist[r];
-      for (int32_t s = 0; s < d.num_states; ++s) {
-        int64_t best = dr[static_cast<size_t>(s)];
-        const size_t row = static_cast<size_t>(s) * static_cast<size_t>(d.num_classes);
-        for (int32_t c = 0; c < d.num_classes; ++c) {
-          const int32_t t = d.next[row + static_cast<size_t>(c)];
-          if (t >= 0 && class_usable[r][static_cast<size_t>(c)] && dr[static_cast<size_t>(t)] != kNone)
-            best = std::min<int64_t>(best, 1 + int64_t{dr[static_cast<size_t>(t)]});
-        }
-        for (int32_t k = rule.call_begin[static_cast<size_t>(s)]; k < rule.call_begin[static_cast<size_t>(s) + 1]; ++k) {
-          const auto& call = rule.calls[static_cast<size_t>(k)];
-          const int32_t inner =
-              out.dist[static_cast<size_t>(call.rule)][static_cast<size_t>(g.rules[static_cast<size_t>(call.rule)].dfa.start)];
-          const int32_t after = dr[static_cast<size_t>(call.ret)];
-          if (inner != kNone && after != kNone) best = std::min<int64_t>(best, int64_t{inner} + after);
-        }
-        if (best < dr[static_cast<size_t>(s)]) {
-          dr[static_cast<size_t>(s)] = static_cast<int32_t>(std::min<int64_t>(best, kNone - 1));
-          changed = true;
-        }
-      }
-    }
+  // Rules whose regex hides their calls are compiled already: their lengths come off their DFA.
+  std::vector<const GrammarRule*> compiled(g.size(), nullptr);
+  std::vector<Re> bodies = g.bodies();
+  for (size_t r = 0; r < g.size(); ++r) {
+    if (!g.productive(static_cast<int32_t>(r)))
+      bodies[r] = re_never();  // unreached or empty
+    else if (!g.readable(static_cast<int32_t>(r)))
+      compiled[r] = &g.rule(static_cast<int32_t>(r));
   }
-  return out;
+  RegexCallReader calls;
+  lengths_ = rule_min_lengths(bodies, compiled, &usable_, calls);
 }
+
+const std::vector<int32_t>& GrammarDistances::of(int32_t rule) const {
+  return rows_.get(static_cast<size_t>(rule),
+                   [&] { return rule_state_distances(g_->rule(rule), lengths_, all_usable_ ? nullptr : &usable_); });
+}
+
+GrammarDistances grammar_distances(const Grammar& g, const std::array<bool, 256>* usable) { return GrammarDistances(g, usable); }
 
 int32_t GrammarDistances::finish(const GrammarStack& stack) const {
   int64_t sum = 0;
   for (const auto& f : stack) {
-    const int32_t d = dist[static_cast<size_t>(f.rule)][static_cast<size_t>(f.state)];
+    const int32_t d = of(f.rule)[static_cast<size_t>(f.state)];
     if (d == kNone) return kNone;
     sum += d;
   }

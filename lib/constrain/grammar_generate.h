@@ -15,15 +15,28 @@
 namespace ib::constrain {
 
 // The fewest bytes that finish each rule from each of its states: a byte on a usable class costs
-// one, a call the callee's fewest bytes from its start (a fixed point over all rules together).
-// With `usable`, only those bytes count (the bytes a vocabulary has single-byte tokens for).
-struct GrammarDistances {
+// one, a call the callee's fewest bytes (read off the rule bodies for all rules at once,
+// grammar_lengths.h). With `usable`, only those bytes count (the bytes a vocabulary has
+// single-byte tokens for). A rule's row is computed when first asked for (from any thread), as the
+// grammar compiles its DFA; the grammar must outlive the distances.
+class GrammarDistances {
+ public:
   static constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
-  std::vector<std::vector<int32_t>> dist;  // [rule][state]; kNone: no usable way to finish
+  GrammarDistances() = default;
+  GrammarDistances(const Grammar& g, const std::array<bool, 256>* usable);
+  // [state] of rule r; kNone: no usable way to finish.
+  const std::vector<int32_t>& of(int32_t rule) const;
   // A stack's: its top frame's distance plus each frame's below it (they wait at return states).
   int32_t finish(const GrammarStack& stack) const;
   // A position's: its nearest stack's.
   int32_t finish(const GrammarStacks& stacks) const;
+
+ private:
+  const Grammar* g_ = nullptr;
+  bool all_usable_ = true;
+  std::array<bool, 256> usable_{};
+  std::vector<int64_t> lengths_;  // each rule's fewest usable bytes
+  LazySlots<std::vector<int32_t>> rows_;
 };
 GrammarDistances grammar_distances(const Grammar& g, const std::array<bool, 256>* usable = nullptr);
 

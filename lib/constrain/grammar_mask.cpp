@@ -18,7 +18,7 @@ void position_key(const GrammarStacks& stacks, std::string& key) {
 
 bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
   for (const auto& st : at)
-    if (st.size() == 1 && g.rules[static_cast<size_t>(st[0].rule)].dfa.accepting[static_cast<size_t>(st[0].state)]) return true;
+    if (st.size() == 1 && g.rule(st[0].rule).dfa.accepting[static_cast<size_t>(st[0].state)]) return true;
   return false;
 }
 
@@ -32,8 +32,7 @@ int64_t add_distances(int64_t a, int64_t b) {
 // The distance of a stack's frames under its top.
 int64_t below_top(const GrammarDistances& d, const GrammarStack& st) {
   int64_t sum = 0;
-  for (size_t i = 0; i + 1 < st.size(); ++i)
-    sum = add_distances(sum, d.dist[static_cast<size_t>(st[i].rule)][static_cast<size_t>(st[i].state)]);
+  for (size_t i = 0; i + 1 < st.size(); ++i) sum = add_distances(sum, d.of(st[i].rule)[static_cast<size_t>(st[i].state)]);
   return sum;
 }
 
@@ -79,9 +78,9 @@ void GrammarTokenMasker::take_subtree(int32_t node, int64_t finish, uint32_t* ou
 }
 
 int32_t GrammarTokenMasker::text_next(int32_t rule, int32_t state) {
-  if (text_next_.empty()) text_next_.resize(grammar_->rules.size());
+  if (text_next_.empty()) text_next_.resize(grammar_->size());
   auto& known = text_next_[static_cast<size_t>(rule)];
-  const GrammarRule& r = grammar_->rules[static_cast<size_t>(rule)];
+  const GrammarRule& r = grammar_->rule(rule);
   if (known.empty()) known.assign(static_cast<size_t>(r.dfa.num_states), -3);
   int32_t& k = known[static_cast<size_t>(state)];
   if (k == -3) {
@@ -94,7 +93,7 @@ int32_t GrammarTokenMasker::text_next(int32_t rule, int32_t state) {
 
 bool GrammarTokenMasker::take_text_subtree(int32_t c, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out) {
   const int32_t rule = base.back().rule;
-  const GrammarRule& r = grammar_->rules[static_cast<size_t>(rule)];
+  const GrammarRule& r = grammar_->rule(rule);
   const int32_t first = trie_->by_length_begin[static_cast<size_t>(c)], last = trie_->by_length_begin[static_cast<size_t>(c) + 1];
   if (first == last) return true;
   const int32_t depth = trie_->node[static_cast<size_t>(c)].depth;
@@ -112,7 +111,7 @@ bool GrammarTokenMasker::take_text_subtree(int32_t c, const GrammarStack& base, 
     }
     chain_.push_back(next);
   }
-  const std::vector<int32_t>* top_dist = dist_ ? &dist_->dist[static_cast<size_t>(rule)] : nullptr;
+  const std::vector<int32_t>* top_dist = dist_ ? &dist_->of(rule) : nullptr;
   for (int32_t k = first; k < last; ++k) {
     const int32_t end = chain_[static_cast<size_t>(trie_->length_of[static_cast<size_t>(k)] - depth)];
     if (end < 0) break;  // longer tokens are dead too
@@ -129,8 +128,8 @@ bool GrammarTokenMasker::take_text_subtree(int32_t c, const GrammarStack& base, 
 
 void GrammarTokenMasker::walk_top(int32_t node, const GrammarStack& base, int64_t below, int32_t state, uint32_t* out,
                                   std::vector<int32_t>* returns) {
-  const GrammarRule& r = grammar_->rules[static_cast<size_t>(base.back().rule)];
-  const std::vector<int32_t>* top_dist = dist_ ? &dist_->dist[static_cast<size_t>(base.back().rule)] : nullptr;
+  const GrammarRule& r = grammar_->rule(base.back().rule);
+  const std::vector<int32_t>* top_dist = dist_ ? &dist_->of(base.back().rule) : nullptr;
   const int32_t end = trie_->node[static_cast<size_t>(node)].subtree_end;
   for (int32_t c = node + 1; c < end; c = trie_->node[static_cast<size_t>(c)].subtree_end) {
     const int32_t t = r.dfa.step(state, trie_->node[static_cast<size_t>(c)].byte);

@@ -7,7 +7,91 @@
 namespace ib::constrain {
 
 namespace {
-Re make(RegexNode n) { return std::make_shared<const RegexNode>(std::move(n)); }
+
+int64_t add_lengths(int64_t a, int64_t b) { return std::min(a + b, kNoTextLength); }
+
+ByteSet non_text_bytes() {
+  ByteSet m;
+  for (int b = 0; b < 256; ++b)
+    if (non_text_byte(static_cast<uint8_t>(b))) m.set(static_cast<size_t>(b));
+  return m;
+}
+
+// The fewest text bytes of a DFA's language, breadth-first; and whether it takes a non-text byte.
+void measure_dfa(const Dfa& d, RegexNode& n) {
+  std::vector<uint8_t> text_class(static_cast<size_t>(d.num_classes), 0);
+  std::vector<uint8_t> other_class(static_cast<size_t>(d.num_classes), 0);
+  for (int b = 0; b < 256; ++b)
+    (non_text_byte(static_cast<uint8_t>(b)) ? other_class : text_class)[d.byte_class[static_cast<size_t>(b)]] = 1;
+  const auto row = [&](int32_t s, int32_t c) {
+    return d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)];
+  };
+  n.non_text = false;
+  for (int32_t s = 0; s < d.num_states && !n.non_text; ++s)
+    for (int32_t c = 0; c < d.num_classes; ++c)
+      if (other_class[static_cast<size_t>(c)] && row(s, c) >= 0) n.non_text = true;
+  std::vector<int64_t> depth(static_cast<size_t>(d.num_states), -1);
+  std::vector<int32_t> queue = {d.start};
+  depth[static_cast<size_t>(d.start)] = 0;
+  n.text_length = kNoTextLength;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const int32_t s = queue[i];
+    if (d.accepting[static_cast<size_t>(s)]) {
+      n.text_length = depth[static_cast<size_t>(s)];
+      return;
+    }
+    for (int32_t c = 0; c < d.num_classes; ++c) {
+      const int32_t t = row(s, c);
+      if (t < 0 || !text_class[static_cast<size_t>(c)] || depth[static_cast<size_t>(t)] >= 0) continue;
+      depth[static_cast<size_t>(t)] = depth[static_cast<size_t>(s)] + 1;
+      queue.push_back(t);
+    }
+  }
+}
+
+Re make(RegexNode n) {
+  switch (n.kind) {
+    case RegexNode::Kind::Empty:
+      n.text_length = 0;
+      break;
+    case RegexNode::Kind::Never:
+      n.text_length = kNoTextLength;
+      break;
+    case RegexNode::Kind::Bytes: {
+      static const ByteSet other = non_text_bytes();
+      n.non_text = (n.bytes & other).any();
+      n.text_length = (n.bytes & ~other).any() ? 1 : kNoTextLength;
+      break;
+    }
+    case RegexNode::Kind::Concat:
+      n.text_length = 0;
+      for (const auto& k : n.kids) {
+        n.non_text = n.non_text || k->non_text;
+        n.text_length = add_lengths(n.text_length, k->text_length);
+      }
+      break;
+    case RegexNode::Kind::Alt:
+      n.text_length = kNoTextLength;
+      for (const auto& k : n.kids) {
+        n.non_text = n.non_text || k->non_text;
+        n.text_length = std::min(n.text_length, k->text_length);
+      }
+      break;
+    case RegexNode::Kind::Repeat: {
+      const RegexNode& k = *n.kids[0];
+      n.non_text = k.non_text;
+      n.text_length = n.min == 0                       ? 0
+                      : k.text_length >= kNoTextLength ? kNoTextLength
+                                                       : std::min(k.text_length * n.min, kNoTextLength);
+      break;
+    }
+    case RegexNode::Kind::Automaton:
+      measure_dfa(*n.dfa, n);
+      break;
+  }
+  return std::make_shared<const RegexNode>(std::move(n));
+}
+
 }  // namespace
 
 Re re_empty() {

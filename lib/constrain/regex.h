@@ -26,7 +26,16 @@ struct RegexNode {
   std::vector<Re> kids;            // Concat, Alt: the parts; Repeat: kids[0]
   int min = 0, max = 0;            // Repeat: bounds, max = -1 for unbounded
   std::shared_ptr<const Dfa> dfa;  // Automaton
+  // Set by the constructors below, so that a grammar reads its rule bodies in time proportional to
+  // their calls, not their size (grammar_lengths.h): whether a byte no UTF-8 text holds (0xC0,
+  // 0xC1, 0xF5-0xFF: what grammar.h writes calls with) is somewhere in the language; and the
+  // fewest bytes of its documents written with the other bytes (kNoTextLength: none).
+  bool non_text = false;
+  int64_t text_length = 0;
 };
+constexpr int64_t kNoTextLength = int64_t{1} << 40;
+// Whether b is a byte no UTF-8 text holds.
+constexpr bool non_text_byte(uint8_t b) { return b == 0xC0 || b == 0xC1 || b >= 0xF5; }
 
 Re re_empty();                    // matches ""
 Re re_never();                    // matches nothing

@@ -38,9 +38,10 @@ struct CorpusResult {
   bool compiled = false;
   std::string refusal;               // the error when not compiled (keyword: message)
   std::string keyword;               // the keyword it names ("" for an automaton limit)
-  double compile_ms = 0;             // schema -> regex -> minimal DFA (or the grammar's rules, each a minimal DFA)
-  int dfa_states = 0;                // the DFA's, or all the grammar's rules' together
-  int rules = 0, inlined_rules = 0;  // the grammar path's rules, and those compiled inline (a product in them)
+  double compile_ms = 0;             // schema -> regex -> minimal DFA, or the grammar (its rules compiled on first use)
+  double rules_ms = 0;               // the grammar path: then every rule the start reaches, each a minimal DFA
+  int dfa_states = 0;                // the DFA's, or all the grammar's reachable rules' together
+  int rules = 0, inlined_rules = 0;  // the grammar path's rules the start reaches, and those compiled inline (a product in them)
   std::shared_ptr<const Dfa> dfa;    // what compiled, for the mask timing
   std::shared_ptr<const Grammar> grammar;
   int valid = 0, valid_refused = 0;           // refused: the canonical spelling is outside the language

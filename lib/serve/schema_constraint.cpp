@@ -28,6 +28,12 @@ SchemaConstraint::SchemaConstraint(const std::string& schema_json, std::shared_p
     constrain::SchemaOptions o = options();
     o.max_compile_seconds = max_compile_seconds;
     cc = constrain::compile_constraint("response_format", schema_json, o, path);
+    // Every rule now, within the budget: a rule compiled on first use inside a decoding step
+    // could fail past the automaton limits there, and a step's error fails every request in flight.
+    if (cc.grammar) {
+      constrain::CompileBudget budget(max_compile_seconds);
+      cc.grammar->compile_all();
+    }
   } catch (const std::exception& e) {
     throw InputError(fmt::format("response_format: the schema is refused: {}", e.what()));
   }

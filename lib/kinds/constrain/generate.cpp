@@ -175,7 +175,7 @@ class EngineGenerateVariant : public Variant {
   std::string note() const override {
     std::string out;
     if (compiled_.grammar)
-      out = fmt::format("grammar: {} rules, {} positions filtered by the budget", compiled_.grammar->compiled_rules,
+      out = fmt::format("grammar: {} rules, {} positions filtered by the budget", compiled_.grammar->reachable_rules(),
                         masks_->grammar()->filtered_steps());
     if (!text_) return out;
     return (out.empty() ? "" : out + "; ") + fmt::format("prompt '{}' ({} tokens, {})", model::short_text(text_->texts[0]),

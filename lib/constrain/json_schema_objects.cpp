@@ -71,11 +71,29 @@ Re unnamed_key(const std::vector<std::string>& named, const std::string& ptr) {
     trie[at].end = true;
   }
   const Re any = re_star(raw_string_char());
+  // Most trie nodes leave by ASCII characters only: the other characters are then a byte set
+  // beside one shared node of every non-ASCII raw character (the UTF-8 sequences of the whole
+  // range, built once instead of once per character of every declared name).
+  static const Re non_ascii = [] {
+    std::vector<CodePointRange> upper;
+    for (const auto& r : raw_string_chars())
+      if (r.hi >= 0x80) upper.push_back({std::max<uint32_t>(r.lo, 0x80), r.hi});
+    return re_code_points(upper);
+  }();
   std::function<Re(size_t)> from = [&](size_t at) -> Re {
     const Node& n = trie[at];
     if (n.kids.empty() && !n.end) return any;
     std::vector<Re> alts;
     if (!n.end) alts.push_back(re_empty());
+    if (n.kids.empty() || n.kids.rbegin()->first < 0x80) {
+      ByteSet ascii;
+      for (const auto& r : raw_string_chars())
+        for (uint32_t cp = r.lo; cp <= std::min<uint32_t>(r.hi, 0x7F); ++cp)
+          if (!n.kids.count(cp)) ascii.set(cp);
+      alts.push_back(re_concat({re_alt({re_bytes(ascii), non_ascii}), any}));
+      for (const auto& [cp, kid] : n.kids) alts.push_back(re_concat({re_byte(static_cast<uint8_t>(cp)), from(kid)}));
+      return re_alt(std::move(alts));
+    }
     std::vector<CodePointRange> others;  // raw characters minus the kids'
     for (const auto& r : raw_string_chars()) {
       uint32_t lo = r.lo;

@@ -59,7 +59,7 @@ bool re_holds_call(const Re& re) {
   return false;
 }
 
-int32_t call_marker_at(const std::vector<Re>& kids, size_t i) {
+int32_t decode_call_marker(const std::vector<Re>& kids, size_t i) {
   auto single = [&](size_t k) -> int {
     const RegexNode& n = *kids[k];
     if (n.kind != RegexNode::Kind::Bytes || n.bytes.count() != 1) return -1;

@@ -37,8 +37,12 @@ bool re_holds_call(const Re& re);
 constexpr size_t kMaxGrammarDepth = 512;
 
 // The callee of the call marker that starts at kids[i] of a concatenation (re_concat flattens a
-// call's five bytes into its parent), or -1 when none starts there.
-int32_t call_marker_at(const std::vector<Re>& kids, size_t i);
+// call's five bytes into its parent), or -1 when none starts there. Inline for its common answer:
+// a node of text bytes only starts no marker.
+int32_t decode_call_marker(const std::vector<Re>& kids, size_t i);
+inline int32_t call_marker_at(const std::vector<Re>& kids, size_t i) {
+  return kids[i]->non_text ? decode_call_marker(kids, i) : -1;
+}
 // Whether byte b is one a call marker is written with (no UTF-8 text holds it).
 bool is_call_marker_byte(uint8_t b);
 

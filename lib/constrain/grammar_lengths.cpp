@@ -185,26 +185,43 @@ std::vector<int64_t> rule_min_lengths(const std::vector<Re>& bodies, const std::
                                       const std::array<bool, 256>* usable, RegexCallReader& calls) {
   const size_t n = bodies.size();
   std::vector<int64_t> len(n, kNo);
-  // Who calls whom, so that a rule is read again only when a callee's length fell.
-  std::vector<std::vector<int32_t>> callers(n);
+  std::vector<std::vector<int32_t>> callees(n), callers(n);
   for (size_t r = 0; r < n; ++r) {
-    std::vector<int32_t> callees;
     if (compiled[r]) {
       for (const auto& c : compiled[r]->calls)
-        if (std::find(callees.begin(), callees.end(), c.rule) == callees.end()) callees.push_back(c.rule);
+        if (std::find(callees[r].begin(), callees[r].end(), c.rule) == callees[r].end()) callees[r].push_back(c.rule);
     } else {
-      callees = calls.callees(bodies[r]);
+      callees[r] = calls.callees(bodies[r]);
     }
-    for (int32_t c : callees) callers[static_cast<size_t>(c)].push_back(static_cast<int32_t>(r));
+    for (int32_t c : callees[r]) callers[static_cast<size_t>(c)].push_back(static_cast<int32_t>(r));
+  }
+  // Callees before their callers (depth-first postorder), so that a rule outside a recursion is
+  // read once; a rule is read again only when a callee's length fell after it was read.
+  std::vector<int32_t> order;
+  std::vector<uint8_t> mark(n, 0);
+  for (size_t root = 0; root < n; ++root) {
+    if (mark[root]) continue;
+    std::vector<std::pair<size_t, size_t>> stack = {{root, 0}};
+    mark[root] = 1;
+    while (!stack.empty()) {
+      auto& [r, next] = stack.back();
+      if (next < callees[r].size()) {
+        const auto c = static_cast<size_t>(callees[r][next++]);
+        if (!mark[c]) {
+          mark[c] = 1;
+          stack.emplace_back(c, 0);
+        }
+        continue;
+      }
+      order.push_back(static_cast<int32_t>(r));
+      stack.pop_back();
+    }
   }
   LengthReader reader(usable);
-  std::vector<uint8_t> queued(n, 1);
+  std::vector<uint8_t> read(n, 0), queued(n, 0);
   std::vector<int32_t> work;
-  for (size_t r = n; r-- > 0;) work.push_back(static_cast<int32_t>(r));  // rule 0 first: callers tend to come first
-  while (!work.empty()) {
-    const auto r = static_cast<size_t>(work.back());
-    work.pop_back();
-    queued[r] = 0;
+  auto measure = [&](size_t r) {
+    read[r] = 1;
     int64_t v;
     if (compiled[r]) {
       const int32_t d = rule_state_distances(*compiled[r], len, usable)[static_cast<size_t>(compiled[r]->dfa.start)];
@@ -212,13 +229,20 @@ std::vector<int64_t> rule_min_lengths(const std::vector<Re>& bodies, const std::
     } else {
       v = reader.body(bodies[r], len);
     }
-    if (v >= len[r]) continue;
+    if (v >= len[r]) return;
     len[r] = v;
     for (int32_t c : callers[r])
-      if (!queued[static_cast<size_t>(c)]) {
+      if (read[static_cast<size_t>(c)] && !queued[static_cast<size_t>(c)]) {
         queued[static_cast<size_t>(c)] = 1;
         work.push_back(c);
       }
+  };
+  for (int32_t r : order) measure(static_cast<size_t>(r));
+  while (!work.empty()) {
+    const auto r = static_cast<size_t>(work.back());
+    work.pop_back();
+    queued[r] = 0;
+    measure(r);
   }
   return len;
 }

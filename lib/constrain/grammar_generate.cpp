@@ -6,6 +6,8 @@
 
 namespace ib::constrain {
 
+static_assert(GrammarDistances::kNone == kNoDistance, "a row of rule_state_distances is a row of distances");
+
 GrammarDistances::GrammarDistances(const Grammar& g, const std::array<bool, 256>* usable)
     : g_(&g), all_usable_(true), rows_(g.size()) {
   // A set holding every text byte is no restriction (markers never count).

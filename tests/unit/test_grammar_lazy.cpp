@@ -20,7 +20,6 @@ namespace ib::constrain {
 namespace {
 
 using json = nlohmann::ordered_json;
-constexpr int32_t kNone = GrammarDistances::kNone;
 
 // The eager reference: reachability through compiled call edges, then liveness and distances to
 // a fixed point over every reached rule's DFA.
@@ -44,7 +43,7 @@ EagerGrammarFacts eager_facts(const Grammar& g, const std::array<bool, 256>* usa
   for (int32_t r : f.reached) {
     const Dfa& d = g.rule(r).dfa;
     f.live[static_cast<size_t>(r)].assign(static_cast<size_t>(d.num_states), 0);
-    f.dist[static_cast<size_t>(r)].assign(static_cast<size_t>(d.num_states), kNone);
+    f.dist[static_cast<size_t>(r)].assign(static_cast<size_t>(d.num_states), kNoDistance);
     for (int32_t s = 0; s < d.num_states; ++s)
       if (d.accepting[static_cast<size_t>(s)]) {
         f.live[static_cast<size_t>(r)][static_cast<size_t>(s)] = 1;
@@ -69,7 +68,7 @@ EagerGrammarFacts eager_facts(const Grammar& g, const std::array<bool, 256>* usa
           const int32_t t = d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)];
           if (t < 0) continue;
           l = l || live[static_cast<size_t>(t)];
-          if (class_usable[static_cast<size_t>(c)] && dist[static_cast<size_t>(t)] != kNone)
+          if (class_usable[static_cast<size_t>(c)] && dist[static_cast<size_t>(t)] != kNoDistance)
             best = std::min<int64_t>(best, 1 + int64_t{dist[static_cast<size_t>(t)]});
         }
         for (int32_t k = rule.call_begin[static_cast<size_t>(s)]; k < rule.call_begin[static_cast<size_t>(s) + 1]; ++k) {
@@ -77,7 +76,7 @@ EagerGrammarFacts eager_facts(const Grammar& g, const std::array<bool, 256>* usa
           const int32_t start = g.rule(c.rule).dfa.start;
           l = l || (live[static_cast<size_t>(c.ret)] && f.live[static_cast<size_t>(c.rule)][static_cast<size_t>(start)]);
           const int32_t inner = f.dist[static_cast<size_t>(c.rule)][static_cast<size_t>(start)];
-          if (inner != kNone && dist[static_cast<size_t>(c.ret)] != kNone)
+          if (inner != kNoDistance && dist[static_cast<size_t>(c.ret)] != kNoDistance)
             best = std::min<int64_t>(best, int64_t{inner} + dist[static_cast<size_t>(c.ret)]);
         }
         if (l && !live[static_cast<size_t>(s)]) {
@@ -108,7 +107,7 @@ size_t expect_eager_facts(const Grammar& g, const std::string& what) {
     const auto i = static_cast<size_t>(r);
     EXPECT_EQ(g.productive(r), ref.live[i][static_cast<size_t>(rule.dfa.start)] != 0) << what << " rule " << r;
     const int32_t start_dist = ref.dist[i][static_cast<size_t>(rule.dfa.start)];
-    EXPECT_EQ(g.min_length(r), start_dist == kNone ? Grammar::kNoLength : start_dist) << what << " rule " << r;
+    EXPECT_EQ(g.min_length(r), start_dist == kNoDistance ? Grammar::kNoLength : start_dist) << what << " rule " << r;
     EXPECT_EQ(rule.live, ref.live[i]) << what << " rule " << r;
     EXPECT_EQ(all.of(r), ref.dist[i]) << what << " rule " << r;
     EXPECT_EQ(usable.of(r), ref_usable.dist[i]) << what << " rule " << r;

@@ -32,9 +32,11 @@
 //   rest's over-approximation minus S's exact language, if/then/else is (rest ∧ T)'s
 //   over-approximation ∩ I's, united with (rest ∧ E)'s minus I's exact language. As for oneOf, values
 //   nested deeper than the over-approximation's any_depth + 1 levels are not subtracted;
-// - strings with `pattern` or `format` never contain characters that JSON must escape; pattern,
-//   format and minLength/maxLength (code points) together: the intersection, by product
-//   construction;
+// - a string under a `pattern` alone is written as JSON writers write it: the characters JSON
+//   must escape (" \ and the controls) as their mandatory escapes (\" \\ \b \f \n \r \t, else
+//   \u00xx), the others raw (other escapes, e.g. \u0061 for a, are lost by design); with `format`
+//   or minLength/maxLength, never a character that JSON must escape; pattern, format and
+//   minLength/maxLength (code points) together: the intersection, by product construction;
 // - numbers: at most 18 integer digits, 18 fraction digits and a 2-digit exponent (what a
 //   double can hold); bounded numbers take whole-number bounds and are written without exponent;
 // - multipleOf (a positive decimal a / 10^k of at most 18 digits): integers in their canonical

@@ -35,6 +35,93 @@ Re json_char() {
   return r;
 }
 
+// How JSON writers (nlohmann's dump, Python's json.dumps) spell a character JSON must escape.
+std::string mandatory_escape(uint8_t b) {
+  switch (b) {
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default: {
+      static const char* hex = "0123456789abcdef";
+      return std::string("\\u00") + hex[b >> 4] + hex[b & 15];
+    }
+  }
+}
+
+bool must_escape(int b) { return b < 0x20 || b == '"' || b == '\\'; }
+
+// The JSON spelling of a language of decoded strings: each character JSON must escape written as
+// its mandatory escape, every other character raw (a homomorphism on the characters: in UTF-8 an
+// ASCII byte is a whole character, so the byte sets holding them are rewritten in place). nullptr
+// where the language holds an automaton (its transitions cannot be rewritten here).
+Re json_spelling(const Re& decoded, std::map<const RegexNode*, Re>& memo) {
+  if (auto it = memo.find(decoded.get()); it != memo.end()) return it->second;
+  const RegexNode& n = *decoded;
+  Re out = decoded;
+  switch (n.kind) {
+    case RegexNode::Kind::Empty:
+    case RegexNode::Kind::Never:
+      break;
+    case RegexNode::Kind::Automaton:
+      out = nullptr;
+      break;
+    case RegexNode::Kind::Bytes: {
+      ByteSet raw = n.bytes;
+      std::vector<Re> alts;
+      for (int b = 0; b < 0x80; ++b)
+        if (n.bytes.test(static_cast<size_t>(b)) && must_escape(b)) {
+          raw.reset(static_cast<size_t>(b));
+          alts.push_back(re_literal(mandatory_escape(static_cast<uint8_t>(b))));
+        }
+      if (!alts.empty()) {
+        if (raw.any()) alts.push_back(re_bytes(raw));
+        out = re_alt(std::move(alts));
+      }
+      break;
+    }
+    case RegexNode::Kind::Concat:
+    case RegexNode::Kind::Alt:
+    case RegexNode::Kind::Repeat: {
+      std::vector<Re> kids;
+      bool same = true;
+      for (const auto& k : n.kids) {
+        Re m = json_spelling(k, memo);
+        if (!m) return memo[decoded.get()] = nullptr;
+        same = same && m == k;
+        kids.push_back(std::move(m));
+      }
+      if (same) break;
+      if (n.kind == RegexNode::Kind::Concat) out = re_concat(std::move(kids));
+      if (n.kind == RegexNode::Kind::Alt) out = re_alt(std::move(kids));
+      if (n.kind == RegexNode::Kind::Repeat) out = re_repeat(kids[0], n.min, n.max);
+      break;
+    }
+  }
+  return memo[decoded.get()] = out;
+}
+
+// One character as JSON writers spell it: raw, or its mandatory escape.
+Re spelt_char() {
+  static const Re r = [] {
+    std::vector<Re> alts = {raw_string_char()};
+    for (int b = 0; b < 0x80; ++b)
+      if (must_escape(b)) alts.push_back(re_literal(mandatory_escape(static_cast<uint8_t>(b))));
+    return re_alt(std::move(alts));
+  }();
+  return r;
+}
+
 }  // namespace
 
 // Characters a JSON string holds unescaped.
@@ -110,6 +197,23 @@ Re Compiler::string(const json& s, const std::string& ptr) {
   }
   if (s.contains("pattern")) {
     if (!s["pattern"].is_string()) fail("pattern", ptr + "/pattern", "pattern must be a string");
+    // A pattern alone: the strings it matches, each written as JSON writers write it (mandatory
+    // escapes only), so that "C:\\dir" or a quote are not lost. Beside a format or lengths, raw
+    // characters only (documented): there the characters are counted or intersected as written.
+    if (!format_lang && !lengths) {
+      try {
+        const ParsedRegex all = parse_regex(s["pattern"].get<std::string>());
+        std::map<const RegexNode*, Re> memo;
+        if (Re spelt = json_spelling(all.re, memo)) {
+          Re any = re_star(spelt_char());
+          Re content = re_concat({all.anchored_start ? re_empty() : any, spelt, all.anchored_end ? re_empty() : any});
+          if (content->kind == RegexNode::Kind::Never) fail("pattern", ptr, "no string satisfies pattern");
+          return quoted(over_ ? over_also(content, escaped_content()) : content);
+        }
+      } catch (const RegexError& e) {
+        beyond("pattern", ptr + "/pattern", e.what());
+      }
+    }
     ParsedRegex p;
     try {
       p = parse_regex(s["pattern"].get<std::string>(), &raw_string_chars());

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "constrain/automaton.h"
+#include "constrain/constraint.h"
+#include "constrain/grammar.h"
 #include "constrain/json_schema.h"
 #include "constrain/validator.h"
 #include "core/json_input.h"
@@ -307,6 +309,42 @@ TEST(JsonSchema, DeepNestingIsAnErrorNotACrash) {
 // validator_fallback: a keyword beyond the mask's reach is compiled as if absent (a superset) and
 // the note says the validator decides; without the option the same schema is refused, and a
 // malformed or unsatisfiable schema is refused either way.
+// A pattern alone is a language of decoded strings, written as JSON writers write them: the
+// characters JSON must escape (" \ and the controls) as their mandatory escapes, the others raw.
+// Exact against the validator on every string of up to 3 characters over an alphabet of such
+// characters (spelt by nlohmann's dump), on both compiler paths; other spellings of the same
+// strings (\u0061 for a, \/ for /) are left out by design, never accepted when invalid.
+TEST(JsonSchema, APatternAloneTakesTheEscapesJsonWritersWrite) {
+  const std::vector<std::string> alphabet = {"a", "\\", "\"", "\n", "\x01", "/", "\xc3\xa9"};
+  std::vector<std::string> strings = {""};
+  for (size_t at = 0, len = 0; len < 3; ++len) {
+    const size_t end = strings.size();
+    for (; at < end; ++at)
+      for (const auto& c : alphabet) strings.push_back(strings[at] + c);
+  }
+  for (const char* pattern : {"^a\\\\", "^[^a]*$", "^[\"\\n]$", "\"", "^(a|\\\\)*$", "^[\\x00-\\x1f]+$", "é/"}) {
+    const json schema = {{"type", "string"}, {"pattern", pattern}};
+    const SchemaValidator oracle(schema);
+    const Dfa d = compile_dfa(schema_to_regex(schema));
+    const auto g = compile_schema(schema, {}, SchemaPath::Grammar).grammar;
+    size_t accepted = 0;
+    for (const auto& str : strings) {
+      const std::string doc = json(str).dump();
+      const bool valid = oracle.valid(json(str));
+      EXPECT_EQ(d.matches(doc), valid) << pattern << " on " << doc;
+      EXPECT_EQ(grammar_matches(*g, doc), valid) << pattern << " on " << doc << " (grammar)";
+      accepted += valid;
+      // Another spelling: every 'a' as \u0061, every '/' as \/ (valid or not, never accepted).
+      std::string other;
+      for (char c : doc) other += c == 'a' ? std::string("\\u0061") : c == '/' ? std::string("\\/") : std::string(1, c);
+      if (other != doc) {
+        EXPECT_FALSE(d.matches(other)) << pattern << " on " << other;
+      }
+    }
+    EXPECT_GT(accepted, 0u) << pattern;
+  }
+}
+
 TEST(JsonSchemaFallback, LookaroundPatternIsLeftToTheValidator) {
   const char* schema = R"({"type":"object","properties":{"id":{"type":"string","pattern":"^(?!x)[a-z]+$"}},"required":["id"]})";
   try {

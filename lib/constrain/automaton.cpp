@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <ctime>
+#include <deque>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -251,6 +252,37 @@ Dfa compile_dfa(const Re& re, const CompileLimits& limits) {
   }
   sets_of = TupleInterner();
   return minimize_raw(raw, nfa_class);
+}
+
+std::vector<int32_t> distance_to_accept(const Dfa& dfa, const std::array<bool, 256>* usable) {
+  const size_t n = static_cast<size_t>(dfa.num_states), k = static_cast<size_t>(dfa.num_classes);
+  // A class is usable when one of its bytes is (every byte of a class moves the same way).
+  std::vector<uint8_t> class_usable(k, usable ? 0 : 1);
+  if (usable)
+    for (int b = 0; b < 256; ++b)
+      if ((*usable)[static_cast<size_t>(b)]) class_usable[dfa.byte_class[static_cast<size_t>(b)]] = 1;
+  std::vector<std::vector<int32_t>> rev(n);
+  for (size_t s = 0; s < n; ++s)
+    for (size_t c = 0; c < k; ++c)
+      if (int32_t t = dfa.next[s * k + c]; t >= 0 && class_usable[c])
+        rev[static_cast<size_t>(t)].push_back(static_cast<int32_t>(s));
+  std::vector<int32_t> dist(n, -1);
+  std::deque<int32_t> q;
+  for (size_t s = 0; s < n; ++s)
+    if (dfa.accepting[s]) {
+      dist[s] = 0;
+      q.push_back(static_cast<int32_t>(s));
+    }
+  while (!q.empty()) {
+    int32_t t = q.front();
+    q.pop_front();
+    for (int32_t p : rev[static_cast<size_t>(t)])
+      if (dist[static_cast<size_t>(p)] < 0) {
+        dist[static_cast<size_t>(p)] = dist[static_cast<size_t>(t)] + 1;
+        q.push_back(p);
+      }
+  }
+  return dist;
 }
 
 }  // namespace ib::constrain

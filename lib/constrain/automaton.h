@@ -93,4 +93,9 @@ inline Dfa difference_dfa(const Dfa& a, const Dfa& b, const CompileLimits& limit
   return product_dfa({&a, &b}, ProductRule::Difference, limits);
 }
 
+// Bytes from each state to the nearest accepting state (BFS over reversed transitions); -1 where
+// none is reachable. With `usable`, only transitions on those bytes count (the bytes a vocabulary
+// has a single-byte token for: then the distance is also a number of tokens that finishes).
+std::vector<int32_t> distance_to_accept(const Dfa& dfa, const std::array<bool, 256>* usable = nullptr);
+
 }  // namespace ib::constrain

@@ -16,10 +16,7 @@
 
 namespace ib::constrain {
 
-// Bytes from each state to the nearest accepting state (BFS over reversed transitions); -1 where
-// none is reachable. With `usable`, only transitions on those bytes count (the bytes a vocabulary
-// has a single-byte token for: then the distance is also a number of tokens that finishes).
-std::vector<int32_t> distance_to_accept(const Dfa& dfa, const std::array<bool, 256>* usable = nullptr);
+// distance_to_accept (automaton.h): the bytes from each state to the nearest accepting state.
 
 // A random document from `state`: bytes drawn over the live transitions (printable ASCII 20×
 // likelier than other bytes, so documents look like what models write), then steered to the

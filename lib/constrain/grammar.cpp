@@ -226,12 +226,8 @@ Grammar::Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t
 
 GrammarRule Grammar::compile_rule(int32_t i) const {
   const auto k = static_cast<size_t>(i);
-  if (!reached_[k]) {  // never entered from the start: no document
-    GrammarRule r = compile_structure(re_never(), names_[k], size(), limits_);
-    set_liveness(r, lengths_);
-    return r;
-  }
-  GrammarRule r = compile_structure(bodies_[k], names_[k], size(), limits_);
+  // A rule the start never reaches is never entered: no document.
+  GrammarRule r = compile_structure(reached_[k] ? bodies_[k] : re_never(), names_[k], size(), limits_);
   set_liveness(r, lengths_);
   return r;
 }

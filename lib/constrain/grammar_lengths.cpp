@@ -16,26 +16,6 @@ bool byte_usable(const std::array<bool, 256>* usable, int b) {
   return !is_call_marker_byte(static_cast<uint8_t>(b)) && (!usable || (*usable)[static_cast<size_t>(b)]);
 }
 
-ByteSet marker_bytes() {
-  ByteSet m;
-  for (int b = 0; b < 256; ++b)
-    if (is_call_marker_byte(static_cast<uint8_t>(b))) m.set(static_cast<size_t>(b));
-  return m;
-}
-
-// Whether some state takes a marker byte (the columns of the marker bytes' classes only).
-bool dfa_takes_marker(const Dfa& d) {
-  std::vector<uint8_t> cls(static_cast<size_t>(d.num_classes), 0);
-  for (int b = 0; b < 256; ++b)
-    if (is_call_marker_byte(static_cast<uint8_t>(b))) cls[d.byte_class[static_cast<size_t>(b)]] = 1;
-  for (int32_t s = 0; s < d.num_states; ++s)
-    for (int32_t c = 0; c < d.num_classes; ++c)
-      if (cls[static_cast<size_t>(c)] &&
-          d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)] >= 0)
-        return true;
-  return false;
-}
-
 // The fewest usable bytes of regex nodes given the rules' current lengths: nodes that hold no
 // call are measured once; the others on every reading.
 class LengthReader {
@@ -96,32 +76,13 @@ class LengthReader {
     memo[n] = v;
     return v;
   }
-  // Breadth-first from the start over usable bytes.
+  // The fewest usable bytes of an automaton's language (automaton.h's distance_to_accept, from its start).
   int64_t dfa_length(const Dfa& d) {
     if (auto it = dfa_.find(&d); it != dfa_.end()) return it->second;
-    std::vector<uint8_t> class_ok(static_cast<size_t>(d.num_classes), 0);
-    for (int b = 0; b < 256; ++b)
-      if (byte_usable(usable_, b)) class_ok[d.byte_class[static_cast<size_t>(b)]] = 1;
-    std::vector<int64_t> depth(static_cast<size_t>(d.num_states), -1);
-    std::queue<int32_t> q;
-    depth[static_cast<size_t>(d.start)] = 0;
-    q.push(d.start);
-    int64_t v = kNo;
-    while (!q.empty() && v == kNo) {
-      const int32_t s = q.front();
-      q.pop();
-      if (d.accepting[static_cast<size_t>(s)]) {
-        v = depth[static_cast<size_t>(s)];
-        break;
-      }
-      for (int32_t c = 0; c < d.num_classes; ++c) {
-        const int32_t t = d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)];
-        if (t < 0 || !class_ok[static_cast<size_t>(c)] || depth[static_cast<size_t>(t)] >= 0) continue;
-        depth[static_cast<size_t>(t)] = depth[static_cast<size_t>(s)] + 1;
-        q.push(t);
-      }
-    }
-    return dfa_[&d] = v;
+    std::array<bool, 256> bytes{};
+    for (int b = 0; b < 256; ++b) bytes[static_cast<size_t>(b)] = byte_usable(usable_, b);
+    const int32_t v = distance_to_accept(d, &bytes)[static_cast<size_t>(d.start)];
+    return dfa_[&d] = v < 0 ? kNo : v;
   }
 
   const std::array<bool, 256>* usable_;
@@ -135,14 +96,11 @@ class LengthReader {
 bool RegexCallReader::readable(const RegexNode* n) {
   if (!n->non_text) return true;  // no marker byte below
   if (auto it = readable_.find(n); it != readable_.end()) return it->second;
-  static const ByteSet markers = marker_bytes();
   bool ok = true;
   switch (n->kind) {
-    case RegexNode::Kind::Bytes:
-      ok = (n->bytes & markers).none();
-      break;
-    case RegexNode::Kind::Automaton:
-      ok = !dfa_takes_marker(*n->dfa);
+    case RegexNode::Kind::Bytes:      // a marker byte outside a call's five
+    case RegexNode::Kind::Automaton:  // markers in transitions: calls the regex does not show
+      ok = false;
       break;
     case RegexNode::Kind::Concat:
       for (size_t i = 0; i < n->kids.size() && ok; ++i) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 namespace ib::constrain {
 
@@ -61,10 +62,10 @@ std::string mandatory_escape(uint8_t b) {
 
 bool must_escape(int b) { return b < 0x20 || b == '"' || b == '\\'; }
 
-// The JSON spelling of a language of decoded strings: each character JSON must escape written as
-// its mandatory escape, every other character raw (a homomorphism on the characters: in UTF-8 an
-// ASCII byte is a whole character, so the byte sets holding them are rewritten in place). nullptr
-// where the language holds an automaton (its transitions cannot be rewritten here).
+// The JSON spelling of a language of decoded strings (a parsed pattern): each character JSON must
+// escape written as its mandatory escape, every other character raw (a homomorphism on the
+// characters: in UTF-8 an ASCII byte is a whole character, so the byte sets holding them are
+// rewritten in place).
 Re json_spelling(const Re& decoded, std::map<const RegexNode*, Re>& memo) {
   if (auto it = memo.find(decoded.get()); it != memo.end()) return it->second;
   const RegexNode& n = *decoded;
@@ -74,8 +75,7 @@ Re json_spelling(const Re& decoded, std::map<const RegexNode*, Re>& memo) {
     case RegexNode::Kind::Never:
       break;
     case RegexNode::Kind::Automaton:
-      out = nullptr;
-      break;
+      throw std::logic_error("json_spelling: a parsed pattern holds no automaton");
     case RegexNode::Kind::Bytes: {
       ByteSet raw = n.bytes;
       std::vector<Re> alts;
@@ -96,10 +96,8 @@ Re json_spelling(const Re& decoded, std::map<const RegexNode*, Re>& memo) {
       std::vector<Re> kids;
       bool same = true;
       for (const auto& k : n.kids) {
-        Re m = json_spelling(k, memo);
-        if (!m) return memo[decoded.get()] = nullptr;
-        same = same && m == k;
-        kids.push_back(std::move(m));
+        kids.push_back(json_spelling(k, memo));
+        same = same && kids.back() == k;
       }
       if (same) break;
       if (n.kind == RegexNode::Kind::Concat) out = re_concat(std::move(kids));
@@ -186,9 +184,9 @@ Re Compiler::string(const json& s, const std::string& ptr) {
   if (mn >= 0 && mx >= 0 && mn > mx) fail("minLength", ptr, "minLength is above maxLength");
   const Re format_lang = format(s, ptr);
   if (!format_lang && !s.contains("pattern")) return quoted(re_repeat(json_char(), std::max(mn, 0), mx));
-  // Under a pattern or a format the content is written without escapes (documented), so the
-  // decoded string is the written one: each keyword is a language of raw characters, lengths
-  // count them (code points), and together they are the intersection.
+  // Under a format, or lengths beside a pattern, the content is written without escapes
+  // (documented), so the decoded string is the written one: each keyword is a language of raw
+  // characters, lengths count them (code points), and together they are the intersection.
   std::vector<Re> parts;
   std::string what;
   if (format_lang) {
@@ -200,28 +198,19 @@ Re Compiler::string(const json& s, const std::string& ptr) {
     // A pattern alone: the strings it matches, each written as JSON writers write it (mandatory
     // escapes only), so that "C:\\dir" or a quote are not lost. Beside a format or lengths, raw
     // characters only (documented): there the characters are counted or intersected as written.
-    if (!format_lang && !lengths) {
-      try {
-        const ParsedRegex all = parse_regex(s["pattern"].get<std::string>());
-        std::map<const RegexNode*, Re> memo;
-        if (Re spelt = json_spelling(all.re, memo)) {
-          Re any = re_star(spelt_char());
-          Re content = re_concat({all.anchored_start ? re_empty() : any, spelt, all.anchored_end ? re_empty() : any});
-          if (content->kind == RegexNode::Kind::Never) fail("pattern", ptr, "no string satisfies pattern");
-          return quoted(over_ ? over_also(content, escaped_content()) : content);
-        }
-      } catch (const RegexError& e) {
-        beyond("pattern", ptr + "/pattern", e.what());
-      }
-    }
+    const bool spelt = !format_lang && !lengths;
     ParsedRegex p;
     try {
-      p = parse_regex(s["pattern"].get<std::string>(), &raw_string_chars());
+      p = parse_regex(s["pattern"].get<std::string>(), spelt ? nullptr : &raw_string_chars());
     } catch (const RegexError& e) {
       beyond("pattern", ptr + "/pattern", e.what());
     }
+    if (spelt) {
+      std::map<const RegexNode*, Re> memo;
+      p.re = json_spelling(p.re, memo);
+    }
     // JSON Schema patterns are not anchored: an unanchored side admits any characters.
-    Re any = re_star(raw_string_char());
+    Re any = re_star(spelt ? spelt_char() : raw_string_char());
     parts.push_back(re_concat({p.anchored_start ? re_empty() : any, p.re, p.anchored_end ? re_empty() : any}));
     what = what.empty() ? "pattern" : "pattern with " + what;
   }

@@ -1,6 +1,7 @@
 #include "constrain/regex.h"
 
 #include <algorithm>
+#include <array>
 
 #include "constrain/automaton.h"
 
@@ -17,36 +18,17 @@ ByteSet non_text_bytes() {
   return m;
 }
 
-// The fewest text bytes of a DFA's language, breadth-first; and whether it takes a non-text byte.
+// Whether a DFA takes a non-text byte, and the fewest text bytes of its language (automaton.h's
+// distance_to_accept, from its start).
 void measure_dfa(const Dfa& d, RegexNode& n) {
-  std::vector<uint8_t> text_class(static_cast<size_t>(d.num_classes), 0);
-  std::vector<uint8_t> other_class(static_cast<size_t>(d.num_classes), 0);
-  for (int b = 0; b < 256; ++b)
-    (non_text_byte(static_cast<uint8_t>(b)) ? other_class : text_class)[d.byte_class[static_cast<size_t>(b)]] = 1;
-  const auto row = [&](int32_t s, int32_t c) {
-    return d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(c)];
-  };
+  std::array<bool, 256> text{};
+  for (int b = 0; b < 256; ++b) text[static_cast<size_t>(b)] = !non_text_byte(static_cast<uint8_t>(b));
   n.non_text = false;
-  for (int32_t s = 0; s < d.num_states && !n.non_text; ++s)
-    for (int32_t c = 0; c < d.num_classes; ++c)
-      if (other_class[static_cast<size_t>(c)] && row(s, c) >= 0) n.non_text = true;
-  std::vector<int64_t> depth(static_cast<size_t>(d.num_states), -1);
-  std::vector<int32_t> queue = {d.start};
-  depth[static_cast<size_t>(d.start)] = 0;
-  n.text_length = kNoTextLength;
-  for (size_t i = 0; i < queue.size(); ++i) {
-    const int32_t s = queue[i];
-    if (d.accepting[static_cast<size_t>(s)]) {
-      n.text_length = depth[static_cast<size_t>(s)];
-      return;
-    }
-    for (int32_t c = 0; c < d.num_classes; ++c) {
-      const int32_t t = row(s, c);
-      if (t < 0 || !text_class[static_cast<size_t>(c)] || depth[static_cast<size_t>(t)] >= 0) continue;
-      depth[static_cast<size_t>(t)] = depth[static_cast<size_t>(s)] + 1;
-      queue.push_back(t);
-    }
-  }
+  for (int b = 0; b < 256 && !n.non_text; ++b)
+    for (int32_t s = 0; !text[static_cast<size_t>(b)] && s < d.num_states && !n.non_text; ++s)
+      n.non_text = d.step(s, static_cast<uint8_t>(b)) >= 0;
+  const int32_t len = distance_to_accept(d, &text)[static_cast<size_t>(d.start)];
+  n.text_length = len < 0 ? kNoTextLength : len;
 }
 
 Re make(RegexNode n) {

@@ -200,6 +200,15 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     json rest = s;
     rest.erase("not");
     const std::string np = ptr + "/not";
+    // On the grammar path a base holding calls cannot enter a product: the negation as a union
+    // of schemas merged with the rest, where the negated schema is one negation() rewrites. A
+    // rest of scalar types holds no call (and is how the rewrite writes a scalar without values).
+    if (calls_allowed() && !scalar_types_only(rest))
+      if (auto rewritten = conjoined_negation({rest}, s["not"], np)) {
+        if ((*rewritten)->kind == RegexNode::Kind::Never)
+          beyond("not", np, "no document satisfies the schema and not the negated one");
+        return *rewritten;
+      }
     Re base = compile(rest, ptr);
     if (over_) {  // an over-approximation of rest ∧ ¬S: rest's minus S's exact language
       ++over_changes_;
@@ -248,8 +257,17 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       yes = product({with("then"), exact(strict_if_schema(s["if"]), ip)}, ProductRule::Intersection, "if", ip,
                     "if/then (the then branch where if holds)");
     }
-    Re no = product({with("else"), looser(s["if"], ip)}, ProductRule::Difference, "if", ip,
-                    "if/else (the else branch minus if's over-approximation)");
+    // The else branch where if fails: as for not, a union of schemas on the grammar path (where
+    // the else branch may hold calls) when if is one negation() rewrites, else a product.
+    std::optional<Re> rewritten;
+    if (calls_allowed()) {
+      std::vector<json> parts = {rest};
+      if (s.contains("else")) parts.push_back(s["else"]);
+      rewritten = conjoined_negation(parts, s["if"], s.contains("else") ? ptr + "/else" : ptr);
+    }
+    Re no = rewritten ? *rewritten
+                      : product({with("else"), looser(s["if"], ip)}, ProductRule::Difference, "if", ip,
+                                "if/else (the else branch minus if's over-approximation)");
     if (yes->kind == RegexNode::Kind::Never && no->kind == RegexNode::Kind::Never)
       beyond("if", ip, "no document satisfies if/then/else as compiled");
     return re_alt({yes, no});
@@ -280,6 +298,13 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     // Branches no document satisfies two of (a discriminator, distinct types or values): exactly
     // one is at least one.
     if (branches_disjoint(list, siblings)) return re_alt(std::move(alts));
+    // On the grammar path a product cannot hold the branches' calls: split by type first.
+    if (calls_allowed() && std::any_of(alts.begin(), alts.end(), [](const Re& a) { return re_holds_call(a); }))
+      if (auto split = one_of_by_type(list, siblings, ptr)) {
+        if ((*split)->kind == RegexNode::Kind::Never)
+          beyond("oneOf", ptr + "/oneOf", "no document matches exactly one branch of oneOf");
+        return *split;
+      }
     // oneOf: exactly one branch. The branches again as over-approximations: what a document
     // valid for branch j may look like in any spelling another branch writes (the same
     // language where nothing is approximated).

@@ -28,6 +28,46 @@ constexpr int kMaxDisjointDepth = 6;
 // nlohmann::json (std::map objects) compares that way; ordered_json compares key orders too.
 nlohmann::json canonical(const json& v) { return ib::parse_json<nlohmann::json>(v.dump()); }
 
+// True when every document of the given types satisfies `raw`: its keywords all belong to other
+// types (object keywords on arrays, ...). False where that is not known.
+bool vacuous_for(const json& raw, const std::set<std::string>& types, Draft draft) {
+  if (raw.is_boolean()) return raw.get<bool>();
+  if (!raw.is_object()) return false;
+  static const std::map<std::string, std::string> family = {{"properties", "object"},
+                                                            {"required", "object"},
+                                                            {"additionalProperties", "object"},
+                                                            {"patternProperties", "object"},
+                                                            {"minProperties", "object"},
+                                                            {"maxProperties", "object"},
+                                                            {"dependentRequired", "object"},
+                                                            {"dependentSchemas", "object"},
+                                                            {"propertyNames", "object"},
+                                                            {"items", "array"},
+                                                            {"prefixItems", "array"},
+                                                            {"minItems", "array"},
+                                                            {"maxItems", "array"},
+                                                            {"uniqueItems", "array"},
+                                                            {"contains", "array"},
+                                                            {"minContains", "array"},
+                                                            {"maxContains", "array"},
+                                                            {"minLength", "string"},
+                                                            {"maxLength", "string"},
+                                                            {"pattern", "string"},
+                                                            {"format", "string"},
+                                                            {"minimum", "number"},
+                                                            {"maximum", "number"},
+                                                            {"exclusiveMinimum", "number"},
+                                                            {"exclusiveMaximum", "number"},
+                                                            {"multipleOf", "number"}};
+  const json s = to_2020_12(raw, draft);
+  for (const auto& [k, v] : s.items()) {
+    auto it = family.find(k);
+    if (it == family.end()) return false;
+    if (types.count(it->second) || (it->second == "number" && types.count("integer"))) return false;
+  }
+  return true;
+}
+
 bool overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
   for (const auto& t : a)
     if (b.count(t) || (t == "integer" && b.count("number")) || (t == "number" && b.count("integer"))) return true;
@@ -43,6 +83,14 @@ struct Compiler::Facts {
   std::optional<std::vector<nlohmann::json>> values;  // const / enum: the documents it may be; nullopt: any
   std::set<std::string> required;
   std::map<std::string, std::vector<json>> properties;  // a present key's value satisfies each of them
+  // Keys an object cannot hold: `properties: {k: false}`, `not: {required: [k]}`, and outside
+  // `allowed` (the declared names of a schema object closed by additionalProperties: false).
+  std::set<std::string> forbidden;
+  std::optional<std::set<std::string>> allowed;
+  // An array's item count: minItems, and maxItems or the prefixItems of an array closed by items: false.
+  int min_items = 0;
+  std::optional<int> max_items;
+  bool forbids(const std::string& k) const { return forbidden.count(k) || (allowed && !allowed->count(k)); }
 };
 
 void Compiler::gather(const json& raw, Facts& f, int depth) {
@@ -98,7 +146,38 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
     for (const auto& r : s["required"])
       if (r.is_string()) f.required.insert(r.get<std::string>());
   if (s.contains("properties") && s["properties"].is_object())
-    for (const auto& [k, sub] : s["properties"].items()) f.properties[k].push_back(sub);
+    for (const auto& [k, sub] : s["properties"].items()) {
+      f.properties[k].push_back(sub);
+      if (sub == json(false)) f.forbidden.insert(k);
+    }
+  if (s.contains("additionalProperties") && s["additionalProperties"] == json(false) && !s.contains("patternProperties")) {
+    std::set<std::string> names;
+    if (s.contains("properties") && s["properties"].is_object())
+      for (const auto& [k, sub] : s["properties"].items()) names.insert(k);
+    if (f.allowed) {
+      std::set<std::string> both;
+      for (const auto& k : names)
+        if (f.allowed->count(k)) both.insert(k);
+      names = std::move(both);
+    }
+    f.allowed = std::move(names);
+  }
+  // not of a schema whose keywords constrain none of the document's possible types (required on
+  // arrays): that schema holds, so its negation never does.
+  if (s.contains("not") && f.types && vacuous_for(s["not"], *f.types, draft_)) f.never = true;
+  if (s.contains("not") && s["not"].is_object() && s["not"].size() == 1 && s["not"].contains("required") &&
+      s["not"]["required"].is_array() && s["not"]["required"].size() == 1 && s["not"]["required"][0].is_string())
+    f.forbidden.insert(s["not"]["required"][0].get<std::string>());
+  auto count = [&](const char* k) -> std::optional<int> {
+    if (!s.contains(k) || !s[k].is_number() || s[k].get<double>() < 0 || s[k].get<double>() > 1e6) return std::nullopt;
+    return static_cast<int>(std::ceil(s[k].get<double>()));
+  };
+  if (auto mn = count("minItems")) f.min_items = std::max(f.min_items, *mn);
+  std::optional<int> mx = count("maxItems");
+  if (s.contains("items") && s["items"] == json(false))
+    mx = std::min(mx.value_or(1'000'000),
+                  s.contains("prefixItems") && s["prefixItems"].is_array() ? static_cast<int>(s["prefixItems"].size()) : 0);
+  if (mx) f.max_items = std::min(f.max_items.value_or(1'000'000), *mx);
   if (s.contains("allOf") && s["allOf"].is_array())
     for (const auto& m : s["allOf"]) gather(m, f, depth + 1);
   if (s.contains("$ref") && s["$ref"].is_string()) {
@@ -131,8 +210,19 @@ bool Compiler::disjoint(const Facts& a, const Facts& b, int depth) {
   }
   // A discriminator: where one side holds objects only, a key one side requires whose value the two
   // constrain disjointly (required says nothing about non-objects, so one side must be objects).
-  auto objects_only = [](const Facts& f) { return f.types && !f.types->empty() && *f.types == std::set<std::string>{"object"}; };
-  if (depth >= kMaxDisjointDepth || !(objects_only(a) || objects_only(b))) return false;
+  // Item counts: where one side holds arrays only, counts that no array has on both sides.
+  auto only = [](const Facts& f, const char* t) { return f.types && !f.types->empty() && *f.types == std::set<std::string>{t}; };
+  if ((only(a, "array") || only(b, "array")) &&
+      ((a.max_items && *a.max_items < b.min_items) || (b.max_items && *b.max_items < a.min_items)))
+    return true;
+  auto objects_only = [&](const Facts& f) { return only(f, "object"); };
+  if (!(objects_only(a) || objects_only(b))) return false;
+  // A key one side requires and the other cannot hold.
+  for (const auto& k : a.required)
+    if (b.forbids(k)) return true;
+  for (const auto& k : b.required)
+    if (a.forbids(k)) return true;
+  if (depth >= kMaxDisjointDepth) return false;
   std::set<std::string> keys = a.required;
   keys.insert(b.required.begin(), b.required.end());
   for (const auto& k : keys) {
@@ -156,6 +246,74 @@ bool Compiler::branches_disjoint(const json& branches, const json& siblings) {
     for (size_t j = i + 1; j < facts.size(); ++j)
       if (!disjoint(facts[i], facts[j], 0)) return false;
   return true;
+}
+
+}  // namespace ib::constrain::detail
+
+namespace ib::constrain::detail {
+
+// oneOf split by the document's type, which partitions documents: exactly one branch of all is
+// exactly one branch among those restricted to objects, or to arrays, or to strings, and so on.
+// Restricted to one type, branches are more often provably disjoint (a key one requires and the
+// other forbids says nothing about strings, which may match both); where scalars still overlap
+// their product holds no call. nullopt where objects or arrays overlap: the caller's product.
+std::optional<Re> Compiler::one_of_by_type(const json& list, const json& siblings, const std::string& ptr) {
+  // nullable (OpenAPI) adds null beside the type a restriction names.
+  if (siblings.contains("nullable")) return std::nullopt;
+  for (const auto& b : list)
+    if (b.is_object() && b.contains("nullable")) return std::nullopt;
+  std::vector<Re> out;
+  for (const char* t : {"object", "array", "null", "boolean", "number", "string"}) {
+    const json by_type = json{{"type", t}};
+    std::vector<size_t> live;
+    std::vector<Facts> facts;
+    for (size_t i = 0; i < list.size(); ++i) {
+      Facts f;
+      gather(by_type, f, 0);  // first: what a branch's `not` says depends on the type
+      gather(siblings, f, 0);
+      gather(list[i], f, 0);
+      if (f.never) continue;
+      live.push_back(i);
+      facts.push_back(std::move(f));
+    }
+    bool apart = true;
+    for (size_t a = 0; a < facts.size() && apart; ++a)
+      for (size_t b = a + 1; b < facts.size() && apart; ++b) apart = disjoint(facts[a], facts[b], 0);
+    const bool container = std::string(t) == "object" || std::string(t) == "array";
+    if (!apart && container) return std::nullopt;
+    std::vector<Re> exact_langs, over_langs;
+    for (size_t i : live) {
+      const std::string bp = ptr + "/oneOf/" + std::to_string(i);
+      try {
+        Re exact = compile_conjunction({siblings, list[i], by_type}, bp);
+        if (!apart) {
+          const int before = over_changes_;
+          over_ = true;
+          Re o;
+          try {
+            o = compile_conjunction({siblings, list[i], by_type}, bp);
+          } catch (...) {
+            over_ = false;
+            throw;
+          }
+          over_ = false;
+          over_langs.push_back(over_changes_ == before ? exact : o);
+        }
+        exact_langs.push_back(exact);
+      } catch (const SchemaError& e) {
+        if (!e.unsatisfiable()) throw;  // no document of this type satisfies the branch
+      }
+    }
+    if (apart || exact_langs.size() == 1) {
+      out.insert(out.end(), exact_langs.begin(), exact_langs.end());
+      continue;
+    }
+    std::vector<Re> langs = exact_langs;
+    langs.insert(langs.end(), over_langs.begin(), over_langs.end());
+    out.push_back(
+        product(langs, ProductRule::ExactlyOne, "oneOf", ptr + "/oneOf", std::string("oneOf (exactly one branch, ") + t + "s)"));
+  }
+  return re_alt(std::move(out));
 }
 
 }  // namespace ib::constrain::detail

@@ -157,6 +157,13 @@ class Compiler {
   void gather(const json& raw, Facts& f, int depth);
   bool disjoint(const Facts& a, const Facts& b, int depth);
   bool branches_disjoint(const json& branches, const json& siblings);
+  std::optional<Re> one_of_by_type(const json& list, const json& siblings, const std::string& ptr);
+
+  // json_schema_negation.cpp: not S as a union of schemas (nullopt where S is beyond the rewrite),
+  // and rest ∧ ¬S compiled as that union merged with rest
+  std::optional<std::vector<json>> negation(const json& raw, int depth);
+  static bool scalar_types_only(const json& s);
+  std::optional<Re> conjoined_negation(const std::vector<json>& rest, const json& negated, const std::string& ptr);
 
   // json_schema_refs.cpp
   std::string base_uri() const;

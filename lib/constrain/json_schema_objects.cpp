@@ -197,7 +197,23 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   std::shared_ptr<Dfa> names_dfa;
   const std::string np = ptr + "/propertyNames";
   if (s.contains("propertyNames") && !over_) {
-    names_lang = compile(s["propertyNames"], np);
+    // Names are strings: the schema's other types, and any call a rule would make for them, are
+    // left out (a product holds no call), without counting as a cut-off.
+    struct NoCalls {
+      Compiler& c;
+      std::map<std::string, int> cut;
+      explicit NoCalls(Compiler& x) : c(x), cut(x.cut_off_) { ++c.inline_only_; }
+      NoCalls(const NoCalls&) = delete;
+      NoCalls& operator=(const NoCalls&) = delete;
+      ~NoCalls() {
+        --c.inline_only_;
+        c.cut_off_ = cut;
+      }
+    };
+    {
+      NoCalls scope(*this);
+      names_lang = compile_conjunction({json{{"type", "string"}}, s["propertyNames"]}, np);
+    }
     CompileLimits limits;
     limits.max_dfa_states = o_.max_product_states;
     try {
@@ -256,8 +272,9 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     if (!declared(r)) {
       Re value = undeclared_value(r, ptr + "/required");
       if (value->kind == RegexNode::Kind::Never)
-        fail("required", ptr + "/required",
-             "required property '" + r + "' is not in properties and additionalProperties (or propertyNames) rules it out");
+        unsatisfiable(
+            "required", ptr + "/required",
+            "required property '" + r + "' is not in properties and additionalProperties (or propertyNames) rules it out");
       props.emplace_back(r, value);
       names.push_back(r);
     }

@@ -1,0 +1,181 @@
+// `not S` as a union of ordinary schemas: the documents S rejects, written with type, const/enum,
+// required and properties (¬{type: null} is the other five types; ¬{required: [a, b]} is an object
+// without a or without b; ¬{properties: {kind: {const: x}}} is an object whose kind is not x). Real
+// schemas negate such small schemas (`not`, and `if` whose else branch holds where if fails), and
+// the union compiles as any subschema does: on the grammar path its objects and arrays stay rules
+// called from their positions, where the product of automata that `not` and `if/else` otherwise
+// take cannot hold a call and forces the whole rule inline.
+#include <algorithm>
+
+#include "constrain/json_schema_internal.h"
+#include "constrain/schema_dialect.h"
+
+namespace ib::constrain::detail {
+
+namespace {
+
+// Bounds: $ref chains and allOf nesting read through, and the alternatives anyOf's negation (a
+// conjunction of unions, multiplied out) may produce.
+constexpr int kMaxNegationDepth = 8;
+constexpr size_t kMaxNegationAlternatives = 32;
+
+const std::vector<std::string>& json_types() {
+  static const std::vector<std::string> t = {"null", "boolean", "object", "array", "number", "string"};
+  return t;
+}
+
+std::string type_of(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  return v.is_object() ? "object" : "array";
+}
+
+json type_list(const std::vector<std::string>& types) {
+  json out = json::array();
+  for (const auto& t : types) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth) {
+  if (raw.is_boolean()) return raw.get<bool>() ? std::vector<json>{} : std::vector<json>{json::object()};
+  if (!raw.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+  json s = to_2020_12(raw, draft_);
+  for (const auto& [k, v] : s.items())
+    if (k != "type" && k != "const" && k != "enum" && k != "required" && k != "properties" && k != "allOf" && k != "anyOf" &&
+        k != "$ref")
+      return std::nullopt;
+  std::vector<json> alts;
+  // ¬(A ∧ B) = ¬A ∨ ¬B: a $ref target and allOf members are conjuncts like the object's own keywords.
+  std::vector<json> conjuncts;
+  if (s.contains("$ref")) {
+    try {
+      conjuncts.push_back(resolve(s["$ref"], ""));
+    } catch (const SchemaError&) {
+      return std::nullopt;  // the compiler reports it where it compiles the reference
+    }
+  }
+  if (s.contains("allOf")) {
+    if (!s["allOf"].is_array()) return std::nullopt;
+    for (const auto& m : s["allOf"]) conjuncts.push_back(m);
+  }
+  for (const auto& c : conjuncts) {
+    auto n = negation(c, depth + 1);
+    if (!n) return std::nullopt;
+    alts.insert(alts.end(), n->begin(), n->end());
+  }
+  // ¬(A ∨ B) = ¬A ∧ ¬B: every choice of one alternative per branch, as an allOf.
+  if (s.contains("anyOf")) {
+    if (!s["anyOf"].is_array()) return std::nullopt;
+    std::vector<json> product = {json::array()};
+    for (const auto& branch : s["anyOf"]) {
+      auto n = negation(branch, depth + 1);
+      if (!n) return std::nullopt;
+      std::vector<json> next;
+      for (const auto& partial : product)
+        for (const auto& a : *n) {
+          json more = partial;
+          more.push_back(a);
+          next.push_back(std::move(more));
+        }
+      if (next.size() > kMaxNegationAlternatives) return std::nullopt;
+      product = std::move(next);
+    }
+    for (auto& p : product) alts.push_back(json{{"allOf", std::move(p)}});
+  }
+  // The documents whose type S rules out. Integers without number would leave the other numbers,
+  // which no type names.
+  std::vector<std::string> types = json_types();
+  if (s.contains("type")) {
+    std::set<std::string> named;
+    if (s["type"].is_string()) named.insert(s["type"].get<std::string>());
+    if (s["type"].is_array())
+      for (const auto& t : s["type"])
+        if (t.is_string()) named.insert(t.get<std::string>());
+    if (named.count("integer") && !named.count("number")) return std::nullopt;
+    std::vector<std::string> others;
+    for (const auto& t : json_types())
+      if (!named.count(t)) others.push_back(t);
+    if (!others.empty()) alts.push_back(json{{"type", type_list(others)}});
+    types.clear();
+    for (const auto& t : json_types())
+      if (named.count(t)) types.push_back(t);
+  }
+  // Values outside const/enum: whole types it holds no value of, and within each scalar type it
+  // does, that type without them (a product of two regular languages: no call in either).
+  std::vector<json> values;
+  if (s.contains("const")) values.push_back(s["const"]);
+  if (s.contains("enum")) {
+    if (!s["enum"].is_array()) return std::nullopt;
+    if (s.contains("const")) return std::nullopt;  // both: rare, and their intersection is the compiler's to check
+    values.assign(s["enum"].begin(), s["enum"].end());
+  }
+  if (s.contains("const") || s.contains("enum")) {
+    std::vector<std::string> without;
+    for (const auto& t : types) {
+      json of_t = json::array();
+      for (const auto& v : values)
+        if (type_of(v) == t) of_t.push_back(v);
+      if (of_t.empty()) {
+        without.push_back(t);
+      } else if (t == "boolean") {  // the other boolean, if one is left
+        if (of_t.size() == 1 && std::find(of_t.begin(), of_t.end(), json(!of_t[0].get<bool>())) == of_t.end())
+          alts.push_back(json{{"const", !of_t[0].get<bool>()}});
+      } else if (t != "null") {  // null's one value is taken
+        if (t == "object" || t == "array") return std::nullopt;
+        alts.push_back(json{{"type", t}, {"not", json{{"enum", of_t}}}});
+      }
+    }
+    if (!without.empty()) alts.push_back(json{{"type", type_list(without)}});
+  }
+  // Objects missing a required key, or holding a declared key whose value its schema rejects.
+  if (s.contains("required")) {
+    if (!s["required"].is_array()) return std::nullopt;
+    for (const auto& r : s["required"]) {
+      if (!r.is_string()) return std::nullopt;
+      alts.push_back(json{{"type", "object"}, {"properties", json{{r.get<std::string>(), false}}}});
+    }
+  }
+  if (s.contains("properties")) {
+    if (!s["properties"].is_object()) return std::nullopt;
+    for (const auto& [k, sub] : s["properties"].items()) {
+      if (sub == json(true) || sub == json::object()) continue;  // no value is rejected
+      alts.push_back(json{{"type", "object"}, {"required", json::array({k})}, {"properties", json{{k, json{{"not", sub}}}}}});
+    }
+  }
+  if (alts.size() > kMaxNegationAlternatives) return std::nullopt;
+  return alts;
+}
+
+bool Compiler::scalar_types_only(const json& s) {
+  if (!s.is_object() || !s.contains("type")) return false;
+  const json& t = s["type"];
+  if (t.is_string()) return t != "object" && t != "array";
+  if (!t.is_array() || t.empty()) return false;
+  for (const auto& x : t)
+    if (!x.is_string() || x == "object" || x == "array") return false;
+  return true;
+}
+
+// rest ∧ ¬S as the union of rest merged with each alternative of S's negation; alternatives that
+// no document of rest satisfies drop out. nullopt where S is not one negation() rewrites.
+std::optional<Re> Compiler::conjoined_negation(const std::vector<json>& rest, const json& negated, const std::string& ptr) {
+  auto alts = negation(negated, 0);
+  if (!alts) return std::nullopt;
+  std::vector<Re> out;
+  for (const auto& a : *alts) {
+    std::vector<json> parts = rest;
+    parts.push_back(a);
+    try {
+      out.push_back(compile_conjunction(std::move(parts), ptr));
+    } catch (const SchemaError& e) {
+      if (!e.unsatisfiable()) throw;
+    }
+  }
+  return re_alt(std::move(out));
+}
+
+}  // namespace ib::constrain::detail

@@ -248,7 +248,7 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       std::vector<json> parts = {rest};
       if (s.contains("then")) parts.push_back(s["then"]);
       parts.push_back(strict_if_schema(s["if"]));
-      yes = compile_conjunction(std::move(parts), cp);
+      yes = facts_unsatisfiable(parts) ? re_never() : compile_conjunction(std::move(parts), cp);
     } catch (const SchemaError& e) {
       const std::string& at = e.pointer();
       const bool merge =
@@ -286,12 +286,22 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     for (const auto& [k, v] : s.items())
       if (k != comb) siblings[k] = v;
     std::vector<Re> alts;
+    size_t unsatisfiable_branches = 0;
     auto branch = [&](size_t i) {
       const std::string bp = ptr + "/" + comb + "/" + std::to_string(i);
-      // Keywords beside anyOf apply to every branch: distribute them.
-      return siblings.empty() ? compile(list[i], bp) : compile_conjunction({siblings, list[i]}, bp);
+      // Keywords beside anyOf apply to every branch: distribute them. A branch no value
+      // satisfies (an enum outside the type they bring) matches nothing; the others stand.
+      try {
+        return siblings.empty() ? compile(list[i], bp) : compile_conjunction({siblings, list[i]}, bp);
+      } catch (const SchemaError& e) {
+        if (!e.unsatisfiable()) throw;
+        ++unsatisfiable_branches;
+        return re_never();
+      }
     };
     for (size_t i = 0; i < list.size(); ++i) alts.push_back(branch(i));
+    if (unsatisfiable_branches == list.size())
+      unsatisfiable(comb, ptr + "/" + comb, std::string("no value satisfies any branch of ") + comb);
     // anyOf, a single branch, and oneOf inside an over-approximation (the union of the
     // branches' over-approximations holds every document valid for exactly one) are unions.
     if (!exclusive || list.size() == 1 || over_) return re_alt(std::move(alts));
@@ -410,7 +420,15 @@ Re Compiler::product(const std::vector<Re>& langs, ProductRule rule, const std::
                      const std::string& what) {
   if (grammar_)
     for (const auto& l : langs)
-      if (re_holds_call(l)) throw NeedsInline{};
+      if (re_holds_call(l)) {
+        // With the validator fallback, a keyword the fallback can widen goes to the validator
+        // (its object compiled without it, or oneOf as anyOf) instead of the whole rule inline,
+        // where every rule below it is expanded again, products in products.
+        for (const char* widenable : {"oneOf", "not", "if", "contains", "uniqueItems"})
+          if (o_.validator_fallback && keyword == widenable)
+            beyond(keyword, ptr, what + ": a product of languages holding rule calls");
+        throw NeedsInline{};
+      }
   CompileLimits limits;
   limits.max_dfa_states = o_.max_product_states;
   try {

@@ -28,46 +28,6 @@ constexpr int kMaxDisjointDepth = 6;
 // nlohmann::json (std::map objects) compares that way; ordered_json compares key orders too.
 nlohmann::json canonical(const json& v) { return ib::parse_json<nlohmann::json>(v.dump()); }
 
-// True when every document of the given types satisfies `raw`: its keywords all belong to other
-// types (object keywords on arrays, ...). False where that is not known.
-bool vacuous_for(const json& raw, const std::set<std::string>& types, Draft draft) {
-  if (raw.is_boolean()) return raw.get<bool>();
-  if (!raw.is_object()) return false;
-  static const std::map<std::string, std::string> family = {{"properties", "object"},
-                                                            {"required", "object"},
-                                                            {"additionalProperties", "object"},
-                                                            {"patternProperties", "object"},
-                                                            {"minProperties", "object"},
-                                                            {"maxProperties", "object"},
-                                                            {"dependentRequired", "object"},
-                                                            {"dependentSchemas", "object"},
-                                                            {"propertyNames", "object"},
-                                                            {"items", "array"},
-                                                            {"prefixItems", "array"},
-                                                            {"minItems", "array"},
-                                                            {"maxItems", "array"},
-                                                            {"uniqueItems", "array"},
-                                                            {"contains", "array"},
-                                                            {"minContains", "array"},
-                                                            {"maxContains", "array"},
-                                                            {"minLength", "string"},
-                                                            {"maxLength", "string"},
-                                                            {"pattern", "string"},
-                                                            {"format", "string"},
-                                                            {"minimum", "number"},
-                                                            {"maximum", "number"},
-                                                            {"exclusiveMinimum", "number"},
-                                                            {"exclusiveMaximum", "number"},
-                                                            {"multipleOf", "number"}};
-  const json s = to_2020_12(raw, draft);
-  for (const auto& [k, v] : s.items()) {
-    auto it = family.find(k);
-    if (it == family.end()) return false;
-    if (types.count(it->second) || (it->second == "number" && types.count("integer"))) return false;
-  }
-  return true;
-}
-
 bool overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
   for (const auto& t : a)
     if (b.count(t) || (t == "integer" && b.count("number")) || (t == "number" && b.count("integer"))) return true;
@@ -90,6 +50,8 @@ struct Compiler::Facts {
   // An array's item count: minItems, and maxItems or the prefixItems of an array closed by items: false.
   int min_items = 0;
   std::optional<int> max_items;
+  // anyOf / oneOf of the schema object: its documents satisfy one of each list's branches.
+  std::vector<json> unions;
   bool forbids(const std::string& k) const { return forbidden.count(k) || (allowed && !allowed->count(k)); }
 };
 
@@ -164,7 +126,7 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   }
   // not of a schema whose keywords constrain none of the document's possible types (required on
   // arrays): that schema holds, so its negation never does.
-  if (s.contains("not") && f.types && vacuous_for(s["not"], *f.types, draft_)) f.never = true;
+  if (s.contains("not") && f.types && vacuous_for(s["not"], *f.types, depth)) f.never = true;
   if (s.contains("not") && s["not"].is_object() && s["not"].size() == 1 && s["not"].contains("required") &&
       s["not"]["required"].is_array() && s["not"]["required"].size() == 1 && s["not"]["required"][0].is_string())
     f.forbidden.insert(s["not"]["required"][0].get<std::string>());
@@ -180,6 +142,8 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   if (mx) f.max_items = std::min(f.max_items.value_or(1'000'000), *mx);
   if (s.contains("allOf") && s["allOf"].is_array())
     for (const auto& m : s["allOf"]) gather(m, f, depth + 1);
+  for (const char* c : {"anyOf", "oneOf"})
+    if (s.contains(c) && s[c].is_array() && !s[c].empty()) f.unions.push_back(s[c]);
   if (s.contains("$ref") && s["$ref"].is_string()) {
     try {
       gather(resolve(s["$ref"], ""), f, depth + 1);
@@ -189,7 +153,82 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   }
 }
 
+// True when every document of the given types satisfies `raw`: its keywords, read through $ref
+// and allOf, all belong to other types (object keywords on arrays, ...). False where not known.
+bool Compiler::vacuous_for(const json& raw, const std::set<std::string>& types, int depth) {
+  if (raw.is_boolean()) return raw.get<bool>();
+  if (!raw.is_object() || depth > kMaxGatherDepth) return false;
+  static const std::map<std::string, std::string> family = {{"properties", "object"},
+                                                            {"required", "object"},
+                                                            {"additionalProperties", "object"},
+                                                            {"patternProperties", "object"},
+                                                            {"minProperties", "object"},
+                                                            {"maxProperties", "object"},
+                                                            {"dependentRequired", "object"},
+                                                            {"dependentSchemas", "object"},
+                                                            {"propertyNames", "object"},
+                                                            {"items", "array"},
+                                                            {"prefixItems", "array"},
+                                                            {"minItems", "array"},
+                                                            {"maxItems", "array"},
+                                                            {"uniqueItems", "array"},
+                                                            {"contains", "array"},
+                                                            {"minContains", "array"},
+                                                            {"maxContains", "array"},
+                                                            {"minLength", "string"},
+                                                            {"maxLength", "string"},
+                                                            {"pattern", "string"},
+                                                            {"format", "string"},
+                                                            {"minimum", "number"},
+                                                            {"maximum", "number"},
+                                                            {"exclusiveMinimum", "number"},
+                                                            {"exclusiveMaximum", "number"},
+                                                            {"multipleOf", "number"}};
+  const json s = to_2020_12(raw, draft_);
+  for (const auto& [k, v] : s.items()) {
+    if (k == "$ref" && v.is_string()) {
+      try {
+        if (!vacuous_for(resolve(v, ""), types, depth + 1)) return false;
+      } catch (const SchemaError&) {
+        return false;
+      }
+      continue;
+    }
+    if (k == "allOf" && v.is_array()) {
+      for (const auto& m : v)
+        if (!vacuous_for(m, types, depth + 1)) return false;
+      continue;
+    }
+    auto it = family.find(k);
+    if (it == family.end()) return false;
+    if (types.count(it->second) || (it->second == "number" && types.count("integer"))) return false;
+  }
+  return true;
+}
+
 bool Compiler::disjoint(const Facts& a, const Facts& b, int depth) {
+  if (disjoint_here(a, b, depth)) return true;
+  // A side that is a union is disjoint from the other when each of its branches is.
+  if (depth >= kMaxDisjointDepth) return false;
+  for (const Facts* p : {&a, &b}) {
+    if (p->unions.empty()) continue;
+    const Facts& q = p == &a ? b : a;
+    bool all = true;
+    for (const auto& branch : p->unions.back()) {
+      Facts one = *p;
+      one.unions.pop_back();
+      gather(branch, one, 0);
+      if (!disjoint(one, q, depth + 1)) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+bool Compiler::disjoint_here(const Facts& a, const Facts& b, int depth) {
   if (a.never || b.never) return true;
   if (a.types && b.types && !overlap(*a.types, *b.types)) return true;
   // Every document one side may be is one the other side excludes.
@@ -252,6 +291,74 @@ bool Compiler::branches_disjoint(const json& branches, const json& siblings) {
 
 namespace ib::constrain::detail {
 
+// What some keywords of the conjunction say proves it has no document: types or values that
+// cannot meet, or (objects only) a required key whose value no schema of it admits. Checked before
+// a conjunction is compiled where conditionals nest (each if compiles the next conditional in both
+// of its branches): a branch that cannot hold is cut there, not after the ones below it.
+bool Compiler::facts_unsatisfiable(const std::vector<json>& parts) {
+  Facts f;
+  for (const auto& p : parts) gather(p, f, 0);
+  if (f.never) return true;
+  if (!f.types || *f.types != std::set<std::string>{"object"}) return false;
+  for (const auto& k : f.required) {
+    auto it = f.properties.find(k);
+    if (f.forbids(k)) return true;
+    if (it == f.properties.end()) continue;
+    Facts v;
+    for (const auto& sub : it->second) gather(sub, v, 0);
+    if (v.never) return true;
+    // Two of the key's schemas no value satisfies both of (a union read branch by branch).
+    const std::vector<json>& subs = it->second;
+    for (size_t a = 0; a < subs.size(); ++a)
+      for (size_t b = a + 1; b < subs.size(); ++b) {
+        Facts fa, fb;
+        gather(subs[a], fa, 0);
+        gather(subs[b], fb, 0);
+        if (disjoint(fa, fb, 0)) return true;
+      }
+  }
+  return false;
+}
+
+// Documents of one type that satisfy exactly one of the live branches: ∨_i (B_i ∧ ∧_{j≠i} ¬B_j),
+// each ¬B_j a union of schemas (negation()) multiplied out, within a bound on the conjunctions.
+std::optional<Re> Compiler::exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const json& siblings,
+                                                    const json& by_type, const std::string& ptr) {
+  constexpr size_t kMaxConjunctions = 64;
+  std::map<size_t, std::vector<json>> negated;
+  for (size_t j : live) {
+    auto n = union_of_negation(list[j]);
+    if (!n) return std::nullopt;
+    negated[j] = std::move(*n);
+  }
+  std::vector<std::vector<json>> all;
+  for (size_t i : live) {
+    std::vector<std::vector<json>> choices = {{siblings, list[i], by_type}};
+    for (size_t j : live) {
+      if (j == i) continue;
+      std::vector<std::vector<json>> next;
+      for (const auto& c : choices)
+        for (const auto& a : negated[j]) {
+          next.push_back(c);
+          next.back().push_back(a);
+        }
+      choices = std::move(next);
+      if (all.size() + choices.size() > kMaxConjunctions) return std::nullopt;
+    }
+    all.insert(all.end(), choices.begin(), choices.end());
+  }
+  std::vector<Re> out;
+  for (auto& parts : all) {
+    if (facts_unsatisfiable(parts)) continue;
+    try {
+      out.push_back(compile_conjunction(std::move(parts), ptr + "/oneOf"));
+    } catch (const SchemaError& e) {
+      if (!e.unsatisfiable()) throw;
+    }
+  }
+  return re_alt(std::move(out));
+}
+
 // oneOf split by the document's type, which partitions documents: exactly one branch of all is
 // exactly one branch among those restricted to objects, or to arrays, or to strings, and so on.
 // Restricted to one type, branches are more often provably disjoint (a key one requires and the
@@ -265,6 +372,13 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
   std::vector<Re> out;
   for (const char* t : {"object", "array", "null", "boolean", "number", "string"}) {
     const json by_type = json{{"type", t}};
+    // Two branches every document of the type satisfies: none satisfies exactly one.
+    const std::set<std::string> only_t = {t};
+    if (vacuous_for(siblings, only_t, 0)) {
+      int every = 0;
+      for (const auto& b : list) every += vacuous_for(b, only_t, 0);
+      if (every >= 2) continue;
+    }
     std::vector<size_t> live;
     std::vector<Facts> facts;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -280,7 +394,14 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
     for (size_t a = 0; a < facts.size() && apart; ++a)
       for (size_t b = a + 1; b < facts.size() && apart; ++b) apart = disjoint(facts[a], facts[b], 0);
     const bool container = std::string(t) == "object" || std::string(t) == "array";
-    if (!apart && container) return std::nullopt;
+    if (!apart && container) {
+      // Exactly one as a union: each branch with every other negated, where negation() rewrites
+      // the others (required keys, values, types: the branches of most overlapping oneOfs).
+      auto each = exactly_one_by_negation(list, live, siblings, by_type, ptr);
+      if (!each) return std::nullopt;
+      out.push_back(*each);
+      continue;
+    }
     std::vector<Re> exact_langs, over_langs;
     for (size_t i : live) {
       const std::string bp = ptr + "/oneOf/" + std::to_string(i);

@@ -35,6 +35,24 @@ int32_t Compiler::rule_for(const json& raw, const std::string& ptr) {
   rule_bodies_.push_back(re_never());  // a recursive reference calls it before its body is known
   rule_names_.push_back(ptr.empty() ? "/" : ptr);
   const auto at = rule_of_.emplace(std::move(key), id).first;
+  // A rule's body is compiled in its own context: the references its callers are inside of do
+  // not count toward its recursion bound (recursion through rules is a call, ended by the memo
+  // above; expansions within the body, as allOf merges, are still bounded).
+  struct FreshRefs {
+    Compiler& c;
+    std::map<std::string, int> depth;
+    int entries;
+    explicit FreshRefs(Compiler& x) : c(x), depth(std::move(x.ref_depth_)), entries(x.recursive_entries_) {
+      c.ref_depth_.clear();
+      c.recursive_entries_ = 0;
+    }
+    FreshRefs(const FreshRefs&) = delete;
+    FreshRefs& operator=(const FreshRefs&) = delete;
+    ~FreshRefs() {
+      c.ref_depth_ = std::move(depth);
+      c.recursive_entries_ = entries;
+    }
+  } fresh(*this);
   try {
     Re body;
     try {

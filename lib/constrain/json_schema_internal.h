@@ -156,12 +156,18 @@ class Compiler {
   struct Facts;
   void gather(const json& raw, Facts& f, int depth);
   bool disjoint(const Facts& a, const Facts& b, int depth);
+  bool disjoint_here(const Facts& a, const Facts& b, int depth);
+  bool vacuous_for(const json& raw, const std::set<std::string>& types, int depth);
   bool branches_disjoint(const json& branches, const json& siblings);
+  bool facts_unsatisfiable(const std::vector<json>& parts);
+  std::optional<Re> exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const json& siblings,
+                                            const json& by_type, const std::string& ptr);
   std::optional<Re> one_of_by_type(const json& list, const json& siblings, const std::string& ptr);
 
   // json_schema_negation.cpp: not S as a union of schemas (nullopt where S is beyond the rewrite),
   // and rest ∧ ¬S compiled as that union merged with rest
-  std::optional<std::vector<json>> negation(const json& raw, int depth);
+  std::optional<std::vector<json>> negation(const json& raw, int depth, int* dropped);
+  std::optional<std::vector<json>> union_of_negation(const json& raw);
   static bool scalar_types_only(const json& s);
   std::optional<Re> conjoined_negation(const std::vector<json>& rest, const json& negated, const std::string& ptr);
 

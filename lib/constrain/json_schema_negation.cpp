@@ -4,7 +4,8 @@
 // schemas negate such small schemas (`not`, and `if` whose else branch holds where if fails), and
 // the union compiles as any subschema does: on the grammar path its objects and arrays stay rules
 // called from their positions, where the product of automata that `not` and `if/else` otherwise
-// take cannot hold a call and forces the whole rule inline.
+// take cannot hold a call and forces the whole rule inline. A property value the rewrite cannot
+// negate is left out (objects holding such a value: a subset, sound, reported as cut off).
 #include <algorithm>
 
 #include "constrain/json_schema_internal.h"
@@ -40,10 +41,20 @@ json type_list(const std::vector<std::string>& types) {
 
 }  // namespace
 
-std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth) {
+std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, int* dropped) {
   if (raw.is_boolean()) return raw.get<bool>() ? std::vector<json>{} : std::vector<json>{json::object()};
   if (!raw.is_object() || depth > kMaxNegationDepth) return std::nullopt;
   json s = to_2020_12(raw, draft_);
+  // nullable (OpenAPI): null is one more type of the schema's, where it names types and no values.
+  if (s.contains("nullable")) {
+    if (s["nullable"] == json(true)) {
+      if (!s.contains("type") || s.contains("enum") || s.contains("const")) return std::nullopt;
+      json t = s["type"].is_array() ? s["type"] : json::array({s["type"]});
+      if (std::find(t.begin(), t.end(), json("null")) == t.end()) t.push_back("null");
+      s["type"] = t;
+    }
+    s.erase("nullable");
+  }
   for (const auto& [k, v] : s.items())
     if (k != "type" && k != "const" && k != "enum" && k != "required" && k != "properties" && k != "allOf" && k != "anyOf" &&
         k != "$ref")
@@ -63,7 +74,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth) 
     for (const auto& m : s["allOf"]) conjuncts.push_back(m);
   }
   for (const auto& c : conjuncts) {
-    auto n = negation(c, depth + 1);
+    auto n = negation(c, depth + 1, dropped);
     if (!n) return std::nullopt;
     alts.insert(alts.end(), n->begin(), n->end());
   }
@@ -72,7 +83,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth) 
     if (!s["anyOf"].is_array()) return std::nullopt;
     std::vector<json> product = {json::array()};
     for (const auto& branch : s["anyOf"]) {
-      auto n = negation(branch, depth + 1);
+      auto n = negation(branch, depth + 1, dropped);
       if (!n) return std::nullopt;
       std::vector<json> next;
       for (const auto& partial : product)
@@ -142,12 +153,31 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth) 
   if (s.contains("properties")) {
     if (!s["properties"].is_object()) return std::nullopt;
     for (const auto& [k, sub] : s["properties"].items()) {
-      if (sub == json(true) || sub == json::object()) continue;  // no value is rejected
-      alts.push_back(json{{"type", "object"}, {"required", json::array({k})}, {"properties", json{{k, json{{"not", sub}}}}}});
+      auto rejected = negation(sub, depth + 1, dropped);
+      if (!rejected) {
+        if (!dropped) return std::nullopt;
+        ++*dropped;  // objects holding k with such a value are left out: a subset of ¬S
+        continue;
+      }
+      if (rejected->empty()) continue;  // no value is rejected
+      alts.push_back(json{{"type", "object"},
+                          {"required", json::array({k})},
+                          {"properties", json{{k, json{{"anyOf", json(std::move(*rejected))}}}}}});
     }
   }
   if (alts.size() > kMaxNegationAlternatives) return std::nullopt;
   return alts;
+}
+
+// The exact negation, else one that leaves out objects whose value for a key is one the rewrite
+// cannot negate (a oneOf, a pattern, ...): a subset of ¬S, so what it compiles to stays sound, and
+// the objects left out are reported as cut off.
+std::optional<std::vector<json>> Compiler::union_of_negation(const json& raw) {
+  if (auto exact = negation(raw, 0, nullptr)) return exact;
+  int dropped = 0;
+  auto lossy = negation(raw, 0, &dropped);
+  if (lossy && dropped > 0) ++cut_off_["values beyond the negation rewrite"];
+  return lossy;
 }
 
 bool Compiler::scalar_types_only(const json& s) {
@@ -163,12 +193,13 @@ bool Compiler::scalar_types_only(const json& s) {
 // rest ∧ ¬S as the union of rest merged with each alternative of S's negation; alternatives that
 // no document of rest satisfies drop out. nullopt where S is not one negation() rewrites.
 std::optional<Re> Compiler::conjoined_negation(const std::vector<json>& rest, const json& negated, const std::string& ptr) {
-  auto alts = negation(negated, 0);
+  auto alts = union_of_negation(negated);
   if (!alts) return std::nullopt;
   std::vector<Re> out;
   for (const auto& a : *alts) {
     std::vector<json> parts = rest;
     parts.push_back(a);
+    if (facts_unsatisfiable(parts)) continue;
     try {
       out.push_back(compile_conjunction(std::move(parts), ptr));
     } catch (const SchemaError& e) {

@@ -158,6 +158,36 @@ TEST(GrammarSchema, RecursiveReferencesAreNotCutOff) {
   }
 }
 
+// Recursion that passes through allOf merges of references (an element is a base merged with the
+// host whose arrays hold elements, as web-types' CSS contributions): each rule is compiled apart
+// from the references its callers are inside of, so no level is cut off at max_recursion.
+TEST(GrammarSchema, RecursionThroughMergedReferencesIsNotCutOff) {
+  // Four kinds of element, each a base merged with the host, whose arrays a..d hold each kind.
+  std::string defs = R"("base":{"type":"object","properties":{"name":{"type":"string"}}},)"
+                     R"("host":{"type":"object","properties":{)";
+  for (const char* k : {"a", "b", "c", "d"})
+    defs += std::string(k == std::string("a") ? "" : ",") + "\"" + k + R"(":{"type":"array","items":{"$ref":"#/$defs/el_)" + k +
+            "\"}}";
+  defs += "}}";
+  for (const char* k : {"a", "b", "c", "d"})
+    defs += std::string(",\"el_") + k + R"(":{"allOf":[{"$ref":"#/$defs/base"},{"$ref":"#/$defs/host"}]})";
+  const json parsed = ib::parse_json<json>(R"({"$ref":"#/$defs/el_a","$defs":{)" + defs + "}}");
+  const SchemaValidator validator(parsed);
+  SchemaNotes notes;
+  const Grammar g = *schema_to_grammar(parsed, {}, &notes).grammar;
+  EXPECT_TRUE(notes.cut_off.empty()) << describe(notes);
+  std::string doc = R"({"name":"leaf"})";
+  for (int level = 1; level <= 12; ++level) {
+    const std::string key(1, static_cast<char>('a' + level % 4));
+    doc = R"({"name":"n)" + std::to_string(level) + R"(",")" + key + R"(":[)" + doc + "]}";
+    ASSERT_TRUE(validator.valid(ib::parse_json<json>(doc)));
+    EXPECT_TRUE(grammar_matches(g, doc)) << level << ": " << doc;
+  }
+  const std::string bad = R"({"a":[{"b":[{"c":[{"d":[{"a":[{"name":1}]}]}]}]}]})";
+  EXPECT_FALSE(validator.valid(ib::parse_json<json>(bad)));
+  EXPECT_FALSE(grammar_matches(g, bad));
+}
+
 // Every hand-written document of the keyword table: the grammar path says what the whole-schema
 // DFA says (the validator labelled them), where the DFA path compiles the case.
 TEST(GrammarSchema, KeywordCasesGetTheDfaPathsVerdicts) {

@@ -7,6 +7,11 @@
 
 namespace ib::constrain::detail {
 
+namespace {
+// Two different anyOf lists merge as the union of their pairs, up to this many.
+constexpr size_t kMaxMergedAnyOf = 64;
+}  // namespace
+
 // allOf by merging: the conjuncts' keywords combine into one schema whose language is the
 // intersection (types intersect, bounds tighten, required and properties unite, a property in
 // several conjuncts becomes an allOf of its schemas). What cannot be merged soundly is refused.
@@ -232,6 +237,13 @@ void Compiler::merge_keyword(json& m, const std::string& k, const json& v, const
       for (const auto& y : v)
         if (x == y) both.push_back(x);
     if (both.empty()) unsatisfiable("enum", ptr, "the enums of allOf have no value in common");
+    cur = both;
+  } else if (k == "anyOf" && cur.is_array() && v.is_array() && cur.size() * v.size() <= kMaxMergedAnyOf) {
+    // (a1 ∨ a2) ∧ (b1 ∨ b2) = (a1 ∧ b1) ∨ (a1 ∧ b2) ∨ ...: a negation's union merged with a
+    // property's own anyOf, say.
+    json both = json::array();
+    for (const auto& a : cur)
+      for (const auto& b : v) both.push_back(json{{"allOf", json::array({a, b})}});
     cur = both;
   } else if (k == "not") {  // ¬A ∧ ¬B = ¬(A ∨ B)
     cur = json{{"anyOf", json::array({cur, v})}};

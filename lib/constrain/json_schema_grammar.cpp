@@ -27,7 +27,11 @@ bool Compiler::may_nest(const json& raw) {
 }
 
 int32_t Compiler::rule_for(const json& raw, const std::string& ptr) {
-  auto key = std::make_pair(ptr, raw.dump());
+  // Keyed by the schema's text alone: references resolve against the root whatever the pointer
+  // (json_schema_refs.cpp), so equal text is an equal language. A schema that reaches itself
+  // through a merged reference (items: {anyOf: [..., {$ref: "#"}]}) is then one recursive rule,
+  // not a new rule at each longer pointer.
+  std::string key = raw.dump();
   if (auto it = rule_of_.find(key); it != rule_of_.end()) return it->second;
   if (rule_bodies_.size() >= static_cast<size_t>(kMaxGrammarRules))
     beyond("", ptr, "the grammar needs more than " + std::to_string(kMaxGrammarRules) + " rules");

@@ -61,7 +61,7 @@ class Compiler {
   bool body_next_ = false;  // the next compile() is a rule's body: not a call of it
   std::vector<Re> rule_bodies_;
   std::vector<std::string> rule_names_;
-  std::map<std::pair<std::string, std::string>, int32_t> rule_of_;  // (pointer, schema text) -> rule
+  std::map<std::string, int32_t> rule_of_;  // schema text -> rule
   int32_t any_rule_ = -1;
   int inlined_rules_ = 0;
   bool calls_allowed() const { return grammar_ && !over_ && inline_only_ == 0; }

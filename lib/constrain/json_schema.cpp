@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -192,7 +193,20 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       present["required"].push_back(name);
     if (!absent.contains("properties")) absent["properties"] = json::object();
     absent["properties"][name] = false;
-    return re_alt({compile_conjunction({present, deps.begin().value()}, dp + "/" + escape_pointer(name)), compile(absent, ptr)});
+    // Either case may hold no document (the dependent schema rules out what the rest requires).
+    auto or_never = [&](const std::function<Re()>& f) {
+      try {
+        return f();
+      } catch (const SchemaError& e) {
+        if (!e.unsatisfiable()) throw;
+        return re_never();
+      }
+    };
+    Re with = or_never([&] { return compile_conjunction({present, deps.begin().value()}, dp + "/" + escape_pointer(name)); });
+    Re without = or_never([&] { return compile(absent, ptr); });
+    if (with->kind == RegexNode::Kind::Never && without->kind == RegexNode::Kind::Never)
+      unsatisfiable("dependentSchemas", dp, "no document satisfies the schema with or without '" + name + "'");
+    return re_alt({with, without});
   }
 
   // not: the rest of the schema minus the negated schema's over-approximation (see json_schema.h).
@@ -205,8 +219,9 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
     // rest of scalar types holds no call (and is how the rewrite writes a scalar without values).
     if (calls_allowed() && !scalar_types_only(rest))
       if (auto rewritten = conjoined_negation({rest}, s["not"], np)) {
+        // The rewrite is exact (or a subset with its cut-off reported): empty is unsatisfiable.
         if ((*rewritten)->kind == RegexNode::Kind::Never)
-          beyond("not", np, "no document satisfies the schema and not the negated one");
+          unsatisfiable("not", np, "no document satisfies the schema and not the negated one");
         return *rewritten;
       }
     Re base = compile(rest, ptr);
@@ -292,6 +307,10 @@ Re Compiler::compile_read(const json& s, const std::string& ptr) {
       // Keywords beside anyOf apply to every branch: distribute them. A branch no value
       // satisfies (an enum outside the type they bring) matches nothing; the others stand.
       try {
+        if (!siblings.empty() && facts_unsatisfiable({siblings, list[i]})) {
+          ++unsatisfiable_branches;
+          return re_never();
+        }
         return siblings.empty() ? compile(list[i], bp) : compile_conjunction({siblings, list[i]}, bp);
       } catch (const SchemaError& e) {
         if (!e.unsatisfiable()) throw;

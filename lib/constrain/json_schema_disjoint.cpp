@@ -48,6 +48,17 @@ struct Compiler::Facts {
   std::set<std::string> forbidden;
   std::optional<std::set<std::string>> allowed;
   // An array's item count: minItems, and maxItems or the prefixItems of an array closed by items: false.
+  // Values ruled out by `not: {enum}` / `not: {const}`: subtracted from `values` where both are known.
+  std::vector<nlohmann::json> excluded;
+  // const/enum values all excluded or outside the types: no document.
+  bool no_value_left() const {
+    return values && std::all_of(values->begin(), values->end(), [&](const nlohmann::json& v) {
+             if (std::find(excluded.begin(), excluded.end(), v) != excluded.end()) return true;
+             if (!types) return false;
+             const json as = ib::parse_json<json>(v.dump());
+             return std::none_of(types->begin(), types->end(), [&](const std::string& t) { return value_has_type(as, t); });
+           });
+  }
   int min_items = 0;
   std::optional<int> max_items;
   // anyOf / oneOf of the schema object: its documents satisfy one of each list's branches.
@@ -127,6 +138,12 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   // not of a schema whose keywords constrain none of the document's possible types (required on
   // arrays): that schema holds, so its negation never does.
   if (s.contains("not") && f.types && vacuous_for(s["not"], *f.types, depth)) f.never = true;
+  if (s.contains("not") && s["not"].is_object()) {
+    const json& n = s["not"];
+    if (n.size() == 1 && n.contains("const")) f.excluded.push_back(canonical(n["const"]));
+    if (n.size() == 1 && n.contains("enum") && n["enum"].is_array())
+      for (const auto& v : n["enum"]) f.excluded.push_back(canonical(v));
+  }
   if (s.contains("not") && s["not"].is_object() && s["not"].size() == 1 && s["not"].contains("required") &&
       s["not"]["required"].is_array() && s["not"]["required"].size() == 1 && s["not"]["required"][0].is_string())
     f.forbidden.insert(s["not"]["required"][0].get<std::string>());
@@ -229,7 +246,7 @@ bool Compiler::disjoint(const Facts& a, const Facts& b, int depth) {
 }
 
 bool Compiler::disjoint_here(const Facts& a, const Facts& b, int depth) {
-  if (a.never || b.never) return true;
+  if (a.never || b.never || a.no_value_left() || b.no_value_left()) return true;
   if (a.types && b.types && !overlap(*a.types, *b.types)) return true;
   // Every document one side may be is one the other side excludes.
   auto excluded_by = [](const nlohmann::json& v, const Facts& o) {
@@ -298,7 +315,7 @@ namespace ib::constrain::detail {
 bool Compiler::facts_unsatisfiable(const std::vector<json>& parts) {
   Facts f;
   for (const auto& p : parts) gather(p, f, 0);
-  if (f.never) return true;
+  if (f.never || f.no_value_left()) return true;
   if (!f.types || *f.types != std::set<std::string>{"object"}) return false;
   for (const auto& k : f.required) {
     auto it = f.properties.find(k);
@@ -306,7 +323,7 @@ bool Compiler::facts_unsatisfiable(const std::vector<json>& parts) {
     if (it == f.properties.end()) continue;
     Facts v;
     for (const auto& sub : it->second) gather(sub, v, 0);
-    if (v.never) return true;
+    if (v.never || v.no_value_left()) return true;
     // Two of the key's schemas no value satisfies both of (a union read branch by branch).
     const std::vector<json>& subs = it->second;
     for (size_t a = 0; a < subs.size(); ++a)
@@ -370,6 +387,7 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
   for (const auto& b : list)
     if (b.is_object() && b.contains("nullable")) return std::nullopt;
   std::vector<Re> out;
+  bool by_product = false;
   for (const char* t : {"object", "array", "null", "boolean", "number", "string"}) {
     const json by_type = json{{"type", t}};
     // Two branches every document of the type satisfies: none satisfies exactly one.
@@ -433,7 +451,11 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
     langs.insert(langs.end(), over_langs.begin(), over_langs.end());
     out.push_back(
         product(langs, ProductRule::ExactlyOne, "oneOf", ptr + "/oneOf", std::string("oneOf (exactly one branch, ") + t + "s)"));
+    by_product = true;
   }
+  // Empty without a product (whose over-approximations may subtract too much): no document
+  // satisfies exactly one branch (an optional property holding it is then absent).
+  if (out.empty() && !by_product) unsatisfiable("oneOf", ptr + "/oneOf", "no document matches exactly one branch of oneOf");
   return re_alt(std::move(out));
 }
 

@@ -424,9 +424,12 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     const char* k = s.contains("minProperties")       ? "minProperties"
                     : s.contains("dependentRequired") ? "dependentRequired"
                                                       : "properties";
-    beyond(k, ptr + "/" + k,
-           std::string("no object satisfies ") + k +
-               " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)");
+    const std::string what = std::string("no object satisfies ") + k +
+                             " with the schema's properties (extra keys may repeat, so at most one counts toward minProperties)";
+    // Required properties no value satisfies alone: no object does (an optional property holding
+    // this object is then absent). With counts, the compiler's own bound may be what is empty.
+    if (std::string(k) == "properties") unsatisfiable(k, ptr + "/" + k, what);
+    beyond(k, ptr + "/" + k, what);
   }
   return re_concat({re_byte('{'), ws_, body, ws_, re_byte('}')});
 }

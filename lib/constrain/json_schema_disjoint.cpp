@@ -342,23 +342,29 @@ bool Compiler::facts_unsatisfiable(const std::vector<json>& parts) {
 std::optional<Re> Compiler::exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const json& siblings,
                                                     const json& by_type, const std::string& ptr) {
   constexpr size_t kMaxConjunctions = 64;
-  std::map<size_t, std::vector<json>> negated;
-  for (size_t j : live) {
-    auto n = union_of_negation(list[j]);
-    if (!n) return std::nullopt;
-    negated[j] = std::move(*n);
-  }
   std::vector<std::vector<json>> all;
   for (size_t i : live) {
+    // The keys a document of branch i may hold, where it is closed: what a closed branch j's
+    // negation needs (such a document fails j by holding one of them that j does not declare).
+    Facts fi;
+    gather(by_type, fi, 0);
+    gather(siblings, fi, 0);
+    gather(list[i], fi, 0);
+    const std::set<std::string>* keys = fi.allowed ? &*fi.allowed : nullptr;
     std::vector<std::vector<json>> choices = {{siblings, list[i], by_type}};
     for (size_t j : live) {
       if (j == i) continue;
+      auto negated = union_of_negation(list[j], keys);
+      if (!negated) return std::nullopt;
       std::vector<std::vector<json>> next;
       for (const auto& c : choices)
-        for (const auto& a : negated[j]) {
+        for (const auto& a : *negated) {
           next.push_back(c);
           next.back().push_back(a);
         }
+      // Conjunctions the facts prove empty go now, before they multiply.
+      next.erase(std::remove_if(next.begin(), next.end(), [&](const std::vector<json>& c) { return facts_unsatisfiable(c); }),
+                 next.end());
       choices = std::move(next);
       if (all.size() + choices.size() > kMaxConjunctions) return std::nullopt;
     }

@@ -166,8 +166,9 @@ class Compiler {
 
   // json_schema_negation.cpp: not S as a union of schemas (nullopt where S is beyond the rewrite),
   // and rest ∧ ¬S compiled as that union merged with rest
-  std::optional<std::vector<json>> negation(const json& raw, int depth, int* dropped);
-  std::optional<std::vector<json>> union_of_negation(const json& raw);
+  std::optional<std::vector<json>> negation(const json& raw, int depth, int* dropped,
+                                            const std::set<std::string>* context_keys = nullptr);
+  std::optional<std::vector<json>> union_of_negation(const json& raw, const std::set<std::string>* context_keys = nullptr);
   static bool scalar_types_only(const json& s);
   std::optional<Re> conjoined_negation(const std::vector<json>& rest, const json& negated, const std::string& ptr);
 

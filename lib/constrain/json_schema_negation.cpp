@@ -7,6 +7,8 @@
 // take cannot hold a call and forces the whole rule inline. A property value the rewrite cannot
 // negate is left out (objects holding such a value: a subset, sound, reported as cut off).
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 #include "constrain/json_schema_internal.h"
 #include "constrain/schema_dialect.h"
@@ -39,9 +41,34 @@ json type_list(const std::vector<std::string>& types) {
   return out;
 }
 
+// The keywords of one scalar type, negated together as that type with a `not` of them.
+const std::map<std::string, std::string>& scalar_family() {
+  static const std::map<std::string, std::string> f = {
+      {"minLength", "string"},        {"maxLength", "string"},        {"pattern", "string"},
+      {"format", "string"},           {"minimum", "number"},          {"maximum", "number"},
+      {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"}, {"multipleOf", "number"}};
+  return f;
+}
+
+// A count bound and the bound on the other side of it: minItems n fails at maxItems n - 1.
+struct CountBound {
+  const char* type;
+  bool at_least;
+  const char* other;
+};
+const CountBound* count_bound(const std::string& k) {
+  static const std::map<std::string, CountBound> b = {{"minItems", {"array", true, "maxItems"}},
+                                                      {"maxItems", {"array", false, "minItems"}},
+                                                      {"minProperties", {"object", true, "maxProperties"}},
+                                                      {"maxProperties", {"object", false, "minProperties"}}};
+  auto it = b.find(k);
+  return it == b.end() ? nullptr : &it->second;
+}
+
 }  // namespace
 
-std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, int* dropped) {
+std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, int* dropped,
+                                                    const std::set<std::string>* context_keys) {
   if (raw.is_boolean()) return raw.get<bool>() ? std::vector<json>{} : std::vector<json>{json::object()};
   if (!raw.is_object() || depth > kMaxNegationDepth) return std::nullopt;
   json s = to_2020_12(raw, draft_);
@@ -55,11 +82,22 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
     }
     s.erase("nullable");
   }
+  // additionalProperties: false (no patternProperties): the object fails it by holding another key.
+  // Which keys an object may hold is known only from the context (the other branch of a oneOf,
+  // closed too): there, the keys it allows that this schema does not declare, each one required.
+  std::vector<json> closed_alts;
+  if (s.contains("additionalProperties") && s["additionalProperties"] == json(false) && !s.contains("patternProperties")) {
+    if (!context_keys) return std::nullopt;
+    for (const auto& k : *context_keys)
+      if (!s.contains("properties") || !s["properties"].is_object() || !s["properties"].contains(k))
+        closed_alts.push_back(json{{"type", "object"}, {"required", json::array({k})}});
+    s.erase("additionalProperties");
+  }
   for (const auto& [k, v] : s.items())
     if (k != "type" && k != "const" && k != "enum" && k != "required" && k != "properties" && k != "allOf" && k != "anyOf" &&
-        k != "$ref")
+        k != "$ref" && !scalar_family().count(k) && !count_bound(k))
       return std::nullopt;
-  std::vector<json> alts;
+  std::vector<json> alts = std::move(closed_alts);
   // ¬(A ∧ B) = ¬A ∨ ¬B: a $ref target and allOf members are conjuncts like the object's own keywords.
   std::vector<json> conjuncts;
   if (s.contains("$ref")) {
@@ -74,7 +112,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
     for (const auto& m : s["allOf"]) conjuncts.push_back(m);
   }
   for (const auto& c : conjuncts) {
-    auto n = negation(c, depth + 1, dropped);
+    auto n = negation(c, depth + 1, dropped, context_keys);
     if (!n) return std::nullopt;
     alts.insert(alts.end(), n->begin(), n->end());
   }
@@ -83,7 +121,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
     if (!s["anyOf"].is_array()) return std::nullopt;
     std::vector<json> product = {json::array()};
     for (const auto& branch : s["anyOf"]) {
-      auto n = negation(branch, depth + 1, dropped);
+      auto n = negation(branch, depth + 1, dropped, context_keys);
       if (!n) return std::nullopt;
       std::vector<json> next;
       for (const auto& partial : product)
@@ -142,6 +180,27 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
     }
     if (!without.empty()) alts.push_back(json{{"type", type_list(without)}});
   }
+  // A string's or a number's own keywords (lengths, pattern, format; bounds, multipleOf): that
+  // type where they fail, as the type with a `not` of them (a product of call-free languages).
+  for (const char* t : {"string", "number"}) {
+    json own = json::object();
+    for (const auto& [k, v] : s.items())
+      if (scalar_family().count(k) && scalar_family().at(k) == t) own[k] = v;
+    if (!own.empty()) alts.push_back(json{{"type", t}, {"not", own}});
+  }
+  // Counts of items or of properties: the other side of the bound.
+  for (const auto& [k, v] : s.items()) {
+    const auto* b = count_bound(k);
+    if (!b) continue;
+    if (!v.is_number() || v.get<double>() < 0) return std::nullopt;
+    if (v.get<double>() > 1e9) return std::nullopt;
+    const auto least = static_cast<int64_t>(std::ceil(v.get<double>())), most = static_cast<int64_t>(std::floor(v.get<double>()));
+    if (b->at_least) {
+      if (least > 0) alts.push_back(json{{"type", b->type}, {b->other, least - 1}});
+    } else {
+      alts.push_back(json{{"type", b->type}, {b->other, most + 1}});
+    }
+  }
   // Objects missing a required key, or holding a declared key whose value its schema rejects.
   if (s.contains("required")) {
     if (!s["required"].is_array()) return std::nullopt;
@@ -172,10 +231,10 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
 // The exact negation, else one that leaves out objects whose value for a key is one the rewrite
 // cannot negate (a oneOf, a pattern, ...): a subset of ¬S, so what it compiles to stays sound, and
 // the objects left out are reported as cut off.
-std::optional<std::vector<json>> Compiler::union_of_negation(const json& raw) {
-  if (auto exact = negation(raw, 0, nullptr)) return exact;
+std::optional<std::vector<json>> Compiler::union_of_negation(const json& raw, const std::set<std::string>* context_keys) {
+  if (auto exact = negation(raw, 0, nullptr, context_keys)) return exact;
   int dropped = 0;
-  auto lossy = negation(raw, 0, &dropped);
+  auto lossy = negation(raw, 0, &dropped, context_keys);
   if (lossy && dropped > 0) ++cut_off_["values beyond the negation rewrite"];
   return lossy;
 }

@@ -51,6 +51,42 @@ std::string escape_pointer(const std::string& key) {
   return out;
 }
 
+const std::vector<std::string>& json_types() {
+  static const std::vector<std::string> t = {"null", "boolean", "object", "array", "number", "string"};
+  return t;
+}
+
+const char* keyword_type(const std::string& keyword) {
+  static const std::map<std::string, const char*> family = {{"properties", "object"},
+                                                            {"required", "object"},
+                                                            {"additionalProperties", "object"},
+                                                            {"patternProperties", "object"},
+                                                            {"minProperties", "object"},
+                                                            {"maxProperties", "object"},
+                                                            {"dependentRequired", "object"},
+                                                            {"dependentSchemas", "object"},
+                                                            {"propertyNames", "object"},
+                                                            {"items", "array"},
+                                                            {"prefixItems", "array"},
+                                                            {"minItems", "array"},
+                                                            {"maxItems", "array"},
+                                                            {"uniqueItems", "array"},
+                                                            {"contains", "array"},
+                                                            {"minContains", "array"},
+                                                            {"maxContains", "array"},
+                                                            {"minLength", "string"},
+                                                            {"maxLength", "string"},
+                                                            {"pattern", "string"},
+                                                            {"format", "string"},
+                                                            {"minimum", "number"},
+                                                            {"maximum", "number"},
+                                                            {"exclusiveMinimum", "number"},
+                                                            {"exclusiveMaximum", "number"},
+                                                            {"multipleOf", "number"}};
+  auto it = family.find(keyword);
+  return it == family.end() ? nullptr : it->second;
+}
+
 const std::set<std::string>& supported() {
   static const std::set<std::string> s = {"type",
                                           "properties",
@@ -508,11 +544,11 @@ Re Compiler::json_value_regex_ws(int depth) {
 Re Compiler::deeper_containers() {
   const bool was = over_;
   over_ = false;
-  ++inline_only_;             // what an over-approximation holds: no calls (it goes into a product)
-  const auto cut = cut_off_;  // an over-approximation's depth cuts off no valid document
-  Re v = json_value_regex_ws(o_.any_depth + 1);
-  cut_off_ = cut;
-  --inline_only_;
+  Re v;
+  {
+    CallsOff scope(*this);  // it goes into a product, and its depth cuts off no valid document
+    v = json_value_regex_ws(o_.any_depth + 1);
+  }
   over_ = was;
   return v;
 }

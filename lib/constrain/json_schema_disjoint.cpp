@@ -138,15 +138,15 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
   // not of a schema whose keywords constrain none of the document's possible types (required on
   // arrays): that schema holds, so its negation never does.
   if (s.contains("not") && f.types && vacuous_for(s["not"], *f.types, depth)) f.never = true;
-  if (s.contains("not") && s["not"].is_object()) {
+  // not of one keyword: values (const, enum) or a key (required, one name) ruled out.
+  if (s.contains("not") && s["not"].is_object() && s["not"].size() == 1) {
     const json& n = s["not"];
-    if (n.size() == 1 && n.contains("const")) f.excluded.push_back(canonical(n["const"]));
-    if (n.size() == 1 && n.contains("enum") && n["enum"].is_array())
+    if (n.contains("const")) f.excluded.push_back(canonical(n["const"]));
+    if (n.contains("enum") && n["enum"].is_array())
       for (const auto& v : n["enum"]) f.excluded.push_back(canonical(v));
+    if (n.contains("required") && n["required"].is_array() && n["required"].size() == 1 && n["required"][0].is_string())
+      f.forbidden.insert(n["required"][0].get<std::string>());
   }
-  if (s.contains("not") && s["not"].is_object() && s["not"].size() == 1 && s["not"].contains("required") &&
-      s["not"]["required"].is_array() && s["not"]["required"].size() == 1 && s["not"]["required"][0].is_string())
-    f.forbidden.insert(s["not"]["required"][0].get<std::string>());
   auto count = [&](const char* k) -> std::optional<int> {
     if (!s.contains(k) || !s[k].is_number() || s[k].get<double>() < 0 || s[k].get<double>() > 1e6) return std::nullopt;
     return static_cast<int>(std::ceil(s[k].get<double>()));
@@ -175,32 +175,6 @@ void Compiler::gather(const json& raw, Facts& f, int depth) {
 bool Compiler::vacuous_for(const json& raw, const std::set<std::string>& types, int depth) {
   if (raw.is_boolean()) return raw.get<bool>();
   if (!raw.is_object() || depth > kMaxGatherDepth) return false;
-  static const std::map<std::string, std::string> family = {{"properties", "object"},
-                                                            {"required", "object"},
-                                                            {"additionalProperties", "object"},
-                                                            {"patternProperties", "object"},
-                                                            {"minProperties", "object"},
-                                                            {"maxProperties", "object"},
-                                                            {"dependentRequired", "object"},
-                                                            {"dependentSchemas", "object"},
-                                                            {"propertyNames", "object"},
-                                                            {"items", "array"},
-                                                            {"prefixItems", "array"},
-                                                            {"minItems", "array"},
-                                                            {"maxItems", "array"},
-                                                            {"uniqueItems", "array"},
-                                                            {"contains", "array"},
-                                                            {"minContains", "array"},
-                                                            {"maxContains", "array"},
-                                                            {"minLength", "string"},
-                                                            {"maxLength", "string"},
-                                                            {"pattern", "string"},
-                                                            {"format", "string"},
-                                                            {"minimum", "number"},
-                                                            {"maximum", "number"},
-                                                            {"exclusiveMinimum", "number"},
-                                                            {"exclusiveMaximum", "number"},
-                                                            {"multipleOf", "number"}};
   const json s = to_2020_12(raw, draft_);
   for (const auto& [k, v] : s.items()) {
     if (k == "$ref" && v.is_string()) {
@@ -216,9 +190,8 @@ bool Compiler::vacuous_for(const json& raw, const std::set<std::string>& types, 
         if (!vacuous_for(m, types, depth + 1)) return false;
       continue;
     }
-    auto it = family.find(k);
-    if (it == family.end()) return false;
-    if (types.count(it->second) || (it->second == "number" && types.count("integer"))) return false;
+    const char* t = keyword_type(k);
+    if (!t || types.count(t) || (std::string(t) == "number" && types.count("integer"))) return false;
   }
   return true;
 }
@@ -339,18 +312,16 @@ bool Compiler::facts_unsatisfiable(const std::vector<json>& parts) {
 
 // Documents of one type that satisfy exactly one of the live branches: ∨_i (B_i ∧ ∧_{j≠i} ¬B_j),
 // each ¬B_j a union of schemas (negation()) multiplied out, within a bound on the conjunctions.
-std::optional<Re> Compiler::exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const json& siblings,
-                                                    const json& by_type, const std::string& ptr) {
+std::optional<Re> Compiler::exactly_one_by_negation(const json& list, const std::vector<size_t>& live,
+                                                    const std::vector<Facts>& facts, const json& siblings, const json& by_type,
+                                                    const std::string& ptr) {
   constexpr size_t kMaxConjunctions = 64;
   std::vector<std::vector<json>> all;
-  for (size_t i : live) {
+  for (size_t n = 0; n < live.size(); ++n) {
+    const size_t i = live[n];
     // The keys a document of branch i may hold, where it is closed: what a closed branch j's
     // negation needs (such a document fails j by holding one of them that j does not declare).
-    Facts fi;
-    gather(by_type, fi, 0);
-    gather(siblings, fi, 0);
-    gather(list[i], fi, 0);
-    const std::set<std::string>* keys = fi.allowed ? &*fi.allowed : nullptr;
+    const std::set<std::string>* keys = facts[n].allowed ? &*facts[n].allowed : nullptr;
     std::vector<std::vector<json>> choices = {{siblings, list[i], by_type}};
     for (size_t j : live) {
       if (j == i) continue;
@@ -371,8 +342,7 @@ std::optional<Re> Compiler::exactly_one_by_negation(const json& list, const std:
     all.insert(all.end(), choices.begin(), choices.end());
   }
   std::vector<Re> out;
-  for (auto& parts : all) {
-    if (facts_unsatisfiable(parts)) continue;
+  for (auto& parts : all) {  // each already past facts_unsatisfiable
     try {
       out.push_back(compile_conjunction(std::move(parts), ptr + "/oneOf"));
     } catch (const SchemaError& e) {
@@ -394,7 +364,7 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
     if (b.is_object() && b.contains("nullable")) return std::nullopt;
   std::vector<Re> out;
   bool by_product = false;
-  for (const char* t : {"object", "array", "null", "boolean", "number", "string"}) {
+  for (const std::string& t : json_types()) {
     const json by_type = json{{"type", t}};
     // Two branches every document of the type satisfies: none satisfies exactly one.
     const std::set<std::string> only_t = {t};
@@ -421,7 +391,7 @@ std::optional<Re> Compiler::one_of_by_type(const json& list, const json& sibling
     if (!apart && container) {
       // Exactly one as a union: each branch with every other negated, where negation() rewrites
       // the others (required keys, values, types: the branches of most overlapping oneOfs).
-      auto each = exactly_one_by_negation(list, live, siblings, by_type, ptr);
+      auto each = exactly_one_by_negation(list, live, facts, siblings, by_type, ptr);
       if (!each) return std::nullopt;
       out.push_back(*each);
       continue;

@@ -33,6 +33,10 @@ Re quoted(Re inner);
 // json_schema.cpp
 std::string escape_pointer(const std::string& key);
 const std::set<std::string>& supported();
+// The JSON types a type keyword names (integer within number), and the one type a keyword
+// constrains (properties: object, minLength: string, ...; nullptr for keywords of every type).
+const std::vector<std::string>& json_types();
+const char* keyword_type(const std::string& keyword);
 
 class Compiler {
  public:
@@ -65,6 +69,22 @@ class Compiler {
   int32_t any_rule_ = -1;
   int inlined_rules_ = 0;
   bool calls_allowed() const { return grammar_ && !over_ && inline_only_ == 0; }
+  // While in scope: no calls (the language goes into a product), and what it cuts off is not
+  // counted (only part of it is used: an over-approximation's depth, the strings of propertyNames).
+  class CallsOff {
+   public:
+    explicit CallsOff(Compiler& c) : c_(c), cut_(c.cut_off_) { ++c_.inline_only_; }
+    CallsOff(const CallsOff&) = delete;
+    CallsOff& operator=(const CallsOff&) = delete;
+    ~CallsOff() {
+      --c_.inline_only_;
+      c_.cut_off_ = cut_;
+    }
+
+   private:
+    Compiler& c_;
+    std::map<std::string, int> cut_;
+  };
   static bool may_nest(const json& raw);
   Re any_value_rule();
 
@@ -160,8 +180,8 @@ class Compiler {
   bool vacuous_for(const json& raw, const std::set<std::string>& types, int depth);
   bool branches_disjoint(const json& branches, const json& siblings);
   bool facts_unsatisfiable(const std::vector<json>& parts);
-  std::optional<Re> exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const json& siblings,
-                                            const json& by_type, const std::string& ptr);
+  std::optional<Re> exactly_one_by_negation(const json& list, const std::vector<size_t>& live, const std::vector<Facts>& facts,
+                                            const json& siblings, const json& by_type, const std::string& ptr);
   std::optional<Re> one_of_by_type(const json& list, const json& siblings, const std::string& ptr);
 
   // json_schema_negation.cpp: not S as a union of schemas (nullopt where S is beyond the rewrite),

@@ -22,11 +22,6 @@ namespace {
 constexpr int kMaxNegationDepth = 8;
 constexpr size_t kMaxNegationAlternatives = 32;
 
-const std::vector<std::string>& json_types() {
-  static const std::vector<std::string> t = {"null", "boolean", "object", "array", "number", "string"};
-  return t;
-}
-
 std::string type_of(const json& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "boolean";
@@ -42,12 +37,9 @@ json type_list(const std::vector<std::string>& types) {
 }
 
 // The keywords of one scalar type, negated together as that type with a `not` of them.
-const std::map<std::string, std::string>& scalar_family() {
-  static const std::map<std::string, std::string> f = {
-      {"minLength", "string"},        {"maxLength", "string"},        {"pattern", "string"},
-      {"format", "string"},           {"minimum", "number"},          {"maximum", "number"},
-      {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"}, {"multipleOf", "number"}};
-  return f;
+bool scalar_keyword(const std::string& k) {
+  const char* t = keyword_type(k);
+  return t && (std::string(t) == "string" || std::string(t) == "number");
 }
 
 // A count bound and the bound on the other side of it: minItems n fails at maxItems n - 1.
@@ -95,7 +87,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
   }
   for (const auto& [k, v] : s.items())
     if (k != "type" && k != "const" && k != "enum" && k != "required" && k != "properties" && k != "allOf" && k != "anyOf" &&
-        k != "$ref" && !scalar_family().count(k) && !count_bound(k))
+        k != "$ref" && !scalar_keyword(k) && !count_bound(k))
       return std::nullopt;
   std::vector<json> alts = std::move(closed_alts);
   // ¬(A ∧ B) = ¬A ∨ ¬B: a $ref target and allOf members are conjuncts like the object's own keywords.
@@ -185,7 +177,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
   for (const char* t : {"string", "number"}) {
     json own = json::object();
     for (const auto& [k, v] : s.items())
-      if (scalar_family().count(k) && scalar_family().at(k) == t) own[k] = v;
+      if (scalar_keyword(k) && keyword_type(k) == std::string(t)) own[k] = v;
     if (!own.empty()) alts.push_back(json{{"type", t}, {"not", own}});
   }
   // Counts of items or of properties: the other side of the bound.

@@ -199,19 +199,8 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   if (s.contains("propertyNames") && !over_) {
     // Names are strings: the schema's other types, and any call a rule would make for them, are
     // left out (a product holds no call), without counting as a cut-off.
-    struct NoCalls {
-      Compiler& c;
-      std::map<std::string, int> cut;
-      explicit NoCalls(Compiler& x) : c(x), cut(x.cut_off_) { ++c.inline_only_; }
-      NoCalls(const NoCalls&) = delete;
-      NoCalls& operator=(const NoCalls&) = delete;
-      ~NoCalls() {
-        --c.inline_only_;
-        c.cut_off_ = cut;
-      }
-    };
     {
-      NoCalls scope(*this);
+      CallsOff scope(*this);
       names_lang = compile_conjunction({json{{"type", "string"}}, s["propertyNames"]}, np);
     }
     CompileLimits limits;

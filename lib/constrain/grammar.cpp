@@ -16,8 +16,8 @@ constexpr int kCallDigits = 4;
 
 bool contains(const GrammarStacks& set, const GrammarStack& s) { return std::find(set.begin(), set.end(), s) != set.end(); }
 
-// Whether state s of rule r takes some byte on the way to finishing the rule.
-bool reads(const GrammarRule& r, int32_t s) {
+// Whether state s of rule r takes some byte on the way to finishing the rule (live set first).
+bool state_reads(const GrammarRule& r, int32_t s) {
   const size_t row = static_cast<size_t>(s) * static_cast<size_t>(r.dfa.num_classes);
   for (int32_t c = 0; c < r.dfa.num_classes; ++c) {
     const int32_t t = r.dfa.next[row + static_cast<size_t>(c)];
@@ -165,15 +165,29 @@ void set_liveness(GrammarRule& r, const std::vector<int64_t>& lengths) {
     r.live[s] = d[s] != kNoDistance;
     r.plain[s] = r.live[s] && !r.dfa.accepting[s] && r.call_begin[s] == r.call_begin[s + 1];
   }
+  r.reads.assign(static_cast<size_t>(r.dfa.num_states), 0);
+  for (size_t s = 0; s < r.reads.size(); ++s) r.reads[s] = state_reads(r, static_cast<int32_t>(s));
 }
 
 }  // namespace
 
 Grammar::Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t start_rule, const CompileLimits& limits)
-    : start(start_rule), bodies_(std::move(bodies)), names_(std::move(names)), limits_(limits), rules_(bodies_.size()) {
+    : Grammar(start_rule >= 0 && static_cast<size_t>(start_rule) < bodies.size()
+                  ? merge_call_unions(std::move(bodies), std::move(names))
+                  : CallUnions{},
+              start_rule, limits) {}
+
+Grammar::Grammar(CallUnions rules, int32_t start_rule, const CompileLimits& limits)
+    : start(start_rule),
+      bodies_(std::move(rules.bodies)),
+      names_(std::move(rules.names)),
+      members_(std::move(rules.members)),
+      limits_(limits),
+      rules_(bodies_.size()) {
   const size_t n = bodies_.size();
   if (start < 0 || static_cast<size_t>(start) >= n) throw RegexError("the start rule is not in the grammar");
   names_.resize(n);
+  members_.resize(n);
   for (size_t i = 0; i < n; ++i)
     if (names_[i].empty()) names_[i] = "rule " + std::to_string(i);
   // The rules the start reaches (a rule the schema compiler compiled inline leaves the rules of
@@ -199,6 +213,8 @@ Grammar::Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t
       compiled[i] = now[i].get();
       for (const auto& c : now[i]->calls) callees.push_back(c.rule);
     }
+    // A union's members are entered by its fallback (the alternative of their calls).
+    callees.insert(callees.end(), members_[i].begin(), members_[i].end());
     for (int32_t c : callees) {
       if (c >= static_cast<int32_t>(n))
         throw RegexError(names_[i] + ": a call of rule " + std::to_string(c) + ", past the grammar's " + std::to_string(n) +
@@ -227,7 +243,26 @@ Grammar::Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t
 GrammarRule Grammar::compile_rule(int32_t i) const {
   const auto k = static_cast<size_t>(i);
   // A rule the start never reaches is never entered: no document.
-  GrammarRule r = compile_structure(reached_[k] ? bodies_[k] : re_never(), names_[k], size(), limits_);
+  if (!reached_[k]) return compile_rule_body(re_never(), k);
+  if (!members_[k].empty()) {
+    // A union of bodies whose states multiply is compiled as the calls it stands for.
+    CompileLimits merged = limits_;
+    merged.max_dfa_states = std::min(merged.max_dfa_states, kMaxUnionStates);
+    try {
+      GrammarRule r = compile_structure(bodies_[k], names_[k], size(), merged);
+      set_liveness(r, lengths_);
+      return r;
+    } catch (const RegexError&) {
+      std::vector<Re> calls;
+      for (int32_t m : members_[k]) calls.push_back(re_call(m));
+      return compile_rule_body(re_alt(std::move(calls)), k);
+    }
+  }
+  return compile_rule_body(bodies_[k], k);
+}
+
+GrammarRule Grammar::compile_rule_body(const Re& body, size_t k) const {
+  GrammarRule r = compile_structure(body, names_[k], size(), limits_);
   set_liveness(r, lengths_);
   return r;
 }
@@ -247,6 +282,26 @@ Grammar build_grammar(const std::vector<Re>& bodies, const std::vector<std::stri
 }
 
 void grammar_close(const Grammar& g, GrammarStacks& stacks) {
+  // One stack whose tops make no call (most closures of a document: a byte inside a rule, or the
+  // end of a value returning to its caller) closes without the search below: it stays, is
+  // dropped, or pops its finished frames while they neither call nor read.
+  if (stacks.size() == 1) {
+    GrammarStack& st = stacks[0];
+    for (;;) {
+      const GrammarFrame top = st.back();
+      const GrammarRule& r = g.rule(top.rule);
+      const auto s = static_cast<size_t>(top.state);
+      if (r.call_begin[s] != r.call_begin[s + 1]) break;
+      const bool finished = r.dfa.accepting[s] != 0;
+      if (finished && st.size() > 1) {
+        if (r.reads[s]) break;  // it both stays and returns: two stacks
+        st.pop_back();
+        continue;
+      }
+      if (!r.reads[s] && !finished) stacks.clear();
+      return;
+    }
+  }
   struct Item {
     GrammarStack stack;
     std::vector<int32_t> entered;  // rules entered on this closure path
@@ -263,7 +318,7 @@ void grammar_close(const Grammar& g, GrammarStacks& stacks) {
     const GrammarFrame top = it.stack.back();
     const GrammarRule& r = g.rule(top.rule);
     const size_t s = static_cast<size_t>(top.state);
-    if (reads(r, top.state) || (it.stack.size() == 1 && r.dfa.accepting[s])) stacks.push_back(it.stack);
+    if (r.reads[s] || (it.stack.size() == 1 && r.dfa.accepting[s])) stacks.push_back(it.stack);
     if (it.stack.size() < kMaxGrammarDepth)
       for (int32_t k = r.call_begin[s]; k < r.call_begin[s + 1]; ++k) {
         const auto& c = r.calls[static_cast<size_t>(k)];

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "constrain/automaton.h"
+#include "constrain/grammar_unions.h"
 #include "constrain/lazy_slots.h"
 #include "constrain/regex.h"
 
@@ -59,6 +60,9 @@ struct GrammarRule {
   std::vector<uint8_t> live;
   // Live, no calls and not accepting: a stack whose top steps into such a state needs no closure.
   std::vector<uint8_t> plain;
+  // Whether a state takes some byte on the way to finishing the rule (a frame there stays in a
+  // closed position).
+  std::vector<uint8_t> reads;
   std::string name;  // the schema pointer the rule stands for
 };
 
@@ -71,11 +75,12 @@ struct GrammarRule {
 // then (none in a generation loop).
 struct Grammar {
   Grammar() = default;
+  // Alternatives of calls in `bodies` become calls of union rules, appended (grammar_unions.h).
   Grammar(std::vector<Re> bodies, std::vector<std::string> names, int32_t start, const CompileLimits& limits);
   Grammar(Grammar&&) noexcept = default;
   Grammar& operator=(Grammar&&) noexcept = default;
   // A copy is the same grammar with none of its rules compiled yet.
-  Grammar(const Grammar& o) : Grammar(o.bodies_, o.names_, o.start, o.limits_) {}
+  Grammar(const Grammar& o) : Grammar(CallUnions{o.bodies_, o.names_, o.members_}, o.start, o.limits_) {}
   Grammar& operator=(const Grammar& o) { return *this = Grammar(o); }
 
   int32_t start = 0;
@@ -89,6 +94,8 @@ struct Grammar {
   static constexpr int64_t kNoLength = kNoTextLength;
   int64_t min_length(int32_t i) const { return lengths_[static_cast<size_t>(i)]; }
   const std::vector<Re>& bodies() const { return bodies_; }
+  // The rules union rule i stands for (empty when it is not one).
+  const std::vector<int32_t>& members(int32_t i) const { return members_[static_cast<size_t>(i)]; }
   // Whether rule i's regex tells its calls and lengths (else it was compiled at construction).
   bool readable(int32_t i) const { return readable_[static_cast<size_t>(i)] != 0; }
   size_t reachable_rules() const { return reachable_; }  // the rules the start reaches
@@ -99,9 +106,12 @@ struct Grammar {
   size_t table_bytes() const;
 
  private:
+  Grammar(CallUnions rules, int32_t start, const CompileLimits& limits);
   GrammarRule compile_rule(int32_t i) const;
+  GrammarRule compile_rule_body(const Re& body, size_t i) const;
   std::vector<Re> bodies_;
   std::vector<std::string> names_;
+  std::vector<std::vector<int32_t>> members_;
   CompileLimits limits_;
   std::vector<uint8_t> readable_, reached_;
   std::vector<int64_t> lengths_;

@@ -197,7 +197,7 @@ const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* r
   const std::string& key = key_;
   if (auto it = positions_.find(key); it != positions_.end()) {
     if (reach) *reach = it->second.reach;
-    return it->second.mask.data();
+    return pool_[static_cast<size_t>(it->second.mask)].data();
   }
   std::fill(scratch_.begin(), scratch_.end(), 0u);
   int64_t position_reach = dist_ ? 0 : kUnfinishable;
@@ -218,12 +218,28 @@ const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* r
   // Tokens without bytes (the trie's root holds them) are never set by a walk; EOS where the document may end.
   if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
     scratch_[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
-  if (positions_.size() >= kMaxPositionsCached) positions_.clear();
+  if (positions_.size() >= kMaxPositionsCached) {
+    positions_.clear();
+    pool_.clear();
+    pool_by_hash_.clear();
+  }
   PositionMask& p = positions_[key];
-  p.mask = scratch_;
+  p.mask = pooled(scratch_);
   p.reach = static_cast<int32_t>(std::min(position_reach, kUnfinishable));
   if (reach) *reach = p.reach;
-  return p.mask.data();
+  return pool_[static_cast<size_t>(p.mask)].data();
+}
+
+int32_t GrammarTokenMasker::pooled(const std::vector<uint32_t>& mask) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+  for (uint32_t w : mask) h = (h ^ w) * 1099511628211ull;
+  const auto range = pool_by_hash_.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it)
+    if (pool_[static_cast<size_t>(it->second)] == mask) return it->second;
+  const auto id = static_cast<int32_t>(pool_.size());
+  pool_.push_back(mask);
+  pool_by_hash_.emplace(h, id);
+  return id;
 }
 
 void GrammarTokenMasker::mask_within(const GrammarStacks& stacks, int32_t limit, uint32_t* out) {

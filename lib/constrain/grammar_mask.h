@@ -41,11 +41,14 @@ class GrammarTokenMasker {
   size_t words() const { return words_; }
   size_t frames_computed() const { return frames_.size(); }
   size_t positions_cached() const { return positions_.size(); }
+  size_t distinct_masks() const { return pool_.size(); }
   const Grammar& grammar() const { return *grammar_; }
   const Vocabulary& vocab() const { return *vocab_; }
   void clear() {
     frames_.clear();
     positions_.clear();
+    pool_.clear();
+    pool_by_hash_.clear();
   }
 
  private:
@@ -55,7 +58,7 @@ class GrammarTokenMasker {
     int64_t reach = 0;             // the largest distance of the frame's own stacks after an inside token
   };
   struct PositionMask {
-    std::vector<uint32_t> mask;
+    int32_t mask = 0;  // in pool_
     int32_t reach = 0;
   };
   const FrameMask& frame_mask(const GrammarFrame& f);
@@ -95,7 +98,13 @@ class GrammarTokenMasker {
   std::unordered_map<uint64_t, FrameMask> frames_;
   std::vector<std::vector<int32_t>> text_next_;  // [rule][state]: -3 not yet known
   std::vector<int32_t> chain_;                   // scratch: the states down a text chain
+  // The masks positions are cached with, each distinct one stored once: most positions share one
+  // (a string's content at any depth, a key at any object of a rule), so the masks a document's
+  // steps copy from stay few and in cache instead of one 6 KB copy per position.
+  int32_t pooled(const std::vector<uint32_t>& mask);
   std::unordered_map<std::string, PositionMask> positions_;
+  std::vector<std::vector<uint32_t>> pool_;
+  std::unordered_multimap<uint64_t, int32_t> pool_by_hash_;
   std::string key_;
   std::vector<uint32_t> scratch_;
 };

@@ -86,6 +86,37 @@ std::string uri_template() {
   return "(?:" + literal + "|\\{[+#./;?&]?" + varspec + "(?:," + varspec + ")*\\})*";
 }
 
+// Regular expressions valid for Python's re (what the jsonschema package's checker compiles) and
+// for ECMA 262 alike, over decoded characters (a backslash is a character here; the compiler
+// spells it as JSON writes it). A regular subset: groups nest at most three deep, a class range
+// is one of two ordered digits or letters of one case (a-[a-z] written out per first letter), a
+// counted quantifier is {n}, {n,} or {0|1,m}; ^, $, \b and \B are never quantified. '{' is no
+// literal (ECMA 262 refuses it where Python reads a literal).
+std::string regex_syntax() {
+  std::string range = "(?:";
+  for (const std::string letters : {"0123456789", "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"})
+    for (char c : letters) {
+      if (range.size() > 3) range += "|";
+      range += std::string(1, c) + "-[" + c + "-" + letters.back() + "]";
+    }
+  range += ")";
+  const std::string hex_escape = "x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}";
+  const std::string literal = "[^\\\\^$.|?*+()\\[{\\x00-\\x1F\\x7F]";
+  const std::string escape = "\\\\(?:[\\\\^$.|?*+()\\[\\]{}/dDwWsSntrfv-]|" + hex_escape + ")";
+  const std::string class_atom = "(?:[^\\\\\\]\\[^\\x00-\\x1F\\x7F-]|\\\\(?:[\\\\\\]\\[^dDwWsSntrfv./-]|" + hex_escape + "))";
+  const std::string class_item = "(?:" + range + "|" + class_atom + ")";
+  const std::string char_class = "\\[\\^?-?" + class_item + "(?:" + class_item + "|\\^)*-?\\]";
+  const std::string quantifier = "(?:[*+?]|\\{[0-9]{1,3}\\}|\\{[0-9]{1,3},\\}|\\{[01],[1-9][0-9]{0,2}\\})\\??";
+  std::string alternation;
+  for (int depth = 0; depth <= 3; ++depth) {
+    const std::string group = depth == 0 ? "" : "|\\((?:\\?[:=!])?" + alternation + "\\)";
+    const std::string atom = "(?:" + literal + "|" + escape + "|\\." + "|" + char_class + group + ")";
+    const std::string piece = "(?:" + atom + "(?:" + quantifier + ")?|\\\\[bB]|\\^|\\$)";
+    alternation = "(?:" + piece + "|\\|)*";  // pieces and '|' in any order: alternatives of sequences
+  }
+  return alternation;
+}
+
 }  // namespace
 
 std::optional<std::string> format_pattern(const std::string& f) {
@@ -108,7 +139,7 @@ std::optional<std::string> format_pattern(const std::string& f) {
     // The leading number with a 0 only last (the jsonschema package refuses any digit after a 0).
     m["relative-json-pointer"] = "(?:0|[1-9]+0?)(?:#|(?:/(?:[^/~]|~[01])*)*)";
     m["duration"] = duration();
-    m["regex"] = "\\^?(?:(?:[A-Za-z0-9 _.-]|\\[[A-Za-z0-9_]+\\])[*+?]?)*\\$?";
+    m["regex"] = regex_syntax();
     m["byte"] = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?";
     return m;
   }();
@@ -131,6 +162,8 @@ std::optional<std::pair<int64_t, int64_t>> integer_format_range(const std::strin
   if (it == ranges.end()) return std::nullopt;
   return it->second;
 }
+
+bool format_spelled(const std::string& format) { return format == "regex"; }
 
 bool format_without_constraint(const std::string& f) { return f == "float" || f == "double" || f == "binary"; }
 

@@ -20,8 +20,10 @@
 //   digit (the jsonschema package refuses any digit after a 0); uri-template prefixes below 1000;
 // - duration: RFC 3339 appendix A (PnW, or P with contiguous units of Y M D, T with H M S) with
 //   whole numbers of up to 9 digits;
-// - regex: literal letters, digits, space, '_', '-', '.', classes of letters, digits and '_', each
-//   with at most one of * + ?, optionally between ^ and $ (valid in ECMA 262 and in Python);
+// - regex: expressions valid in Python's re and in ECMA 262 alike: literals, escapes, classes with
+//   ordered ranges, groups (also (?: (?= (?!) nested up to three deep, alternation, quantifiers
+//   (* + ? {n} {n,} {0|1,m}, lazy or not), ^ $ \b \B; over any characters, backslashes spelled as
+//   JSON escapes them (format_spelled);
 // - uuid: 8-4-4-4-12 hex digits; byte (OpenAPI): base64 with padding.
 // Integer formats (int8 ... uint64, OpenAPI) bound integers instead (integer_format_range); float,
 // double and binary constrain nothing. Any other format is not asserted (as validators do with
@@ -36,11 +38,16 @@
 namespace ib::constrain {
 
 // The format's language as a pattern (parse_regex's dialect, anchored, over characters a JSON
-// string holds unescaped); nullopt for a format this table does not constrain.
+// string holds unescaped, or any characters where format_spelled); nullopt for a format this
+// table does not constrain.
 std::optional<std::string> format_pattern(const std::string& format);
 
 // [lo, hi] of an integer format (int8, int16, int32, int64, uint8, uint16, uint32, uint64).
 std::optional<std::pair<int64_t, int64_t>> integer_format_range(const std::string& format);
+
+// Whether the format's pattern is over decoded characters a JSON string may have to escape (a
+// regex's backslashes), to be spelled as JSON writers write them, instead of raw characters.
+bool format_spelled(const std::string& format);
 
 // float, double, binary: formats of no constraint that are not reported as unknown.
 bool format_without_constraint(const std::string& format);

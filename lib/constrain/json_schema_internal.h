@@ -29,6 +29,7 @@ uint64_t gcd_u64(uint64_t x, uint64_t y);
 const std::vector<CodePointRange>& raw_string_chars();
 Re raw_string_char();
 Re escaped_content();
+Re spelt_content_with_quote();
 Re quoted(Re inner);
 // json_schema.cpp
 std::string escape_pointer(const std::string& key);

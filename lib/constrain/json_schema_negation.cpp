@@ -1,5 +1,5 @@
 // `not S` as a union of ordinary schemas: the documents S rejects, written with type, const/enum,
-// required and properties (¬{type: null} is the other five types; ¬{required: [a, b]} is an object
+// required, properties and S's own `not` (¬{type: null} is the other five types; ¬{required: [a, b]} is an object
 // without a or without b; ¬{properties: {kind: {const: x}}} is an object whose kind is not x). Real
 // schemas negate such small schemas (`not`, and `if` whose else branch holds where if fails), and
 // the union compiles as any subschema does: on the grammar path its objects and arrays stay rules
@@ -87,7 +87,7 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
   }
   for (const auto& [k, v] : s.items())
     if (k != "type" && k != "const" && k != "enum" && k != "required" && k != "properties" && k != "allOf" && k != "anyOf" &&
-        k != "$ref" && !scalar_keyword(k) && !count_bound(k))
+        k != "not" && k != "$ref" && !scalar_keyword(k) && !count_bound(k))
       return std::nullopt;
   std::vector<json> alts = std::move(closed_alts);
   // ¬(A ∧ B) = ¬A ∨ ¬B: a $ref target and allOf members are conjuncts like the object's own keywords.
@@ -108,6 +108,9 @@ std::optional<std::vector<json>> Compiler::negation(const json& raw, int depth, 
     if (!n) return std::nullopt;
     alts.insert(alts.end(), n->begin(), n->end());
   }
+  // ¬(¬X) = X: the negated schema is one alternative as it stands (if: {properties: {kind: {not:
+  // {const: x}}}} fails where kind is x).
+  if (s.contains("not")) alts.push_back(s["not"]);
   // ¬(A ∨ B) = ¬A ∧ ¬B: every choice of one alternative per branch, as an allOf.
   if (s.contains("anyOf")) {
     if (!s["anyOf"].is_array()) return std::nullopt;

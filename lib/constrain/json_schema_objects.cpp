@@ -308,6 +308,15 @@ Re Compiler::object(const json& s, const std::string& ptr) {
   std::vector<Re> extra_members;
   {
     Re unnamed = quoted(unnamed_key(names, ptr));
+    // Keys with a quote or a backslash, as JSON writers spell them: none
+    // spells a declared name (unless a name holds such a character) and, without patterns, they
+    // are additional properties. (Patterns are read over raw characters: beside them such a key
+    // might match one, so it is left out.)
+    const bool plain_names = std::all_of(names.begin(), names.end(), [](const std::string& n) {
+      return std::all_of(n.begin(), n.end(),
+                         [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != '"' && c != '\\'; });
+    });
+    if (patterns.empty() && plain_names) unnamed = re_alt({unnamed, quoted(spelt_content_with_quote())});
     if (names_lang)
       unnamed = product({unnamed, names_lang}, ProductRule::Intersection, "propertyNames", np, "propertyNames with the keys");
     std::vector<Re> pattern_keys = {unnamed};

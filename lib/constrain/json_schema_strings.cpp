@@ -140,6 +140,18 @@ Re raw_string_char() {
 // must hold.
 Re escaped_content() { return re_concat({re_star(json_char()), json_escape(), re_star(json_char())}); }
 
+// Contents with at least one quote or backslash, as JSON writers write them (\" and \\): keys a
+// language of raw characters leaves out. (Control characters, which no real key holds, are left
+// out: their escapes would add hex-digit classes to every object's automaton.)
+Re spelt_content_with_quote() {
+  static const Re r = [] {
+    const Re escape = re_alt({re_literal("\\\""), re_literal("\\\\")});
+    const Re ch = re_alt({raw_string_char(), escape});
+    return re_concat({re_star(raw_string_char()), escape, re_star(ch)});
+  }();
+  return r;
+}
+
 Re quoted(Re inner) { return re_concat({re_byte('"'), std::move(inner), re_byte('"')}); }
 
 // A format's language of characters (schema_formats.h: raw characters, or spelled as JSON writes

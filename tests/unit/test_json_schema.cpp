@@ -371,6 +371,23 @@ TEST(JsonSchema, AdditionalKeysAreNotNamedProperties) {
     EXPECT_FALSE(d.matches(doc)) << doc;
 }
 
+// A key holding a quote or a backslash, as JSON writers spell it, is an additional property
+// (metricshub's "hw.status{hw.type=\"enclosure\"}"); beside patternProperties (read over raw
+// characters) or a declared name with such a character it is left out.
+TEST(JsonSchema, AdditionalKeysMayHoldQuotesAndBackslashes) {
+  Dfa d = compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})");
+  for (const char* doc : {R"({"a\"b":true})", R"({"a":1,"\"":false})", R"({"c:\\dir":true})", R"({"x\\\"":true})"})
+    EXPECT_TRUE(d.matches(doc)) << doc;
+  for (const char* doc : {R"({"a\"b":1})", R"({"\u0061":true})", R"({"a\n":true})"}) EXPECT_FALSE(d.matches(doc)) << doc;
+  Dfa patterns =
+      compile(R"({"type":"object","patternProperties":{"b":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})");
+  EXPECT_FALSE(patterns.matches(R"({"a\"b":true})"));  // it matches the pattern b: an integer
+  EXPECT_TRUE(patterns.matches(R"({"ab":1,"c":true})"));
+  Dfa quoted_name =
+      compile(R"({"type":"object","properties":{"a\"b":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})");
+  EXPECT_FALSE(quoted_name.matches(R"({"a\"b":true})"));
+}
+
 // --- JSON-Schema-Test-Suite (tests/data/json-schema-test-suite, MIT; see its README) ---
 
 using testing_support::reorder;

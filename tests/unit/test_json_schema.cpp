@@ -388,6 +388,38 @@ TEST(JsonSchema, AdditionalKeysMayHoldQuotesAndBackslashes) {
   EXPECT_FALSE(quoted_name.matches(R"({"a\"b":true})"));
 }
 
+// uniqueItems over a small enumeration: every order of distinct values (bxci's services), checked
+// against brute force over all arrays of up to 5 items; a large enumeration keeps its own order.
+TEST(JsonSchema, UniqueEnumerationArraysInAnyOrder) {
+  const std::vector<std::string> values = {"\"Redis\"", "\"Mysql\"", "1", "null", "\"Postgres\""};
+  Dfa d = compile(R"({"type":"array","uniqueItems":true,"items":{"enum":["Redis","Mysql",1,null,"Postgres"]}})");
+  int accepted = 0;
+  std::function<void(std::vector<size_t>&)> all = [&](std::vector<size_t>& picked) {
+    std::string doc = "[";
+    for (size_t i = 0; i < picked.size(); ++i) doc += (i ? "," : "") + values[picked[i]];
+    doc += "]";
+    std::set<size_t> distinct(picked.begin(), picked.end());
+    EXPECT_EQ(d.matches(doc), distinct.size() == picked.size()) << doc;
+    accepted += d.matches(doc);
+    if (picked.size() == 5) return;
+    for (size_t v = 0; v < values.size(); ++v) {
+      picked.push_back(v);
+      all(picked);
+      picked.pop_back();
+    }
+  };
+  std::vector<size_t> picked;
+  all(picked);
+  EXPECT_EQ(accepted, 1 + 5 + 20 + 60 + 120 + 120);  // ordered selections of 0..5 of 5 values
+  // Twenty values: 2^20 sets are too many; the enumeration's order stands.
+  std::string big = R"({"type":"array","uniqueItems":true,"items":{"enum":[)";
+  for (int i = 0; i < 20; ++i) big += (i ? "," : "") + std::to_string(i);
+  Dfa ordered = compile(big + "]}}");
+  EXPECT_TRUE(ordered.matches("[1,5,19]"));
+  EXPECT_FALSE(ordered.matches("[5,1]"));
+  EXPECT_FALSE(ordered.matches("[1,1]"));
+}
+
 // --- JSON-Schema-Test-Suite (tests/data/json-schema-test-suite, MIT; see its README) ---
 
 using testing_support::reorder;

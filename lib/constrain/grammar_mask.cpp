@@ -22,7 +22,10 @@ bool bottom_returns(const Grammar& g, const GrammarStacks& at) {
   return false;
 }
 
-constexpr size_t kMaxPositionsCached = 4096;
+// The position cache is cleared past these: positions cost their key (a few frames), the masks
+// their words, stored once each (a large vocabulary's masks are the bound).
+constexpr size_t kMaxPositionsCached = 65536;
+constexpr size_t kMaxPooledMaskBytes = size_t{64} << 20;
 constexpr int64_t kUnfinishable = GrammarDistances::kNone;
 
 int64_t add_distances(int64_t a, int64_t b) {
@@ -218,7 +221,7 @@ const uint32_t* GrammarTokenMasker::mask(const GrammarStacks& stacks, int32_t* r
   // Tokens without bytes (the trie's root holds them) are never set by a walk; EOS where the document may end.
   if (vocab_->eos >= 0 && grammar_accepts(*grammar_, stacks))
     scratch_[static_cast<size_t>(vocab_->eos) >> 5] |= 1u << (vocab_->eos & 31);
-  if (positions_.size() >= kMaxPositionsCached) {
+  if (positions_.size() >= kMaxPositionsCached || (pool_.size() + 1) * words_ * sizeof(uint32_t) > kMaxPooledMaskBytes) {
     positions_.clear();
     pool_.clear();
     pool_by_hash_.clear();

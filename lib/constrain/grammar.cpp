@@ -182,12 +182,14 @@ Grammar::Grammar(CallUnions rules, int32_t start_rule, const CompileLimits& limi
       bodies_(std::move(rules.bodies)),
       names_(std::move(rules.names)),
       members_(std::move(rules.members)),
+      fallbacks_(std::move(rules.fallbacks)),
       limits_(limits),
       rules_(bodies_.size()) {
   const size_t n = bodies_.size();
   if (start < 0 || static_cast<size_t>(start) >= n) throw RegexError("the start rule is not in the grammar");
   names_.resize(n);
   members_.resize(n);
+  fallbacks_.resize(n);
   for (size_t i = 0; i < n; ++i)
     if (names_[i].empty()) names_[i] = "rule " + std::to_string(i);
   // The rules the start reaches (a rule the schema compiler compiled inline leaves the rules of
@@ -253,9 +255,7 @@ GrammarRule Grammar::compile_rule(int32_t i) const {
       set_liveness(r, lengths_);
       return r;
     } catch (const RegexError&) {
-      std::vector<Re> calls;
-      for (int32_t m : members_[k]) calls.push_back(re_call(m));
-      return compile_rule_body(re_alt(std::move(calls)), k);
+      return compile_rule_body(fallbacks_[k], k);
     }
   }
   return compile_rule_body(bodies_[k], k);

@@ -80,7 +80,7 @@ struct Grammar {
   Grammar(Grammar&&) noexcept = default;
   Grammar& operator=(Grammar&&) noexcept = default;
   // A copy is the same grammar with none of its rules compiled yet.
-  Grammar(const Grammar& o) : Grammar(CallUnions{o.bodies_, o.names_, o.members_}, o.start, o.limits_) {}
+  Grammar(const Grammar& o) : Grammar(CallUnions{o.bodies_, o.names_, o.members_, o.fallbacks_}, o.start, o.limits_) {}
   Grammar& operator=(const Grammar& o) { return *this = Grammar(o); }
 
   int32_t start = 0;
@@ -112,6 +112,7 @@ struct Grammar {
   std::vector<Re> bodies_;
   std::vector<std::string> names_;
   std::vector<std::vector<int32_t>> members_;
+  std::vector<Re> fallbacks_;
   CompileLimits limits_;
   std::vector<uint8_t> readable_, reached_;
   std::vector<int64_t> lengths_;

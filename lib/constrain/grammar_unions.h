@@ -18,9 +18,12 @@ struct CallUnions {
   std::vector<Re> bodies;  // the rules' bodies, the union rules appended
   std::vector<std::string> names;
   // Per rule: the rules a union rule stands for (empty for the others). A union rule's body is
-  // their bodies' union; where that union is past its automaton limit the rule is compiled as
-  // the alternative of their calls instead (the same language, the stacks apart).
+  // their bodies' union (with the call-free alternatives of the rules it was flattened through);
+  // where that union is past its automaton limit the rule is compiled as its fallback instead:
+  // the alternative of the members' calls (the same language, the stacks apart). Null for the
+  // other rules.
   std::vector<std::vector<int32_t>> members;
+  std::vector<Re> fallbacks;
 };
 
 // Unions of at most this many DFA states are compiled as one rule (a union of bodies that track
@@ -28,11 +31,14 @@ struct CallUnions {
 constexpr int64_t kMaxUnionStates = 20'000;
 
 // `bodies` with every alternative of two or more calls rewritten as a call of a union rule. A
-// callee joins a union when its body is readable (grammar_lengths.h) and starts with a byte
-// rather than a call (a rule that forwards to others is left as a call, so a union's body never
-// calls a union at its start and no rule enters itself without a byte). At most kMaxUnions union
-// rules, and the grammar's rule limit: past them the alternatives stay calls.
+// callee joins a union when its body is readable (grammar_lengths.h) and starts with a byte; a
+// callee that only forwards (its body one call, or an alternative of calls and call-free
+// languages: the splits of dependentSchemas and if/else, a union of unions) is flattened into the
+// rules and languages it forwards to, so a union's body never calls at its start and no rule
+// enters itself without a byte. At most kMaxUnions union rules of at most kMaxUnionMembers rules
+// each, and the grammar's rule limit: past them the alternatives stay calls.
 constexpr size_t kMaxUnions = 1024;
+constexpr size_t kMaxUnionMembers = 64;
 CallUnions merge_call_unions(std::vector<Re> bodies, std::vector<std::string> names);
 
 }  // namespace ib::constrain

@@ -119,6 +119,51 @@ TEST(GrammarUnions, ObjectsOfAnAnyOfShareOneStackAndKeepTheValidatorsLanguage) {
   EXPECT_GT(positions, 10);
 }
 
+TEST(GrammarUnions, SplitsOfSplitsAreFlattenedIntoOneUnion) {
+  // dependentSchemas splits the object on c's presence, if/else splits each case again, and the
+  // negation of if is a union of its own: rules that only forward to other rules. Their leaves,
+  // the object rules, are one union: one stack from the first byte.
+  const json schema = ib::parse_json<json>(
+      R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"},"c":{"type":"array","items":{"type":"object"}}},)"
+      R"("if":{"required":["a"]},"then":{"required":["b"]},"else":{"properties":{"b":{"const":1}}},)"
+      R"("dependentSchemas":{"c":{"required":["a"]}}})");
+  SchemaOptions o;
+  o.strict_properties = false;
+  const SchemaGrammar sg = schema_to_grammar(schema, o);
+  const Grammar& g = *sg.grammar;
+  EXPECT_GE(largest_union(g), 3u);
+  const std::string doc = R"({"a":"x","b":2,"c":[{"k":[1,{"z":null}]}],"d":{"e":[]}})";
+  ASSERT_TRUE(grammar_matches(g, doc));
+  // Between members one stack (each leaf rule was one of its own: 4 or more); at a value, the
+  // container's own stack beside the value's call.
+  GrammarStacks at = grammar_start(g);
+  size_t most = 0;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    ASSERT_TRUE(grammar_walk(g, at, doc.substr(i, 1)));
+    most = std::max(most, at.size());
+    if (doc.compare(0, i + 1, R"({"a":"x","b":2,)") == 0) {
+      EXPECT_EQ(at.size(), 1u);
+    }
+  }
+  EXPECT_LE(most, 2u);
+  const SchemaValidator validator(schema);
+  std::mt19937_64 rng(5);
+  const std::vector<json> as = {"x", 1}, bs = {1, 2, "s"}, cs = {json::array(), json::array({json::object()}), 3};
+  int valid = 0;
+  for (int n = 0; n < 600; ++n) {
+    json d = json::object();
+    if (rng() % 2) d["a"] = as[rng() % as.size()];
+    if (rng() % 2) d["b"] = bs[rng() % bs.size()];
+    if (rng() % 2) d["c"] = cs[rng() % cs.size()];
+    if (rng() % 5 == 0) d["d"] = json::object();
+    const bool expected = validator.valid(d);
+    ASSERT_EQ(matches_in_some_order(g, d), expected) << d.dump();
+    valid += expected;
+  }
+  EXPECT_GT(valid, 100);
+  EXPECT_LT(valid, 500);
+}
+
 TEST(GrammarUnions, AUnionPastItsStateLimitIsCompiledAsItsCalls) {
   // Rule 1 remembers its 15th byte from the end: 2^15 DFA states alone, past kMaxUnionStates in
   // any union. Rule 2 is '{' a* '}'. Rule 0 calls either.

@@ -245,24 +245,22 @@ Grammar::Grammar(CallUnions rules, int32_t start_rule, const CompileLimits& limi
 GrammarRule Grammar::compile_rule(int32_t i) const {
   const auto k = static_cast<size_t>(i);
   // A rule the start never reaches is never entered: no document.
-  if (!reached_[k]) return compile_rule_body(re_never(), k);
+  if (!reached_[k]) return compile_rule_body(re_never(), k, limits_);
   if (!members_[k].empty()) {
     // A union of bodies whose states multiply is compiled as the calls it stands for.
     CompileLimits merged = limits_;
     merged.max_dfa_states = std::min(merged.max_dfa_states, kMaxUnionStates);
     try {
-      GrammarRule r = compile_structure(bodies_[k], names_[k], size(), merged);
-      set_liveness(r, lengths_);
-      return r;
+      return compile_rule_body(bodies_[k], k, merged);
     } catch (const RegexError&) {
-      return compile_rule_body(fallbacks_[k], k);
+      return compile_rule_body(fallbacks_[k], k, limits_);
     }
   }
-  return compile_rule_body(bodies_[k], k);
+  return compile_rule_body(bodies_[k], k, limits_);
 }
 
-GrammarRule Grammar::compile_rule_body(const Re& body, size_t k) const {
-  GrammarRule r = compile_structure(body, names_[k], size(), limits_);
+GrammarRule Grammar::compile_rule_body(const Re& body, size_t k, const CompileLimits& limits) const {
+  GrammarRule r = compile_structure(body, names_[k], size(), limits);
   set_liveness(r, lengths_);
   return r;
 }

@@ -108,7 +108,7 @@ struct Grammar {
  private:
   Grammar(CallUnions rules, int32_t start, const CompileLimits& limits);
   GrammarRule compile_rule(int32_t i) const;
-  GrammarRule compile_rule_body(const Re& body, size_t i) const;
+  GrammarRule compile_rule_body(const Re& body, size_t i, const CompileLimits& limits) const;
   std::vector<Re> bodies_;
   std::vector<std::string> names_;
   std::vector<std::vector<int32_t>> members_;

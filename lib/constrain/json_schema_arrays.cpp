@@ -127,8 +127,9 @@ Re Compiler::unique_enum_array(const std::vector<json>& values, int mn, int mx, 
   std::vector<Re> written;
   size_t bytes = 0;
   for (const auto& v : values) {
-    written.push_back(re_literal(v.dump()));
-    bytes += v.dump().size();
+    const std::string text = v.dump();
+    written.push_back(re_literal(text));
+    bytes += text.size();
   }
   std::vector<Re> first;
   if (n < 16 && (size_t{1} << n) * bytes <= kMaxUniqueAnyOrderWork) {

@@ -28,6 +28,8 @@ uint64_t gcd_u64(uint64_t x, uint64_t y);
 // json_schema_strings.cpp
 const std::vector<CodePointRange>& raw_string_chars();
 Re raw_string_char();
+// Whether JSON must escape byte b in a string (a quote, a backslash, a control character).
+bool must_escape(int b);
 Re escaped_content();
 Re spelt_content_with_quote();
 Re quoted(Re inner);

@@ -313,8 +313,7 @@ Re Compiler::object(const json& s, const std::string& ptr) {
     // are additional properties. (Patterns are read over raw characters: beside them such a key
     // might match one, so it is left out.)
     const bool plain_names = std::all_of(names.begin(), names.end(), [](const std::string& n) {
-      return std::all_of(n.begin(), n.end(),
-                         [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != '"' && c != '\\'; });
+      return std::none_of(n.begin(), n.end(), [](char c) { return must_escape(static_cast<unsigned char>(c)); });
     });
     if (patterns.empty() && plain_names) unnamed = re_alt({unnamed, quoted(spelt_content_with_quote())});
     if (names_lang)

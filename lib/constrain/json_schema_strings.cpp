@@ -60,8 +60,6 @@ std::string mandatory_escape(uint8_t b) {
   }
 }
 
-bool must_escape(int b) { return b < 0x20 || b == '"' || b == '\\'; }
-
 // The JSON spelling of a language of decoded strings (a parsed pattern): each character JSON must
 // escape written as its mandatory escape, every other character raw (a homomorphism on the
 // characters: in UTF-8 an ASCII byte is a whole character, so the byte sets holding them are
@@ -121,6 +119,8 @@ Re spelt_char() {
 }
 
 }  // namespace
+
+bool must_escape(int b) { return b < 0x20 || b == '"' || b == '\\'; }
 
 // Characters a JSON string holds unescaped.
 const std::vector<CodePointRange>& raw_string_chars() {
@@ -185,8 +185,8 @@ Re Compiler::format(const json& s, const std::string& ptr) {
       lang = parse_regex(*pattern, &raw_string_chars()).re;
     }
     // Compiled once here and embedded as its automaton: a schema's compile then steps through
-    // its states instead of determinizing the pattern again (the regex syntax is 0.3 s of subset
-    // construction for 684 states).
+    // its states instead of determinizing the pattern again (the regex syntax: 0.07 s for 684
+    // states).
     it = cache.emplace(f, re_automaton(std::make_shared<const Dfa>(compile_dfa(lang)))).first;
   }
   return it->second;
